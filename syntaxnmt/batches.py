@@ -1,0 +1,171 @@
+"""The prepared corpus on disk and the batches made from it.
+
+A split is stored as named :class:`RaggedArray` fields (``src``, ``tgt``; later work adds
+source-side annotation fields of the same lengths as ``src``), each two ``.npy`` files that are
+memory-mapped, so training never re-tokenizes. Batches are built by token count with length
+bucketing; their order is a pure function of (seed, epoch), which makes resuming exact.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+
+from syntaxnmt.subwords import BOS, EOS, PAD
+from syntaxnmt.textio import atomic_write
+
+
+class RaggedArray:
+    """A list of 1-D integer arrays stored flat (``<prefix>.data.npy``) with offsets (``<prefix>.offsets.npy``)."""
+
+    def __init__(self, data: np.ndarray, offsets: np.ndarray):
+        self.data, self.offsets = data, offsets
+
+    @staticmethod
+    def save(prefix: str | Path, seqs: Sequence[Sequence[int]], dtype=np.int32) -> None:
+        lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
+        offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        data = np.fromiter((x for s in seqs for x in s), dtype=dtype, count=int(offsets[-1]))
+        for suffix, arr in ((".data.npy", data), (".offsets.npy", offsets)):
+            atomic_write(f"{prefix}{suffix}", lambda f, a=arr: np.save(f, a))
+
+    @classmethod
+    def load(cls, prefix: str | Path) -> "RaggedArray":
+        return cls(np.load(f"{prefix}.data.npy", mmap_mode="r"), np.load(f"{prefix}.offsets.npy"))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return np.asarray(self.data[self.offsets[i] : self.offsets[i + 1]])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+class Split:
+    """One prepared split (``train``, ``dev``, ...): named ragged fields of equal sentence count."""
+
+    def __init__(self, directory: str | Path, name: str, fields: Sequence[str] = ("src", "tgt")):
+        self.name = name
+        self.fields = {f: RaggedArray.load(Path(directory) / f"{name}.{f}") for f in fields}
+        sizes = {len(a) for a in self.fields.values()}
+        assert len(sizes) == 1, f"prepared split {name} has fields of different sizes"
+
+    def __len__(self) -> int:
+        return len(self.fields["src"])
+
+    def __getitem__(self, field_name: str) -> RaggedArray:
+        return self.fields[field_name]
+
+
+@dataclass
+class Batch:
+    """A padded mini-batch.
+
+    ``src`` ends with EOS; ``tgt_in`` starts with BOS and ``tgt_out`` ends with EOS. ``features``
+    carries optional per-source-token inputs (tags, relation ids ...) for enriched attention.
+    """
+
+    src: torch.Tensor  # (B, S)
+    tgt_in: torch.Tensor | None  # (B, T)
+    tgt_out: torch.Tensor | None  # (B, T)
+    ids: torch.Tensor  # (B,) sentence indices in the split
+    features: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def src_pad_mask(self) -> torch.Tensor:
+        """True at padding positions of the source."""
+        return self.src.eq(PAD)
+
+    @property
+    def n_tgt_tokens(self) -> int:
+        return int(self.tgt_out.ne(PAD).sum()) if self.tgt_out is not None else 0
+
+    def __len__(self) -> int:
+        return self.src.size(0)
+
+    def to(self, device: torch.device | str) -> "Batch":
+        move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
+        return Batch(move(self.src), move(self.tgt_in), move(self.tgt_out), self.ids, {k: move(v) for k, v in self.features.items()})
+
+
+def pad_sequences(seqs: Sequence[np.ndarray | Sequence[int]], pad: int = PAD) -> torch.Tensor:
+    """Right-pad integer sequences into a (B, max_len) LongTensor."""
+    out = torch.full((len(seqs), max((len(s) for s in seqs), default=0)), pad, dtype=torch.long)
+    for row, s in enumerate(seqs):
+        out[row, : len(s)] = torch.as_tensor(np.asarray(s, dtype=np.int64))
+    return out
+
+
+def make_batch(src_seqs: Sequence, tgt_seqs: Sequence | None, ids: Sequence[int]) -> Batch:
+    """Add EOS/BOS and pad. ``tgt_seqs`` is None for translation-only batches."""
+    src = pad_sequences([np.append(s, EOS) for s in src_seqs])
+    tgt_in = tgt_out = None
+    if tgt_seqs is not None:
+        tgt_in = pad_sequences([np.insert(t, 0, BOS) for t in tgt_seqs])
+        tgt_out = pad_sequences([np.append(t, EOS) for t in tgt_seqs])
+    return Batch(src, tgt_in, tgt_out, torch.as_tensor(list(ids), dtype=torch.long))
+
+
+def collate(split: Split, indices: Sequence[int]) -> Batch:
+    """The batch of sentences ``indices`` of a prepared split."""
+    return make_batch([split["src"][i] for i in indices], [split["tgt"][i] for i in indices], indices)
+
+
+def bucket_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, rng: np.random.Generator | None) -> list[np.ndarray]:
+    """Group sentence indices into batches of at most ``max_tokens`` padded tokens.
+
+    Sentences are sorted by (target, source) length -- ties broken randomly when ``rng`` is given --
+    and cut greedily so that ``batch_size * longest_side <= max_tokens``; this keeps padding small.
+    The +1 accounts for BOS/EOS.
+    """
+    n = len(src_lens)
+    order = rng.permutation(n) if rng is not None else np.arange(n)
+    order = order[np.lexsort((src_lens[order], tgt_lens[order]))]
+    longest = np.maximum(src_lens[order], tgt_lens[order]) + 1
+    batches, start, running_max = [], 0, 0
+    for pos in range(n):
+        cand = max(running_max, int(longest[pos]))
+        if pos > start and cand * (pos - start + 1) > max_tokens:
+            batches.append(order[start:pos])
+            start, cand = pos, int(longest[pos])
+        running_max = cand
+    if start < n:
+        batches.append(order[start:])
+    return batches
+
+
+class TokenBatchSampler:
+    """Epochs of length-bucketed batches in a shuffled order determined by ``(seed, epoch)``.
+
+    With ``num_shards > 1`` (distributed training) each rank takes every ``num_shards``-th batch.
+    """
+
+    def __init__(self, src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int, shuffle: bool = True, num_shards: int = 1, shard: int = 0):
+        self.src_lens, self.tgt_lens = np.asarray(src_lens), np.asarray(tgt_lens)
+        self.max_tokens, self.seed, self.shuffle = max_tokens, seed, shuffle
+        self.num_shards, self.shard = num_shards, shard
+
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        rng = np.random.default_rng([self.seed, epoch]) if self.shuffle else None
+        batches = bucket_batches(self.src_lens, self.tgt_lens, self.max_tokens, rng)
+        if rng is not None:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        if self.num_shards > 1:
+            usable = len(batches) - len(batches) % self.num_shards
+            batches = batches[self.shard : usable : self.num_shards]
+        return batches
+
+    def iterate(self, epoch: int, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
+        """Yield ``(position, indices)`` for the batches of ``epoch`` from position ``start`` on."""
+        batches = self.epoch_batches(epoch)
+        for pos in range(start, len(batches)):
+            yield pos, batches[pos]

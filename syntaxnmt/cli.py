@@ -1,0 +1,146 @@
+"""The ``syntaxnmt`` command line: prepare, train, translate, evaluate, demo.
+
+Config values can be overridden after the config path with ``--section.key=value``. A user
+mistake prints one line ``syntaxnmt: error: ...`` and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from syntaxnmt.errors import UserError
+
+
+def _config(args, extra: list[str]):
+    from syntaxnmt.config import load_config
+
+    return load_config(args.config, extra)
+
+
+def cmd_prepare(args, extra) -> None:
+    from syntaxnmt.prepare import prepare
+
+    prepare(_config(args, extra), force=args.force)
+
+
+def cmd_train(args, extra) -> None:
+    from syntaxnmt.train import train
+
+    train(_config(args, extra), resume=args.resume)
+
+
+def _read_input(path: str | None) -> list[str]:
+    from syntaxnmt.textio import read_lines
+
+    if path and path != "-":
+        return read_lines(path)
+    lines = []
+    for lineno, raw in enumerate(sys.stdin.buffer, start=1):
+        try:
+            lines.append(raw.decode("utf-8").rstrip("\r\n"))
+        except UnicodeDecodeError as e:
+            raise UserError(f"<stdin>:{lineno}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
+    return lines
+
+
+def cmd_translate(args, extra) -> None:
+    from syntaxnmt.config import load_config, parse_overrides
+    from syntaxnmt.textio import write_lines
+    from syntaxnmt.translate import checkpoint_path, load_model, resolve_device, translate_lines
+
+    if args.config is None and args.checkpoint in ("best", "last"):
+        raise UserError("give a CONFIG or a --checkpoint path")
+    path = checkpoint_path(load_config(args.config, extra), args.checkpoint) if args.config else Path(args.checkpoint)
+    device = resolve_device(args.device)
+    model, cfg, toks = load_model(path, device)
+    decode = cfg.decode
+    overrides = parse_overrides(extra).get("decode", {})
+    if args.beam is not None:
+        overrides["beam_size"] = args.beam
+    if args.batch_size is not None:
+        overrides["batch_size"] = args.batch_size
+    decode = decode.model_validate({**decode.model_dump(), **overrides})
+    lines = _read_input(args.input)
+    nbest = max(1, args.nbest)
+    if nbest > decode.beam_size:
+        raise UserError(f"--nbest {nbest} is larger than the beam size {decode.beam_size}")
+    results = translate_lines(model, toks, lines, decode, device, nbest=nbest, progress=sys.stderr.isatty() or args.output is not None)
+    if nbest == 1:
+        out = [nb[0][0] for nb in results]
+    else:
+        out = [f"{i} ||| {text} ||| {score:.4f}" for i, nb in enumerate(results) for text, score in nb]
+    if args.output:
+        write_lines(args.output, out)
+    else:
+        sys.stdout.write("".join(line + "\n" for line in out))
+
+
+def cmd_evaluate(args, extra) -> None:
+    from syntaxnmt.metrics import evaluate_report
+
+    if extra:
+        raise UserError(f"unexpected arguments: {' '.join(extra)}")
+    print(evaluate_report(args.hyp, args.ref, args.compare, n_bootstrap=args.bootstrap))
+
+
+def cmd_demo(args, extra) -> None:
+    from syntaxnmt.demo import run_demo
+
+    run_demo(Path(args.dir), minutes=args.minutes, overrides=extra, fresh=args.fresh)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="syntaxnmt", description="Attention-based NMT with linguistic structure in attention.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("prepare", help="tokenize, learn subwords, and cache the corpus of a config")
+    s.add_argument("config")
+    s.add_argument("--force", action="store_true", help="rebuild even if the cache is up to date")
+    s.set_defaults(func=cmd_prepare)
+
+    s = sub.add_parser("train", help="train the model of a config")
+    s.add_argument("config")
+    s.add_argument("--resume", action="store_true", help="continue from <work_dir>/last.pt")
+    s.set_defaults(func=cmd_train)
+
+    s = sub.add_parser("translate", help="translate plain text (stdin or a file)")
+    s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
+    s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
+    s.add_argument("-i", "--input", help="source file (default: stdin)")
+    s.add_argument("-o", "--output", help="output file (default: stdout)")
+    s.add_argument("--beam", type=int, help="beam size (default: decode.beam_size)")
+    s.add_argument("--nbest", type=int, default=1, help="print the N best translations as 'i ||| text ||| score'")
+    s.add_argument("--batch-size", type=int, help="sentences per batch")
+    s.add_argument("--device", default="auto")
+    s.set_defaults(func=cmd_translate)
+
+    s = sub.add_parser("evaluate", help="sacreBLEU BLEU and chrF, and paired bootstrap resampling")
+    s.add_argument("--hyp", required=True, help="detokenized hypotheses")
+    s.add_argument("--ref", required=True, action="append", help="reference file (repeat for several references)")
+    s.add_argument("--compare", help="a second system's hypotheses: paired bootstrap test against --hyp")
+    s.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    s.set_defaults(func=cmd_evaluate)
+
+    s = sub.add_parser("demo", help="generate the synthetic corpus, train a small Transformer, translate and score")
+    s.add_argument("--dir", default="syntaxnmt-demo", help="where the corpus and the run go (default: ./syntaxnmt-demo)")
+    s.add_argument("--minutes", type=float, default=4.0, help="training time budget (default: 4)")
+    s.add_argument("--fresh", action="store_true", help="discard a previous demo run in --dir")
+    s.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    try:
+        args.func(args, extra)
+    except UserError as e:
+        print(f"syntaxnmt: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("syntaxnmt: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)

@@ -1,0 +1,300 @@
+"""Typed experiment configuration: one YAML file per experiment.
+
+A config has four sections (``data``, ``model``, ``train``, ``decode``) plus a few top-level keys.
+Every key has a default; unknown keys and wrong types are rejected with a message naming the key
+and the file. Values can be overridden on the command line with ``--section.key=value`` (the value
+is parsed as YAML, so ``--train.lr=5e-4`` and ``--model.tie_embeddings=all`` both work).
+
+Paths may use ``${VAR}`` or ``${VAR:-default}``; relative paths are relative to the directory the
+command is run from. ``${SYNTAXNMT_DATA:-../shared/data}`` is the convention for real corpora.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from syntaxnmt.errors import UserError
+from syntaxnmt.textio import atomic_write_text
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
+
+
+class DataConfig(_Section):
+    """Corpus files and preprocessing (``syntaxnmt prepare``)."""
+
+    train_src: str = ""
+    train_tgt: str = ""
+    dev_src: str = ""
+    dev_tgt: str = ""
+    src_lang: str = "src"
+    tgt_lang: str = "tgt"
+    prepared_dir: str = ""
+    """Where the prepared corpus (SentencePiece models, binary arrays) is cached; default ``<work_dir>/data``."""
+    moses_tokenize: bool = False
+    """Moses-tokenize before SentencePiece and detokenize after decoding (sacremoses)."""
+    lowercase: bool = False
+    spm_model_type: Literal["bpe", "unigram"] = "bpe"
+    vocab_size: int = 8000
+    """SentencePiece vocabulary size, per language when not joint."""
+    joint_vocab: bool = True
+    spm_character_coverage: float = 1.0
+    spm_max_sentences: int = 1_000_000
+    """Sentences sampled for SentencePiece training."""
+    max_len: int = 128
+    """Drop training pairs with more subwords than this on either side."""
+    min_len: int = 1
+    max_len_ratio: float = 3.0
+    """Drop training pairs whose subword length ratio (longer/shorter) exceeds this."""
+
+
+class ModelConfig(_Section):
+    """Model architecture."""
+
+    arch: Literal["transformer"] = "transformer"
+    d_model: int = 256
+    heads: int = 4
+    ffn_dim: int = 1024
+    enc_layers: int = 3
+    dec_layers: int = 3
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation: Literal["relu", "gelu"] = "relu"
+    norm: Literal["pre", "post"] = "pre"
+    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    max_positions: int = 1024
+    tie_embeddings: Literal["none", "decoder", "all"] = "decoder"
+    """``decoder``: tie the decoder's input and output embeddings; ``all``: also share the
+    source embedding (needs a joint vocabulary)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "ModelConfig":
+        if self.d_model % self.heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
+        return self
+
+
+class TrainConfig(_Section):
+    """Optimisation, batching, validation and checkpointing."""
+
+    max_tokens: int = 4096
+    """Target+padding tokens per batch (batches are built by token count with length bucketing)."""
+    accum_steps: int = 1
+    lr: float = 7e-4
+    """Peak learning rate, reached at the end of warm-up, then decayed with the inverse square root."""
+    warmup_steps: int = 4000
+    adam_betas: tuple[float, float] = (0.9, 0.98)
+    adam_eps: float = 1e-9
+    weight_decay: float = 0.0
+    clip_norm: float = 1.0
+    """Clip the gradient norm to this value (0 disables)."""
+    label_smoothing: float = 0.1
+    max_steps: int = 100_000
+    max_epochs: int = 1000
+    max_minutes: float = 0.0
+    """Stop after this much training time (0 = no limit); the run can be resumed."""
+    log_every: int = 50
+    valid_every: int = 1000
+    valid_bleu: bool = True
+    """Decode the dev set (greedy) at each validation and report BLEU."""
+    valid_max_sentences: int = 0
+    """Decode only the first N dev sentences for validation BLEU (0 = all)."""
+    early_stopping_metric: Literal["bleu", "loss"] = "bleu"
+    patience: int = 0
+    """Stop after this many validations without improvement (0 = never)."""
+    keep_best: bool = True
+    tensorboard: bool = True
+    threads: int = 0
+    """torch CPU threads (0 = torch's default)."""
+    device: str = "auto"
+    """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``."""
+
+
+class DecodeConfig(_Section):
+    """Search settings for ``syntaxnmt translate`` (also used for validation BLEU, with beam 1)."""
+
+    beam_size: int = 5
+    length_penalty: float = 1.0
+    """Hypotheses are ranked by log P / length**length_penalty (0 = raw log-probability)."""
+    max_len_a: float = 1.5
+    max_len_b: int = 10
+    """Output at most ``max_len_a * source_length + max_len_b`` subwords."""
+    min_len: int = 0
+    """Forbid end-of-sentence before this many subwords (benchmarks force fixed lengths with it)."""
+    batch_size: int = 64
+    """Sentences per decoding batch."""
+    nbest: int = 1
+
+
+class Config(_Section):
+    """A whole experiment."""
+
+    name: str = "experiment"
+    work_dir: str = "runs/experiment"
+    """Checkpoints, logs and the resolved config go here."""
+    seed: int = 1
+    data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+    decode: DecodeConfig = DecodeConfig()
+
+    @property
+    def prepared_dir(self) -> Path:
+        return Path(self.data.prepared_dir or os.path.join(self.work_dir, "data"))
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+
+    def save(self, path: str | os.PathLike) -> None:
+        atomic_write_text(path, self.to_yaml())
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads ``1e-3`` as a float (YAML 1.1 would keep it a string)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$"),
+    list("-+0123456789."),
+)
+
+
+def _yaml_load(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)
+
+
+_ENV = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
+
+
+def expand_env(value: str) -> str:
+    """Expand ``${VAR}`` and ``${VAR:-default}`` in a path."""
+
+    def sub(m: re.Match) -> str:
+        var, default = m.group(1), m.group(2)
+        if var in os.environ:
+            return os.environ[var]
+        if default is not None:
+            return default
+        raise UserError(f"environment variable {var} is not set (used in a config path)")
+
+    return _ENV.sub(sub, value)
+
+
+def _expand_paths(cfg: Config) -> Config:
+    for section in (cfg.data,):
+        for key, value in section.model_dump().items():
+            if isinstance(value, str) and "${" in value:
+                setattr(section, key, expand_env(value))
+    if "${" in cfg.work_dir:
+        cfg.work_dir = expand_env(cfg.work_dir)
+    return cfg
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+        if not isinstance(node, dict):
+            raise UserError(f"override --{dotted}: {k} is not a section")
+    node[keys[-1]] = value
+
+
+def parse_overrides(args: list[str]) -> dict:
+    """Turn ``["--train.lr=1e-3", "--model.heads", "8"]`` into a nested dict (values parsed as YAML)."""
+    tree: dict = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--") or len(arg) == 2:
+            raise UserError(f"unexpected argument {arg!r} (overrides look like --section.key=value)")
+        key = arg[2:]
+        if "=" in key:
+            key, text = key.split("=", 1)
+        elif i + 1 < len(args):
+            i += 1
+            text = args[i]
+        else:
+            raise UserError(f"override --{key} has no value")
+        try:
+            value = _yaml_load(text)
+        except yaml.YAMLError:
+            value = text
+        if isinstance(value, list):
+            value = tuple(value)
+        _set_dotted(tree, key, value)
+        i += 1
+    return tree
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _tuples(value: Any) -> Any:
+    """YAML has no tuples; turn lists into tuples so strict validation accepts ``[0.9, 0.98]``."""
+    if isinstance(value, dict):
+        return {k: _tuples(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    return value
+
+
+def _format_error(source: str, err: ValidationError) -> str:
+    problems = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        if e["type"] == "extra_forbidden":
+            problems.append(f"unknown key '{key}'")
+        else:
+            given = e.get("input")
+            shown = f" (got {given!r})" if not isinstance(given, dict) else ""
+            problems.append(f"'{key}': {e['msg']}{shown}")
+    return f"{source}: " + "; ".join(problems)
+
+
+def config_from_dict(tree: dict, source: str = "config") -> Config:
+    """Validate a nested dict into a :class:`Config`; errors name the key and ``source``."""
+    try:
+        cfg = Config.model_validate(_tuples(tree))
+    except ValidationError as e:
+        raise UserError(_format_error(source, e)) from None
+    return _expand_paths(cfg)
+
+
+def load_config(path: str | os.PathLike | None, overrides: list[str] | dict | None = None) -> Config:
+    """Load a YAML config file (or only defaults when ``path`` is None) and apply overrides."""
+    tree: dict = {}
+    source = "defaults"
+    if path is not None:
+        source = str(path)
+        p = Path(path)
+        if not p.is_file():
+            raise UserError(f"{path}: config file not found")
+        try:
+            tree = _yaml_load(p.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f":{mark.line + 1}" if mark is not None else ""
+            raise UserError(f"{path}{where}: invalid YAML ({getattr(e, 'problem', e)})") from None
+        except UnicodeDecodeError:
+            raise UserError(f"{path}: invalid UTF-8") from None
+        if not isinstance(tree, dict):
+            raise UserError(f"{path}: expected a mapping of sections at the top level")
+    if overrides:
+        extra = overrides if isinstance(overrides, dict) else parse_overrides(list(overrides))
+        tree = _merge(tree, extra)
+        if not isinstance(overrides, dict):
+            source += " (with command-line overrides)"
+    return config_from_dict(tree, source)

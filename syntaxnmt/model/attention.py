@@ -1,0 +1,143 @@
+"""Multi-head attention (Vaswani et al. 2017, Sec. 3.2), built to be extended.
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + mask) V,   per head, then concatenated and projected.
+
+Enriched attention plugs in through :class:`AttentionExtension` objects rather than copies of this
+module. An extension can replace the queries/keys of some heads (linguistic heads), add terms to
+the energies (relation embeddings on keys, Shaw et al. 2018), rescale them (parent-scaled
+attention) and add terms to the output (relation embeddings on values). Extensions read their
+per-batch inputs (tags, relation ids ...) from the ``context`` dict passed to ``forward``.
+
+With no extension and no request for the weights, the fused
+:func:`torch.nn.functional.scaled_dot_product_attention` kernel computes the same thing faster.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class AttentionExtension(nn.Module):
+    """Hook points of :class:`MultiHeadAttention`; every default is the identity.
+
+    Shapes: ``q`` (B, H, Tq, d), ``k`` (B, H, Tk, d), ``scores`` and ``weights`` (B, H, Tq, Tk),
+    ``out`` (B, H, Tq, d). ``context`` is the dict given to ``MultiHeadAttention.forward``.
+    """
+
+    def queries_keys(self, q: Tensor, k: Tensor, context: dict[str, Any]) -> tuple[Tensor, Tensor]:
+        return q, k
+
+    def scores(self, scores: Tensor, q: Tensor, context: dict[str, Any]) -> Tensor:
+        """Energies before masking and softmax (already divided by sqrt(d))."""
+        return scores
+
+    def values(self, out: Tensor, weights: Tensor, context: dict[str, Any]) -> Tensor:
+        """The per-head output ``weights @ V`` before the heads are merged."""
+        return out
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention for self- and cross-attention, with an optional key/value cache.
+
+    ``forward(query, key_value, ...)``: ``query`` is (B, Tq, D) and ``key_value`` (B, Tk, D)
+    (the same tensor for self-attention). ``key_padding_mask`` (B, Tk) is True at padding, which
+    receives zero weight; ``causal`` hides future positions (decoder self-attention).
+    """
+
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, bias: bool = True, extensions: Sequence[AttentionExtension] = ()):
+        super().__init__()
+        assert d_model % heads == 0, "d_model must be divisible by heads"
+        self.d_model, self.heads, self.d_head = d_model, heads, d_model // heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.extensions = nn.ModuleList(extensions)
+
+    def _split(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.heads, self.d_head).transpose(1, 2)
+
+    def project_kv(self, key_value: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values (B, H, Tk, d); decoders cache these for the encoder output."""
+        return self._split(self.k_proj(key_value)), self._split(self.v_proj(key_value))
+
+    def forward(
+        self,
+        query: Tensor,
+        key_value: Tensor | None = None,
+        *,
+        key_padding_mask: Tensor | None = None,
+        causal: bool = False,
+        need_weights: bool = False,
+        cache: dict[str, Tensor] | None = None,
+        static_kv: bool = False,
+        context: dict[str, Any] | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Return the attention output (B, Tq, D) and, if ``need_weights``, the weights (B, H, Tq, Tk).
+
+        ``cache``: a dict updated in place for incremental decoding. For self-attention the new
+        keys/values are appended to ``cache['k']``/``cache['v']``; with ``static_kv`` (cross-attention)
+        they are computed once from ``key_value`` and reused.
+        """
+        q = self._split(self.q_proj(query))
+        if cache is not None and static_kv and "k" in cache:
+            k, v = cache["k"], cache["v"]
+        else:
+            k, v = self.project_kv(query if key_value is None else key_value)
+            if cache is not None:
+                if not static_kv and "k" in cache:
+                    k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+                cache["k"], cache["v"] = k, v
+        # With a cache, the queries are the newest positions: no future key exists to hide.
+        causal = causal and q.size(2) > 1
+        if not self.extensions and not need_weights:
+            out = self._fused(q, k, v, key_padding_mask, causal)
+            weights = None
+        else:
+            out, weights = self._explicit(q, k, v, key_padding_mask, causal, context or {})
+        b, _, tq, _ = out.shape
+        out = out.transpose(1, 2).reshape(b, tq, self.d_model)
+        return self.out_proj(out), weights
+
+    def _fused(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool) -> Tensor:
+        mask = None
+        if key_padding_mask is not None:
+            mask = ~key_padding_mask[:, None, None, :]  # True = may attend
+        p = self.dropout if self.training else 0.0
+        if causal and mask is not None:
+            tq, tk = q.size(2), k.size(2)
+            future = torch.ones(tq, tk, dtype=torch.bool, device=q.device).triu(tk - tq + 1)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask & ~future, dropout_p=p)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
+
+    def _explicit(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool, context: dict[str, Any]) -> tuple[Tensor, Tensor]:
+        for ext in self.extensions:
+            q, k = ext.queries_keys(q, k, context)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.d_head)
+        for ext in self.extensions:
+            scores = ext.scores(scores, q, context)
+        if key_padding_mask is not None:
+            scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
+        if causal:
+            tq, tk = scores.shape[-2:]
+            future = torch.ones(tq, tk, dtype=torch.bool, device=scores.device).triu(tk - tq + 1)
+            scores = scores.masked_fill(future, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        dropped = F.dropout(weights, self.dropout, self.training)
+        out = torch.matmul(dropped, v)
+        for ext in self.extensions:
+            out = ext.values(out, dropped, context)
+        return out, weights
+
+
+def reorder_cache(cache: dict[str, Tensor], index: Tensor) -> None:
+    """Select batch rows ``index`` of every cached tensor in place (beam search bookkeeping)."""
+    for key, value in cache.items():
+        cache[key] = value.index_select(0, index)

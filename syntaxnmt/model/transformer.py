@@ -1,0 +1,218 @@
+"""Transformer encoder-decoder (Vaswani et al. 2017) with pre- or post-norm residual blocks.
+
+Every attention goes through :class:`~syntaxnmt.model.attention.MultiHeadAttention`. Decoding is
+incremental: :meth:`Transformer.step` feeds one token per hypothesis and reuses cached keys and
+values (self-attention grows its cache; cross-attention projects the encoder output once).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from syntaxnmt.batches import Batch
+from syntaxnmt.config import ModelConfig
+from syntaxnmt.model.attention import MultiHeadAttention, reorder_cache
+from syntaxnmt.subwords import PAD
+
+
+def sinusoidal_table(n: int, d: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (Vaswani et al. 2017, Sec. 3.5)."""
+    pos = torch.arange(n, dtype=torch.float32)[:, None]
+    inv = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
+    table = torch.zeros(n, d)
+    table[:, 0::2] = torch.sin(pos * inv)
+    table[:, 1::2] = torch.cos(pos * inv)[:, : d // 2]
+    return table
+
+
+class Embeddings(nn.Module):
+    """Token embedding scaled by sqrt(d_model) plus absolute positions (sinusoidal or learned)."""
+
+    def __init__(self, vocab: int, cfg: ModelConfig, shared: nn.Embedding | None = None):
+        super().__init__()
+        self.tokens = shared if shared is not None else nn.Embedding(vocab, cfg.d_model, padding_idx=PAD)
+        if shared is None:
+            nn.init.normal_(self.tokens.weight, std=cfg.d_model**-0.5)
+            nn.init.zeros_(self.tokens.weight[PAD])
+        self.scale = math.sqrt(cfg.d_model)
+        self.learned = cfg.positions == "learned"
+        if self.learned:
+            self.positions = nn.Embedding(cfg.max_positions, cfg.d_model)
+            nn.init.normal_(self.positions.weight, std=cfg.d_model**-0.5)
+        else:
+            self.register_buffer("table", sinusoidal_table(cfg.max_positions, cfg.d_model), persistent=False)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        t = tokens.size(1)
+        pos = self.positions.weight[offset : offset + t] if self.learned else self.table[offset : offset + t]
+        return self.dropout(self.tokens(tokens) * self.scale + pos)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.fc1 = nn.Linear(cfg.d_model, cfg.ffn_dim)
+        self.fc2 = nn.Linear(cfg.ffn_dim, cfg.d_model)
+        self.act = F.relu if cfg.activation == "relu" else F.gelu
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(self.dropout(self.act(self.fc1(x))))
+
+
+class Residual(nn.Module):
+    """``x + dropout(f(norm(x)))`` (pre-norm) or ``norm(x + dropout(f(x)))`` (post-norm)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.pre = cfg.norm == "pre"
+        self.norm = nn.LayerNorm(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor, f) -> tuple[Tensor, object]:
+        y, aux = f(self.norm(x) if self.pre else x)
+        x = x + self.dropout(y)
+        return (x if self.pre else self.norm(x)), aux
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, extensions=()):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, extensions=extensions)
+        self.ffn = FeedForward(cfg)
+        self.res_attn, self.res_ffn = Residual(cfg), Residual(cfg)
+
+    def forward(self, x: Tensor, pad_mask: Tensor, need_weights: bool = False, context: dict | None = None) -> tuple[Tensor, Tensor | None]:
+        x, w = self.res_attn(x, lambda h: self.self_attn(h, key_padding_mask=pad_mask, need_weights=need_weights, context=context))
+        x, _ = self.res_ffn(x, lambda h: (self.ffn(h), None))
+        return x, w
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.ffn = FeedForward(cfg)
+        self.res_self, self.res_cross, self.res_ffn = Residual(cfg), Residual(cfg), Residual(cfg)
+
+    def forward(self, y: Tensor, memory: Tensor, memory_mask: Tensor, cache: dict | None = None, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        self_cache = cache.setdefault("self", {}) if cache is not None else None
+        cross_cache = cache.setdefault("cross", {}) if cache is not None else None
+        y, _ = self.res_self(y, lambda h: self.self_attn(h, causal=True, cache=self_cache))
+        y, w = self.res_cross(y, lambda h: self.cross_attn(h, memory, key_padding_mask=memory_mask, cache=cross_cache, static_kv=True, need_weights=need_weights))
+        y, _ = self.res_ffn(y, lambda h: (self.ffn(h), None))
+        return y, w
+
+
+@dataclass
+class EncoderOutput:
+    hidden: Tensor  # (B, S, D)
+    pad_mask: Tensor  # (B, S), True at padding
+    self_attention: list[Tensor] = field(default_factory=list)  # per layer (B, H, S, S), on request
+
+    def index_select(self, index: Tensor) -> "EncoderOutput":
+        return EncoderOutput(self.hidden.index_select(0, index), self.pad_mask.index_select(0, index))
+
+
+@dataclass
+class ModelOutput:
+    logits: Tensor  # (B, T, V)
+    encoder: EncoderOutput
+    cross_attention: list[Tensor] = field(default_factory=list)  # per decoder layer (B, H, T, S), on request
+
+
+@dataclass
+class DecoderState:
+    """What incremental decoding carries from one step to the next."""
+
+    encoder: EncoderOutput
+    step: int = 0
+    caches: list[dict] = field(default_factory=list)
+    last_cross_attention: Tensor | None = None  # (N, S), head-averaged, last layer; on request
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder; the interface used by training (``forward``) and search (``encode``/``step``)."""
+
+    def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int):
+        super().__init__()
+        self.cfg = cfg
+        self.tgt_embed = Embeddings(tgt_vocab, cfg)
+        shared = None
+        if cfg.tie_embeddings == "all":
+            if src_vocab != tgt_vocab:
+                raise ValueError("tie_embeddings=all needs a joint vocabulary (data.joint_vocab: true)")
+            shared = self.tgt_embed.tokens
+        self.src_embed = Embeddings(src_vocab, cfg, shared=shared)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.enc_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.dec_layers))
+        self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
+        self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
+        self.output = nn.Linear(cfg.d_model, tgt_vocab, bias=False)
+        if cfg.tie_embeddings in ("decoder", "all"):
+            self.output.weight = self.tgt_embed.tokens.weight
+        else:
+            nn.init.normal_(self.output.weight, std=cfg.d_model**-0.5)
+        for name, p in self.named_parameters():
+            if p.dim() == 2 and "embed" not in name and "output" not in name:
+                nn.init.xavier_uniform_(p)
+
+    def encode(self, batch: Batch, need_weights: bool = False) -> EncoderOutput:
+        pad_mask = batch.src_pad_mask
+        x = self.src_embed(batch.src)
+        context = {"batch": batch}
+        weights = []
+        for layer in self.encoder:
+            x, w = layer(x, pad_mask, need_weights, context)
+            weights.append(w)
+        return EncoderOutput(self.enc_norm(x), pad_mask, weights if need_weights else [])
+
+    def decode(self, tgt_in: Tensor, enc: EncoderOutput, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
+        y = self.tgt_embed(tgt_in)
+        weights = []
+        for layer in self.decoder:
+            y, w = layer(y, enc.hidden, enc.pad_mask, need_weights=need_weights)
+            weights.append(w)
+        return self.output(self.dec_norm(y)), (weights if need_weights else [])
+
+    def forward(self, batch: Batch, need_weights: bool = False) -> ModelOutput:
+        enc = self.encode(batch, need_weights)
+        logits, cross = self.decode(batch.tgt_in, enc, need_weights)
+        return ModelOutput(logits, enc, cross)
+
+    # --- incremental decoding -------------------------------------------------------------
+    def init_state(self, enc: EncoderOutput) -> DecoderState:
+        return DecoderState(enc, 0, [{} for _ in self.decoder])
+
+    def step(self, tokens: Tensor, state: DecoderState, need_weights: bool = False) -> tuple[Tensor, DecoderState]:
+        """Log-probabilities (N, V) of the next token given the previous one ``tokens`` (N,)."""
+        y = self.tgt_embed(tokens[:, None], offset=state.step)
+        w = None
+        for layer, cache in zip(self.decoder, state.caches):
+            y, w = layer(y, state.encoder.hidden, state.encoder.pad_mask, cache=cache, need_weights=need_weights)
+        logits = self.output(self.dec_norm(y[:, 0]))
+        state.step += 1
+        state.last_cross_attention = w[:, :, 0].mean(1) if need_weights else None
+        return torch.log_softmax(logits.float(), dim=-1), state
+
+    def reorder_state(self, state: DecoderState, index: Tensor) -> DecoderState:
+        """Keep (and duplicate) hypotheses ``index`` of the decoder state."""
+        for cache in state.caches:
+            for sub in cache.values():
+                reorder_cache(sub, index)
+        state.encoder = state.encoder.index_select(index)
+        return state
+
+
+def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int) -> nn.Module:
+    """The model named by ``cfg.arch``."""
+    if cfg.arch == "transformer":
+        return Transformer(cfg, src_vocab, tgt_vocab)
+    raise ValueError(f"unknown architecture {cfg.arch}")

@@ -1,0 +1,139 @@
+"""Batched greedy and beam search over any model with the incremental-decoding interface.
+
+A model provides ``encode(batch)``, ``init_state(encoder_output)``, ``step(tokens, state)`` ->
+``(log_probs, state)`` and ``reorder_state(state, index)``; the Transformer and later model
+families share this search.
+
+Beam search is vectorized over sentences and beams (no Python loop over hypotheses). Hypotheses
+are ranked by ``log P(y|x) / |y|**alpha`` (length normalization; ``alpha = 0`` ranks by raw
+log-probability). A hypothesis that emits EOS stays in its beam, frozen, and keeps competing
+with its final normalized score; a sentence is done when all its beams are finished, and done
+sentences leave the batch. With beam size 1 this is exactly greedy search.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from syntaxnmt.batches import Batch
+from syntaxnmt.subwords import BOS, EOS, PAD
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # without BOS/EOS
+    score: float  # normalized log-probability used for ranking
+    log_prob: float  # total log-probability, EOS included
+
+
+def max_output_length(src_lengths: Tensor, a: float, b: int, limit: int) -> int:
+    return int(min(limit, max(1, int(a * int(src_lengths.max()) + b))))
+
+
+def _forbid(log_probs: Tensor, step: int, min_len: int, max_len: int) -> Tensor:
+    """Enforce ``min_len <= length <= max_len`` (length counts subwords before EOS); never emit PAD or BOS."""
+    log_probs[:, PAD] = float("-inf")
+    log_probs[:, BOS] = float("-inf")
+    if step < min_len:
+        log_probs[:, EOS] = float("-inf")
+    if step >= max_len:
+        eos = log_probs[:, EOS].clone()
+        log_probs.fill_(float("-inf"))
+        log_probs[:, EOS] = eos
+    return log_probs
+
+
+@torch.no_grad()
+def greedy_search(model, batch: Batch, max_len: int, min_len: int = 0, alpha: float = 1.0) -> list[list[Hypothesis]]:
+    """Pick the most probable token at every step, for all sentences at once."""
+    state = model.init_state(model.encode(batch))
+    n = len(batch)
+    tokens = torch.full((n,), BOS, dtype=torch.long, device=batch.src.device)
+    out = torch.full((n, max_len + 1), PAD, dtype=torch.long)
+    total = torch.zeros(n)
+    finished = torch.zeros(n, dtype=torch.bool)
+    for t in range(max_len + 1):
+        log_probs, state = model.step(tokens, state)
+        log_probs = _forbid(log_probs, t, min_len, max_len)
+        best, tokens = log_probs.max(-1)
+        best, tok_cpu = best.cpu(), tokens.cpu()
+        total += torch.where(finished, torch.zeros_like(best), best)
+        out[:, t] = torch.where(finished, torch.full_like(tok_cpu, PAD), tok_cpu)
+        finished |= tok_cpu.eq(EOS)
+        if finished.all():
+            break
+    hyps = []
+    for i in range(n):
+        seq = out[i].tolist()
+        body = seq[: seq.index(EOS)] if EOS in seq else [s for s in seq if s != PAD]
+        hyps.append([Hypothesis(body, total[i].item() / (len(body) + 1) ** alpha, total[i].item())])
+    return hyps
+
+
+@torch.no_grad()
+def beam_search(model, batch: Batch, beam: int, max_len: int, min_len: int = 0, alpha: float = 1.0, nbest: int = 1) -> list[list[Hypothesis]]:
+    """Beam search; returns the ``nbest`` best hypotheses of every sentence, best first."""
+    device = batch.src.device
+    n, k = len(batch), beam
+    nbest = min(nbest, k)
+    enc = model.encode(batch)
+    # Expand to (n * k) hypotheses: rows i*k .. i*k+k-1 belong to sentence i.
+    state = model.init_state(enc.index_select(torch.arange(n, device=device).repeat_interleave(k)))
+    alive = torch.arange(n)  # sentence ids of the rows still in the batch
+    tokens = torch.full((n * k,), BOS, dtype=torch.long, device=device)
+    history = torch.empty(n, k, 0, dtype=torch.long)
+    raw = torch.full((n, k), float("-inf"))
+    raw[:, 0] = 0.0  # at the first step only one beam is live
+    lengths = torch.zeros(n, k)
+    done = torch.zeros(n, k, dtype=torch.bool)
+    results: list[list[Hypothesis] | None] = [None] * n
+    norm = (lambda length: length.clamp(min=1) ** alpha) if alpha else (lambda length: torch.ones_like(length))
+
+    for t in range(max_len + 1):
+        m = len(alive)
+        log_probs, state = model.step(tokens, state)
+        log_probs = _forbid(log_probs.float().cpu(), t, min_len, max_len).view(m, k, -1)
+        vocab = log_probs.size(-1)
+        # A finished hypothesis can only be extended by PAD, at no cost.
+        frozen = torch.full((vocab,), float("-inf"))
+        frozen[PAD] = 0.0
+        log_probs = torch.where(done[:, :, None], frozen, log_probs)
+        cand_raw = raw[:, :, None] + log_probs  # (m, k, V)
+        cand_len = (lengths + (~done).float())[:, :, None].expand_as(cand_raw)
+        cand_score = cand_raw / norm(cand_len)
+        top_score, top_idx = cand_score.view(m, -1).topk(k, dim=-1)
+        src_beam, new_tok = top_idx // vocab, top_idx % vocab
+        raw = cand_raw.view(m, -1).gather(1, top_idx)
+        lengths = cand_len.reshape(m, -1).gather(1, top_idx)
+        done = done.gather(1, src_beam) | new_tok.eq(EOS) | raw.isneginf()
+        history = torch.cat([history.gather(1, src_beam[:, :, None].expand(-1, -1, history.size(2))), new_tok[:, :, None]], dim=2)
+        row_index = (torch.arange(m)[:, None] * k + src_beam).view(-1)
+
+        sentence_done = done.all(dim=1) | torch.tensor(t >= max_len)
+        for i in sentence_done.nonzero().view(-1).tolist():
+            order = top_score[i].argsort(descending=True)[:nbest]
+            hyps = []
+            for j in order.tolist():
+                seq = history[i, j].tolist()
+                body = seq[: seq.index(EOS)] if EOS in seq else [s for s in seq if s != PAD]
+                hyps.append(Hypothesis(body, top_score[i, j].item(), raw[i, j].item()))
+            results[int(alive[i])] = hyps
+        if sentence_done.all():
+            break
+        keep = (~sentence_done).nonzero().view(-1)
+        if len(keep) < m:  # drop finished sentences from the batch
+            alive, raw, lengths, done, history, new_tok = alive[keep], raw[keep], lengths[keep], done[keep], history[keep], new_tok[keep]
+            row_index = row_index.view(m, k)[keep].view(-1)
+        state = model.reorder_state(state, row_index.to(device))
+        tokens = new_tok.view(-1).to(device)
+    return results  # type: ignore[return-value]
+
+
+def search(model, batch: Batch, beam: int, max_len: int, min_len: int = 0, alpha: float = 1.0, nbest: int = 1) -> list[list[Hypothesis]]:
+    """Greedy search for beam 1, else beam search."""
+    if beam == 1 and nbest == 1:
+        return greedy_search(model, batch, max_len, min_len, alpha)
+    return beam_search(model, batch, beam, max_len, min_len, alpha, nbest)

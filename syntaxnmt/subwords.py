@@ -1,0 +1,106 @@
+"""Text to subword ids and back: optional Moses tokenization (sacremoses), then SentencePiece.
+
+The SentencePiece model doubles as the vocabulary. Its special ids are fixed for every model this
+toolkit trains: ``pad=0, unk=1, bos=2, eos=3``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import sentencepiece as spm
+from sacremoses import MosesDetokenizer, MosesTokenizer
+
+from syntaxnmt.errors import UserError
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
+
+
+def train_sentencepiece(
+    sentences: Iterable[str],
+    model_path: str | os.PathLike,
+    *,
+    vocab_size: int,
+    model_type: str = "bpe",
+    character_coverage: float = 1.0,
+    max_sentences: int = 1_000_000,
+    seed: int = 1,
+) -> Path:
+    """Train a SentencePiece model on ``sentences`` and write ``model_path`` (``.model``) atomically.
+
+    ``vocab_size`` is an upper bound: a small corpus gets a smaller vocabulary instead of an error.
+    """
+    model_path = Path(model_path)
+    model_path.parent.mkdir(parents=True, exist_ok=True)
+    spm.set_random_generator_seed(seed)
+    with tempfile.TemporaryDirectory(dir=model_path.parent) as tmp:
+        prefix = os.path.join(tmp, "spm")
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences),
+            model_prefix=prefix,
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=character_coverage,
+            input_sentence_size=max_sentences,
+            shuffle_input_sentence=True,
+            hard_vocab_limit=False,
+            pad_id=PAD,
+            unk_id=UNK,
+            bos_id=BOS,
+            eos_id=EOS,
+            num_threads=max(1, os.cpu_count() or 1),
+            minloglevel=2,
+        )
+        os.replace(prefix + ".model", model_path)
+        shutil.move(prefix + ".vocab", model_path.with_suffix(".vocab"))
+    return model_path
+
+
+class Tokenizer:
+    """One language's text processing: lowercase, Moses, SentencePiece (encode) and the reverse."""
+
+    def __init__(self, spm_model: str | os.PathLike, lang: str = "en", moses: bool = False, lowercase: bool = False):
+        if not Path(spm_model).is_file():
+            raise UserError(f"{spm_model}: SentencePiece model not found (run `syntaxnmt prepare` first)")
+        self.sp = spm.SentencePieceProcessor(model_file=str(spm_model))
+        self.lang = lang
+        self.lowercase = lowercase
+        self._tok = MosesTokenizer(lang=lang) if moses else None
+        self._detok = MosesDetokenizer(lang=lang) if moses else None
+        assert self.sp.pad_id() == PAD and self.sp.eos_id() == EOS, "SentencePiece model with foreign special ids"
+
+    def __len__(self) -> int:
+        return self.sp.get_piece_size()
+
+    def normalize(self, text: str) -> str:
+        """Lowercase and Moses-tokenize as configured (the text SentencePiece sees)."""
+        text = text.strip()
+        if self.lowercase:
+            text = text.lower()
+        if self._tok is not None:
+            text = self._tok.tokenize(text, escape=False, return_str=True)
+        return text
+
+    def encode(self, text: str) -> list[int]:
+        return self.sp.encode(self.normalize(text))
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return self.sp.encode([self.normalize(t) for t in texts])
+
+    def pieces(self, text: str) -> list[str]:
+        return self.sp.encode(self.normalize(text), out_type=str)
+
+    def id_to_piece(self, i: int) -> str:
+        return self.sp.id_to_piece(i)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Subword ids (specials are dropped) back to detokenized text."""
+        text = self.sp.decode([i for i in ids if i not in (PAD, BOS, EOS)])
+        if self._detok is not None:
+            text = self._detok.detokenize(text.split())
+        return text
