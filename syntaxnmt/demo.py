@@ -86,7 +86,7 @@ def run_demo(directory: Path, minutes: float = 4.0, overrides: list[str] | None 
     with torch.inference_mode():
         hyps = [nb[0][0] for nb in translate_lines(model, toks, sources, cfg.decode, device, progress=True)]
     write_lines(directory / "test.hyp", hyps)
-    result = score(hyps, [refs])
+    result = score(hyps, [refs], force=True)
     log(f"test ({len(sources)} sentences, beam {cfg.decode.beam_size}): {result.bleu_verbose}")
     log(f"  signature: {result.bleu_signature}")
     log(f"  chrF = {result.chrf:.2f}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import torch.nn.functional as F
+import torch
 from torch import Tensor
 
 from syntaxnmt.subwords import PAD
@@ -11,10 +11,16 @@ from syntaxnmt.subwords import PAD
 def label_smoothed_nll(logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed cross-entropy (Szegedy et al. 2016) and summed NLL over non-PAD targets.
 
-    The smoothed target puts ``1 - smoothing`` on the reference token and spreads ``smoothing``
-    uniformly over the vocabulary (PyTorch's ``cross_entropy(label_smoothing=...)``).
+    With V classes the smoothed target is ``(1 - eps) * onehot(y) + eps / V``, so
+    ``loss = (1 - eps) * (-log p_y) + eps * mean_v(-log p_v)`` -- the same definition as PyTorch's
+    ``cross_entropy(label_smoothing=eps)``, computed from one log-softmax.
     """
-    flat_logits, flat_target = logits.reshape(-1, logits.size(-1)).float(), target.reshape(-1)
-    loss = F.cross_entropy(flat_logits, flat_target, ignore_index=PAD, label_smoothing=smoothing, reduction="sum")
-    nll = F.cross_entropy(flat_logits, flat_target, ignore_index=PAD, reduction="sum") if smoothing else loss
-    return loss, nll.detach()
+    lprobs = torch.log_softmax(logits.reshape(-1, logits.size(-1)).float(), dim=-1)
+    flat = target.reshape(-1)
+    keep = flat.ne(PAD)
+    nll = -lprobs.gather(1, flat[:, None]).squeeze(1)
+    nll = nll.masked_fill(~keep, 0.0).sum()
+    if not smoothing:
+        return nll, nll.detach()
+    smooth = -lprobs.mean(dim=-1).masked_fill(~keep, 0.0).sum()
+    return (1.0 - smoothing) * nll + smoothing * smooth, nll.detach()

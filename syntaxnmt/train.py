@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from syntaxnmt.batches import Split, TokenBatchSampler, bucket_batches, collate
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
-from syntaxnmt.config import Config
+from syntaxnmt.config import Config, TrainConfig
 from syntaxnmt.errors import UserError
 from syntaxnmt.losses import label_smoothed_nll
 from syntaxnmt.metrics import corpus_bleu
@@ -113,6 +113,27 @@ def validate(model, cfg: Config, dev: Split, refs: list[str], tgt_tok, device: t
     return result
 
 
+def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainConfig, device: torch.device) -> tuple[float, int]:
+    """One optimizer update on the batches ``group`` (gradient accumulation); returns (summed loss, target tokens).
+
+    The loss is normalized by the target tokens of the whole group, so accumulating k batches equals
+    one batch k times larger.
+    """
+    n_tokens = sum(int(split["tgt"].lengths[idx].sum()) + len(idx) for idx in group)
+    opt.zero_grad(set_to_none=True)
+    loss_sum = 0.0
+    for idx in group:
+        batch = collate(split, idx).to(device)
+        loss, _ = label_smoothed_nll(model(batch).logits, batch.tgt_out, t.label_smoothing)
+        (loss / n_tokens).backward()
+        loss_sum += float(loss)
+    if t.clip_norm > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
+    opt.step()
+    sched.step()
+    return loss_sum, n_tokens
+
+
 def _improved(metric: str, value: float, best: float | None) -> bool:
     if best is None:
         return True
@@ -194,18 +215,7 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
             if len(group) < t.accum_steps:
                 stop_reason = "max_epochs"
                 break
-            n_tokens = sum(int(train_split["tgt"].lengths[idx].sum()) + len(idx) for _, _, idx in group)
-            opt.zero_grad(set_to_none=True)
-            loss_sum = 0.0
-            for _, _, idx in group:
-                batch = collate(train_split, idx).to(device)
-                loss, _ = label_smoothed_nll(model(batch).logits, batch.tgt_out, t.label_smoothing)
-                (loss / n_tokens).backward()
-                loss_sum += float(loss)
-            if t.clip_norm > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
-            opt.step()
-            sched.step()
+            loss_sum, n_tokens = update(model, opt, sched, train_split, [idx for _, _, idx in group], t, device)
             last_epoch, last_pos, _ = group[-1]
             prog.step, prog.epoch, prog.batch_pos = prog.step + 1, last_epoch, last_pos + 1
             prog.train_seconds = time.perf_counter() - session_start

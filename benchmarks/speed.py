@@ -1,0 +1,108 @@
+"""Training and decoding speed of a recipe model, printed on one line.
+
+    python benchmarks/speed.py [--config recipes/multi30k/baseline.yaml] [--updates 60]
+        [--checkpoint runs/multi30k-en-de/baseline/best.pt] [--force-length 20]
+
+Training: target tokens/s over ``--updates`` updates after ``--warmup`` untimed ones, with the
+recipe's batches (prepared corpus required: ``syntaxnmt prepare CONFIG``). Decoding: beam-5
+sentences/s over the 1,000 sentences of test_2016_flickr (the trained checkpoint if given, else
+the freshly initialised model; ``--force-length N`` makes every hypothesis exactly N subwords, so
+briefly trained models are compared fairly).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from syntaxnmt.config import load_config
+from syntaxnmt.model.transformer import build_model
+from syntaxnmt.optim import build_optimizer
+from syntaxnmt.prepare import load_split, load_tokenizers
+from syntaxnmt.batches import TokenBatchSampler
+from syntaxnmt.textio import read_lines
+from syntaxnmt.train import seed_everything, update
+from syntaxnmt.translate import load_model, resolve_device, translate_ids
+
+
+def measure_training(cfg, device, updates: int, warmup: int) -> float:
+    seed_everything(cfg.seed)
+    toks = load_tokenizers(cfg)
+    split = load_split(cfg, "train")
+    model = build_model(cfg.model, len(toks.src), len(toks.tgt)).to(device).train()
+    opt, sched = build_optimizer(model, cfg.train)
+    sampler = TokenBatchSampler(split["src"].lengths, split["tgt"].lengths, cfg.train.max_tokens, cfg.seed)
+    batches = sampler.epoch_batches(0)
+    assert len(batches) >= (warmup + updates) * cfg.train.accum_steps, "not enough batches in one epoch"
+    it = iter(batches)
+    tokens, start = 0, None
+    for u in range(warmup + updates):
+        if u == warmup:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+        group = [next(it) for _ in range(cfg.train.accum_steps)]
+        _, n = update(model, opt, sched, split, group, cfg.train, device)
+        if u >= warmup:
+            tokens += n
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return tokens / (time.perf_counter() - start)
+
+
+def measure_decoding(cfg, device, checkpoint: str | None, test_src: Path, beam: int, force_length: int) -> tuple[float, int]:
+    if checkpoint:
+        model, cfg, toks = load_model(checkpoint, device)
+    else:
+        seed_everything(cfg.seed)
+        toks = load_tokenizers(cfg)
+        model = build_model(cfg.model, len(toks.src), len(toks.tgt)).to(device).eval()
+    decode = cfg.decode.model_copy(update={"beam_size": beam})
+    if force_length:
+        decode = decode.model_copy(update={"min_len": force_length, "max_len_a": 0.0, "max_len_b": force_length})
+    lines = read_lines(test_src)
+    sources = [np.asarray(ids, dtype=np.int64) for ids in toks.src.encode_batch(lines)]
+    start = time.perf_counter()
+    with torch.inference_mode():
+        translate_ids(model, sources, decode, device)
+    return len(lines) / (time.perf_counter() - start), len(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="recipes/multi30k/baseline.yaml")
+    ap.add_argument("--updates", type=int, default=60)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--checkpoint", help="trained model for decoding (default: untrained)")
+    ap.add_argument("--test-src", help="default: $SYNTAXNMT_DATA/multi30k/test_2016_flickr.en.gz")
+    ap.add_argument("--beam", type=int, default=5)
+    ap.add_argument("--force-length", type=int, default=0, help="force every hypothesis to exactly N subwords")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--skip-training", action="store_true")
+    args, overrides = ap.parse_known_args()
+    cfg = load_config(args.config, overrides)
+    device = resolve_device(args.device)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    data = os.environ.get("SYNTAXNMT_DATA", "../shared/data")
+    test_src = Path(args.test_src or f"{data}/multi30k/test_2016_flickr.en.gz")
+    train_tps = float("nan") if args.skip_training else measure_training(cfg, device, args.updates, args.warmup)
+    sent_s, n = measure_decoding(cfg, device, args.checkpoint, test_src, args.beam, args.force_length)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        f"{cfg.name}: train {train_tps:.0f} tgt tok/s ({args.updates} updates, max_tokens {cfg.train.max_tokens}) | "
+        f"decode beam {args.beam}: {sent_s:.1f} sent/s ({n} sentences{f', forced length {args.force_length}' if args.force_length else ''}) | "
+        f"peak RSS {peak_mb:.0f} MB | {device} threads {torch.get_num_threads()} | torch {torch.__version__} | {platform.processor() or platform.machine()} {os.cpu_count()} cores"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
