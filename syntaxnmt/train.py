@@ -26,7 +26,7 @@ from syntaxnmt.config import Config, TrainConfig
 from syntaxnmt.errors import UserError
 from syntaxnmt.losses import label_smoothed_nll
 from syntaxnmt.metrics import corpus_bleu
-from syntaxnmt.model.transformer import build_model
+from syntaxnmt.model import build_model
 from syntaxnmt.optim import build_optimizer
 from syntaxnmt.prepare import is_prepared, load_split, load_tokenizers, prepare
 from syntaxnmt.textio import read_lines, write_lines

@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 from syntaxnmt.batches import make_batch
 from syntaxnmt.checkpoint import load_checkpoint
 from syntaxnmt.config import Config, DecodeConfig, config_from_dict
-from syntaxnmt.model.transformer import build_model
+from syntaxnmt.model import build_model
 from syntaxnmt.prepare import Tokenizers, load_tokenizers
 from syntaxnmt.search import Hypothesis, max_output_length, search
 

@@ -141,7 +141,7 @@ class DecoderState:
 class Transformer(nn.Module):
     """Encoder-decoder; the interface used by training (``forward``) and search (``encode``/``step``)."""
 
-    def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int):
+    def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, **tag_vocabs: int):
         super().__init__()
         self.cfg = cfg
         self.tgt_embed = Embeddings(tgt_vocab, cfg)
@@ -209,10 +209,3 @@ class Transformer(nn.Module):
                 reorder_cache(sub, index)
         state.encoder = state.encoder.index_select(index)
         return state
-
-
-def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int) -> nn.Module:
-    """The model named by ``cfg.arch``."""
-    if cfg.arch == "transformer":
-        return Transformer(cfg, src_vocab, tgt_vocab)
-    raise ValueError(f"unknown architecture {cfg.arch}")
