@@ -26,7 +26,7 @@ import torch
 from syntaxnmt.config import load_config
 from syntaxnmt.model import build_model
 from syntaxnmt.optim import build_optimizer
-from syntaxnmt.prepare import load_split, load_tokenizers
+from syntaxnmt.prepare import feature_vocab_sizes, load_split, load_tokenizers
 from syntaxnmt.batches import TokenBatchSampler
 from syntaxnmt.textio import read_lines
 from syntaxnmt.train import seed_everything, update
@@ -37,7 +37,7 @@ def measure_training(cfg, device, updates: int, warmup: int) -> float:
     seed_everything(cfg.seed)
     toks = load_tokenizers(cfg)
     split = load_split(cfg, "train")
-    model = build_model(cfg.model, len(toks.src), len(toks.tgt)).to(device).train()
+    model = build_model(cfg.model, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg)).to(device).train()
     opt, sched = build_optimizer(model, cfg.train)
     sampler = TokenBatchSampler(split["src"].lengths, split["tgt"].lengths, cfg.train.max_tokens, cfg.seed)
     batches = sampler.epoch_batches(0)
@@ -64,7 +64,7 @@ def measure_decoding(cfg, device, checkpoint: str | None, test_src: Path, beam: 
     else:
         seed_everything(cfg.seed)
         toks = load_tokenizers(cfg)
-        model = build_model(cfg.model, len(toks.src), len(toks.tgt)).to(device).eval()
+        model = build_model(cfg.model, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg)).to(device).eval()
     decode = cfg.decode.model_copy(update={"beam_size": beam})
     if force_length:
         decode = decode.model_copy(update={"min_len": force_length, "max_len_a": 0.0, "max_len_b": force_length})

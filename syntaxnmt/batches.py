@@ -8,7 +8,6 @@ bucketing; their order is a pure function of (seed, epoch), which makes resuming
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -16,6 +15,8 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from syntaxnmt.errors import UserError
+from syntaxnmt.relations import TAG_NAMES, FeatureSpec, SourceAnnotation, pad_features, sentence_features
 from syntaxnmt.subwords import BOS, EOS, PAD
 from syntaxnmt.textio import atomic_write
 
@@ -51,19 +52,35 @@ class RaggedArray:
 
 
 class Split:
-    """One prepared split (``train``, ``dev``, ...): named ragged fields of equal sentence count."""
+    """One prepared split (``train``, ``dev``, ...): named ragged fields of equal sentence count.
 
-    def __init__(self, directory: str | Path, name: str, fields: Sequence[str] = ("src", "tgt")):
+    Always ``src``, ``tgt`` and ``src_word``; with parses also ``heads``, ``upos``, ``xpos``, ``deprel``.
+    """
+
+    def __init__(self, directory: str | Path, name: str):
         self.name = name
-        self.fields = {f: RaggedArray.load(Path(directory) / f"{name}.{f}") for f in fields}
+        directory = Path(directory)
+        suffix = ".offsets.npy"
+        names = [p.name[len(name) + 1 : -len(suffix)] for p in directory.glob(f"{name}.*{suffix}")]
+        self.fields = {f: RaggedArray.load(directory / f"{name}.{f}") for f in names}
         sizes = {len(a) for a in self.fields.values()}
-        assert len(sizes) == 1, f"prepared split {name} has fields of different sizes"
+        assert "src" in self.fields and len(sizes) == 1, f"prepared split {name} in {directory} is incomplete"
 
     def __len__(self) -> int:
         return len(self.fields["src"])
 
     def __getitem__(self, field_name: str) -> RaggedArray:
         return self.fields[field_name]
+
+    @property
+    def has_parses(self) -> bool:
+        return "heads" in self.fields
+
+    def annotation(self, i: int) -> SourceAnnotation:
+        """Sentence ``i``'s word-level tree and tags with the word index of each piece."""
+        tags = {name: self.fields[name][i] for name in TAG_NAMES if name in self.fields}
+        heads = self.fields["heads"][i] if self.has_parses else np.zeros(0, dtype=np.int64)
+        return SourceAnnotation(self.fields["src_word"][i], heads, tags)
 
 
 @dataclass
@@ -115,9 +132,15 @@ def make_batch(src_seqs: Sequence, tgt_seqs: Sequence | None, ids: Sequence[int]
     return Batch(src, tgt_in, tgt_out, torch.as_tensor(list(ids), dtype=torch.long))
 
 
-def collate(split: Split, indices: Sequence[int]) -> Batch:
-    """The batch of sentences ``indices`` of a prepared split."""
-    return make_batch([split["src"][i] for i in indices], [split["tgt"][i] for i in indices], indices)
+def collate(split: Split, indices: Sequence[int], spec: FeatureSpec | None = None) -> Batch:
+    """The batch of sentences ``indices`` of a prepared split, with the source features ``spec`` names."""
+    batch = make_batch([split["src"][i] for i in indices], [split["tgt"][i] for i in indices], indices)
+    if spec is not None and spec.names:
+        if spec.needs_parse and not split.has_parses:
+            raise UserError(f"the model uses {', '.join(sorted(spec.names))} but the prepared corpus has no parses: set data.annotate (spacy or conllu)")
+        feats = [sentence_features(split.annotation(i), spec) for i in indices]
+        batch.features = pad_features(feats, batch.src.size(1))
+    return batch
 
 
 def bucket_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, rng: np.random.Generator | None) -> list[np.ndarray]:

@@ -66,7 +66,7 @@ def cmd_translate(args, extra) -> None:
     nbest = max(1, args.nbest)
     if nbest > decode.beam_size:
         raise UserError(f"--nbest {nbest} is larger than the beam size {decode.beam_size}")
-    results = translate_lines(model, toks, lines, decode, device, nbest=nbest, progress=sys.stderr.isatty() or args.output is not None)
+    results = translate_lines(model, cfg, toks, lines, decode, device, conllu=args.src_conllu, source_name=args.input or "<stdin>", nbest=nbest, progress=sys.stderr.isatty() or args.output is not None)
     if nbest == 1:
         out = [nb[0][0] for nb in results]
     else:
@@ -113,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--beam", type=int, help="beam size (default: decode.beam_size)")
     s.add_argument("--nbest", type=int, default=1, help="print the N best translations as 'i ||| text ||| score'")
     s.add_argument("--batch-size", type=int, help="sentences per batch")
+    s.add_argument("--src-conllu", help="parses of the input (CoNLL-U, one sentence per line) for models that use trees or tags")
     s.add_argument("--device", default="auto")
     s.set_defaults(func=cmd_translate)
 

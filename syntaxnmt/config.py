@@ -97,10 +97,59 @@ class SyntaxConfig(_Section):
     """Per-feature embedding size when concatenating (the word embedding shrinks to keep d_model)."""
 
 
+class RNNConfig(_Section):
+    """RNN attentional encoder-decoder (``model.arch: rnn``); see :mod:`syntaxnmt.model.rnn`.
+
+    Reused from :class:`ModelConfig`: ``dropout`` (embeddings, between RNN layers, before the
+    output layer), ``tie_embeddings``, ``max_positions`` (learned/sinusoidal position tables),
+    and ``d_model`` as the embedding size when ``embed_dim`` is 0. ``heads``, ``ffn_dim``,
+    ``enc_layers``/``dec_layers``, ``norm``, ``activation`` and ``positions`` are Transformer-only.
+    """
+
+    cell: Literal["gru", "lstm"] = "gru"
+    """Recurrent unit of the encoder and of the bahdanau/luong decoders (cgru is always a GRU)."""
+    enc_layers: int = 1
+    """Bidirectional encoder layers."""
+    dec_layers: int = 1
+    """Decoder layers (cgru: the conditional GRU plus ``dec_layers - 1`` plain GRU layers on top)."""
+    hidden: int = 256
+    """Hidden size: per direction for the encoder (annotations h_j are 2*hidden) and of the decoder."""
+    embed_dim: int = 0
+    """Word embedding size (0 = ``model.d_model``)."""
+    decoder: Literal["bahdanau", "luong", "cgru"] = "bahdanau"
+    """``bahdanau`` (attend with s_{i-1}), ``luong`` (attend with s_t, h~_t = tanh(W_c[c_t; s_t])), ``cgru`` (Nematus conditional GRU)."""
+    score: Literal["dot", "scaled_dot", "general", "bilinear_lowrank", "mlp"] = "mlp"
+    """Attention score function (see :mod:`syntaxnmt.model.scores`)."""
+    rank: int = 32
+    """Rank k of the ``bilinear_lowrank`` score (U s)^T (V h_j)."""
+    attention_dim: int = 256
+    """Inner size of the ``mlp`` (additive) score and of the local-p position predictor."""
+    input_feeding: bool = True
+    """Luong decoder: feed the previous attentional vector h~_{t-1} with the next input."""
+    local_window: int = 0
+    """Luong local-p attention half-width D (window [p_t - D, p_t + D], sigma = D/2); 0 = global attention."""
+    position_bias: bool = False
+    """Add the features log(1+i), log(1+j), log(1+I), log(1+J) to the ``mlp`` score (Cohn et al. 2016)."""
+    positions: Literal["none", "log", "learned", "sinusoidal"] = "none"
+    """Source positions on the encoder embeddings: none, a log(1+j) input feature, learned or sinusoidal (added)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "RNNConfig":
+        if self.position_bias and self.score != "mlp":
+            raise ValueError("position_bias needs score: mlp (the features enter the additive score)")
+        if self.decoder == "cgru" and self.cell != "gru":
+            raise ValueError("decoder cgru is a conditional GRU: it needs cell: gru")
+        if self.local_window < 0 or self.rank < 1 or self.hidden < 1 or self.attention_dim < 1:
+            raise ValueError("local_window must be >= 0, and rank, hidden, attention_dim >= 1")
+        if self.enc_layers < 1 or self.dec_layers < 1 or self.embed_dim < 0:
+            raise ValueError("enc_layers and dec_layers must be >= 1, embed_dim >= 0")
+        return self
+
+
 class ModelConfig(_Section):
     """Model architecture."""
 
-    arch: Literal["transformer"] = "transformer"
+    arch: Literal["transformer", "rnn"] = "transformer"
     d_model: int = 256
     heads: int = 4
     ffn_dim: int = 1024
@@ -116,6 +165,7 @@ class ModelConfig(_Section):
     """``decoder``: tie the decoder's input and output embeddings; ``all``: also share the
     source embedding (needs a joint vocabulary)."""
     syntax: SyntaxConfig = SyntaxConfig()
+    rnn: RNNConfig = RNNConfig()
 
     @model_validator(mode="after")
     def _check(self) -> "ModelConfig":

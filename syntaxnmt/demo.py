@@ -84,7 +84,7 @@ def run_demo(directory: Path, minutes: float = 4.0, overrides: list[str] | None 
     sources = read_lines(directory / "corpus" / "test.src")
     refs = read_lines(directory / "corpus" / "test.tgt")
     with torch.inference_mode():
-        hyps = [nb[0][0] for nb in translate_lines(model, toks, sources, cfg.decode, device, progress=True)]
+        hyps = [nb[0][0] for nb in translate_lines(model, cfg, toks, sources, cfg.decode, device, progress=True)]
     write_lines(directory / "test.hyp", hyps)
     result = score(hyps, [refs], force=True)
     log(f"test ({len(sources)} sentences, beam {cfg.decode.beam_size}): {result.bleu_verbose}")

@@ -1,7 +1,12 @@
-"""``syntaxnmt prepare``: raw parallel text -> SentencePiece models -> cached binary splits.
+"""``syntaxnmt prepare``: raw parallel text -> (parses) -> SentencePiece -> cached binary splits.
 
 The cache lives in ``Config.prepared_dir`` with a ``meta.json`` holding the data config it was
 built from; a cache built from a different data config is rebuilt, an identical one reused.
+
+Each split stores ``src`` and ``tgt`` (subword ids) and ``src_word`` (the word index of every
+source piece). With ``data.annotate`` the source side is parsed first; the model then sees the
+parser's words (joined by spaces, no Moses tokenization), and the split also stores the words'
+``heads``, ``upos``, ``xpos`` and ``deprel`` (tag ids from ``tags.json``).
 """
 
 from __future__ import annotations
@@ -9,17 +14,21 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from tqdm.auto import tqdm
 
 from syntaxnmt.batches import RaggedArray, Split
 from syntaxnmt.config import Config, DataConfig
-from syntaxnmt.corpus import length_filter, read_parallel
+from syntaxnmt.corpus import ParallelText, length_filter, read_parallel
 from syntaxnmt.errors import UserError
+from syntaxnmt.relations import TAG_NAMES, TagVocab
 from syntaxnmt.subwords import Tokenizer, train_sentencepiece
-from syntaxnmt.textio import atomic_write_text, write_lines
+from syntaxnmt.syntax import BIE_VOCAB
+from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
 
 META = "meta.json"
+TAGS = "tags.json"
 
 
 @dataclass
@@ -39,10 +48,25 @@ def load_tokenizers(cfg: Config) -> Tokenizers:
     """The source and target tokenizers of a prepared corpus."""
     src_spm, tgt_spm = spm_paths(cfg.prepared_dir, cfg.data)
     d = cfg.data
+    src_moses = d.moses_tokenize and d.annotate == "none"  # a parser has tokenized the source already
     return Tokenizers(
-        Tokenizer(src_spm, d.src_lang, d.moses_tokenize, d.lowercase),
+        Tokenizer(src_spm, d.src_lang, src_moses, d.lowercase),
         Tokenizer(tgt_spm, d.tgt_lang, d.moses_tokenize, d.lowercase),
     )
+
+
+def load_tag_vocab(cfg: Config) -> TagVocab | None:
+    path = cfg.prepared_dir / TAGS
+    return TagVocab(json.loads(path.read_text())) if path.is_file() else None
+
+
+def feature_vocab_sizes(cfg: Config) -> dict[str, int]:
+    """Sizes of the tag sets a model may embed (``upos``, ``xpos``, ``deprel`` when parsed; ``bie``)."""
+    sizes = {"bie": len(BIE_VOCAB)}
+    tags = load_tag_vocab(cfg)
+    if tags is not None:
+        sizes.update({name: tags.size(name) for name in TAG_NAMES})
+    return sizes
 
 
 def _fingerprint(data: DataConfig) -> dict:
@@ -56,14 +80,62 @@ def is_prepared(cfg: Config) -> bool:
     return json.loads(meta.read_text())["data_config"] == _fingerprint(cfg.data)
 
 
-def _encode(tok: Tokenizer, lines: list[str], desc: str) -> list[list[int]]:
-    out: list[list[int]] = []
-    chunk = 2000
-    with tqdm(total=len(lines), desc=desc, unit="sent", leave=False, mininterval=1.0) as bar:
-        for i in range(0, len(lines), chunk):
-            out.extend(tok.encode_batch(lines[i : i + chunk]))
-            bar.update(min(chunk, len(lines) - i))
-    return out
+def parse_source(cfg: Config, lines: Sequence[str], text_path: str, conllu_path: str = "", progress: bool = True):
+    """Parses of ``lines`` as configured in ``data.annotate`` (``None`` for a skipped bad tree)."""
+    from syntaxnmt.annotations import annotate
+
+    d = cfg.data
+    return annotate(lines, method=d.annotate, pipeline=d.spacy_pipeline, conllu_path=conllu_path, text_path=text_path, bad_tree=d.bad_tree, progress=progress)
+
+
+def _annotate_split(cfg: Config, text: ParallelText, src_path: str, conllu_path: str, log) -> tuple[ParallelText, list, dict]:
+    """Parse the kept pairs of a split; pairs whose tree is bad are dropped when ``bad_tree: skip``."""
+    d = cfg.data
+    if d.annotate == "conllu":
+        if not conllu_path:
+            raise UserError(f"data.annotate is conllu but no CoNLL-U file is set for {src_path}")
+        # The CoNLL-U file holds one sentence per non-empty line of the source file.
+        src_lines = read_lines(src_path)
+        nonempty = [i + 1 for i, line in enumerate(src_lines) if line.strip()]
+        parses, counts = parse_source(cfg, [src_lines[i - 1] for i in nonempty], src_path, conllu_path)
+        by_line = dict(zip(nonempty, parses))
+        parses = [by_line[n] for n in text.line_numbers]
+    else:
+        log(f"parsing {len(text.src)} sentences of {src_path} with spaCy ({d.spacy_pipeline})")
+        parses, counts = parse_source(cfg, text.src, src_path)
+    keep = [i for i, p in enumerate(parses) if p is not None]
+    kept = ParallelText([text.src[i] for i in keep], [text.tgt[i] for i in keep], [text.line_numbers[i] for i in keep], text.counts)
+    return kept, [parses[i] for i in keep], {"bad_tree": len(parses) - len(keep)}
+
+
+def _normalized(lines: list[str], lang: str, d: DataConfig, moses: bool) -> list[str]:
+    """The text SentencePiece is trained on: stripped, lowercased and Moses-tokenized as configured."""
+    if not (moses or d.lowercase):
+        return [line.strip() for line in lines]
+    from sacremoses import MosesTokenizer
+
+    mt = MosesTokenizer(lang=lang) if moses else None
+    res = []
+    for line in tqdm(lines, desc=f"normalize {lang}", unit="sent", leave=False, mininterval=1.0):
+        line = line.strip().lower() if d.lowercase else line.strip()
+        res.append(mt.tokenize(line, escape=False, return_str=True) if mt else line)
+    return res
+
+
+def _encode_source(tok: Tokenizer, text: ParallelText, parses: list | None) -> tuple[list[list[int]], list[list[int]]]:
+    if parses is not None:
+        return tok.encode_words([p.words for p in parses])
+    return tok.encode_with_words(text.src)
+
+
+def _save_split(out: Path, name: str, src, words, tgt, parses, tags: TagVocab | None, keep: Sequence[int]) -> None:
+    RaggedArray.save(out / f"{name}.src", [src[i] for i in keep])
+    RaggedArray.save(out / f"{name}.src_word", [words[i] for i in keep])
+    RaggedArray.save(out / f"{name}.tgt", [tgt[i] for i in keep])
+    if parses is not None and tags is not None:
+        RaggedArray.save(out / f"{name}.heads", [parses[i].heads for i in keep])
+        for tag in TAG_NAMES:
+            RaggedArray.save(out / f"{name}.{tag}", [tags.encode(tag, getattr(parses[i], tag)) for i in keep])
 
 
 def prepare(cfg: Config, force: bool = False, log=print) -> dict:
@@ -78,6 +150,8 @@ def prepare(cfg: Config, force: bool = False, log=print) -> dict:
             raise UserError(f"data.{key} is not set in the config")
     out.mkdir(parents=True, exist_ok=True)
     (out / META).unlink(missing_ok=True)  # the cache is invalid until this run completes
+    for stale in out.glob("*.npy"):
+        stale.unlink()
 
     train = read_parallel(d.train_src, d.train_tgt)
     dev = read_parallel(d.dev_src, d.dev_tgt)
@@ -86,53 +160,61 @@ def prepare(cfg: Config, force: bool = False, log=print) -> dict:
     if not dev.src:
         raise UserError(f"{d.dev_src}: no non-empty sentence pairs")
 
-    # SentencePiece is trained on normalized (lowercased / Moses-tokenized) text.
-    from sacremoses import MosesTokenizer
+    annotated = d.annotate != "none"
+    train_parses = dev_parses = None
+    bad = {"train": 0, "dev": 0}
+    tags = None
+    if annotated:
+        train, train_parses, c = _annotate_split(cfg, train, d.train_src, d.train_conllu, log)
+        bad["train"] = c["bad_tree"]
+        dev, dev_parses, c = _annotate_split(cfg, dev, d.dev_src, d.dev_conllu, log)
+        bad["dev"] = c["bad_tree"]
+        tags = TagVocab.build({name: (getattr(p, name) for p in train_parses) for name in TAG_NAMES})
+        atomic_write_text(out / TAGS, json.dumps(tags.itos, indent=1, ensure_ascii=False))
+    else:
+        (out / TAGS).unlink(missing_ok=True)
 
-    def normalized(lines: list[str], lang: str) -> list[str]:
-        if not (d.moses_tokenize or d.lowercase):
-            return [line.strip() for line in lines]
-        mt = MosesTokenizer(lang=lang) if d.moses_tokenize else None
-        res = []
-        for line in tqdm(lines, desc=f"normalize {lang}", unit="sent", leave=False, mininterval=1.0):
-            line = line.strip().lower() if d.lowercase else line.strip()
-            res.append(mt.tokenize(line, escape=False, return_str=True) if mt else line)
-        return res
-
-    src_norm, tgt_norm = normalized(train.src, d.src_lang), normalized(train.tgt, d.tgt_lang)
+    # SentencePiece is trained on the text the model sees.
+    if annotated:
+        src_text = [" ".join(w.lower() if d.lowercase else w for w in p.words) for p in train_parses]
+    else:
+        src_text = _normalized(train.src, d.src_lang, d, d.moses_tokenize)
+    tgt_text = _normalized(train.tgt, d.tgt_lang, d, d.moses_tokenize)
     src_spm, tgt_spm = spm_paths(out, d)
     spm_args = dict(vocab_size=d.vocab_size, model_type=d.spm_model_type, character_coverage=d.spm_character_coverage, max_sentences=d.spm_max_sentences, seed=cfg.seed)
     log(f"training SentencePiece ({d.spm_model_type}, {'joint' if d.joint_vocab else 'separate'}, vocab <= {d.vocab_size})")
     if d.joint_vocab:
-        train_sentencepiece(src_norm + tgt_norm, src_spm, **spm_args)
+        train_sentencepiece(src_text + tgt_text, src_spm, **spm_args)
     else:
-        train_sentencepiece(src_norm, src_spm, **spm_args)
-        train_sentencepiece(tgt_norm, tgt_spm, **spm_args)
+        train_sentencepiece(src_text, src_spm, **spm_args)
+        train_sentencepiece(tgt_text, tgt_spm, **spm_args)
     toks = load_tokenizers(cfg)
 
-    # Train split: encode (SentencePiece only: text is already normalized) and filter by length.
-    src_ids = [toks.src.sp.encode(s) for s in tqdm(src_norm, desc="subwords src", unit="sent", leave=False, mininterval=1.0)]
-    tgt_ids = [toks.tgt.sp.encode(t) for t in tqdm(tgt_norm, desc="subwords tgt", unit="sent", leave=False, mininterval=1.0)]
+    # Train split: encode and filter by length.
+    src_ids, src_words = _encode_source(toks.src, train, train_parses)
+    tgt_ids = toks.tgt.sp.encode(tgt_text)
     keep, dropped = length_filter([len(s) for s in src_ids], [len(t) for t in tgt_ids], d.min_len, d.max_len, d.max_len_ratio)
-    RaggedArray.save(out / "train.src", [src_ids[i] for i in keep])
-    RaggedArray.save(out / "train.tgt", [tgt_ids[i] for i in keep])
+    _save_split(out, "train", src_ids, src_words, tgt_ids, train_parses, tags, keep)
     write_lines(out / "train.lines", [str(train.line_numbers[i]) for i in keep])
 
     # Dev split: every non-empty pair is kept (validation BLEU is computed on the raw references).
-    RaggedArray.save(out / "dev.src", _encode(toks.src, dev.src, "subwords dev src"))
-    RaggedArray.save(out / "dev.tgt", _encode(toks.tgt, dev.tgt, "subwords dev tgt"))
+    dev_src, dev_words = _encode_source(toks.src, dev, dev_parses)
+    dev_tgt = toks.tgt.encode_batch(dev.tgt)
+    _save_split(out, "dev", dev_src, dev_words, dev_tgt, dev_parses, tags, range(len(dev.src)))
     write_lines(out / "dev.ref", dev.tgt)
     write_lines(out / "dev.raw_src", dev.src)
 
     counts = {
         "train_read": train.counts["read"],
         "train_empty": train.counts["empty"],
+        "train_bad_tree": bad["train"],
         **{f"train_{k}": v for k, v in dropped.items()},
         "train_kept": len(keep),
         "train_src_subwords": sum(len(src_ids[i]) for i in keep),
         "train_tgt_subwords": sum(len(tgt_ids[i]) for i in keep),
         "dev_read": dev.counts["read"],
         "dev_empty": dev.counts["empty"],
+        "dev_bad_tree": bad["dev"],
         "dev_kept": len(dev.src),
         "src_vocab": len(toks.src),
         "tgt_vocab": len(toks.tgt),
@@ -144,11 +226,13 @@ def prepare(cfg: Config, force: bool = False, log=print) -> dict:
 
 
 def format_counts(c: dict) -> str:
+    bad = f", {c['train_bad_tree']} bad trees" if c.get("train_bad_tree") else ""
     return (
-        f"train: {c['train_read']} pairs read, {c['train_empty']} empty, {c['train_too_short']} too short, "
+        f"train: {c['train_read']} pairs read, {c['train_empty']} empty{bad}, {c['train_too_short']} too short, "
         f"{c['train_too_long']} too long, {c['train_bad_ratio']} bad length ratio -> {c['train_kept']} kept "
         f"({c['train_src_subwords']} src / {c['train_tgt_subwords']} tgt subwords); "
-        f"dev: {c['dev_kept']} kept ({c['dev_empty']} empty); vocab src {c['src_vocab']}, tgt {c['tgt_vocab']}"
+        f"dev: {c['dev_kept']} kept ({c['dev_empty']} empty{', %d bad trees' % c['dev_bad_tree'] if c.get('dev_bad_tree') else ''}); "
+        f"vocab src {c['src_vocab']}, tgt {c['tgt_vocab']}"
     )
 
 

@@ -92,6 +92,40 @@ class Tokenizer:
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return self.sp.encode([self.normalize(t) for t in texts])
 
+    def encode_with_words(self, texts: Sequence[str]) -> tuple[list[list[int]], list[list[int]]]:
+        """Ids of raw lines and, for every piece, the index of the word it belongs to.
+
+        A word starts at a piece beginning with SentencePiece's '▁' (whitespace-separated words).
+        """
+        ids = self.encode_batch(texts)
+        words = []
+        for sent in ids:
+            starts = [self.sp.id_to_piece(i).startswith("▁") for i in sent]
+            w, current = [], -1
+            for start in starts:
+                current += start or current < 0
+                w.append(current)
+            words.append(w)
+        return ids, words
+
+    def encode_words(self, sentences: Sequence[Sequence[str]]) -> tuple[list[list[int]], list[list[int]]]:
+        """Ids of pre-tokenized sentences (e.g. a parser's words, no Moses), with each piece's word index.
+
+        Every word is encoded on its own, so a piece never straddles two words.
+        """
+        flat = [w.lower() if self.lowercase else w for sent in sentences for w in sent]
+        encoded = self.sp.encode(flat) if flat else []
+        ids, words, k = [], [], 0
+        for sent in sentences:
+            sent_ids, sent_words = [], []
+            for wi in range(len(sent)):
+                sent_ids += encoded[k]
+                sent_words += [wi] * len(encoded[k])
+                k += 1
+            ids.append(sent_ids)
+            words.append(sent_words)
+        return ids, words
+
     def pieces(self, text: str) -> list[str]:
         return self.sp.encode(self.normalize(text), out_type=str)
 

@@ -28,7 +28,7 @@ from syntaxnmt.losses import label_smoothed_nll
 from syntaxnmt.metrics import corpus_bleu
 from syntaxnmt.model import build_model
 from syntaxnmt.optim import build_optimizer
-from syntaxnmt.prepare import is_prepared, load_split, load_tokenizers, prepare
+from syntaxnmt.prepare import feature_vocab_sizes, is_prepared, load_split, load_tokenizers, prepare
 from syntaxnmt.textio import read_lines, write_lines
 from syntaxnmt.translate import resolve_device, translate_ids
 
@@ -97,7 +97,7 @@ def validate(model, cfg: Config, dev: Split, refs: list[str], tgt_tok, device: t
     model.eval()
     nll_sum, tokens = 0.0, 0
     for idx in bucket_batches(dev["src"].lengths, dev["tgt"].lengths, cfg.train.max_tokens, None):
-        batch = collate(dev, idx).to(device)
+        batch = collate(dev, idx, model.feature_spec).to(device)
         _, nll = label_smoothed_nll(model(batch).logits, batch.tgt_out, 0.0)
         nll_sum += float(nll)
         tokens += batch.n_tgt_tokens
@@ -105,7 +105,8 @@ def validate(model, cfg: Config, dev: Split, refs: list[str], tgt_tok, device: t
     result["ppl"] = math.exp(min(result["loss"], 50))
     if cfg.train.valid_bleu:
         n = len(dev) if cfg.train.valid_max_sentences <= 0 else min(len(dev), cfg.train.valid_max_sentences)
-        hyps = translate_ids(model, [dev["src"][i] for i in range(n)], cfg.decode, device, beam=1)
+        annotations = [dev.annotation(i) for i in range(n)] if model.feature_spec.names else None
+        hyps = translate_ids(model, [dev["src"][i] for i in range(n)], cfg.decode, device, beam=1, annotations=annotations)
         texts = [tgt_tok.decode(h[0].tokens) for h in hyps]
         result["bleu"] = corpus_bleu(texts, [refs[:n]])
         write_lines(Path(cfg.work_dir) / "dev.hyp", texts)
@@ -123,7 +124,7 @@ def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainCon
     opt.zero_grad(set_to_none=True)
     loss_sum = 0.0
     for idx in group:
-        batch = collate(split, idx).to(device)
+        batch = collate(split, idx, model.feature_spec).to(device)
         loss, _ = label_smoothed_nll(model(batch).logits, batch.tgt_out, t.label_smoothing)
         (loss / n_tokens).backward()
         loss_sum += float(loss)
@@ -160,7 +161,7 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
     train_split, dev = load_split(cfg, "train"), load_split(cfg, "dev")
     refs = read_lines(cfg.prepared_dir / "dev.ref")
 
-    model = build_model(cfg.model, len(toks.src), len(toks.tgt)).to(device)
+    model = build_model(cfg.model, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg)).to(device)
     opt, sched = build_optimizer(model, t)
     prog = Progress()
     if resume:

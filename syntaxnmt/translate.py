@@ -12,8 +12,10 @@ from tqdm.auto import tqdm
 from syntaxnmt.batches import make_batch
 from syntaxnmt.checkpoint import load_checkpoint
 from syntaxnmt.config import Config, DecodeConfig, config_from_dict
+from syntaxnmt.errors import UserError
 from syntaxnmt.model import build_model
-from syntaxnmt.prepare import Tokenizers, load_tokenizers
+from syntaxnmt.prepare import Tokenizers, feature_vocab_sizes, load_tag_vocab, load_tokenizers, parse_source
+from syntaxnmt.relations import TAG_NAMES, FeatureSpec, SourceAnnotation, pad_features, sentence_features
 from syntaxnmt.search import Hypothesis, max_output_length, search
 
 
@@ -33,7 +35,7 @@ def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module,
     state = load_checkpoint(path)
     cfg = config_from_dict(state["config"], source=f"{path} (stored config)")
     toks = load_tokenizers(cfg)
-    model = build_model(cfg.model, len(toks.src), len(toks.tgt))
+    model = build_model(cfg.model, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg))
     model.load_state_dict(state["model"])
     return model.to(device).eval(), cfg, toks
 
@@ -46,18 +48,29 @@ def translate_ids(
     *,
     beam: int | None = None,
     nbest: int = 1,
+    annotations: Sequence[SourceAnnotation] | None = None,
     progress: bool = False,
 ) -> list[list[Hypothesis]]:
-    """Search every source (subword ids, no EOS) in batches of similar length; results in input order."""
+    """Search every source (subword ids, no EOS) in batches of similar length; results in input order.
+
+    ``annotations`` (one per source) are required when the model uses source features.
+    """
     beam = decode.beam_size if beam is None else beam
-    max_pos = getattr(getattr(model, "cfg", None), "max_positions", 1024) - 2
+    spec = model.feature_spec
+    if spec.names and annotations is None:
+        raise UserError(f"this model uses source features ({', '.join(sorted(spec.names))}): the input must be annotated")
+    max_pos = model.cfg.max_positions - 2
     order = np.argsort([len(s) for s in sources], kind="stable")[::-1]
     results: list[list[Hypothesis]] = [None] * len(sources)  # type: ignore[list-item]
     model.eval()
     with tqdm(total=len(sources), desc="translate", unit="sent", disable=not progress, leave=False) as bar:
         for start in range(0, len(order), decode.batch_size):
             idx = order[start : start + decode.batch_size]
-            batch = make_batch([sources[i][:max_pos] for i in idx], None, idx.tolist()).to(device)
+            batch = make_batch([sources[i][:max_pos] for i in idx], None, idx.tolist())
+            if spec.names:
+                feats = [sentence_features(_truncate(annotations[i], max_pos), spec) for i in idx]
+                batch.features = pad_features(feats, batch.src.size(1))
+            batch = batch.to(device)
             src_lens = batch.src.ne(0).sum(1) - 1
             max_len = max_output_length(src_lens, decode.max_len_a, decode.max_len_b, max_pos)
             hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest)
@@ -67,8 +80,40 @@ def translate_ids(
     return results
 
 
-def translate_lines(model, toks: Tokenizers, lines: Sequence[str], decode: DecodeConfig, device: torch.device, **kw) -> list[list[tuple[str, float]]]:
+def _truncate(ann: SourceAnnotation, max_pieces: int) -> SourceAnnotation:
+    return SourceAnnotation(ann.word_of_piece[:max_pieces], ann.heads, ann.tags) if len(ann.word_of_piece) > max_pieces else ann
+
+
+def encode_source_lines(cfg: Config, toks: Tokenizers, lines: Sequence[str], spec: FeatureSpec, conllu: str | None = None, source_name: str = "<input>") -> tuple[list[np.ndarray], list[SourceAnnotation] | None]:
+    """Subword ids of raw source lines and, when the model needs them, their annotations.
+
+    A model with tree relations or tag heads needs the parse of every sentence: from spaCy when
+    the corpus was parsed with spaCy, else from a CoNLL-U file (``conllu``) -- missing is an error.
+    """
+    if not spec.names:
+        return [np.asarray(ids, dtype=np.int64) for ids in toks.src.encode_batch(list(lines))], None
+    if not spec.needs_parse:
+        ids, words = toks.src.encode_with_words(list(lines))
+        return [np.asarray(i, dtype=np.int64) for i in ids], [SourceAnnotation(np.asarray(w), np.zeros(0, dtype=np.int64)) for w in words]
+    method = "conllu" if conllu else cfg.data.annotate
+    if method == "conllu" and not conllu:
+        raise UserError(f"this model uses {', '.join(sorted(spec.names - {'bie'}))} from parses: give the parses of {source_name} with --src-conllu FILE")
+    tags = load_tag_vocab(cfg)
+    if tags is None:
+        raise UserError(f"{cfg.prepared_dir}: the prepared corpus has no tag vocabulary (tags.json)")
+    parse_cfg = cfg.model_copy(deep=True)
+    parse_cfg.data.annotate, parse_cfg.data.bad_tree = method, "fail"
+    parses, _ = parse_source(parse_cfg, list(lines), source_name, conllu or "", progress=False)
+    ids, words = toks.src.encode_words([p.words for p in parses])
+    anns = [
+        SourceAnnotation(np.asarray(w, dtype=np.int64), np.asarray(p.heads, dtype=np.int64), {t: tags.encode(t, getattr(p, t)) for t in TAG_NAMES})
+        for p, w in zip(parses, words)
+    ]
+    return [np.asarray(i, dtype=np.int64) for i in ids], anns
+
+
+def translate_lines(model, cfg: Config, toks: Tokenizers, lines: Sequence[str], decode: DecodeConfig, device: torch.device, *, conllu: str | None = None, source_name: str = "<input>", **kw) -> list[list[tuple[str, float]]]:
     """Raw source lines to detokenized n-best lists of (translation, score)."""
-    sources = [np.asarray(ids, dtype=np.int64) for ids in toks.src.encode_batch(list(lines))]
-    hyps = translate_ids(model, sources, decode, device, **kw)
+    sources, annotations = encode_source_lines(cfg, toks, lines, model.feature_spec, conllu, source_name)
+    hyps = translate_ids(model, sources, decode, device, annotations=annotations, **kw)
     return [[(toks.tgt.decode(h.tokens), h.score) for h in nb] for nb in hyps]

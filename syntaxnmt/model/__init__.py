@@ -13,4 +13,8 @@ def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int, **vocabs: int)
         from syntaxnmt.model.transformer import Transformer
 
         return Transformer(cfg, src_vocab, tgt_vocab, **vocabs)
+    if cfg.arch == "rnn":
+        from syntaxnmt.model.rnn import RNNModel
+
+        return RNNModel(cfg, src_vocab, tgt_vocab)
     raise ValueError(f"unknown architecture {cfg.arch}")

@@ -17,6 +17,8 @@ from torch import Tensor, nn
 from syntaxnmt.batches import Batch
 from syntaxnmt.config import ModelConfig
 from syntaxnmt.model.attention import MultiHeadAttention, reorder_cache
+from syntaxnmt.model.syntax_attention import InputFeatures, encoder_extensions
+from syntaxnmt.relations import FeatureSpec
 from syntaxnmt.subwords import PAD
 
 
@@ -31,11 +33,14 @@ def sinusoidal_table(n: int, d: int) -> Tensor:
 
 
 class Embeddings(nn.Module):
-    """Token embedding scaled by sqrt(d_model) plus absolute positions (sinusoidal or learned)."""
+    """Token embedding (optionally combined with linguistic input features) scaled by
+    sqrt(d_model), plus absolute positions (sinusoidal or learned)."""
 
-    def __init__(self, vocab: int, cfg: ModelConfig, shared: nn.Embedding | None = None):
+    def __init__(self, vocab: int, cfg: ModelConfig, shared: nn.Embedding | None = None, features: InputFeatures | None = None):
         super().__init__()
-        self.tokens = shared if shared is not None else nn.Embedding(vocab, cfg.d_model, padding_idx=PAD)
+        self.features = features
+        word_dim = cfg.d_model - (features.word_dim_reduction if features is not None else 0)
+        self.tokens = shared if shared is not None else nn.Embedding(vocab, word_dim, padding_idx=PAD)
         if shared is None:
             nn.init.normal_(self.tokens.weight, std=cfg.d_model**-0.5)
             nn.init.zeros_(self.tokens.weight[PAD])
@@ -48,10 +53,13 @@ class Embeddings(nn.Module):
             self.register_buffer("table", sinusoidal_table(cfg.max_positions, cfg.d_model), persistent=False)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
+    def forward(self, tokens: Tensor, offset: int = 0, features: dict[str, Tensor] | None = None) -> Tensor:
         t = tokens.size(1)
         pos = self.positions.weight[offset : offset + t] if self.learned else self.table[offset : offset + t]
-        return self.dropout(self.tokens(tokens) * self.scale + pos)
+        x = self.tokens(tokens)
+        if self.features is not None:
+            x = self.features(x, features or {})
+        return self.dropout(x * self.scale + pos)
 
 
 class FeedForward(nn.Module):
@@ -144,14 +152,20 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, **tag_vocabs: int):
         super().__init__()
         self.cfg = cfg
+        syn = cfg.syntax
+        self.feature_spec = FeatureSpec.from_config(syn)  # source features the batches must carry
         self.tgt_embed = Embeddings(tgt_vocab, cfg)
+        features = InputFeatures(syn, cfg.d_model, tag_vocabs) if syn.input_features else None
         shared = None
         if cfg.tie_embeddings == "all":
             if src_vocab != tgt_vocab:
                 raise ValueError("tie_embeddings=all needs a joint vocabulary (data.joint_vocab: true)")
+            if features is not None and features.concat:
+                raise ValueError("model.syntax.feature_combine=concat cannot share the source embedding: use tie_embeddings=decoder")
             shared = self.tgt_embed.tokens
-        self.src_embed = Embeddings(src_vocab, cfg, shared=shared)
-        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.enc_layers))
+        self.src_embed = Embeddings(src_vocab, cfg, shared=shared, features=features)
+        d_head = cfg.d_model // cfg.heads
+        self.encoder = nn.ModuleList(EncoderLayer(cfg, encoder_extensions(syn, i, cfg.heads, d_head, tag_vocabs)) for i in range(cfg.enc_layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.dec_layers))
         self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
@@ -166,7 +180,7 @@ class Transformer(nn.Module):
 
     def encode(self, batch: Batch, need_weights: bool = False) -> EncoderOutput:
         pad_mask = batch.src_pad_mask
-        x = self.src_embed(batch.src)
+        x = self.src_embed(batch.src, features=batch.features)
         context = {"batch": batch}
         weights = []
         for layer in self.encoder:

@@ -1,0 +1,105 @@
+"""External word aligners: eflomal (Östling & Tiedemann 2016).
+
+eflomal ("Efficient Low-Memory Aligner", the ``eflomal`` PyPI package) is a Bayesian
+IBM1 → HMM → HMM+fertility aligner trained by Gibbs sampling. Its Python API
+(``eflomal.Aligner().align``) writes the two directional alignments in Pharaoh format; both
+directions are symmetrized here with :func:`syntaxnmt.alignment.symmetrize`.
+
+Reproducibility: eflomal 2.0 seeds its samplers from ``/dev/urandom`` and has no seed option
+(neither in its Python API nor on its command line), so two runs may differ slightly.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Sequence
+
+from syntaxnmt.alignment import SYMMETRIZATIONS, Links, parse_links, symmetrize as symmetrize_links
+from syntaxnmt.errors import UserError
+
+DIRECTIONS = ("forward", "reverse")
+
+
+def _import_eflomal():
+    try:
+        import eflomal
+    except ImportError:
+        raise UserError("eflomal is not installed; install it with `pip install eflomal` (needs a C compiler)") from None
+    return eflomal
+
+
+def run_eflomal(
+    src_lines: Sequence[str],
+    tgt_lines: Sequence[str],
+    *,
+    symmetrize: str = "grow-diag-final-and",
+    seed: int | None = None,
+    model: int = 3,
+    n_samplers: int = 3,
+    rel_iterations: float = 1.0,
+    null_prior: float = 0.2,
+) -> list[Links]:
+    """Align tokenized sentence pairs with eflomal; return 0-indexed ``(src, tgt)`` links per pair.
+
+    ``src_lines``/``tgt_lines`` are whitespace-tokenized sentences (strings), line-aligned; an
+    empty sentence gets no links. eflomal lowercases words itself. It runs in both directions
+    (``forward``: each target word picks at most one source word; ``reverse``: each source word
+    picks at most one target word) and the two are combined with ``symmetrize``: one of
+    :data:`~syntaxnmt.alignment.SYMMETRIZATIONS`, or ``"forward"``/``"reverse"`` for one direction.
+    ``model``: 1 = IBM1, 2 = HMM, 3 = HMM + fertility; ``n_samplers`` independent Gibbs samplers
+    (eflomal runs them in parallel threads); ``rel_iterations`` scales eflomal's default number
+    of iterations; ``null_prior`` is the prior probability of a NULL link.
+
+    ``seed`` is accepted for interface stability but eflomal cannot be seeded (see the module
+    docstring); passing one emits a warning.
+
+    Raises :class:`UserError` if eflomal is not installed, the inputs differ in length, a
+    sentence spans several lines, or eflomal fails.
+    """
+    if symmetrize not in SYMMETRIZATIONS + DIRECTIONS:
+        raise UserError(f"unknown symmetrization {symmetrize!r}; choose one of {', '.join(SYMMETRIZATIONS + DIRECTIONS)}")
+    if len(src_lines) != len(tgt_lines):
+        raise UserError(f"eflomal: {len(src_lines)} source sentences but {len(tgt_lines)} target sentences")
+    for side, lines in (("source", src_lines), ("target", tgt_lines)):
+        for k, line in enumerate(lines, start=1):
+            if "\n" in line or "\r" in line:
+                raise UserError(f"eflomal: {side} sentence {k} contains a line break")
+    eflomal = _import_eflomal()
+    if seed is not None:
+        warnings.warn("eflomal has no seed option (it seeds from /dev/urandom); `seed` is ignored", stacklevel=2)
+    if not src_lines:
+        return []
+    src_tokens = [line.split() for line in src_lines]
+    tgt_tokens = [line.split() for line in tgt_lines]
+    aligner = eflomal.Aligner(model=model, n_samplers=n_samplers, rel_iterations=rel_iterations, null_prior=null_prior)
+    with tempfile.TemporaryDirectory(prefix="syntaxnmt-eflomal-") as tmp:
+        fwd_path, rev_path = Path(tmp) / "forward.links", Path(tmp) / "reverse.links"
+        try:
+            logging.getLogger("eflomal").setLevel(logging.WARNING)
+            aligner.align(
+                [" ".join(t) + "\n" for t in src_tokens],
+                [" ".join(t) + "\n" for t in tgt_tokens],
+                links_filename_fwd=str(fwd_path),
+                links_filename_rev=str(rev_path),
+                quiet=True,
+            )
+        except (subprocess.CalledProcessError, OSError, ValueError) as e:
+            raise UserError(f"eflomal failed: {e}") from None
+        directions = {name: _read_links(path, src_tokens, tgt_tokens) for name, path in (("forward", fwd_path), ("reverse", rev_path))}
+    if symmetrize in DIRECTIONS:
+        return directions[symmetrize]
+    return [symmetrize_links(f, r, symmetrize) for f, r in zip(directions["forward"], directions["reverse"])]
+
+
+def _read_links(path: Path, src_tokens: list[list[str]], tgt_tokens: list[list[str]]) -> list[Links]:
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    if len(lines) != len(src_tokens):
+        raise UserError(f"eflomal wrote {len(lines)} alignment lines for {len(src_tokens)} sentence pairs")
+    return [
+        parse_links(line, where=f"eflomal output line {k + 1}", src_len=len(s), tgt_len=len(t))[0]
+        for k, (line, s, t) in enumerate(zip(lines, src_tokens, tgt_tokens))
+    ]

@@ -1,0 +1,255 @@
+"""Losses and scores on cross-attention: guided alignment, coverage, fertility, symmetry.
+
+Shapes and conventions
+----------------------
+``attn`` is the attention of target positions over source positions, (B, T, S):
+``attn[b, i, j] = α_ij``, target position i attending to source position j, each row a
+distribution over the source (e.g. :func:`syntaxnmt.alignment.average_heads` of the model's
+``cross_attention``). Masks follow :class:`syntaxnmt.batches.Batch`: ``src_pad_mask`` (B, S)
+and ``tgt_pad_mask`` (B, T) are **True at padding**. Whether EOS positions count is the caller's
+choice: mark them as padding to leave them out.
+
+``reduction`` is ``"none"`` (one value per sentence, shape (B,)), ``"sum"`` or ``"mean"`` (over
+sentences). All functions are differentiable in ``attn``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Iterable, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from syntaxnmt.errors import UserError
+
+REDUCTIONS = ("none", "sum", "mean")
+
+
+def _reduce(per_sentence: Tensor, reduction: str) -> Tensor:
+    if reduction == "none":
+        return per_sentence
+    if reduction == "sum":
+        return per_sentence.sum()
+    if reduction == "mean":
+        return per_sentence.mean()
+    raise ValueError(f"unknown reduction {reduction!r}; choose one of {', '.join(REDUCTIONS)}")
+
+
+def _keep(mask: Tensor | None, like: Tensor, dim: int) -> Tensor:
+    """A float (B, n) tensor: 1 at real positions, 0 at padding (all ones when ``mask`` is None)."""
+    if mask is None:
+        return like.new_ones(like.size(0), like.size(dim))
+    return (~mask).to(like.dtype)
+
+
+# --------------------------------------------------------------------------------------
+# Guided alignment (Chen et al. 2016)
+# --------------------------------------------------------------------------------------
+
+
+def alignment_targets(links: Sequence[Iterable[tuple[int, int]]], tgt_len: int, src_len: int, device=None) -> Tensor:
+    """A 0/1 reference alignment (B, T, S) from link sets: ``A[b, j, i] = 1`` for link ``(i, j)``.
+
+    Links are ``(source position, target position)`` as in :mod:`syntaxnmt.alignment` (e.g. the
+    subword links of :func:`~syntaxnmt.alignment.words_to_subwords`); links outside
+    ``(src_len, tgt_len)`` raise ``ValueError``.
+    """
+    out = torch.zeros(len(links), tgt_len, src_len, device=device)
+    for b, sentence in enumerate(links):
+        for i, j in sentence:
+            if not (0 <= i < src_len and 0 <= j < tgt_len):
+                raise ValueError(f"link {i}-{j} of sentence {b} outside a {src_len}x{tgt_len} (source x target) matrix")
+            out[b, j, i] = 1.0
+    return out
+
+
+def normalize_alignment(ref: Tensor, src_pad_mask: Tensor | None = None, tgt_pad_mask: Tensor | None = None) -> Tensor:
+    """Row-normalize a reference alignment (B, T, S): a target word linked to k source words gives
+    each 1/k; rows without links (unaligned target words) and padding stay all-zero."""
+    ref = ref.float()
+    if src_pad_mask is not None:
+        ref = ref.masked_fill(src_pad_mask[:, None, :], 0.0)
+    if tgt_pad_mask is not None:
+        ref = ref.masked_fill(tgt_pad_mask[:, :, None], 0.0)
+    total = ref.sum(dim=-1, keepdim=True)
+    return torch.where(total > 0, ref / total.clamp_min(1e-12), torch.zeros_like(ref))
+
+
+def guided_alignment_loss(
+    attn: Tensor,
+    ref: Tensor,
+    src_pad_mask: Tensor | None = None,
+    tgt_pad_mask: Tensor | None = None,
+    reduction: str = "mean",
+    eps: float = 1e-9,
+) -> Tensor:
+    """Guided alignment cross-entropy (Chen et al. 2016, "Guided Alignment Training for
+    Topic-Aware Neural Machine Translation", AMTA), per sentence::
+
+        G(A, α) = -(1 / T_y) Σ_i Σ_j A_ij log α_ij
+
+    ``attn`` α (B, T, S): target position i over source position j. ``ref`` (B, T, S): the
+    reference alignment, 0/1 or weights; it is normalized per target word here (see
+    :func:`normalize_alignment`), so a target word aligned to several source words shares the mass
+    equally and unaligned target words contribute nothing. T_y is the number of non-padding target
+    positions of the sentence. α is clamped to ``eps`` inside the log. Training adds
+    ``λ · decay(step, schedule) · G`` to the translation loss.
+    """
+    if attn.shape != ref.shape:
+        raise ValueError(f"attention {tuple(attn.shape)} and reference {tuple(ref.shape)} differ in shape")
+    a = normalize_alignment(ref, src_pad_mask, tgt_pad_mask).to(attn.dtype)
+    log_alpha = torch.log(attn.clamp_min(eps))
+    cross = -(a * log_alpha).sum(dim=(1, 2))  # (B,)
+    t_y = _keep(tgt_pad_mask, attn, 1).sum(dim=1).clamp_min(1.0)
+    return _reduce(cross / t_y, reduction)
+
+
+_SCHEDULE = re.compile(r"^(constant|linear|exp|step)(?::([0-9.eE+-]+))?$")
+
+
+def decay(step: int, schedule: str = "constant") -> float:
+    """The weight multiplier of an auxiliary loss at training ``step`` (0-based), in [0, 1].
+
+    ``schedule``:
+
+    * ``"constant"``: 1.
+    * ``"linear:N"``: ``max(0, 1 - step / N)``, reaching 0 at step N.
+    * ``"exp:R"``: ``R ** step`` with 0 < R <= 1 (e.g. ``exp:0.9999`` halves about every 6.9k steps).
+    * ``"step:N"``: 1 before step N, 0 from step N on (guided alignment only early in training).
+    """
+    m = _SCHEDULE.match(schedule.strip())
+    if m is None:
+        raise UserError(f"unknown decay schedule {schedule!r}; use constant, linear:N, exp:R or step:N")
+    kind, arg = m.group(1), m.group(2)
+    if kind == "constant":
+        if arg is not None:
+            raise UserError(f"decay schedule {schedule!r}: 'constant' takes no argument")
+        return 1.0
+    if arg is None:
+        raise UserError(f"decay schedule {schedule!r}: {kind} needs an argument ({kind}:...)")
+    try:
+        value = float(arg)
+    except ValueError:
+        raise UserError(f"decay schedule {schedule!r}: {arg!r} is not a number") from None
+    if kind == "exp":
+        if not 0.0 < value <= 1.0:
+            raise UserError(f"decay schedule {schedule!r}: the rate must be in (0, 1]")
+        return value ** max(step, 0)
+    if value <= 0 or not math.isfinite(value):
+        raise UserError(f"decay schedule {schedule!r}: the step count must be positive")
+    if kind == "linear":
+        return max(0.0, 1.0 - step / value)
+    return 1.0 if step < value else 0.0  # step
+
+
+# --------------------------------------------------------------------------------------
+# Coverage and fertility (Tu et al. 2016; Cohn et al. 2016)
+# --------------------------------------------------------------------------------------
+
+
+class Fertility(nn.Module):
+    """Predicted fertility of every source word (Tu et al. 2016, "Modeling Coverage for Neural
+    Machine Translation", ACL; Cohn et al. 2016)::
+
+        f_j = N · σ(w^T h_j + b)
+
+    ``h_j`` (B, S, d_model) are encoder states, N = ``max_fertility``. The bias starts at
+    logit(1/N), so that every fertility starts near 1 (plain coverage). Padding gets 0.
+    """
+
+    def __init__(self, d_model: int, max_fertility: float = 2.0):
+        super().__init__()
+        if max_fertility <= 0:
+            raise ValueError("max_fertility must be positive")
+        self.max_fertility = float(max_fertility)
+        self.proj = nn.Linear(d_model, 1)
+        nn.init.normal_(self.proj.weight, std=d_model**-0.5)
+        with torch.no_grad():
+            self.proj.bias.fill_(-math.log(max_fertility - 1.0) if max_fertility > 1.0 else 0.0)
+
+    def forward(self, encoder_hidden: Tensor, src_pad_mask: Tensor | None = None) -> Tensor:
+        """Fertilities (B, S) from encoder states (B, S, d_model)."""
+        f = self.max_fertility * torch.sigmoid(self.proj(encoder_hidden).squeeze(-1))
+        if src_pad_mask is not None:
+            f = f.masked_fill(src_pad_mask, 0.0)
+        return f
+
+
+def coverage_loss(
+    attn: Tensor,
+    src_pad_mask: Tensor | None = None,
+    tgt_pad_mask: Tensor | None = None,
+    fertility: Tensor | None = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """Coverage regularizer, per sentence (Tu et al. 2016; Cohn et al. 2016, "Incorporating
+    Structural Alignment Biases into an Attentional Neural Translation Model", NAACL)::
+
+        Σ_j (f_j - Σ_i α_ij)²
+
+    with j over non-padding source positions, i over non-padding target positions, ``attn`` α
+    (B, T, S). ``fertility`` f (B, S) comes from :class:`Fertility`; ``None`` means f_j = 1, the
+    plain coverage penalty Σ_j (1 - Σ_i α_ij)² (every source word attended once in total).
+    """
+    keep_t = _keep(tgt_pad_mask, attn, 1)
+    keep_s = _keep(src_pad_mask, attn, 2)
+    received = (attn * keep_t[:, :, None]).sum(dim=1)  # (B, S): Σ_i α_ij
+    f = attn.new_ones(received.shape) if fertility is None else fertility.to(attn.dtype)
+    per_sentence = (((f - received) ** 2) * keep_s).sum(dim=1)
+    return _reduce(per_sentence, reduction)
+
+
+def coverage_penalty(
+    coverage: Tensor,
+    beta: float,
+    src_pad_mask: Tensor | None = None,
+    eps: float = 1e-6,
+) -> Tensor:
+    """Coverage penalty for beam search (Wu et al. 2016, "Google's Neural Machine Translation
+    System", arXiv:1609.08144, Sec. 7)::
+
+        cp(X; Y) = β Σ_j log(min(Σ_i α_ij, 1.0))
+
+    ``coverage`` (..., S) is the attention each source word received so far, Σ_i α_ij (e.g.
+    ``attn.sum(-2)`` or a running sum in the beam). Convention: cp <= 0 and is *added* to the
+    length-normalized log-probability, s(Y, X) = log P(Y|X) / lp(Y) + cp(X; Y); a source word
+    attended once or more costs nothing. Padding positions (``src_pad_mask`` (..., S), True at
+    padding) are skipped, and coverage is clamped below at ``eps`` so that an unattended word costs
+    β·log(eps) instead of -∞. Returns shape (...).
+    """
+    c = coverage.clamp(min=eps, max=1.0).log()
+    if src_pad_mask is not None:
+        c = c.masked_fill(src_pad_mask, 0.0)
+    return beta * c.sum(dim=-1)
+
+
+# --------------------------------------------------------------------------------------
+# Bilingual symmetry (Cohn et al. 2016)
+# --------------------------------------------------------------------------------------
+
+
+def trace_bonus(
+    attn_st: Tensor,
+    attn_ts: Tensor,
+    src_pad_mask: Tensor | None = None,
+    tgt_pad_mask: Tensor | None = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """Bilingual symmetry bonus (Cohn et al. 2016, "joint training" of both directions), per pair::
+
+        B = Σ_i Σ_j α^{s→t}_ij α^{t→s}_ji = trace(α^{s→t} α^{t→s})
+
+    ``attn_st`` (B, T, S): the source→target model, target position i over source position j.
+    ``attn_ts`` (B, S, T): the target→source model trained jointly on the same pair, source
+    position j (its output side) over target position i (its input side). B is large when the
+    two attentions agree; train with ``-γ · B`` added to the loss. i runs over non-padding target
+    positions, j over non-padding source positions.
+    """
+    bsz, t, s = attn_st.shape
+    if attn_ts.shape != (bsz, s, t):
+        raise ValueError(f"attn_ts must be (B, S, T) = {(bsz, s, t)}, got {tuple(attn_ts.shape)}")
+    keep = _keep(tgt_pad_mask, attn_st, 1)[:, :, None] * _keep(src_pad_mask, attn_st, 2)[:, None, :]
+    per_sentence = (attn_st * attn_ts.transpose(1, 2) * keep).sum(dim=(1, 2))
+    return _reduce(per_sentence, reduction)

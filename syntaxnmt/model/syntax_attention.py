@@ -1,0 +1,197 @@
+"""Linguistically enriched encoder self-attention, as extensions of :class:`MultiHeadAttention`.
+
+* :class:`RelationAttention` -- relation-aware heads (Shaw et al. 2018, Eq. 3-4):
+      e_ij = (x_i W^Q)(x_j W^K + a^K_ij)^T / sqrt(d_z),   z_i = sum_j alpha_ij (x_j W^V + a^V_ij),
+  with a^K, a^V learned embeddings of the relation between i and j: linear relative position,
+  tree distance, or tree path. The relation terms are computed without an n×n×d tensor:
+  q_i·a^K_ij = (q_i E^K^T)[rel_ij] (a matmul, then a gather), and
+  sum_j alpha_ij a^V_ij = (sum of alpha_ij per relation r) @ E^V (a scatter-add, then a matmul).
+* :class:`LinguisticHeads` -- chosen heads take queries and keys from projections of POS-tag or
+  dependency-label embeddings instead of the hidden states; values still come from the hidden states.
+* :class:`ParentScaled` -- parent-scaled self-attention (PASCAL, Bugliarello & Okazaki 2020):
+  chosen heads multiply their scores S_ij by N(j; p_i, sigma^2), a Gaussian density centred on the
+  position p_i of token i's dependency parent.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from syntaxnmt.config import SyntaxConfig
+from syntaxnmt.model.attention import AttentionExtension
+from syntaxnmt.syntax import linear_relation_ids, n_linear_relations, n_tree_distance_relations, n_tree_path_relations
+
+RELATION_KINDS = ("linear", "tree_distance", "tree_path")
+TAG_SOURCES = ("upos", "xpos", "deprel")
+
+
+def layer_row(spec: list[list[str]], layer: int, heads: int, what: str) -> list[str] | None:
+    """Row ``layer`` of a per-layer, per-head spec (a single row applies to every layer)."""
+    if not spec:
+        return None
+    row = spec[0] if len(spec) == 1 else spec[layer] if layer < len(spec) else None
+    if row is None:
+        raise ValueError(f"model.syntax.{what} has {len(spec)} rows; give one row, or one per encoder layer")
+    if len(row) != heads:
+        raise ValueError(f"model.syntax.{what}: a row has {len(row)} entries for {heads} heads")
+    return [str(v).lower() for v in row]
+
+
+class RelationAttention(AttentionExtension):
+    """Relation embeddings on keys and values for the heads of each relation kind."""
+
+    def __init__(self, kinds: list[str], d_head: int, syn: SyntaxConfig):
+        super().__init__()
+        for k in kinds:
+            if k not in RELATION_KINDS + ("none",):
+                raise ValueError(f"model.syntax.relations: unknown relation kind {k!r} (none, {', '.join(RELATION_KINDS)})")
+        self.k_linear = syn.max_relative_position
+        self.use_values = syn.relation_values
+        self.scale = 1.0 / math.sqrt(d_head)
+        sizes = {
+            "linear": n_linear_relations(syn.max_relative_position),
+            "tree_distance": n_tree_distance_relations(syn.max_tree_distance),
+            "tree_path": n_tree_path_relations(syn.max_path_length),
+        }
+        self.kinds = [k for k in RELATION_KINDS if k in kinds]
+        for k in self.kinds:
+            self.register_buffer(f"heads_{k}", torch.tensor([h for h, kk in enumerate(kinds) if kk == k]), persistent=False)
+        # Shared by the heads of one kind within the layer (Shaw et al. 2018, Sec. 3.1).
+        self.key_emb = nn.ModuleDict({k: nn.Embedding(sizes[k], d_head) for k in self.kinds})
+        self.value_emb = nn.ModuleDict({k: nn.Embedding(sizes[k], d_head) for k in self.kinds}) if self.use_values else None
+        for emb in list(self.key_emb.values()) + (list(self.value_emb.values()) if self.value_emb else []):
+            nn.init.normal_(emb.weight, std=d_head**-0.5)
+
+    def relation_ids(self, kind: str, context: dict[str, Any], tq: int, tk: int, device) -> Tensor:
+        """(B or 1, Tq, Tk) relation ids of one kind."""
+        if kind == "linear":
+            ids = linear_relation_ids(max(tq, tk), self.k_linear)[-tq:, :tk]
+            return torch.as_tensor(ids, device=device)[None]
+        feats = context["batch"].features
+        if f"rel_{kind}" not in feats:
+            raise ValueError(f"the batch lacks 'rel_{kind}': this model needs parsed source sentences")
+        return feats[f"rel_{kind}"]
+
+    def scores(self, scores: Tensor, q: Tensor, context: dict[str, Any]) -> Tensor:
+        extra = torch.zeros_like(scores)
+        for kind in self.kinds:
+            heads = getattr(self, f"heads_{kind}")
+            ids = self.relation_ids(kind, context, scores.size(-2), scores.size(-1), scores.device)
+            qe = torch.matmul(q.index_select(1, heads), self.key_emb[kind].weight.t())  # (B, h, Tq, R)
+            idx = ids[:, None].expand(qe.size(0), len(heads), -1, -1)
+            extra = extra.index_copy(1, heads, qe.gather(-1, idx) * self.scale)
+        return scores + extra
+
+    def values(self, out: Tensor, weights: Tensor, context: dict[str, Any]) -> Tensor:
+        if not self.use_values:
+            return out
+        extra = torch.zeros_like(out)
+        for kind in self.kinds:
+            heads = getattr(self, f"heads_{kind}")
+            ids = self.relation_ids(kind, context, weights.size(-2), weights.size(-1), weights.device)
+            w = weights.index_select(1, heads)  # (B, h, Tq, Tk)
+            idx = ids[:, None].expand(w.size(0), len(heads), -1, -1)
+            n_rel = self.value_emb[kind].num_embeddings
+            per_relation = w.new_zeros(*w.shape[:-1], n_rel).scatter_add_(-1, idx, w)  # (B, h, Tq, R)
+            extra = extra.index_copy(1, heads, torch.matmul(per_relation, self.value_emb[kind].weight))
+        return out + extra
+
+
+class LinguisticHeads(AttentionExtension):
+    """Heads whose queries and keys are projections of tag embeddings (``upos``, ``xpos``, ``deprel``)."""
+
+    def __init__(self, sources: list[str], d_head: int, tag_dim: int, tag_sizes: dict[str, int]):
+        super().__init__()
+        self.assign = {h: s for h, s in enumerate(sources) if s != "word"}
+        for s in self.assign.values():
+            if s not in TAG_SOURCES:
+                raise ValueError(f"model.syntax.qk_source: unknown source {s!r} (word, {', '.join(TAG_SOURCES)})")
+            if s not in tag_sizes:
+                raise ValueError(f"model.syntax.qk_source uses {s!r} but the prepared corpus has no {s} tags")
+        used = sorted(set(self.assign.values()))
+        self.tag_emb = nn.ModuleDict({s: nn.Embedding(tag_sizes[s], tag_dim, padding_idx=0) for s in used})
+        self.q_proj = nn.ModuleDict({str(h): nn.Linear(tag_dim, d_head) for h in self.assign})
+        self.k_proj = nn.ModuleDict({str(h): nn.Linear(tag_dim, d_head) for h in self.assign})
+
+    def queries_keys(self, q: Tensor, k: Tensor, context: dict[str, Any]) -> tuple[Tensor, Tensor]:
+        feats = context["batch"].features
+        qs, ks = list(q.unbind(1)), list(k.unbind(1))
+        embedded = {}
+        for h, source in self.assign.items():
+            if source not in feats:
+                raise ValueError(f"the batch lacks '{source}' tags: this model needs parsed source sentences")
+            if source not in embedded:
+                embedded[source] = self.tag_emb[source](feats[source])  # (B, S, tag_dim)
+            qs[h] = self.q_proj[str(h)](embedded[source])
+            ks[h] = self.k_proj[str(h)](embedded[source])
+        return torch.stack(qs, 1), torch.stack(ks, 1)
+
+
+class ParentScaled(AttentionExtension):
+    """PASCAL: S'_ij = S_ij * N(j; p_i, sigma^2) for the chosen heads."""
+
+    def __init__(self, flags: list[str], sigma: float):
+        super().__init__()
+        on = [h for h, v in enumerate(flags) if v in ("yes", "true", "1")]
+        self.register_buffer("heads", torch.tensor(on, dtype=torch.long), persistent=False)
+        self.sigma = sigma
+
+    def scores(self, scores: Tensor, q: Tensor, context: dict[str, Any]) -> Tensor:
+        if "parent_pos" not in context["batch"].features:
+            raise ValueError("the batch lacks 'parent_pos': this model needs parsed source sentences")
+        parent = context["batch"].features["parent_pos"].to(scores.dtype)  # (B, S)
+        j = torch.arange(scores.size(-1), device=scores.device, dtype=scores.dtype)
+        gauss = torch.exp(-((j[None, None, :] - parent[:, :, None]) ** 2) / (2 * self.sigma**2)) / math.sqrt(2 * math.pi * self.sigma**2)
+        scaled = scores.index_select(1, self.heads) * gauss[:, None]
+        return scores.index_copy(1, self.heads, scaled)
+
+
+def encoder_extensions(syn: SyntaxConfig, layer: int, heads: int, d_head: int, tag_sizes: dict[str, int]) -> list[AttentionExtension]:
+    """The extensions of encoder self-attention layer ``layer`` configured in ``model.syntax``."""
+    exts: list[AttentionExtension] = []
+    sources = layer_row(syn.qk_source, layer, heads, "qk_source")
+    if sources and any(s != "word" for s in sources):
+        exts.append(LinguisticHeads(sources, d_head, syn.tag_dim, tag_sizes))
+    kinds = layer_row(syn.relations, layer, heads, "relations")
+    if kinds and any(k != "none" for k in kinds):
+        exts.append(RelationAttention(kinds, d_head, syn))
+    flags = layer_row(syn.parent_scaled, layer, heads, "parent_scaled")
+    if flags and any(v in ("yes", "true", "1") for v in flags):
+        exts.append(ParentScaled(flags, syn.parent_sigma))
+    return exts
+
+
+class InputFeatures(nn.Module):
+    """Linguistic input features (Sennrich & Haddow 2016, Eq. 3): each feature is embedded and
+    the embeddings are added to, or concatenated with, the word embedding."""
+
+    def __init__(self, syn: SyntaxConfig, d_model: int, sizes: dict[str, int]):
+        super().__init__()
+        self.names = list(syn.input_features)
+        self.concat = syn.feature_combine == "concat"
+        dim = syn.feature_dim if self.concat else d_model
+        if self.concat and dim * len(self.names) >= d_model:
+            raise ValueError(f"model.syntax.feature_dim {dim} x {len(self.names)} features leaves no room in d_model {d_model}")
+        for n in self.names:
+            if n not in sizes:
+                raise ValueError(f"model.syntax.input_features uses {n!r} but the prepared corpus has no {n} tags")
+        self.emb = nn.ModuleDict({n: nn.Embedding(sizes[n], dim, padding_idx=0) for n in self.names})
+        for e in self.emb.values():
+            nn.init.normal_(e.weight, std=d_model**-0.5)
+
+    @property
+    def word_dim_reduction(self) -> int:
+        return len(self.names) * self.emb[self.names[0]].embedding_dim if self.concat and self.names else 0
+
+    def forward(self, word_emb: Tensor, features: dict[str, Tensor]) -> Tensor:
+        missing = [n for n in self.names if n not in features]
+        if missing:
+            raise ValueError(f"the batch lacks the input features {missing}: this model needs parsed source sentences")
+        embs = [self.emb[n](features[n]) for n in self.names]
+        if self.concat:
+            return torch.cat([word_emb, *embs], dim=-1)
+        return word_emb + sum(embs)

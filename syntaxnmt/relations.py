@@ -1,0 +1,144 @@
+"""Source-side features for enriched attention, at the subword level, padded into batch tensors.
+
+From a sentence's annotation (its tree and tags at the word level, and the word index of every
+subword piece) this module computes, once per batch and shared by all layers and heads:
+
+* ``rel_tree_distance`` / ``rel_tree_path`` (B, S, S): relation ids between source positions
+  (:mod:`syntaxnmt.syntax`); pieces of one word are related by ``REL_SAME_WORD``, EOS by
+  ``REL_SPECIAL``. Linear relative positions need no feature: attention derives them from S.
+* ``upos`` / ``xpos`` / ``deprel`` / ``bie`` (B, S): tag ids of each piece (inherited from its word).
+* ``parent_pos`` (B, S): position of the first piece of each piece's dependency parent (a root,
+  and EOS, point at themselves), for parent-scaled attention.
+
+Tag ids: 0 = padding, 1 = special token (EOS), 2 = unknown tag, then the tags seen in training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+import torch
+
+from syntaxnmt.config import SyntaxConfig
+from syntaxnmt.syntax import bie_tags, subword_relations, tree_distance_ids, tree_moves, tree_path_ids
+
+TAG_NAMES = ("upos", "xpos", "deprel")
+TAG_SPECIALS = ["<pad>", "<special>", "<unk>"]
+TAG_UNK = 2
+
+
+@dataclass
+class SourceAnnotation:
+    """One source sentence's annotation, aligned to its subword pieces (EOS not included)."""
+
+    word_of_piece: np.ndarray  # (m,) word index of each piece
+    heads: np.ndarray  # (n,) CoNLL-U heads of the words
+    tags: dict[str, np.ndarray] = field(default_factory=dict)  # name -> (n,) tag ids
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """Which features a model needs, with the clipping parameters of the relations."""
+
+    names: frozenset[str] = frozenset()
+    max_tree_distance: int = 8
+    max_path_length: int = 4
+
+    @classmethod
+    def from_config(cls, syn: SyntaxConfig) -> "FeatureSpec":
+        names: set[str] = set()
+        kinds = {k for row in syn.relations for k in row}
+        names |= {f"rel_{k}" for k in kinds if k in ("tree_distance", "tree_path")}
+        names |= {s for row in syn.qk_source for s in row if s != "word"}
+        names |= set(syn.input_features)
+        if any(v in ("yes", "true", "1") for row in syn.parent_scaled for v in row):
+            names.add("parent_pos")
+        return cls(frozenset(names), syn.max_tree_distance, syn.max_path_length)
+
+    @property
+    def needs_parse(self) -> bool:
+        """Whether a sentence must be parsed (BIE tags only need the subword segmentation)."""
+        return bool(self.names - {"bie"})
+
+
+class TagVocab:
+    """String <-> id maps for the tag sets (``upos``, ``xpos``, ``deprel``)."""
+
+    def __init__(self, itos: dict[str, list[str]]):
+        self.itos = itos
+        self.stoi = {name: {t: i for i, t in enumerate(tags)} for name, tags in itos.items()}
+
+    @classmethod
+    def build(cls, tag_lists: dict[str, Iterable[Sequence[str]]]) -> "TagVocab":
+        itos = {}
+        for name, sentences in tag_lists.items():
+            seen = sorted({t for sent in sentences for t in sent})
+            itos[name] = TAG_SPECIALS + seen
+        return cls(itos)
+
+    def encode(self, name: str, tags: Sequence[str]) -> np.ndarray:
+        table = self.stoi[name]
+        return np.asarray([table.get(t, TAG_UNK) for t in tags], dtype=np.int64)
+
+    def size(self, name: str) -> int:
+        return len(self.itos[name])
+
+
+def sentence_features(ann: SourceAnnotation, spec: FeatureSpec) -> dict[str, np.ndarray]:
+    """The features of one sentence, over its pieces plus EOS (length m + 1)."""
+    w = np.append(ann.word_of_piece, -1)  # EOS is a special token
+    out: dict[str, np.ndarray] = {}
+    if {"rel_tree_distance", "rel_tree_path"} & spec.names:
+        up, down = tree_moves(ann.heads)
+        if "rel_tree_distance" in spec.names:
+            out["rel_tree_distance"] = subword_relations(tree_distance_ids(up, down, spec.max_tree_distance), w)
+        if "rel_tree_path" in spec.names:
+            out["rel_tree_path"] = subword_relations(tree_path_ids(up, down, spec.max_path_length), w)
+    for name in TAG_NAMES:
+        if name in spec.names:
+            out[name] = np.where(w < 0, 1, ann.tags[name][np.maximum(w, 0)])
+    if "bie" in spec.names:
+        out["bie"] = bie_tags(w)
+    if "parent_pos" in spec.names:
+        out["parent_pos"] = parent_positions(ann.heads, w)
+    return out
+
+
+def parent_positions(heads: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """For each piece, the position of the first piece of its word's parent (roots and EOS: itself)."""
+    m = len(w)
+    first_piece = np.full(len(heads) + 1, -1, dtype=np.int64)  # by word index
+    real = w >= 0
+    # the first piece of a word is the smallest position holding it: reverse assignment keeps the first
+    first_piece[w[real][::-1]] = np.arange(m)[real][::-1]
+    own = np.arange(m)
+    parent_word = np.where(real, np.asarray(heads)[np.maximum(w, 0)] - 1, -1)
+    parent = np.where(parent_word >= 0, first_piece[np.maximum(parent_word, 0)], -1)
+    return np.where(parent >= 0, parent, own)
+
+
+def pad_features(per_sentence: Sequence[dict[str, np.ndarray]], length: int) -> dict[str, torch.Tensor]:
+    """Stack per-sentence features into (B, S) or (B, S, S) tensors, zero-padded to ``length``.
+
+    ``parent_pos`` pads with each position's own index (a padded query attends nowhere anyway).
+    """
+    if not per_sentence:
+        return {}
+    out = {}
+    b = len(per_sentence)
+    for name in per_sentence[0]:
+        two_d = per_sentence[0][name].ndim == 2
+        shape = (b, length, length) if two_d else (b, length)
+        arr = np.zeros(shape, dtype=np.int64)
+        if name == "parent_pos":
+            arr[:] = np.arange(length)
+        for i, feats in enumerate(per_sentence):
+            f = feats[name]
+            if two_d:
+                arr[i, : f.shape[0], : f.shape[1]] = f
+            else:
+                arr[i, : len(f)] = f
+        out[name] = torch.from_numpy(arr)
+    return out

@@ -1,0 +1,106 @@
+"""Shared fixtures: a tiny synthetic corpus, tiny configs, a prepared cache and a briefly trained run.
+
+Everything is CPU-sized: a few hundred sentence pairs, a 200-piece joint vocabulary and a
+one-layer Transformer with d_model 32, so a training run of a few dozen updates takes seconds.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from syntaxnmt.config import Config, load_config
+from syntaxnmt.synthetic import write_corpus
+
+N_TRAIN, N_DEV, N_TEST = 600, 30, 30
+
+
+def quiet(*_args, **_kwargs) -> None:
+    """A ``log`` callback that prints nothing."""
+
+
+def deep_merge(base: dict, extra: dict | None) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in (extra or {}).items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+def tiny_tree(corpus: dict, work_dir: Path, prepared_dir: Path | None = None) -> dict:
+    """Config overrides (a nested dict) for a tiny experiment on ``corpus``."""
+    return {
+        "name": "tiny",
+        "work_dir": str(work_dir),
+        "seed": 1,
+        "data": {
+            "train_src": str(corpus["train"]["src"]),
+            "train_tgt": str(corpus["train"]["tgt"]),
+            "dev_src": str(corpus["dev"]["src"]),
+            "dev_tgt": str(corpus["dev"]["tgt"]),
+            "src_lang": "en",
+            "tgt_lang": "syn",
+            "vocab_size": 200,
+            "prepared_dir": str(prepared_dir) if prepared_dir else "",
+        },
+        "model": {"d_model": 32, "heads": 4, "ffn_dim": 64, "enc_layers": 1, "dec_layers": 1, "dropout": 0.1},
+        "train": {
+            "max_tokens": 2048,
+            "lr": 2e-3,
+            "warmup_steps": 10,
+            "max_steps": 12,
+            "valid_every": 6,
+            "valid_max_sentences": 10,
+            "log_every": 5,
+            "tensorboard": False,
+            "device": "cpu",
+        },
+        "decode": {"beam_size": 3, "batch_size": 16, "max_len_a": 1.2, "max_len_b": 5},
+    }
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory) -> dict[str, dict[str, Path]]:
+    """``{split: {"src"|"tgt"|...: path}}`` of a tiny synthetic corpus (shared, read-only)."""
+    return write_corpus(tmp_path_factory.mktemp("corpus"), n_train=N_TRAIN, n_dev=N_DEV, n_test=N_TEST, seed=1)
+
+
+@pytest.fixture(scope="session")
+def shared_prepared_dir(corpus, tmp_path_factory) -> Path:
+    """A prepared cache of the tiny corpus, built once; configs from ``make_config`` reuse it."""
+    from syntaxnmt.prepare import prepare
+
+    prepared = tmp_path_factory.mktemp("prepared")
+    cfg = load_config(None, tiny_tree(corpus, tmp_path_factory.mktemp("unused_work"), prepared))
+    prepare(cfg, log=quiet)
+    return prepared
+
+
+@pytest.fixture
+def make_config(corpus, shared_prepared_dir, tmp_path):
+    """``make_config(extra=None, work_dir=None, prepared_dir=None) -> Config``.
+
+    A tiny config whose ``work_dir`` is a fresh folder under ``tmp_path`` and whose data cache is the
+    shared prepared corpus (as long as ``extra`` leaves the data section alone).
+    """
+    counter = {"n": 0}
+
+    def make(extra: dict | None = None, work_dir: Path | None = None, prepared_dir: Path | None = None) -> Config:
+        if work_dir is None:
+            counter["n"] += 1
+            work_dir = tmp_path / f"run{counter['n']}"
+        tree = deep_merge(tiny_tree(corpus, work_dir, prepared_dir or shared_prepared_dir), extra)
+        return load_config(None, tree)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def trained_run(corpus, shared_prepared_dir, tmp_path_factory) -> Config:
+    """A run trained for 12 updates (``best.pt`` and ``last.pt`` in its ``work_dir``); read-only."""
+    from syntaxnmt.train import train
+
+    cfg = load_config(None, tiny_tree(corpus, tmp_path_factory.mktemp("trained") / "run", shared_prepared_dir))
+    train(cfg, log=quiet)
+    return cfg

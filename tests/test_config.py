@@ -1,0 +1,293 @@
+"""Tests for syntaxnmt.config: defaults, YAML files, command-line overrides, errors, ${VAR} expansion."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from syntaxnmt.config import Config, config_from_dict, expand_env, load_config, parse_overrides
+from syntaxnmt.errors import UserError
+
+
+def write_yaml(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------- defaults and files
+
+
+def test_defaults_load():
+    cfg = load_config(None)
+    assert cfg == Config()
+    assert cfg.model.d_model == 256 and cfg.model.heads == 4
+    assert cfg.train.lr == pytest.approx(7e-4)
+    assert cfg.train.adam_betas == (0.9, 0.98)
+    assert cfg.decode.beam_size == 5
+    assert cfg.prepared_dir == Path(cfg.work_dir) / "data"
+
+
+def test_yaml_file_loads(tmp_path):
+    path = write_yaml(
+        tmp_path / "exp.yaml",
+        """\
+        name: small
+        work_dir: runs/small
+        seed: 7
+        data:
+          train_src: corpus/train.en
+          vocab_size: 500
+          joint_vocab: false
+          spm_model_type: unigram
+        model:
+          d_model: 64
+          heads: 2
+          norm: post
+          tie_embeddings: none
+        train:
+          lr: 1e-3
+          adam_betas: [0.8, 0.99]
+          max_minutes: 2
+        decode:
+          beam_size: 4
+          length_penalty: 0.6
+        """,
+    )
+    cfg = load_config(path)
+    assert cfg.name == "small" and cfg.seed == 7 and cfg.work_dir == "runs/small"
+    assert cfg.data.train_src == "corpus/train.en"
+    assert cfg.data.vocab_size == 500 and cfg.data.joint_vocab is False and cfg.data.spm_model_type == "unigram"
+    assert (cfg.model.d_model, cfg.model.heads, cfg.model.norm, cfg.model.tie_embeddings) == (64, 2, "post", "none")
+    # ``1e-3`` is a float here (plain YAML 1.1 would read it as a string), lists become tuples.
+    assert isinstance(cfg.train.lr, float) and cfg.train.lr == 1e-3
+    assert cfg.train.adam_betas == (0.8, 0.99)
+    assert cfg.train.max_minutes == 2.0
+    assert cfg.decode.beam_size == 4 and cfg.decode.length_penalty == 0.6
+    # Keys not in the file keep their defaults.
+    assert cfg.model.ffn_dim == Config().model.ffn_dim
+    assert cfg.train.warmup_steps == Config().train.warmup_steps
+
+
+def test_empty_yaml_file_gives_defaults(tmp_path):
+    assert load_config(write_yaml(tmp_path / "empty.yaml", "")) == Config()
+
+
+def test_missing_config_file_is_user_error(tmp_path):
+    with pytest.raises(UserError, match="nope.yaml"):
+        load_config(tmp_path / "nope.yaml")
+
+
+# ---------------------------------------------------------------- overrides
+
+
+def test_parse_overrides_values_are_yaml():
+    tree = parse_overrides(
+        [
+            "--train.lr=1e-3",
+            "--train.adam_betas=[0.9, 0.98]",
+            "--model.heads",
+            "8",
+            "--model.tie_embeddings=all",
+            "--data.lowercase=true",
+            "--name=my run",
+        ]
+    )
+    betas = tree["train"].pop("adam_betas")
+    assert list(betas) == [0.9, 0.98]  # a YAML sequence (list or tuple)
+    assert tree == {
+        "train": {"lr": 1e-3},
+        "model": {"heads": 8, "tie_embeddings": "all"},
+        "data": {"lowercase": True},
+        "name": "my run",
+    }
+    assert isinstance(tree["train"]["lr"], float)
+
+
+def test_overrides_apply_on_top_of_the_file(tmp_path):
+    path = write_yaml(
+        tmp_path / "exp.yaml",
+        """\
+        model:
+          d_model: 64
+          heads: 2
+        train:
+          lr: 5.0e-4
+          warmup_steps: 100
+        """,
+    )
+    cfg = load_config(path, ["--train.lr=1e-3", "--train.adam_betas=[0.9, 0.999]", "--model.heads", "4", "--train.adam_eps=1e-8"])
+    assert cfg.train.lr == 1e-3
+    assert cfg.train.adam_eps == 1e-8
+    assert cfg.train.adam_betas == (0.9, 0.999)
+    assert cfg.model.heads == 4
+    assert cfg.model.d_model == 64  # from the file
+    assert cfg.train.warmup_steps == 100  # from the file
+
+
+def test_int_is_accepted_for_a_float_key():
+    cfg = load_config(None, ["--train.lr=1"])
+    assert cfg.train.lr == 1.0 and isinstance(cfg.train.lr, float)
+
+
+def test_dict_overrides():
+    cfg = load_config(None, {"model": {"d_model": 32, "heads": 4}, "train": {"adam_betas": [0.5, 0.6]}})
+    assert cfg.model.d_model == 32
+    assert cfg.train.adam_betas == (0.5, 0.6)
+
+
+@pytest.mark.parametrize("args", [["--train.lr"], ["train.lr=1"], ["--"], ["--train.lr=1", "stray"]])
+def test_malformed_override_arguments(args):
+    with pytest.raises(UserError):
+        load_config(None, args)
+
+
+# ---------------------------------------------------------------- errors name the key and the file
+
+
+def test_unknown_key_in_file(tmp_path):
+    path = write_yaml(tmp_path / "bad_key.yaml", "train:\n  lr: 1.0e-3\n  learning_rate: 0.1\n")
+    with pytest.raises(UserError) as exc:
+        load_config(path)
+    msg = str(exc.value)
+    assert "train.learning_rate" in msg and str(path) in msg and "unknown key" in msg
+
+
+def test_unknown_section_in_file(tmp_path):
+    path = write_yaml(tmp_path / "bad_section.yaml", "trian:\n  lr: 1.0e-3\n")
+    with pytest.raises(UserError) as exc:
+        load_config(path)
+    assert "trian" in str(exc.value) and str(path) in str(exc.value)
+
+
+def test_unknown_key_in_override(tmp_path):
+    path = write_yaml(tmp_path / "ok.yaml", "seed: 3\n")
+    with pytest.raises(UserError) as exc:
+        load_config(path, ["--model.nrom=pre"])
+    msg = str(exc.value)
+    assert "model.nrom" in msg and str(path) in msg
+
+
+def test_wrong_type_in_file(tmp_path):
+    path = write_yaml(tmp_path / "bad_type.yaml", "train:\n  lr: fast\nmodel:\n  d_model: 12.5\n")
+    with pytest.raises(UserError) as exc:
+        load_config(path)
+    msg = str(exc.value)
+    assert str(path) in msg
+    assert "train.lr" in msg and "fast" in msg
+    assert "model.d_model" in msg
+
+
+def test_wrong_type_in_override():
+    with pytest.raises(UserError, match=r"train\.max_steps"):
+        load_config(None, ["--train.max_steps=many"])
+
+
+def test_invalid_literal(tmp_path):
+    path = write_yaml(tmp_path / "bad_literal.yaml", "model:\n  norm: middle\n")
+    with pytest.raises(UserError) as exc:
+        load_config(path)
+    msg = str(exc.value)
+    assert "model.norm" in msg and str(path) in msg and "middle" in msg
+    assert "'pre'" in msg and "'post'" in msg  # the allowed values
+
+
+def test_invalid_literal_in_override():
+    with pytest.raises(UserError, match=r"data\.spm_model_type"):
+        load_config(None, ["--data.spm_model_type=word"])
+
+
+def test_bad_yaml(tmp_path):
+    path = write_yaml(tmp_path / "broken.yaml", "model:\n  d_model: 64\n  heads: [2, 4\ntrain:\n  lr: 1\n")
+    with pytest.raises(UserError) as exc:
+        load_config(path)
+    msg = str(exc.value)
+    assert str(path) in msg and "invalid YAML" in msg
+    assert f"{path}:" in msg  # with a line number
+
+
+def test_top_level_must_be_a_mapping(tmp_path):
+    path = write_yaml(tmp_path / "list.yaml", "- a\n- b\n")
+    with pytest.raises(UserError, match="list.yaml"):
+        load_config(path)
+
+
+def test_invalid_utf8_config(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(UserError, match="latin1.yaml"):
+        load_config(path)
+
+
+def test_d_model_must_be_divisible_by_heads():
+    with pytest.raises(UserError, match="divisible"):
+        load_config(None, {"model": {"d_model": 30, "heads": 4}})
+
+
+def test_config_from_dict_names_source():
+    with pytest.raises(UserError, match="my-source"):
+        config_from_dict({"decode": {"beam": 3}}, source="my-source")
+
+
+# ---------------------------------------------------------------- ${VAR} expansion
+
+
+def test_env_expansion_with_default(tmp_path, monkeypatch):
+    monkeypatch.delenv("SNMT_TEST_DATA", raising=False)
+    monkeypatch.delenv("SNMT_TEST_RUNS", raising=False)
+    path = write_yaml(
+        tmp_path / "env.yaml",
+        """\
+        work_dir: ${SNMT_TEST_RUNS:-runs}/exp
+        data:
+          train_src: ${SNMT_TEST_DATA:-../shared/data}/train.de
+          prepared_dir: ${SNMT_TEST_DATA:-/tmp/d}/prep
+        """,
+    )
+    cfg = load_config(path)
+    assert cfg.data.train_src == "../shared/data/train.de"
+    assert cfg.data.prepared_dir == "/tmp/d/prep"
+    assert cfg.work_dir == "runs/exp"
+
+    monkeypatch.setenv("SNMT_TEST_DATA", "/corpora")
+    monkeypatch.setenv("SNMT_TEST_RUNS", "/scratch")
+    cfg = load_config(path)
+    assert cfg.data.train_src == "/corpora/train.de"
+    assert cfg.data.prepared_dir == "/corpora/prep"
+    assert cfg.work_dir == "/scratch/exp"
+
+
+def test_env_expansion_without_default(monkeypatch):
+    monkeypatch.setenv("SNMT_TEST_SET", "/x")
+    assert expand_env("${SNMT_TEST_SET}/a") == "/x/a"
+    assert expand_env("no variables") == "no variables"
+    monkeypatch.delenv("SNMT_TEST_UNSET", raising=False)
+    assert expand_env("${SNMT_TEST_UNSET:-}/a") == "/a"
+    with pytest.raises(UserError, match="SNMT_TEST_UNSET"):
+        load_config(None, {"data": {"train_src": "${SNMT_TEST_UNSET}/train.en"}})
+
+
+# ---------------------------------------------------------------- save and reload
+
+
+def test_saved_config_reloads_equal(tmp_path):
+    cfg = load_config(
+        None,
+        [
+            "--name=round trip",
+            "--train.lr=3e-4",
+            "--train.adam_betas=[0.85, 0.995]",
+            "--train.adam_eps=1e-9",
+            "--model.norm=post",
+            "--model.positions=learned",
+            "--data.max_len_ratio=2.5",
+            "--decode.length_penalty=0",
+        ],
+    )
+    path = tmp_path / "saved.yaml"
+    cfg.save(path)
+    again = load_config(path)
+    assert again == cfg
+    assert again.train.adam_betas == (0.85, 0.995)
+    assert again.decode.length_penalty == 0.0

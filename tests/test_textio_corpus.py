@@ -1,0 +1,160 @@
+"""Tests for syntaxnmt.textio (strict UTF-8 plain/gzip reading, atomic writes) and syntaxnmt.corpus."""
+
+from __future__ import annotations
+
+import gzip
+import os
+
+import pytest
+
+from syntaxnmt.corpus import length_filter, read_parallel
+from syntaxnmt.errors import UserError
+from syntaxnmt.textio import atomic_write, atomic_write_text, iter_lines, read_lines, write_lines
+
+LINES = ["the dog sees a cat .", "", "  ", "Grüße, 世界 !", "last line"]
+
+
+def _plain(path, lines):
+    path.write_bytes("".join(line + "\n" for line in lines).encode("utf-8"))
+    return path
+
+
+def _gz(path, lines):
+    with gzip.open(path, "wb") as f:
+        f.write("".join(line + "\n" for line in lines).encode("utf-8"))
+    return path
+
+
+# ---------------------------------------------------------------- reading
+
+
+def test_plain_and_gzip_read_identically(tmp_path):
+    plain = read_lines(_plain(tmp_path / "a.txt", LINES))
+    packed = read_lines(_gz(tmp_path / "a.txt.gz", LINES))
+    assert plain == packed == LINES
+
+
+def test_line_endings_are_stripped_but_not_other_whitespace(tmp_path):
+    path = tmp_path / "crlf.txt"
+    path.write_bytes(b"one\r\n two \r\nthree")
+    assert read_lines(path) == ["one", " two ", "three"]
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"fine\nstill fine\nbro\xffken\nafter\n")
+    with pytest.raises(UserError) as exc:
+        read_lines(path)
+    assert f"{path}:3:" in str(exc.value) and "UTF-8" in str(exc.value)
+
+
+def test_invalid_utf8_in_gzip_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.txt.gz"
+    with gzip.open(path, "wb") as f:
+        f.write(b"ok\n\xc3\x28 broken\n")
+    with pytest.raises(UserError) as exc:
+        read_lines(path)
+    assert f"{path}:2:" in str(exc.value)
+
+
+def test_valid_lines_before_an_error_are_yielded(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"a\nb\n\xff\n")
+    it = iter_lines(path)
+    assert next(it) == "a" and next(it) == "b"
+    with pytest.raises(UserError):
+        next(it)
+
+
+def test_missing_file_and_directory(tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        read_lines(tmp_path / "missing.txt")
+    with pytest.raises(UserError, match="directory"):
+        read_lines(tmp_path)
+
+
+def test_corrupt_gzip_is_a_user_error(tmp_path):
+    path = tmp_path / "corrupt.gz"
+    path.write_bytes(b"this is not gzip data\n")
+    with pytest.raises(UserError, match="corrupt.gz"):
+        read_lines(path)
+    truncated = tmp_path / "truncated.gz"
+    _gz(tmp_path / "full.gz", [f"line {i}" for i in range(2000)])
+    truncated.write_bytes((tmp_path / "full.gz").read_bytes()[:200])
+    with pytest.raises(UserError, match="truncated.gz"):
+        read_lines(truncated)
+
+
+# ---------------------------------------------------------------- writing
+
+
+def test_write_lines_round_trip_and_no_temp_files(tmp_path):
+    path = tmp_path / "sub" / "out.txt"
+    write_lines(path, LINES)
+    assert read_lines(path) == LINES
+    assert os.listdir(path.parent) == ["out.txt"]
+
+
+def test_failed_atomic_write_keeps_the_old_file(tmp_path):
+    path = tmp_path / "keep.txt"
+    atomic_write_text(path, "old\n")
+
+    def explode(f):
+        f.write(b"half of the new content")
+        raise RuntimeError("disk on fire")
+
+    with pytest.raises(RuntimeError):
+        atomic_write(path, explode)
+    assert path.read_text() == "old\n"
+    assert os.listdir(tmp_path) == ["keep.txt"]
+
+
+# ---------------------------------------------------------------- parallel text
+
+
+def test_read_parallel_drops_and_counts_empty_pairs(tmp_path):
+    src = _plain(tmp_path / "s.txt", ["a b", "", "c", "d e", "   ", "f"])
+    tgt = _gz(tmp_path / "t.txt.gz", ["A B", "X", "", "D E", "Y", "F"])
+    par = read_parallel(src, tgt)
+    assert par.src == ["a b", "d e", "f"]
+    assert par.tgt == ["A B", "D E", "F"]
+    assert par.line_numbers == [1, 4, 6]
+    assert par.counts == {"read": 6, "empty": 3}
+
+
+def test_read_parallel_line_count_mismatch(tmp_path):
+    src = _plain(tmp_path / "src.txt", ["a", "b", "c"])
+    tgt = _plain(tmp_path / "tgt.txt", ["A", "B"])
+    with pytest.raises(UserError) as exc:
+        read_parallel(src, tgt)
+    msg = str(exc.value)
+    assert str(src) in msg and str(tgt) in msg
+    assert "3" in msg and "2" in msg
+
+
+def test_read_parallel_invalid_utf8_and_missing_file(tmp_path):
+    src = _plain(tmp_path / "src.txt", ["a", "b"])
+    bad = tmp_path / "tgt.txt"
+    bad.write_bytes(b"A\n\xfe\n")
+    with pytest.raises(UserError, match=rf"{bad}:2:"):
+        read_parallel(src, bad)
+    with pytest.raises(UserError, match="nope.txt"):
+        read_parallel(src, tmp_path / "nope.txt")
+
+
+def test_length_filter_counts_each_rule_once():
+    # (src, tgt) lengths; min 2, max 10, ratio 2.0
+    pairs = [
+        (5, 5),  # kept
+        (1, 5),  # too short (also a bad ratio: counted under the first rule only)
+        (2, 2),  # kept (boundary)
+        (11, 4),  # too long (also a bad ratio)
+        (10, 10),  # kept (boundary)
+        (3, 7),  # bad ratio
+        (4, 8),  # kept: ratio exactly 2
+        (0, 0),  # too short
+    ]
+    keep, dropped = length_filter([s for s, _ in pairs], [t for _, t in pairs], min_len=2, max_len=10, max_ratio=2.0)
+    assert keep == [0, 2, 4, 6]
+    assert dropped == {"too_short": 2, "too_long": 1, "bad_ratio": 1}
+    assert len(keep) + sum(dropped.values()) == len(pairs)
