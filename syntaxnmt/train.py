@@ -127,7 +127,7 @@ def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainCon
         batch = collate(split, idx, model.feature_spec).to(device)
         loss, _ = label_smoothed_nll(model(batch).logits, batch.tgt_out, t.label_smoothing)
         (loss / n_tokens).backward()
-        loss_sum += float(loss)
+        loss_sum += loss.item()
     if t.clip_norm > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
     opt.step()

@@ -1,0 +1,162 @@
+"""Relation-aware heads (Shaw et al. 2018), linguistic heads, parent-scaled heads, input features."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from syntaxnmt.batches import make_batch
+from syntaxnmt.config import ModelConfig, SyntaxConfig
+from syntaxnmt.model import build_model
+from syntaxnmt.model.attention import MultiHeadAttention
+from syntaxnmt.model.syntax_attention import LinguisticHeads, ParentScaled, RelationAttention, encoder_extensions
+from syntaxnmt.relations import FeatureSpec, SourceAnnotation, pad_features, sentence_features
+
+
+class Ctx:
+    """A stand-in batch carrying only features."""
+
+    def __init__(self, **features):
+        self.features = features
+
+
+def test_zero_relation_embeddings_equal_plain_attention():
+    torch.manual_seed(0)
+    syn = SyntaxConfig(max_relative_position=3)
+    rel = RelationAttention(["linear", "tree_distance", "none", "linear"], 8, syn)
+    for emb in list(rel.key_emb.values()) + list(rel.value_emb.values()):
+        torch.nn.init.zeros_(emb.weight)
+    plain = MultiHeadAttention(32, 4)
+    enriched = MultiHeadAttention(32, 4, extensions=[rel])
+    enriched.load_state_dict(plain.state_dict(), strict=False)
+    x = torch.randn(2, 5, 32)
+    pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    ids = torch.randint(0, 5, (2, 5, 5))
+    out_plain, w_plain = plain(x, key_padding_mask=pad, need_weights=True)
+    out_rel, w_rel = enriched(x, key_padding_mask=pad, need_weights=True, context={"batch": Ctx(rel_tree_distance=ids)})
+    torch.testing.assert_close(out_rel, out_plain)
+    torch.testing.assert_close(w_rel, w_plain)
+
+
+def test_one_relation_head_on_three_tokens_by_hand():
+    d = 2
+    syn = SyntaxConfig(max_tree_distance=2)
+    rel = RelationAttention(["tree_distance"], d, syn)
+    mha = MultiHeadAttention(d, 1, extensions=[rel])
+    with torch.no_grad():
+        for proj in (mha.q_proj, mha.k_proj, mha.v_proj, mha.out_proj):
+            proj.weight.copy_(torch.eye(d))
+            proj.bias.zero_()
+        rel.key_emb["tree_distance"].weight.copy_(torch.arange(12.0).view(6, 2) / 10)
+        rel.value_emb["tree_distance"].weight.copy_(-torch.arange(12.0).view(6, 2) / 7)
+    x = torch.tensor([[[1.0, 0.0], [0.0, 2.0], [1.0, -1.0]]])
+    ids = torch.tensor([[[3, 4, 5], [4, 3, 4], [5, 4, 3]]])
+    out, w = mha(x, need_weights=True, context={"batch": Ctx(rel_tree_distance=ids)})
+
+    X = x[0].numpy()
+    aK = rel.key_emb["tree_distance"].weight.detach().numpy()
+    aV = rel.value_emb["tree_distance"].weight.detach().numpy()
+    R = ids[0].numpy()
+    expected_w = np.zeros((3, 3))
+    expected_z = np.zeros((3, 2))
+    for i in range(3):
+        e = np.array([X[i] @ (X[j] + aK[R[i, j]]) / math.sqrt(d) for j in range(3)])
+        a = np.exp(e - e.max()) / np.exp(e - e.max()).sum()
+        expected_w[i] = a
+        expected_z[i] = sum(a[j] * (X[j] + aV[R[i, j]]) for j in range(3))
+    np.testing.assert_allclose(w[0, 0].detach().numpy(), expected_w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out[0].detach().numpy(), expected_z, rtol=1e-5, atol=1e-6)
+
+
+def test_linear_relations_depend_on_offset_only():
+    torch.manual_seed(0)
+    rel = RelationAttention(["linear"], 4, SyntaxConfig(max_relative_position=2))
+    ids = rel.relation_ids("linear", {}, 4, 4, "cpu")[0]
+    assert ids.tolist() == [[2, 3, 4, 4], [1, 2, 3, 4], [0, 1, 2, 3], [0, 0, 1, 2]]
+
+
+def _encoder_model(syntax: dict, seed: int = 0):
+    torch.manual_seed(seed)
+    cfg = ModelConfig(d_model=16, heads=4, ffn_dim=32, enc_layers=2, dec_layers=1, dropout=0.0, syntax=SyntaxConfig(**syntax))
+    return build_model(cfg, 40, 40, upos=8, xpos=8, deprel=9, bie=6).eval()
+
+
+def _batch(words, model, tags, heads):
+    b = make_batch([np.array(w) for w in words], [np.array([5, 6])] * len(words), range(len(words)))
+    anns = [SourceAnnotation(np.arange(len(w)), np.array(h), {"upos": np.array(t), "deprel": np.array(t), "xpos": np.array(t)}) for w, t, h in zip(words, tags, heads)]
+    b.features = pad_features([sentence_features(a, model.feature_spec) for a in anns], b.src.size(1))
+    return b
+
+
+def test_specialized_heads_ignore_word_identity():
+    model = _encoder_model({"qk_source": [["word", "upos", "word", "deprel"]]})
+    tags, heads = [[3, 4, 5, 3]], [[2, 0, 2, 3]]
+    b1 = _batch([[7, 8, 9, 10]], model, tags, heads)
+    b2 = _batch([[20, 21, 22, 23]], model, tags, heads)  # other words, same tags
+    e1, e2 = model.encode(b1, need_weights=True), model.encode(b2, need_weights=True)
+    for layer in range(2):
+        w1, w2 = e1.self_attention[layer][0], e2.self_attention[layer][0]
+        torch.testing.assert_close(w1[1], w2[1])  # upos head
+        torch.testing.assert_close(w1[3], w2[3])  # deprel head
+        assert not torch.allclose(w1[0], w2[0])  # a word head does see the words
+    b3 = _batch([[7, 8, 9, 10]], model, [[3, 3, 6, 4]], heads)  # same words, other tags
+    e3 = model.encode(b3, need_weights=True)
+    assert not torch.allclose(e1.self_attention[0][0, 1], e3.self_attention[0][0, 1])
+
+
+def test_parent_scaled_multiplies_scores_by_gaussian():
+    ext = ParentScaled(["yes", "no"], sigma=1.0)
+    scores = torch.ones(1, 2, 3, 3)
+    parent = torch.tensor([[1, 1, 0]])
+    out = ext.scores(scores, None, {"batch": Ctx(parent_pos=parent)})
+    gauss = lambda j, p: math.exp(-((j - p) ** 2) / 2) / math.sqrt(2 * math.pi)  # noqa: E731
+    expected = torch.tensor([[gauss(j, p) for j in range(3)] for p in (1, 1, 0)])
+    torch.testing.assert_close(out[0, 0], expected)
+    torch.testing.assert_close(out[0, 1], scores[0, 1])
+
+
+def test_full_model_with_every_extension_runs_and_masks_padding():
+    model = _encoder_model(
+        {
+            "relations": [["linear", "tree_distance", "tree_path", "none"], ["none", "linear", "linear", "tree_path"]],
+            "qk_source": [["word", "word", "word", "upos"]],
+            "parent_scaled": [["no", "no", "yes", "no"]],
+            "input_features": ["upos", "bie"],
+        }
+    )
+    assert model.feature_spec.names == {"rel_tree_distance", "rel_tree_path", "upos", "parent_pos", "bie"}
+    b = _batch([[7, 8, 9, 10], [11, 12]], model, [[3, 4, 5, 3], [4, 5]], [[2, 0, 2, 3], [0, 1]])
+    out = model(b, need_weights=True)
+    for w in out.encoder.self_attention:
+        assert w[1, :, :, 3:].abs().max() == 0  # padding of the short sentence gets zero weight
+    out.logits.sum().backward()
+    grads = [p.grad for n, p in model.named_parameters() if "key_emb" in n or "tag_emb" in n]
+    assert grads and all(g is not None and g.abs().sum() > 0 for g in grads)
+
+
+def test_input_features_change_the_encoding_and_concat_keeps_d_model():
+    for combine in ("add", "concat"):
+        model = _encoder_model({"input_features": ["upos"], "feature_combine": combine, "feature_dim": 4})
+        model.cfg.tie_embeddings  # noqa: B018
+        b1 = _batch([[7, 8, 9]], model, [[3, 4, 5]], [[0, 1, 2]])
+        b2 = _batch([[7, 8, 9]], model, [[3, 3, 5]], [[0, 1, 2]])
+        h1, h2 = model.encode(b1).hidden, model.encode(b2).hidden
+        assert h1.shape[-1] == 16
+        assert not torch.allclose(h1, h2)
+
+
+def test_config_rows_are_checked():
+    with pytest.raises(ValueError, match="entries for 4 heads"):
+        encoder_extensions(SyntaxConfig(relations=[["linear"]]), 0, 4, 4, {})
+    with pytest.raises(ValueError, match="unknown relation kind"):
+        encoder_extensions(SyntaxConfig(relations=[["linear", "x", "none", "none"]]), 0, 4, 4, {})
+    with pytest.raises(ValueError, match="no upos tags"):
+        LinguisticHeads(["upos"], 4, 8, {})
+
+
+def test_feature_spec_from_config():
+    spec = FeatureSpec.from_config(SyntaxConfig(relations=[["linear", "none"]], input_features=["bie"]))
+    assert spec.names == {"bie"} and not spec.needs_parse
+    spec = FeatureSpec.from_config(SyntaxConfig(relations=[["tree_path", "none"]]))
+    assert spec.names == {"rel_tree_path"} and spec.needs_parse
