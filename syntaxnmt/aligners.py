@@ -11,7 +11,6 @@ Reproducibility: eflomal 2.0 seeds its samplers from ``/dev/urandom`` and has no
 
 from __future__ import annotations
 
-import logging
 import subprocess
 import tempfile
 import warnings
@@ -79,7 +78,6 @@ def run_eflomal(
     with tempfile.TemporaryDirectory(prefix="syntaxnmt-eflomal-") as tmp:
         fwd_path, rev_path = Path(tmp) / "forward.links", Path(tmp) / "reverse.links"
         try:
-            logging.getLogger("eflomal").setLevel(logging.WARNING)
             aligner.align(
                 [" ".join(t) + "\n" for t in src_tokens],
                 [" ".join(t) + "\n" for t in tgt_tokens],

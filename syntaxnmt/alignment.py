@@ -48,7 +48,7 @@ WORD_BOUNDARY = "\u2581"  # SentencePiece's "▁", which starts every piece that
 # Pharaoh format
 # --------------------------------------------------------------------------------------
 
-_LINK = re.compile(r"^(-?\d+)([-p])(-?\d+)$")
+_LINK = re.compile(r"^(-?[0-9]+)([-p])(-?[0-9]+)$")
 
 
 def _prefix(where: str) -> str:

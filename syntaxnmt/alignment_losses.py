@@ -68,7 +68,7 @@ def alignment_targets(links: Sequence[Iterable[tuple[int, int]]], tgt_len: int, 
 def normalize_alignment(ref: Tensor, src_pad_mask: Tensor | None = None, tgt_pad_mask: Tensor | None = None) -> Tensor:
     """Row-normalize a reference alignment (B, T, S): a target word linked to k source words gives
     each 1/k; rows without links (unaligned target words) and padding stay all-zero."""
-    ref = ref.float()
+    ref = ref if ref.is_floating_point() else ref.float()
     if src_pad_mask is not None:
         ref = ref.masked_fill(src_pad_mask[:, None, :], 0.0)
     if tgt_pad_mask is not None:

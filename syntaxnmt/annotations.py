@@ -16,14 +16,18 @@ import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import conllu
 from conllu.exceptions import ParseException
 from conllu.parser import parse_id_value
+from tqdm import tqdm
 
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import atomic_write, iter_lines
+
+if TYPE_CHECKING:
+    from spacy.tokens import Doc
 
 CONLLU_COLUMNS = 10
 
@@ -72,7 +76,7 @@ def tree_problem(heads: Sequence[int]) -> str | None:
     state = [UNSEEN] * (n + 1)
     state[0] = DONE  # the virtual ROOT
     for start in range(1, n + 1):
-        path = []
+        path: list[int] = []
         token = start
         while state[token] == UNSEEN:
             state[token] = ON_PATH
@@ -171,7 +175,7 @@ class _NumberedLines(io.TextIOBase):
         super().close()
 
 
-def _parse_id_checking_columns(columns: list[str], i: int):
+def _parse_id_checking_columns(columns: list[str], i: int) -> int | tuple[int, str, int] | None:
     """The ID field parser of the conllu library, plus a check of the column count."""
     if len(columns) != CONLLU_COLUMNS:
         raise ParseException(f"the line of ID {columns[0]!r} has {len(columns)} columns, expected {CONLLU_COLUMNS}")
@@ -180,7 +184,7 @@ def _parse_id_checking_columns(columns: list[str], i: int):
 
 def _clean_word(form: str) -> str:
     """A word with internal whitespace replaced by ``_`` (words must survive ``" ".join``)."""
-    return "_".join(form.split()) if form.strip() else form
+    return "_".join(form.split()) or form
 
 
 def _sentence_to_parse(sentence: conllu.TokenList, where: str) -> Parse:
@@ -277,14 +281,12 @@ class SpacyParser:
 
     def parse(self, lines: Sequence[str], progress: bool = False, batch_size: int = 256) -> list[Parse]:
         """One :class:`Parse` per line; a line that spaCy splits into sentences gets several roots."""
-        from tqdm import tqdm
-
         docs = self.nlp.pipe(lines, batch_size=batch_size)
         docs = tqdm(docs, total=len(lines), desc=f"spaCy {self.pipeline}", unit="sent", disable=not progress)
         return [_doc_to_parse(doc) for doc in docs]
 
 
-def _doc_to_parse(doc) -> Parse:
+def _doc_to_parse(doc: Doc) -> Parse:
     """Convert a spaCy ``Doc``: whitespace tokens are dropped and their dependents re-attached to
     the nearest non-space ancestor (or made roots)."""
     kept = [token for token in doc if not token.is_space]
@@ -299,7 +301,7 @@ def _doc_to_parse(doc) -> Parse:
         parse.upos.append(token.pos_ or "_")
         parse.xpos.append(token.tag_ or "_")
         parse.heads.append(head_pos)
-        parse.deprel.append("root" if head_pos == 0 else token.dep_.lower() or "_")
+        parse.deprel.append("root" if head_pos == 0 else (token.dep_.lower() or "_"))
     return parse
 
 
@@ -328,6 +330,8 @@ def annotate(
         parses: list[Parse] = SpacyParser(pipeline).parse(lines, progress=progress)
         source = text_path
     elif method == "conllu":
+        if not conllu_path:
+            raise UserError(f"annotation from CoNLL-U needs the CoNLL-U file of {text_path}")
         parses = read_conllu(conllu_path)
         _check_sentence_count(parses, lines, conllu_path, text_path)
         source = conllu_path

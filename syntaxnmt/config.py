@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import atomic_write_text
@@ -150,8 +150,8 @@ class ModelConfig(_Section):
     """Model architecture."""
 
     arch: Literal["transformer", "rnn"] = "transformer"
-    d_model: int = 256
-    heads: int = 4
+    d_model: PositiveInt = 256
+    heads: PositiveInt = 4
     ffn_dim: int = 1024
     enc_layers: int = 3
     dec_layers: int = 3
@@ -159,7 +159,8 @@ class ModelConfig(_Section):
     attention_dropout: float = 0.0
     activation: Literal["relu", "gelu"] = "relu"
     norm: Literal["pre", "post"] = "pre"
-    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    positions: Literal["sinusoidal", "learned", "none"] = "sinusoidal"
+    """Absolute positions added to the embeddings (``none``: rely on relative relations only)."""
     max_positions: int = 1024
     tie_embeddings: Literal["none", "decoder", "all"] = "decoder"
     """``decoder``: tie the decoder's input and output embeddings; ``all``: also share the
@@ -179,7 +180,7 @@ class TrainConfig(_Section):
 
     max_tokens: int = 4096
     """Target+padding tokens per batch (batches are built by token count with length bucketing)."""
-    accum_steps: int = 1
+    accum_steps: PositiveInt = 1
     lr: float = 7e-4
     """Peak learning rate, reached at the end of warm-up, then decayed with the inverse square root."""
     warmup_steps: int = 4000
@@ -193,8 +194,8 @@ class TrainConfig(_Section):
     max_epochs: int = 1000
     max_minutes: float = 0.0
     """Stop after this much training time (0 = no limit); the run can be resumed."""
-    log_every: int = 50
-    valid_every: int = 1000
+    log_every: PositiveInt = 50
+    valid_every: PositiveInt = 1000
     valid_bleu: bool = True
     """Decode the dev set (greedy) at each validation and report BLEU."""
     valid_max_sentences: int = 0
@@ -213,7 +214,7 @@ class TrainConfig(_Section):
 class DecodeConfig(_Section):
     """Search settings for ``syntaxnmt translate`` (also used for validation BLEU, with beam 1)."""
 
-    beam_size: int = 5
+    beam_size: PositiveInt = 5
     length_penalty: float = 1.0
     """Hypotheses are ranked by log P / length**length_penalty (0 = raw log-probability)."""
     max_len_a: float = 1.5
@@ -221,7 +222,7 @@ class DecodeConfig(_Section):
     """Output at most ``max_len_a * source_length + max_len_b`` subwords."""
     min_len: int = 0
     """Forbid end-of-sentence before this many subwords (benchmarks force fixed lengths with it)."""
-    batch_size: int = 64
+    batch_size: PositiveInt = 64
     """Sentences per decoding batch."""
     nbest: int = 1
 
@@ -355,25 +356,39 @@ def config_from_dict(tree: dict, source: str = "config") -> Config:
     return _expand_paths(cfg)
 
 
+def read_yaml_tree(path: str | os.PathLike, _seen: tuple = ()) -> dict:
+    """A config file as a nested dict; ``base: other.yaml`` (relative to the file) is read first
+    and overridden by this file's values, so a family of experiments shares one base."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"{path}: config file not found")
+    if p.resolve() in _seen:
+        raise UserError(f"{path}: 'base' configs include each other in a cycle")
+    try:
+        tree = _yaml_load(p.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        raise UserError(f"{path}{where}: invalid YAML ({getattr(e, 'problem', e)})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: invalid UTF-8") from None
+    if not isinstance(tree, dict):
+        raise UserError(f"{path}: expected a mapping of sections at the top level")
+    base = tree.pop("base", None)
+    if base is not None:
+        if not isinstance(base, str):
+            raise UserError(f"{path}: 'base' must be the path of another config file")
+        tree = _merge(read_yaml_tree(p.parent / base, _seen + (p.resolve(),)), tree)
+    return tree
+
+
 def load_config(path: str | os.PathLike | None, overrides: list[str] | dict | None = None) -> Config:
     """Load a YAML config file (or only defaults when ``path`` is None) and apply overrides."""
     tree: dict = {}
     source = "defaults"
     if path is not None:
         source = str(path)
-        p = Path(path)
-        if not p.is_file():
-            raise UserError(f"{path}: config file not found")
-        try:
-            tree = _yaml_load(p.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f":{mark.line + 1}" if mark is not None else ""
-            raise UserError(f"{path}{where}: invalid YAML ({getattr(e, 'problem', e)})") from None
-        except UnicodeDecodeError:
-            raise UserError(f"{path}: invalid UTF-8") from None
-        if not isinstance(tree, dict):
-            raise UserError(f"{path}: expected a mapping of sections at the top level")
+        tree = read_yaml_tree(path)
     if overrides:
         extra = overrides if isinstance(overrides, dict) else parse_overrides(list(overrides))
         tree = _merge(tree, extra)

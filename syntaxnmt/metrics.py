@@ -169,6 +169,7 @@ def paired_bootstrap(
     seed: int = 12345,
     baseline_name: str = "baseline",
     system_name: str = "system",
+    force: bool = False,
 ) -> Comparison:
     """Paired bootstrap resampling test (Koehn 2004) of ``system`` against ``baseline`` for BLEU and chrF.
 
@@ -184,7 +185,7 @@ def paired_bootstrap(
         # PairedTest treats a seed of 0 as "no seed" (and numpy rejects negative seeds).
         raise ValueError(f"seed must be a positive integer, got {seed}")
 
-    metrics = {"BLEU": BLEU(references=refs), "chrF": CHRF(references=refs)}
+    metrics = {"BLEU": BLEU(references=refs, force=force), "chrF": CHRF(references=refs)}
     with _sacrebleu_seed(seed):
         test = PairedTest(
             [(baseline_name, baseline), (system_name, system)],

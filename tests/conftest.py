@@ -10,11 +10,16 @@ import copy
 from pathlib import Path
 
 import pytest
+import torch
 
 from syntaxnmt.config import Config, load_config
 from syntaxnmt.synthetic import write_corpus
 
 N_TRAIN, N_DEV, N_TEST = 600, 30, 30
+
+# The models here are tiny: one thread is as fast, and several threads on a busy machine spin
+# against each other (a search that takes 10 ms on one thread can take seconds on two).
+torch.set_num_threads(1)
 
 
 def quiet(*_args, **_kwargs) -> None:

@@ -256,6 +256,8 @@ def test_annotate_rejects_unknown_options():
         annotate(["a"], method="stanza")
     with pytest.raises(UserError, match="bad_tree"):
         annotate(["a"], method="conllu", bad_tree="ignore")
+    with pytest.raises(UserError, match="needs the CoNLL-U file of src.txt"):
+        annotate(["a"], method="conllu", text_path="src.txt")
 
 
 def test_check_parse_lengths_and_words():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -291,3 +292,14 @@ def test_saved_config_reloads_equal(tmp_path):
     assert again == cfg
     assert again.train.adam_betas == (0.85, 0.995)
     assert again.decode.length_penalty == 0.0
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["model.heads", "model.d_model", "train.accum_steps", "train.valid_every", "train.log_every", "decode.beam_size", "decode.batch_size"],
+)
+def test_counts_must_be_positive(key):
+    # Zero divides by zero (heads, d_model, valid_every, log_every) or crashes later in training
+    # (accum_steps) or decoding (beam_size, batch_size): a config mistake, to be reported as one.
+    with pytest.raises(UserError, match=re.escape(key)):
+        load_config(None, [f"--{key}=0"])

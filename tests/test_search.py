@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from syntaxnmt.batches import make_batch
 from syntaxnmt.config import ModelConfig
@@ -19,11 +20,17 @@ V = 24
 
 
 def _model(seed: int) -> Transformer:
+    """A random Transformer whose output layer has sharper logits and a bias towards EOS, so that
+    hypotheses end at different lengths (an untrained model rarely emits EOS otherwise)."""
     torch.manual_seed(seed)
-    cfg = ModelConfig(d_model=32, heads=4, ffn_dim=64, enc_layers=1, dec_layers=2, dropout=0.0, max_positions=64)
+    cfg = ModelConfig(d_model=32, heads=4, ffn_dim=64, enc_layers=1, dec_layers=2, dropout=0.0, max_positions=64, tie_embeddings="none")
     model = Transformer(cfg, V, V).eval()
-    with torch.no_grad():  # make EOS likely enough that hypotheses end at different lengths
-        model.output.weight.mul_(3.0)
+    output = nn.Linear(32, V, bias=True)
+    with torch.no_grad():
+        output.weight.copy_(model.output.weight * 4.0)
+        output.bias.zero_()
+        output.bias[EOS] = 2.0
+    model.output = output
     return model
 
 

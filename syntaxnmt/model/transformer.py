@@ -46,6 +46,7 @@ class Embeddings(nn.Module):
             nn.init.zeros_(self.tokens.weight[PAD])
         self.scale = math.sqrt(cfg.d_model)
         self.learned = cfg.positions == "learned"
+        self.absolute = cfg.positions != "none"
         if self.learned:
             self.positions = nn.Embedding(cfg.max_positions, cfg.d_model)
             nn.init.normal_(self.positions.weight, std=cfg.d_model**-0.5)
@@ -59,7 +60,8 @@ class Embeddings(nn.Module):
         x = self.tokens(tokens)
         if self.features is not None:
             x = self.features(x, features or {})
-        return self.dropout(x * self.scale + pos)
+        x = x * self.scale
+        return self.dropout(x + pos if self.absolute else x)
 
 
 class FeedForward(nn.Module):

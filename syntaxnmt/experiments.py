@@ -1,0 +1,200 @@
+"""``syntaxnmt experiment SET.yaml``: train a named set of configs with N seeds, evaluate, tabulate.
+
+A set file lists labelled configs (one is the baseline), the seeds, overrides applied to every
+run, and the test sets. Every (config, seed) run trains in ``<work_dir>-seed<S>`` (resuming an
+interrupted run, skipping a finished one), translates each test set with its best checkpoint and
+scores it with sacreBLEU. The table -- BLEU mean ± std over seeds, chrF, the paired-bootstrap
+p-value against the baseline, and the cost of an update relative to the baseline -- replaces the
+set's section of a Markdown file (``docs/results.md`` by default).
+
+The p-value compares the seed-matched outputs of all seeds at once: the hypotheses of seeds
+1..N are concatenated (and the references repeated), so every (sentence, seed) pair is one
+item of the paired bootstrap resampling.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from syntaxnmt.config import Config, _yaml_load, load_config
+from syntaxnmt.errors import UserError
+from syntaxnmt.metrics import paired_bootstrap, score
+from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
+
+
+class TestSet(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    src: str
+    ref: str
+    conllu: str = ""
+    """Parses of ``src`` for models with tree features when the corpus was parsed from CoNLL-U."""
+
+
+class ExperimentSet(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    title: str = ""
+    description: str = ""
+    baseline: str
+    configs: dict[str, str]
+    """Label -> config path (relative to the set file)."""
+    seeds: list[int] = [1]
+    overrides: list[str] = []
+    """``--section.key=value`` overrides applied to every run (e.g. a time budget)."""
+    test_sets: dict[str, TestSet]
+    synthetic_corpus: str = ""
+    """If set, the built-in synthetic corpus is generated in this folder first (if missing)."""
+    synthetic_sizes: tuple[int, int, int] = (20000, 500, 500)
+    output: str = "docs/results.md"
+    bootstrap: int = 1000
+
+
+def load_set(path: str | Path) -> ExperimentSet:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"{path}: experiment set not found")
+    try:
+        spec = ExperimentSet.model_validate(_yaml_load(p.read_text(encoding="utf-8")) or {})
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+        raise UserError(f"{path}: {problems}") from None
+    if spec.baseline not in spec.configs:
+        raise UserError(f"{path}: the baseline '{spec.baseline}' is not one of the configs")
+    return spec
+
+
+def run_config(label: str, cfg: Config, spec: ExperimentSet, log) -> dict:
+    """Train (or resume, or skip when finished) and translate every test set; returns the run's record."""
+    from syntaxnmt.train import train
+    from syntaxnmt.translate import load_model, resolve_device, translate_lines
+
+    work = Path(cfg.work_dir)
+    done = work / "done.json"
+    if done.is_file():
+        record = json.loads(done.read_text())
+        log(f"[{label} seed {cfg.seed}] trained already ({record['steps']} updates)")
+    else:
+        log(f"[{label} seed {cfg.seed}] training in {work}")
+        progress = train(cfg, resume=True, log=log)
+        record = {"steps": progress.step, "train_seconds": progress.train_seconds, "best": progress.best}
+        atomic_write_text(done, json.dumps(record))
+    device = resolve_device(cfg.train.device)
+    model = None
+    record["hyps"] = {}
+    for name, test in spec.test_sets.items():
+        hyp_path = work / f"{name}.hyp"
+        if not hyp_path.is_file():
+            if model is None:
+                model, model_cfg, toks = load_model(work / "best.pt", device)
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                out = translate_lines(model, model_cfg, toks, read_lines(test.src), model_cfg.decode, device, conllu=test.conllu or None, source_name=test.src, progress=True)
+            write_lines(hyp_path, [nb[0][0] for nb in out])
+            log(f"[{label} seed {cfg.seed}] translated {name} in {time.perf_counter() - t0:.0f} s")
+        record["hyps"][name] = str(hyp_path)
+    record["params"] = _count_params(work / "best.pt")
+    return record
+
+
+def _count_params(path: Path) -> int:
+    state = torch.load(path, map_location="cpu", weights_only=False)["model"]
+    seen, total = set(), 0
+    for tensor in state.values():
+        if tensor.data_ptr() not in seen:  # tied weights count once
+            seen.add(tensor.data_ptr())
+            total += tensor.numel()
+    return total
+
+
+def run_set(path: str | Path, seeds: list[int] | None = None, only: list[str] | None = None, output: str | None = None, log=print) -> str:
+    """Run the experiment set at ``path``; returns the Markdown section written to the output file."""
+    spec = load_set(path)
+    base_dir = Path(path).parent
+    seeds = seeds or spec.seeds
+    labels = [k for k in spec.configs if not only or k in only or k == spec.baseline]
+    if spec.synthetic_corpus and not (Path(spec.synthetic_corpus) / "test.tgt").is_file():
+        from syntaxnmt.synthetic import write_corpus
+
+        n_train, n_dev, n_test = spec.synthetic_sizes
+        write_corpus(spec.synthetic_corpus, n_train=n_train, n_dev=n_dev, n_test=n_test, seed=1)
+        log(f"generated the synthetic corpus in {spec.synthetic_corpus}")
+    for test in spec.test_sets.values():
+        for f in (test.src, test.ref):
+            if not Path(f).is_file():
+                raise UserError(f"{path}: test file {f} not found")
+
+    records: dict[str, dict[int, dict]] = {}
+    for label in labels:
+        records[label] = {}
+        for seed in seeds:
+            base_cfg = load_config(base_dir / spec.configs[label], spec.overrides)
+            cfg = load_config(base_dir / spec.configs[label], spec.overrides + [f"--seed={seed}", f"--work_dir={base_cfg.work_dir}-seed{seed}"])
+            records[label][seed] = run_config(label, cfg, spec, log)
+    section = make_table(spec, records, seeds)
+    target = Path(output or spec.output)
+    write_section(target, spec.name, section)
+    log(section)
+    log(f"results written to {target}")
+    return section
+
+
+def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: list[int]) -> str:
+    refs = {name: read_lines(t.ref) for name, t in spec.test_sets.items()}
+    base = records[spec.baseline]
+    base_step = statistics.mean(r["train_seconds"] / max(r["steps"], 1) for r in base.values())
+    tests = list(spec.test_sets)
+    head = ["system", "params"] + [f"{t} BLEU" for t in tests] + [f"{t} chrF" for t in tests] + [f"p vs {spec.baseline} ({t})" for t in tests] + ["updates", "time/update (rel.)"]
+    rows = []
+    for label, runs in records.items():
+        cells = [label, f"{runs[seeds[0]]['params'] / 1e6:.2f}M"]
+        bleu_cells, chrf_cells, p_cells = [], [], []
+        for t in tests:
+            hyps = {s: read_lines(runs[s]["hyps"][t]) for s in seeds}
+            scores = [score(hyps[s], [refs[t]], force=True) for s in seeds]
+            bleus = [sc.bleu for sc in scores]
+            std = f" ± {statistics.stdev(bleus):.2f}" if len(bleus) > 1 else ""
+            bleu_cells.append(f"{statistics.mean(bleus):.2f}{std}")
+            chrf_cells.append(f"{statistics.mean(sc.chrf for sc in scores):.2f}")
+            if label == spec.baseline:
+                p_cells.append("–")
+            else:
+                sys_all = [h for s in seeds for h in hyps[s]]
+                base_all = [h for s in seeds for h in read_lines(base[s]["hyps"][t])]
+                cmp = paired_bootstrap(base_all, sys_all, [refs[t] * len(seeds)], n_samples=spec.bootstrap, force=True)
+                p_cells.append(f"{cmp.bleu_p_value:.3f}{' *' if cmp.bleu_significant else ''}")
+        step = statistics.mean(r["train_seconds"] / max(r["steps"], 1) for r in runs.values())
+        updates = statistics.mean(r["steps"] for r in runs.values())
+        rows.append(cells + bleu_cells + chrf_cells + p_cells + [f"{updates:.0f}", f"{step / base_step:.2f}×"])
+    lines = [f"### {spec.title or spec.name}", ""]
+    if spec.description:
+        lines += [spec.description.strip(), ""]
+    lines += [
+        f"Seeds: {', '.join(map(str, seeds))} (BLEU: mean ± std over seeds; sacreBLEU 13a, cased). "
+        f"p: paired bootstrap resampling ({spec.bootstrap} samples) of all seeds' outputs against the "
+        f"baseline's, * = p < 0.05. Overrides: `{' '.join(spec.overrides) or 'none'}`.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_section(path: Path, name: str, section: str) -> None:
+    """Replace (or append) the section between ``<!-- results:NAME -->`` markers of a Markdown file."""
+    begin, end = f"<!-- results:{name} -->", f"<!-- /results:{name} -->"
+    text = path.read_text(encoding="utf-8") if path.is_file() else "# Results\n"
+    block = f"{begin}\n{section}{end}"
+    if begin in text and end in text:
+        pre, rest = text.split(begin, 1)
+        _, post = rest.split(end, 1)
+        text = pre + block + post
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    atomic_write_text(path, text)

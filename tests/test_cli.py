@@ -1,0 +1,256 @@
+"""Tests for the ``syntaxnmt`` command line: one-line errors with status 2, translate and evaluate."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from syntaxnmt.cli import main
+
+from conftest import deep_merge, tiny_tree
+
+NBEST_LINE = re.compile(r"^(\d+) \|\|\| (.*) \|\|\| (-?\d+\.\d{4})$")
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    """Run ``syntaxnmt argv`` in-process; returns (exit status, stdout, stderr)."""
+    try:
+        main([str(a) for a in argv])
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code: int, err: str, *fragments: str) -> str:
+    assert code == 2
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("syntaxnmt: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def subprocess_env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+
+
+def write_config(path: Path, tree: dict) -> Path:
+    path.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def config_for(corpus, tmp_path):
+    """``config_for(data=None, **tree) -> path`` of a YAML config for the tiny corpus with a fresh prepared_dir."""
+
+    def make(data: dict | None = None, name: str = "exp.yaml", **extra) -> Path:
+        tree = deep_merge(tiny_tree(corpus, tmp_path / "work", tmp_path / "prepared"), {"data": data or {}, **extra})
+        return write_config(tmp_path / name, tree)
+
+    return make
+
+
+# ---------------------------------------------------------------- prepare
+
+
+def test_prepare_line_count_mismatch(capsys, config_for, tmp_path):
+    src = write_lines(tmp_path / "bad.src", ["a b", "c d", "e f"])
+    tgt = write_lines(tmp_path / "bad.tgt", ["A B", "C D"])
+    cfg = config_for({"train_src": str(src), "train_tgt": str(tgt)})
+    code, _, err = run_cli(capsys, "prepare", cfg)
+    assert_one_line_error(code, err, str(src), str(tgt), "3", "2")
+
+
+def test_prepare_invalid_utf8(capsys, config_for, tmp_path):
+    src = write_lines(tmp_path / "train.src", ["a b", "c d", "e f"])
+    tgt = tmp_path / "train.tgt"
+    tgt.write_bytes(b"A B\nC \xe9 D\nE F\n")
+    code, _, err = run_cli(capsys, "prepare", config_for({"train_src": str(src), "train_tgt": str(tgt)}))
+    assert_one_line_error(code, err, f"{tgt}:2", "UTF-8")
+
+
+def test_prepare_missing_files(capsys, config_for, tmp_path):
+    missing = tmp_path / "nowhere" / "train.src"
+    code, _, err = run_cli(capsys, "prepare", config_for({"train_src": str(missing)}))
+    assert_one_line_error(code, err, str(missing))
+    code, _, err = run_cli(capsys, "prepare", tmp_path / "no_such_config.yaml")
+    assert_one_line_error(code, err, "no_such_config.yaml")
+
+
+def test_bad_config_keys(capsys, config_for, tmp_path):
+    cfg = config_for()
+    code, _, err = run_cli(capsys, "prepare", cfg, "--data.vocab=100")
+    assert_one_line_error(code, err, "data.vocab", str(cfg))
+    bad = config_for(name="bad.yaml", train={"max_step": 3})
+    code, _, err = run_cli(capsys, "prepare", bad)
+    assert_one_line_error(code, err, "train.max_step", str(bad))
+    code, _, err = run_cli(capsys, "train", cfg, "--model.norm=sideways")
+    assert_one_line_error(code, err, "model.norm")
+    code, _, err = run_cli(capsys, "prepare", cfg, "--train.lr")
+    assert_one_line_error(code, err, "train.lr")
+
+
+def test_prepare_succeeds_and_reports_counts(capsys, config_for):
+    code, out, _ = run_cli(capsys, "prepare", config_for())
+    assert code == 0
+    assert re.search(r"\b600\b.*\bkept\b", out)  # the counts report
+    code, out, _ = run_cli(capsys, "prepare", config_for())
+    assert code == 0 and "up to date" in out
+
+
+# ---------------------------------------------------------------- train
+
+
+def test_train_twice_needs_resume(capsys, config_for):
+    cfg = config_for(train={"max_steps": 2, "valid_every": 2})
+    code, _, err = run_cli(capsys, "train", cfg)
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "train", cfg)
+    assert_one_line_error(code, err, "last.pt", "--resume")
+    code, _, err = run_cli(capsys, "train", cfg, "--resume", "--train.max_steps=3")
+    assert code == 0, err
+
+
+# ---------------------------------------------------------------- evaluate
+
+
+def test_evaluate_line_count_mismatch(capsys, tmp_path):
+    hyp = write_lines(tmp_path / "hyp.txt", ["a b c", "d e f"])
+    ref = write_lines(tmp_path / "ref.txt", ["a b c", "d e f", "g h i"])
+    code, _, err = run_cli(capsys, "evaluate", "--hyp", hyp, "--ref", ref)
+    assert_one_line_error(code, err, str(hyp), str(ref), "2", "3")
+
+
+def test_evaluate_invalid_utf8(capsys, tmp_path):
+    hyp = write_lines(tmp_path / "hyp.txt", ["a b c", "d e f"])
+    ref = tmp_path / "ref.txt"
+    ref.write_bytes(b"a b c\n\xff\xfe\n")
+    code, _, err = run_cli(capsys, "evaluate", "--hyp", hyp, "--ref", ref)
+    assert_one_line_error(code, err, f"{ref}:2")
+    code, _, err = run_cli(capsys, "evaluate", "--hyp", tmp_path / "missing.txt", "--ref", ref)
+    assert_one_line_error(code, err, "missing.txt")
+
+
+def test_evaluate_scores(capsys, tmp_path):
+    lines = ["the cat sat on the mat", "a dog is in the garden"]
+    hyp = write_lines(tmp_path / "hyp.txt", lines)
+    ref = write_lines(tmp_path / "ref.txt", lines)
+    code, out, _ = run_cli(capsys, "evaluate", "--hyp", hyp, "--ref", ref)
+    assert code == 0
+    assert re.search(r"BLEU = 100\.00", out)
+
+
+# ---------------------------------------------------------------- translate
+
+
+def test_translate_missing_checkpoint(capsys, tmp_path, config_for):
+    code, _, err = run_cli(capsys, "translate", "--checkpoint", tmp_path / "missing.pt")
+    assert_one_line_error(code, err, "missing.pt")
+    code, _, err = run_cli(capsys, "translate", config_for())  # no best.pt in its work_dir yet
+    assert_one_line_error(code, err, "best.pt")
+    code, _, err = run_cli(capsys, "translate")
+    assert_one_line_error(code, err, "--checkpoint")
+
+
+def _stdin(monkeypatch, data: bytes) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+
+
+def test_translate_stdin_and_nbest(capsys, monkeypatch, trained_run, corpus):
+    best = Path(trained_run.work_dir) / "best.pt"
+    sources = Path(corpus["test"]["src"]).read_text(encoding="utf-8").splitlines()[:4]
+    _stdin(monkeypatch, ("\n".join(sources) + "\n").encode())
+    code, out, err = run_cli(capsys, "translate", "--checkpoint", best, "--nbest", "2", "--beam", "3")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 2 * len(sources)
+    parsed = [NBEST_LINE.match(line) for line in lines]
+    assert all(parsed), lines
+    ids = [int(m.group(1)) for m in parsed]
+    assert ids == [i for i in range(len(sources)) for _ in range(2)]
+    for i in range(len(sources)):
+        scores = [float(m.group(3)) for m in parsed if int(m.group(1)) == i]
+        assert scores[0] >= scores[1]
+
+    _stdin(monkeypatch, ("\n".join(sources[:2] + [""] + sources[2:]) + "\n").encode())  # an empty line too
+    code, out, err = run_cli(capsys, "translate", "--checkpoint", best)
+    assert code == 0, err
+    assert len(out.splitlines()) == len(sources) + 1 and "|||" not in out
+
+    _stdin(monkeypatch, b"the dog sleeps .\n\xff\n")
+    code, _, err = run_cli(capsys, "translate", "--checkpoint", best)
+    assert_one_line_error(code, err, "<stdin>:2")
+
+    _stdin(monkeypatch, b"the dog sleeps .\n")
+    code, _, err = run_cli(capsys, "translate", "--checkpoint", best, "--nbest", "4", "--beam", "2")
+    assert_one_line_error(code, err, "--nbest 4")
+
+
+def test_translate_bad_decode_override(capsys, monkeypatch, trained_run):
+    best = Path(trained_run.work_dir) / "best.pt"
+    _stdin(monkeypatch, b"the dog sleeps .\n")
+    code, _, err = run_cli(capsys, "translate", "--checkpoint", best, "--decode.beam_size=wide")
+    assert_one_line_error(code, err, "decode.beam_size")
+    _stdin(monkeypatch, b"the dog sleeps .\n")
+    code, _, err = run_cli(capsys, "translate", "--checkpoint", best, "--decode.beams=2")
+    assert_one_line_error(code, err, "decode.beams")
+    _stdin(monkeypatch, b"the dog sleeps .\n")
+    code, _, err = run_cli(capsys, "translate", "--checkpoint", best, "--batch-size", "0")
+    assert_one_line_error(code, err, "decode.batch_size")
+
+
+def test_translate_files_with_config(capsys, trained_run, corpus, tmp_path):
+    cfg_path = write_config(tmp_path / "trained.yaml", trained_run.model_dump(mode="json"))
+    out_path = tmp_path / "out" / "test.hyp"
+    code, _, err = run_cli(capsys, "translate", cfg_path, "--checkpoint", "last", "-i", corpus["test"]["src"], "-o", out_path, "--decode.beam_size=2", "--batch-size", "7")
+    assert code == 0, err
+    hyps = out_path.read_text(encoding="utf-8").splitlines()
+    assert len(hyps) == len(Path(corpus["test"]["src"]).read_text(encoding="utf-8").splitlines())
+
+
+# ---------------------------------------------------------------- real processes
+
+
+def test_subprocess_translate_nbest_from_stdin(trained_run, tmp_path):
+    best = Path(trained_run.work_dir) / "best.pt"
+    proc = subprocess.run(
+        [sys.executable, "-m", "syntaxnmt", "translate", "--checkpoint", str(best), "--nbest", "2", "--beam", "2"],
+        input="the dog sees a cat .\nevery bird sleeps .\n".encode(),
+        capture_output=True,
+        cwd=tmp_path,
+        env=subprocess_env(),
+        timeout=300,
+    )
+    err = proc.stderr.decode()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    lines = proc.stdout.decode().splitlines()
+    assert [NBEST_LINE.match(line).group(1) for line in lines] == ["0", "0", "1", "1"]
+
+
+def test_subprocess_errors_have_no_traceback(tmp_path, corpus):
+    src = write_lines(tmp_path / "a.src", ["x", "y", "z"])
+    tgt = write_lines(tmp_path / "a.tgt", ["X"])
+    tree = deep_merge(tiny_tree(corpus, tmp_path / "work", tmp_path / "prep"), {"data": {"train_src": str(src), "train_tgt": str(tgt)}})
+    cfg = write_config(tmp_path / "mismatch.yaml", tree)
+    for argv in (["prepare", str(cfg)], ["translate", "--checkpoint", str(tmp_path / "none.pt")]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "syntaxnmt", *argv], input=b"", capture_output=True, cwd=tmp_path, env=subprocess_env(), timeout=300
+        )
+        assert_one_line_error(proc.returncode, proc.stderr.decode())
