@@ -88,7 +88,9 @@ class Batch:
     """A padded mini-batch.
 
     ``src`` ends with EOS; ``tgt_in`` starts with BOS and ``tgt_out`` ends with EOS. ``features``
-    carries optional per-source-token inputs (tags, relation ids ...) for enriched attention.
+    carries optional per-source-token inputs (tags, relation ids ...) for enriched attention;
+    ``alignment`` the row-normalized reference alignment A (B, T, S) of guided alignment training,
+    ``A[b, t, s] > 0`` when target piece ``tgt_out[b, t]`` is linked to source piece ``src[b, s]``.
     """
 
     src: torch.Tensor  # (B, S)
@@ -96,6 +98,7 @@ class Batch:
     tgt_out: torch.Tensor | None  # (B, T)
     ids: torch.Tensor  # (B,) sentence indices in the split
     features: dict[str, torch.Tensor] = field(default_factory=dict)
+    alignment: torch.Tensor | None = None  # (B, T, S), only for guided alignment
 
     @property
     def src_pad_mask(self) -> torch.Tensor:
@@ -111,7 +114,7 @@ class Batch:
 
     def to(self, device: torch.device | str) -> "Batch":
         move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
-        return Batch(move(self.src), move(self.tgt_in), move(self.tgt_out), self.ids, {k: move(v) for k, v in self.features.items()})
+        return Batch(move(self.src), move(self.tgt_in), move(self.tgt_out), self.ids, {k: move(v) for k, v in self.features.items()}, move(self.alignment))
 
 
 def pad_sequences(seqs: Sequence[np.ndarray | Sequence[int]], pad: int = PAD) -> torch.Tensor:
@@ -132,9 +135,18 @@ def make_batch(src_seqs: Sequence, tgt_seqs: Sequence | None, ids: Sequence[int]
     return Batch(src, tgt_in, tgt_out, torch.as_tensor(list(ids), dtype=torch.long))
 
 
-def collate(split: Split, indices: Sequence[int], spec: FeatureSpec | None = None) -> Batch:
-    """The batch of sentences ``indices`` of a prepared split, with the source features ``spec`` names."""
+def collate(split: Split, indices: Sequence[int], spec: FeatureSpec | None = None, alignment: bool = False) -> Batch:
+    """The batch of sentences ``indices`` of a prepared split, with the source features ``spec`` names
+    and, with ``alignment``, the reference alignment of the split's ``align`` field."""
     batch = make_batch([split["src"][i] for i in indices], [split["tgt"][i] for i in indices], indices)
+    if alignment:
+        if "align" not in split.fields:
+            raise UserError("guided alignment needs the prepared corpus to hold alignments: set data.train_align")
+        from syntaxnmt.alignment_losses import alignment_targets, normalize_alignment
+
+        links = [split["align"][i].reshape(-1, 2).tolist() for i in indices]
+        ref = alignment_targets(links, batch.tgt_out.size(1), batch.src.size(1))
+        batch.alignment = normalize_alignment(ref, batch.src_pad_mask, batch.tgt_out.eq(PAD))
     if spec is not None and spec.names:
         if spec.needs_parse and not split.has_parses:
             raise UserError(f"the model uses {', '.join(sorted(spec.names))} but the prepared corpus has no parses: set data.annotate (spacy or conllu)")

@@ -1,4 +1,5 @@
-"""The ``syntaxnmt`` command line: prepare, train, translate, evaluate, demo.
+"""The ``syntaxnmt`` command line: prepare, train, translate, evaluate, demo, and word alignment
+(align-external, align, aer, train-joint).
 
 Config values can be overridden after the config path with ``--section.key=value``. A user
 mistake prints one line ``syntaxnmt: error: ...`` and exits with status 2.
@@ -29,6 +30,59 @@ def cmd_train(args, extra) -> None:
     from syntaxnmt.train import train
 
     train(_config(args, extra), resume=args.resume)
+
+
+def cmd_train_joint(args, extra) -> None:
+    from syntaxnmt.joint import train_joint
+
+    train_joint(_config(args, extra), resume=args.resume)
+
+
+def cmd_align_external(args, extra) -> None:
+    from syntaxnmt.word_alignment import align_external
+
+    align_external(_config(args, extra), args.output, args.symmetrize)
+
+
+def cmd_align(args, extra) -> None:
+    from syntaxnmt.alignment import format_links
+    from syntaxnmt.config import load_config
+    from syntaxnmt.textio import read_lines, write_lines
+    from syntaxnmt.translate import checkpoint_path, resolve_device
+    from syntaxnmt.word_alignment import model_alignments
+
+    if args.config is None and args.checkpoint in ("best", "last"):
+        raise UserError("give a CONFIG or a --checkpoint path")
+    path = checkpoint_path(load_config(args.config, extra), args.checkpoint) if args.config else Path(args.checkpoint)
+    if extra and not args.config:
+        raise UserError(f"unexpected arguments: {' '.join(extra)}")
+    links = model_alignments(
+        path,
+        read_lines(args.src),
+        read_lines(args.tgt),
+        resolve_device(args.device),
+        reverse_checkpoint=args.reverse_checkpoint,
+        symmetrize=args.symmetrize,
+        layer=args.layer,
+        head=args.head,
+        method=args.method,
+        threshold=args.threshold,
+        normalize=args.normalize,
+        batch_size=args.batch_size,
+    )
+    out = [format_links(x) for x in links]
+    if args.output:
+        write_lines(args.output, out)
+    else:
+        sys.stdout.write("".join(line + "\n" for line in out))
+
+
+def cmd_aer(args, extra) -> None:
+    from syntaxnmt.word_alignment import aer_report
+
+    if extra:
+        raise UserError(f"unexpected arguments: {' '.join(extra)}")
+    print(aer_report(args.gold, args.hyp, args.one_indexed_gold, args.src, args.tgt, args.bitext))
 
 
 def _read_input(path: str | None) -> list[str]:
@@ -134,6 +188,43 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("config")
     s.add_argument("--resume", action="store_true", help="continue from <work_dir>/last.pt")
     s.set_defaults(func=cmd_train)
+
+    s = sub.add_parser("train-joint", help="train a source->target and a target->source model jointly (bilingual symmetry)")
+    s.add_argument("config")
+    s.add_argument("--resume", action="store_true", help="continue from <work_dir>/{forward,reverse}/last.pt")
+    s.set_defaults(func=cmd_train_joint)
+
+    s = sub.add_parser("align-external", help="align the training corpus of a config with eflomal (writes data.train_align)")
+    s.add_argument("config")
+    s.add_argument("-o", "--output", help="Pharaoh output file (default: data.train_align)")
+    s.add_argument("--symmetrize", default="grow-diag-final-and", help="grow-diag-final-and (gdfa, default), intersection, union, grow-diag, grow-diag-final")
+    s.set_defaults(func=cmd_align_external)
+
+    s = sub.add_parser("align", help="word alignments from a trained model's cross-attention (force-decoding the reference)")
+    s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
+    s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
+    s.add_argument("--src", required=True, help="source sentences, tokenized like the training text (links index their words)")
+    s.add_argument("--tgt", required=True, help="target sentences (the reference the model is forced to decode)")
+    s.add_argument("--layer", help="decoder layer (negative counts from the end) or 'average' (default: the model's train.alignment.layer)")
+    s.add_argument("--head", help="head or 'average' (default: the model's train.alignment.head)")
+    s.add_argument("--method", choices=["argmax", "threshold"], default="argmax", help="one link per target word (argmax) or all weights >= --threshold")
+    s.add_argument("--threshold", type=float, default=0.5)
+    s.add_argument("--reverse-checkpoint", help="a target->source model: align both directions and symmetrize")
+    s.add_argument("--symmetrize", default="grow-diag-final-and", help="with --reverse-checkpoint: gdfa (default), intersection, union, grow-diag, grow-diag-final")
+    s.add_argument("--normalize", action="store_true", help="apply the model's lowercasing and Moses tokenization first (links then index those tokens)")
+    s.add_argument("-o", "--output", help="Pharaoh output, 0-indexed (default: stdout)")
+    s.add_argument("--batch-size", type=int, default=64, help="sentence pairs per batch")
+    s.add_argument("--device", default="auto")
+    s.set_defaults(func=cmd_align)
+
+    s = sub.add_parser("aer", help="alignment error rate, precision and recall of Pharaoh alignments against gold")
+    s.add_argument("--gold", required=True, help="gold alignments: i-j sure, ipj possible links")
+    s.add_argument("--hyp", required=True, help="hypothesis alignments (0-indexed i-j)")
+    s.add_argument("--one-indexed-gold", action="store_true", help="the gold file counts from 1 (e.g. the Hansards and WPT sets)")
+    s.add_argument("--src", help="tokenized source sentences: links outside a sentence are errors")
+    s.add_argument("--tgt", help="tokenized target sentences")
+    s.add_argument("--bitext", help="'source ||| target' sentences instead of --src/--tgt")
+    s.set_defaults(func=cmd_aer)
 
     s = sub.add_parser("translate", help="translate plain text (stdin or a file)")
     s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")

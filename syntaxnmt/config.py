@@ -62,6 +62,9 @@ class DataConfig(_Section):
     dev_conllu: str = ""
     bad_tree: Literal["fail", "skip"] = "fail"
     """A sentence whose tree is invalid: stop with an error, or skip it and count it."""
+    train_align: str = ""
+    """Word alignments of the training corpus for guided alignment (Pharaoh ``i-j``, 0-indexed, one
+    line per line of ``train_src``, over the words the model sees); ``syntaxnmt align-external`` writes one."""
 
 
 HeadSpec = list[list[str]]
@@ -175,6 +178,58 @@ class ModelConfig(_Section):
         return self
 
 
+AlignmentSpec = int | Literal["average"]
+
+
+class AlignmentConfig(_Section):
+    """Attention as alignment in training (see :mod:`syntaxnmt.alignment_losses`); every term is off by default.
+
+    The terms are summed over sentences and added to the label-smoothed loss before it is
+    normalized by the update's target tokens. They read one cross-attention matrix per sentence:
+    ``layer``/``head`` of the decoder's cross-attention (``average``: the mean).
+    """
+
+    guided_weight: float = 0.0
+    """λ of guided alignment (Chen et al. 2016): λ·decay·Σ_sentences T_y·G(A, α); needs ``data.train_align``."""
+    guided_decay: str = "constant"
+    """Schedule of λ: ``constant``, ``linear:N``, ``exp:R`` or ``step:N`` (see ``alignment_losses.decay``)."""
+    layer: AlignmentSpec = "average"
+    """Decoder layer whose cross-attention is supervised and read as alignment (negative counts from the
+    end; Garg et al. 2019 use the penultimate, -2), or ``average``."""
+    head: AlignmentSpec = "average"
+    """Head of that layer (Garg et al. 2019 supervise one head), or ``average``."""
+    coverage_weight: float = 0.0
+    """Weight of the coverage regularizer Σ_j (f_j - Σ_i α_ij)² (Tu et al. 2016; Cohn et al. 2016), f_j = 1 without fertility."""
+    fertility: bool = False
+    """Predict f_j = N·σ(w^T h_j + b) from the encoder states (a module saved with the model); needs ``coverage_weight``."""
+    max_fertility: float = 2.0
+    """N of the fertility predictor."""
+    symmetry_weight: float = 0.0
+    """γ of the bilingual symmetry bonus trace(α^{s→t} α^{t→s}) (Cohn et al. 2016); only ``syntaxnmt train-joint``."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "AlignmentConfig":
+        if min(self.guided_weight, self.coverage_weight, self.symmetry_weight) < 0:
+            raise ValueError("guided_weight, coverage_weight and symmetry_weight must be >= 0")
+        if self.guided_decay != "constant":
+            from syntaxnmt.alignment_losses import decay
+
+            try:
+                decay(0, self.guided_decay)
+            except UserError as e:
+                raise ValueError(str(e)) from None
+        if self.fertility and self.coverage_weight <= 0:
+            raise ValueError("fertility is trained through the coverage term: set coverage_weight > 0")
+        if self.max_fertility <= 0:
+            raise ValueError("max_fertility must be positive")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any term needs the cross-attention during training."""
+        return self.guided_weight > 0 or self.coverage_weight > 0 or self.symmetry_weight > 0
+
+
 class TrainConfig(_Section):
     """Optimisation, batching, validation and checkpointing."""
 
@@ -209,6 +264,7 @@ class TrainConfig(_Section):
     """torch CPU threads (0 = torch's default)."""
     device: str = "auto"
     """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``."""
+    alignment: AlignmentConfig = AlignmentConfig()
 
 
 class DecodeConfig(_Section):
@@ -225,6 +281,8 @@ class DecodeConfig(_Section):
     batch_size: PositiveInt = 64
     """Sentences per decoding batch."""
     nbest: int = 1
+    coverage_penalty: float = 0.0
+    """β of the coverage penalty β·Σ_j log(min(Σ_i α_ij, 1)) added to beam scores (Wu et al. 2016, Sec. 7); 0 = off."""
 
 
 class Config(_Section):
@@ -238,6 +296,19 @@ class Config(_Section):
     model: ModelConfig = ModelConfig()
     train: TrainConfig = TrainConfig()
     decode: DecodeConfig = DecodeConfig()
+
+    @model_validator(mode="after")
+    def _check_alignment(self) -> "Config":
+        a, m = self.train.alignment, self.model
+        n_layers, n_heads = (m.dec_layers, m.heads) if m.arch == "transformer" else (1, 1)
+        for key, value, n in (("layer", a.layer, n_layers), ("head", a.head, n_heads)):
+            if value != "average" and not -n <= value < n:
+                raise ValueError(f"train.alignment.{key} {value} out of range: the model has {n} cross-attention {key}s")
+        if a.guided_weight > 0 and not self.data.train_align:
+            raise ValueError("train.alignment.guided_weight needs data.train_align (word alignments of the training corpus)")
+        if self.decode.coverage_penalty < 0:
+            raise ValueError("decode.coverage_penalty must be >= 0")
+        return self
 
     @property
     def prepared_dir(self) -> Path:

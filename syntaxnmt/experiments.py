@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from syntaxnmt.config import Config, _yaml_load, load_config
+from syntaxnmt.config import Config, _yaml_load, expand_env, load_config
 from syntaxnmt.errors import UserError
 from syntaxnmt.metrics import paired_bootstrap, score
 from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
@@ -64,6 +64,8 @@ def load_set(path: str | Path) -> ExperimentSet:
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
         raise UserError(f"{path}: {problems}") from None
+    for test in spec.test_sets.values():
+        test.src, test.ref, test.conllu = expand_env(test.src), expand_env(test.ref), expand_env(test.conllu)
     if spec.baseline not in spec.configs:
         raise UserError(f"{path}: the baseline '{spec.baseline}' is not one of the configs")
     return spec

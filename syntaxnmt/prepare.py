@@ -6,7 +6,9 @@ built from; a cache built from a different data config is rebuilt, an identical 
 Each split stores ``src`` and ``tgt`` (subword ids) and ``src_word`` (the word index of every
 source piece). With ``data.annotate`` the source side is parsed first; the model then sees the
 parser's words (joined by spaces, no Moses tokenization), and the split also stores the words'
-``heads``, ``upos``, ``xpos`` and ``deprel`` (tag ids from ``tags.json``).
+``heads``, ``upos``, ``xpos`` and ``deprel`` (tag ids from ``tags.json``). With
+``data.train_align`` the train split also stores ``tgt_word`` (the word index of every target
+piece) and ``align``: the word links projected onto subwords, flattened ``i0 j0 i1 j1 ...``.
 """
 
 from __future__ import annotations
@@ -70,14 +72,23 @@ def feature_vocab_sizes(cfg: Config) -> dict[str, int]:
 
 
 def _fingerprint(data: DataConfig) -> dict:
-    return data.model_dump(mode="json")
+    fingerprint = data.model_dump(mode="json")
+    align = Path(data.train_align)
+    if data.train_align and align.is_file():  # a rewritten alignment file invalidates the cache
+        fingerprint["train_align_stat"] = [align.stat().st_size, align.stat().st_mtime_ns]
+    return fingerprint
 
 
 def is_prepared(cfg: Config) -> bool:
     meta = cfg.prepared_dir / META
     if not meta.is_file():
         return False
-    return json.loads(meta.read_text())["data_config"] == _fingerprint(cfg.data)
+    stored = json.loads(meta.read_text())["data_config"]
+    current = _fingerprint(cfg.data)
+    # A key added to DataConfig after the cache was built does not invalidate it at its default.
+    defaults = DataConfig().model_dump(mode="json")
+    current = {k: v for k, v in current.items() if k in stored or v != defaults.get(k)}
+    return stored == current
 
 
 def parse_source(cfg: Config, lines: Sequence[str], text_path: str, conllu_path: str = "", progress: bool = True):
@@ -120,6 +131,40 @@ def _normalized(lines: list[str], lang: str, d: DataConfig, moses: bool) -> list
         line = line.strip().lower() if d.lowercase else line.strip()
         res.append(mt.tokenize(line, escape=False, return_str=True) if mt else line)
     return res
+
+
+def model_words(cfg: Config, text: ParallelText, parses: list | None) -> tuple[list[str], list[str]]:
+    """The words the model sees, space-separated, per pair: the parser's words or the normalized
+    source, and the normalized target. SentencePiece is trained on them; word alignments index them."""
+    d = cfg.data
+    if parses is not None:
+        src_text = [" ".join(w.lower() if d.lowercase else w for w in p.words) for p in parses]
+    else:
+        src_text = _normalized(text.src, d.src_lang, d, d.moses_tokenize)
+    return src_text, _normalized(text.tgt, d.tgt_lang, d, d.moses_tokenize)
+
+
+def _save_alignments(out: Path, path: str, text: ParallelText, src_text: list[str], tgt_text: list[str], src_words, tgt_ids, tok: Tokenizer, keep: Sequence[int]) -> int:
+    """Project the word links of ``path`` (one line per line of the training files) onto the subwords
+    of the kept pairs; store ``train.align`` and ``train.tgt_word``. Returns the number of word links."""
+    from syntaxnmt.alignment import parse_links, word_ids_from_pieces, words_to_subwords
+
+    lines = read_lines(path)
+    if len(lines) != text.counts["read"]:
+        raise UserError(f"{path}: {len(lines)} alignment lines but the training files have {text.counts['read']} lines")
+    tgt_words = [word_ids_from_pieces(tok.sp.id_to_piece(list(ids))) for ids in tgt_ids]
+    links, n_links = [], 0
+    for k in keep:
+        where = f"{path}:{text.line_numbers[k]}"
+        for side, words, pieces in (("source", src_text[k], src_words[k]), ("target", tgt_text[k], tgt_words[k])):
+            if len(words.split()) != (max(pieces) + 1 if len(pieces) else 0):
+                raise UserError(f"{where}: the {side} sentence has {len(words.split())} words but its subwords make {max(pieces, default=-1) + 1}")
+        _, word_links = parse_links(lines[text.line_numbers[k] - 1], where=where, src_len=len(src_text[k].split()), tgt_len=len(tgt_text[k].split()))
+        n_links += len(word_links)
+        links.append([x for link in sorted(words_to_subwords(word_links, src_words[k], tgt_words[k], where)) for x in link])
+    RaggedArray.save(out / "train.align", links)
+    RaggedArray.save(out / "train.tgt_word", [tgt_words[k] for k in keep])
+    return n_links
 
 
 def _encode_source(tok: Tokenizer, text: ParallelText, parses: list | None) -> tuple[list[list[int]], list[list[int]]]:
@@ -175,11 +220,7 @@ def prepare(cfg: Config, force: bool = False, log=print) -> dict:
         (out / TAGS).unlink(missing_ok=True)
 
     # SentencePiece is trained on the text the model sees.
-    if annotated:
-        src_text = [" ".join(w.lower() if d.lowercase else w for w in p.words) for p in train_parses]
-    else:
-        src_text = _normalized(train.src, d.src_lang, d, d.moses_tokenize)
-    tgt_text = _normalized(train.tgt, d.tgt_lang, d, d.moses_tokenize)
+    src_text, tgt_text = model_words(cfg, train, train_parses)
     src_spm, tgt_spm = spm_paths(out, d)
     spm_args = dict(vocab_size=d.vocab_size, model_type=d.spm_model_type, character_coverage=d.spm_character_coverage, max_sentences=d.spm_max_sentences, seed=cfg.seed)
     log(f"training SentencePiece ({d.spm_model_type}, {'joint' if d.joint_vocab else 'separate'}, vocab <= {d.vocab_size})")
@@ -195,6 +236,9 @@ def prepare(cfg: Config, force: bool = False, log=print) -> dict:
     tgt_ids = toks.tgt.sp.encode(tgt_text)
     keep, dropped = length_filter([len(s) for s in src_ids], [len(t) for t in tgt_ids], d.min_len, d.max_len, d.max_len_ratio)
     _save_split(out, "train", src_ids, src_words, tgt_ids, train_parses, tags, keep)
+    if d.train_align:
+        n_links = _save_alignments(out, d.train_align, train, src_text, tgt_text, src_words, tgt_ids, toks.tgt, keep)
+        log(f"{n_links} word links of {d.train_align} projected onto subwords")
     write_lines(out / "train.lines", [str(train.line_numbers[i]) for i in keep])
 
     # Dev split: every non-empty pair is kept (validation BLEU is computed on the raw references).

@@ -9,6 +9,11 @@ are ranked by ``log P(y|x) / |y|**alpha`` (length normalization; ``alpha = 0`` r
 log-probability). A hypothesis that emits EOS stays in its beam, frozen, and keeps competing
 with its final normalized score; a sentence is done when all its beams are finished, and done
 sentences leave the batch. With beam size 1 this is exactly greedy search.
+
+With a coverage penalty β > 0 (Wu et al. 2016, Sec. 7) beams are ranked by
+``log P / |y|**alpha + β Σ_j log(min(c_j, 1))``, where c_j is the attention source word j
+(EOS and padding left out) has received so far; the model's ``step(..., need_weights=True)``
+then provides ``state.last_cross_attention`` (N, S). Greedy search is unaffected (one beam).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from syntaxnmt.alignment_losses import coverage_penalty as coverage_score
 from syntaxnmt.batches import Batch
 from syntaxnmt.subwords import BOS, EOS, PAD
 
@@ -74,8 +80,8 @@ def greedy_search(model, batch: Batch, max_len: int, min_len: int = 0, alpha: fl
 
 
 @torch.no_grad()
-def beam_search(model, batch: Batch, beam: int, max_len: int, min_len: int = 0, alpha: float = 1.0, nbest: int = 1) -> list[list[Hypothesis]]:
-    """Beam search; returns the ``nbest`` best hypotheses of every sentence, best first."""
+def beam_search(model, batch: Batch, beam: int, max_len: int, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0) -> list[list[Hypothesis]]:
+    """Beam search; returns the ``nbest`` best hypotheses of every sentence, best first (``coverage_penalty``: β)."""
     device = batch.src.device
     n, k = len(batch), beam
     nbest = min(nbest, k)
@@ -91,10 +97,20 @@ def beam_search(model, batch: Batch, beam: int, max_len: int, min_len: int = 0, 
     done = torch.zeros(n, k, dtype=torch.bool)
     results: list[list[Hypothesis] | None] = [None] * n
     norm = (lambda length: length.clamp(min=1) ** alpha) if alpha else (lambda length: torch.ones_like(length))
+    if coverage_penalty:
+        n_src = batch.src.size(1)
+        no_word = (batch.src.eq(PAD) | (torch.arange(n_src, device=device) == batch.src.ne(PAD).sum(1, keepdim=True) - 1)).cpu()
+        coverage = torch.zeros(n, k, n_src)
 
     for t in range(max_len + 1):
         m = len(alive)
-        log_probs, state = model.step(tokens, state)
+        if coverage_penalty:
+            log_probs, state = model.step(tokens, state, need_weights=True)
+            attn = state.last_cross_attention.float().cpu().view(m, k, n_src)
+            coverage = coverage + attn.masked_fill(done[:, :, None], 0.0)  # finished hypotheses keep theirs
+            penalty = coverage_score(coverage, coverage_penalty, no_word[alive][:, None, :])  # (m, k)
+        else:
+            log_probs, state = model.step(tokens, state)
         log_probs = _forbid(log_probs.float().cpu(), t, min_len, max_len).view(m, k, -1)
         vocab = log_probs.size(-1)
         # A finished hypothesis can only be extended by PAD, at no cost.
@@ -104,12 +120,16 @@ def beam_search(model, batch: Batch, beam: int, max_len: int, min_len: int = 0, 
         cand_raw = raw[:, :, None] + log_probs  # (m, k, V)
         cand_len = (lengths + (~done).float())[:, :, None].expand_as(cand_raw)
         cand_score = cand_raw / norm(cand_len)
+        if coverage_penalty:
+            cand_score = cand_score + penalty[:, :, None]
         top_score, top_idx = cand_score.view(m, -1).topk(k, dim=-1)
         src_beam, new_tok = top_idx // vocab, top_idx % vocab
         raw = cand_raw.view(m, -1).gather(1, top_idx)
         lengths = cand_len.reshape(m, -1).gather(1, top_idx)
         done = done.gather(1, src_beam) | new_tok.eq(EOS) | raw.isneginf()
         history = torch.cat([history.gather(1, src_beam[:, :, None].expand(-1, -1, history.size(2))), new_tok[:, :, None]], dim=2)
+        if coverage_penalty:
+            coverage = coverage.gather(1, src_beam[:, :, None].expand(-1, -1, n_src))
         row_index = (torch.arange(m)[:, None] * k + src_beam).view(-1)
 
         sentence_done = done.all(dim=1) | torch.tensor(t >= max_len)
@@ -126,14 +146,16 @@ def beam_search(model, batch: Batch, beam: int, max_len: int, min_len: int = 0, 
         keep = (~sentence_done).nonzero().view(-1)
         if len(keep) < m:  # drop finished sentences from the batch
             alive, raw, lengths, done, history, new_tok = alive[keep], raw[keep], lengths[keep], done[keep], history[keep], new_tok[keep]
+            if coverage_penalty:
+                coverage = coverage[keep]
             row_index = row_index.view(m, k)[keep].view(-1)
         state = model.reorder_state(state, row_index.to(device))
         tokens = new_tok.view(-1).to(device)
     return results  # type: ignore[return-value]
 
 
-def search(model, batch: Batch, beam: int, max_len: int, min_len: int = 0, alpha: float = 1.0, nbest: int = 1) -> list[list[Hypothesis]]:
+def search(model, batch: Batch, beam: int, max_len: int, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0) -> list[list[Hypothesis]]:
     """Greedy search for beam 1, else beam search."""
     if beam == 1 and nbest == 1:
         return greedy_search(model, batch, max_len, min_len, alpha)
-    return beam_search(model, batch, beam, max_len, min_len, alpha, nbest)
+    return beam_search(model, batch, beam, max_len, min_len, alpha, nbest, coverage_penalty)

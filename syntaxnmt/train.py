@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from syntaxnmt.alignment_training import alignment_objective, attach_fertility
 from syntaxnmt.batches import Split, TokenBatchSampler, bucket_batches, collate
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.config import Config, TrainConfig
@@ -114,18 +115,25 @@ def validate(model, cfg: Config, dev: Split, refs: list[str], tgt_tok, device: t
     return result
 
 
-def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainConfig, device: torch.device) -> tuple[float, int]:
+def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainConfig, device: torch.device, objective=None, step: int = 0) -> tuple[float, int]:
     """One optimizer update on the batches ``group`` (gradient accumulation); returns (summed loss, target tokens).
 
     The loss is normalized by the target tokens of the whole group, so accumulating k batches equals
-    one batch k times larger.
+    one batch k times larger. An :class:`~syntaxnmt.alignment_training.AlignmentObjective` adds its
+    attention terms (at update ``step``) to every batch's loss.
     """
     n_tokens = sum(int(split["tgt"].lengths[idx].sum()) + len(idx) for idx in group)
     opt.zero_grad(set_to_none=True)
     loss_sum = 0.0
     for idx in group:
-        batch = collate(split, idx, model.feature_spec).to(device)
-        loss, _ = label_smoothed_nll(model(batch).logits, batch.tgt_out, t.label_smoothing)
+        if objective is None:
+            batch = collate(split, idx, model.feature_spec).to(device)
+            loss, _ = label_smoothed_nll(model(batch).logits, batch.tgt_out, t.label_smoothing)
+        else:
+            batch = collate(split, idx, model.feature_spec, alignment=objective.needs_reference).to(device)
+            out = model(batch, need_weights=True)
+            loss, _ = label_smoothed_nll(out.logits, batch.tgt_out, t.label_smoothing)
+            loss = loss + objective.loss(model, batch, out, step)
         (loss / n_tokens).backward()
         loss_sum += loss.item()
     if t.clip_norm > 0:
@@ -161,7 +169,10 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
     train_split, dev = load_split(cfg, "train"), load_split(cfg, "dev")
     refs = read_lines(cfg.prepared_dir / "dev.ref")
 
-    model = build_model(cfg.model, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg)).to(device)
+    if t.alignment.symmetry_weight > 0:
+        raise UserError("train.alignment.symmetry_weight trains two models jointly: use `syntaxnmt train-joint`")
+    model = attach_fertility(build_model(cfg.model, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg)), cfg).to(device)
+    objective = alignment_objective(cfg)
     opt, sched = build_optimizer(model, t)
     prog = Progress()
     if resume:
@@ -216,7 +227,7 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
             if len(group) < t.accum_steps:
                 stop_reason = "max_epochs"
                 break
-            loss_sum, n_tokens = update(model, opt, sched, train_split, [idx for _, _, idx in group], t, device)
+            loss_sum, n_tokens = update(model, opt, sched, train_split, [idx for _, _, idx in group], t, device, objective, prog.step)
             last_epoch, last_pos, _ = group[-1]
             prog.step, prog.epoch, prog.batch_pos = prog.step + 1, last_epoch, last_pos + 1
             prog.train_seconds = time.perf_counter() - session_start
@@ -227,8 +238,11 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
             if prog.step % t.log_every == 0 or prog.step == 1:
                 elapsed = time.perf_counter() - window_start
                 lr = sched.get_last_lr()[0]
-                bar.set_postfix(loss=f"{window_loss / window_tokens:.3f}", tok_s=f"{window_tokens / elapsed:.0f}", lr=f"{lr:.2e}", ep=prog.epoch)
+                terms = objective.pop_window(window_tokens) if objective is not None else {}
+                bar.set_postfix(loss=f"{window_loss / window_tokens:.3f}", **{k: f"{v:.3f}" for k, v in terms.items()}, tok_s=f"{window_tokens / elapsed:.0f}", lr=f"{lr:.2e}", ep=prog.epoch)
                 if writer:
+                    for k, v in terms.items():
+                        writer.add_scalar(f"train/{k}", v, prog.step)
                     writer.add_scalar("train/loss", window_loss / window_tokens, prog.step)
                     writer.add_scalar("train/tokens_per_s", window_tokens / elapsed, prog.step)
                     writer.add_scalar("train/lr", lr, prog.step)

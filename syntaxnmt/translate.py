@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from syntaxnmt.alignment_training import attach_fertility
 from syntaxnmt.batches import make_batch
 from syntaxnmt.checkpoint import load_checkpoint
 from syntaxnmt.config import Config, DecodeConfig, config_from_dict
@@ -35,7 +36,7 @@ def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module,
     state = load_checkpoint(path)
     cfg = config_from_dict(state["config"], source=f"{path} (stored config)")
     toks = load_tokenizers(cfg)
-    model = build_model(cfg.model, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg))
+    model = attach_fertility(build_model(cfg.model, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg)), cfg)
     model.load_state_dict(state["model"])
     return model.to(device).eval(), cfg, toks
 
@@ -73,7 +74,7 @@ def translate_ids(
             batch = batch.to(device)
             src_lens = batch.src.ne(0).sum(1) - 1
             max_len = max_output_length(src_lens, decode.max_len_a, decode.max_len_b, max_pos)
-            hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest)
+            hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty)
             for i, h in zip(idx, hyps):
                 results[i] = h
             bar.update(len(idx))

@@ -188,7 +188,7 @@ def test_tensorboard_event_file(make_config):
 def test_early_stopping_with_patience(make_config):
     # lr 0: the model never changes, so the dev BLEU never improves after the first validation.
     messages = []
-    cfg = make_config({"train": {"lr": 0.0, "max_steps": 1000, "valid_every": 2, "patience": 2, "valid_max_sentences": 5}})
+    cfg = make_config({"train": {"lr": 0.0, "max_steps": 30, "valid_every": 2, "patience": 2, "valid_max_sentences": 5}})
     prog = train(cfg, log=messages.append)
     assert prog.step == 6  # validations at 2 (best), 4 and 6 (no improvement) -> stop
     assert prog.bad_validations == 2

@@ -13,7 +13,7 @@ Decoders (``model.rnn.decoder``), all with the decoder state size ``hidden``:
 * ``luong`` (Luong et al. 2015, Sec. 3, Eq. 5-6, input feeding Sec. 3.3): ``s_t = RNN(x_t, s_{t-1})``
   with ``x_t = [E y_{t-1}; h~_{t-1}]`` (input feeding, ``h~_0 = 0``) or ``E y_{t-1}``; attend with
   ``s_t``; ``h~_t = tanh(W_c [c_t; s_t])``; ``p(y_t) = softmax(W_s h~_t + b_s)``.
-* ``cgru`` (conditional GRU of Nematus, Sennrich et al. 2017, Sec. 2.3):
+* ``cgru`` (conditional GRU of Nematus, Sennrich et al. 2017, Sec. 2):
   ``s'_i = GRU_1(y_{i-1}, s_{i-1})``, ``c_i = ATT(C, s'_i)``, ``s_i = GRU_2(c_i, s'_i)``; with
   ``dec_layers > 1`` plain GRU layers are stacked on ``s_i``; deep output as for ``bahdanau``
   (from the top state).
@@ -219,7 +219,7 @@ class LuongDecoder(_Decoder):
 
 
 class ConditionalGRUDecoder(_Decoder):
-    """Conditional GRU (Sennrich et al. 2017, Nematus, Sec. 2.3): ``s'_i = GRU_1(y_{i-1}, s_{i-1})``,
+    """Conditional GRU (Sennrich et al. 2017, Nematus, Sec. 2): ``s'_i = GRU_1(y_{i-1}, s_{i-1})``,
     ``c_i = ATT(C, s'_i)``, ``s_i = GRU_2(c_i, s'_i)``; ``dec_layers - 1`` plain GRU layers on top;
     deep output ``t_i = tanh(W_t [s_i; E y_{i-1}; c_i])`` from the top state."""
 
