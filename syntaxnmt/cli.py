@@ -77,6 +77,14 @@ def cmd_align(args, extra) -> None:
         sys.stdout.write("".join(line + "\n" for line in out))
 
 
+def cmd_align_experiment(args, extra) -> None:
+    from syntaxnmt.alignment_experiments import run_alignment_set
+
+    if extra:
+        raise UserError(f"unexpected arguments: {' '.join(extra)}")
+    run_alignment_set(args.set, output=args.output)
+
+
 def cmd_aer(args, extra) -> None:
     from syntaxnmt.word_alignment import aer_report
 
@@ -252,6 +260,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--only", help="comma-separated labels to run (the baseline always runs)")
     s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
     s.set_defaults(func=cmd_experiment)
+
+    s = sub.add_parser("align-experiment", help="train attention-as-alignment systems; tabulate test AER and BLEU")
+    s.add_argument("set", help="alignment experiment set YAML (e.g. recipes/synthetic/alignment.set.yaml)")
+    s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
+    s.set_defaults(func=cmd_align_experiment)
 
     s = sub.add_parser("parse", help="parse plain text with spaCy and write CoNLL-U")
     s.add_argument("-i", "--input", help="one sentence per line (default: stdin)")

@@ -84,7 +84,7 @@ def run_config(label: str, cfg: Config, spec: ExperimentSet, log) -> dict:
     else:
         log(f"[{label} seed {cfg.seed}] training in {work}")
         progress = train(cfg, resume=True, log=log)
-        record = {"steps": progress.step, "train_seconds": progress.train_seconds, "best": progress.best}
+        record = {"steps": progress.step, "train_seconds": progress.train_seconds, "train_tokens": progress.train_tokens, "best": progress.best}
         atomic_write_text(done, json.dumps(record))
     device = resolve_device(cfg.train.device)
     model = None
@@ -151,7 +151,7 @@ def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: 
     base = records[spec.baseline]
     base_step = statistics.mean(r["train_seconds"] / max(r["steps"], 1) for r in base.values())
     tests = list(spec.test_sets)
-    head = ["system", "params"] + [f"{t} BLEU" for t in tests] + [f"{t} chrF" for t in tests] + [f"p vs {spec.baseline} ({t})" for t in tests] + ["updates", "time/update (rel.)"]
+    head = ["system", "params"] + [f"{t} BLEU" for t in tests] + [f"{t} chrF" for t in tests] + [f"p vs {spec.baseline} ({t})" for t in tests] + ["updates", "train tok/s", "time/update (rel.)"]
     rows = []
     for label, runs in records.items():
         cells = [label, f"{runs[seeds[0]]['params'] / 1e6:.2f}M"]
@@ -172,7 +172,9 @@ def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: 
                 p_cells.append(f"{cmp.bleu_p_value:.3f}{' *' if cmp.bleu_significant else ''}")
         step = statistics.mean(r["train_seconds"] / max(r["steps"], 1) for r in runs.values())
         updates = statistics.mean(r["steps"] for r in runs.values())
-        rows.append(cells + bleu_cells + chrf_cells + p_cells + [f"{updates:.0f}", f"{step / base_step:.2f}×"])
+        known = [r["train_tokens"] / max(r["train_seconds"], 1e-9) for r in runs.values() if r.get("train_tokens")]
+        tok_s = f"{statistics.mean(known):.0f}" if known else "–"
+        rows.append(cells + bleu_cells + chrf_cells + p_cells + [f"{updates:.0f}", tok_s, f"{step / base_step:.2f}×"])
     lines = [f"### {spec.title or spec.name}", ""]
     if spec.description:
         lines += [spec.description.strip(), ""]

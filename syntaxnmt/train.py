@@ -44,6 +44,7 @@ class Progress:
     best: float | None = None
     bad_validations: int = 0
     train_seconds: float = 0.0
+    train_tokens: int = 0  # target tokens trained on (for tokens/s)
 
 
 def seed_everything(seed: int) -> None:
@@ -233,6 +234,7 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
             prog.train_seconds = time.perf_counter() - session_start
 
             window_tokens += n_tokens
+            prog.train_tokens += n_tokens
             window_loss += loss_sum
             bar.update(1)
             if prog.step % t.log_every == 0 or prog.step == 1:
