@@ -90,8 +90,8 @@ class SyntaxConfig(_Section):
     """Where a head's queries and keys come from: ``word`` (hidden states), ``upos``, ``xpos`` or ``deprel``."""
     tag_dim: int = 64
     """Embedding size of the tags feeding linguistic heads."""
-    parent_scaled: HeadSpec = []
-    """``yes``/``no`` per head: multiply the head's scores by a Gaussian centred on the token's parent (PASCAL)."""
+    parent_scaled: list[list[bool]] = []
+    """``true``/``false`` per head: multiply the head's scores by a Gaussian centred on the token's parent (PASCAL)."""
     parent_sigma: float = 1.0
     input_features: list[Literal["upos", "xpos", "deprel", "bie"]] = []
     """Linguistic input features (Sennrich & Haddow 2016) embedded and combined with the word embeddings."""

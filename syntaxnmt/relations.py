@@ -53,7 +53,7 @@ class FeatureSpec:
         names |= {f"rel_{k}" for k in kinds if k in ("tree_distance", "tree_path")}
         names |= {s for row in syn.qk_source for s in row if s != "word"}
         names |= set(syn.input_features)
-        if any(v in ("yes", "true", "1") for row in syn.parent_scaled for v in row):
+        if any(v for row in syn.parent_scaled for v in row):
             names.add("parent_pos")
         return cls(frozenset(names), syn.max_tree_distance, syn.max_path_length)
 

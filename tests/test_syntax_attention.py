@@ -106,7 +106,7 @@ def test_specialized_heads_ignore_word_identity():
 
 
 def test_parent_scaled_multiplies_scores_by_gaussian():
-    ext = ParentScaled(["yes", "no"], sigma=1.0)
+    ext = ParentScaled([True, False], sigma=1.0)
     scores = torch.ones(1, 2, 3, 3)
     parent = torch.tensor([[1, 1, 0]])
     out = ext.scores(scores, None, {"batch": Ctx(parent_pos=parent)})
@@ -121,7 +121,7 @@ def test_full_model_with_every_extension_runs_and_masks_padding():
         {
             "relations": [["linear", "tree_distance", "tree_path", "none"], ["none", "linear", "linear", "tree_path"]],
             "qk_source": [["word", "word", "word", "upos"]],
-            "parent_scaled": [["no", "no", "yes", "no"]],
+            "parent_scaled": [[False, False, True, False]],
             "input_features": ["upos", "bie"],
         }
     )

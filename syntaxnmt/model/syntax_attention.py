@@ -29,7 +29,7 @@ RELATION_KINDS = ("linear", "tree_distance", "tree_path")
 TAG_SOURCES = ("upos", "xpos", "deprel")
 
 
-def layer_row(spec: list[list[str]], layer: int, heads: int, what: str) -> list[str] | None:
+def layer_row(spec: list[list], layer: int, heads: int, what: str) -> list | None:
     """Row ``layer`` of a per-layer, per-head spec (a single row applies to every layer)."""
     if not spec:
         return None
@@ -38,7 +38,7 @@ def layer_row(spec: list[list[str]], layer: int, heads: int, what: str) -> list[
         raise ValueError(f"model.syntax.{what} has {len(spec)} rows; give one row, or one per encoder layer")
     if len(row) != heads:
         raise ValueError(f"model.syntax.{what}: a row has {len(row)} entries for {heads} heads")
-    return [str(v).lower() for v in row]
+    return [v.lower() if isinstance(v, str) else v for v in row]
 
 
 class RelationAttention(AttentionExtension):
@@ -134,9 +134,9 @@ class LinguisticHeads(AttentionExtension):
 class ParentScaled(AttentionExtension):
     """PASCAL: S'_ij = S_ij * N(j; p_i, sigma^2) for the chosen heads."""
 
-    def __init__(self, flags: list[str], sigma: float):
+    def __init__(self, flags: list[bool], sigma: float):
         super().__init__()
-        on = [h for h, v in enumerate(flags) if v in ("yes", "true", "1")]
+        on = [h for h, v in enumerate(flags) if v]
         self.register_buffer("heads", torch.tensor(on, dtype=torch.long), persistent=False)
         self.sigma = sigma
 
@@ -160,7 +160,7 @@ def encoder_extensions(syn: SyntaxConfig, layer: int, heads: int, d_head: int, t
     if kinds and any(k != "none" for k in kinds):
         exts.append(RelationAttention(kinds, d_head, syn))
     flags = layer_row(syn.parent_scaled, layer, heads, "parent_scaled")
-    if flags and any(v in ("yes", "true", "1") for v in flags):
+    if flags and any(flags):
         exts.append(ParentScaled(flags, syn.parent_sigma))
     return exts
 
