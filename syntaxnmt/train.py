@@ -24,6 +24,7 @@ from syntaxnmt.alignment_training import alignment_objective, attach_fertility
 from syntaxnmt.batches import Split, TokenBatchSampler, bucket_batches, collate
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.config import Config, TrainConfig
+from syntaxnmt.distributed import World, barrier, broadcast_flag, device_for, init_world, no_sync, shutdown, sum_across, unwrap
 from syntaxnmt.errors import UserError
 from syntaxnmt.losses import label_smoothed_nll
 from syntaxnmt.metrics import corpus_bleu
@@ -116,26 +117,28 @@ def validate(model, cfg: Config, dev: Split, refs: list[str], tgt_tok, device: t
     return result
 
 
-def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainConfig, device: torch.device, objective=None, step: int = 0) -> tuple[float, int]:
+def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainConfig, device: torch.device, objective=None, step: int = 0, world: World = World()) -> tuple[float, int]:
     """One optimizer update on the batches ``group`` (gradient accumulation); returns (summed loss, target tokens).
 
-    The loss is normalized by the target tokens of the whole group, so accumulating k batches equals
-    one batch k times larger. An :class:`~syntaxnmt.alignment_training.AlignmentObjective` adds its
-    attention terms (at update ``step``) to every batch's loss.
+    The loss is normalized by the target tokens of the whole group -- over all ranks in distributed
+    training, where DDP averages the gradients -- so accumulating k batches equals one batch k times
+    larger, and N ranks equal one process accumulating N times more. An
+    :class:`~syntaxnmt.alignment_training.AlignmentObjective` adds its attention terms (at update
+    ``step``) to every batch's loss.
     """
     n_tokens = sum(int(split["tgt"].lengths[idx].sum()) + len(idx) for idx in group)
+    scale = world.size / sum_across(world, n_tokens)
+    raw = unwrap(model)
     opt.zero_grad(set_to_none=True)
     loss_sum = 0.0
-    for idx in group:
-        if objective is None:
-            batch = collate(split, idx, model.feature_spec).to(device)
-            loss, _ = label_smoothed_nll(model(batch).logits, batch.tgt_out, t.label_smoothing)
-        else:
-            batch = collate(split, idx, model.feature_spec, alignment=objective.needs_reference).to(device)
-            out = model(batch, need_weights=True)
+    for k, idx in enumerate(group):
+        batch = collate(split, idx, raw.feature_spec, alignment=objective is not None and objective.needs_reference).to(device)
+        with no_sync(model, skip=k < len(group) - 1):
+            out = model(batch, need_weights=objective is not None)
             loss, _ = label_smoothed_nll(out.logits, batch.tgt_out, t.label_smoothing)
-            loss = loss + objective.loss(model, batch, out, step)
-        (loss / n_tokens).backward()
+            if objective is not None:
+                loss = loss + objective.loss(raw, batch, out, step)
+            (loss * scale).backward()
         loss_sum += loss.item()
     if t.clip_norm > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
@@ -160,12 +163,16 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
     if resume and not last_path.exists():
         log(f"no checkpoint in {work}: starting a new run")
         resume = False
+    world = init_world(t.device)
+    if not world.is_main:
+        log = lambda *a, **k: None  # noqa: E731  (rank 0 alone logs)
     seed_everything(cfg.seed)
     if t.threads:
         torch.set_num_threads(t.threads)
-    device = resolve_device(t.device)
-    if not is_prepared(cfg):
+    device = device_for(world, resolve_device(t.device))
+    if world.is_main and not is_prepared(cfg):
         prepare(cfg, log=log)
+    barrier(world)
     toks = load_tokenizers(cfg)
     train_split, dev = load_split(cfg, "train"), load_split(cfg, "dev")
     refs = read_lines(cfg.prepared_dir / "dev.ref")
@@ -173,6 +180,7 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
     if t.alignment.symmetry_weight > 0:
         raise UserError("train.alignment.symmetry_weight trains two models jointly: use `syntaxnmt train-joint`")
     model = attach_fertility(build_model(cfg.model, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg)), cfg).to(device)
+    raw_model = model
     objective = alignment_objective(cfg)
     opt, sched = build_optimizer(model, t)
     prog = Progress()
@@ -184,22 +192,25 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
         prog = Progress(**state["progress"])
         set_rng_state(state["rng"])
         log(f"resumed {last_path} at update {prog.step} (epoch {prog.epoch}, batch {prog.batch_pos})")
-    work.mkdir(parents=True, exist_ok=True)
-    cfg.save(work / "config.yaml")
+    if world.is_main:
+        work.mkdir(parents=True, exist_ok=True)
+        cfg.save(work / "config.yaml")
     n_params = sum(p.numel() for p in model.parameters())
-    log(f"{cfg.name}: {n_params / 1e6:.2f}M parameters, {len(train_split)} training pairs, device {device}")
+    log(f"{cfg.name}: {n_params / 1e6:.2f}M parameters, {len(train_split)} training pairs, device {device}" + (f", {world.size} processes" if world.distributed else ""))
+    if world.distributed:
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
     writer = None
-    if t.tensorboard:
+    if t.tensorboard and world.is_main:
         from torch.utils.tensorboard import SummaryWriter
 
         writer = SummaryWriter(str(work / "tensorboard"))
-    sampler = TokenBatchSampler(train_split["src"].lengths, train_split["tgt"].lengths, t.max_tokens, cfg.seed)
+    sampler = TokenBatchSampler(train_split["src"].lengths, train_split["tgt"].lengths, t.max_tokens, cfg.seed, num_shards=world.size, shard=world.rank)
 
     def checkpoint(is_best: bool) -> None:
         state = {
             "config": cfg.model_dump(mode="json"),
-            "model": model.state_dict(),
+            "model": raw_model.state_dict(),
             "optimizer": opt.state_dict(),
             "scheduler": sched.state_dict(),
             "progress": asdict(prog),
@@ -217,7 +228,7 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
             epoch, pos = epoch + 1, 0
 
     stream = batch_stream()
-    bar = tqdm(total=t.max_steps, initial=prog.step, desc="train", unit="upd", dynamic_ncols=True, mininterval=1.0)
+    bar = tqdm(total=t.max_steps, initial=prog.step, desc="train", unit="upd", dynamic_ncols=True, mininterval=1.0, disable=not world.is_main)
     window_tokens, window_loss, window_start = 0, 0.0, time.perf_counter()
     session_start = time.perf_counter() - prog.train_seconds
     stop_reason = "max_steps"
@@ -228,7 +239,7 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
             if len(group) < t.accum_steps:
                 stop_reason = "max_epochs"
                 break
-            loss_sum, n_tokens = update(model, opt, sched, train_split, [idx for _, _, idx in group], t, device, objective, prog.step)
+            loss_sum, n_tokens = update(model, opt, sched, train_split, [idx for _, _, idx in group], t, device, objective, prog.step, world)
             last_epoch, last_pos, _ = group[-1]
             prog.step, prog.epoch, prog.batch_pos = prog.step + 1, last_epoch, last_pos + 1
             prog.train_seconds = time.perf_counter() - session_start
@@ -251,22 +262,26 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
                 window_tokens, window_loss, window_start = 0, 0.0, time.perf_counter()
 
             out_of_time = t.max_minutes > 0 and prog.train_seconds >= 60 * t.max_minutes
-            if stop.requested or out_of_time:
+            if broadcast_flag(world, stop.requested or out_of_time):  # every rank stops at the same update
                 stop_reason = "interrupted" if stop.requested else "max_minutes"
                 break
             if prog.step % t.valid_every == 0:
-                _validate_and_save(model, cfg, dev, refs, toks, device, prog, checkpoint, writer, log)
-                if t.patience and prog.bad_validations >= t.patience:
+                if world.is_main:
+                    _validate_and_save(raw_model, cfg, dev, refs, toks, device, prog, checkpoint, writer, log)
+                if broadcast_flag(world, bool(t.patience) and prog.bad_validations >= t.patience):
                     stop_reason = "early stopping"
                     break
     bar.close()
-    if stop_reason in ("max_steps", "max_epochs") and prog.step % t.valid_every != 0:
-        _validate_and_save(model, cfg, dev, refs, toks, device, prog, checkpoint, writer, log)
-    elif stop_reason in ("interrupted", "max_minutes"):
-        checkpoint(is_best=False)
+    if world.is_main:
+        if stop_reason in ("max_steps", "max_epochs") and prog.step % t.valid_every != 0:
+            _validate_and_save(raw_model, cfg, dev, refs, toks, device, prog, checkpoint, writer, log)
+        elif stop_reason in ("interrupted", "max_minutes"):
+            checkpoint(is_best=False)
     log(f"stopped ({stop_reason}) at update {prog.step}, epoch {prog.epoch}; best {t.early_stopping_metric} {prog.best}; checkpoints in {work}")
     if writer:
         writer.close()
+    barrier(world)
+    shutdown(world)
     return prog
 
 
