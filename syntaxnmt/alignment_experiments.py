@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from syntaxnmt.alignment import aer, read_alignments
 from syntaxnmt.config import Config, _yaml_load, load_config
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments import write_section
+from syntaxnmt.experiments import markdown_table, write_section
 from syntaxnmt.metrics import score
 from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
 
@@ -146,7 +146,7 @@ def run_alignment_set(path: str | Path, output: str | None = None, log=print) ->
     src_lines, tgt_lines = read_lines(test.src), read_lines(test.ref)
     gold = read_alignments(test.align, test.one_indexed, [len(x.split()) for x in src_lines], [len(x.split()) for x in tgt_lines])
     device = resolve_device("cpu")
-    head = ["system", "alignment read from", "updates", "train time", f"test BLEU (beam)", "AER", "precision", "recall", "AER (all layers+heads averaged)"]
+    head = ["system", "alignment read from", "updates", "train time", "test BLEU (beam)", "AER", "precision", "recall", "AER (all layers+heads averaged)"]
     rows, configs = [], {}
     for label, rel in spec.configs.items():
         cfg = load_config(base_dir / rel, spec.overrides)
@@ -183,10 +183,8 @@ def run_alignment_set(path: str | Path, output: str | None = None, log=print) ->
         f"AER/precision/recall in % against the {len(gold)} gold test alignments (attention argmax: one link per target word, "
         f"read while force-decoding the reference); BLEU: sacreBLEU on the detokenized test output. One seed.",
         "",
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
+        *markdown_table(head, rows),
     ]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
     section = "\n".join(lines) + "\n"
     target = Path(output or spec.output)
     write_section(target, spec.name, section)

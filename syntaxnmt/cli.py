@@ -20,6 +20,31 @@ def _config(args, extra: list[str]):
     return load_config(args.config, extra)
 
 
+def _no_overrides(extra: list[str]) -> None:
+    if extra:
+        raise UserError(f"unexpected arguments: {' '.join(extra)}")
+
+
+def _checkpoint_arg(args, extra: list[str]) -> Path:
+    """The checkpoint named by ``CONFIG [--checkpoint best|last]`` or ``--checkpoint PATH``."""
+    from syntaxnmt.config import load_config
+    from syntaxnmt.translate import checkpoint_path
+
+    if args.config is None and args.checkpoint in ("best", "last"):
+        raise UserError("give a CONFIG or a --checkpoint path")
+    return checkpoint_path(load_config(args.config, extra), args.checkpoint) if args.config else Path(args.checkpoint)
+
+
+def _write_output(path: str | None, lines: list[str]) -> None:
+    """Write lines to ``path`` atomically, or to stdout when no path is given."""
+    if path:
+        from syntaxnmt.textio import write_lines
+
+        write_lines(path, lines)
+    else:
+        sys.stdout.write("".join(line + "\n" for line in lines))
+
+
 def cmd_prepare(args, extra) -> None:
     from syntaxnmt.prepare import prepare
 
@@ -46,16 +71,13 @@ def cmd_align_external(args, extra) -> None:
 
 def cmd_align(args, extra) -> None:
     from syntaxnmt.alignment import format_links
-    from syntaxnmt.config import load_config
-    from syntaxnmt.textio import read_lines, write_lines
-    from syntaxnmt.translate import checkpoint_path, resolve_device
+    from syntaxnmt.textio import read_lines
+    from syntaxnmt.translate import resolve_device
     from syntaxnmt.word_alignment import model_alignments
 
-    if args.config is None and args.checkpoint in ("best", "last"):
-        raise UserError("give a CONFIG or a --checkpoint path")
-    path = checkpoint_path(load_config(args.config, extra), args.checkpoint) if args.config else Path(args.checkpoint)
-    if extra and not args.config:
-        raise UserError(f"unexpected arguments: {' '.join(extra)}")
+    path = _checkpoint_arg(args, extra)
+    if not args.config:
+        _no_overrides(extra)
     links = model_alignments(
         path,
         read_lines(args.src),
@@ -71,25 +93,20 @@ def cmd_align(args, extra) -> None:
         batch_size=args.batch_size,
     )
     out = [format_links(x) for x in links]
-    if args.output:
-        write_lines(args.output, out)
-    else:
-        sys.stdout.write("".join(line + "\n" for line in out))
+    _write_output(args.output, out)
 
 
 def cmd_align_experiment(args, extra) -> None:
     from syntaxnmt.alignment_experiments import run_alignment_set
 
-    if extra:
-        raise UserError(f"unexpected arguments: {' '.join(extra)}")
+    _no_overrides(extra)
     run_alignment_set(args.set, output=args.output)
 
 
 def cmd_aer(args, extra) -> None:
     from syntaxnmt.word_alignment import aer_report
 
-    if extra:
-        raise UserError(f"unexpected arguments: {' '.join(extra)}")
+    _no_overrides(extra)
     print(aer_report(args.gold, args.hyp, args.one_indexed_gold, args.src, args.tgt, args.bitext))
 
 
@@ -108,13 +125,10 @@ def _read_input(path: str | None) -> list[str]:
 
 
 def cmd_translate(args, extra) -> None:
-    from syntaxnmt.config import config_from_dict, load_config, parse_overrides
-    from syntaxnmt.textio import write_lines
-    from syntaxnmt.translate import checkpoint_path, load_model, resolve_device, translate_lines
+    from syntaxnmt.config import config_from_dict, parse_overrides
+    from syntaxnmt.translate import load_model, resolve_device, translate_lines
 
-    if args.config is None and args.checkpoint in ("best", "last"):
-        raise UserError("give a CONFIG or a --checkpoint path")
-    path = checkpoint_path(load_config(args.config, extra), args.checkpoint) if args.config else Path(args.checkpoint)
+    path = _checkpoint_arg(args, extra)
     device = resolve_device(args.device)
     model, cfg, toks = load_model(path, device)
     decode = cfg.decode
@@ -136,25 +150,20 @@ def cmd_translate(args, extra) -> None:
         out = [nb[0][0] for nb in results]
     else:
         out = [f"{i} ||| {text} ||| {score:.4f}" for i, nb in enumerate(results) for text, score in nb]
-    if args.output:
-        write_lines(args.output, out)
-    else:
-        sys.stdout.write("".join(line + "\n" for line in out))
+    _write_output(args.output, out)
 
 
 def cmd_evaluate(args, extra) -> None:
     from syntaxnmt.metrics import evaluate_report
 
-    if extra:
-        raise UserError(f"unexpected arguments: {' '.join(extra)}")
+    _no_overrides(extra)
     print(evaluate_report(args.hyp, args.ref, args.compare, n_bootstrap=args.bootstrap))
 
 
 def cmd_experiment(args, extra) -> None:
     from syntaxnmt.experiments import run_set
 
-    if extra:
-        raise UserError(f"unexpected arguments: {' '.join(extra)}")
+    _no_overrides(extra)
     seeds = args.seeds or (list(range(1, args.n_seeds + 1)) if args.n_seeds else None)
     run_set(args.set, seeds=seeds, only=args.only.split(",") if args.only else None, output=args.output)
 
@@ -162,8 +171,7 @@ def cmd_experiment(args, extra) -> None:
 def cmd_parse(args, extra) -> None:
     from syntaxnmt.annotations import SpacyParser, check_parse, write_conllu
 
-    if extra:
-        raise UserError(f"unexpected arguments: {' '.join(extra)}")
+    _no_overrides(extra)
     lines = _read_input(args.input)
     parses = SpacyParser(args.pipeline).parse(lines, progress=args.output is not None)
     source = args.input or "<stdin>"

@@ -183,11 +183,14 @@ def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: 
         f"p: paired bootstrap resampling ({spec.bootstrap} samples) of all seeds' outputs against the "
         f"baseline's, * = p < 0.05. Overrides: `{' '.join(spec.overrides) or 'none'}`.",
         "",
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
+        *markdown_table(head, rows),
     ]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines) + "\n"
+
+
+def markdown_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    """The lines of a Markdown table."""
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
 def write_section(path: Path, name: str, section: str) -> None:

@@ -21,7 +21,7 @@ from syntaxnmt.model import build_model
 from syntaxnmt.optim import build_optimizer
 from syntaxnmt.prepare import load_split, load_tokenizers, prepare
 from syntaxnmt.search import beam_search
-from syntaxnmt.subwords import BOS, EOS, PAD, UNK
+from syntaxnmt.subwords import BOS, EOS, PAD
 from syntaxnmt.train import update
 
 from conftest import deep_merge, quiet, tiny_tree
