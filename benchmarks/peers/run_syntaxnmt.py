@@ -1,0 +1,109 @@
+"""The syntaxnmt side of benchmarks/side_by_side.py: one measurement per process, one JSON line out.
+
+    python benchmarks/peers/run_syntaxnmt.py train  --config CFG --updates 90 --warmup 10
+    python benchmarks/peers/run_syntaxnmt.py decode --config CFG --test-src FILE --beam 5 --force-length 20
+    python benchmarks/peers/run_syntaxnmt.py check  --config CFG --test-src FILE --beam 5 --force-length 20
+
+Both call the measuring functions of ``benchmarks/speed.py`` unchanged: ``measure_training``
+(target tokens/s over ``--updates`` timed updates after ``--warmup`` untimed ones, the first
+updates of epoch 0 of the recipe's batches) and ``measure_decoding`` (beam search over the raw
+source lines of ``--test-src``, timed around the search only; freshly initialised model -- with
+``--force-length`` every hypothesis has exactly that many subwords, so the weights do not change
+the work done). Training and decoding run in separate processes, like the peers', so that the
+caller measures the peak memory and the whole-command time of each. ``check`` (not timed) decodes
+the first 20 sentences the same way and reports the hypothesis lengths, to verify the forced length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ for speed.py
+import speed  # noqa: E402
+
+from syntaxnmt.batches import TokenBatchSampler  # noqa: E402
+from syntaxnmt.config import load_config  # noqa: E402
+from syntaxnmt.model import build_model  # noqa: E402
+from syntaxnmt.prepare import feature_vocab_sizes, load_split, load_tokenizers  # noqa: E402
+from syntaxnmt.subwords import BOS, EOS, PAD  # noqa: E402
+from syntaxnmt.textio import read_lines  # noqa: E402
+from syntaxnmt.train import seed_everything  # noqa: E402
+from syntaxnmt.translate import resolve_device, translate_ids  # noqa: E402
+
+
+def n_params(cfg) -> int:
+    toks = load_tokenizers(cfg)
+    model = build_model(cfg.model, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg))
+    return sum(p.numel() for p in model.parameters())
+
+
+def train(cfg, device, updates: int, warmup: int) -> dict:
+    tok_s = speed.measure_training(cfg, device, updates, warmup)
+    # The same batches measure_training used (its order depends only on the seed): their sizes.
+    split = load_split(cfg, "train")
+    sampler = TokenBatchSampler(split["src"].lengths, split["tgt"].lengths, cfg.train.max_tokens, cfg.seed)
+    batches = sampler.epoch_batches(0)[warmup * cfg.train.accum_steps : (warmup + updates) * cfg.train.accum_steps]
+    tokens = sum(int(split["tgt"].lengths[b].sum()) + len(b) for b in batches)
+    return {
+        "train_tok_s": tok_s,
+        "timed_updates": updates,
+        "tokens_per_update": tokens / updates,
+        "params": n_params(cfg),
+        "batches_per_epoch": len(sampler.epoch_batches(0)),
+    }
+
+
+def decode(cfg, device, test_src: Path, beam: int, force_length: int) -> dict:
+    sent_s, n = speed.measure_decoding(cfg, device, None, test_src, beam, force_length)
+    return {"decode_sent_s_own_timer": sent_s, "sentences": n}
+
+
+def check(cfg, device, test_src: Path, beam: int, force_length: int, n: int = 20) -> dict:
+    """Hypothesis lengths of the first ``n`` sentences, decoded as ``measure_decoding`` does."""
+    seed_everything(cfg.seed)
+    toks = load_tokenizers(cfg)
+    model = build_model(cfg.model, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg)).to(device).eval()
+    dec = cfg.decode.model_copy(update={"beam_size": beam})
+    if force_length:
+        dec = dec.model_copy(update={"min_len": force_length, "max_len_a": 0.0, "max_len_b": force_length})
+    sources = [np.asarray(ids, dtype=np.int64) for ids in toks.src.encode_batch(read_lines(test_src)[:n])]
+    with torch.inference_mode():
+        hyps = translate_ids(model, sources, dec, device)
+    return {"hyp_lengths_checked": sorted({sum(1 for t in nb[0].tokens if t not in (PAD, BOS, EOS)) for nb in hyps}), "checked": len(hyps)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=("train", "decode", "check"))
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--updates", type=int, default=90)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--test-src")
+    ap.add_argument("--beam", type=int, default=5)
+    ap.add_argument("--force-length", type=int, default=20)
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args()
+    cfg = load_config(args.config, [])
+    device = resolve_device(args.device)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    if args.what == "train":
+        res = train(cfg, device, args.updates, args.warmup)
+    elif args.what == "decode":
+        res = decode(cfg, device, Path(args.test_src), args.beam, args.force_length)
+    else:
+        res = check(cfg, device, Path(args.test_src), args.beam, args.force_length)
+    res["torch_threads"] = torch.get_num_threads()
+    res["torch"] = torch.__version__
+    print("RESULT " + json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

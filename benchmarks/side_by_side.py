@@ -1,0 +1,844 @@
+"""syntaxnmt side by side with fairseq 0.12.2, OpenNMT-py 3.5.1 and Joey NMT 2.3.0, in one run.
+
+    python benchmarks/side_by_side.py [--updates 100] [--repeats 3]
+        [--toolkits fairseq,onmt,joey,syntaxnmt] [--tiny] [--no-install]
+
+Same data, same model, same measurements for every toolkit (method: docs/benchmarks.md, section
+"Side-by-side with peer toolkits"):
+
+- Data: ``syntaxnmt prepare`` on Multi30k en->de (``${SYNTAXNMT_DATA:-../shared/data}/multi30k``)
+  trains one joint SentencePiece BPE model (vocab 8000, seed 42) and filters the training pairs
+  (max 100 pieces, ratio 3); the peers read exactly those pairs, written back as space-separated
+  pieces (train, valid, test_2016_flickr), with a vocabulary file made of the same 7996 pieces,
+  so all four models have the same vocabulary and the same data.
+- Model: Transformer 3+3 layers, d_model 256, 4 heads, FFN 1024, pre-norm, ReLU, sinusoidal
+  positions, all embeddings tied, dropout 0.1 (also after the FFN activation; attention dropout 0),
+  Adam (0.9, 0.98), inverse square root after 4000 warm-up updates to 7e-4, label smoothing 0.1,
+  gradient norm clipped at 1, seed 42, batches of at most 4096 padded tokens (Joey: 8704, it does
+  not bucket by length).
+- Training: target tokens/s over updates 11..N (N = --updates), from each toolkit's own log with
+  a log interval of 10 updates (syntaxnmt: ``benchmarks/speed.py``'s ``measure_training`` with 10
+  untimed updates, then N-10 timed ones).
+- Decoding: beam 5, batches of 64 sentences, over the 1,000 sentences of test_2016_flickr, every
+  hypothesis forced to exactly 20 pieces; sentences/s from the toolkit's own timer and from the
+  wall clock of the whole command (start-up and model loading included). Hypothesis lengths are
+  checked.
+- Memory: peak resident set size (max RSS, from wait4) of the training and of the decoding process.
+
+Each toolkit runs in its own process, one after another, round-robin over --repeats rounds;
+medians are reported with the ratios syntaxnmt/peer. Results and the exact command go to
+``benchmarks/out/side_by_side.json`` (``side_by_side-tiny.json`` with --tiny); the prepared data,
+configs and logs stay in ``benchmarks/out/side_by_side/``. ``--tiny`` checks the pipeline end to
+end: 20 updates (11..20 measured), 20 test sentences, one round (minutes on a quiet machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PEERS_DIR = ROOT / "benchmarks" / "peers"
+VENVS = Path(os.environ.get("PEERS_VENVS", PEERS_DIR / "venvs"))
+OUT = ROOT / "benchmarks" / "out"
+
+TOOLKITS = ("fairseq", "onmt", "joey", "syntaxnmt")
+PEERS = ("fairseq", "onmt", "joey")
+NAMES = {"fairseq": "fairseq 0.12.2", "onmt": "OpenNMT-py 3.5.1", "joey": "Joey NMT 2.3.0", "syntaxnmt": "syntaxnmt"}
+
+# The common setting (docs/benchmarks.md). Every toolkit's configuration below is written from it.
+SEED = 42
+VOCAB = 8000
+LAYERS, D_MODEL, HEADS, FFN = 3, 256, 4, 1024
+DROPOUT = 0.1
+LR, WARMUP = 7e-4, 4000
+BETAS = (0.9, 0.98)
+LABEL_SMOOTHING = 0.1
+CLIP_NORM = 1.0
+MAX_TOKENS = 4096
+JOEY_BATCH = 8704  # padded tokens: Joey batches in random order (no length bucketing)
+ONMT_BUCKET = 32768  # examples sorted into batches at a time: one pass over the 29k pairs (default 262144 = 9 passes, 3.5 GB)
+LOG_INTERVAL = 10
+SKIP_UPDATES = 10  # updates 1..10 hold start-up work and are not measured
+BEAM, FORCE_LEN, DECODE_BATCH = 5, 20, 64
+TINY_SENTENCES = 20
+
+# Metrics: (key, label, higher is better)
+METRICS = (
+    ("train_tok_s", "train tok/s", True),
+    ("decode_sent_s", "decode sent/s", True),
+    ("decode_sent_s_wall", "sent/s whole cmd", True),
+    ("train_peak_mb", "train RSS MB", False),
+    ("decode_peak_mb", "decode RSS MB", False),
+)
+
+
+def log(msg: str) -> None:
+    print(f"[side-by-side] {msg}", file=sys.stderr, flush=True)
+
+
+class Failure(Exception):
+    pass
+
+
+# ----------------------------------------------------------------------------------------------
+# processes
+
+
+def clean_env(threads: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"  # the peers' checkpoints hold more than tensors
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONWARNINGS"] = "ignore"
+    if threads:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    return env
+
+
+def run_measured(cmd: list[str], log_path: Path, env: dict, cwd: Path, stdout_path: Path | None = None, stdin_path: Path | None = None) -> dict:
+    """Run ``cmd``; stderr (and stdout unless ``stdout_path``) to ``log_path``. Returns the exit
+    code, the wall-clock seconds and the peak RSS (MB) of the process (wait4's ru_maxrss, which
+    covers its waited-for children too)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w") as logf:
+        logf.write("$ " + shlex.join(cmd) + "\n")
+        logf.flush()
+        out = open(stdout_path, "w") if stdout_path else logf
+        inp = open(stdin_path) if stdin_path else subprocess.DEVNULL
+        try:
+            start = time.perf_counter()
+            p = subprocess.Popen(cmd, stdout=out, stderr=logf, stdin=inp, env=env, cwd=cwd)
+            _, status, usage = os.wait4(p.pid, 0)
+            wall = time.perf_counter() - start
+            p.returncode = os.waitstatus_to_exitcode(status)
+        finally:
+            if stdout_path:
+                out.close()
+            if stdin_path:
+                inp.close()
+    return {"rc": p.returncode, "wall_s": wall, "peak_mb": usage.ru_maxrss / 1024}
+
+
+def check_rc(res: dict, what: str, log_path: Path) -> None:
+    if res["rc"] != 0:
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
+        raise Failure(f"{what} failed with exit code {res['rc']} (log {log_path}):\n{tail}")
+
+
+def run_quiet(cmd: list[str], log_path: Path, env: dict, cwd: Path, what: str) -> None:
+    res = run_measured(cmd, log_path, env, cwd)
+    check_rc(res, what, log_path)
+
+
+def venv_bin(name: str, tool: str) -> str:
+    return str(VENVS / name / "bin" / tool)
+
+
+# ----------------------------------------------------------------------------------------------
+# shared data
+
+
+def syntaxnmt_config(work: Path, data_dir: Path) -> str:
+    mt = data_dir / "multi30k"
+    return f"""# written by benchmarks/side_by_side.py: the common setting of the side-by-side benchmark
+name: side-by-side-syntaxnmt
+work_dir: {work / 'syntaxnmt' / 'run'}
+seed: {SEED}
+data:
+  train_src: {mt / 'train.en.gz'}
+  train_tgt: {mt / 'train.de.gz'}
+  dev_src: {mt / 'val.en.gz'}
+  dev_tgt: {mt / 'val.de.gz'}
+  src_lang: en
+  tgt_lang: de
+  prepared_dir: {work / 'data' / 'syntaxnmt-prepared'}
+  spm_model_type: bpe
+  vocab_size: {VOCAB}
+  joint_vocab: true
+  max_len: 100
+  max_len_ratio: 3.0
+model:
+  arch: transformer
+  d_model: {D_MODEL}
+  heads: {HEADS}
+  ffn_dim: {FFN}
+  enc_layers: {LAYERS}
+  dec_layers: {LAYERS}
+  dropout: {DROPOUT}
+  attention_dropout: 0.0
+  activation: relu
+  norm: pre
+  positions: sinusoidal
+  tie_embeddings: all
+train:
+  max_tokens: {MAX_TOKENS}
+  lr: {LR}
+  warmup_steps: {WARMUP}
+  adam_betas: [{BETAS[0]}, {BETAS[1]}]
+  label_smoothing: {LABEL_SMOOTHING}
+  clip_norm: {CLIP_NORM}
+  device: cpu
+decode:
+  beam_size: {BEAM}
+  length_penalty: 1.0
+  batch_size: {DECODE_BATCH}
+"""
+
+
+def prepare_data(work: Path, data_dir: Path) -> dict:
+    """syntaxnmt's prepared corpus, then the same pairs as piece files and vocabularies for the peers."""
+    from syntaxnmt.batches import Split
+    from syntaxnmt.config import load_config
+    from syntaxnmt.prepare import prepare
+    from syntaxnmt.prepare import load_tokenizers
+    from syntaxnmt.textio import read_lines
+
+    cfg_path = work / "syntaxnmt.yaml"
+    text = syntaxnmt_config(work, data_dir)
+    if not cfg_path.is_file() or cfg_path.read_text() != text:
+        cfg_path.write_text(text)
+    cfg = load_config(cfg_path)
+    counts = prepare(cfg, log=log)
+    pieces = work / "data" / "pieces"
+    stamp = pieces / "DONE"
+    fingerprint = json.dumps({"counts": counts, "meta_mtime": (cfg.prepared_dir / "meta.json").stat().st_mtime_ns}, sort_keys=True)
+    info = {"config": str(cfg_path), "prepared": str(cfg.prepared_dir), "pieces": str(pieces), "counts": counts}
+    if stamp.is_file() and stamp.read_text() == fingerprint:
+        return info | json.loads((pieces / "info.json").read_text())
+    log(f"writing the piece files for the peers to {pieces}")
+    pieces.mkdir(parents=True, exist_ok=True)
+    toks = load_tokenizers(cfg)
+    sp = toks.src.sp
+    id2piece = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    vocab_pieces = id2piece[4:]  # 0..3 are pad, unk, bos, eos: every toolkit adds its own
+    for p in vocab_pieces:
+        assert len(p.split()) == 1 and p == p.strip(), f"piece {p!r} would not survive whitespace splitting"
+
+    def write(path: Path, rows) -> None:
+        path.write_text("".join(" ".join(id2piece[int(i)] for i in row) + "\n" for row in rows), encoding="utf-8")
+
+    freq: Counter = Counter()
+    for split, name in (("train", "train"), ("dev", "valid")):
+        s = Split(cfg.prepared_dir, split)
+        src = [s["src"][k] for k in range(len(s))]
+        tgt = [s["tgt"][k] for k in range(len(s))]
+        write(pieces / f"{name}.en", src)
+        write(pieces / f"{name}.de", tgt)
+        if split == "train":
+            for row in src + tgt:
+                freq.update(int(i) for i in row)
+    tests = {}
+    for lang in ("en", "de"):
+        lines = read_lines(data_dir / "multi30k" / f"test_2016_flickr.{lang}.gz")
+        tok = toks.src if lang == "en" else toks.tgt
+        ids = tok.encode_batch(lines)
+        write(pieces / f"test.{lang}", ids)
+        write(pieces / f"test{TINY_SENTENCES}.{lang}", ids[:TINY_SENTENCES])
+        (pieces / f"test{TINY_SENTENCES}.raw.{lang}").write_text("".join(line + "\n" for line in lines[:TINY_SENTENCES]), encoding="utf-8")
+        tests[lang] = len(lines)
+    # Vocabularies: the same pieces for every toolkit (counts from the training pairs).
+    ordered = sorted(range(4, len(id2piece)), key=lambda i: (-freq[i], i))
+    (pieces / "dict.fairseq.txt").write_text("".join(f"{id2piece[i]} {max(freq[i], 1)}\n" for i in ordered), encoding="utf-8")
+    (pieces / "vocab.onmt.txt").write_text("".join(f"{id2piece[i]} {max(freq[i], 1)}\n" for i in ordered), encoding="utf-8")
+    (pieces / "vocab.joey.txt").write_text("".join(f"{id2piece[i]}\n" for i in ordered), encoding="utf-8")
+    extra = {"vocab_pieces": len(vocab_pieces), "test_sentences": tests["en"], "unseen_in_train": sum(1 for i in ordered if not freq[i])}
+    (pieces / "info.json").write_text(json.dumps(extra))
+    stamp.write_text(fingerprint)
+    return info | extra
+
+
+# ----------------------------------------------------------------------------------------------
+# log parsing: intervals of LOG_INTERVAL updates -> (last update, target tokens, seconds)
+
+
+def throughput(intervals: list[tuple[int, float, float]], skip: int) -> tuple[float, float, int]:
+    """Target tokens/s and tokens/update over the intervals after update ``skip``."""
+    prev, tokens, secs, updates = 0, 0.0, 0.0, 0
+    for step, tok, sec in intervals:
+        if prev >= skip:
+            tokens, secs, updates = tokens + tok, secs + sec, updates + step - prev
+        prev = step
+    if not updates or secs <= 0:
+        raise Failure(f"no logged interval after update {skip} (intervals: {intervals})")
+    return tokens / secs, tokens / updates, updates
+
+
+def parse_fairseq_train(text: str) -> list[tuple[int, float, float]]:
+    out, prev = [], 0
+    for line in text.splitlines():
+        m = re.search(r"\| train_inner \| (\{.*\})\s*$", line)
+        if m:
+            d = json.loads(m.group(1))
+            step = int(d["num_updates"])
+            tokens = float(d["wpb"]) * (step - prev)
+            out.append((step, tokens, tokens / float(d["wps"])))
+            prev = step
+    return out
+
+
+def parse_onmt_train(text: str) -> list[tuple[int, float, float]]:
+    out, prev = [], 0
+    pat = re.compile(r"Step (\d+)/\s*\d+;.*?bsz:\s*([\d.]+)/\s*([\d.]+)/\s*([\d.]+);\s*([\d.]+)/\s*([\d.]+) tok/s")
+    for line in text.splitlines():
+        m = pat.search(line)
+        if m:
+            step = int(m.group(1))
+            tokens = float(m.group(3)) * (step - prev)  # mean target tokens per batch x batches
+            out.append((step, tokens, tokens / float(m.group(6))))
+            prev = step
+    return out
+
+
+def _joey_time(stamp: str) -> float:
+    return _dt.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def parse_joey_train(text: str) -> list[tuple[int, float, float]]:
+    """Joey logs tokens/s per interval but not the tokens: the interval's length comes from the
+    log lines' timestamps (Joey's own timer restarts right after each of these lines)."""
+    out, prev_t = [], None
+    pat = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - INFO - joeynmt\.training - Epoch\s+\d+, Step:\s+(\d+),.*Tokens per Sec:\s+([\d.]+)")
+    for line in text.splitlines():
+        m = pat.search(line)
+        if m:
+            t, step, tps = _joey_time(m.group(1)), int(m.group(2)), float(m.group(3))
+            if prev_t is not None:
+                out.append((step, tps * (t - prev_t), t - prev_t))
+            else:
+                out.append((step, float("nan"), float("nan")))  # first interval: not measured anyway
+            prev_t = t
+    return out
+
+
+def find_number(pattern: str, text: str, what: str) -> float:
+    m = re.search(pattern, text)
+    if not m:
+        raise Failure(f"{what}: pattern {pattern!r} not found in the log")
+    return float(m.group(1).replace(",", ""))
+
+
+# ----------------------------------------------------------------------------------------------
+# the toolkits
+
+
+class Toolkit:
+    name = ""
+
+    def __init__(self, work: Path, pieces: Path, env: dict, updates: int, tiny: bool):
+        self.root = work / self.name
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.pieces, self.env, self.updates, self.tiny = pieces, env, updates, tiny
+        self.test = f"test{TINY_SENTENCES}" if tiny else "test"
+        self.n_test = TINY_SENTENCES if tiny else sum(1 for _ in open(pieces / "test.en", encoding="utf-8"))
+
+    def setup(self) -> None:
+        """One-time, untimed preparation (binarized data, configs)."""
+
+    def run(self, r: int) -> dict:
+        raise NotImplementedError
+
+    def check_lengths(self, hyps: list[list[str]]) -> list[int]:
+        if len(hyps) != self.n_test:
+            raise Failure(f"{self.name}: {len(hyps)} hypotheses for {self.n_test} test sentences")
+        return sorted({len(h) for h in hyps})
+
+
+class Fairseq(Toolkit):
+    name = "fairseq"
+
+    def setup(self) -> None:
+        self.bin = self.root / "data-bin"
+        stamp = self.bin / "DONE"
+        if stamp.is_file() and stamp.read_text() == (self.pieces / "DONE").read_text():
+            return
+        shutil.rmtree(self.bin, ignore_errors=True)
+        p = self.pieces
+        cmd = [venv_bin("fairseq", "fairseq-preprocess"), "--source-lang", "en", "--target-lang", "de",
+               "--trainpref", str(p / "train"), "--validpref", str(p / "valid"),
+               "--testpref", f"{p / 'test'},{p / f'test{TINY_SENTENCES}'}",
+               "--destdir", str(self.bin), "--joined-dictionary", "--srcdict", str(p / "dict.fairseq.txt"), "--workers", "1"]
+        log("fairseq: binarizing the piece files (fairseq-preprocess)")
+        run_quiet(cmd, self.root / "preprocess.log", self.env, self.root, "fairseq-preprocess")
+        stamp.write_text((self.pieces / "DONE").read_text())
+
+    def run(self, r: int) -> dict:
+        run_dir = self.root / f"run{r}"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        run_dir.mkdir(parents=True)
+        train_cmd = [
+            venv_bin("fairseq", "fairseq-train"), str(self.bin), "--task", "translation", "--source-lang", "en", "--target-lang", "de",
+            "--arch", "transformer", "--encoder-layers", str(LAYERS), "--decoder-layers", str(LAYERS),
+            "--encoder-embed-dim", str(D_MODEL), "--decoder-embed-dim", str(D_MODEL),
+            "--encoder-ffn-embed-dim", str(FFN), "--decoder-ffn-embed-dim", str(FFN),
+            "--encoder-attention-heads", str(HEADS), "--decoder-attention-heads", str(HEADS),
+            "--encoder-normalize-before", "--decoder-normalize-before", "--activation-fn", "relu",
+            "--share-all-embeddings", "--dropout", str(DROPOUT), "--attention-dropout", "0", "--activation-dropout", str(DROPOUT),
+            "--optimizer", "adam", "--adam-betas", f"({BETAS[0]}, {BETAS[1]})", "--adam-eps", "1e-9",
+            "--lr", str(LR), "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(WARMUP), "--clip-norm", str(CLIP_NORM),
+            "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", str(LABEL_SMOOTHING),
+            "--max-tokens", str(MAX_TOKENS), "--required-batch-size-multiple", "1", "--num-workers", "0",
+            "--seed", str(SEED), "--max-update", str(self.updates), "--disable-validation",
+            "--save-dir", str(run_dir / "checkpoints"), "--no-epoch-checkpoints",
+            "--log-format", "json", "--log-interval", str(LOG_INTERVAL), "--cpu",
+        ]
+        tlog = run_dir / "train.log"
+        res = run_measured(train_cmd, tlog, self.env, run_dir)
+        check_rc(res, "fairseq-train", tlog)
+        text = tlog.read_text(errors="replace")
+        tok_s, tpu, n = throughput(parse_fairseq_train(text), SKIP_UPDATES)
+        params = find_number(r"num\. shared model params: ([\d,]+)", text, "fairseq params")
+        subset = "test1" if self.tiny else "test"  # fairseq names the second --testpref test1
+        gen_cmd = [
+            venv_bin("fairseq", "fairseq-generate"), str(self.bin), "--task", "translation", "--source-lang", "en", "--target-lang", "de",
+            "--path", str(run_dir / "checkpoints" / "checkpoint_last.pt"), "--gen-subset", subset,
+            "--beam", str(BEAM), "--batch-size", str(DECODE_BATCH), "--min-len", str(FORCE_LEN), "--max-len-a", "0", "--max-len-b", str(FORCE_LEN),
+            "--lenpen", "1", "--nbest", "1", "--num-workers", "0", "--seed", str(SEED), "--cpu",
+        ]
+        dlog, dout = run_dir / "generate.log", run_dir / "generate.out"
+        dres = run_measured(gen_cmd, dlog, self.env, run_dir, stdout_path=dout)
+        check_rc(dres, "fairseq-generate", dlog)
+        out = dout.read_text(errors="replace") + dlog.read_text(errors="replace")
+        m = re.search(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s", out)
+        if not m:
+            raise Failure("fairseq-generate: no 'Translated N sentences ... in Xs' line")
+        n_sent, secs = int(m.group(1).replace(",", "")), float(m.group(3))
+        hyps = [line.split("\t")[2].split() for line in out.splitlines() if line.startswith("H-")]
+        return {
+            "train_tok_s": tok_s, "tokens_per_update": tpu, "timed_updates": n, "train_peak_mb": res["peak_mb"], "train_wall_s": res["wall_s"],
+            "params": int(params), "decode_sent_s": n_sent / secs, "decode_sent_s_wall": self.n_test / dres["wall_s"],
+            "decode_peak_mb": dres["peak_mb"], "hyp_lengths": self.check_lengths(hyps), "sentences": n_sent,
+        }
+
+
+class OpenNMT(Toolkit):
+    name = "onmt"
+
+    def train_config(self, run_dir: Path) -> str:
+        p = self.pieces
+        # noam: lr = learning_rate * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5): peak LR at WARMUP
+        noam = LR / (D_MODEL**-0.5 * WARMUP**-0.5)
+        return f"""# written by benchmarks/side_by_side.py
+save_data: {run_dir / 'data'}
+src_vocab: {p / 'vocab.onmt.txt'}
+share_vocab: true
+src_vocab_size: {VOCAB}
+tgt_vocab_size: {VOCAB}
+vocab_size_multiple: 1
+data:
+  corpus_1:
+    path_src: {p / 'train.en'}
+    path_tgt: {p / 'train.de'}
+  valid:
+    path_src: {p / 'valid.en'}
+    path_tgt: {p / 'valid.de'}
+save_model: {run_dir / 'model'}
+save_checkpoint_steps: {self.updates}
+train_steps: {self.updates}
+valid_steps: 1000000
+report_every: {LOG_INTERVAL}
+seed: {SEED}
+world_size: 1
+gpu_ranks: []
+num_workers: 0
+bucket_size: {ONMT_BUCKET}
+batch_type: tokens
+batch_size: {MAX_TOKENS}
+batch_size_multiple: 1
+accum_count: [1]
+normalization: tokens
+max_grad_norm: {CLIP_NORM}
+optim: adam
+adam_beta1: {BETAS[0]}
+adam_beta2: {BETAS[1]}
+learning_rate: {noam:.6f}
+decay_method: noam
+warmup_steps: {WARMUP}
+label_smoothing: {LABEL_SMOOTHING}
+param_init: 0.0
+param_init_glorot: true
+model_dtype: fp32
+encoder_type: transformer
+decoder_type: transformer
+enc_layers: {LAYERS}
+dec_layers: {LAYERS}
+hidden_size: {D_MODEL}
+word_vec_size: {D_MODEL}
+transformer_ff: {FFN}
+heads: {HEADS}
+position_encoding: true
+max_relative_positions: 0
+pos_ffn_activation_fn: relu
+layer_norm: standard
+add_qkvbias: true
+add_ffnbias: true
+dropout: [{DROPOUT}]
+attention_dropout: [0.0]
+share_embeddings: true
+share_decoder_embeddings: true
+"""
+
+    def run(self, r: int) -> dict:
+        run_dir = self.root / f"run{r}"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        run_dir.mkdir(parents=True)
+        cfg = run_dir / "train.yaml"
+        cfg.write_text(self.train_config(run_dir))
+        tlog = run_dir / "train.log"
+        res = run_measured([venv_bin("onmt", "onmt_train"), "-config", str(cfg)], tlog, self.env, run_dir)
+        check_rc(res, "onmt_train", tlog)
+        text = tlog.read_text(errors="replace")
+        tok_s, tpu, n = throughput(parse_onmt_train(text), SKIP_UPDATES)
+        params = find_number(r"\* number of parameters: (\d+)", text, "OpenNMT params")
+        hyp = run_dir / "hyp.de"
+        tr_cmd = [
+            venv_bin("onmt", "onmt_translate"), "-model", str(run_dir / f"model_step_{self.updates}.pt"),
+            "-src", str(self.pieces / f"{self.test}.en"), "-output", str(hyp),
+            "-beam_size", str(BEAM), "-batch_size", str(DECODE_BATCH), "-batch_type", "sents",
+            "-min_length", str(FORCE_LEN), "-max_length", str(FORCE_LEN), "-max_length_ratio", "0",
+            "-seed", str(SEED), "-gpu", "-1", "-report_time",
+        ]
+        dlog = run_dir / "translate.log"
+        dres = run_measured(tr_cmd, dlog, self.env, run_dir)
+        check_rc(dres, "onmt_translate", dlog)
+        secs = find_number(r"Total translation time \(s\): ([\d.]+)", dlog.read_text(errors="replace"), "onmt_translate timer")
+        hyps = [line.split() for line in hyp.read_text(encoding="utf-8").splitlines()]
+        return {
+            "train_tok_s": tok_s, "tokens_per_update": tpu, "timed_updates": n, "train_peak_mb": res["peak_mb"], "train_wall_s": res["wall_s"],
+            "params": int(params), "decode_sent_s": self.n_test / secs, "decode_sent_s_wall": self.n_test / dres["wall_s"],
+            "decode_peak_mb": dres["peak_mb"], "hyp_lengths": self.check_lengths(hyps), "sentences": self.n_test,
+        }
+
+
+class Joey(Toolkit):
+    name = "joey"
+
+    def config(self, run_dir: Path, load_model: str | None) -> str:
+        p = self.pieces
+        side = lambda lang: f"""    lang: {lang}
+    level: word
+    lowercase: false
+    normalize: false
+    max_length: -1
+    min_length: -1
+    voc_file: {p / 'vocab.joey.txt'}"""  # noqa: E731
+        enc_dec = lambda kind: f"""  {kind}:
+    type: transformer
+    num_layers: {LAYERS}
+    num_heads: {HEADS}
+    embeddings:
+      embedding_dim: {D_MODEL}
+      scale: true
+    hidden_size: {D_MODEL}
+    ff_size: {FFN}
+    dropout: {DROPOUT}
+    layer_norm: pre
+    activation: relu"""  # noqa: E731
+        load = f"\n  load_model: {load_model}" if load_model else ""
+        return f"""# written by benchmarks/side_by_side.py
+name: side-by-side-joey
+joeynmt_version: 2.3.0
+model_dir: {run_dir / 'model'}
+use_cuda: false
+fp16: false
+random_seed: {SEED}
+data:
+  train: {p / 'train'}
+  dev: {p / 'valid'}
+  dataset_type: plain
+  src:
+{side('en')}
+  trg:
+{side('de')}
+testing:{load}
+  n_best: 1
+  beam_size: {BEAM}
+  beam_alpha: 1.0
+  batch_size: {DECODE_BATCH}
+  batch_type: sentence
+  max_output_length: {FORCE_LEN}
+  min_output_length: {FORCE_LEN}
+  eval_metrics: [bleu]
+  return_prob: none
+training:
+  random_seed: {SEED}
+  optimizer: adam
+  adam_betas: [{BETAS[0]}, {BETAS[1]}]
+  scheduling: warmupinversesquareroot
+  learning_rate: {LR}
+  learning_rate_warmup: {WARMUP}
+  learning_rate_min: 1.0e-12
+  label_smoothing: {LABEL_SMOOTHING}
+  loss: crossentropy
+  batch_size: {JOEY_BATCH}
+  batch_type: token
+  batch_multiplier: 1
+  normalization: tokens
+  clip_grad_norm: {CLIP_NORM}
+  weight_decay: 0.0
+  epochs: 100
+  updates: {self.updates}
+  validation_freq: 1000000
+  logging_freq: {LOG_INTERVAL}
+  early_stopping_metric: loss
+  keep_best_ckpts: 1
+  overwrite: true
+  shuffle: true
+  print_valid_sents: []
+  num_workers: 0
+model:
+  initializer: xavier_uniform
+  bias_initializer: zeros
+  init_gain: 1.0
+  embed_initializer: xavier_uniform
+  embed_init_gain: 1.0
+  tied_embeddings: true
+  tied_softmax: true
+{enc_dec('encoder')}
+{enc_dec('decoder')}
+"""
+
+    def run(self, r: int) -> dict:
+        run_dir = self.root / f"run{r}"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        run_dir.mkdir(parents=True)
+        cfg = run_dir / "train.yaml"
+        cfg.write_text(self.config(run_dir, None))
+        py = venv_bin("joey", "python")
+        tlog = run_dir / "train.log"
+        res = run_measured([py, "-m", "joeynmt", "train", str(cfg), "--skip-test"], tlog, self.env, run_dir)
+        check_rc(res, "joeynmt train", tlog)
+        text = tlog.read_text(errors="replace")
+        tok_s, tpu, n = throughput(parse_joey_train(text), SKIP_UPDATES)
+        params = find_number(r"Total params: (\d+)", text, "Joey params")
+        tcfg = run_dir / "translate.yaml"
+        tcfg.write_text(self.config(run_dir, str(run_dir / "model" / f"{self.updates}.ckpt")))
+        dlog, dout = run_dir / "translate.log", run_dir / "hyp.de"
+        # `translate -o` crashes in 2.3.0: the hypotheses are read from stdout.
+        dres = run_measured([py, "-m", "joeynmt", "translate", str(tcfg)], dlog, self.env, run_dir, stdout_path=dout, stdin_path=self.pieces / f"{self.test}.en")
+        check_rc(dres, "joeynmt translate", dlog)
+        secs = find_number(r"Generation took ([\d.]+)\[sec\]", dlog.read_text(errors="replace"), "Joey timer")
+        hyps = [line.split() for line in dout.read_text(encoding="utf-8").splitlines()]
+        return {
+            "train_tok_s": tok_s, "tokens_per_update": tpu, "timed_updates": n, "train_peak_mb": res["peak_mb"], "train_wall_s": res["wall_s"],
+            "params": int(params), "decode_sent_s": self.n_test / secs, "decode_sent_s_wall": self.n_test / dres["wall_s"],
+            "decode_peak_mb": dres["peak_mb"], "hyp_lengths": self.check_lengths(hyps), "sentences": self.n_test,
+        }
+
+
+class Syntaxnmt(Toolkit):
+    name = "syntaxnmt"
+
+    def run(self, r: int) -> dict:
+        run_dir = self.root / f"run{r}"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        run_dir.mkdir(parents=True)
+        script = str(PEERS_DIR / "run_syntaxnmt.py")
+        cfg = str(self.root.parent / "syntaxnmt.yaml")
+        tlog = run_dir / "train.log"
+        cmd = [sys.executable, script, "train", "--config", cfg, "--updates", str(self.updates - SKIP_UPDATES), "--warmup", str(SKIP_UPDATES)]
+        res = run_measured(cmd, tlog, self.env, ROOT)
+        check_rc(res, "syntaxnmt training", tlog)
+        t = _result_line(tlog)
+        test_src = self.pieces / f"test{TINY_SENTENCES}.raw.en" if self.tiny else Path(os.environ["SYNTAXNMT_DATA"]) / "multi30k" / "test_2016_flickr.en.gz"
+        dlog = run_dir / "decode.log"
+        cmd = [sys.executable, script, "decode", "--config", cfg, "--test-src", str(test_src), "--beam", str(BEAM), "--force-length", str(FORCE_LEN)]
+        dres = run_measured(cmd, dlog, self.env, ROOT)
+        check_rc(dres, "syntaxnmt decoding", dlog)
+        d = _result_line(dlog)
+        clog = run_dir / "check.log"
+        cmd[2] = "check"
+        run_quiet(cmd, clog, self.env, ROOT, "syntaxnmt length check")
+        d.update(_result_line(clog))
+        if d["sentences"] != self.n_test:
+            raise Failure(f"syntaxnmt decoded {d['sentences']} sentences, expected {self.n_test}")
+        return {
+            "train_tok_s": t["train_tok_s"], "tokens_per_update": t["tokens_per_update"], "timed_updates": t["timed_updates"],
+            "train_peak_mb": res["peak_mb"], "train_wall_s": res["wall_s"], "params": t["params"],
+            "decode_sent_s": d["decode_sent_s_own_timer"], "decode_sent_s_wall": self.n_test / dres["wall_s"],
+            "decode_peak_mb": dres["peak_mb"], "hyp_lengths": d["hyp_lengths_checked"], "sentences": d["sentences"],
+            "torch_threads": d["torch_threads"],
+        }
+
+
+def _result_line(path: Path) -> dict:
+    for line in reversed(path.read_text(errors="replace").splitlines()):
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT ") :])
+    raise Failure(f"{path}: no RESULT line")
+
+
+CLASSES = {"fairseq": Fairseq, "onmt": OpenNMT, "joey": Joey, "syntaxnmt": Syntaxnmt}
+
+
+# ----------------------------------------------------------------------------------------------
+# report
+
+
+def fmt(key: str, v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.0f}" if key in ("train_tok_s", "train_peak_mb", "decode_peak_mb") else f"{v:.1f}"
+
+
+def summarize(runs: list[dict], toolkits: list[str]) -> tuple[dict, dict, list[str]]:
+    medians: dict = {}
+    for t in toolkits:
+        ok = [r for r in runs if r["toolkit"] == t and "error" not in r]
+        if not ok:
+            continue
+        medians[t] = {k: statistics.median(r[k] for r in ok) for k, _, _ in METRICS}
+        medians[t]["tokens_per_update"] = statistics.median(r["tokens_per_update"] for r in ok)
+        medians[t]["params"] = ok[0]["params"]
+        medians[t]["runs"] = len(ok)
+    ratios: dict = {}
+    if "syntaxnmt" in medians:
+        for t in toolkits:
+            if t != "syntaxnmt" and t in medians:
+                ratios[t] = {k: medians["syntaxnmt"][k] / medians[t][k] for k, _, _ in METRICS}
+    lines = []
+    head = f"{'toolkit':<18}" + "".join(f"{label:>17}" for _, label, _ in METRICS) + f"{'tok/update':>12}{'params':>11}{'runs':>6}"
+    lines.append(head)
+    for t in toolkits:
+        if t in medians:
+            m = medians[t]
+            lines.append(f"{NAMES[t]:<18}" + "".join(f"{fmt(k, m[k]):>17}" for k, _, _ in METRICS) + f"{m['tokens_per_update']:>12.0f}{m['params']:>11,}{m['runs']:>6}")
+        else:
+            lines.append(f"{NAMES[t]:<18}  FAILED (see the errors above)")
+    for t, rat in ratios.items():
+        lines.append(f"{'syntaxnmt/' + t:<18}" + "".join(f"{'x%.2f' % rat[k]:>17}" for k, _, _ in METRICS))
+    if ratios:
+        parts = []
+        for t, rat in ratios.items():
+            parts.append(
+                f"{NAMES[t]}: train x{rat['train_tok_s']:.2f}, decode x{rat['decode_sent_s']:.2f} "
+                f"(whole command x{rat['decode_sent_s_wall']:.2f}), peak RSS train x{rat['train_peak_mb']:.2f} / decode x{rat['decode_peak_mb']:.2f}"
+            )
+        lines.append("SUMMARY syntaxnmt/peer (speed >1 = syntaxnmt faster; memory >1 = syntaxnmt uses more): " + "; ".join(parts))
+    return medians, ratios, lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--updates", type=int, default=100, help="training updates per run; updates 11..N are measured (multiple of 10)")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds over the toolkits; medians are reported")
+    ap.add_argument("--toolkits", default=",".join(TOOLKITS), help="comma-separated subset of " + ",".join(TOOLKITS))
+    ap.add_argument("--tiny", action="store_true", help=f"quick end-to-end check: 20 updates, {TINY_SENTENCES} test sentences, 1 round")
+    ap.add_argument("--threads", type=int, default=0, help="OMP/MKL threads for every toolkit (0: torch's default)")
+    ap.add_argument("--no-install", action="store_true", help="do not run benchmarks/peers/install.sh for the selected peers")
+    ap.add_argument("--work", default=str(OUT / "side_by_side"), help="prepared data, configs and logs")
+    ap.add_argument("--json", help="results file (default benchmarks/out/side_by_side.json, -tiny with --tiny)")
+    args = ap.parse_args()
+    toolkits = [t.strip() for t in args.toolkits.split(",") if t.strip()]
+    bad = [t for t in toolkits if t not in TOOLKITS]
+    if bad or not toolkits:
+        ap.error(f"unknown toolkit(s) {bad}; choose from {','.join(TOOLKITS)}")
+    if args.tiny:
+        args.updates, args.repeats = 20, 1
+    if args.updates < SKIP_UPDATES + LOG_INTERVAL or args.updates % LOG_INTERVAL:
+        ap.error(f"--updates must be a multiple of {LOG_INTERVAL} and at least {SKIP_UPDATES + LOG_INTERVAL}")
+    work = Path(args.work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    json_path = Path(args.json) if args.json else OUT / ("side_by_side-tiny.json" if args.tiny else "side_by_side.json")
+    data_dir = Path(os.environ.get("SYNTAXNMT_DATA", ROOT.parent / "shared" / "data"))
+    if not data_dir.is_absolute():
+        data_dir = (Path.cwd() / data_dir).resolve()
+    os.environ["SYNTAXNMT_DATA"] = str(data_dir)  # absolute, for every process started below
+    env = clean_env(args.threads)
+    command = shlex.join([Path(sys.executable).name, *sys.argv])
+    t_start = time.perf_counter()
+
+    peers = [t for t in toolkits if t in PEERS]
+    if peers and not args.no_install:
+        log(f"installing/checking {', '.join(peers)} (benchmarks/peers/install.sh; skips what is done)")
+        r = subprocess.run(["bash", str(PEERS_DIR / "install.sh"), *peers], cwd=ROOT)
+        if r.returncode != 0:
+            log("install.sh failed for at least one peer: the failing ones are reported below")
+    log(f"preparing the shared data in {work / 'data'}")
+    data = prepare_data(work, data_dir)
+    pieces = Path(data["pieces"])
+
+    kits: dict[str, Toolkit] = {}
+    errors: dict[str, str] = {}
+    for t in toolkits:
+        try:
+            if t in PEERS and not (VENVS / t / ".stamp").is_file():
+                raise Failure(f"{t}: no installed environment in {VENVS / t} (run benchmarks/peers/install.sh {t})")
+            kits[t] = CLASSES[t](work, pieces, env, args.updates, args.tiny)
+            kits[t].setup()
+        except Failure as e:
+            errors[t] = str(e)
+            log(f"{t}: {e}")
+
+    runs: list[dict] = []
+    for r in range(1, args.repeats + 1):
+        for t in toolkits:
+            if t not in kits or t in errors:
+                continue
+            log(f"round {r}/{args.repeats}: {NAMES[t]}")
+            t0, load_before = time.perf_counter(), os.getloadavg()[0]
+            try:
+                res = kits[t].run(r)
+                if res["hyp_lengths"] != [FORCE_LEN]:
+                    raise Failure(f"{t}: hypothesis lengths {res['hyp_lengths']}, expected all {FORCE_LEN}")
+            except Failure as e:
+                errors[t] = str(e)
+                log(f"{t}: {e}")
+                runs.append({"toolkit": t, "repeat": r, "error": str(e)})
+                continue
+            res.update(toolkit=t, repeat=r, seconds=time.perf_counter() - t0, load_1min_before=load_before, load_1min_after=os.getloadavg()[0])
+            runs.append(res)
+            log(
+                f"  {NAMES[t]}: train {res['train_tok_s']:.0f} tgt tok/s ({res['tokens_per_update']:.0f} tok/update), "
+                f"decode {res['decode_sent_s']:.1f} sent/s (whole command {res['decode_sent_s_wall']:.1f}), "
+                f"peak RSS {res['train_peak_mb']:.0f}/{res['decode_peak_mb']:.0f} MB, {res['params']:,} params, {res['seconds']:.0f} s"
+            )
+
+    medians, ratios, lines = summarize(runs, toolkits)
+    print(f"side by side: {args.updates} updates (11..{args.updates} measured), beam {BEAM} forced to {FORCE_LEN} pieces on "
+          f"{TINY_SENTENCES if args.tiny else data['test_sentences']} sentences, medians of {args.repeats} round(s)")
+    for line in lines:
+        print(line)
+    for t, e in errors.items():
+        print(f"ERROR {t}: {e.splitlines()[0]}")
+    result = {
+        "command": command,
+        "date": _dt.datetime.now().isoformat(timespec="seconds"),
+        "tiny": args.tiny,
+        "updates": args.updates,
+        "measured_updates": f"{SKIP_UPDATES + 1}..{args.updates}",
+        "repeats": args.repeats,
+        "toolkits": toolkits,
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "python": platform.python_version(),
+                    "load_average_at_end": os.getloadavg(), "threads": args.threads or "torch default"},
+        "setting": {"seed": SEED, "vocab": VOCAB, "layers": LAYERS, "d_model": D_MODEL, "heads": HEADS, "ffn": FFN, "dropout": DROPOUT,
+                    "lr": LR, "warmup": WARMUP, "betas": BETAS, "label_smoothing": LABEL_SMOOTHING, "clip_norm": CLIP_NORM,
+                    "max_tokens": MAX_TOKENS, "joey_batch_tokens": JOEY_BATCH, "beam": BEAM, "forced_length": FORCE_LEN,
+                    "decode_batch": DECODE_BATCH, "log_interval": LOG_INTERVAL},
+        "data": data,
+        "runs": runs,
+        "medians": medians,
+        "ratios_syntaxnmt_over_peer": ratios,
+        "table": lines,
+        "errors": errors,
+        "total_seconds": time.perf_counter() - t_start,
+    }
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(result, indent=1))
+    print(f"results: {json_path} (total {result['total_seconds']:.0f} s)")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
