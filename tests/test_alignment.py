@@ -36,7 +36,8 @@ from syntaxnmt.alignment import (
 from syntaxnmt.errors import UserError
 from syntaxnmt.synthetic import generate_pairs
 
-SHARED = Path(os.environ.get("SYNTAXNMT_SHARED_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
+# Real data: ${SYNTAXNMT_DATA}, by default ../shared/data beside the repository (as in the recipes).
+SHARED = Path(os.environ.get("SYNTAXNMT_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
 
 
 # ---- parsing and files ----------------------------------------------------------------
@@ -350,7 +351,7 @@ def _shared(rel: str) -> Path:
     if not path.exists():
         if os.environ.get("CI") == "true":
             pytest.fail(f"{path} is missing (shared data is required in CI)")
-        pytest.skip(f"shared data not found at {path} (set SYNTAXNMT_SHARED_DATA)")
+        pytest.skip(f"shared data not found at {path} (set SYNTAXNMT_DATA)")
     return path
 
 
