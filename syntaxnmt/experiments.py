@@ -181,7 +181,9 @@ def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: 
     lines += [
         f"Seeds: {', '.join(map(str, seeds))} (BLEU: mean ± std over seeds; sacreBLEU 13a, cased). "
         f"p: paired bootstrap resampling ({spec.bootstrap} samples) of all seeds' outputs against the "
-        f"baseline's, * = p < 0.05. Overrides: `{' '.join(spec.overrides) or 'none'}`.",
+        f"baseline's, * = p < 0.05. Overrides: `{' '.join(spec.overrides) or 'none'}`. tok/s and time/update are "
+        f"wall-clock figures of the training runs, disturbed by any other load on the machine (controlled "
+        f"step-time measurements: `benchmarks/syntax_overhead.py`, docs/benchmarks.md).",
         "",
         *markdown_table(head, rows),
     ]
