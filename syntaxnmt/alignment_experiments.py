@@ -20,12 +20,12 @@ import time
 from pathlib import Path
 
 import torch
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from syntaxnmt.alignment import aer, read_alignments
-from syntaxnmt.config import Config, _yaml_load, load_config
+from syntaxnmt.config import Config, load_config
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments import markdown_table, write_section
+from syntaxnmt.experiments import markdown_table, read_set_file, write_section
 from syntaxnmt.metrics import score
 from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
 
@@ -66,13 +66,7 @@ class AlignmentSet(BaseModel):
 
 
 def load_alignment_set(path: str | Path) -> AlignmentSet:
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"{path}: experiment set not found")
-    try:
-        spec = AlignmentSet.model_validate(_yaml_load(p.read_text(encoding="utf-8")) or {})
-    except ValidationError as e:
-        raise UserError(f"{path}: " + "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())) from None
+    spec = read_set_file(path, AlignmentSet)
     for label, variant in spec.decode_variants.items():
         if variant.system not in spec.configs:
             raise UserError(f"{path}: decode variant '{label}' names an unknown system '{variant.system}'")

@@ -55,15 +55,20 @@ class ExperimentSet(BaseModel):
     bootstrap: int = 1000
 
 
-def load_set(path: str | Path) -> ExperimentSet:
+def read_set_file(path: str | Path, model: type[BaseModel]):
+    """Validate an experiment-set YAML file into ``model``; problems name the file and the keys."""
     p = Path(path)
     if not p.is_file():
         raise UserError(f"{path}: experiment set not found")
     try:
-        spec = ExperimentSet.model_validate(_yaml_load(p.read_text(encoding="utf-8")) or {})
+        return model.model_validate(_yaml_load(p.read_text(encoding="utf-8")) or {})
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
         raise UserError(f"{path}: {problems}") from None
+
+
+def load_set(path: str | Path) -> ExperimentSet:
+    spec = read_set_file(path, ExperimentSet)
     for test in spec.test_sets.values():
         test.src, test.ref, test.conllu = expand_env(test.src), expand_env(test.ref), expand_env(test.conllu)
     if spec.baseline not in spec.configs:
