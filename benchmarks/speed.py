@@ -58,7 +58,9 @@ def measure_training(cfg, device, updates: int, warmup: int) -> float:
     return tokens / (time.perf_counter() - start)
 
 
-def measure_decoding(cfg, device, checkpoint: str | None, test_src: Path, beam: int, force_length: int) -> tuple[float, int]:
+def decoding_setup(cfg, device, checkpoint: str | None, beam: int, force_length: int):
+    """(model, tokenizers, decode config): the trained checkpoint or a fresh model; beam size and
+    an optional forced output length of exactly ``force_length`` subwords."""
     if checkpoint:
         model, cfg, toks = load_model(checkpoint, device)
     else:
@@ -68,6 +70,11 @@ def measure_decoding(cfg, device, checkpoint: str | None, test_src: Path, beam: 
     decode = cfg.decode.model_copy(update={"beam_size": beam})
     if force_length:
         decode = decode.model_copy(update={"min_len": force_length, "max_len_a": 0.0, "max_len_b": force_length})
+    return model, toks, decode
+
+
+def measure_decoding(cfg, device, checkpoint: str | None, test_src: Path, beam: int, force_length: int) -> tuple[float, int]:
+    model, toks, decode = decoding_setup(cfg, device, checkpoint, beam, force_length)
     lines = read_lines(test_src)
     sources = [np.asarray(ids, dtype=np.int64) for ids in toks.src.encode_batch(lines)]
     start = time.perf_counter()

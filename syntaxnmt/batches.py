@@ -199,6 +199,13 @@ class TokenBatchSampler:
             batches = batches[self.shard : usable : self.num_shards]
         return batches
 
+    def stream(self, epoch: int, start: int, max_epochs: int) -> Iterator[tuple[int, int, np.ndarray]]:
+        """``(epoch, position, indices)`` from batch ``start`` of ``epoch`` on, across epochs, until ``max_epochs``."""
+        while epoch < max_epochs:
+            for pos, idx in self.iterate(epoch, start):
+                yield epoch, pos, idx
+            epoch, start = epoch + 1, 0
+
     def iterate(self, epoch: int, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
         """Yield ``(position, indices)`` for the batches of ``epoch`` from position ``start`` on."""
         batches = self.epoch_batches(epoch)

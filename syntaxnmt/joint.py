@@ -162,14 +162,7 @@ def train_joint(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
 
     sampler = TokenBatchSampler(split["src"].lengths, split["tgt"].lengths, t.max_tokens, cfg.seed)
 
-    def batch_stream():
-        epoch, pos = progs[0].epoch, progs[0].batch_pos
-        while epoch < t.max_epochs:
-            for p, idx in sampler.iterate(epoch, pos):
-                yield epoch, p, idx
-            epoch, pos = epoch + 1, 0
-
-    stream = batch_stream()
+    stream = sampler.stream(progs[0].epoch, progs[0].batch_pos, t.max_epochs)
     prog = progs[0]
     session_start = time.perf_counter() - prog.train_seconds
     window = {"forward": 0.0, "reverse": 0.0, "bonus": 0.0, "tgt_tokens": 0, "src_tokens": 0}

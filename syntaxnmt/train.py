@@ -220,14 +220,7 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
         if is_best:
             save_checkpoint(best_path, state)
 
-    def batch_stream():
-        epoch, pos = prog.epoch, prog.batch_pos
-        while epoch < t.max_epochs:
-            for p, idx in sampler.iterate(epoch, pos):
-                yield epoch, p, idx
-            epoch, pos = epoch + 1, 0
-
-    stream = batch_stream()
+    stream = sampler.stream(prog.epoch, prog.batch_pos, t.max_epochs)
     bar = tqdm(total=t.max_steps, initial=prog.step, desc="train", unit="upd", dynamic_ncols=True, mininterval=1.0, disable=not world.is_main)
     window_tokens, window_loss, window_start = 0, 0.0, time.perf_counter()
     session_start = time.perf_counter() - prog.train_seconds

@@ -33,7 +33,6 @@ from syntaxnmt.model import build_model  # noqa: E402
 from syntaxnmt.prepare import feature_vocab_sizes, load_split, load_tokenizers  # noqa: E402
 from syntaxnmt.subwords import BOS, EOS, PAD  # noqa: E402
 from syntaxnmt.textio import read_lines  # noqa: E402
-from syntaxnmt.train import seed_everything  # noqa: E402
 from syntaxnmt.translate import resolve_device, translate_ids  # noqa: E402
 
 
@@ -66,12 +65,7 @@ def decode(cfg, device, test_src: Path, beam: int, force_length: int) -> dict:
 
 def check(cfg, device, test_src: Path, beam: int, force_length: int, n: int = 20) -> dict:
     """Hypothesis lengths of the first ``n`` sentences, decoded as ``measure_decoding`` does."""
-    seed_everything(cfg.seed)
-    toks = load_tokenizers(cfg)
-    model = build_model(cfg.model, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg)).to(device).eval()
-    dec = cfg.decode.model_copy(update={"beam_size": beam})
-    if force_length:
-        dec = dec.model_copy(update={"min_len": force_length, "max_len_a": 0.0, "max_len_b": force_length})
+    model, toks, dec = speed.decoding_setup(cfg, device, None, beam, force_length)
     sources = [np.asarray(ids, dtype=np.int64) for ids in toks.src.encode_batch(read_lines(test_src)[:n])]
     with torch.inference_mode():
         hyps = translate_ids(model, sources, dec, device)
