@@ -1,7 +1,7 @@
 """``syntaxnmt experiment SET.yaml``: train a named set of configs with N seeds, evaluate, tabulate.
 
 A set file lists labelled configs (one is the baseline), the seeds, overrides applied to every
-run, and the test sets. Every (config, seed) run trains in ``<work_dir>-seed<S>`` (resuming an
+run, and the test sets. Every (config, seed) run trains in ``<work_dir>[-<tag>]-seed<S>`` (resuming an
 interrupted run, skipping a finished one), translates each test set with its best checkpoint and
 scores it with sacreBLEU. The table -- BLEU mean ± std over seeds, chrF, the paired-bootstrap
 p-value against the baseline, and the cost of an update relative to the baseline -- replaces the
@@ -47,6 +47,9 @@ class ExperimentSet(BaseModel):
     seeds: list[int] = [1]
     overrides: list[str] = []
     """``--section.key=value`` overrides applied to every run (e.g. a time budget)."""
+    tag: str = ""
+    """Appended to every run's work_dir, so that sets sharing configs with different overrides
+    (e.g. a smaller model) keep their runs apart."""
     test_sets: dict[str, TestSet]
     synthetic_corpus: str = ""
     """If set, the built-in synthetic corpus is generated in this folder first (if missing)."""
@@ -141,7 +144,8 @@ def run_set(path: str | Path, seeds: list[int] | None = None, only: list[str] | 
         records[label] = {}
         for seed in seeds:
             base_cfg = load_config(base_dir / spec.configs[label], spec.overrides)
-            cfg = load_config(base_dir / spec.configs[label], spec.overrides + [f"--seed={seed}", f"--work_dir={base_cfg.work_dir}-seed{seed}"])
+            work_dir = f"{base_cfg.work_dir}-{spec.tag}" if spec.tag else base_cfg.work_dir
+            cfg = load_config(base_dir / spec.configs[label], spec.overrides + [f"--seed={seed}", f"--work_dir={work_dir}-seed{seed}"])
             records[label][seed] = run_config(label, cfg, spec, log)
     section = make_table(spec, records, seeds)
     target = Path(output or spec.output)
