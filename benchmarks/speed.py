@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from syntaxnmt.config import load_config
+from syntaxnmt.cpu import keep_freed_memory
 from syntaxnmt.model import build_model
 from syntaxnmt.optim import build_optimizer
 from syntaxnmt.prepare import feature_vocab_sizes, load_split, load_tokenizers
@@ -96,6 +97,7 @@ def main() -> None:
     ap.add_argument("--skip-training", action="store_true")
     args, overrides = ap.parse_known_args()
     cfg = load_config(args.config, overrides)
+    keep_freed_memory()  # as the syntaxnmt command does
     device = resolve_device(args.device)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)

@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from syntaxnmt.cpu import keep_freed_memory
 from syntaxnmt.errors import UserError
 
 
@@ -291,6 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    keep_freed_memory()
     try:
         args.func(args, extra)
     except UserError as e:

@@ -33,7 +33,7 @@ from syntaxnmt.batches import Split, TokenBatchSampler, collate
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.config import Config, config_from_dict
 from syntaxnmt.errors import UserError
-from syntaxnmt.losses import label_smoothed_nll
+from syntaxnmt.losses import sequence_loss
 from syntaxnmt.model import build_model
 from syntaxnmt.optim import build_optimizer
 from syntaxnmt.prepare import feature_vocab_sizes, is_prepared, load_split, load_tokenizers, prepare
@@ -89,7 +89,7 @@ def joint_update(models, optimizers, split: Split, group, cfg: Config, device: t
         total, outs = 0.0, []
         for name, model, batch, objective, n in zip(DIRECTIONS, models, (fwd, rev), objectives, (n_tgt, n_src)):
             out = model(batch, need_weights=True)
-            loss, _ = label_smoothed_nll(out.logits, batch.tgt_out, t.label_smoothing)
+            loss, _ = sequence_loss(out, batch.tgt_out, t.label_smoothing)
             if objective is not None:
                 loss = loss + objective.loss(model, batch, out, step)
             stats[name] += loss.item()

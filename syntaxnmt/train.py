@@ -24,9 +24,10 @@ from syntaxnmt.alignment_training import alignment_objective, attach_fertility
 from syntaxnmt.batches import Split, TokenBatchSampler, bucket_batches, collate
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.config import Config, TrainConfig
+from syntaxnmt.cpu import keep_freed_memory
 from syntaxnmt.distributed import World, barrier, broadcast_flag, device_for, init_world, no_sync, shutdown, sum_across, unwrap
 from syntaxnmt.errors import UserError
-from syntaxnmt.losses import label_smoothed_nll
+from syntaxnmt.losses import sequence_loss
 from syntaxnmt.metrics import corpus_bleu
 from syntaxnmt.model import build_model
 from syntaxnmt.optim import build_optimizer
@@ -101,7 +102,7 @@ def validate(model, cfg: Config, dev: Split, refs: list[str], tgt_tok, device: t
     nll_sum, tokens = 0.0, 0
     for idx in bucket_batches(dev["src"].lengths, dev["tgt"].lengths, cfg.train.max_tokens, None):
         batch = collate(dev, idx, model.feature_spec).to(device)
-        _, nll = label_smoothed_nll(model(batch).logits, batch.tgt_out, 0.0)
+        _, nll = sequence_loss(model(batch), batch.tgt_out, 0.0)
         nll_sum += float(nll)
         tokens += batch.n_tgt_tokens
     result = {"loss": nll_sum / max(tokens, 1)}
@@ -135,7 +136,7 @@ def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainCon
         batch = collate(split, idx, raw.feature_spec, alignment=objective is not None and objective.needs_reference).to(device)
         with no_sync(model, skip=k < len(group) - 1):
             out = model(batch, need_weights=objective is not None)
-            loss, _ = label_smoothed_nll(out.logits, batch.tgt_out, t.label_smoothing)
+            loss, _ = sequence_loss(out, batch.tgt_out, t.label_smoothing)
             if objective is not None:
                 loss = loss + objective.loss(raw, batch, out, step)
             (loss * scale).backward()
@@ -169,6 +170,7 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
     seed_everything(cfg.seed)
     if t.threads:
         torch.set_num_threads(t.threads)
+    keep_freed_memory()
     device = device_for(world, resolve_device(t.device))
     if world.is_main and not is_prepared(cfg):
         prepare(cfg, log=log)

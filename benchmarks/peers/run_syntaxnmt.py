@@ -29,6 +29,7 @@ import speed  # noqa: E402
 
 from syntaxnmt.batches import TokenBatchSampler  # noqa: E402
 from syntaxnmt.config import load_config  # noqa: E402
+from syntaxnmt.cpu import keep_freed_memory  # noqa: E402
 from syntaxnmt.model import build_model  # noqa: E402
 from syntaxnmt.prepare import feature_vocab_sizes, load_split, load_tokenizers  # noqa: E402
 from syntaxnmt.subwords import BOS, EOS, PAD  # noqa: E402
@@ -84,6 +85,7 @@ def main() -> int:
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
     cfg = load_config(args.config, [])
+    keep_freed_memory()  # as the syntaxnmt command does
     device = resolve_device(args.device)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)

@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from syntaxnmt.model.dropout import dropout
+
 
 class AttentionExtension(nn.Module):
     """Hook points of :class:`MultiHeadAttention`; every default is the identity.
@@ -130,7 +132,7 @@ class MultiHeadAttention(nn.Module):
             future = torch.ones(tq, tk, dtype=torch.bool, device=scores.device).triu(tk - tq + 1)
             scores = scores.masked_fill(future, float("-inf"))
         weights = torch.softmax(scores, dim=-1)
-        dropped = F.dropout(weights, self.dropout, self.training)
+        dropped = dropout(weights, self.dropout, self.training)
         out = torch.matmul(dropped, v)
         for ext in self.extensions:
             out = ext.values(out, dropped, context)

@@ -45,6 +45,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from syntaxnmt.batches import Batch
 from syntaxnmt.config import ModelConfig, RNNConfig, SyntaxConfig
+from syntaxnmt.model.dropout import Dropout
 from syntaxnmt.model.scores import Attention
 from syntaxnmt.model.transformer import EncoderOutput, ModelOutput, sinusoidal_table
 from syntaxnmt.relations import FeatureSpec
@@ -103,7 +104,7 @@ class RNNEncoder(nn.Module):
             nn.init.normal_(self.pos.weight, std=dim**-0.5)
         elif self.positions == "sinusoidal":
             self.register_buffer("table", sinusoidal_table(cfg.max_positions, dim), persistent=False)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.rnn = _rnn(rc.cell, dim + (1 if self.positions == "log" else 0), rc.hidden, rc.enc_layers, cfg.dropout, bidirectional=True)
 
     def forward(self, src: Tensor, pad_mask: Tensor) -> Tensor:
@@ -229,7 +230,7 @@ class ConditionalGRUDecoder(_Decoder):
         self.gru1 = nn.GRUCell(embed_dim, rc.hidden)
         self.gru2 = nn.GRUCell(key_dim, rc.hidden)
         self.upper = _rnn("gru", rc.hidden, rc.hidden, rc.dec_layers - 1, cfg.dropout) if rc.dec_layers > 1 else None
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.readout = nn.Linear(rc.hidden + embed_dim + key_dim, embed_dim)
         self.out_dim = embed_dim
         self.last_intermediate: Tensor | None = None  # s'_i of the latest step (inspection/tests)
@@ -279,7 +280,7 @@ class RNNModel(nn.Module):
         self.encoder = RNNEncoder(cfg, self.src_embed)
         self.bridge = nn.Linear(key_dim, rc.dec_layers * rc.hidden)
         self.decoder: _Decoder = DECODERS[rc.decoder](cfg, dim, key_dim)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         tie = cfg.tie_embeddings in ("decoder", "all")
         out_dim = self.decoder.out_dim
         self.pre_output = nn.Linear(out_dim, dim, bias=False) if tie and out_dim != dim else nn.Identity()
@@ -319,7 +320,7 @@ class RNNModel(nn.Module):
         state = self.init_state(enc, batch.tgt_out.ne(PAD).sum(1))
         y = self.dropout(self.tgt_embed(batch.tgt_in))
         pre, alpha = self.decoder.teacher_force(y, state)
-        return ModelOutput(self._logits(pre), enc, [alpha[:, None]] if need_weights else [])
+        return ModelOutput(pre, self._logits, enc, [alpha[:, None]] if need_weights else [])
 
     # --- incremental decoding -----------------------------------------------------------------
     def step(self, tokens: Tensor, state: RNNState, need_weights: bool = False) -> tuple[Tensor, RNNState]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +18,7 @@ from torch import Tensor, nn
 from syntaxnmt.batches import Batch
 from syntaxnmt.config import ModelConfig
 from syntaxnmt.model.attention import MultiHeadAttention, reorder_cache
+from syntaxnmt.model.dropout import Dropout
 from syntaxnmt.model.syntax_attention import InputFeatures, encoder_extensions
 from syntaxnmt.relations import FeatureSpec
 from syntaxnmt.subwords import PAD
@@ -52,7 +54,7 @@ class Embeddings(nn.Module):
             nn.init.normal_(self.positions.weight, std=cfg.d_model**-0.5)
         else:
             self.register_buffer("table", sinusoidal_table(cfg.max_positions, cfg.d_model), persistent=False)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(self, tokens: Tensor, offset: int = 0, features: dict[str, Tensor] | None = None) -> Tensor:
         t = tokens.size(1)
@@ -70,7 +72,7 @@ class FeedForward(nn.Module):
         self.fc1 = nn.Linear(cfg.d_model, cfg.ffn_dim)
         self.fc2 = nn.Linear(cfg.ffn_dim, cfg.d_model)
         self.act = F.relu if cfg.activation == "relu" else F.gelu
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc2(self.dropout(self.act(self.fc1(x))))
@@ -83,7 +85,7 @@ class Residual(nn.Module):
         super().__init__()
         self.pre = cfg.norm == "pre"
         self.norm = nn.LayerNorm(cfg.d_model)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(self, x: Tensor, f) -> tuple[Tensor, object]:
         y, aux = f(self.norm(x) if self.pre else x)
@@ -133,9 +135,18 @@ class EncoderOutput:
 
 @dataclass
 class ModelOutput:
-    logits: Tensor  # (B, T, V)
+    """Decoder states before the output layer; ``project`` maps them (or a selection of their
+    rows, e.g. the non-padding ones) to vocabulary logits."""
+
+    states: Tensor  # (B, T, D)
+    project: Callable[[Tensor], Tensor]
     encoder: EncoderOutput
     cross_attention: list[Tensor] = field(default_factory=list)  # per decoder layer (B, H, T, S), on request
+
+    @property
+    def logits(self) -> Tensor:
+        """(B, T, V) logits of every position."""
+        return self.project(self.states)
 
 
 @dataclass
@@ -191,17 +202,18 @@ class Transformer(nn.Module):
         return EncoderOutput(self.enc_norm(x), pad_mask, weights if need_weights else [])
 
     def decode(self, tgt_in: Tensor, enc: EncoderOutput, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
+        """Final decoder states (B, T, D), normalized, before the output layer; cross-attention on request."""
         y = self.tgt_embed(tgt_in)
         weights = []
         for layer in self.decoder:
             y, w = layer(y, enc.hidden, enc.pad_mask, need_weights=need_weights)
             weights.append(w)
-        return self.output(self.dec_norm(y)), (weights if need_weights else [])
+        return self.dec_norm(y), (weights if need_weights else [])
 
     def forward(self, batch: Batch, need_weights: bool = False) -> ModelOutput:
         enc = self.encode(batch, need_weights)
-        logits, cross = self.decode(batch.tgt_in, enc, need_weights)
-        return ModelOutput(logits, enc, cross)
+        states, cross = self.decode(batch.tgt_in, enc, need_weights)
+        return ModelOutput(states, self.output, enc, cross)
 
     # --- incremental decoding -------------------------------------------------------------
     def init_state(self, enc: EncoderOutput) -> DecoderState:
