@@ -1,8 +1,10 @@
 """Batched greedy and beam search over any model with the incremental-decoding interface.
 
 A model provides ``encode(batch)``, ``init_state(encoder_output)``, ``step(tokens, state)`` ->
-``(log_probs, state)`` and ``reorder_state(state, index)``; the Transformer and later model
-families share this search.
+``(log_probs, state)`` and ``reorder_state(state, index, sources_kept)``; the Transformer and
+later model families share this search. ``sources_kept`` says that ``index`` only moves rows among
+the beams of their own sentence (none left the batch), so per-sentence tensors -- the encoder
+output and the keys/values computed from it -- need no reordering.
 
 Beam search is vectorized over sentences and beams (no Python loop over hypotheses). Hypotheses
 are ranked by ``log P(y|x) / |y|**alpha`` (length normalization; ``alpha = 0`` ranks by raw
@@ -97,6 +99,8 @@ def beam_search(model, batch: Batch, beam: int, max_len: int, min_len: int = 0, 
     done = torch.zeros(n, k, dtype=torch.bool)
     results: list[list[Hypothesis] | None] = [None] * n
     norm = (lambda length: length.clamp(min=1) ** alpha) if alpha else (lambda length: torch.ones_like(length))
+    frozen = torch.full((k,), float("-inf"))
+    frozen[0] = 0.0
     if coverage_penalty:
         n_src = batch.src.size(1)
         no_word = (batch.src.eq(PAD) | (torch.arange(n_src, device=device) == batch.src.ne(PAD).sum(1, keepdim=True) - 1)).cpu()
@@ -112,18 +116,21 @@ def beam_search(model, batch: Batch, beam: int, max_len: int, min_len: int = 0, 
         else:
             log_probs, state = model.step(tokens, state)
         log_probs = _forbid(log_probs.float().cpu(), t, min_len, max_len).view(m, k, -1)
-        vocab = log_probs.size(-1)
+        # Within a beam every candidate has the same length (and coverage penalty), so a beam's
+        # best k continuations by log-probability hold all its candidates for the sentence's
+        # top k: rank the k*k of them rather than k*V.
+        kk = min(k, log_probs.size(-1))
+        cand_lp, cand_tok = log_probs.topk(kk, dim=-1)  # (m, k, kk)
         # A finished hypothesis can only be extended by PAD, at no cost.
-        frozen = torch.full((vocab,), float("-inf"))
-        frozen[PAD] = 0.0
-        log_probs = torch.where(done[:, :, None], frozen, log_probs)
-        cand_raw = raw[:, :, None] + log_probs  # (m, k, V)
+        cand_lp = torch.where(done[:, :, None], frozen[:kk], cand_lp)
+        cand_tok = cand_tok.masked_fill(done[:, :, None], PAD)
+        cand_raw = raw[:, :, None] + cand_lp
         cand_len = (lengths + (~done).float())[:, :, None].expand_as(cand_raw)
         cand_score = cand_raw / norm(cand_len)
         if coverage_penalty:
             cand_score = cand_score + penalty[:, :, None]
         top_score, top_idx = cand_score.view(m, -1).topk(k, dim=-1)
-        src_beam, new_tok = top_idx // vocab, top_idx % vocab
+        src_beam, new_tok = top_idx // kk, cand_tok.view(m, -1).gather(1, top_idx)
         raw = cand_raw.view(m, -1).gather(1, top_idx)
         lengths = cand_len.reshape(m, -1).gather(1, top_idx)
         done = done.gather(1, src_beam) | new_tok.eq(EOS) | raw.isneginf()
@@ -149,7 +156,8 @@ def beam_search(model, batch: Batch, beam: int, max_len: int, min_len: int = 0, 
             if coverage_penalty:
                 coverage = coverage[keep]
             row_index = row_index.view(m, k)[keep].view(-1)
-        state = model.reorder_state(state, row_index.to(device))
+        # While no sentence leaves, rows only move among the beams of their own sentence.
+        state = model.reorder_state(state, row_index.to(device), sources_kept=len(keep) == m)
         tokens = new_tok.view(-1).to(device)
     return results  # type: ignore[return-value]
 

@@ -266,7 +266,7 @@ class CoverageToy:
         state.last_cross_attention = torch.tensor(attn) if need_weights else None
         return torch.log(torch.tensor(probs)), state
 
-    def reorder_state(self, state, index):
+    def reorder_state(self, state, index, sources_kept=False):
         return _State([state.history[i] for i in index.tolist()])
 
 

@@ -199,7 +199,7 @@ class ToyModel:
         probs = torch.tensor([_dist(int(k), h) for k, h in zip(state.enc.kind, state.history)])
         return torch.log(probs), state
 
-    def reorder_state(self, state, index):
+    def reorder_state(self, state, index, sources_kept=False):
         return _ToyState(state.enc.index_select(index), [state.history[i] for i in index.tolist()])
 
 

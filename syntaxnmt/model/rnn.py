@@ -71,16 +71,19 @@ class RNNState:
     step: int = 0  # target position i of the next token
     last_cross_attention: Tensor | None = None  # (N, S), on request
 
-    def index_select(self, index: Tensor) -> "RNNState":
+    def index_select(self, index: Tensor, sources_kept: bool = False) -> "RNNState":
+        """Rows ``index`` of every tensor; with ``sources_kept`` (rows move only among the beams of
+        their own sentence) the per-sentence tensors are kept as they are."""
         pick = lambda t, dim=0: None if t is None else t.index_select(dim, index)  # noqa: E731
+        same = (lambda t: t) if sources_kept else pick
         return RNNState(
-            self.encoder.index_select(index),
-            pick(self.keys),
+            self.encoder if sources_kept else self.encoder.index_select(index),
+            same(self.keys),
             pick(self.hidden, 1),
             pick(self.cell, 1),
             pick(self.feed),
-            pick(self.source_len),
-            pick(self.target_len),
+            same(self.source_len),
+            same(self.target_len),
             self.step,
             pick(self.last_cross_attention),
         )
@@ -331,6 +334,7 @@ class RNNModel(nn.Module):
         state.last_cross_attention = alpha if need_weights else None
         return torch.log_softmax(self._logits(pre).float(), dim=-1), state
 
-    def reorder_state(self, state: RNNState, index: Tensor) -> RNNState:
-        """Keep (and duplicate) hypotheses ``index``: every state tensor is index-selected."""
-        return state.index_select(index)
+    def reorder_state(self, state: RNNState, index: Tensor, sources_kept: bool = False) -> RNNState:
+        """Keep (and duplicate) hypotheses ``index``: every state tensor is index-selected (see
+        :meth:`RNNState.index_select` for ``sources_kept``)."""
+        return state.index_select(index, sources_kept)

@@ -230,10 +230,14 @@ class Transformer(nn.Module):
         state.last_cross_attention = w[:, :, 0].mean(1) if need_weights else None
         return torch.log_softmax(logits.float(), dim=-1), state
 
-    def reorder_state(self, state: DecoderState, index: Tensor) -> DecoderState:
-        """Keep (and duplicate) hypotheses ``index`` of the decoder state."""
+    def reorder_state(self, state: DecoderState, index: Tensor, sources_kept: bool = False) -> DecoderState:
+        """Keep (and duplicate) hypotheses ``index`` of the decoder state. With ``sources_kept``
+        (rows move only among the beams of their own sentence), the encoder output and the
+        cross-attention keys/values, the same for every beam of a sentence, stay as they are."""
         for cache in state.caches:
-            for sub in cache.values():
-                reorder_cache(sub, index)
-        state.encoder = state.encoder.index_select(index)
+            for name, sub in cache.items():
+                if not (sources_kept and name == "cross"):
+                    reorder_cache(sub, index)
+        if not sources_kept:
+            state.encoder = state.encoder.index_select(index)
         return state
