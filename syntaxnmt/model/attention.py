@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from syntaxnmt.model.dropout import dropout
+from syntaxnmt.model.linear import Linear
 
 
 class AttentionExtension(nn.Module):
@@ -57,10 +58,10 @@ class MultiHeadAttention(nn.Module):
         assert d_model % heads == 0, "d_model must be divisible by heads"
         self.d_model, self.heads, self.d_head = d_model, heads, d_model // heads
         self.dropout = dropout
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.q_proj = Linear(d_model, d_model, bias=bias)
+        self.k_proj = Linear(d_model, d_model, bias=bias)
+        self.v_proj = Linear(d_model, d_model, bias=bias)
+        self.out_proj = Linear(d_model, d_model, bias=bias)
         self.extensions = nn.ModuleList(extensions)
 
     def _split(self, x: Tensor) -> Tensor:

@@ -19,6 +19,7 @@ from syntaxnmt.batches import Batch
 from syntaxnmt.config import ModelConfig
 from syntaxnmt.model.attention import MultiHeadAttention, reorder_cache
 from syntaxnmt.model.dropout import Dropout
+from syntaxnmt.model.linear import Linear
 from syntaxnmt.model.syntax_attention import InputFeatures, encoder_extensions
 from syntaxnmt.relations import FeatureSpec
 from syntaxnmt.subwords import PAD
@@ -69,8 +70,8 @@ class Embeddings(nn.Module):
 class FeedForward(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.fc1 = nn.Linear(cfg.d_model, cfg.ffn_dim)
-        self.fc2 = nn.Linear(cfg.ffn_dim, cfg.d_model)
+        self.fc1 = Linear(cfg.d_model, cfg.ffn_dim)
+        self.fc2 = Linear(cfg.ffn_dim, cfg.d_model)
         self.act = F.relu if cfg.activation == "relu" else F.gelu
         self.dropout = Dropout(cfg.dropout)
 
@@ -182,7 +183,7 @@ class Transformer(nn.Module):
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.dec_layers))
         self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
-        self.output = nn.Linear(cfg.d_model, tgt_vocab, bias=False)
+        self.output = Linear(cfg.d_model, tgt_vocab, bias=False)
         if cfg.tie_embeddings in ("decoder", "all"):
             self.output.weight = self.tgt_embed.tokens.weight
         else:

@@ -1,0 +1,49 @@
+"""The oneDNN-backed Linear equals nn.Linear, forward and backward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from syntaxnmt.model import linear as lin
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_matches_nn_linear(bias):
+    torch.manual_seed(0)
+    ours = lin.Linear(24, 40, bias=bias)
+    ref = torch.nn.Linear(24, 40, bias=bias)
+    ref.load_state_dict(ours.state_dict())
+    x = torch.randn(3, 7, 24)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ya, yb = ours(xa), ref(xb)
+    assert ya.shape == (3, 7, 40)
+    assert torch.allclose(ya, yb, atol=1e-5)
+    weights = torch.randn(40)
+    (ya * weights).sum().backward()
+    (yb * weights).sum().backward()
+    assert torch.allclose(xa.grad, xb.grad, atol=1e-5)
+    assert torch.allclose(ours.weight.grad, ref.weight.grad, atol=1e-4)
+    if bias:
+        assert torch.allclose(ours.bias.grad, ref.bias.grad, atol=1e-5)
+    with torch.no_grad():
+        assert torch.allclose(ours(x), ref(x), atol=1e-5)
+
+
+def test_uses_onednn_when_available():
+    if not lin.ENABLED:
+        pytest.skip("oneDNN linear op not available")
+    x = torch.randn(4, 8, requires_grad=True)
+    y = lin.Linear(8, 3)(x)
+    assert type(y.grad_fn).__name__.startswith("_OneDNNLinear")
+
+
+def test_tied_weight_and_autocast_fall_back():
+    emb = torch.nn.Embedding(10, 6)
+    out = lin.Linear(6, 10, bias=False)
+    out.weight = emb.weight  # tied, as in the Transformer
+    x = torch.randn(2, 6)
+    out(x).sum().backward()
+    assert emb.weight.grad is not None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert out(x).dtype == torch.bfloat16  # autocast path: plain F.linear
