@@ -264,6 +264,9 @@ class TrainConfig(_Section):
     """torch CPU threads (0 = torch's default)."""
     device: str = "auto"
     """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``."""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """``bf16``: forward passes under bfloat16 autocast (matrix products in bf16, weights, optimizer
+    and loss in float32) -- on GPUs and on CPUs with AVX512-BF16 (or AMX); elsewhere slower."""
     alignment: AlignmentConfig = AlignmentConfig()
 
 

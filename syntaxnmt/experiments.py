@@ -18,9 +18,10 @@ import json
 import statistics
 import time
 from pathlib import Path
+from typing import Annotated
 
 import torch
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from syntaxnmt.config import Config, _yaml_load, expand_env, load_config
 from syntaxnmt.errors import UserError
@@ -44,7 +45,7 @@ class ExperimentSet(BaseModel):
     baseline: str
     configs: dict[str, str]
     """Label -> config path (relative to the set file)."""
-    seeds: list[int] = [1]
+    seeds: Annotated[list[int], Field(min_length=1)] = [1]
     overrides: list[str] = []
     """``--section.key=value`` overrides applied to every run (e.g. a time budget)."""
     tag: str = ""
@@ -127,6 +128,9 @@ def run_set(path: str | Path, seeds: list[int] | None = None, only: list[str] | 
     spec = load_set(path)
     base_dir = Path(path).parent
     seeds = seeds or spec.seeds
+    unknown = [x for x in only or [] if x not in spec.configs]
+    if unknown:
+        raise UserError(f"{path}: no system named {', '.join(map(repr, unknown))} (systems: {', '.join(spec.configs)})")
     labels = [k for k in spec.configs if not only or k in only or k == spec.baseline]
     if spec.synthetic_corpus and not (Path(spec.synthetic_corpus) / "test.tgt").is_file():
         from syntaxnmt.synthetic import write_corpus
@@ -145,7 +149,8 @@ def run_set(path: str | Path, seeds: list[int] | None = None, only: list[str] | 
         for seed in seeds:
             base_cfg = load_config(base_dir / spec.configs[label], spec.overrides)
             work_dir = f"{base_cfg.work_dir}-{spec.tag}" if spec.tag else base_cfg.work_dir
-            cfg = load_config(base_dir / spec.configs[label], spec.overrides + [f"--seed={seed}", f"--work_dir={work_dir}-seed{seed}"])
+            # The value is JSON (a YAML string), so characters like '#' or ': ' in the path survive.
+            cfg = load_config(base_dir / spec.configs[label], spec.overrides + [f"--seed={seed}", f"--work_dir={json.dumps(f'{work_dir}-seed{seed}')}"])
             records[label][seed] = run_config(label, cfg, spec, log)
     section = make_table(spec, records, seeds)
     target = Path(output or spec.output)

@@ -135,10 +135,11 @@ def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainCon
     for k, idx in enumerate(group):
         batch = collate(split, idx, raw.feature_spec, alignment=objective is not None and objective.needs_reference).to(device)
         with no_sync(model, skip=k < len(group) - 1):
-            out = model(batch, need_weights=objective is not None)
-            loss, _ = sequence_loss(out, batch.tgt_out, t.label_smoothing)
-            if objective is not None:
-                loss = loss + objective.loss(raw, batch, out, step)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=t.precision == "bf16"):
+                out = model(batch, need_weights=objective is not None)
+                loss, _ = sequence_loss(out, batch.tgt_out, t.label_smoothing)
+                if objective is not None:
+                    loss = loss + objective.loss(raw, batch, out, step)
             (loss * scale).backward()
         loss_sum += loss.item()
     if t.clip_norm > 0:

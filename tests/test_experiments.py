@@ -318,6 +318,37 @@ def test_run_set_generates_the_synthetic_corpus(tmp_path, monkeypatch):
     assert not any("generated" in m for m in logs)
 
 
+def test_empty_seed_list_and_unknown_system_are_user_errors(tmp_path):
+    path = _write_yaml(tmp_path / "noseeds.set.yaml", _set_tree(seeds=[]))
+    with pytest.raises(UserError) as info:
+        load_set(path)
+    assert str(path) in str(info.value) and "seeds" in str(info.value)
+    path = _write_yaml(tmp_path / "ok.set.yaml", _set_tree())
+    with pytest.raises(UserError, match="no system named 'combined'"):
+        run_set(path, only=["combined"])
+
+
+def test_work_dir_with_hash_keeps_its_seed_suffix(tmp_path, monkeypatch):
+    """The per-seed work_dir goes through the override parser as a quoted string."""
+    import syntaxnmt.experiments as experiments
+
+    seen = []
+
+    def fake_run_config(label, cfg, spec, log):
+        seen.append(cfg.work_dir)
+        hyp = tmp_path / f"{len(seen)}.hyp"
+        write_lines(hyp, ["a b c"])
+        return {"steps": 1, "train_seconds": 1.0, "train_tokens": 3, "best": 0.0, "hyps": {"test": str(hyp)}, "params": 10}
+
+    monkeypatch.setattr(experiments, "run_config", fake_run_config)
+    write_lines(tmp_path / "t.src", ["x y z"])
+    write_lines(tmp_path / "t.ref", ["a b c"])
+    _write_yaml(tmp_path / "b.yaml", {"work_dir": str(tmp_path / "runs" / "exp #2: big")})
+    path = _write_yaml(tmp_path / "h.set.yaml", _set_tree(configs={"baseline": "b.yaml"}, seeds=[1, 2], test_sets={"test": {"src": str(tmp_path / "t.src"), "ref": str(tmp_path / "t.ref")}}, output=str(tmp_path / "r.md")))
+    run_set(path, log=lambda *a: None)
+    assert seen == [str(tmp_path / "runs" / "exp #2: big-seed1"), str(tmp_path / "runs" / "exp #2: big-seed2")]
+
+
 # ---------------------------------------------------------------- the table
 
 
