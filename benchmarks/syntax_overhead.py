@@ -19,6 +19,7 @@ import torch
 
 from syntaxnmt.batches import TokenBatchSampler
 from syntaxnmt.config import load_config
+from syntaxnmt.cpu import keep_freed_memory
 from syntaxnmt.model import build_model
 from syntaxnmt.optim import build_optimizer
 from syntaxnmt.prepare import feature_vocab_sizes, load_split, load_tokenizers
@@ -41,7 +42,11 @@ def main() -> None:
     ap.add_argument("--configs", nargs="+", default=DEFAULT, help="the first one is the baseline")
     ap.add_argument("--updates", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as the syntaxnmt command does
     device = torch.device("cpu")
     runs = []
     for path in args.configs:
