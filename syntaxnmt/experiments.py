@@ -75,6 +75,7 @@ def load_set(path: str | Path) -> ExperimentSet:
     spec = read_set_file(path, ExperimentSet)
     for test in spec.test_sets.values():
         test.src, test.ref, test.conllu = expand_env(test.src), expand_env(test.ref), expand_env(test.conllu)
+    spec.synthetic_corpus, spec.output = expand_env(spec.synthetic_corpus), expand_env(spec.output)
     if spec.baseline not in spec.configs:
         raise UserError(f"{path}: the baseline '{spec.baseline}' is not one of the configs")
     return spec
@@ -139,8 +140,8 @@ def run_set(path: str | Path, seeds: list[int] | None = None, only: list[str] | 
         write_corpus(spec.synthetic_corpus, n_train=n_train, n_dev=n_dev, n_test=n_test, seed=1)
         log(f"generated the synthetic corpus in {spec.synthetic_corpus}")
     for test in spec.test_sets.values():
-        for f in (test.src, test.ref):
-            if not Path(f).is_file():
+        for f in (test.src, test.ref, test.conllu):
+            if f and not Path(f).is_file():
                 raise UserError(f"{path}: test file {f} not found")
 
     records: dict[str, dict[int, dict]] = {}
