@@ -14,6 +14,7 @@ piece) and ``align``: the word links projected onto subwords, flattened ``i0 j0 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -71,8 +72,16 @@ def feature_vocab_sizes(cfg: Config) -> dict[str, int]:
     return sizes
 
 
+_PATH_KEYS = ("train_src", "train_tgt", "dev_src", "dev_tgt", "train_conllu", "dev_conllu", "train_align", "prepared_dir")
+
+
+def _absolute_paths(fingerprint: dict) -> dict:
+    """The same data spelled two ways (``../shared/data`` or its absolute path) is the same cache."""
+    return {k: (os.path.abspath(v) if k in _PATH_KEYS and isinstance(v, str) and v else v) for k, v in fingerprint.items()}
+
+
 def _fingerprint(data: DataConfig) -> dict:
-    fingerprint = data.model_dump(mode="json")
+    fingerprint = _absolute_paths(data.model_dump(mode="json"))
     align = Path(data.train_align)
     if data.train_align and align.is_file():  # a rewritten alignment file invalidates the cache
         fingerprint["train_align_stat"] = [align.stat().st_size, align.stat().st_mtime_ns]
@@ -83,7 +92,7 @@ def is_prepared(cfg: Config) -> bool:
     meta = cfg.prepared_dir / META
     if not meta.is_file():
         return False
-    stored = json.loads(meta.read_text())["data_config"]
+    stored = _absolute_paths(json.loads(meta.read_text())["data_config"])
     current = _fingerprint(cfg.data)
     # A key added to DataConfig after the cache was built does not invalidate it at its default.
     defaults = DataConfig().model_dump(mode="json")

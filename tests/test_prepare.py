@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -210,6 +211,17 @@ def test_cache_reused_when_unchanged_and_rebuilt_when_data_config_changes(corpus
 
     prepare(changed_filter, force=True, log=quiet)
     assert calls == [200, 150, 150, 150]
+
+
+def test_same_files_spelled_relative_or_absolute_share_the_cache(corpus, tmp_path, monkeypatch):
+    """Running from another folder, or with SYNTAXNMT_DATA=/abs/path instead of ../data, must not
+    rebuild (in place, under other runs' feet) a cache of the same files."""
+    cfg = _cfg(corpus, tmp_path)
+    prepare(cfg, log=quiet)
+    monkeypatch.chdir(Path(cfg.data.train_src).parent)
+    relative = {k: os.path.relpath(getattr(cfg.data, k)) for k in ("train_src", "train_tgt", "dev_src", "dev_tgt", "prepared_dir")}
+    assert not relative["train_src"].startswith("/")
+    assert is_prepared(_cfg(corpus, tmp_path, relative))
 
 
 def test_interrupted_prepare_leaves_no_valid_cache(corpus, tmp_path, monkeypatch):
