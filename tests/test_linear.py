@@ -9,7 +9,9 @@ from syntaxnmt.model import linear as lin
 
 
 @pytest.mark.parametrize("bias", [True, False])
-def test_matches_nn_linear(bias):
+@pytest.mark.parametrize("train_mode", [False, True])
+def test_matches_nn_linear(bias, train_mode, monkeypatch):
+    monkeypatch.setattr(lin, "TRAIN", train_mode and lin.ENABLED)
     torch.manual_seed(0)
     ours = lin.Linear(24, 40, bias=bias)
     ref = torch.nn.Linear(24, 40, bias=bias)
@@ -30,12 +32,14 @@ def test_matches_nn_linear(bias):
         assert torch.allclose(ours(x), ref(x), atol=1e-5)
 
 
-def test_uses_onednn_when_available():
+def test_training_uses_onednn_only_when_asked(monkeypatch):
     if not lin.ENABLED:
         pytest.skip("oneDNN linear op not available")
     x = torch.randn(4, 8, requires_grad=True)
-    y = lin.Linear(8, 3)(x)
-    assert type(y.grad_fn).__name__.startswith("_OneDNNLinear")
+    layer = lin.Linear(8, 3)
+    assert not type(layer(x).grad_fn).__name__.startswith("_OneDNNLinear")  # default: inference only
+    monkeypatch.setattr(lin, "TRAIN", True)
+    assert type(layer(x).grad_fn).__name__.startswith("_OneDNNLinear")
 
 
 def test_tied_weight_and_autocast_fall_back():

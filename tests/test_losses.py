@@ -44,3 +44,26 @@ def test_sequence_loss_projects_only_real_tokens():
     full_loss, full_nll = label_smoothed_nll(out.logits, target, 0.1)
     assert loss.item() == pytest.approx(full_loss.item(), rel=1e-6)
     assert nll.item() == pytest.approx(full_nll.item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_chunked_fused_output_loss_matches_the_reference(eps):
+    """A bias-free nn.Linear output layer takes the fused, chunked path: same loss and gradients."""
+    torch.manual_seed(3)
+    states = torch.randn(3, 5, 8)
+    target = torch.tensor([[4, 9, 2, PAD, PAD], [1, 1, 7, 8, 3], [5, PAD, PAD, PAD, PAD]])
+    layer = torch.nn.Linear(8, 11, bias=False)
+    h1, h2 = states.clone().requires_grad_(), states.clone().requires_grad_()
+    loss, nll = sequence_loss(ModelOutput(h1, layer, encoder=None), target, eps, chunk=3)  # 9 rows: 3 chunks
+    (2.0 * loss).backward()
+    g_chunked = layer.weight.grad.clone()
+    layer.weight.grad = None
+    ref = F.cross_entropy((h2 @ layer.weight.t()).view(-1, 11), target.view(-1), ignore_index=PAD, label_smoothing=eps, reduction="sum")
+    (2.0 * ref).backward()
+    ref_nll = F.cross_entropy((h2 @ layer.weight.t()).view(-1, 11), target.view(-1), ignore_index=PAD, reduction="sum")
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-5)
+    assert nll.item() == pytest.approx(ref_nll.item(), rel=1e-5)
+    assert torch.allclose(h1.grad, h2.grad, atol=1e-5) and torch.all(h1.grad[0, 3:] == 0)
+    assert torch.allclose(g_chunked, layer.weight.grad, atol=1e-5)
+    with torch.no_grad():  # validation: no gradients computed, same value
+        assert sequence_loss(ModelOutput(states, layer, encoder=None), target, eps, chunk=4)[0].item() == pytest.approx(ref.item(), rel=1e-5)

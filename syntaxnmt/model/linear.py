@@ -1,13 +1,22 @@
-"""``nn.Linear`` whose float32 CPU products go through oneDNN.
+"""``nn.Linear`` whose float32 CPU products can go through oneDNN.
 
 PyTorch's CPU ``addmm``/``mm`` call MKL's sgemm. On the AMD EPYC (Zen 4) machines this project
 runs on, profiling the recipe model showed MKL reaching about 40-60 GFLOP/s per core, while
 oneDNN's float32 inner-product kernel (``torch.ops.mkldnn._linear_pointwise``, the op
-TorchInductor uses for CPU linears) reaches 100-150 at the model's shapes. :class:`Linear`
-computes ``y = x W^T + b`` and both gradients (``g W`` and ``g^T x``) with oneDNN: about 1.3x
-more training tokens/s for the recipe model on one core. Same parameters, state-dict keys and
-numbers (up to float32 rounding) as ``nn.Linear``; outside float32 CPU work without autocast,
-and where the op is missing, it is ``nn.Linear``.
+TorchInductor uses for CPU linears) reaches 100-150 at the model's shapes.
+
+``SYNTAXNMT_ONEDNN_LINEAR`` chooses where :class:`Linear` uses it:
+
+- ``infer`` (default): without autograd -- beam search and validation decoding (about 1.5x
+  faster beam search);
+- ``train``: also in training, forward and both gradients (``g W``, ``g^T x``): about 1.35x more
+  training tokens/s, BUT the process memory grows with every new batch shape (oneDNN keeps
+  state per shape; +20 MB per update over the first 80 updates of the recipe, 1.4 -> 3.4 GB,
+  not seen to level off), so it is opt-in for short runs and benchmarks;
+- ``0``: never.
+
+Same parameters, state-dict keys and numbers (up to float32 rounding) as ``nn.Linear``; outside
+float32 CPU work without autocast, and where the op is missing, it is ``nn.Linear``.
 """
 
 from __future__ import annotations
@@ -19,8 +28,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 _OP = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
-ENABLED = _OP is not None and torch.backends.mkldnn.is_available() and os.environ.get("SYNTAXNMT_ONEDNN_LINEAR", "1") != "0"
-"""Set the environment variable ``SYNTAXNMT_ONEDNN_LINEAR=0`` to use ``nn.Linear``'s kernels."""
+MODE = os.environ.get("SYNTAXNMT_ONEDNN_LINEAR", "infer")
+if MODE not in ("infer", "train", "0"):
+    raise SystemExit(f"syntaxnmt: error: SYNTAXNMT_ONEDNN_LINEAR must be infer, train or 0, not {MODE!r}")
+ENABLED = _OP is not None and torch.backends.mkldnn.is_available() and MODE != "0"
+TRAIN = ENABLED and MODE == "train"
 
 
 def _dnn(x2d: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -53,7 +65,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear`` through oneDNN for float32 CPU tensors without autocast (see the module docstring)."""
     if ENABLED and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32 and x.numel() and not torch.is_autocast_enabled("cpu"):
         if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-            return _OneDNNLinear.apply(x, weight, bias)
+            return _OneDNNLinear.apply(x, weight, bias) if TRAIN else F.linear(x, weight, bias)
         return _dnn(x.reshape(-1, x.size(-1)), weight, bias).view(*x.shape[:-1], weight.size(0))
     return F.linear(x, weight, bias)
 
