@@ -100,33 +100,37 @@ def patch_fairseq_initialize(pkg: Path) -> None:
     print(f"fairseq: {path.name} calls the default_factory")
 
 
-def patch_fairseq_setup(src: Path) -> None:
-    path = src / "setup.py"
+def _insert_after(path: Path, old: str, added: str, who: str, expected: str, done: str) -> None:
+    """Insert ``added`` after the single occurrence of the line ``old`` in ``path`` (once: the
+    MARK in the text means it is done); fail loudly when ``old`` is not found exactly once."""
     text = path.read_text(encoding="utf-8")
     if MARK in text:
-        print("fairseq: setup.py already patched")
+        print(f"{who}: {path.name} already patched")
         return
-    old = "    from torch.utils import cpp_extension\n"
-    assert text.count(old) == 1, f"{path}: expected line not found (not fairseq 0.12.2?)"
+    assert text.count(old) == 1, f"{path}: expected line not found (not {expected}?)"
+    path.write_text(text.replace(old, old + added), encoding="utf-8")
+    print(f"{who}: {done}")
+
+
+def patch_fairseq_setup(src: Path) -> None:
     # Raising ImportError right after the import takes setup.py's own "no torch" path: the optional
     # torch C++ extensions (sources missing from the sdist) are skipped; libbleu and the Cython
     # helpers are still built.
-    new = old + f"    raise ImportError('{MARK}: optional C++ extensions are not in the source distribution')\n"
-    path.write_text(text.replace(old, new), encoding="utf-8")
-    print("fairseq: setup.py no longer builds the missing optional C++ extensions")
+    _insert_after(
+        src / "setup.py",
+        "    from torch.utils import cpp_extension\n",
+        f"    raise ImportError('{MARK}: optional C++ extensions are not in the source distribution')\n",
+        "fairseq", "fairseq 0.12.2", "setup.py no longer builds the missing optional C++ extensions",
+    )
 
 
 def patch_joey(site: Path) -> None:
-    path = site / "joeynmt" / "prediction.py"
-    text = path.read_text(encoding="utf-8")
-    if MARK in text:
-        print("joey: prediction.py already patched")
-        return
-    old = "                    max_output_length=args.max_output_length,\n"
-    assert text.count(old) == 1, f"{path}: expected line not found (not joeynmt 2.3.0?)"
-    new = old + f"                    min_output_length=args.min_output_length,  # {MARK}\n"
-    path.write_text(text.replace(old, new), encoding="utf-8")
-    print("joey: prediction.py passes min_output_length to the search")
+    _insert_after(
+        site / "joeynmt" / "prediction.py",
+        "                    max_output_length=args.max_output_length,\n",
+        f"                    min_output_length=args.min_output_length,  # {MARK}\n",
+        "joey", "joeynmt 2.3.0", "prediction.py passes min_output_length to the search",
+    )
 
 
 def main(argv: list[str]) -> int:
