@@ -58,9 +58,17 @@ def load_tokenizers(cfg: Config) -> Tokenizers:
     )
 
 
-def load_tag_vocab(cfg: Config) -> TagVocab | None:
-    path = cfg.prepared_dir / TAGS
+def _read_tag_vocab(prepared: Path) -> TagVocab | None:
+    path = prepared / TAGS
     return TagVocab(json.loads(path.read_text())) if path.is_file() else None
+
+
+def load_tag_vocab(cfg: Config) -> TagVocab | None:
+    """The tag vocabularies of a prepared corpus (None without parses); a broken one is refused."""
+    tags = _read_tag_vocab(cfg.prepared_dir)
+    if tags is not None and tags.problem():
+        raise UserError(f"{cfg.prepared_dir / TAGS}: {tags.problem()}; re-run `syntaxnmt prepare` to rebuild the corpus")
+    return tags
 
 
 def feature_vocab_sizes(cfg: Config) -> dict[str, int]:
@@ -88,9 +96,15 @@ def _fingerprint(data: DataConfig) -> dict:
     return fingerprint
 
 
+def stale_reason(cfg: Config) -> str | None:
+    """Why an existing prepared corpus must be rebuilt although its data config matches, or None."""
+    tags = _read_tag_vocab(cfg.prepared_dir)
+    return tags.problem() if tags is not None else None
+
+
 def is_prepared(cfg: Config) -> bool:
     meta = cfg.prepared_dir / META
-    if not meta.is_file():
+    if not meta.is_file() or stale_reason(cfg):
         return False
     stored = _absolute_paths(json.loads(meta.read_text())["data_config"])
     current = _fingerprint(cfg.data)
@@ -199,6 +213,8 @@ def prepare(cfg: Config, force: bool = False, log=print) -> dict:
     if not force and is_prepared(cfg):
         log(f"prepared corpus up to date in {out}")
         return json.loads((out / META).read_text())["counts"]
+    if (out / META).is_file() and stale_reason(cfg):
+        log(f"rebuilding the prepared corpus in {out}: {stale_reason(cfg)}")
     for key in ("train_src", "train_tgt", "dev_src", "dev_tgt"):
         if not getattr(d, key):
             raise UserError(f"data.{key} is not set in the config")
@@ -223,7 +239,7 @@ def prepare(cfg: Config, force: bool = False, log=print) -> dict:
         bad["train"] = c["bad_tree"]
         dev, dev_parses, c = _annotate_split(cfg, dev, d.dev_src, d.dev_conllu, log)
         bad["dev"] = c["bad_tree"]
-        tags = TagVocab.build({name: (getattr(p, name) for p in train_parses) for name in TAG_NAMES})
+        tags = TagVocab.from_parses(train_parses)
         atomic_write_text(out / TAGS, json.dumps(tags.itos, indent=1, ensure_ascii=False))
     else:
         (out / TAGS).unlink(missing_ok=True)
@@ -290,6 +306,9 @@ def format_counts(c: dict) -> str:
 
 
 def load_split(cfg: Config, name: str) -> Split:
+    reason = stale_reason(cfg)
+    if reason:
+        raise UserError(f"{cfg.prepared_dir}: {reason}; re-run `syntaxnmt prepare`")
     if not is_prepared(cfg):
         raise UserError(f"{cfg.prepared_dir}: no prepared corpus for this data config (run `syntaxnmt prepare`)")
     return Split(cfg.prepared_dir, name)

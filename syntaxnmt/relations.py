@@ -78,6 +78,19 @@ class TagVocab:
             itos[name] = TAG_SPECIALS + seen
         return cls(itos)
 
+    @classmethod
+    def from_parses(cls, parses: Sequence) -> "TagVocab":
+        """The ``upos``, ``xpos`` and ``deprel`` inventories of ``parses``, each read from its own field."""
+        return cls.build({name: [getattr(p, name) for p in parses] for name in TAG_NAMES})
+
+    def problem(self) -> str | None:
+        """Why this vocabulary cannot be used, or None. syntaxnmt 0.1 built ``upos`` and ``xpos``
+        from the dependency labels (a generator bound late in a comprehension): every POS id was <unk>."""
+        if "deprel" in self.itos and len(self.itos["deprel"]) > len(TAG_SPECIALS):
+            if any(self.itos.get(name) == self.itos["deprel"] for name in ("upos", "xpos")):
+                return "its POS tag vocabularies hold the dependency labels (written by syntaxnmt 0.1, whose POS ids were all <unk>)"
+        return None
+
     def encode(self, name: str, tags: Sequence[str]) -> np.ndarray:
         table = self.stoi[name]
         return np.asarray([table.get(t, TAG_UNK) for t in tags], dtype=np.int64)

