@@ -1,5 +1,6 @@
-"""The ``syntaxnmt`` command line: prepare, train, translate, evaluate, serve, demo, and word
-alignment (align-external, align, aer, train-joint).
+"""The ``syntaxnmt`` command line: prepare, train, translate, evaluate, serve, demo, word
+alignment (align-external, align, aer, train-joint) and attention analysis (attention, plot,
+analyze-heads).
 
 Config values can be overridden after the config path with ``--section.key=value``. A user
 mistake prints one line ``syntaxnmt: error: ...`` and exits with status 2.
@@ -92,6 +93,7 @@ def cmd_align(args, extra) -> None:
         threshold=args.threshold,
         normalize=args.normalize,
         batch_size=args.batch_size,
+        src_conllu=args.src_conllu,
     )
     out = [format_links(x) for x in links]
     _write_output(args.output, out)
@@ -152,6 +154,20 @@ def cmd_translate(args, extra) -> None:
     else:
         out = [f"{i} ||| {text} ||| {score:.4f}" for i, nb in enumerate(results) for text, score in nb]
     _write_output(args.output, out)
+
+
+def cmd_attention(args, extra) -> None:
+    from syntaxnmt.analysis.export import export_attention
+    from syntaxnmt.translate import resolve_device
+
+    path = _checkpoint_arg(args, extra)
+    if not args.config:
+        _no_overrides(extra)
+    jsonl, npz, n = export_attention(
+        path, args.input, args.output, ref=args.ref, conllu=args.src_conllu, sentences=args.sentences,
+        parse=args.parse, beam=args.beam, batch_size=args.batch_size, device=resolve_device(args.device),
+    )
+    print(f"attention of {n} sentences written to {jsonl} and {npz}", file=sys.stderr)
 
 
 def cmd_evaluate(args, extra) -> None:
@@ -239,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--reverse-checkpoint", help="a target->source model: align both directions and symmetrize")
     s.add_argument("--symmetrize", default="grow-diag-final-and", help="with --reverse-checkpoint: gdfa (default), intersection, union, grow-diag, grow-diag-final")
     s.add_argument("--normalize", action="store_true", help="apply the model's lowercasing and Moses tokenization first (links then index those tokens)")
+    s.add_argument("--src-conllu", help="parses of --src (CoNLL-U, one sentence per line) for models that use trees or tags")
     s.add_argument("-o", "--output", help="Pharaoh output, 0-indexed (default: stdout)")
     s.add_argument("--batch-size", type=int, default=64, help="sentence pairs per batch")
     s.add_argument("--device", default="auto")
@@ -264,6 +281,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--src-conllu", help="parses of the input (CoNLL-U, one sentence per line) for models that use trees or tags")
     s.add_argument("--device", default="auto")
     s.set_defaults(func=cmd_translate)
+
+    s = sub.add_parser("attention", help="export every attention weight (encoder, decoder, cross) per sentence: OUT.jsonl + OUT.npz")
+    s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
+    s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
+    s.add_argument("-i", "--input", required=True, help="source sentences, one per line")
+    s.add_argument("--ref", help="references to force-decode (default: the model's own translation, then force-decoded)")
+    s.add_argument("--src-conllu", help="parses of the input (CoNLL-U): attached to the export, and used by models with trees or tags")
+    s.add_argument("--parse", action="store_true", help="without --src-conllu: parse the input as the corpus was (data.annotate, e.g. spaCy)")
+    s.add_argument("--sentences", help="0-based line numbers to export, e.g. 0,3,10-12 (default: all)")
+    s.add_argument("--beam", type=int, default=1, help="beam size of the translation (default 1: greedy)")
+    s.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
+    s.add_argument("-o", "--output", required=True, help="writes OUT.jsonl (tokens, words, parse) and OUT.npz (weights); see docs/attention.md")
+    s.add_argument("--device", default="auto")
+    s.set_defaults(func=cmd_attention)
 
     s = sub.add_parser("evaluate", help="sacreBLEU BLEU and chrF, and paired bootstrap resampling")
     s.add_argument("--hyp", required=True, help="detokenized hypotheses")

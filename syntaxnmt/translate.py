@@ -85,6 +85,29 @@ def _truncate(ann: SourceAnnotation, max_pieces: int) -> SourceAnnotation:
     return SourceAnnotation(ann.word_of_piece[:max_pieces], ann.heads, ann.tags) if len(ann.word_of_piece) > max_pieces else ann
 
 
+def source_parses(cfg: Config, lines: Sequence[str], conllu: str | None = None, source_name: str = "<input>", why: str = "this model uses parses"):
+    """Parses of raw source lines: from a CoNLL-U file (``conllu``) or as the corpus was parsed
+    (``data.annotate``); a bad tree is an error. ``why`` starts the message when neither is available."""
+    method = "conllu" if conllu else cfg.data.annotate
+    if method in ("conllu", "none") and not conllu:
+        raise UserError(f"{why}: give the parses of {source_name} with --src-conllu FILE")
+    parse_cfg = cfg.model_copy(deep=True)
+    parse_cfg.data.annotate, parse_cfg.data.bad_tree = method, "fail"
+    parses, _ = parse_source(parse_cfg, list(lines), source_name, conllu or "", progress=False)
+    return parses
+
+
+def parse_annotations(cfg: Config, parses: Sequence, word_of_piece: Sequence[Sequence[int]]) -> list[SourceAnnotation]:
+    """Source annotations (tree and tag ids) of parsed sentences whose pieces belong to ``word_of_piece``."""
+    tags = load_tag_vocab(cfg)
+    if tags is None:
+        raise UserError(f"{cfg.prepared_dir}: the prepared corpus has no tag vocabulary (tags.json)")
+    return [
+        SourceAnnotation(np.asarray(w, dtype=np.int64), np.asarray(p.heads, dtype=np.int64), {t: tags.encode(t, getattr(p, t)) for t in TAG_NAMES})
+        for p, w in zip(parses, word_of_piece)
+    ]
+
+
 def encode_source_lines(cfg: Config, toks: Tokenizers, lines: Sequence[str], spec: FeatureSpec, conllu: str | None = None, source_name: str = "<input>") -> tuple[list[np.ndarray], list[SourceAnnotation] | None]:
     """Subword ids of raw source lines and, when the model needs them, their annotations.
 
@@ -96,21 +119,9 @@ def encode_source_lines(cfg: Config, toks: Tokenizers, lines: Sequence[str], spe
     if not spec.needs_parse:
         ids, words = toks.src.encode_with_words(list(lines))
         return [np.asarray(i, dtype=np.int64) for i in ids], [SourceAnnotation(np.asarray(w), np.zeros(0, dtype=np.int64)) for w in words]
-    method = "conllu" if conllu else cfg.data.annotate
-    if method == "conllu" and not conllu:
-        raise UserError(f"this model uses {', '.join(sorted(spec.names - {'bie'}))} from parses: give the parses of {source_name} with --src-conllu FILE")
-    tags = load_tag_vocab(cfg)
-    if tags is None:
-        raise UserError(f"{cfg.prepared_dir}: the prepared corpus has no tag vocabulary (tags.json)")
-    parse_cfg = cfg.model_copy(deep=True)
-    parse_cfg.data.annotate, parse_cfg.data.bad_tree = method, "fail"
-    parses, _ = parse_source(parse_cfg, list(lines), source_name, conllu or "", progress=False)
+    parses = source_parses(cfg, lines, conllu, source_name, f"this model uses {', '.join(sorted(spec.names - {'bie'}))} from parses")
     ids, words = toks.src.encode_words([p.words for p in parses])
-    anns = [
-        SourceAnnotation(np.asarray(w, dtype=np.int64), np.asarray(p.heads, dtype=np.int64), {t: tags.encode(t, getattr(p, t)) for t in TAG_NAMES})
-        for p, w in zip(parses, words)
-    ]
-    return [np.asarray(i, dtype=np.int64) for i in ids], anns
+    return [np.asarray(i, dtype=np.int64) for i in ids], parse_annotations(cfg, parses, words)
 
 
 def translate_lines(model, cfg: Config, toks: Tokenizers, lines: Sequence[str], decode: DecodeConfig, device: torch.device, *, conllu: str | None = None, source_name: str = "<input>", **kw) -> list[list[tuple[str, float]]]:

@@ -31,6 +31,7 @@ from syntaxnmt.alignment import (
 from syntaxnmt.batches import make_batch
 from syntaxnmt.config import Config
 from syntaxnmt.errors import UserError
+from syntaxnmt.relations import SourceAnnotation, pad_features, sentence_features
 from syntaxnmt.subwords import Tokenizer
 from syntaxnmt.textio import read_lines, write_lines
 
@@ -94,16 +95,20 @@ def attention_alignments(
     method: str = "argmax",
     threshold: float = 0.5,
     batch_size: int = 64,
+    annotations: Sequence[SourceAnnotation] | None = None,
 ) -> list[Links]:
     """Word links ``(source word, target word)`` of every pair from ``model``'s cross-attention.
 
-    ``src``/``tgt`` are ``(ids, word indices)`` as returned by :func:`encode_words`.
+    ``src``/``tgt`` are ``(ids, word indices)`` as returned by :func:`encode_words`;
+    ``annotations`` (one per source, see :func:`source_annotations`) are required when the model
+    uses source features.
     """
     (src_ids, src_words), (tgt_ids, tgt_words) = src, tgt
     if len(src_ids) != len(tgt_ids):
         raise UserError(f"{len(src_ids)} source sentences but {len(tgt_ids)} target sentences")
-    if model.feature_spec.names:
-        raise UserError(f"this model uses source features ({', '.join(sorted(model.feature_spec.names))}); align supports models without them")
+    spec = model.feature_spec
+    if spec.names and annotations is None:
+        raise UserError(f"this model uses source features ({', '.join(sorted(spec.names))}): the source must be annotated (give --src-conllu)")
     limit = model.cfg.max_positions - 1
     for k, (s, t) in enumerate(zip(src_ids, tgt_ids), start=1):
         if max(len(s), len(t)) >= limit:
@@ -112,10 +117,31 @@ def attention_alignments(
     out: list[Links] = [set() for _ in src_ids]
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size].tolist()
-        batch = make_batch([np.asarray(src_ids[i], dtype=np.int64) for i in idx], [np.asarray(tgt_ids[i], dtype=np.int64) for i in idx], idx).to(device)
+        batch = make_batch([np.asarray(src_ids[i], dtype=np.int64) for i in idx], [np.asarray(tgt_ids[i], dtype=np.int64) for i in idx], idx)
+        if spec.names:
+            batch.features = pad_features([sentence_features(annotations[i], spec) for i in idx], batch.src.size(1))
+        batch = batch.to(device)
         for i, links in zip(idx, extract_alignments(model, batch, layer, head, method, threshold)):
             out[i] = subwords_to_words(links, src_words[i], tgt_words[i])
     return out
+
+
+def source_annotations(model, cfg: Config, lines: Sequence[str], word_of_piece: Sequence[Sequence[int]], conllu: str | None = None, source_name: str = "--src") -> list[SourceAnnotation] | None:
+    """The source features' annotations of ``lines`` (whitespace-tokenized, pieces in ``word_of_piece``)
+    as ``translate`` builds them, or None for a model without source features. The parse (from
+    ``conllu``, or the config's parser) must have exactly the whitespace tokens of each line."""
+    from syntaxnmt.translate import parse_annotations, source_parses
+
+    spec = model.feature_spec
+    if not spec.names:
+        return None
+    if not spec.needs_parse:
+        return [SourceAnnotation(np.asarray(w, dtype=np.int64), np.zeros(0, dtype=np.int64)) for w in word_of_piece]
+    parses = source_parses(cfg, lines, conllu, source_name, f"this model uses {', '.join(sorted(spec.names - {'bie'}))} from parses")
+    for k, (p, w) in enumerate(zip(parses, word_of_piece), start=1):
+        if len(p.words) != max(w, default=-1) + 1:
+            raise UserError(f"{source_name} line {k}: the parse has {len(p.words)} words but the line {max(w, default=-1) + 1} tokens (give --src-conllu with the line's tokens)")
+    return parse_annotations(cfg, parses, word_of_piece)
 
 
 def _spec(value: str | int | None, default) -> int | None:
@@ -146,10 +172,13 @@ def model_alignments(
     threshold: float = 0.5,
     normalize: bool = False,
     batch_size: int = 64,
+    src_conllu: str | None = None,
 ) -> list[Links]:
     """Word alignments of line pairs from a source→target model (and a target→source one, symmetrized).
 
     ``layer``/``head`` default to each model's ``train.alignment`` setting (the supervised head).
+    A source→target model with source features gets them as ``translate`` builds them (parses
+    from ``src_conllu`` or the config's parser); a target→source one with features is refused.
     """
     from syntaxnmt.translate import load_model
 
@@ -162,10 +191,13 @@ def model_alignments(
             continue
         model, cfg, toks = load_model(path, device)
         a_cfg = cfg.train.alignment
+        source = encode_words(toks.src, a, normalize)
+        if directions and model.feature_spec.names:
+            raise UserError(f"{path}: the target->source model uses source features ({', '.join(sorted(model.feature_spec.names))}); --reverse-checkpoint supports models without them")
         directions.append(
             attention_alignments(
                 model,
-                encode_words(toks.src, a, normalize),
+                source,
                 encode_words(toks.tgt, b, normalize),
                 device,
                 layer=_spec(layer, a_cfg.layer),
@@ -173,6 +205,7 @@ def model_alignments(
                 method=method,
                 threshold=threshold,
                 batch_size=batch_size,
+                annotations=source_annotations(model, cfg, a, source[1], src_conllu),
             )
         )
     if len(directions) == 1:

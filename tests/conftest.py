@@ -109,3 +109,32 @@ def trained_run(corpus, shared_prepared_dir, tmp_path_factory) -> Config:
     cfg = load_config(None, tiny_tree(corpus, tmp_path_factory.mktemp("trained") / "run", shared_prepared_dir))
     train(cfg, log=quiet)
     return cfg
+
+
+def parsed_data(corpus: dict) -> dict:
+    """The data overrides of a tiny corpus annotated from the generator's CoNLL-U trees."""
+    return {"annotate": "conllu", "train_conllu": str(corpus["train"]["conllu"]), "dev_conllu": str(corpus["dev"]["conllu"])}
+
+
+@pytest.fixture(scope="session")
+def parsed_prepared_dir(corpus, tmp_path_factory) -> Path:
+    """A prepared cache of the tiny corpus with its trees and tag vocabularies, built once."""
+    from syntaxnmt.prepare import prepare
+
+    prepared = tmp_path_factory.mktemp("prepared_parsed")
+    cfg = load_config(None, deep_merge(tiny_tree(corpus, tmp_path_factory.mktemp("unused_work"), prepared), {"data": parsed_data(corpus)}))
+    prepare(cfg, log=quiet)
+    return prepared
+
+
+def untrained_checkpoint(cfg: Config, path: Path, seed: int = 0) -> Path:
+    """A checkpoint of a freshly initialized model of ``cfg`` (what ``load_model`` reads), no training."""
+    from syntaxnmt.checkpoint import save_checkpoint
+    from syntaxnmt.model import build_model
+    from syntaxnmt.prepare import feature_vocab_sizes, load_tokenizers
+
+    toks = load_tokenizers(cfg)
+    torch.manual_seed(seed)
+    model = build_model(cfg.model, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg))
+    save_checkpoint(path, {"config": cfg.model_dump(mode="json"), "model": model.state_dict()})
+    return path

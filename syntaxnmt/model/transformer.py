@@ -115,13 +115,14 @@ class DecoderLayer(nn.Module):
         self.ffn = FeedForward(cfg)
         self.res_self, self.res_cross, self.res_ffn = Residual(cfg), Residual(cfg), Residual(cfg)
 
-    def forward(self, y: Tensor, memory: Tensor, memory_mask: Tensor, cache: dict | None = None, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(self, y: Tensor, memory: Tensor, memory_mask: Tensor, cache: dict | None = None, need_weights: bool = False, self_weights: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """Output, cross-attention weights (``need_weights``) and self-attention weights (``self_weights``)."""
         self_cache = cache.setdefault("self", {}) if cache is not None else None
         cross_cache = cache.setdefault("cross", {}) if cache is not None else None
-        y, _ = self.res_self(y, lambda h: self.self_attn(h, causal=True, cache=self_cache))
+        y, ws = self.res_self(y, lambda h: self.self_attn(h, causal=True, cache=self_cache, need_weights=self_weights))
         y, w = self.res_cross(y, lambda h: self.cross_attn(h, memory, key_padding_mask=memory_mask, cache=cross_cache, static_kv=True, need_weights=need_weights))
         y, _ = self.res_ffn(y, lambda h: (self.ffn(h), None))
-        return y, w
+        return y, w, ws
 
 
 @dataclass
@@ -143,6 +144,7 @@ class ModelOutput:
     project: Callable[[Tensor], Tensor]
     encoder: EncoderOutput
     cross_attention: list[Tensor] = field(default_factory=list)  # per decoder layer (B, H, T, S), on request
+    decoder_self_attention: list[Tensor] = field(default_factory=list)  # per decoder layer (B, H, T, T), on request
 
     @property
     def logits(self) -> Tensor:
@@ -202,19 +204,21 @@ class Transformer(nn.Module):
             weights.append(w)
         return EncoderOutput(self.enc_norm(x), pad_mask, weights if need_weights else [])
 
-    def decode(self, tgt_in: Tensor, enc: EncoderOutput, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
-        """Final decoder states (B, T, D), normalized, before the output layer; cross-attention on request."""
+    def decode(self, tgt_in: Tensor, enc: EncoderOutput, need_weights: bool = False) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+        """Final decoder states (B, T, D), normalized, before the output layer; cross- and
+        self-attention weights per layer on request."""
         y = self.tgt_embed(tgt_in)
-        weights = []
+        cross, own = [], []
         for layer in self.decoder:
-            y, w = layer(y, enc.hidden, enc.pad_mask, need_weights=need_weights)
-            weights.append(w)
-        return self.dec_norm(y), (weights if need_weights else [])
+            y, w, ws = layer(y, enc.hidden, enc.pad_mask, need_weights=need_weights, self_weights=need_weights)
+            cross.append(w)
+            own.append(ws)
+        return self.dec_norm(y), (cross if need_weights else []), (own if need_weights else [])
 
     def forward(self, batch: Batch, need_weights: bool = False) -> ModelOutput:
         enc = self.encode(batch, need_weights)
-        states, cross = self.decode(batch.tgt_in, enc, need_weights)
-        return ModelOutput(states, self.output, enc, cross)
+        states, cross, own = self.decode(batch.tgt_in, enc, need_weights)
+        return ModelOutput(states, self.output, enc, cross, own)
 
     # --- incremental decoding -------------------------------------------------------------
     def init_state(self, enc: EncoderOutput) -> DecoderState:
@@ -225,7 +229,7 @@ class Transformer(nn.Module):
         y = self.tgt_embed(tokens[:, None], offset=state.step)
         w = None
         for layer, cache in zip(self.decoder, state.caches):
-            y, w = layer(y, state.encoder.hidden, state.encoder.pad_mask, cache=cache, need_weights=need_weights)
+            y, w, _ = layer(y, state.encoder.hidden, state.encoder.pad_mask, cache=cache, need_weights=need_weights)
         logits = self.output(self.dec_norm(y[:, 0]))
         state.step += 1
         state.last_cross_attention = w[:, :, 0].mean(1) if need_weights else None

@@ -1,0 +1,467 @@
+"""Attention weights of a trained model, sentence by sentence: compute, aggregate to words, write, read.
+
+Python API (``syntaxnmt attention``, ``plot``, ``analyze-heads`` and the web viewer use it):
+
+* :func:`attention_for_sentences` ``(model, cfg, toks, sources, *, refs=None, conllu=None, device,
+  beam=1, parse=False, batch_size=32, progress=False) -> list[SentenceAttention]``: every layer and
+  head of every attention of the model (from :func:`syntaxnmt.translate.load_model`) for each
+  source line. Without ``refs`` the model first translates (greedy, or beam search with ``beam``)
+  and its own output is then force-decoded to read all weights; with ``refs`` the given
+  references are force-decoded. ``conllu`` (or ``parse=True``: the config's parser) attaches the
+  source parse; models with source features get their tree and tags as ``translate`` builds them.
+* :class:`SentenceAttention`: pieces, words and word index of each piece on both sides (-1 for
+  ``</s>``), the translation, the parse or None, and float32 arrays ``encoder`` (L, H, S, S),
+  ``decoder`` (L, H, T, T) and ``cross`` (L, H, T, S); RNN models have ``encoder = decoder =
+  None`` and ``cross`` (1, 1, T, S). ``S`` counts the source pieces plus ``</s>``; ``T`` the target
+  pieces plus ``</s>``. Row ``t`` of ``cross`` is the decoder position that *predicts*
+  ``tgt_pieces[t]`` (as in :mod:`syntaxnmt.alignment`); decoder self-attention's queries and keys
+  are the decoder *inputs* ``decoder_input_pieces`` = ``<s>`` + ``tgt_pieces[:-1]``.
+* :func:`word_level` ``(weights, query_word_of_piece, key_word_of_piece)``: pieces combined into
+  words as Clark et al. (2019, Sec. 4.1): attention *to* a split word is the **sum** over its
+  pieces, attention *from* a split word the **mean** over its pieces, so every word-level row
+  still sums to 1. Special tokens (``<s>``, ``</s>``) stay units of their own, in place.
+  :meth:`SentenceAttention.word_level` applies it to one of the three attentions.
+* :func:`write_attention` / :func:`read_attention`: the file format of docs/attention.md --
+  ``OUT.jsonl`` (a header line, then one JSON object per sentence: tokens, words, parse, array
+  shapes) and ``OUT.npz`` (arrays ``s{i}_{kind}`` and ``s{i}_{kind}_words`` for kind in
+  encoder/decoder/cross), readable with ``json`` and ``numpy`` alone.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from syntaxnmt.alignment import WORD_BOUNDARY, word_ids_from_pieces
+from syntaxnmt.annotations import Parse
+from syntaxnmt.batches import make_batch
+from syntaxnmt.config import Config
+from syntaxnmt.errors import UserError
+from syntaxnmt.prepare import Tokenizers
+from syntaxnmt.relations import SourceAnnotation, pad_features, sentence_features
+from syntaxnmt.subwords import Tokenizer
+from syntaxnmt.textio import atomic_write, iter_lines, write_lines
+
+FORMAT, VERSION = "syntaxnmt-attention", 1
+KINDS = ("encoder", "decoder", "cross")
+BOS_PIECE, EOS_PIECE = "<s>", "</s>"
+
+
+# ---------------------------------------------------------------- word-level aggregation
+
+
+def word_units(word_of_piece: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The unit of every piece and the word of every unit (-1: a special token).
+
+    A unit is a word (its pieces are consecutive) or one special token, in sentence order.
+    """
+    w = np.asarray(word_of_piece, dtype=np.int64)
+    starts = np.ones(len(w), dtype=bool)
+    starts[1:] = (w[1:] != w[:-1]) | (w[1:] < 0)
+    unit_words = w[starts]
+    real = unit_words[unit_words >= 0]
+    if len(set(real.tolist())) != len(real):
+        raise ValueError(f"the pieces of a word are not consecutive: {w.tolist()}")
+    return np.cumsum(starts) - 1, unit_words
+
+
+def word_level(weights: np.ndarray, query_word_of_piece: Sequence[int], key_word_of_piece: Sequence[int]) -> np.ndarray:
+    """(..., Q, K) piece-level attention to (..., Uq, Uk) units (Clark et al. 2019, Sec. 4.1):
+    columns of a word's pieces are summed (attention *to* it), rows averaged (attention *from* it)."""
+    uq, _ = word_units(query_word_of_piece)
+    uk, _ = word_units(key_word_of_piece)
+    nq, nk = (int(uq.max()) + 1 if len(uq) else 0), (int(uk.max()) + 1 if len(uk) else 0)
+    to_units = np.zeros((len(uk), nk), dtype=np.float64)
+    to_units[np.arange(len(uk)), uk] = 1.0
+    from_units = np.zeros((nq, len(uq)), dtype=np.float64)
+    from_units[uq, np.arange(len(uq))] = 1.0
+    from_units /= from_units.sum(1, keepdims=True)
+    return (from_units @ np.asarray(weights, dtype=np.float64) @ to_units).astype(np.float32)
+
+
+def unit_labels(pieces: Sequence[str], word_of_piece: Sequence[int], words: Sequence[str]) -> list[str]:
+    """The label of every unit: its word, or the special token's piece."""
+    units, unit_words = word_units(word_of_piece)
+    first = {int(u): k for k, u in reversed(list(enumerate(units)))}
+    return [words[w] if w >= 0 else pieces[first[u]] for u, w in enumerate(unit_words.tolist())]
+
+
+def piece_words(pieces: Sequence[str], word_of_piece: Sequence[int]) -> list[str]:
+    """Words spelled from their pieces (the '▁' word boundary removed)."""
+    n = max(word_of_piece, default=-1) + 1
+    words = [""] * n
+    for p, w in zip(pieces, word_of_piece):
+        if w >= 0:
+            words[w] += p
+    return [w.replace(WORD_BOUNDARY, "") or WORD_BOUNDARY for w in words]
+
+
+# ---------------------------------------------------------------- one sentence's attention
+
+
+@dataclass
+class SentenceAttention:
+    """All attention weights of one sentence pair, with the tokens they are over (module docstring)."""
+
+    source: str
+    translation: str  # the model's output (detokenized) or the forced reference
+    forced: bool  # True: ``translation`` is a given reference, not the model's own output
+    src_pieces: list[str]  # S: the source pieces, then "</s>"
+    src_words: list[str]
+    src_word_of_piece: list[int]  # S, -1 for "</s>"
+    tgt_pieces: list[str]  # T: the target pieces, then "</s>"
+    tgt_words: list[str]
+    tgt_word_of_piece: list[int]  # T, -1 for "</s>"
+    parse: Parse | None
+    encoder: np.ndarray | None  # (L_enc, H, S, S); None for RNN models
+    decoder: np.ndarray | None  # (L_dec, H, T, T); None for RNN models
+    cross: np.ndarray  # (L_dec, H, T, S); RNN: (1, 1, T, S)
+
+    @property
+    def decoder_input_pieces(self) -> list[str]:
+        return [BOS_PIECE] + self.tgt_pieces[:-1]
+
+    @property
+    def decoder_input_word_of_piece(self) -> list[int]:
+        return [-1] + self.tgt_word_of_piece[:-1]
+
+    def axes(self, kind: str) -> tuple[tuple[list[str], list[int], list[str]], tuple[list[str], list[int], list[str]]]:
+        """``(pieces, word_of_piece, words)`` of the query (row) and key (column) side of ``kind``."""
+        src = (self.src_pieces, self.src_word_of_piece, self.src_words)
+        tgt = (self.tgt_pieces, self.tgt_word_of_piece, self.tgt_words)
+        dec_in = (self.decoder_input_pieces, self.decoder_input_word_of_piece, self.tgt_words)
+        return {"encoder": (src, src), "decoder": (dec_in, dec_in), "cross": (tgt, src)}[check_kind(kind)]
+
+    def weights(self, kind: str) -> np.ndarray | None:
+        return getattr(self, check_kind(kind))
+
+    def word_level(self, kind: str) -> np.ndarray | None:
+        """``kind``'s weights with pieces combined into words (:func:`word_level`)."""
+        w = self.weights(kind)
+        (_, q, _), (_, k, _) = self.axes(kind)
+        return None if w is None else word_level(w, q, k)
+
+    def labels(self, kind: str, words: bool = False) -> tuple[list[str], list[str]]:
+        """Row and column labels of ``kind``: pieces, or word units with ``words``."""
+        rows, cols = self.axes(kind)
+        if not words:
+            return list(rows[0]), list(cols[0])
+        return unit_labels(*rows), unit_labels(*cols)
+
+
+def check_kind(kind: str) -> str:
+    if kind not in KINDS:
+        raise UserError(f"unknown attention {kind!r}: choose one of {', '.join(KINDS)}")
+    return kind
+
+
+# ---------------------------------------------------------------- computing it
+
+
+@dataclass
+class EncodedSource:
+    ids: np.ndarray
+    words: list[str]
+    word_of_piece: list[int]
+    parse: Parse | None
+    annotation: SourceAnnotation | None
+
+
+def encode_sources(
+    model, cfg: Config, toks: Tokenizers, lines: Sequence[str], conllu: str | None = None, parse: bool = False, source_name: str = "<input>", parses: Sequence[Parse] | None = None
+) -> list[EncodedSource]:
+    """Source ids, words and (when given, asked for or needed by the model) parses, as ``translate``
+    encodes them. ``parses``: parses already read (one per line), instead of ``conllu``."""
+    from syntaxnmt.translate import parse_annotations, source_parses
+
+    spec = model.feature_spec
+    if parses is not None:
+        if len(parses) != len(lines):
+            raise UserError(f"{len(parses)} parses for {len(lines)} source lines")
+    elif conllu or parse or spec.needs_parse:
+        why = "this model uses parses" if spec.needs_parse else "the analysis needs source parses"
+        parses = source_parses(cfg, lines, conllu, source_name, why)
+    if parses is not None:
+        ids, wop = toks.src.encode_words([p.words for p in parses])
+        words = [list(p.words) for p in parses]
+    else:
+        ids, wop = toks.src.encode_with_words(list(lines))
+        words = [piece_words([toks.src.id_to_piece(i) for i in s], w) for s, w in zip(ids, wop)]
+    anns: list[SourceAnnotation | None] = [None] * len(lines)
+    if spec.needs_parse:
+        anns = parse_annotations(cfg, parses, wop)
+    elif spec.names:
+        anns = [SourceAnnotation(np.asarray(w, dtype=np.int64), np.zeros(0, dtype=np.int64)) for w in wop]
+    return [
+        EncodedSource(np.asarray(i, dtype=np.int64), ws, list(w), parses[k] if parses else None, anns[k])
+        for k, (i, w, ws) in enumerate(zip(ids, wop, words))
+    ]
+
+
+def target_from_ids(tok: Tokenizer, ids: Sequence[int]) -> tuple[list[int], list[str], list[int], str]:
+    """A model output's ids, pieces, word of each piece and detokenized text."""
+    pieces = [tok.id_to_piece(i) for i in ids]
+    return list(ids), pieces, word_ids_from_pieces(pieces), tok.decode(ids)
+
+
+def target_from_reference(tok: Tokenizer, line: str) -> tuple[list[int], list[str], list[int], list[str]]:
+    """A reference's ids, pieces, word of each piece and words: its whitespace tokens after the
+    model's normalization (lowercasing, Moses), each encoded on its own as in ``syntaxnmt align``."""
+    words = tok.normalize(line).split()
+    (ids,), (wop,) = tok.encode_words([words])
+    return ids, [tok.id_to_piece(i) for i in ids], wop, words
+
+
+def _check_lengths(model, sources: Sequence[EncodedSource], targets: Sequence[Sequence[int]] | None) -> None:
+    limit = model.cfg.max_positions - 2
+    for k, s in enumerate(sources, start=1):
+        n = max(len(s.ids), len(targets[k - 1]) if targets is not None else 0)
+        if n > limit:
+            raise UserError(f"sentence {k} has {n} subwords: more than the model's {limit} positions")
+
+
+def _layers(weights: list[torch.Tensor], b: int, q: int, k: int) -> np.ndarray | None:
+    """Row ``b`` of per-layer (B, H, Tq, Tk) weights, unpadded, as one (L, H, q, k) float32 array."""
+    if not weights:
+        return None
+    return torch.stack([w[b, :, :q, :k] for w in weights]).float().cpu().numpy()
+
+
+@torch.no_grad()
+def force_decode(model, sources: Sequence[EncodedSource], targets: Sequence[Sequence[int]], device: torch.device, batch_size: int = 32, progress: bool = False) -> list[dict[str, np.ndarray | None]]:
+    """Encoder, decoder and cross-attention weights while the model reads ``targets`` (teacher forcing)."""
+    spec = model.feature_spec
+    order = np.argsort([len(s.ids) + len(t) for s, t in zip(sources, targets)], kind="stable")
+    out: list[dict] = [{}] * len(sources)
+    was_training = model.training
+    model.eval()
+    try:
+        with tqdm(total=len(sources), desc="attention", unit="sent", disable=not progress, leave=False) as bar:
+            for start in range(0, len(order), batch_size):
+                idx = order[start : start + batch_size].tolist()
+                batch = make_batch([sources[i].ids for i in idx], [np.asarray(targets[i], dtype=np.int64) for i in idx], idx)
+                if spec.names:
+                    batch.features = pad_features([sentence_features(sources[i].annotation, spec) for i in idx], batch.src.size(1))
+                res = model(batch.to(device), need_weights=True)
+                for b, i in enumerate(idx):
+                    s, t = len(sources[i].ids) + 1, len(targets[i]) + 1
+                    out[i] = {
+                        "encoder": _layers(res.encoder.self_attention, b, s, s),
+                        "decoder": _layers(getattr(res, "decoder_self_attention", []), b, t, t),
+                        "cross": _layers(res.cross_attention, b, t, s),
+                    }
+                bar.update(len(idx))
+    finally:
+        model.train(was_training)
+    return out
+
+
+def attention_for_sentences(
+    model,
+    cfg: Config,
+    toks: Tokenizers,
+    sources: list[str],
+    *,
+    refs: list[str] | None = None,
+    conllu: str | None = None,
+    device: torch.device,
+    beam: int = 1,
+    parse: bool = False,
+    batch_size: int = 32,
+    progress: bool = False,
+    source_name: str = "<input>",
+    parses: Sequence[Parse] | None = None,
+) -> list[SentenceAttention]:
+    """Every attention weight of ``model`` for each source line (see the module docstring).
+    ``parses`` (one per line, e.g. from :func:`read_inputs`) can replace ``conllu``."""
+    from syntaxnmt.translate import translate_ids
+
+    if refs is not None and len(refs) != len(sources):
+        raise UserError(f"{len(sources)} source lines but {len(refs)} references: the files must be line-aligned")
+    src = encode_sources(model, cfg, toks, sources, conllu, parse, source_name, parses)
+    if refs is None:
+        _check_lengths(model, src, None)
+        anns = [s.annotation for s in src] if model.feature_spec.names else None
+        decode = cfg.decode.model_copy(update={"batch_size": batch_size})
+        hyps = translate_ids(model, [s.ids for s in src], decode, device, beam=beam, annotations=anns, progress=progress)
+        targets = [target_from_ids(toks.tgt, h[0].tokens) for h in hyps]
+        tgt = [(ids, pieces, wop, piece_words(pieces, wop), text) for ids, pieces, wop, text in targets]
+    else:
+        tgt = [(ids, pieces, wop, words, ref) for ref in refs for ids, pieces, wop, words in [target_from_reference(toks.tgt, ref)]]
+    _check_lengths(model, src, [t[0] for t in tgt])
+    weights = force_decode(model, src, [t[0] for t in tgt], device, batch_size, progress)
+    return [
+        SentenceAttention(
+            source=line,
+            translation=text,
+            forced=refs is not None,
+            src_pieces=[toks.src.id_to_piece(int(i)) for i in s.ids] + [EOS_PIECE],
+            src_words=s.words,
+            src_word_of_piece=s.word_of_piece + [-1],
+            tgt_pieces=pieces + [EOS_PIECE],
+            tgt_words=words,
+            tgt_word_of_piece=list(wop) + [-1],
+            parse=s.parse,
+            **w,
+        )
+        for line, s, (_, pieces, wop, words, text), w in zip(sources, src, tgt, weights)
+    ]
+
+
+def model_info(model, cfg: Config) -> dict:
+    """What a reader of the weights needs to know about the model (the export's header)."""
+    info = {"arch": cfg.model.arch, "heads": cfg.model.heads if cfg.model.arch == "transformer" else 1}
+    if cfg.model.arch == "transformer":
+        info.update(encoder_layers=cfg.model.enc_layers, decoder_layers=cfg.model.dec_layers)
+    else:
+        info.update(encoder_layers=0, decoder_layers=1)
+    info["syntax"] = cfg.model.syntax.model_dump(mode="json")
+    a = cfg.train.alignment
+    info["guided_alignment"] = {"weight": a.guided_weight, "layer": a.layer, "head": a.head} if a.guided_weight > 0 else None
+    return info
+
+
+# ---------------------------------------------------------------- the file format
+
+
+def export_paths(out: str | Path) -> tuple[Path, Path]:
+    """``OUT.jsonl`` and ``OUT.npz`` for ``OUT`` (given with or without either suffix)."""
+    out = Path(out)
+    if out.suffix in (".jsonl", ".npz"):
+        out = out.with_suffix("")
+    return out.with_name(out.name + ".jsonl"), out.with_name(out.name + ".npz")
+
+
+def _parse_json(parse: Parse | None) -> dict | None:
+    if parse is None:
+        return None
+    return {"words": parse.words, "heads": list(map(int, parse.heads)), "deprel": parse.deprel, "upos": parse.upos, "xpos": parse.xpos}
+
+
+def sentence_record(index: int, s: SentenceAttention) -> dict:
+    """The JSON object of one sentence (arrays excluded)."""
+    return {
+        "index": index,
+        "source": s.source,
+        "translation": s.translation,
+        "forced": s.forced,
+        "src_pieces": s.src_pieces,
+        "src_words": s.src_words,
+        "src_word_of_piece": s.src_word_of_piece,
+        "tgt_pieces": s.tgt_pieces,
+        "tgt_words": s.tgt_words,
+        "tgt_word_of_piece": s.tgt_word_of_piece,
+        "decoder_input_pieces": s.decoder_input_pieces,
+        "src_units": s.labels("encoder", words=True)[1],
+        "tgt_units": s.labels("cross", words=True)[0],
+        "decoder_input_units": s.labels("decoder", words=True)[0],
+        "parse": _parse_json(s.parse),
+        "shapes": {k: (list(getattr(s, k).shape) if getattr(s, k) is not None else None) for k in KINDS},
+    }
+
+
+def write_attention(out: str | Path, sentences: Sequence[SentenceAttention], info: dict | None = None) -> tuple[Path, Path]:
+    """Write ``OUT.jsonl`` and ``OUT.npz`` atomically (docs/attention.md); return their paths."""
+    jsonl, npz = export_paths(out)
+    arrays: dict[str, np.ndarray] = {}
+    for i, s in enumerate(sentences):
+        for kind in KINDS:
+            if getattr(s, kind) is not None:
+                arrays[f"s{i}_{kind}"] = getattr(s, kind).astype(np.float32)
+                arrays[f"s{i}_{kind}_words"] = s.word_level(kind)
+    header = {"format": FORMAT, "version": VERSION, "sentences": len(sentences), "arrays": npz.name, **(info or {})}
+    atomic_write(npz, lambda f: np.savez_compressed(f, **arrays))
+    write_lines(jsonl, [json.dumps(header, ensure_ascii=False)] + [json.dumps(sentence_record(i, s), ensure_ascii=False) for i, s in enumerate(sentences)])
+    return jsonl, npz
+
+
+def _json_line(path: Path, number: int, line: str) -> dict:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}:{number}: not JSON ({e.msg})") from None
+    if not isinstance(obj, dict):
+        raise UserError(f"{path}:{number}: expected a JSON object")
+    return obj
+
+
+def _sentence_from_record(rec: dict, arrays, where: str) -> SentenceAttention:
+    try:
+        p = rec["parse"]
+        parse = Parse(p["words"], p["upos"], p.get("xpos", ["_"] * len(p["words"])), p["heads"], p["deprel"]) if p else None
+        i = rec["index"]
+        got = {k: (arrays[f"s{i}_{k}"] if rec["shapes"][k] is not None else None) for k in KINDS}
+        fields = ("source", "translation", "forced", "src_pieces", "src_words", "src_word_of_piece", "tgt_pieces", "tgt_words", "tgt_word_of_piece")
+        return SentenceAttention(**{f: rec[f] for f in fields}, parse=parse, **got)
+    except KeyError as e:
+        raise UserError(f"{where}: missing {e.args[0]!r}") from None
+
+
+def read_attention(path: str | Path) -> tuple[dict, list[SentenceAttention]]:
+    """The header and the sentences of an export (``OUT``, ``OUT.jsonl`` or ``OUT.npz``)."""
+    jsonl, npz = export_paths(path)
+    if not jsonl.is_file():
+        raise UserError(f"{jsonl}: attention export not found (written by `syntaxnmt attention -o {jsonl.with_suffix('')}`)")
+    lines = list(iter_lines(jsonl))
+    header = _json_line(jsonl, 1, lines[0]) if lines else {}
+    if header.get("format") != FORMAT:
+        raise UserError(f"{jsonl}:1: not a syntaxnmt attention export (no header with format {FORMAT!r})")
+    if not npz.is_file():
+        raise UserError(f"{npz}: the arrays of {jsonl} are missing")
+    with np.load(npz) as arrays:
+        out = [_sentence_from_record(_json_line(jsonl, n, line), arrays, f"{jsonl}:{n}") for n, line in enumerate(lines[1:], start=2)]
+    return header, out
+
+
+# ---------------------------------------------------------------- the command
+
+
+def parse_selection(spec: str | None, n: int, what: str = "--sentences") -> list[int]:
+    """0-based line numbers from ``"0,3,5-7"`` (None: all ``n``); out of range is an error."""
+    if not spec:
+        return list(range(n))
+    out: list[int] = []
+    for part in spec.split(","):
+        try:
+            a, _, b = part.strip().partition("-")
+            lo, hi = int(a), int(b) if b else int(a)
+        except ValueError:
+            raise UserError(f"{what}: {part!r} is not a line number or a range like 5-7") from None
+        if not 0 <= lo <= hi < n:
+            raise UserError(f"{what}: {part.strip()} is outside the input's lines 0-{n - 1}")
+        out.extend(range(lo, hi + 1))
+    return out
+
+
+def read_inputs(src: str, ref: str | None = None, conllu: str | None = None, sentences: str | None = None) -> tuple[list[str], list[str] | None, list[Parse] | None, list[int]]:
+    """Source lines, references and parses of the selected lines (``sentences``, see
+    :func:`parse_selection`), and the selected line numbers. Parses are checked against the lines."""
+    from syntaxnmt.annotations import annotate
+    from syntaxnmt.textio import read_lines
+
+    lines = read_lines(src)
+    refs = read_lines(ref) if ref else None
+    if refs is not None and len(refs) != len(lines):
+        raise UserError(f"{src} has {len(lines)} lines but {ref} has {len(refs)}: the files must be line-aligned")
+    parses = annotate(lines, method="conllu", conllu_path=conllu, text_path=src)[0] if conllu else None
+    keep = parse_selection(sentences, len(lines))
+    pick = lambda xs: None if xs is None else [xs[i] for i in keep]  # noqa: E731
+    return pick(lines), pick(refs), pick(parses), keep
+
+
+def export_attention(checkpoint: str | Path, src: str, out: str | Path, *, ref: str | None = None, conllu: str | None = None, sentences: str | None = None, parse: bool = False, beam: int = 1, batch_size: int = 32, device: torch.device) -> tuple[Path, Path, int]:
+    """``syntaxnmt attention``: load the model, compute every weight of the selected sentences, write the export."""
+    from syntaxnmt.translate import load_model
+
+    model, cfg, toks = load_model(checkpoint, device)
+    lines, refs, parses, keep = read_inputs(src, ref, conllu, sentences)
+    result = attention_for_sentences(model, cfg, toks, lines, refs=refs, device=device, beam=beam, parse=parse, batch_size=batch_size, progress=True, source_name=src, parses=parses)
+    info = {"checkpoint": str(checkpoint), "source_file": str(src), "reference_file": ref, "lines": keep, "target": "reference" if ref else "translation", "beam": None if ref else beam, **model_info(model, cfg)}
+    jsonl, npz = write_attention(out, result, info)
+    return jsonl, npz, len(result)
