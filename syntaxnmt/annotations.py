@@ -11,6 +11,7 @@ Words never contain whitespace, so ``" ".join(parse.words)`` splits back into th
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import os
@@ -286,6 +287,13 @@ class SpacyParser:
         return [_doc_to_parse(doc) for doc in docs]
 
 
+@functools.lru_cache(maxsize=2)
+def spacy_parser(pipeline: str) -> SpacyParser:
+    """A loaded pipeline, kept for the next call: loading takes a second or more, parsing a
+    sentence milliseconds (a server parses every request). Not for several threads at once."""
+    return SpacyParser(pipeline)
+
+
 def _doc_to_parse(doc: Doc) -> Parse:
     """Convert a spaCy ``Doc``: whitespace tokens are dropped and their dependents re-attached to
     the nearest non-space ancestor (or made roots)."""
@@ -327,7 +335,7 @@ def annotate(
     if bad_tree not in ("fail", "skip"):
         raise UserError(f"bad_tree must be 'fail' or 'skip', got {bad_tree!r}")
     if method == "spacy":
-        parses: list[Parse] = SpacyParser(pipeline).parse(lines, progress=progress)
+        parses: list[Parse] = spacy_parser(pipeline).parse(lines, progress=progress)
         source = text_path
     elif method == "conllu":
         if not conllu_path:

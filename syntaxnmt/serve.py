@@ -72,9 +72,7 @@ class Translator:
         self.device = resolve_device(device)
         self.model, cfg, self.toks = load_model(self.checkpoint, self.device)
         self.cfg, self.parser_name = serving_config(cfg, self.model.feature_spec.needs_parse, parser)
-        self._parser = None
-        if self.parser_name:
-            self.parser()  # a missing pipeline is an error at start-up, not at the first request
+        self.parser()  # a missing pipeline is an error at start-up, not at the first request
 
     def handle(self, key: Hashable, sentences: list[str]) -> list:
         """The worker's handler: ``key`` is ``(kind, beam)``, kind ``translate`` or ``attention``."""
@@ -99,16 +97,37 @@ class Translator:
         return out
 
     def attention(self, sentences: Sequence[str], beam: int) -> list[tuple[str, float | None, dict | None]]:
-        """(translation, score, attention) per sentence (attention None for an empty sentence)."""
-        raise NotImplementedError  # filled in once syntaxnmt.analysis.export is merged
+        """(translation, score, attention record) per sentence; the record is None for an empty one.
+
+        The translation and score are those of :meth:`translate` (asking for the weights changes
+        nothing); the weights are read by force-decoding that output
+        (:func:`syntaxnmt.analysis.export.attention_for_sentences`).
+        """
+        from syntaxnmt.analysis.export import attention_for_sentences
+
+        out: list[tuple[str, float | None, dict | None]] = [(t, s, None) for t, s in self.translate(sentences, beam)]
+        todo = [i for i, s in enumerate(sentences) if s.strip()]
+        if not todo:
+            return out
+        lines = [sentences[i] for i in todo]
+        records = attention_for_sentences(self.model, self.cfg, self.toks, lines, device=self.device, beam=beam)
+        if self.model.feature_spec.needs_parse:
+            trees, origin = [r.parse for r in records], f"the model's own parse ({self.parser_name})"
+        elif self.parser() is not None:
+            trees, origin = self.parser().parse(lines), f"parsed by spaCy {self.parser_name} (the model does not read it)"
+        else:
+            trees, origin = [None] * len(lines), None
+        for i, rec, tree in zip(todo, records, trees):
+            out[i] = (out[i][0], out[i][1], attention_json(rec, tree, origin if tree is not None else None))
+        return out
 
     def parser(self):
-        """The spaCy parser of the page's trees (loaded on first use), or None."""
-        if self._parser is None and self.parser_name:
-            from syntaxnmt.annotations import SpacyParser
+        """The spaCy parser of the page's trees, or None."""
+        if not self.parser_name:
+            return None
+        from syntaxnmt.annotations import spacy_parser
 
-            self._parser = SpacyParser(self.parser_name)
-        return self._parser
+        return spacy_parser(self.parser_name)
 
     def info(self) -> dict[str, Any]:
         m = self.cfg.model
@@ -123,6 +142,30 @@ class Translator:
             "parser": self.parser_name,
             "beam": self.cfg.decode.beam_size,
         }
+
+
+def _rounded(weights) -> list | None:
+    """Attention weights as nested lists with 4 decimals (JSON stays small), or None."""
+    import numpy as np
+
+    return None if weights is None else np.round(np.asarray(weights, dtype=np.float64), 4).tolist()
+
+
+def attention_json(rec, parse, parse_origin: str | None) -> dict[str, Any]:
+    """The JSON of one sentence's :class:`~syntaxnmt.analysis.export.SentenceAttention`: the
+    tokens of each axis, the source tree and the weights ``encoder`` (L, H, S, S), ``decoder``
+    (L, H, T, T, over ``decoder_input``) and ``cross`` (L, H, T, S), null where the model has none."""
+    return {
+        "translation": rec.translation,
+        "source": {"pieces": rec.src_pieces, "words": rec.src_words, "word_of_piece": rec.src_word_of_piece},
+        "target": {"pieces": rec.tgt_pieces, "words": rec.tgt_words, "word_of_piece": rec.tgt_word_of_piece},
+        "decoder_input": {"pieces": rec.decoder_input_pieces, "words": rec.tgt_words, "word_of_piece": rec.decoder_input_word_of_piece},
+        "parse": None if parse is None else {"words": list(parse.words), "heads": [int(h) for h in parse.heads], "deprel": list(parse.deprel), "upos": list(parse.upos)},
+        "parse_origin": parse_origin,
+        "encoder": _rounded(rec.encoder),
+        "decoder": _rounded(rec.decoder),
+        "cross": _rounded(rec.cross),
+    }
 
 
 def serving_config(cfg, needs_parse: bool, parser: str | None):

@@ -110,7 +110,7 @@ def test_spacy_missing_pipeline_is_a_user_error():
 
 
 def test_annotate_spacy_empty_line(parser, monkeypatch):
-    monkeypatch.setattr("syntaxnmt.annotations.SpacyParser", lambda pipeline: parser)
+    monkeypatch.setattr("syntaxnmt.annotations.spacy_parser", lambda pipeline: parser)
     lines = ["Good morning.", "", "Bye."]
     with pytest.raises(BadTree, match=r"^src\.txt sentence 2: no words$"):
         annotate(lines, method="spacy", pipeline=PIPELINE, text_path="src.txt")

@@ -80,7 +80,7 @@ function drawTree(svg, parse) {
 const KINDS = {
   cross: { label: "cross-attention (target → source)", rows: "target", cols: "source" },
   encoder: { label: "encoder self-attention (source → source)", rows: "source", cols: "source" },
-  decoder: { label: "decoder self-attention (target → target)", rows: "target", cols: "target" },
+  decoder: { label: "decoder self-attention (decoder inputs → decoder inputs)", rows: "decoder_input", cols: "decoder_input" },
 };
 
 function matrixOf(att, kind, layer, head) {
@@ -135,6 +135,7 @@ function drawHeatmap(svg, att, kind, layer, head) {
 function sourceTree(att) {
   const parse = att.parse, src = att.source;
   if (!parse || !src.words || parse.words.length !== src.words.length) return null;
+  if (parse.words.some((w, i) => w.toLowerCase() !== src.words[i].toLowerCase())) return null;
   const centers = wordCenters(src, parse.words.length);
   if (centers.some((c) => c === null)) return null;
   const dist = parse.heads.map((h, i) => (h > 0 ? Math.abs(h - 1 - i) : 0));
@@ -226,7 +227,7 @@ function show(body) {
   const parse = att ? att.parse : null;
   $("tree-section").hidden = !parse;
   if (parse) {
-    $("tree-note").textContent = att.parse_source || "";
+    $("tree-note").textContent = att.parse_origin || "";
     drawTree($("tree"), parse);
   }
   $("attention-section").hidden = !att;
