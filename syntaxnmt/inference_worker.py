@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any
 
 Handler = Callable[[Hashable, list], list]
 """``handler(key, items) -> results``: one result per item, in order."""

@@ -18,9 +18,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections.abc import Hashable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Hashable, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -367,6 +368,7 @@ def serve(checkpoint: str | Path, *, host: str = "127.0.0.1", port: int = 8000, 
     import torch
     import uvicorn
 
+    limits.check()
     if not 0 <= port <= 65535:
         raise UserError(f"--port must be 0 to 65535, got {port}")
     if threads:

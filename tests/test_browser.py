@@ -148,7 +148,7 @@ def test_the_page_checks_its_input_and_shows_the_servers_errors(server, browser)
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    error = lambda d: d.find_element(By.ID, "error")  # noqa: E731
+    error = lambda d: d.find_element(By.ID, "error")
     translate_on_page(browser, server, "   ")
     WebDriverWait(browser, 10).until(lambda d: error(d).is_displayed())
     assert error(browser).text == "Type a sentence first."

