@@ -42,6 +42,7 @@ class BatchingWorker:
         self._held: list[Job] = []  # taken from the queue but left for the next batch (other key, or full)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self.stats = {"batches": 0, "jobs": 0, "items": 0}  # written by the worker thread only
 
     def submit(self, key: Hashable, items: Sequence[Any]) -> Future:
         """Queue a job; its future gets the handler's results for ``items`` (or its exception)."""
@@ -99,6 +100,9 @@ class BatchingWorker:
         batch = [job for job in batch if job.future.set_running_or_notify_cancel()]
         if not batch:
             return
+        self.stats["batches"] += 1
+        self.stats["jobs"] += len(batch)
+        self.stats["items"] += sum(len(job.items) for job in batch)
         try:
             results = self.handler(batch[0].key, [item for job in batch for item in job.items])
         except BaseException as e:  # noqa: BLE001 -- handed to the caller, never kills the thread

@@ -336,7 +336,7 @@ def create_app(checkpoint: str | Path, *, device: str = "cpu", parser: str | Non
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", **translator.info(), "limits": asdict(limits)}
+        return {"status": "ok", **translator.info(), "limits": asdict(limits), "served": dict(worker.stats)}
 
     @app.get("/", include_in_schema=False)
     async def page():

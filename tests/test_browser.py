@@ -8,6 +8,7 @@ browser fails it (``.ci/run`` installs it).
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import socket
@@ -16,7 +17,10 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
+
+from syntaxnmt.analysis.export import word_level
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
@@ -119,26 +123,34 @@ def test_translate_a_sentence_and_see_its_tree_and_attention(server, browser, co
     labels = {t.text for t in browser.find_elements(By.CSS_SELECTOR, "#tree text.arc-label")}
     assert set(parse["deprel"]) <= labels
 
-    # the heatmap: cross-attention of the last layer by default, one cell per (target, source) piece
-    T, S = len(att["target"]["pieces"]), len(att["source"]["pieces"])
+    # the heatmap: cross-attention of the last layer, first head, at the word level by default
+    # (pieces combined as syntaxnmt.analysis.export.word_level does), one cell per (target, source) unit
+    cross = word_level(np.asarray(att["cross"]), att["target"]["word_of_piece"], att["source"]["word_of_piece"])[-1, 0]
     assert Select(browser.find_element(By.ID, "kind")).first_selected_option.get_attribute("value") == "cross"
     cells = browser.find_elements(By.CSS_SELECTOR, "#heatmap rect.cell")
-    assert len(cells) == T * S
+    assert len(cells) == cross.size
     assert len({c.get_attribute("fill") for c in cells}) > 1  # the weights are drawn, not a flat colour
+    shown = [float(c.find_element(By.TAG_NAME, "title").get_attribute("textContent").rsplit(": ", 1)[1]) for c in cells]
+    np.testing.assert_allclose(shown, cross.reshape(-1), atol=2e-3)
+    # the source tree over the columns, as in `syntaxnmt plot`: one labelled arc per dependent
     assert len(browser.find_elements(By.CSS_SELECTOR, "#heatmap path.heatmap-arc")) == len(parse["words"]) - roots
+    assert sorted(t.text for t in browser.find_elements(By.CSS_SELECTOR, "#heatmap text.heatmap-arc-label")) == sorted(
+        d for d, h in zip(parse["deprel"], parse["heads"]) if h
+    )
 
-    # choosing encoder self-attention, another head: an S x S map
+    # encoder self-attention, head 2, subword pieces: an S x S map of the model's weights
+    S = len(att["source"]["pieces"])
     Select(browser.find_element(By.ID, "kind")).select_by_value("encoder")
     Select(browser.find_element(By.ID, "head")).select_by_value("1")
+    Select(browser.find_element(By.ID, "units")).select_by_value("pieces")
     WebDriverWait(browser, 10).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#heatmap rect.cell")) == S * S)
     first = browser.find_element(By.CSS_SELECTOR, "#heatmap rect.cell title").get_attribute("textContent")
-    weight = att["encoder"][-1][1][0][0]
-    assert first.endswith(f"{weight:.3f}")
+    assert first.endswith(f"{att['encoder'][-1][1][0][0]:.3f}")
 
-    height = browser.execute_script("return document.documentElement.scrollHeight")
-    browser.set_window_size(1400, height + 120)  # the whole page in the screenshot
-    shot = tmp_path / "page.png"
-    assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+    shot = tmp_path / "page.png"  # the whole page, beyond the window (Chrome DevTools)
+    png = browser.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})["data"]
+    shot.write_bytes(base64.b64decode(png))
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
     print(f"screenshot: {shot}")
     severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert severe == []

@@ -57,6 +57,7 @@ def test_waiting_jobs_with_the_same_key_run_as_one_batch():
     assert a.result(10) == ["k:a1", "k:a2"] and b.result(10) == ["k:b"] and other.result(10) == ["other:o"]
     assert [(key, items) for _, key, items in rec.calls] == [("k", ["first"]), ("k", ["a1", "a2", "b"]), ("other", ["o"])]
     assert {name for name, _, _ in rec.calls} == {"syntaxnmt-inference"}
+    assert worker.stats == {"batches": 3, "jobs": 4, "items": 5}
     worker.close(10)
 
 

@@ -309,7 +309,10 @@ def test_concurrent_requests_get_the_answers_of_sequential_ones(app, client, tes
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
             return await asyncio.gather(*(c.post("/translate", json=b) for b in bodies))
 
+    before = dict(app.state.worker.stats)
     responses = asyncio.run(all_at_once())
+    batches = app.state.worker.stats["batches"] - before["batches"]
+    assert batches < len(bodies)  # requests that waited together went through the model together
     assert [r.status_code for r in responses] == [200] * len(bodies)
     for seq, r in zip(sequential, responses):
         assert r.json()["translations"] == seq["translations"]

@@ -76,6 +76,9 @@ function drawTree(svg, parse) {
 }
 
 // ------------------------------------------------------------------ heatmap
+// As `syntaxnmt plot` draws it: rows are queries, columns keys, colour from 0 to 1, and over
+// source columns the dependency arcs of the source (head -> dependent, a triangle at the
+// dependent, the label at the top).
 
 const KINDS = {
   cross: { label: "cross-attention (target → source)", rows: "target", cols: "source" },
@@ -89,34 +92,74 @@ function matrixOf(att, kind, layer, head) {
   return heads[0].map((row, r) => row.map((_, c) => heads.reduce((s, m) => s + m[r][c], 0) / heads.length));
 }
 
-// Centers (in column units) of the source words, from the pieces each word is made of.
-function wordCenters(side, nWords) {
-  const sums = new Array(nWords).fill(0), counts = new Array(nWords).fill(0);
+// Word units of one axis (Clark et al. 2019, as syntaxnmt.analysis.export.word_units): a word's
+// consecutive pieces form one unit, a special token (word -1) is a unit of its own.
+function units(side) {
+  const unitOf = [], labels = [], wordOfUnit = [];
   side.word_of_piece.forEach((w, p) => {
-    if (w >= 0 && w < nWords) { sums[w] += p + 0.5; counts[w] += 1; }
+    if (p === 0 || w < 0 || w !== side.word_of_piece[p - 1]) {
+      labels.push(w >= 0 ? side.words[w] : side.pieces[p]);
+      wordOfUnit.push(w);
+    }
+    unitOf.push(labels.length - 1);
   });
-  return sums.map((s, w) => (counts[w] ? s / counts[w] : null));
+  return { unitOf, labels, wordOfUnit };
 }
 
-function drawHeatmap(svg, att, kind, layer, head) {
-  clear(svg);
+// Attention *to* a word is the sum over its pieces, *from* a word the mean over its pieces.
+function toWords(m, rowUnits, colUnits) {
+  const out = rowUnits.labels.map(() => colUnits.labels.map(() => 0));
+  const count = rowUnits.labels.map(() => 0);
+  rowUnits.unitOf.forEach((u) => { count[u] += 1; });
+  m.forEach((row, r) => row.forEach((w, c) => {
+    out[rowUnits.unitOf[r]][colUnits.unitOf[c]] += w / count[rowUnits.unitOf[r]];
+  }));
+  return out;
+}
+
+// Column position (in cells) of every source word: its unit, or the mean of its pieces.
+function wordColumns(side, words) {
+  const cols = {};
+  if (words) {
+    units(side).wordOfUnit.forEach((w, u) => { if (w >= 0) cols[w] = u + 0.5; });
+    return cols;
+  }
+  const sum = {}, n = {};
+  side.word_of_piece.forEach((w, p) => {
+    if (w >= 0) { sum[w] = (sum[w] || 0) + p + 0.5; n[w] = (n[w] || 0) + 1; }
+  });
+  for (const w of Object.keys(sum)) cols[w] = sum[w] / n[w];
+  return cols;
+}
+
+function heatmapData(att, kind, layer, head, words) {
   const spec = KINDS[kind];
-  const m = matrixOf(att, kind, layer, head);
-  const rows = att[spec.rows].pieces, cols = att[spec.cols].pieces;
-  const cell = 24;
+  let m = matrixOf(att, kind, layer, head);
+  let rows = att[spec.rows].pieces, cols = att[spec.cols].pieces;
+  if (words) {
+    const ru = units(att[spec.rows]), cu = units(att[spec.cols]);
+    m = toWords(m, ru, cu);
+    rows = ru.labels; cols = cu.labels;
+  }
+  return { spec, m, rows, cols };
+}
+
+function drawHeatmap(svg, att, kind, layer, head, words) {
+  clear(svg);
+  const { spec, m, rows, cols } = heatmapData(att, kind, layer, head, words);
+  const cell = 26;
   const rowLabelW = Math.max(...rows.map((p) => textWidth(svg, p, "axis-label")), 10) + 10;
   const colLabelH = Math.max(...cols.map((p) => textWidth(svg, p, "axis-label")), 10) * 0.8 + 14;
-  const tree = spec.cols === "source" ? sourceTree(att) : null;
-  const arcUnit = 10;
-  const arcH = tree ? arcUnit * (Math.max(1, ...tree.dist) + 2) : 0;
+  const tree = spec.cols === "source" ? sourceTree(att, words) : null;
+  const arcUnit = 9;
+  const arcH = tree ? arcUnit * 1.5 * (Math.max(1, ...tree.span) + 1) + 18 : 0;
   const x0 = rowLabelW, y0 = arcH + colLabelH;
   svg.setAttribute("width", x0 + cell * cols.length + 20);
   svg.setAttribute("height", y0 + cell * rows.length + 10);
-  const max = Math.max(...m.flat(), 1e-9);
   const cells = el("g", { class: "cells" }, svg);
   m.forEach((row, r) => row.forEach((w, c) => {
-    const t = w / max;
-    const fill = `rgb(${Math.round(255 - 219 * t)}, ${Math.round(255 - 167 * t)}, ${Math.round(255 - 89 * t)})`;
+    const t = Math.min(1, Math.max(0, w));
+    const fill = `rgb(${Math.round(247 - 239 * t)}, ${Math.round(251 - 203 * t)}, ${Math.round(255 - 148 * t)})`;
     const rect = el("rect", { class: "cell", x: x0 + c * cell, y: y0 + r * cell, width: cell, height: cell, fill }, cells);
     el("title", {}, rect, `${rows[r]} → ${cols[c]}: ${w.toFixed(3)}`);
   }));
@@ -126,30 +169,33 @@ function drawHeatmap(svg, att, kind, layer, head) {
     el("text", { class: "axis-label", x, y, transform: `rotate(-50 ${x} ${y})` }, svg, p);
   });
   if (tree) drawTreeArcs(svg, tree, x0, arcH, cell, arcUnit);
+  const max = Math.max(...m.flat());
   $("heatmap-note").textContent =
-    `${spec.label}; rows: ${spec.rows} pieces, columns: ${spec.cols} pieces; darkest cell = ${max.toFixed(3)}` +
-    (tree ? "; arcs: the source's dependency tree (head → dependent)" : "");
+    `${spec.label}; rows: ${words ? "words" : "pieces"} of the ${spec.rows.replace("_", " ")}, columns: of the ${spec.cols.replace("_", " ")}; ` +
+    `white 0, dark blue 1 (largest here ${max.toFixed(3)})` + (tree ? "; arcs: the source's dependency tree (head → dependent ▼)" : "");
 }
 
-// The source tree on the heatmap's columns, when its words are the model's source words.
-function sourceTree(att) {
+// The source tree over the heatmap's columns, when the parse's words are the model's source words.
+function sourceTree(att, words) {
   const parse = att.parse, src = att.source;
   if (!parse || !src.words || parse.words.length !== src.words.length) return null;
   if (parse.words.some((w, i) => w.toLowerCase() !== src.words[i].toLowerCase())) return null;
-  const centers = wordCenters(src, parse.words.length);
-  if (centers.some((c) => c === null)) return null;
-  const dist = parse.heads.map((h, i) => (h > 0 ? Math.abs(h - 1 - i) : 0));
-  return { parse, centers, dist };
+  const cols = wordColumns(src, words);
+  if (parse.words.some((_, i) => cols[i] === undefined)) return null;
+  const span = parse.heads.map((h, i) => (h > 0 ? Math.abs(cols[h - 1] - cols[i]) : 0));
+  return { parse, cols, span };
 }
 
 function drawTreeArcs(svg, tree, x0, base, cell, unit) {
   const g = el("g", { class: "heatmap-arcs" }, svg);
   tree.parse.heads.forEach((head, i) => {
     if (head === 0) return;
-    const xd = x0 + tree.centers[i] * cell, xh = x0 + tree.centers[head - 1] * cell;
-    const h = unit * (tree.dist[i] + 1) * 4 / 3;
-    el("path", { class: "heatmap-arc", d: arcPath(xh, xd, base - 2, h) }, g);
-    el("title", {}, g.lastChild, `${tree.parse.words[head - 1]} → ${tree.parse.words[i]} (${tree.parse.deprel[i]})`);
+    const xd = x0 + tree.cols[i] * cell, xh = x0 + tree.cols[head - 1] * cell;
+    const h = unit * 1.5 * (tree.span[i] + 1) * 4 / 3;
+    const arc = el("path", { class: "heatmap-arc", d: arcPath(xh, xd, base - 2, h) }, g);
+    el("title", {}, arc, `${tree.parse.words[head - 1]} → ${tree.parse.words[i]} (${tree.parse.deprel[i]})`);
+    arrowHead(g, xd, base - 2, "heatmap-arrow");
+    el("text", { class: "heatmap-arc-label", x: (xh + xd) / 2, y: base - 2 - 0.75 * h - 2, "text-anchor": "middle" }, g, tree.parse.deprel[i]);
   });
 }
 
@@ -183,7 +229,7 @@ function updateLayerHead() {
 
 function redraw() {
   if (!current) return;
-  drawHeatmap($("heatmap"), current, $("kind").value, Number($("layer").value), $("head").value);
+  drawHeatmap($("heatmap"), current, $("kind").value, Number($("layer").value), $("head").value, $("units").value === "words");
 }
 
 // ------------------------------------------------------------------ requests
@@ -256,4 +302,5 @@ $("source").addEventListener("keydown", (e) => {
 $("kind").addEventListener("change", updateLayerHead);
 $("layer").addEventListener("change", () => { $("layer").dataset.touched = "1"; redraw(); });
 $("head").addEventListener("change", redraw);
+$("units").addEventListener("change", redraw);
 loadInfo();
