@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import os
 import platform
+import signal
 import socket
 import statistics
 import subprocess
@@ -29,15 +30,17 @@ from pathlib import Path
 import httpx
 
 
-def default_checkpoint(directory: Path, minutes: float) -> Path:
+def default_checkpoint(directory: Path, minutes: float, threads: int) -> Path:
     """The demo model of ``directory`` (trained for ``minutes`` the first time, validated every
     100 updates; ``last.pt`` if no validation has run)."""
+    from syntaxnmt.cpu import keep_freed_memory
     from syntaxnmt.demo import demo_config
     from syntaxnmt.prepare import prepare
     from syntaxnmt.synthetic import write_corpus
     from syntaxnmt.train import train
 
-    cfg = demo_config(directory, minutes, ["--train.valid_every=100"])
+    keep_freed_memory()  # as the syntaxnmt command does
+    cfg = demo_config(directory, minutes, ["--train.valid_every=100", f"--train.threads={threads}"])
     run = Path(cfg.work_dir)
     if not (run / "last.pt").is_file():
         if not (directory / "corpus" / "test.src").is_file():
@@ -148,11 +151,12 @@ def main() -> None:
     ap.add_argument("--sentences-per-request", type=int, default=1)
     ap.add_argument("--beam", type=int, help="beam size (default: the model's)")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=0, help="the server's torch threads (0: torch's default)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads of the server and of training the default model (0: torch's default)")
     args = ap.parse_args()
 
     directory = Path(args.dir)
-    checkpoint = Path(args.checkpoint) if args.checkpoint else default_checkpoint(directory, args.minutes)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the server (finally) on kill too
+    checkpoint = Path(args.checkpoint) if args.checkpoint else default_checkpoint(directory, args.minutes, args.threads)
     pool = sentence_pool(directory)
     k = args.sentences_per_request
     bodies = [{"sentences": [pool[(i * k + j) % len(pool)] for j in range(k)], **({"beam": args.beam} if args.beam else {})} for i in range(args.requests)]
