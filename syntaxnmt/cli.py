@@ -169,6 +169,39 @@ def cmd_attention(args, extra) -> None:
     print(f"attention of {n} sentences written to {jsonl} and {npz}", file=sys.stderr)
 
 
+def cmd_plot(args, extra) -> None:
+    from syntaxnmt.analysis.plot import load_for_plot, plot_sentences, read_link_file
+    from syntaxnmt.translate import resolve_device
+
+    _no_overrides(extra)
+    if args.head != "all" and not args.head.lstrip("-").isdigit():
+        raise UserError(f"--head takes a head index or 'all' (got {args.head!r})")
+    sentences, lines = load_for_plot(
+        attention=args.attention, checkpoint=args.checkpoint, src=args.input, ref=args.ref, conllu=args.src_conllu,
+        parse=args.parse, beam=args.beam, sentences=args.sentences, device=resolve_device(args.device),
+    )
+    links = read_link_file(args.align, args.one_indexed_align, lines)
+    head = None if args.head == "all" else int(args.head)
+    for path in plot_sentences(sentences, lines, args.output, kind=args.kind, layer=args.layer, head=head, words=args.level == "word", alignments=links):
+        print(f"wrote {path}", file=sys.stderr)
+
+
+def cmd_analyze_heads(args, extra) -> None:
+    from syntaxnmt.analysis.heads import analyze_heads
+    from syntaxnmt.translate import resolve_device
+
+    path = _checkpoint_arg(args, extra)
+    if not args.config:
+        _no_overrides(extra)
+    analysis, paths = analyze_heads(
+        path, args.input, args.output, ref=args.ref, conllu=args.src_conllu, gold_align=args.gold_align,
+        one_indexed_gold=args.one_indexed_gold, sentences=args.sentences, beam=args.beam, batch_size=args.batch_size,
+        title=args.title or "", device=resolve_device(args.device),
+    )
+    sys.stdout.write(paths[0].read_text(encoding="utf-8"))
+    print("wrote " + ", ".join(map(str, paths)), file=sys.stderr)
+
+
 def cmd_evaluate(args, extra) -> None:
     from syntaxnmt.metrics import evaluate_report
 
@@ -284,6 +317,41 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", required=True, help="writes OUT.jsonl (tokens, words, parse) and OUT.npz (weights); see docs/attention.md")
     s.add_argument("--device", default="auto")
     s.set_defaults(func=cmd_attention)
+
+    s = sub.add_parser("plot", help="attention heatmaps (PNG/SVG/PDF) of one head or all heads of a layer, with the source's dependency arcs")
+    s.add_argument("-a", "--attention", help="an export of `syntaxnmt attention` (OUT or OUT.jsonl)")
+    s.add_argument("--checkpoint", help="or compute the weights with this checkpoint (with -i, --ref, --src-conllu)")
+    s.add_argument("-i", "--input", help="with --checkpoint: source sentences, one per line")
+    s.add_argument("--ref", help="with --checkpoint: references to force-decode (default: the model's translation)")
+    s.add_argument("--src-conllu", help="with --checkpoint: parses of the input (CoNLL-U), drawn as arcs")
+    s.add_argument("--parse", action="store_true", help="with --checkpoint: parse the input as the corpus was (data.annotate)")
+    s.add_argument("--beam", type=int, default=1, help="with --checkpoint: beam size of the translation (default 1)")
+    s.add_argument("--sentences", default="0", help="0-based input line numbers, e.g. 0,3,10-12 (default: 0)")
+    s.add_argument("--kind", choices=["encoder", "decoder", "cross"], default="cross", help="which attention (default: cross)")
+    s.add_argument("--layer", type=int, default=-1, help="layer (negative counts from the end; default: the last)")
+    s.add_argument("--head", default="all", help="a head index, or 'all' for a grid of the layer's heads (default)")
+    s.add_argument("--level", choices=["word", "subword"], default="word", help="words (pieces combined, Clark et al. 2019) or subwords")
+    s.add_argument("--align", help="Pharaoh word alignments (gold, or from `syntaxnmt align`), one line per input line: outlined on cross-attention")
+    s.add_argument("--one-indexed-align", action="store_true", help="the --align file counts from 1")
+    s.add_argument("-o", "--output", required=True, help="figure file (.png, .svg or .pdf); several sentences: NAME-LINE.png")
+    s.add_argument("--device", default="auto")
+    s.set_defaults(func=cmd_plot)
+
+    s = sub.add_parser("analyze-heads", help="what each attention head attends to in the source tree (parent, child, neighbours, labels) and cross-attention AER")
+    s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
+    s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
+    s.add_argument("-i", "--input", required=True, help="source sentences, one per line")
+    s.add_argument("--src-conllu", help="their parses (CoNLL-U); default: parse as the corpus was (data.annotate: spacy)")
+    s.add_argument("--ref", help="references to force-decode (needed for --gold-align; default: the model's translation)")
+    s.add_argument("--gold-align", help="gold word alignments of input and reference (Pharaoh): AER of every cross-attention head")
+    s.add_argument("--one-indexed-gold", action="store_true", help="the gold file counts from 1")
+    s.add_argument("--sentences", help="0-based line numbers to analyse, e.g. 0-499 (default: all)")
+    s.add_argument("--beam", type=int, default=1, help="beam size of the translation without --ref (default 1)")
+    s.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
+    s.add_argument("--title", help="title of the report and the figure")
+    s.add_argument("-o", "--output", required=True, help="writes OUT.md, OUT-heads.csv, OUT-labels.csv, OUT-cross.csv and OUT.png")
+    s.add_argument("--device", default="auto")
+    s.set_defaults(func=cmd_analyze_heads)
 
     s = sub.add_parser("evaluate", help="sacreBLEU BLEU and chrF, and paired bootstrap resampling")
     s.add_argument("--hyp", required=True, help="detokenized hypotheses")
