@@ -187,14 +187,20 @@ def cmd_plot(args, extra) -> None:
 
 
 def cmd_analyze_heads(args, extra) -> None:
-    from syntaxnmt.analysis.heads import analyze_heads
-    from syntaxnmt.translate import resolve_device
+    from syntaxnmt.analysis.heads import analyze_models
+    from syntaxnmt.config import load_config
+    from syntaxnmt.translate import checkpoint_path, resolve_device
 
-    path = _checkpoint_arg(args, extra)
     if not args.config:
         _no_overrides(extra)
-    analysis, paths = analyze_heads(
-        path, args.input, args.output, ref=args.ref, conllu=args.src_conllu, gold_align=args.gold_align,
+    specs = args.checkpoint or ["best"]
+    if args.config:
+        cfg = load_config(args.config, extra)
+        specs = [str(checkpoint_path(cfg, c)) if c in ("best", "last") else c for c in specs]
+    elif any(c in ("best", "last") for c in specs):
+        raise UserError("give a CONFIG or --checkpoint paths")
+    _, paths = analyze_models(
+        specs, args.input, args.output, ref=args.ref, conllu=args.src_conllu, gold_align=args.gold_align,
         one_indexed_gold=args.one_indexed_gold, sentences=args.sentences, beam=args.beam, batch_size=args.batch_size,
         title=args.title or "", device=resolve_device(args.device),
     )
@@ -339,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("analyze-heads", help="what each attention head attends to in the source tree (parent, child, neighbours, labels) and cross-attention AER")
     s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
-    s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
+    s.add_argument("--checkpoint", action="append", help="best, last, or a checkpoint path, optionally LABEL=PATH; repeat to compare models (default: best)")
     s.add_argument("-i", "--input", required=True, help="source sentences, one per line")
     s.add_argument("--src-conllu", help="their parses (CoNLL-U); default: parse as the corpus was (data.annotate: spacy)")
     s.add_argument("--ref", help="references to force-decode (needed for --gold-align; default: the model's translation)")
@@ -349,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--beam", type=int, default=1, help="beam size of the translation without --ref (default 1)")
     s.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
     s.add_argument("--title", help="title of the report and the figure")
-    s.add_argument("-o", "--output", required=True, help="writes OUT.md, OUT-heads.csv, OUT-labels.csv, OUT-cross.csv and OUT.png")
+    s.add_argument("-o", "--output", required=True, help="writes OUT.md, OUT-heads.csv, OUT-labels.csv, OUT-cross.csv and OUT.png; several models: OUT-LABEL.* each and the comparison OUT.md, OUT-summary.csv")
     s.add_argument("--device", default="auto")
     s.set_defaults(func=cmd_analyze_heads)
 

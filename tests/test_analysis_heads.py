@@ -168,3 +168,23 @@ def test_gold_links_outside_the_sentence(capsys, corpus, parsed_prepared_dir, tm
         assert_one_line_error(code, err, str(gold), fragment)
     else:
         assert code == 0 and "AER" in text
+
+
+def test_several_models_side_by_side(capsys, corpus, parsed_prepared_dir, tmp_path):
+    *_, base = load_tiny("transformer", corpus, parsed_prepared_dir, tmp_path)
+    *_, syn = load_tiny("syntax", corpus, parsed_prepared_dir, tmp_path)
+    src, conllu = corpus["test"]["src"], corpus["test"]["conllu"]
+    code, text, err = run_cli(capsys, "analyze-heads", "--checkpoint", f"base={base}", "--checkpoint", f"syn={syn}", "-i", src, "--src-conllu", conllu, "--sentences", "0-9", "-o", tmp_path / "cmp", "--device", "cpu")
+    assert code == 0, err
+    assert text == (tmp_path / "cmp.md").read_text()
+    for label in ("base", "syn"):
+        heads = _csv(tmp_path / f"cmp-{label}-heads.csv")
+        best = max(heads, key=lambda r: float(r["parent"]))
+        row = next(line for line in text.splitlines() if line.startswith(f"| {label} |"))
+        star = "*" if best["enriched"] else ""
+        assert f"| {100 * float(best['parent']):.1f} ({best['layer']}-{best['head']}{star}) |" in row
+    summary = _csv(tmp_path / "cmp-summary.csv")
+    assert [r["model"] for r in summary] == ["base", "syn"] and all(r["sentences"] == "10" for r in summary)
+    assert "| det |" in text  # the per-label comparison
+    code, _, err = run_cli(capsys, "analyze-heads", "--checkpoint", base, "--checkpoint", base, "-i", src, "--src-conllu", conllu, "-o", tmp_path / "x")
+    assert_one_line_error(code, err, "labelled alike")

@@ -424,3 +424,95 @@ def write_report(a: HeadAnalysis, out: str | Path, title: str = "") -> list[Path
     paths.append(out.with_name(out.name + ".png"))
     heads_figure(a, paths[-1], title)
     return paths
+
+
+# ---------------------------------------------------------------- several models
+
+
+def model_label(spec: str) -> tuple[str, str]:
+    """``LABEL=PATH`` or ``PATH`` (labelled by its run folder for best.pt/last.pt, else its stem)."""
+    label, sep, path = spec.partition("=")
+    if sep and label and "/" not in label:
+        return label, path
+    p = Path(spec)
+    return (p.parent.name if p.stem in ("best", "last") and p.parent.name else p.stem), spec
+
+
+def _best(values: np.ndarray, marks: dict) -> str:
+    if np.all(np.isnan(values)):
+        return "–"
+    layer, head = np.unravel_index(int(np.nanargmax(values)), values.shape)
+    star = "*" if (int(layer), int(head)) in marks else ""
+    return f"{_pct(float(values[layer, head]))} ({layer}-{head}{star})"
+
+
+def comparison_rows(analyses: dict[str, HeadAnalysis]) -> list[dict]:
+    """One row per model: the best encoder head per relation, mean entropy and </s> weight, cross AER."""
+    rows = []
+    for label, a in analyses.items():
+        row = {"model": label, "sentences": a.sentences}
+        e = a.encoder
+        if e is not None:
+            marks, shares = enriched_heads(a.info), e.shares()
+            row.update({r: _best(shares[r], marks) for r in RELATIONS})
+            row["entropy"] = f"{e.entropy.mean() / max(e.pieces, 1):.2f}"
+            row["eos"] = _pct(e.eos.mean() / max(e.words, 1))
+        row["cross entropy"] = f"{a.cross.entropy.mean() / max(a.cross.rows, 1):.2f}"
+        if a.aer:
+            aer = np.array([[a.aer[(layer, h)].aer for h in range(a.cross.heads)] for layer in range(a.cross.layers)])
+            layer, head = np.unravel_index(int(aer.argmin()), aer.shape)
+            row["best AER"] = f"{_pct(float(aer[layer, head]))} ({layer}-{head})"
+            row["average AER"] = _pct(a.aer["average"].aer)
+        rows.append(row)
+    return rows
+
+
+def comparison_markdown(analyses: dict[str, HeadAnalysis], max_labels: int = 10) -> str:
+    """Models side by side: best head (layer-head, * = enriched) per relation, and per dependency label."""
+    rows = comparison_rows(analyses)
+    columns = [c for c in ["model", "sentences", *RELATIONS, "entropy", "eos", "cross entropy", "best AER", "average AER"] if any(c in r for r in rows)]
+    names = {"eos": "</s>", "entropy": "entropy (bits)"}
+    out = ["Best encoder head per relation: share (%) of words whose most-attended word is that relation, (layer-head, * = enriched by model.syntax); entropy and </s> weight: means over all encoder heads.\n"]
+    out.append("| " + " | ".join(names.get(c, c) for c in columns) + " |\n|" + "---|" * len(columns))
+    out += ["| " + " | ".join(str(r.get(c, "–")) for c in columns) + " |" for r in rows]
+    encoders = {k: a.encoder for k, a in analyses.items() if a.encoder is not None}
+    if encoders:
+        counts: Counter = Counter()
+        for e in encoders.values():
+            counts.update(e.label_n)
+        out.append("\nPer dependency label, dep→head: accuracy (%) of the best head (layer-head, * = enriched); baseline: the best fixed offset.\n")
+        out.append("| label | n | " + " | ".join(encoders) + " | offset baseline |\n|" + "---|" * (len(encoders) + 3))
+        first = next(iter(encoders.values()))
+        for label, _ in counts.most_common(max_labels):
+            cells = []
+            for k, e in encoders.items():
+                n = e.label_n[label]
+                cells.append(_best(e.label_hits[("dep->head", label)] / n, enriched_heads(analyses[k].info)) if n else "–")
+            off = f"{_pct(first.best_offset(label)[1])} ({first.best_offset(label)[0]:+d})" if first.label_n[label] else "–"
+            out.append(f"| {label} | {first.label_n[label] or counts[label]} | " + " | ".join(cells) + f" | {off} |")
+    return "\n".join(out) + "\n"
+
+
+def analyze_models(checkpoints: Sequence[str], src: str, out: str | Path, *, title: str = "", **kw) -> tuple[dict[str, HeadAnalysis], list[Path]]:
+    """:func:`analyze_heads` for each ``LABEL=PATH`` (a report ``OUT-LABEL.*`` each), then the
+    side-by-side ``OUT.md`` / ``OUT.csv``; with one checkpoint, just its report ``OUT.*``."""
+    from syntaxnmt.textio import atomic_write_text
+
+    specs = [model_label(c) for c in checkpoints]
+    labels = [label for label, _ in specs]
+    if len(set(labels)) != len(labels):
+        raise UserError(f"two checkpoints are labelled alike ({', '.join(labels)}): name them LABEL=PATH")
+    if len(specs) == 1:
+        analysis, paths = analyze_heads(specs[0][1], src, out, title=title, **kw)
+        return {labels[0]: analysis}, paths
+    out = Path(out)
+    out = out.with_suffix("") if out.suffix in (".md", ".csv") else out
+    analyses, paths = {}, []
+    for label, path in specs:
+        analyses[label], written = analyze_heads(path, src, out.with_name(f"{out.name}-{label}"), title=f"{title} {label}".strip(), **kw)
+        paths += written
+    summary = [out.with_name(out.name + ".md"), out.with_name(out.name + "-summary.csv")]
+    atomic_write_text(summary[0], (f"### {title}\n\n" if title else "") + comparison_markdown(analyses))
+    rows = comparison_rows(analyses)
+    atomic_write_text(summary[1], _csv(rows, list(dict.fromkeys(k for r in rows for k in r))))
+    return analyses, summary + paths
