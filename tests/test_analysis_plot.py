@@ -52,7 +52,7 @@ def test_arcs_and_alignment_links_are_drawn(corpus, parsed_prepared_dir, tmp_pat
     n_arcs = sum(h != 0 for h in parse.heads)
     for words in (True, False):
         fig = attention_figure(s, "cross", layer=0, head=None, words=words, links=(sure, set()))
-        assert len(fig.axes) == 4
+        assert len(fig.axes) == 4  # a 2 x 2 grid
         ax = fig.axes[0]
         assert sum(isinstance(p, Arc) for p in ax.patches) == n_arcs
         assert {t.get_text() for t in ax.texts} >= set(parse.deprel) - {"root"}

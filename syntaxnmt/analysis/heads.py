@@ -509,7 +509,7 @@ def analyze_models(checkpoints: Sequence[str], src: str, out: str | Path, *, tit
     out = out.with_suffix("") if out.suffix in (".md", ".csv") else out
     analyses, paths = {}, []
     for label, path in specs:
-        analyses[label], written = analyze_heads(path, src, out.with_name(f"{out.name}-{label}"), title=f"{title} {label}".strip(), **kw)
+        analyses[label], written = analyze_heads(path, src, out.with_name(f"{out.name}-{label}"), title=f"{label} — {title}" if title else label, **kw)
         paths += written
     summary = [out.with_name(out.name + ".md"), out.with_name(out.name + "-summary.csv")]
     atomic_write_text(summary[0], (f"### {title}\n\n" if title else "") + comparison_markdown(analyses))

@@ -147,7 +147,7 @@ def attention_figure(s: SentenceAttention, kind: str = "cross", layer: int = -1,
     layer = _index(layer, n_layers, "layer")
     heads = list(range(n_heads)) if head is None else [_index(head, n_heads, "head")]
     rows, cols = s.labels(kind, words)
-    cols_grid = min(len(heads), 4)
+    cols_grid = min(len(heads), 2 if len(heads) <= 4 else 4)
     grid_rows = math.ceil(len(heads) / cols_grid)
     arcs = 0.4 * len(cols) if s.parse is not None and kind != "decoder" else 0
     size = (max(3.0, CELL * len(cols) + 1.2) * cols_grid, max(2.5, CELL * (len(rows) + arcs) + 1.2) * grid_rows)
@@ -162,7 +162,7 @@ def attention_figure(s: SentenceAttention, kind: str = "cross", layer: int = -1,
         fig.suptitle(title, fontsize=10)
     with warnings.catch_warnings():  # long token labels can leave tight_layout no room: the figure is still right
         warnings.simplefilter("ignore", UserWarning)
-        fig.tight_layout()
+        fig.tight_layout(rect=(0, 0, 1, 0.97) if title else None)
     return fig
 
 
@@ -211,7 +211,7 @@ def heads_figure(analysis, path: str | Path, title: str = "") -> Path:
         ax.axis("off")
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.95) if title else None)
     return save_figure(fig, path, dpi=90)
 
 
