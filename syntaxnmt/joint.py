@@ -128,7 +128,7 @@ def train_joint(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
     refs = (read_lines(cfg.prepared_dir / "dev.ref"), read_lines(cfg.prepared_dir / "dev.raw_src"))
     toks = [load_tokenizers(c) for c in configs]
     models = [attach_fertility(build_model(c.model, len(k.src), len(k.tgt), **feature_vocab_sizes(cfg)), c).to(device) for c, k in zip(configs, toks)]
-    if models[0].feature_spec.names:
+    if models[0].feature_spec:
         raise UserError("train-joint: the reverse model has no source annotation; use a model without source features (model.syntax)")
     optimizers = [build_optimizer(m, t) for m in models]
     progs = [Progress(), Progress()]

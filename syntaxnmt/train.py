@@ -109,7 +109,7 @@ def validate(model, cfg: Config, dev: Split, refs: list[str], tgt_tok, device: t
     result["ppl"] = math.exp(min(result["loss"], 50))
     if cfg.train.valid_bleu:
         n = len(dev) if cfg.train.valid_max_sentences <= 0 else min(len(dev), cfg.train.valid_max_sentences)
-        annotations = [dev.annotation(i) for i in range(n)] if model.feature_spec.names else None
+        annotations = [dev.annotation(i) for i in range(n)] if model.feature_spec else None
         hyps = translate_ids(model, [dev["src"][i] for i in range(n)], cfg.decode, device, beam=1, annotations=annotations)
         texts = [tgt_tok.decode(h[0].tokens) for h in hyps]
         result["bleu"] = corpus_bleu(texts, [refs[:n]])
