@@ -95,6 +95,7 @@ def main() -> None:
     ap.add_argument("--force-length", type=int, default=0, help="force every hypothesis to exactly N subwords")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--skip-training", action="store_true")
+    ap.add_argument("--skip-decoding", action="store_true")
     args, overrides = ap.parse_known_args()
     cfg = load_config(args.config, overrides)
     keep_freed_memory()  # as the syntaxnmt command does
@@ -104,7 +105,7 @@ def main() -> None:
     data = os.environ.get("SYNTAXNMT_DATA", "../shared/data")
     test_src = Path(args.test_src or f"{data}/multi30k/test_2016_flickr.en.gz")
     train_tps = float("nan") if args.skip_training else measure_training(cfg, device, args.updates, args.warmup)
-    sent_s, n = measure_decoding(cfg, device, args.checkpoint, test_src, args.beam, args.force_length)
+    sent_s, n = (float("nan"), 0) if args.skip_decoding else measure_decoding(cfg, device, args.checkpoint, test_src, args.beam, args.force_length)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if device.type == "cuda":
         peak_mb = torch.cuda.max_memory_allocated() / 2**20
