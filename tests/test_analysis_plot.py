@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from matplotlib.patches import Arc, Rectangle
 
-from syntaxnmt.alignment import words_to_subwords
+from syntaxnmt.alignment.formats import words_to_subwords
 from syntaxnmt.analysis.export import attention_for_sentences
 from syntaxnmt.analysis.plot import attention_figure
 from syntaxnmt.annotations import read_conllu

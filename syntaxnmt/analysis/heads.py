@@ -33,7 +33,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from syntaxnmt.alignment import Links, aer, alignment_from_attention, subwords_to_words
+from syntaxnmt.alignment.extract import alignment_from_attention
+from syntaxnmt.alignment.formats import Links, aer, subwords_to_words
 from syntaxnmt.analysis.export import SentenceAttention, word_units
 from syntaxnmt.errors import UserError
 
@@ -216,9 +217,9 @@ def enriched_heads(info: dict) -> dict[tuple[int, int], str]:
     for layer in range(info.get("encoder_layers", 0)):
         marks: dict[int, list[str]] = defaultdict(list)
         for key, fmt in (("relations", "{}"), ("qk_source", "{} q/k"), ("parent_scaled", "parent-scaled")):
-            row = layer_row(syn.get(key) or [], layer, info["heads"], key)
+            row = layer_row(syn.get(key) or [], layer)
             for h, v in enumerate(row or []):
-                if v and v not in ("none", "word"):
+                if v and str(v).lower() not in ("none", "word"):
                     marks[h].append(fmt.format(v))
         out.update({(layer, h): ", ".join(m) for h, m in marks.items()})
     return out
@@ -396,7 +397,7 @@ def analyze_heads(
 
 def read_gold(path: str, one_indexed: bool, keep: Sequence[int], n_src: Sequence[int], n_tgt: Sequence[int]) -> list[tuple[Links, Links]]:
     """The gold (sure, possible) links of the selected lines ``keep``, checked against the sentences' word counts."""
-    from syntaxnmt.alignment import read_alignments
+    from syntaxnmt.alignment.formats import read_alignments
 
     gold = read_alignments(path, one_indexed)
     if len(gold) <= max(keep, default=-1):

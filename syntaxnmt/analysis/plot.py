@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from syntaxnmt.alignment import Links, words_to_subwords
+from syntaxnmt.alignment.formats import Links, words_to_subwords
 from syntaxnmt.analysis.export import SentenceAttention, check_kind, word_units
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import atomic_write
@@ -266,7 +266,7 @@ def read_link_file(path: str | None, one_indexed: bool, lines: Sequence[int]) ->
     """The (sure, possible) word links of the given input lines from a Pharaoh file."""
     if not path:
         return None
-    from syntaxnmt.alignment import read_alignments
+    from syntaxnmt.alignment.formats import read_alignments
 
     alignments = read_alignments(path, one_indexed)
     if max(lines, default=-1) >= len(alignments):
