@@ -47,6 +47,7 @@ class Progress:
     bad_validations: int = 0
     train_seconds: float = 0.0
     train_tokens: int = 0  # target tokens trained on (for tokens/s)
+    stop_reason: str = ""  # why the last session stopped: max_steps, max_epochs, early stopping, max_minutes, interrupted
 
 
 def seed_everything(seed: int) -> None:
@@ -268,6 +269,7 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
                     stop_reason = "early stopping"
                     break
     bar.close()
+    prog.stop_reason = stop_reason
     if world.is_main:
         if stop_reason in ("max_steps", "max_epochs") and prog.step % t.valid_every != 0:
             _validate_and_save(raw_model, cfg, dev, refs, toks, device, prog, checkpoint, writer, log)

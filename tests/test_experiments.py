@@ -258,6 +258,68 @@ def test_run_set_trains_translates_and_replaces_its_section(tiny_set, tmp_path):
     assert sum("translated tiny" in m for m in logs) == 1 and not any("training in" in m for m in logs)
 
 
+def _table_without_wall_clock(section: str) -> list[str]:
+    """The section's lines, table rows without their last two cells (train tok/s, time/update)."""
+    return [" | ".join(line.split(" | ")[:-2]) if line.startswith("| ") else line for line in section.splitlines()]
+
+
+def test_run_set_with_jobs_gives_the_sequential_results(tiny_set, tmp_path):
+    """``--jobs 2`` (two worker processes) writes the same hypotheses and the same table as running
+    the (config, seed) runs one by one; each worker run has its own log."""
+    seeds = [1, 2]
+    sequential = run_set(tiny_set(tag="seq", name="tiny-seq"), seeds=seeds, log=lambda *a, **k: None)
+    logs: list[str] = []
+    parallel = run_set(tiny_set(tag="par", name="tiny-par"), seeds=seeds, jobs=2, log=lambda *a, **k: logs.append(" ".join(map(str, a))))
+    runs = tmp_path / "runs"
+    for label in ("baseline", "linear"):
+        for seed in seeds:
+            seq, par = runs / f"{label}-seq-seed{seed}", runs / f"{label}-par-seed{seed}"
+            assert read_lines(par / "tiny.hyp") == read_lines(seq / "tiny.hyp")
+            done_seq, done_par = (json.loads((d / "done.json").read_text()) for d in (seq, par))
+            assert (done_par["steps"], done_par["best"]) == (done_seq["steps"], done_seq["best"])
+            # The worker's output went to the run's log: its training and its translation.
+            log = (par / "train.log").read_text(encoding="utf-8")
+            assert f"{label} seed {seed}: worker with 1 torch threads" in log
+            assert f"stopped (max_steps) at update {STEPS}" in log and f"[{label} seed {seed}] translated tiny" in log
+            assert not (seq / "train.log").exists()
+    assert _table_without_wall_clock(parallel) == _table_without_wall_clock(sequential)
+    assert len([line for line in parallel.splitlines() if line.startswith("| ")]) == 3
+    # The parent only collected the finished runs.
+    assert sum("trained already" in m for m in logs) == 4 and not any("training in" in m for m in logs)
+    # A second call finds every run finished and starts no worker.
+    mtimes = {p: p.stat().st_mtime_ns for p in runs.rglob("*") if p.is_file()}
+    assert run_set(tiny_set(tag="par", name="tiny-par"), seeds=seeds, jobs=2, log=lambda *a, **k: None) == parallel
+    assert {p: p.stat().st_mtime_ns for p in runs.rglob("*") if p.is_file()} == mtimes
+
+
+def test_a_failing_run_does_not_stop_the_others(tiny_set, tmp_path, capsys):
+    """With ``--jobs 2``, a run that fails (tree relations on a corpus without parses) is reported
+    with the end of its log once the other run has finished; no table is written; exit status 2."""
+    from syntaxnmt.cli import main
+
+    set_path = tiny_set(name="tiny-broken")
+    tree = yaml.safe_load((set_path.parent / "variants" / "linear.yaml").read_text())
+    tree.update(work_dir=str(tmp_path / "runs" / "broken"), model={**tree["model"], "syntax": {"relations": [["tree_distance"] * 4]}})
+    _write_yaml(set_path.parent / "variants" / "broken.yaml", tree)
+    spec = yaml.safe_load(set_path.read_text())
+    spec["configs"] = {"baseline": "baseline.yaml", "broken": "variants/broken.yaml"}
+    _write_yaml(set_path, spec)
+    with pytest.raises(SystemExit) as info:
+        main(["experiment", str(set_path), "--jobs", "2"])
+    assert info.value.code == 2
+    out, err = capsys.readouterr()
+    broken_log = tmp_path / "runs" / "broken-seed1" / "train.log"
+    # The last line (after the progress bar over the runs) is the one-line error.
+    assert err.strip().splitlines()[-1] == f"syntaxnmt: error: 1 of 2 runs failed: broken seed 1 (exit status 2; log {broken_log})"
+    # The parent showed the end of the failed run's log, which holds the worker's one-line error.
+    assert "[broken seed 1] FAILED (exit status 2)" in out + err
+    assert "syntaxnmt: error: the model uses" in broken_log.read_text() and "syntaxnmt: error: the model uses" in out + err
+    assert "Traceback" not in broken_log.read_text()
+    # The other run finished; no results were written.
+    assert (tmp_path / "runs" / "baseline-seed1" / "done.json").is_file() and (tmp_path / "runs" / "baseline-seed1" / "tiny.hyp").is_file()
+    assert not (tmp_path / "results.md").exists()
+
+
 def test_run_set_with_a_tag_keeps_its_runs_apart(tiny_set, tmp_path):
     output = tmp_path / "out" / "tagged.md"  # a missing file is created with a heading
     set_path = tiny_set(tag="small", name="tiny-tagged", output=output)
