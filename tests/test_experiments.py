@@ -525,3 +525,36 @@ def test_write_section_creates_appends_and_replaces(tmp_path):
     write_section(path, "a", "A3\n")
     text = path.read_text()
     assert "A3" in text and "X" in text and "B1" in text and text.count("<!-- results:a -->") == 1
+
+
+# ---------------------------------------------------------------- recipes
+
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes" / "multi30k"
+
+
+def test_multi30k_gpu_set_is_the_syntax_set_at_the_recipe_budget(monkeypatch):
+    """The GPU set: syntax.set.yaml's nine systems, 4,000 updates of 4,096 tokens, dev every 500,
+    beam 5, seeds 1-3, tag gpu, corpus and test sets from the CoNLL-U files of parse.sh."""
+    from syntaxnmt.experiments import set_runs
+
+    monkeypatch.delenv("SYNTAXNMT_PARSES", raising=False)
+    gpu, full = load_set(RECIPES / "syntax-gpu.set.yaml"), load_set(RECIPES / "syntax.set.yaml")
+    assert gpu.configs == full.configs and gpu.baseline == full.baseline and len(gpu.configs) == 9
+    assert gpu.seeds == [1, 2, 3] and gpu.tag == "gpu"
+    parses = "runs/multi30k-en-de/parses"
+    assert set(gpu.test_sets) == {"test_2016_flickr", "test_2017_flickr", "test_2017_mscoco"}
+    for name, test in gpu.test_sets.items():
+        assert test.conllu == f"{parses}/{name}.en.conllu.gz" and test.src.endswith(f"multi30k/{name}.en.gz")
+    runs = set_runs(RECIPES / "syntax-gpu.set.yaml", gpu, list(gpu.configs), gpu.seeds)
+    assert len(runs) == 27 and len({r.cfg.work_dir for r in runs}) == 27
+    for run in runs:
+        cfg = run.cfg
+        assert cfg.work_dir.endswith(f"-gpu-seed{run.seed}") and cfg.seed == run.seed
+        assert (cfg.train.max_steps, cfg.train.max_tokens, cfg.train.valid_every, cfg.decode.beam_size) == (4000, 4096, 500, 5)
+        assert (cfg.model.d_model, cfg.model.enc_layers, cfg.model.dec_layers, cfg.train.threads) == (256, 3, 3, 0)
+        assert cfg.data.annotate == "conllu" and cfg.data.train_conllu == f"{parses}/train.en.conllu.gz" and cfg.data.dev_conllu == f"{parses}/val.en.conllu.gz"
+    assert {str(r.cfg.prepared_dir) for r in runs} == {"runs/multi30k-en-de/data-conllu-bpe8k"}
+    # The parses folder can be moved.
+    monkeypatch.setenv("SYNTAXNMT_PARSES", "/elsewhere")
+    assert load_set(RECIPES / "syntax-gpu.set.yaml").test_sets["test_2017_mscoco"].conllu == "/elsewhere/test_2017_mscoco.en.conllu.gz"
