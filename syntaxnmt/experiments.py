@@ -7,6 +7,9 @@ scores it with sacreBLEU. The table -- BLEU mean ± std over seeds, chrF, the pa
 p-value against the baseline, and the cost of an update relative to the baseline -- replaces the
 set's section of a Markdown file (``docs/results.md`` by default).
 
+With ``--jobs N`` the unfinished runs train and translate in N worker processes first
+(:mod:`syntaxnmt.runner`); the records and the table are then made here, as after sequential runs.
+
 The p-value compares the seed-matched outputs of all seeds at once: the hypotheses of seeds
 1..N are concatenated (and the references repeated), so every (sentence, seed) pair is one
 item of the paired bootstrap resampling.
@@ -196,7 +199,8 @@ def run_set(path: str | Path, seeds: list[int] | None = None, only: list[str] | 
         from syntaxnmt.runner import run_in_workers
 
         todo = {str(Path(r.cfg.work_dir).resolve()): r for r in runs if not is_finished(r.cfg, spec)}  # one worker per work_dir
-        run_in_workers(list(todo.values()), spec.model_dump(mode="json"), jobs, log)
+        if todo:
+            run_in_workers(list(todo.values()), spec.model_dump(mode="json"), jobs, log)
     records: dict[str, dict[int, dict]] = {label: {} for label in labels}
     for run in runs:
         records[run.label][run.seed] = run_config(run.label, run.cfg, spec, log)
