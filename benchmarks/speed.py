@@ -30,7 +30,8 @@ from syntaxnmt.optim import build_optimizer
 from syntaxnmt.prepare import feature_vocab_sizes, load_split, load_tokenizers
 from syntaxnmt.batches import TokenBatchSampler
 from syntaxnmt.textio import read_lines
-from syntaxnmt.train import seed_everything, update
+from syntaxnmt.loop import seed_everything
+from syntaxnmt.train import update
 from syntaxnmt.translate import load_model, resolve_device, translate_ids
 
 

@@ -23,7 +23,8 @@ from syntaxnmt.cpu import keep_freed_memory
 from syntaxnmt.model import build_model
 from syntaxnmt.optim import build_optimizer
 from syntaxnmt.prepare import feature_vocab_sizes, load_split, load_tokenizers
-from syntaxnmt.train import seed_everything, update
+from syntaxnmt.loop import seed_everything
+from syntaxnmt.train import update
 
 DEFAULT = [
     "recipes/multi30k/syntax/base.yaml",

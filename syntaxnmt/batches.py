@@ -8,7 +8,6 @@ bucketing; their order is a pure function of (seed, epoch), which makes resuming
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -16,7 +15,8 @@ import numpy as np
 import torch
 
 from syntaxnmt.errors import UserError
-from syntaxnmt.relations import TAG_NAMES, FeatureSpec, SourceAnnotation, pad_features, sentence_features
+from syntaxnmt.model.inputs import TAG_NAMES, Batch, FeatureSpec
+from syntaxnmt.relations import SourceAnnotation, pad_features, sentence_features
 from syntaxnmt.subwords import BOS, EOS, PAD
 from syntaxnmt.textio import atomic_write
 
@@ -83,40 +83,6 @@ class Split:
         return SourceAnnotation(self.fields["src_word"][i], heads, tags)
 
 
-@dataclass
-class Batch:
-    """A padded mini-batch.
-
-    ``src`` ends with EOS; ``tgt_in`` starts with BOS and ``tgt_out`` ends with EOS. ``features``
-    carries optional per-source-token inputs (tags, relation ids ...) for enriched attention;
-    ``alignment`` the row-normalized reference alignment A (B, T, S) of guided alignment training,
-    ``A[b, t, s] > 0`` when target piece ``tgt_out[b, t]`` is linked to source piece ``src[b, s]``.
-    """
-
-    src: torch.Tensor  # (B, S)
-    tgt_in: torch.Tensor | None  # (B, T)
-    tgt_out: torch.Tensor | None  # (B, T)
-    ids: torch.Tensor  # (B,) sentence indices in the split
-    features: dict[str, torch.Tensor] = field(default_factory=dict)
-    alignment: torch.Tensor | None = None  # (B, T, S), only for guided alignment
-
-    @property
-    def src_pad_mask(self) -> torch.Tensor:
-        """True at padding positions of the source."""
-        return self.src.eq(PAD)
-
-    @property
-    def n_tgt_tokens(self) -> int:
-        return int(self.tgt_out.ne(PAD).sum()) if self.tgt_out is not None else 0
-
-    def __len__(self) -> int:
-        return self.src.size(0)
-
-    def to(self, device: torch.device | str) -> "Batch":
-        move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
-        return Batch(move(self.src), move(self.tgt_in), move(self.tgt_out), self.ids, {k: move(v) for k, v in self.features.items()}, move(self.alignment))
-
-
 def pad_sequences(seqs: Sequence[np.ndarray | Sequence[int]], pad: int = PAD) -> torch.Tensor:
     """Right-pad integer sequences into a (B, max_len) LongTensor."""
     out = torch.full((len(seqs), max((len(s) for s in seqs), default=0)), pad, dtype=torch.long)
@@ -147,7 +113,7 @@ def collate(split: Split, indices: Sequence[int], spec: FeatureSpec | None = Non
         links = [split["align"][i].reshape(-1, 2).tolist() for i in indices]
         ref = alignment_targets(links, batch.tgt_out.size(1), batch.src.size(1))
         batch.alignment = normalize_alignment(ref, batch.src_pad_mask, batch.tgt_out.eq(PAD))
-    if spec is not None and spec.names:
+    if spec:
         if spec.needs_parse and not split.has_parses:
             raise UserError(f"the model uses {', '.join(sorted(spec.names))} but the prepared corpus has no parses: set data.annotate (spacy or conllu)")
         feats = [sentence_features(split.annotation(i), spec) for i in indices]

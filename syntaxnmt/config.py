@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import atomic_write_text
@@ -78,7 +78,8 @@ class SyntaxConfig(_Section):
     """
 
     relations: HeadSpec = []
-    """Relation kind per head: ``none``, ``linear`` (Shaw et al. 2018), ``tree_distance`` or ``tree_path``."""
+    """Relation kind per head: ``none`` or a kind of ``syntaxnmt.syntax.RELATION_KINDS`` -- ``linear``
+    (Shaw et al. 2018), ``tree_distance`` or ``tree_path``."""
     relation_values: bool = True
     """Also add relation embeddings to the values (a^V); keys (a^K) always get them."""
     max_relative_position: int = 16
@@ -98,6 +99,11 @@ class SyntaxConfig(_Section):
     feature_combine: Literal["add", "concat"] = "add"
     feature_dim: int = 32
     """Per-feature embedding size when concatenating (the word embedding shrinks to keep d_model)."""
+
+    @field_validator("relations", "qk_source")
+    @classmethod
+    def _lowercase(cls, rows: HeadSpec) -> HeadSpec:
+        return [[v.lower() for v in row] for row in rows]
 
 
 class RNNConfig(_Section):
@@ -175,6 +181,29 @@ class ModelConfig(_Section):
     def _check(self) -> "ModelConfig":
         if self.d_model % self.heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
+        syn = self.syntax
+        if self.arch != "transformer":
+            if syn != SyntaxConfig():
+                raise ValueError("model.syntax (linguistic attention and input features) is Transformer-only: leave it empty with arch rnn")
+            return self
+        from syntaxnmt.syntax import RELATION_KINDS
+
+        allowed = {"relations": ("none", *RELATION_KINDS), "qk_source": ("word", "upos", "xpos", "deprel"), "parent_scaled": None}
+        for key, values in allowed.items():
+            rows = getattr(syn, key)
+            if len(rows) not in (0, 1, self.enc_layers):
+                raise ValueError(f"model.syntax.{key} has {len(rows)} rows: give one row (every layer) or one per encoder layer ({self.enc_layers})")
+            for row in rows:
+                if len(row) != self.heads:
+                    raise ValueError(f"model.syntax.{key}: the row {row} has {len(row)} entries for {self.heads} heads")
+                bad = [v for v in row if values is not None and v not in values]
+                if bad:
+                    raise ValueError(f"model.syntax.{key}: unknown value {bad[0]!r} (choose from {', '.join(values)})")
+        if syn.feature_combine == "concat" and syn.input_features:
+            if syn.feature_dim * len(syn.input_features) >= self.d_model:
+                raise ValueError(f"model.syntax.feature_dim {syn.feature_dim} x {len(syn.input_features)} input features leaves no room for the word embedding in d_model {self.d_model}")
+            if self.tie_embeddings == "all":
+                raise ValueError("model.syntax.feature_combine=concat cannot share the source embedding: use tie_embeddings=decoder")
         return self
 
 
@@ -311,7 +340,17 @@ class Config(_Section):
             raise ValueError("train.alignment.guided_weight needs data.train_align (word alignments of the training corpus)")
         if self.decode.coverage_penalty < 0:
             raise ValueError("decode.coverage_penalty must be >= 0")
+        self._check_parses()
         return self
+
+    def _check_parses(self) -> None:
+        """Features read from parses need a parsed corpus (``data.annotate``)."""
+        from syntaxnmt.model.inputs import FeatureSpec
+
+        spec = FeatureSpec.from_config(self.model.syntax)
+        if self.data.annotate == "none" and spec.needs_parse:
+            needs = ", ".join(sorted(spec.names - {"bie"}))
+            raise ValueError(f"model.syntax uses {needs}, which come from parses: set data.annotate (spacy or conllu)")
 
     @property
     def prepared_dir(self) -> Path:
@@ -414,6 +453,8 @@ def _format_error(source: str, err: ValidationError) -> str:
         key = ".".join(str(p) for p in e["loc"]) or "(top level)"
         if e["type"] == "extra_forbidden":
             problems.append(f"unknown key '{key}'")
+        elif e["type"] == "value_error":  # our own checks name their keys
+            problems.append(str(e["msg"]).removeprefix("Value error, "))
         else:
             given = e.get("input")
             shown = f" (got {given!r})" if not isinstance(given, dict) else ""

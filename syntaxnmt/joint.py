@@ -20,26 +20,27 @@ Checkpoints: ``<work_dir>/forward`` and ``<work_dir>/reverse`` hold ordinary run
 
 from __future__ import annotations
 
-import time
-from dataclasses import asdict
 from pathlib import Path
+from typing import Callable
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from syntaxnmt import loop
 from syntaxnmt.alignment_losses import normalize_alignment, trace_bonus
 from syntaxnmt.alignment_training import alignment_attention, alignment_objective, attach_fertility, word_masks
 from syntaxnmt.batches import Split, TokenBatchSampler, collate
-from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.config import Config, config_from_dict
 from syntaxnmt.errors import UserError
+from syntaxnmt.loop import Progress
 from syntaxnmt.losses import sequence_loss
 from syntaxnmt.model import build_model
 from syntaxnmt.optim import build_optimizer
 from syntaxnmt.prepare import feature_vocab_sizes, is_prepared, load_split, load_tokenizers, prepare
 from syntaxnmt.subwords import PAD
 from syntaxnmt.textio import read_lines
-from syntaxnmt.train import Progress, _StopFlag, _validate_and_save, rng_state, seed_everything, set_rng_state
+from syntaxnmt.train import Run, start, tensorboard_writer, validate_and_record
 from syntaxnmt.translate import resolve_device
 
 DIRECTIONS = ("forward", "reverse")
@@ -79,7 +80,7 @@ def joint_update(models, optimizers, split: Split, group, cfg: Config, device: t
     n_src = sum(int(split["src"].lengths[idx].sum()) + len(idx) for idx in group)
     for opt, _ in optimizers:
         opt.zero_grad(set_to_none=True)
-    stats = {"forward": 0.0, "reverse": 0.0, "bonus": 0.0, "tgt_tokens": n_tgt, "src_tokens": n_src}
+    stats = {"forward": 0.0, "reverse": 0.0, "bonus": 0.0, "tokens": n_tgt, "src_tokens": n_src}
     needs_reference = any(o is not None and o.needs_reference for o in objectives)
     for idx in group:
         fwd = collate(split, idx, alignment=needs_reference).to(device)
@@ -87,16 +88,17 @@ def joint_update(models, optimizers, split: Split, group, cfg: Config, device: t
         if needs_reference:  # the reverse model's reference: the forward one transposed
             rev.alignment = normalize_alignment(fwd.alignment.gt(0).float().transpose(1, 2), rev.src_pad_mask, rev.tgt_out.eq(PAD))
         total, outs = 0.0, []
-        for name, model, batch, objective, n in zip(DIRECTIONS, models, (fwd, rev), objectives, (n_tgt, n_src)):
-            out = model(batch, need_weights=True)
-            loss, _ = sequence_loss(out, batch.tgt_out, t.label_smoothing)
-            if objective is not None:
-                loss = loss + objective.loss(model, batch, out, step)
-            stats[name] += loss.item()
-            total = total + loss / n
-            outs.append(out)
-        src_mask, tgt_mask = word_masks(fwd.src, fwd.tgt_out)
-        bonus = trace_bonus(alignment_attention(outs[0], t.alignment), alignment_attention(outs[1], t.alignment), src_mask, tgt_mask, reduction="sum")
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=t.precision == "bf16"):
+            for name, model, batch, objective, n in zip(DIRECTIONS, models, (fwd, rev), objectives, (n_tgt, n_src)):
+                out = model(batch, need_weights=True)
+                loss, _ = sequence_loss(out, batch.tgt_out, t.label_smoothing)
+                if objective is not None:
+                    loss = loss + objective.loss(model, batch, out, step)
+                stats[name] += loss.item()
+                total = total + loss / n
+                outs.append(out)
+            src_mask, tgt_mask = word_masks(fwd.src, fwd.tgt_out)
+            bonus = trace_bonus(alignment_attention(outs[0], t.alignment), alignment_attention(outs[1], t.alignment), src_mask, tgt_mask, reduction="sum")
         stats["bonus"] += bonus.item()
         (total - gamma * bonus / n_tgt).backward()
     for model, (opt, sched) in zip(models, optimizers):
@@ -107,100 +109,90 @@ def joint_update(models, optimizers, split: Split, group, cfg: Config, device: t
     return stats
 
 
+class JointModels:
+    """The :class:`~syntaxnmt.loop.Task` of ``train-joint``: both directions, each with its own
+    optimizer, schedule, progress record and run folder; they step together on the same batches."""
+
+    def __init__(self, cfg: Config, device: torch.device, log: Callable, writer=None):
+        self.cfg, self.device, self.log, self.writer = cfg, device, log, writer
+        self.configs = direction_configs(cfg)
+        self.runs = [Run(c) for c in self.configs]
+        self.split = load_split(cfg, "train")
+        dev = load_split(cfg, "dev")
+        self.devs = (dev, reversed_split(dev))
+        self.refs = (read_lines(cfg.prepared_dir / "dev.ref"), read_lines(cfg.prepared_dir / "dev.raw_src"))
+        self.toks = [load_tokenizers(c) for c in self.configs]
+        self.models = [attach_fertility(build_model(c.model, len(k.src), len(k.tgt), **feature_vocab_sizes(cfg)), c).to(device) for c, k in zip(self.configs, self.toks)]
+        if self.models[0].feature_spec:
+            raise UserError("train-joint: the reverse model has no source annotation; use a model without source features (model.syntax)")
+        self.optimizers = [build_optimizer(m, cfg.train) for m in self.models]
+        self.objectives = [alignment_objective(c) for c in self.configs]
+        self.progresses = [Progress(), Progress()]
+
+    @property
+    def progress(self) -> Progress:
+        return self.progresses[0]
+
+    @property
+    def bad_validations(self) -> int:
+        """Early stopping waits until both directions stall."""
+        return min(p.bad_validations for p in self.progresses)
+
+    def resume(self) -> None:
+        for k, (run, model, (opt, sched)) in enumerate(zip(self.runs, self.models, self.optimizers)):
+            self.progresses[k], rng = run.restore(model, opt, sched)
+        loop.set_rng_state(rng)
+        self.log(f"resumed {self.runs[0].work} and {self.runs[1].work} at update {self.progress.step}")
+
+    def update(self, group: list[np.ndarray], step: int) -> dict[str, float]:
+        stats = joint_update(self.models, self.optimizers, self.split, group, self.cfg, self.device, self.objectives, step)
+        self._sync()
+        return stats
+
+    def _sync(self) -> None:
+        """The reverse model's progress follows the forward one (except its own validation record)."""
+        lead, other = self.progresses
+        other.step, other.epoch, other.batch_pos, other.train_seconds, other.train_tokens = lead.step, lead.epoch, lead.batch_pos, lead.train_seconds, lead.train_tokens
+
+    def summarize(self, window: dict[str, float]) -> dict[str, float]:
+        tgt, src = max(window.get("tokens", 0.0), 1.0), max(window.get("src_tokens", 0.0), 1.0)
+        return {"fwd": window.get("forward", 0.0) / tgt, "rev": window.get("reverse", 0.0) / src, "bonus": window.get("bonus", 0.0) / tgt}
+
+    def validate(self) -> None:
+        self._sync()
+        for k, name in enumerate(DIRECTIONS):
+            prog, (opt, sched) = self.progresses[k], self.optimizers[k]
+            is_best = validate_and_record(self.models[k], self.configs[k], self.devs[k], self.refs[k], self.toks[k].tgt, self.device, prog, lambda msg, name=name: self.log(f"[{name}] {msg}"), None)
+            self.runs[k].save(self.models[k], opt, sched, prog, is_best and self.cfg.train.keep_best)
+
+    def save(self) -> None:
+        self._sync()
+        for run, model, (opt, sched), prog in zip(self.runs, self.models, self.optimizers, self.progresses):
+            run.save(model, opt, sched, prog)
+
+
 def train_joint(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
     """Train both directions of ``cfg`` jointly (preparing its corpus first if needed); returns the progress."""
     t = cfg.train
     if not cfg.data.joint_vocab:
         raise UserError("train-joint needs a joint vocabulary (data.joint_vocab: true): the reverse model reads the target pieces")
-    configs = direction_configs(cfg)
-    works = [Path(c.work_dir) for c in configs]
-    if (works[0] / "last.pt").exists() and not resume:
-        raise UserError(f"{works[0] / 'last.pt'} exists: pass --resume to continue that run, or choose another work_dir")
-    resume = resume and (works[0] / "last.pt").exists() and (works[1] / "last.pt").exists()
-    seed_everything(cfg.seed)
-    if t.threads:
-        torch.set_num_threads(t.threads)
+    forward, reverse = direction_configs(cfg)
+    resume = start(forward, resume, log) and Run(reverse).last.exists()
     device = resolve_device(t.device)
     if not is_prepared(cfg):
         prepare(cfg, log=log)
-    split, dev = load_split(cfg, "train"), load_split(cfg, "dev")
-    devs = (dev, reversed_split(dev))
-    refs = (read_lines(cfg.prepared_dir / "dev.ref"), read_lines(cfg.prepared_dir / "dev.raw_src"))
-    toks = [load_tokenizers(c) for c in configs]
-    models = [attach_fertility(build_model(c.model, len(k.src), len(k.tgt), **feature_vocab_sizes(cfg)), c).to(device) for c, k in zip(configs, toks)]
-    if models[0].feature_spec.names:
-        raise UserError("train-joint: the reverse model has no source annotation; use a model without source features (model.syntax)")
-    optimizers = [build_optimizer(m, t) for m in models]
-    progs = [Progress(), Progress()]
+    writer = tensorboard_writer(cfg)
+    task = JointModels(cfg, device, log, writer)
     if resume:
-        for k, work in enumerate(works):
-            state = load_checkpoint(work / "last.pt")
-            models[k].load_state_dict(state["model"])
-            optimizers[k][0].load_state_dict(state["optimizer"])
-            optimizers[k][1].load_state_dict(state["scheduler"])
-            progs[k] = Progress(**state["progress"])
-        set_rng_state(state["rng"])
-        log(f"resumed {works[0]} and {works[1]} at update {progs[0].step}")
-    for c, work in zip(configs, works):
-        work.mkdir(parents=True, exist_ok=True)
-        c.save(work / "config.yaml")
-    log(f"{cfg.name}: joint training of two models ({sum(p.numel() for m in models for p in m.parameters()) / 1e6:.2f}M parameters), {len(split)} pairs, device {device}")
-    objectives = [alignment_objective(c) for c in configs]
-
-    def checkpoint(k: int):
-        def save(is_best: bool) -> None:
-            state = {"config": configs[k].model_dump(mode="json"), "model": models[k].state_dict(), "optimizer": optimizers[k][0].state_dict(), "scheduler": optimizers[k][1].state_dict(), "progress": asdict(progs[k]), "rng": rng_state()}
-            save_checkpoint(works[k] / "last.pt", state)
-            if is_best:
-                save_checkpoint(works[k] / "best.pt", state)
-
-        return save
-
-    def validate_both() -> None:
-        for k, name in enumerate(DIRECTIONS):
-            _validate_and_save(models[k], configs[k], devs[k], refs[k], toks[k], device, progs[k], checkpoint(k), None, lambda msg, name=name: log(f"[{name}] {msg}"))
-
-    sampler = TokenBatchSampler(split["src"].lengths, split["tgt"].lengths, t.max_tokens, cfg.seed)
-
-    stream = sampler.stream(progs[0].epoch, progs[0].batch_pos, t.max_epochs)
-    prog = progs[0]
-    session_start = time.perf_counter() - prog.train_seconds
-    window = {"forward": 0.0, "reverse": 0.0, "bonus": 0.0, "tgt_tokens": 0, "src_tokens": 0}
-    bar = tqdm(total=t.max_steps, initial=prog.step, desc="train-joint", unit="upd", dynamic_ncols=True, mininterval=1.0)
-    stop_reason = "max_steps"
-    for m in models:
-        m.train()
-    with _StopFlag() as stop:
-        while prog.step < t.max_steps:
-            group = [b for _, b in zip(range(t.accum_steps), stream)]
-            if len(group) < t.accum_steps:
-                stop_reason = "max_epochs"
-                break
-            stats = joint_update(models, optimizers, split, [idx for _, _, idx in group], cfg, device, objectives, prog.step)
-            for k in window:
-                window[k] += stats[k]
-            last_epoch, last_pos, _ = group[-1]
-            for p in progs:
-                p.step, p.epoch, p.batch_pos = p.step + 1, last_epoch, last_pos + 1
-                p.train_seconds = time.perf_counter() - session_start
-            bar.update(1)
-            if prog.step % t.log_every == 0 or prog.step == 1:
-                bar.set_postfix(fwd=f"{window['forward'] / window['tgt_tokens']:.3f}", rev=f"{window['reverse'] / window['src_tokens']:.3f}", bonus=f"{window['bonus'] / window['tgt_tokens']:.3f}", ep=prog.epoch)
-                window = dict.fromkeys(window, 0.0)
-            out_of_time = t.max_minutes > 0 and prog.train_seconds >= 60 * t.max_minutes
-            if stop.requested or out_of_time:
-                stop_reason = "interrupted" if stop.requested else "max_minutes"
-                break
-            if prog.step % t.valid_every == 0:
-                validate_both()
-                if t.patience and min(p.bad_validations for p in progs) >= t.patience:
-                    stop_reason = "early stopping"
-                    break
-    bar.close()
-    if stop_reason in ("max_steps", "max_epochs") and prog.step % t.valid_every != 0:
-        validate_both()
-    elif stop_reason in ("interrupted", "max_minutes"):
-        for k in range(2):
-            checkpoint(k)(False)
-    log(f"stopped ({stop_reason}) at update {prog.step}, epoch {prog.epoch}; checkpoints in {works[0]} and {works[1]}")
-    return prog
+        task.resume()
+    for c, run in zip(task.configs, task.runs):
+        run.work.mkdir(parents=True, exist_ok=True)
+        c.save(run.work / "config.yaml")
+    n_params = sum(p.numel() for m in task.models for p in m.parameters())
+    log(f"{cfg.name}: joint training of two models ({n_params / 1e6:.2f}M parameters), {len(task.split)} pairs, device {device}")
+    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed)
+    result = loop.run(task, t, sampler, log, writer=writer, desc="train-joint")
+    log(f"stopped ({result.stop_reason}) at update {task.progress.step}, epoch {task.progress.epoch}; checkpoints in {task.runs[0].work} and {task.runs[1].work}")
+    if writer:
+        writer.close()
+    return task.progress

@@ -25,7 +25,8 @@ from syntaxnmt.batches import RaggedArray, Split
 from syntaxnmt.config import Config, DataConfig
 from syntaxnmt.corpus import ParallelText, length_filter, read_parallel
 from syntaxnmt.errors import UserError
-from syntaxnmt.relations import TAG_NAMES, TagVocab
+from syntaxnmt.model.inputs import TAG_NAMES
+from syntaxnmt.relations import TagVocab
 from syntaxnmt.subwords import Tokenizer, train_sentencepiece
 from syntaxnmt.syntax import BIE_VOCAB
 from syntaxnmt.textio import atomic_write_text, read_lines, write_lines

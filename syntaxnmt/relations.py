@@ -1,14 +1,15 @@
-"""Source-side features for enriched attention, at the subword level, padded into batch tensors.
+"""Source-side features at the subword level, padded into the typed batch tensors models read.
 
 From a sentence's annotation (its tree and tags at the word level, and the word index of every
-subword piece) this module computes, once per batch and shared by all layers and heads:
+subword piece) this module computes, once per batch and shared by all layers and heads, the
+fields of :class:`~syntaxnmt.model.inputs.SourceFeatures`:
 
-* ``rel_tree_distance`` / ``rel_tree_path`` (B, S, S): relation ids between source positions
-  (:mod:`syntaxnmt.syntax`); pieces of one word are related by ``REL_SAME_WORD``, EOS by
-  ``REL_SPECIAL``. Linear relative positions need no feature: attention derives them from S.
+* ``relations[kind]`` (B, S, S): relation ids between source positions, one entry per relation
+  kind of :data:`syntaxnmt.syntax.RELATION_KINDS` the model uses; for tree kinds, pieces of one
+  word are related by ``REL_SAME_WORD`` and EOS by ``REL_SPECIAL``.
 * ``upos`` / ``xpos`` / ``deprel`` / ``bie`` (B, S): tag ids of each piece (inherited from its word).
-* ``parent_pos`` (B, S): position of the first piece of each piece's dependency parent (a root,
-  and EOS, point at themselves), for parent-scaled attention.
+* ``parent`` (B, S): position of the first piece of each piece's dependency parent (a root, and
+  EOS, point at themselves), for parent-scaled attention and syntactic supervision.
 
 Tag ids: 0 = padding, 1 = special token (EOS), 2 = unknown tag, then the tags seen in training.
 """
@@ -21,10 +22,9 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
-from syntaxnmt.config import SyntaxConfig
-from syntaxnmt.syntax import bie_tags, subword_relations, tree_distance_ids, tree_moves, tree_path_ids
+from syntaxnmt.model.inputs import TAG_NAMES, FeatureSpec, SourceFeatures
+from syntaxnmt.syntax import RELATION_KINDS, SentenceTree, bie_tags
 
-TAG_NAMES = ("upos", "xpos", "deprel")
 TAG_SPECIALS = ["<pad>", "<special>", "<unk>"]
 TAG_UNK = 2
 
@@ -36,31 +36,6 @@ class SourceAnnotation:
     word_of_piece: np.ndarray  # (m,) word index of each piece
     heads: np.ndarray  # (n,) CoNLL-U heads of the words
     tags: dict[str, np.ndarray] = field(default_factory=dict)  # name -> (n,) tag ids
-
-
-@dataclass(frozen=True)
-class FeatureSpec:
-    """Which features a model needs, with the clipping parameters of the relations."""
-
-    names: frozenset[str] = frozenset()
-    max_tree_distance: int = 8
-    max_path_length: int = 4
-
-    @classmethod
-    def from_config(cls, syn: SyntaxConfig) -> "FeatureSpec":
-        names: set[str] = set()
-        kinds = {k for row in syn.relations for k in row}
-        names |= {f"rel_{k}" for k in kinds if k in ("tree_distance", "tree_path")}
-        names |= {s for row in syn.qk_source for s in row if s != "word"}
-        names |= set(syn.input_features)
-        if any(v for row in syn.parent_scaled for v in row):
-            names.add("parent_pos")
-        return cls(frozenset(names), syn.max_tree_distance, syn.max_path_length)
-
-    @property
-    def needs_parse(self) -> bool:
-        """Whether a sentence must be parsed (BIE tags only need the subword segmentation)."""
-        return bool(self.names - {"bie"})
 
 
 class TagVocab:
@@ -100,22 +75,17 @@ class TagVocab:
 
 
 def sentence_features(ann: SourceAnnotation, spec: FeatureSpec) -> dict[str, np.ndarray]:
-    """The features of one sentence, over its pieces plus EOS (length m + 1)."""
+    """The features of one sentence, over its pieces plus EOS (length m + 1), by field name
+    (``rel:<kind>`` for relations)."""
     w = np.append(ann.word_of_piece, -1)  # EOS is a special token
     out: dict[str, np.ndarray] = {}
-    if {"rel_tree_distance", "rel_tree_path"} & spec.names:
-        up, down = tree_moves(ann.heads)
-        if "rel_tree_distance" in spec.names:
-            out["rel_tree_distance"] = subword_relations(tree_distance_ids(up, down, spec.max_tree_distance), w)
-        if "rel_tree_path" in spec.names:
-            out["rel_tree_path"] = subword_relations(tree_path_ids(up, down, spec.max_path_length), w)
-    for name in TAG_NAMES:
-        if name in spec.names:
-            out[name] = np.where(w < 0, 1, ann.tags[name][np.maximum(w, 0)])
-    if "bie" in spec.names:
-        out["bie"] = bie_tags(w)
-    if "parent_pos" in spec.names:
-        out["parent_pos"] = parent_positions(ann.heads, w)
+    sentence = SentenceTree(w, ann.heads)
+    for kind in sorted(spec.relations):
+        out[f"rel:{kind}"] = RELATION_KINDS[kind].ids(sentence, spec.syntax)
+    for name in spec.tags:
+        out[name] = bie_tags(w) if name == "bie" else np.where(w < 0, 1, ann.tags[name][np.maximum(w, 0)])
+    if spec.parent:
+        out["parent"] = parent_positions(ann.heads, w)
     return out
 
 
@@ -132,20 +102,19 @@ def parent_positions(heads: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.where(parent >= 0, parent, own)
 
 
-def pad_features(per_sentence: Sequence[dict[str, np.ndarray]], length: int) -> dict[str, torch.Tensor]:
+def pad_features(per_sentence: Sequence[dict[str, np.ndarray]], length: int) -> SourceFeatures:
     """Stack per-sentence features into (B, S) or (B, S, S) tensors, zero-padded to ``length``.
 
-    ``parent_pos`` pads with each position's own index (a padded query attends nowhere anyway).
+    Parent positions pad with each position's own index (a padded query attends nowhere anyway).
     """
+    out = SourceFeatures()
     if not per_sentence:
-        return {}
-    out = {}
+        return out
     b = len(per_sentence)
     for name in per_sentence[0]:
         two_d = per_sentence[0][name].ndim == 2
-        shape = (b, length, length) if two_d else (b, length)
-        arr = np.zeros(shape, dtype=np.int64)
-        if name == "parent_pos":
+        arr = np.zeros((b, length, length) if two_d else (b, length), dtype=np.int64)
+        if name == "parent":
             arr[:] = np.arange(length)
         for i, feats in enumerate(per_sentence):
             f = feats[name]
@@ -153,5 +122,8 @@ def pad_features(per_sentence: Sequence[dict[str, np.ndarray]], length: int) -> 
                 arr[i, : f.shape[0], : f.shape[1]] = f
             else:
                 arr[i, : len(f)] = f
-        out[name] = torch.from_numpy(arr)
+        if name.startswith("rel:"):
+            out.relations[name[4:]] = torch.from_numpy(arr)
+        else:
+            setattr(out, name, torch.from_numpy(arr))
     return out

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from syntaxnmt.alignment_losses import coverage_penalty as coverage_score
-from syntaxnmt.batches import Batch
+from syntaxnmt.model.inputs import Batch
 from syntaxnmt.subwords import BOS, EOS, PAD
 
 

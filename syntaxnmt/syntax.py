@@ -12,7 +12,8 @@ think=U (1), this=D (1), a=DD (2), idea=D (1), .=UUD (3).
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -134,6 +135,67 @@ def subword_relations(word_rel: np.ndarray, word_of_piece: np.ndarray) -> np.nda
     rel = np.where(same, REL_SAME_WORD, rel)
     special = (w[:, None] < 0) | (w[None, :] < 0)
     return np.where(special, REL_SPECIAL, rel)
+
+
+# --- the relation kinds ------------------------------------------------------------------------
+
+
+class SentenceTree:
+    """One sentence as relation kinds see it: the word index of every source position (-1 for the
+    special EOS) and the CoNLL-U heads of its words; tree moves are computed once, on demand."""
+
+    def __init__(self, word_of_piece: np.ndarray, heads: np.ndarray):
+        self.word_of_piece, self.heads = np.asarray(word_of_piece), np.asarray(heads)
+        self._moves: tuple[np.ndarray, np.ndarray] | None = None
+
+    @property
+    def moves(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._moves is None:
+            self._moves = tree_moves(self.heads)
+        return self._moves
+
+    def __len__(self) -> int:
+        return len(self.word_of_piece)
+
+
+@dataclass(frozen=True)
+class RelationKind:
+    """A relation between source positions that relation-aware heads embed (Shaw et al. 2018).
+
+    ``n_ids(syn)`` is the size of its embedding table and ``ids(sentence, syn)`` the (S, S) ids of
+    one sentence (its pieces and EOS), both given ``model.syntax`` (for the clipping parameters).
+    """
+
+    name: str
+    needs_parse: bool
+    n_ids: Callable[[Any], int]
+    ids: Callable[[SentenceTree, Any], np.ndarray]
+    description: str
+
+
+RELATION_KINDS: dict[str, RelationKind] = {
+    kind.name: kind
+    for kind in (
+        RelationKind(
+            "linear", False,
+            lambda syn: n_linear_relations(syn.max_relative_position),
+            lambda sent, syn: linear_relation_ids(len(sent), syn.max_relative_position),
+            "relative position j - i clipped to ±max_relative_position (Shaw et al. 2018)",
+        ),
+        RelationKind(
+            "tree_distance", True,
+            lambda syn: n_tree_distance_relations(syn.max_tree_distance),
+            lambda sent, syn: subword_relations(tree_distance_ids(*sent.moves, syn.max_tree_distance), sent.word_of_piece),
+            "number of edges on the tree path between the two words, clipped to max_tree_distance",
+        ),
+        RelationKind(
+            "tree_path", True,
+            lambda syn: n_tree_path_relations(syn.max_path_length),
+            lambda sent, syn: subword_relations(tree_path_ids(*sent.moves, syn.max_path_length), sent.word_of_piece),
+            "the U(p)/D(own) moves of the tree path, bucketed beyond max_path_length moves",
+        ),
+    )
+}
 
 
 def bie_tags(word_of_piece: Sequence[int]) -> np.ndarray:

@@ -1,32 +1,33 @@
-"""``syntaxnmt train``: the training loop.
+"""``syntaxnmt train``: training one model.
 
 One update = ``accum_steps`` token-bucketed batches, loss normalized by their target tokens,
 gradient clipping, Adam, inverse-sqrt schedule. Every ``valid_every`` updates: dev loss and
 greedy-decoded dev BLEU, ``last.pt`` (and ``best.pt`` on improvement) written atomically with
 everything needed to resume exactly: model, optimizer, scheduler, RNG states and the position in
-the data order. Ctrl-C or SIGTERM stops at the next update boundary and saves ``last.pt``.
+the data order. The loop itself (budget, logging, validation cadence, signals) is
+:func:`syntaxnmt.loop.run`, shared with ``train-joint``.
 """
 
 from __future__ import annotations
 
 import math
-import random
-import signal
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from syntaxnmt import loop
 from syntaxnmt.alignment_training import alignment_objective, attach_fertility
 from syntaxnmt.batches import Split, TokenBatchSampler, bucket_batches, collate
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.config import Config, TrainConfig
 from syntaxnmt.cpu import keep_freed_memory
-from syntaxnmt.distributed import World, barrier, broadcast_flag, device_for, init_world, no_sync, shutdown, sum_across, unwrap
+from syntaxnmt.distributed import World, barrier, device_for, init_world, no_sync, shutdown, sum_across, unwrap
 from syntaxnmt.errors import UserError
+from syntaxnmt.loop import Progress
 from syntaxnmt.losses import sequence_loss
 from syntaxnmt.metrics import corpus_bleu
 from syntaxnmt.model import build_model
@@ -34,66 +35,6 @@ from syntaxnmt.optim import build_optimizer
 from syntaxnmt.prepare import feature_vocab_sizes, is_prepared, load_split, load_tokenizers, prepare
 from syntaxnmt.textio import read_lines, write_lines
 from syntaxnmt.translate import resolve_device, translate_ids
-
-
-@dataclass
-class Progress:
-    """Where training stands; saved in checkpoints."""
-
-    step: int = 0
-    epoch: int = 0
-    batch_pos: int = 0  # next batch of ``epoch`` to train on
-    best: float | None = None
-    bad_validations: int = 0
-    train_seconds: float = 0.0
-    train_tokens: int = 0  # target tokens trained on (for tokens/s)
-    stop_reason: str = ""  # why the last session stopped: max_steps, max_epochs, early stopping, max_minutes, interrupted
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-class _StopFlag:
-    """Turns the first SIGINT/SIGTERM into a request to stop at the next update boundary."""
-
-    def __init__(self):
-        self.requested = False
-        self._old = {}
-
-    def __enter__(self):
-        def handler(signum, frame):
-            if self.requested:  # second signal: stop now
-                raise KeyboardInterrupt
-            self.requested = True
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._old[sig] = signal.signal(sig, handler)
-            except ValueError:  # not the main thread
-                pass
-        return self
-
-    def __exit__(self, *exc):
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
 
 
 @torch.no_grad()
@@ -110,7 +51,7 @@ def validate(model, cfg: Config, dev: Split, refs: list[str], tgt_tok, device: t
     result["ppl"] = math.exp(min(result["loss"], 50))
     if cfg.train.valid_bleu:
         n = len(dev) if cfg.train.valid_max_sentences <= 0 else min(len(dev), cfg.train.valid_max_sentences)
-        annotations = [dev.annotation(i) for i in range(n)] if model.feature_spec.names else None
+        annotations = [dev.annotation(i) for i in range(n)] if model.feature_spec else None
         hyps = translate_ids(model, [dev["src"][i] for i in range(n)], cfg.decode, device, beam=1, annotations=annotations)
         texts = [tgt_tok.decode(h[0].tokens) for h in hyps]
         result["bleu"] = corpus_bleu(texts, [refs[:n]])
@@ -150,151 +91,151 @@ def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainCon
     return loss_sum, n_tokens
 
 
-def _improved(metric: str, value: float, best: float | None) -> bool:
+def improved(metric: str, value: float, best: float | None) -> bool:
     if best is None:
         return True
     return value > best if metric == "bleu" else value < best
 
 
-def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
-    """Train ``cfg`` (preparing its corpus first if needed); returns the final progress."""
-    t = cfg.train
-    work = Path(cfg.work_dir)
-    last_path, best_path = work / "last.pt", work / "best.pt"
-    if last_path.exists() and not resume:
-        raise UserError(f"{last_path} exists: pass --resume to continue that run, or choose another work_dir")
-    if resume and not last_path.exists():
-        log(f"no checkpoint in {work}: starting a new run")
-        resume = False
-    world = init_world(t.device)
-    if not world.is_main:
-        log = lambda *a, **k: None  # noqa: E731  (rank 0 alone logs)
-    seed_everything(cfg.seed)
-    if t.threads:
-        torch.set_num_threads(t.threads)
-    keep_freed_memory()
-    device = device_for(world, resolve_device(t.device))
-    if world.is_main and not is_prepared(cfg):
-        prepare(cfg, log=log)
-    barrier(world)
-    toks = load_tokenizers(cfg)
-    train_split, dev = load_split(cfg, "train"), load_split(cfg, "dev")
-    refs = read_lines(cfg.prepared_dir / "dev.ref")
+def validate_and_record(model, cfg: Config, dev: Split, refs: list[str], tgt_tok, device: torch.device, prog: Progress, log, writer=None) -> bool:
+    """Validate ``model`` on ``dev``, update ``prog.best``/``bad_validations``, log; returns
+    whether the result is the best so far."""
+    metric = cfg.train.early_stopping_metric if cfg.train.valid_bleu else "loss"
+    result = validate(model, cfg, dev, refs, tgt_tok, device)
+    is_best = improved(metric, result[metric], prog.best)
+    if is_best:
+        prog.best, prog.bad_validations = result[metric], 0
+    else:
+        prog.bad_validations += 1
+    shown = " ".join(f"{k} {v:.3f}" if k != "bleu" else f"BLEU {v:.2f}" for k, v in result.items())
+    log(f"update {prog.step} | dev {shown}{' | new best' if is_best else ''}")
+    if writer:
+        for k, v in result.items():
+            writer.add_scalar(f"valid/{k}", v, prog.step)
+    return is_best
 
-    if t.alignment.symmetry_weight > 0:
-        raise UserError("train.alignment.symmetry_weight trains two models jointly: use `syntaxnmt train-joint`")
-    model = attach_fertility(build_model(cfg.model, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg)), cfg).to(device)
-    raw_model = model
-    objective = alignment_objective(cfg)
-    opt, sched = build_optimizer(model, t)
-    prog = Progress()
-    if resume:
-        state = load_checkpoint(last_path)
+
+class Run:
+    """The files of one model's run in ``work_dir``: ``last.pt``, ``best.pt``, ``config.yaml``."""
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.work = Path(cfg.work_dir)
+        self.last, self.best = self.work / "last.pt", self.work / "best.pt"
+
+    def save(self, model, opt, sched, prog: Progress, is_best: bool = False) -> None:
+        state = {"config": self.cfg.model_dump(mode="json"), "model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "progress": asdict(prog), "rng": loop.rng_state()}
+        save_checkpoint(self.last, state)
+        if is_best:
+            save_checkpoint(self.best, state)
+
+    def restore(self, model, opt, sched) -> tuple[Progress, dict]:
+        """Load ``last.pt`` into the model and optimizer; returns the progress and the RNG state."""
+        state = load_checkpoint(self.last)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
-        prog = Progress(**state["progress"])
-        set_rng_state(state["rng"])
-        log(f"resumed {last_path} at update {prog.step} (epoch {prog.epoch}, batch {prog.batch_pos})")
+        return Progress(**state["progress"]), state["rng"]
+
+
+class SingleModel:
+    """The :class:`~syntaxnmt.loop.Task` of ``syntaxnmt train``: one model, its optimizer and run folder."""
+
+    def __init__(self, cfg: Config, world: World, device: torch.device, log: Callable, writer=None):
+        self.cfg, self.world, self.device, self.log, self.writer = cfg, world, device, log, writer
+        self.toks = load_tokenizers(cfg)
+        self.split, self.dev = load_split(cfg, "train"), load_split(cfg, "dev")
+        self.refs = read_lines(cfg.prepared_dir / "dev.ref")
+        self.raw = attach_fertility(build_model(cfg.model, len(self.toks.src), len(self.toks.tgt), **feature_vocab_sizes(cfg)), cfg).to(device)
+        self.model = self.raw
+        self.objective = alignment_objective(cfg)
+        self.opt, self.sched = build_optimizer(self.raw, cfg.train)
+        self.run = Run(cfg)
+        self.progress = Progress()
+
+    @property
+    def bad_validations(self) -> int:
+        return self.progress.bad_validations
+
+    def resume(self) -> None:
+        self.progress, rng = self.run.restore(self.raw, self.opt, self.sched)
+        loop.set_rng_state(rng)
+        p = self.progress
+        self.log(f"resumed {self.run.last} at update {p.step} (epoch {p.epoch}, batch {p.batch_pos})")
+
+    def distribute(self) -> None:
+        if self.world.distributed:
+            self.model = torch.nn.parallel.DistributedDataParallel(self.raw, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+
+    def update(self, group: list[np.ndarray], step: int) -> dict[str, float]:
+        loss_sum, n_tokens = update(self.model, self.opt, self.sched, self.split, group, self.cfg.train, self.device, self.objective, step, self.world)
+        return {"loss": loss_sum, "tokens": n_tokens}
+
+    def summarize(self, window: dict[str, float]) -> dict[str, float]:
+        tokens = max(window.get("tokens", 0.0), 1.0)
+        terms = self.objective.pop_window(int(tokens)) if self.objective is not None else {}
+        return {"loss": window.get("loss", 0.0) / tokens, **terms, "lr": self.sched.get_last_lr()[0]}
+
+    def validate(self) -> None:
+        is_best = validate_and_record(self.raw, self.cfg, self.dev, self.refs, self.toks.tgt, self.device, self.progress, self.log, self.writer)
+        self.run.save(self.raw, self.opt, self.sched, self.progress, is_best and self.cfg.train.keep_best)
+
+    def save(self) -> None:
+        self.run.save(self.raw, self.opt, self.sched, self.progress)
+
+
+def start(cfg: Config, resume: bool, log: Callable) -> bool:
+    """Check the run folder and decide whether to resume; seed and set threads."""
+    run = Run(cfg)
+    if run.last.exists() and not resume:
+        raise UserError(f"{run.last} exists: pass --resume to continue that run, or choose another work_dir")
+    if resume and not run.last.exists():
+        log(f"no checkpoint in {run.work}: starting a new run")
+        resume = False
+    loop.seed_everything(cfg.seed)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    keep_freed_memory()
+    return resume
+
+
+def tensorboard_writer(cfg: Config, enabled: bool = True):
+    if not (cfg.train.tensorboard and enabled):
+        return None
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(str(Path(cfg.work_dir) / "tensorboard"))
+
+
+def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
+    """Train ``cfg`` (preparing its corpus first if needed); returns the final progress."""
+    t = cfg.train
+    resume = start(cfg, resume, log)
+    world = init_world(t.device)
+    if not world.is_main:
+        log = lambda *a, **k: None  # noqa: E731  (rank 0 alone logs)
+    device = device_for(world, resolve_device(t.device))
+    if t.alignment.symmetry_weight > 0:
+        raise UserError("train.alignment.symmetry_weight trains two models jointly: use `syntaxnmt train-joint`")
+    if world.is_main and not is_prepared(cfg):
+        prepare(cfg, log=log)
+    barrier(world)
+    writer = tensorboard_writer(cfg, world.is_main)
+    task = SingleModel(cfg, world, device, log, writer)
+    if resume:
+        task.resume()
     if world.is_main:
-        work.mkdir(parents=True, exist_ok=True)
-        cfg.save(work / "config.yaml")
-    n_params = sum(p.numel() for p in model.parameters())
-    log(f"{cfg.name}: {n_params / 1e6:.2f}M parameters, {len(train_split)} training pairs, device {device}" + (f", {world.size} processes" if world.distributed else ""))
-    if world.distributed:
-        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-
-    writer = None
-    if t.tensorboard and world.is_main:
-        from torch.utils.tensorboard import SummaryWriter
-
-        writer = SummaryWriter(str(work / "tensorboard"))
-    sampler = TokenBatchSampler(train_split["src"].lengths, train_split["tgt"].lengths, t.max_tokens, cfg.seed, num_shards=world.size, shard=world.rank)
-
-    def checkpoint(is_best: bool) -> None:
-        state = {
-            "config": cfg.model_dump(mode="json"),
-            "model": raw_model.state_dict(),
-            "optimizer": opt.state_dict(),
-            "scheduler": sched.state_dict(),
-            "progress": asdict(prog),
-            "rng": rng_state(),
-        }
-        save_checkpoint(last_path, state)
-        if is_best:
-            save_checkpoint(best_path, state)
-
-    stream = sampler.stream(prog.epoch, prog.batch_pos, t.max_epochs)
-    bar = tqdm(total=t.max_steps, initial=prog.step, desc="train", unit="upd", dynamic_ncols=True, mininterval=1.0, disable=not world.is_main)
-    window_tokens, window_loss, window_start = 0, 0.0, time.perf_counter()
-    session_start = time.perf_counter() - prog.train_seconds
-    stop_reason = "max_steps"
-    model.train()
-    with _StopFlag() as stop:
-        while prog.step < t.max_steps:
-            group = [b for _, b in zip(range(t.accum_steps), stream)]
-            if len(group) < t.accum_steps:
-                stop_reason = "max_epochs"
-                break
-            loss_sum, n_tokens = update(model, opt, sched, train_split, [idx for _, _, idx in group], t, device, objective, prog.step, world)
-            last_epoch, last_pos, _ = group[-1]
-            prog.step, prog.epoch, prog.batch_pos = prog.step + 1, last_epoch, last_pos + 1
-            prog.train_seconds = time.perf_counter() - session_start
-
-            window_tokens += n_tokens
-            prog.train_tokens += n_tokens
-            window_loss += loss_sum
-            bar.update(1)
-            if prog.step % t.log_every == 0 or prog.step == 1:
-                elapsed = time.perf_counter() - window_start
-                lr = sched.get_last_lr()[0]
-                terms = objective.pop_window(window_tokens) if objective is not None else {}
-                bar.set_postfix(loss=f"{window_loss / window_tokens:.3f}", **{k: f"{v:.3f}" for k, v in terms.items()}, tok_s=f"{window_tokens / elapsed:.0f}", lr=f"{lr:.2e}", ep=prog.epoch)
-                if writer:
-                    for k, v in terms.items():
-                        writer.add_scalar(f"train/{k}", v, prog.step)
-                    writer.add_scalar("train/loss", window_loss / window_tokens, prog.step)
-                    writer.add_scalar("train/tokens_per_s", window_tokens / elapsed, prog.step)
-                    writer.add_scalar("train/lr", lr, prog.step)
-                window_tokens, window_loss, window_start = 0, 0.0, time.perf_counter()
-
-            out_of_time = t.max_minutes > 0 and prog.train_seconds >= 60 * t.max_minutes
-            if broadcast_flag(world, stop.requested or out_of_time):  # every rank stops at the same update
-                stop_reason = "interrupted" if stop.requested else "max_minutes"
-                break
-            if prog.step % t.valid_every == 0:
-                if world.is_main:
-                    _validate_and_save(raw_model, cfg, dev, refs, toks, device, prog, checkpoint, writer, log)
-                if broadcast_flag(world, bool(t.patience) and prog.bad_validations >= t.patience):
-                    stop_reason = "early stopping"
-                    break
-    bar.close()
-    prog.stop_reason = stop_reason
-    if world.is_main:
-        if stop_reason in ("max_steps", "max_epochs") and prog.step % t.valid_every != 0:
-            _validate_and_save(raw_model, cfg, dev, refs, toks, device, prog, checkpoint, writer, log)
-        elif stop_reason in ("interrupted", "max_minutes"):
-            checkpoint(is_best=False)
-    log(f"stopped ({stop_reason}) at update {prog.step}, epoch {prog.epoch}; best {t.early_stopping_metric} {prog.best}; checkpoints in {work}")
+        task.run.work.mkdir(parents=True, exist_ok=True)
+        cfg.save(task.run.work / "config.yaml")
+    n_params = sum(p.numel() for p in task.raw.parameters())
+    log(f"{cfg.name}: {n_params / 1e6:.2f}M parameters, {len(task.split)} training pairs, device {device}" + (f", {world.size} processes" if world.distributed else ""))
+    task.distribute()
+    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, num_shards=world.size, shard=world.rank)
+    result = loop.run(task, t, sampler, log, world=world, writer=writer)
+    prog = task.progress
+    log(f"stopped ({result.stop_reason}) at update {prog.step}, epoch {prog.epoch}; best {t.early_stopping_metric} {prog.best}; checkpoints in {cfg.work_dir}")
     if writer:
         writer.close()
     barrier(world)
     shutdown(world)
     return prog
-
-
-def _validate_and_save(model, cfg, dev, refs, toks, device, prog: Progress, checkpoint, writer, log) -> None:
-    metric = cfg.train.early_stopping_metric if cfg.train.valid_bleu else "loss"
-    result = validate(model, cfg, dev, refs, toks.tgt, device)
-    value = result[metric]
-    improved = _improved(metric, value, prog.best)
-    if improved:
-        prog.best, prog.bad_validations = value, 0
-    else:
-        prog.bad_validations += 1
-    checkpoint(is_best=improved and cfg.train.keep_best)
-    shown = " ".join(f"{k} {v:.3f}" if k != "bleu" else f"BLEU {v:.2f}" for k, v in result.items())
-    log(f"update {prog.step} | dev {shown}{' | new best' if improved else ''}")
-    if writer:
-        for k, v in result.items():
-            writer.add_scalar(f"valid/{k}", v, prog.step)

@@ -16,7 +16,8 @@ from syntaxnmt.config import Config, DecodeConfig, config_from_dict
 from syntaxnmt.errors import UserError
 from syntaxnmt.model import build_model
 from syntaxnmt.prepare import Tokenizers, feature_vocab_sizes, load_tag_vocab, load_tokenizers, parse_source
-from syntaxnmt.relations import TAG_NAMES, FeatureSpec, SourceAnnotation, pad_features, sentence_features
+from syntaxnmt.model.inputs import TAG_NAMES, FeatureSpec
+from syntaxnmt.relations import SourceAnnotation, pad_features, sentence_features
 from syntaxnmt.search import Hypothesis, max_output_length, search
 
 
@@ -58,7 +59,7 @@ def translate_ids(
     """
     beam = decode.beam_size if beam is None else beam
     spec = model.feature_spec
-    if spec.names and annotations is None:
+    if spec and annotations is None:
         raise UserError(f"this model uses source features ({', '.join(sorted(spec.names))}): the input must be annotated")
     max_pos = model.cfg.max_positions - 2
     order = np.argsort([len(s) for s in sources], kind="stable")[::-1]
@@ -68,7 +69,7 @@ def translate_ids(
         for start in range(0, len(order), decode.batch_size):
             idx = order[start : start + decode.batch_size]
             batch = make_batch([sources[i][:max_pos] for i in idx], None, idx.tolist())
-            if spec.names:
+            if spec:
                 feats = [sentence_features(_truncate(annotations[i], max_pos), spec) for i in idx]
                 batch.features = pad_features(feats, batch.src.size(1))
             batch = batch.to(device)
@@ -91,7 +92,7 @@ def encode_source_lines(cfg: Config, toks: Tokenizers, lines: Sequence[str], spe
     A model with tree relations or tag heads needs the parse of every sentence: from spaCy when
     the corpus was parsed with spaCy, else from a CoNLL-U file (``conllu``) -- missing is an error.
     """
-    if not spec.names:
+    if not spec:
         return [np.asarray(ids, dtype=np.int64) for ids in toks.src.encode_batch(list(lines))], None
     if not spec.needs_parse:
         ids, words = toks.src.encode_with_words(list(lines))

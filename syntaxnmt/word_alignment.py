@@ -102,7 +102,7 @@ def attention_alignments(
     (src_ids, src_words), (tgt_ids, tgt_words) = src, tgt
     if len(src_ids) != len(tgt_ids):
         raise UserError(f"{len(src_ids)} source sentences but {len(tgt_ids)} target sentences")
-    if model.feature_spec.names:
+    if model.feature_spec:
         raise UserError(f"this model uses source features ({', '.join(sorted(model.feature_spec.names))}); align supports models without them")
     limit = model.cfg.max_positions - 1
     for k, (s, t) in enumerate(zip(src_ids, tgt_ids), start=1):

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from syntaxnmt.model.inputs import SourceFeatures
 from syntaxnmt.model.attention import AttentionExtension, MultiHeadAttention, reorder_cache
 
 D, H = 16, 4
@@ -88,39 +89,40 @@ def test_identity_extension_changes_nothing():
 
 
 class _Recorder(AttentionExtension):
-    """Checks the hook shapes and that the context dict is passed through."""
+    """Checks the hook shapes and that the source features are passed through."""
 
     def __init__(self):
         super().__init__()
         self.seen = {}
 
-    def queries_keys(self, q, k, context):
-        self.seen["qk"] = (q.shape, k.shape, context.get("tag"))
+    def queries_keys(self, q, k, features):
+        self.seen["qk"] = (q.shape, k.shape, features.upos)
         return q, k
 
-    def scores(self, scores, q, context):
+    def scores(self, scores, q, features):
         self.seen["scores"] = scores.shape
         return scores
 
-    def values(self, out, weights, context):
+    def values(self, out, weights, features):
         self.seen["values"] = (out.shape, weights.shape)
         return out
 
 
-def test_extension_hooks_get_shapes_and_context():
+def test_extension_hooks_get_shapes_and_features():
     rec = _Recorder()
     mha = _mha(extensions=[rec])
     x, mem, mask = _inputs()
-    mha(x, mem, key_padding_mask=mask, context={"tag": "hello"})
+    tags = torch.ones(3, 5, dtype=torch.long)
+    mha(x, mem, key_padding_mask=mask, features=SourceFeatures(upos=tags))
     d = D // H
-    assert rec.seen["qk"] == ((3, H, 6, d), (3, H, 5, d), "hello")
+    assert rec.seen["qk"][:2] == ((3, H, 6, d), (3, H, 5, d)) and rec.seen["qk"][2] is tags
     assert rec.seen["scores"] == (3, H, 6, 5)
     assert rec.seen["values"] == ((3, H, 6, d), (3, H, 6, 5))
 
 
 def test_score_extension_is_applied_before_the_mask():
     class Boost(AttentionExtension):  # a huge bonus for the last key, which is padding in row 1
-        def scores(self, scores, q, context):
+        def scores(self, scores, q, features):
             scores = scores.clone()
             scores[..., -1] += 1e4
             return scores

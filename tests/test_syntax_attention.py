@@ -10,15 +10,12 @@ from syntaxnmt.batches import make_batch
 from syntaxnmt.config import ModelConfig, SyntaxConfig
 from syntaxnmt.model import build_model
 from syntaxnmt.model.attention import MultiHeadAttention
-from syntaxnmt.model.syntax_attention import LinguisticHeads, ParentScaled, RelationAttention, encoder_extensions
-from syntaxnmt.relations import FeatureSpec, SourceAnnotation, pad_features, sentence_features
-
-
-class Ctx:
-    """A stand-in batch carrying only features."""
-
-    def __init__(self, **features):
-        self.features = features
+from syntaxnmt.config import load_config
+from syntaxnmt.errors import UserError
+from syntaxnmt.model.inputs import FeatureSpec, SourceFeatures
+from syntaxnmt.model.syntax_attention import LinguisticHeads, ParentScaled, RelationAttention
+from syntaxnmt.relations import SourceAnnotation, pad_features, sentence_features
+from syntaxnmt.syntax import RELATION_KINDS, SentenceTree
 
 
 def test_zero_relation_embeddings_equal_plain_attention():
@@ -34,7 +31,7 @@ def test_zero_relation_embeddings_equal_plain_attention():
     pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
     ids = torch.randint(0, 5, (2, 5, 5))
     out_plain, w_plain = plain(x, key_padding_mask=pad, need_weights=True)
-    out_rel, w_rel = enriched(x, key_padding_mask=pad, need_weights=True, context={"batch": Ctx(rel_tree_distance=ids)})
+    out_rel, w_rel = enriched(x, key_padding_mask=pad, need_weights=True, features=SourceFeatures(relations={"tree_distance": ids, "linear": ids}))
     torch.testing.assert_close(out_rel, out_plain)
     torch.testing.assert_close(w_rel, w_plain)
 
@@ -52,7 +49,7 @@ def test_one_relation_head_on_three_tokens_by_hand():
         rel.value_emb["tree_distance"].weight.copy_(-torch.arange(12.0).view(6, 2) / 7)
     x = torch.tensor([[[1.0, 0.0], [0.0, 2.0], [1.0, -1.0]]])
     ids = torch.tensor([[[3, 4, 5], [4, 3, 4], [5, 4, 3]]])
-    out, w = mha(x, need_weights=True, context={"batch": Ctx(rel_tree_distance=ids)})
+    out, w = mha(x, need_weights=True, features=SourceFeatures(relations={"tree_distance": ids}))
 
     X = x[0].numpy()
     aK = rel.key_emb["tree_distance"].weight.detach().numpy()
@@ -70,9 +67,8 @@ def test_one_relation_head_on_three_tokens_by_hand():
 
 
 def test_linear_relations_depend_on_offset_only():
-    torch.manual_seed(0)
-    rel = RelationAttention(["linear"], 4, SyntaxConfig(max_relative_position=2))
-    ids = rel.relation_ids("linear", {}, 4, 4, "cpu")[0]
+    sentence = SentenceTree(np.array([0, 0, 1, -1]), np.zeros(0, dtype=np.int64))
+    ids = RELATION_KINDS["linear"].ids(sentence, SyntaxConfig(max_relative_position=2))
     assert ids.tolist() == [[2, 3, 4, 4], [1, 2, 3, 4], [0, 1, 2, 3], [0, 0, 1, 2]]
 
 
@@ -109,7 +105,7 @@ def test_parent_scaled_multiplies_scores_by_gaussian():
     ext = ParentScaled([True, False], sigma=1.0)
     scores = torch.ones(1, 2, 3, 3)
     parent = torch.tensor([[1, 1, 0]])
-    out = ext.scores(scores, None, {"batch": Ctx(parent_pos=parent)})
+    out = ext.scores(scores, None, SourceFeatures(parent=parent))
     gauss = lambda j, p: math.exp(-((j - p) ** 2) / 2) / math.sqrt(2 * math.pi)  # noqa: E731
     expected = torch.tensor([[gauss(j, p) for j in range(3)] for p in (1, 1, 0)])
     torch.testing.assert_close(out[0, 0], expected)
@@ -125,7 +121,8 @@ def test_full_model_with_every_extension_runs_and_masks_padding():
             "input_features": ["upos", "bie"],
         }
     )
-    assert model.feature_spec.names == {"rel_tree_distance", "rel_tree_path", "upos", "parent_pos", "bie"}
+    spec = model.feature_spec
+    assert spec.relations == {"linear", "tree_distance", "tree_path"} and spec.tags == {"upos", "bie"} and spec.parent
     b = _batch([[7, 8, 9, 10], [11, 12]], model, [[3, 4, 5, 3], [4, 5]], [[2, 0, 2, 3], [0, 1]])
     out = model(b, need_weights=True)
     for w in out.encoder.self_attention:
@@ -146,17 +143,31 @@ def test_input_features_change_the_encoding_and_concat_keeps_d_model():
         assert not torch.allclose(h1, h2)
 
 
-def test_config_rows_are_checked():
-    with pytest.raises(ValueError, match="entries for 4 heads"):
-        encoder_extensions(SyntaxConfig(relations=[["linear"]]), 0, 4, 4, {})
-    with pytest.raises(ValueError, match="unknown relation kind"):
-        encoder_extensions(SyntaxConfig(relations=[["linear", "x", "none", "none"]]), 0, 4, 4, {})
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["--model.syntax.relations=[[linear]]"], "1 entries for 4 heads"),
+        (["--model.syntax.relations=[[linear, x, none, none]]"], "unknown value 'x'"),
+        (["--model.syntax.qk_source=[[word, word, word, lemma]]"], "unknown value 'lemma'"),
+        (["--model.syntax.parent_scaled=[[true, false]]"], "2 entries for 4 heads"),
+        (["--model.syntax.relations=[[linear, none, none, none], [linear, none, none, none]]", "--model.enc_layers=3"], "2 rows"),
+        (["--model.syntax.relations=[[tree_distance, none, none, none]]"], "set data.annotate"),
+        (["--model.arch=rnn", "--model.syntax.relations=[[linear, none, none, none]]"], "Transformer-only"),
+        (["--data.annotate=spacy", "--model.syntax.input_features=[upos, bie]", "--model.syntax.feature_combine=concat", "--model.syntax.feature_dim=128"], "leaves no room"),
+    ],
+)
+def test_syntax_config_is_checked_when_loaded(overrides, message):
+    with pytest.raises(UserError, match=message):
+        load_config(None, overrides)
+
+
+def test_linguistic_heads_need_the_tag_set():
     with pytest.raises(ValueError, match="no upos tags"):
         LinguisticHeads(["upos"], 4, 8, {})
 
 
 def test_feature_spec_from_config():
     spec = FeatureSpec.from_config(SyntaxConfig(relations=[["linear", "none"]], input_features=["bie"]))
-    assert spec.names == {"bie"} and not spec.needs_parse
+    assert spec.relations == {"linear"} and spec.tags == {"bie"} and not spec.needs_parse
     spec = FeatureSpec.from_config(SyntaxConfig(relations=[["tree_path", "none"]]))
-    assert spec.names == {"rel_tree_path"} and spec.needs_parse
+    assert spec.relations == {"tree_path"} and spec.needs_parse

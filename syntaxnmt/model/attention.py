@@ -6,7 +6,8 @@ Enriched attention plugs in through :class:`AttentionExtension` objects rather t
 module. An extension can replace the queries/keys of some heads (linguistic heads), add terms to
 the energies (relation embeddings on keys, Shaw et al. 2018), rescale them (parent-scaled
 attention) and add terms to the output (relation embeddings on values). Extensions read their
-per-batch inputs (tags, relation ids ...) from the ``context`` dict passed to ``forward``.
+per-batch inputs (tags, relation ids, parent positions) from the typed
+:class:`~syntaxnmt.model.inputs.SourceFeatures` passed to ``forward``.
 
 With no extension and no request for the weights, the fused
 :func:`torch.nn.functional.scaled_dot_product_attention` kernel computes the same thing faster
@@ -16,13 +17,14 @@ With no extension and no request for the weights, the fused
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from syntaxnmt.model.dropout import dropout
+from syntaxnmt.model.inputs import SourceFeatures
 from syntaxnmt.model.linear import Linear
 
 
@@ -30,17 +32,17 @@ class AttentionExtension(nn.Module):
     """Hook points of :class:`MultiHeadAttention`; every default is the identity.
 
     Shapes: ``q`` (B, H, Tq, d), ``k`` (B, H, Tk, d), ``scores`` and ``weights`` (B, H, Tq, Tk),
-    ``out`` (B, H, Tq, d). ``context`` is the dict given to ``MultiHeadAttention.forward``.
+    ``out`` (B, H, Tq, d). ``features`` are the source features given to ``MultiHeadAttention.forward``.
     """
 
-    def queries_keys(self, q: Tensor, k: Tensor, context: dict[str, Any]) -> tuple[Tensor, Tensor]:
+    def queries_keys(self, q: Tensor, k: Tensor, features: SourceFeatures) -> tuple[Tensor, Tensor]:
         return q, k
 
-    def scores(self, scores: Tensor, q: Tensor, context: dict[str, Any]) -> Tensor:
+    def scores(self, scores: Tensor, q: Tensor, features: SourceFeatures) -> Tensor:
         """Energies before masking and softmax (already divided by sqrt(d))."""
         return scores
 
-    def values(self, out: Tensor, weights: Tensor, context: dict[str, Any]) -> Tensor:
+    def values(self, out: Tensor, weights: Tensor, features: SourceFeatures) -> Tensor:
         """The per-head output ``weights @ V`` before the heads are merged."""
         return out
 
@@ -82,7 +84,7 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         cache: dict[str, Tensor] | None = None,
         static_kv: bool = False,
-        context: dict[str, Any] | None = None,
+        features: SourceFeatures | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Return the attention output (B, Tq, D) and, if ``need_weights``, the weights (B, H, Tq, Tk).
 
@@ -110,7 +112,7 @@ class MultiHeadAttention(nn.Module):
             out = self._fused(q, k, v, key_padding_mask, causal)
             weights = None
         else:
-            out, weights = self._explicit(q, k, v, key_padding_mask, causal, context or {})
+            out, weights = self._explicit(q, k, v, key_padding_mask, causal, features or SourceFeatures())
         b, _, tq, _ = out.shape
         out = out.transpose(1, 2).reshape(b, tq, self.d_model)
         return self.out_proj(out), weights
@@ -126,12 +128,12 @@ class MultiHeadAttention(nn.Module):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask & ~future, dropout_p=p)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
 
-    def _explicit(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool, context: dict[str, Any]) -> tuple[Tensor, Tensor]:
+    def _explicit(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool, features: SourceFeatures) -> tuple[Tensor, Tensor]:
         for ext in self.extensions:
-            q, k = ext.queries_keys(q, k, context)
+            q, k = ext.queries_keys(q, k, features)
         scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.d_head)
         for ext in self.extensions:
-            scores = ext.scores(scores, q, context)
+            scores = ext.scores(scores, q, features)
         if key_padding_mask is not None:
             scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
         if causal:
@@ -142,7 +144,7 @@ class MultiHeadAttention(nn.Module):
         dropped = dropout(weights, self.dropout, self.training)
         out = torch.matmul(dropped, v)
         for ext in self.extensions:
-            out = ext.values(out, dropped, context)
+            out = ext.values(out, dropped, features)
         return out, weights
 
 

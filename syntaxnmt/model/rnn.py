@@ -43,12 +43,11 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from syntaxnmt.batches import Batch
-from syntaxnmt.config import ModelConfig, RNNConfig, SyntaxConfig
+from syntaxnmt.config import ModelConfig, RNNConfig
 from syntaxnmt.model.dropout import Dropout
+from syntaxnmt.model.inputs import Batch, FeatureSpec
 from syntaxnmt.model.scores import Attention
 from syntaxnmt.model.transformer import EncoderOutput, ModelOutput, sinusoidal_table
-from syntaxnmt.relations import FeatureSpec
 from syntaxnmt.subwords import PAD
 
 
@@ -263,8 +262,6 @@ class RNNModel(nn.Module):
     def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int):
         super().__init__()
         self.cfg = cfg
-        if cfg.syntax != SyntaxConfig():
-            raise ValueError("model.syntax (linguistic attention and input features) is Transformer-only: leave it empty with arch rnn")
         self.feature_spec = FeatureSpec()  # the RNN model reads no source features
         rc: RNNConfig = cfg.rnn
         dim = rc.embed_dim or cfg.d_model

@@ -16,29 +16,24 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from syntaxnmt.config import SyntaxConfig
 from syntaxnmt.model.attention import AttentionExtension
-from syntaxnmt.syntax import linear_relation_ids, n_linear_relations, n_tree_distance_relations, n_tree_path_relations
+from syntaxnmt.model.inputs import SourceFeatures
+from syntaxnmt.syntax import RELATION_KINDS
 
-RELATION_KINDS = ("linear", "tree_distance", "tree_path")
 TAG_SOURCES = ("upos", "xpos", "deprel")
 
 
-def layer_row(spec: list[list], layer: int, heads: int, what: str) -> list | None:
-    """Row ``layer`` of a per-layer, per-head spec (a single row applies to every layer)."""
+def layer_row(spec: list[list], layer: int) -> list | None:
+    """Row ``layer`` of a per-layer, per-head spec (a single row applies to every layer); the
+    shapes are checked when the config is loaded (:class:`~syntaxnmt.config.ModelConfig`)."""
     if not spec:
         return None
-    row = spec[0] if len(spec) == 1 else spec[layer] if layer < len(spec) else None
-    if row is None:
-        raise ValueError(f"model.syntax.{what} has {len(spec)} rows; give one row, or one per encoder layer")
-    if len(row) != heads:
-        raise ValueError(f"model.syntax.{what}: a row has {len(row)} entries for {heads} heads")
-    return [v.lower() if isinstance(v, str) else v for v in row]
+    return spec[0] if len(spec) == 1 else spec[layer]
 
 
 class RelationAttention(AttentionExtension):
@@ -46,53 +41,35 @@ class RelationAttention(AttentionExtension):
 
     def __init__(self, kinds: list[str], d_head: int, syn: SyntaxConfig):
         super().__init__()
-        for k in kinds:
-            if k not in RELATION_KINDS + ("none",):
-                raise ValueError(f"model.syntax.relations: unknown relation kind {k!r} (none, {', '.join(RELATION_KINDS)})")
-        self.k_linear = syn.max_relative_position
         self.use_values = syn.relation_values
         self.scale = 1.0 / math.sqrt(d_head)
-        sizes = {
-            "linear": n_linear_relations(syn.max_relative_position),
-            "tree_distance": n_tree_distance_relations(syn.max_tree_distance),
-            "tree_path": n_tree_path_relations(syn.max_path_length),
-        }
         self.kinds = [k for k in RELATION_KINDS if k in kinds]
         for k in self.kinds:
             self.register_buffer(f"heads_{k}", torch.tensor([h for h, kk in enumerate(kinds) if kk == k]), persistent=False)
+        sizes = {k: RELATION_KINDS[k].n_ids(syn) for k in self.kinds}
         # Shared by the heads of one kind within the layer (Shaw et al. 2018, Sec. 3.1).
         self.key_emb = nn.ModuleDict({k: nn.Embedding(sizes[k], d_head) for k in self.kinds})
         self.value_emb = nn.ModuleDict({k: nn.Embedding(sizes[k], d_head) for k in self.kinds}) if self.use_values else None
         for emb in list(self.key_emb.values()) + (list(self.value_emb.values()) if self.value_emb else []):
             nn.init.normal_(emb.weight, std=d_head**-0.5)
 
-    def relation_ids(self, kind: str, context: dict[str, Any], tq: int, tk: int, device) -> Tensor:
-        """(B or 1, Tq, Tk) relation ids of one kind."""
-        if kind == "linear":
-            ids = linear_relation_ids(max(tq, tk), self.k_linear)[-tq:, :tk]
-            return torch.as_tensor(ids, device=device)[None]
-        feats = context["batch"].features
-        if f"rel_{kind}" not in feats:
-            raise ValueError(f"the batch lacks 'rel_{kind}': this model needs parsed source sentences")
-        return feats[f"rel_{kind}"]
-
-    def scores(self, scores: Tensor, q: Tensor, context: dict[str, Any]) -> Tensor:
+    def scores(self, scores: Tensor, q: Tensor, features: SourceFeatures) -> Tensor:
         extra = torch.zeros_like(scores)
         for kind in self.kinds:
             heads = getattr(self, f"heads_{kind}")
-            ids = self.relation_ids(kind, context, scores.size(-2), scores.size(-1), scores.device)
+            ids = features.relation(kind)  # (B, S, S)
             qe = torch.matmul(q.index_select(1, heads), self.key_emb[kind].weight.t())  # (B, h, Tq, R)
             idx = ids[:, None].expand(qe.size(0), len(heads), -1, -1)
             extra = extra.index_copy(1, heads, qe.gather(-1, idx) * self.scale)
         return scores + extra
 
-    def values(self, out: Tensor, weights: Tensor, context: dict[str, Any]) -> Tensor:
+    def values(self, out: Tensor, weights: Tensor, features: SourceFeatures) -> Tensor:
         if not self.use_values:
             return out
         extra = torch.zeros_like(out)
         for kind in self.kinds:
             heads = getattr(self, f"heads_{kind}")
-            ids = self.relation_ids(kind, context, weights.size(-2), weights.size(-1), weights.device)
+            ids = features.relation(kind)
             w = weights.index_select(1, heads)  # (B, h, Tq, Tk)
             idx = ids[:, None].expand(w.size(0), len(heads), -1, -1)
             n_rel = self.value_emb[kind].num_embeddings
@@ -108,8 +85,6 @@ class LinguisticHeads(AttentionExtension):
         super().__init__()
         self.assign = {h: s for h, s in enumerate(sources) if s != "word"}
         for s in self.assign.values():
-            if s not in TAG_SOURCES:
-                raise ValueError(f"model.syntax.qk_source: unknown source {s!r} (word, {', '.join(TAG_SOURCES)})")
             if s not in tag_sizes:
                 raise ValueError(f"model.syntax.qk_source uses {s!r} but the prepared corpus has no {s} tags")
         used = sorted(set(self.assign.values()))
@@ -117,15 +92,12 @@ class LinguisticHeads(AttentionExtension):
         self.q_proj = nn.ModuleDict({str(h): nn.Linear(tag_dim, d_head) for h in self.assign})
         self.k_proj = nn.ModuleDict({str(h): nn.Linear(tag_dim, d_head) for h in self.assign})
 
-    def queries_keys(self, q: Tensor, k: Tensor, context: dict[str, Any]) -> tuple[Tensor, Tensor]:
-        feats = context["batch"].features
+    def queries_keys(self, q: Tensor, k: Tensor, features: SourceFeatures) -> tuple[Tensor, Tensor]:
         qs, ks = list(q.unbind(1)), list(k.unbind(1))
         embedded = {}
         for h, source in self.assign.items():
-            if source not in feats:
-                raise ValueError(f"the batch lacks '{source}' tags: this model needs parsed source sentences")
             if source not in embedded:
-                embedded[source] = self.tag_emb[source](feats[source])  # (B, S, tag_dim)
+                embedded[source] = self.tag_emb[source](features.tag(source))  # (B, S, tag_dim)
             qs[h] = self.q_proj[str(h)](embedded[source])
             ks[h] = self.k_proj[str(h)](embedded[source])
         return torch.stack(qs, 1), torch.stack(ks, 1)
@@ -140,10 +112,8 @@ class ParentScaled(AttentionExtension):
         self.register_buffer("heads", torch.tensor(on, dtype=torch.long), persistent=False)
         self.sigma = sigma
 
-    def scores(self, scores: Tensor, q: Tensor, context: dict[str, Any]) -> Tensor:
-        if "parent_pos" not in context["batch"].features:
-            raise ValueError("the batch lacks 'parent_pos': this model needs parsed source sentences")
-        parent = context["batch"].features["parent_pos"].to(scores.dtype)  # (B, S)
+    def scores(self, scores: Tensor, q: Tensor, features: SourceFeatures) -> Tensor:
+        parent = features.parents().to(scores.dtype)  # (B, S)
         j = torch.arange(scores.size(-1), device=scores.device, dtype=scores.dtype)
         gauss = torch.exp(-((j[None, None, :] - parent[:, :, None]) ** 2) / (2 * self.sigma**2)) / math.sqrt(2 * math.pi * self.sigma**2)
         scaled = scores.index_select(1, self.heads) * gauss[:, None]
@@ -153,13 +123,13 @@ class ParentScaled(AttentionExtension):
 def encoder_extensions(syn: SyntaxConfig, layer: int, heads: int, d_head: int, tag_sizes: dict[str, int]) -> list[AttentionExtension]:
     """The extensions of encoder self-attention layer ``layer`` configured in ``model.syntax``."""
     exts: list[AttentionExtension] = []
-    sources = layer_row(syn.qk_source, layer, heads, "qk_source")
+    sources = layer_row(syn.qk_source, layer)
     if sources and any(s != "word" for s in sources):
         exts.append(LinguisticHeads(sources, d_head, syn.tag_dim, tag_sizes))
-    kinds = layer_row(syn.relations, layer, heads, "relations")
+    kinds = layer_row(syn.relations, layer)
     if kinds and any(k != "none" for k in kinds):
         exts.append(RelationAttention(kinds, d_head, syn))
-    flags = layer_row(syn.parent_scaled, layer, heads, "parent_scaled")
+    flags = layer_row(syn.parent_scaled, layer)
     if flags and any(flags):
         exts.append(ParentScaled(flags, syn.parent_sigma))
     return exts
@@ -187,11 +157,8 @@ class InputFeatures(nn.Module):
     def word_dim_reduction(self) -> int:
         return len(self.names) * self.emb[self.names[0]].embedding_dim if self.concat and self.names else 0
 
-    def forward(self, word_emb: Tensor, features: dict[str, Tensor]) -> Tensor:
-        missing = [n for n in self.names if n not in features]
-        if missing:
-            raise ValueError(f"the batch lacks the input features {missing}: this model needs parsed source sentences")
-        embs = [self.emb[n](features[n]) for n in self.names]
+    def forward(self, word_emb: Tensor, features: SourceFeatures) -> Tensor:
+        embs = [self.emb[n](features.tag(n)) for n in self.names]
         if self.concat:
             return torch.cat([word_emb, *embs], dim=-1)
         return word_emb + sum(embs)

@@ -15,13 +15,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from syntaxnmt.batches import Batch
 from syntaxnmt.config import ModelConfig
 from syntaxnmt.model.attention import MultiHeadAttention, reorder_cache
 from syntaxnmt.model.dropout import Dropout
+from syntaxnmt.model.inputs import Batch, FeatureSpec, SourceFeatures
 from syntaxnmt.model.linear import Linear
 from syntaxnmt.model.syntax_attention import InputFeatures, encoder_extensions
-from syntaxnmt.relations import FeatureSpec
 from syntaxnmt.subwords import PAD
 
 
@@ -57,12 +56,12 @@ class Embeddings(nn.Module):
             self.register_buffer("table", sinusoidal_table(cfg.max_positions, cfg.d_model), persistent=False)
         self.dropout = Dropout(cfg.dropout)
 
-    def forward(self, tokens: Tensor, offset: int = 0, features: dict[str, Tensor] | None = None) -> Tensor:
+    def forward(self, tokens: Tensor, offset: int = 0, features: SourceFeatures | None = None) -> Tensor:
         t = tokens.size(1)
         pos = self.positions.weight[offset : offset + t] if self.learned else self.table[offset : offset + t]
         x = self.tokens(tokens)
         if self.features is not None:
-            x = self.features(x, features or {})
+            x = self.features(x, features or SourceFeatures())
         x = x * self.scale
         return self.dropout(x + pos if self.absolute else x)
 
@@ -101,8 +100,8 @@ class EncoderLayer(nn.Module):
         self.ffn = FeedForward(cfg)
         self.res_attn, self.res_ffn = Residual(cfg), Residual(cfg)
 
-    def forward(self, x: Tensor, pad_mask: Tensor, need_weights: bool = False, context: dict | None = None) -> tuple[Tensor, Tensor | None]:
-        x, w = self.res_attn(x, lambda h: self.self_attn(h, key_padding_mask=pad_mask, need_weights=need_weights, context=context))
+    def forward(self, x: Tensor, pad_mask: Tensor, need_weights: bool = False, features: SourceFeatures | None = None) -> tuple[Tensor, Tensor | None]:
+        x, w = self.res_attn(x, lambda h: self.self_attn(h, key_padding_mask=pad_mask, need_weights=need_weights, features=features))
         x, _ = self.res_ffn(x, lambda h: (self.ffn(h), None))
         return x, w
 
@@ -195,10 +194,9 @@ class Transformer(nn.Module):
     def encode(self, batch: Batch, need_weights: bool = False) -> EncoderOutput:
         pad_mask = batch.src_pad_mask
         x = self.src_embed(batch.src, features=batch.features)
-        context = {"batch": batch}
         weights = []
         for layer in self.encoder:
-            x, w = layer(x, pad_mask, need_weights, context)
+            x, w = layer(x, pad_mask, need_weights, batch.features)
             weights.append(w)
         return EncoderOutput(self.enc_norm(x), pad_mask, weights if need_weights else [])
 
