@@ -293,31 +293,46 @@ def test_run_set_with_jobs_gives_the_sequential_results(tiny_set, tmp_path):
 
 
 def test_a_failing_run_does_not_stop_the_others(tiny_set, tmp_path, capsys):
-    """With ``--jobs 2``, a run that fails (tree relations on a corpus without parses) is reported
-    with the end of its log once the other run has finished; no table is written; exit status 2."""
+    """With ``--jobs 2``, a run that fails is reported with the end of its log once the other runs
+    have finished; no table is written; exit status 2 for a user error, 1 for a crash."""
     from syntaxnmt.cli import main
 
     set_path = tiny_set(name="tiny-broken")
-    tree = yaml.safe_load((set_path.parent / "variants" / "linear.yaml").read_text())
-    tree.update(work_dir=str(tmp_path / "runs" / "broken"), model={**tree["model"], "syntax": {"relations": [["tree_distance"] * 4]}})
-    _write_yaml(set_path.parent / "variants" / "broken.yaml", tree)
+    variants = set_path.parent / "variants"
+    tree = yaml.safe_load((set_path.parent / "baseline.yaml").read_text())
+    # A user error that only training finds (train-joint's option given to train) ...
+    _write_yaml(variants / "user-error.yaml", deep_merge(tree, {"work_dir": str(tmp_path / "runs" / "user-error"), "train": {"alignment": {"symmetry_weight": 0.5}}}))
+    # ... and a crash (no such GPU: a RuntimeError, not a user error).
+    _write_yaml(variants / "crash.yaml", deep_merge(tree, {"work_dir": str(tmp_path / "runs" / "crash"), "train": {"device": "cuda:99"}}))
     spec = yaml.safe_load(set_path.read_text())
-    spec["configs"] = {"baseline": "baseline.yaml", "broken": "variants/broken.yaml"}
+    spec["configs"] = {"baseline": "baseline.yaml", "user error": "variants/user-error.yaml"}
     _write_yaml(set_path, spec)
+
     with pytest.raises(SystemExit) as info:
         main(["experiment", str(set_path), "--jobs", "2"])
     assert info.value.code == 2
     out, err = capsys.readouterr()
-    broken_log = tmp_path / "runs" / "broken-seed1" / "train.log"
+    user_log = tmp_path / "runs" / "user-error-seed1" / "train.log"
     # The last line (after the progress bar over the runs) is the one-line error.
-    assert err.strip().splitlines()[-1] == f"syntaxnmt: error: 1 of 2 runs failed: broken seed 1 (exit status 2; log {broken_log})"
+    assert err.strip().splitlines()[-1] == f"syntaxnmt: error: 1 of 2 runs failed: user error seed 1 (exit status 2; log {user_log})"
     # The parent showed the end of the failed run's log, which holds the worker's one-line error.
-    assert "[broken seed 1] FAILED (exit status 2)" in out + err
-    assert "syntaxnmt: error: the model uses" in broken_log.read_text() and "syntaxnmt: error: the model uses" in out + err
-    assert "Traceback" not in broken_log.read_text()
+    assert "[user error seed 1] FAILED (exit status 2)" in out + err
+    assert "syntaxnmt: error: train.alignment.symmetry_weight" in user_log.read_text() and "syntaxnmt: error: train.alignment.symmetry_weight" in out + err
+    assert "Traceback" not in user_log.read_text()
     # The other run finished; no results were written.
     assert (tmp_path / "runs" / "baseline-seed1" / "done.json").is_file() and (tmp_path / "runs" / "baseline-seed1" / "tiny.hyp").is_file()
     assert not (tmp_path / "results.md").exists()
+
+    spec["configs"]["crash"] = "variants/crash.yaml"
+    _write_yaml(set_path, spec)
+    with pytest.raises(SystemExit) as info:
+        main(["experiment", str(set_path), "--jobs", "2"])
+    assert info.value.code == 1
+    out, err = capsys.readouterr()
+    crash_log = tmp_path / "runs" / "crash-seed1" / "train.log"
+    assert err.strip().splitlines()[-1] == f"syntaxnmt: error: 2 of 2 runs failed: user error seed 1 (exit status 2; log {user_log}); crash seed 1 (exit status 1; log {crash_log})"
+    assert "Traceback" in crash_log.read_text() and "[crash seed 1] FAILED (exit status 1)" in out + err
+    assert "runs:" in err and "2/2" in err  # the bar counted the runs that were left
 
 
 def test_run_set_with_a_tag_keeps_its_runs_apart(tiny_set, tmp_path):
