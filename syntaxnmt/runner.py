@@ -151,6 +151,14 @@ def _failure_report(failed: list[tuple[Run, int]], total: int) -> RunsFailed:
     return RunsFailed(f"{len(failed)} of {total} runs failed: {'; '.join(parts)}", exit_code)
 
 
+def _on_sigterm(handler):
+    """Install a SIGTERM handler (in the main thread only); returns the previous one."""
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except (ValueError, TypeError):  # not the main thread, or no previous Python handler to restore
+        return handler
+
+
 def run_in_workers(runs: Sequence[Run], spec_tree: dict, jobs: int, log: Callable[[str], None] = print, cores: int | None = None) -> None:
     """Train and translate ``runs`` in ``jobs`` worker processes; raises :class:`RunsFailed` at the end
     if any failed (after printing the end of each failed run's log)."""
@@ -160,7 +168,7 @@ def run_in_workers(runs: Sequence[Run], spec_tree: dict, jobs: int, log: Callabl
     pending, active, failed = list(runs), [], []
     threads = {id(r): worker_threads(r.cfg, jobs, cores) for r in runs}
     bar = tqdm(total=len(runs), desc="runs", unit="run", dynamic_ncols=True)
-    old_term = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    old_term = _on_sigterm(signal.default_int_handler)  # SIGTERM stops the workers like Ctrl-C
     try:
         while pending or active:
             while pending and len(active) < jobs:
@@ -183,7 +191,7 @@ def run_in_workers(runs: Sequence[Run], spec_tree: dict, jobs: int, log: Callabl
         _stop_all(active, bar)
         raise
     finally:
-        signal.signal(signal.SIGTERM, old_term)
+        _on_sigterm(old_term)
         bar.close()
     if failed:
         raise _failure_report(failed, len(runs))
@@ -194,10 +202,10 @@ def worker_main() -> None:
     from syntaxnmt.cli import run_command
 
     def job() -> None:
-        spec = json.load(sys.stdin)
-        cfg = config_from_dict(spec["config"], source="worker job")
-        print(f"syntaxnmt experiment worker: {spec['label']} seed {cfg.seed} in {cfg.work_dir}, device {cfg.train.device}, {cfg.train.threads} threads", flush=True)
-        run_config(spec["label"], cfg, ExperimentSet.model_validate(spec["set"]), log=lambda *a, **k: tqdm.write(" ".join(map(str, a))))
+        tree = json.load(sys.stdin)
+        cfg = config_from_dict(tree["config"], source="worker job")
+        print(f"syntaxnmt experiment worker: {tree['label']} seed {cfg.seed} in {cfg.work_dir}, device {cfg.train.device}, {cfg.train.threads} threads", flush=True)
+        run_config(tree["label"], cfg, ExperimentSet.model_validate(tree["set"]), log=lambda *a, **k: tqdm.write(" ".join(map(str, a))))
 
     run_command(job)
 
