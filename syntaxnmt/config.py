@@ -211,7 +211,7 @@ AlignmentSpec = int | Literal["average"]
 
 
 class AlignmentConfig(_Section):
-    """Attention as alignment in training (see :mod:`syntaxnmt.alignment_losses`); every term is off by default.
+    """Attention as alignment in training (see :mod:`syntaxnmt.alignment.losses`); every term is off by default.
 
     The terms are summed over sentences and added to the label-smoothed loss before it is
     normalized by the update's target tokens. They read one cross-attention matrix per sentence:
@@ -221,7 +221,7 @@ class AlignmentConfig(_Section):
     guided_weight: float = 0.0
     """λ of guided alignment (Chen et al. 2016): λ·decay·Σ_sentences T_y·G(A, α); needs ``data.train_align``."""
     guided_decay: str = "constant"
-    """Schedule of λ: ``constant``, ``linear:N``, ``exp:R`` or ``step:N`` (see ``alignment_losses.decay``)."""
+    """Schedule of λ: ``constant``, ``linear:N``, ``exp:R`` or ``step:N`` (see ``syntaxnmt.alignment.losses.decay``)."""
     layer: AlignmentSpec = "average"
     """Decoder layer whose cross-attention is supervised and read as alignment (negative counts from the
     end; Garg et al. 2019 use the penultimate, -2), or ``average``."""
@@ -241,7 +241,7 @@ class AlignmentConfig(_Section):
         if min(self.guided_weight, self.coverage_weight, self.symmetry_weight) < 0:
             raise ValueError("guided_weight, coverage_weight and symmetry_weight must be >= 0")
         if self.guided_decay != "constant":
-            from syntaxnmt.alignment_losses import decay
+            from syntaxnmt.alignment.losses import decay
 
             try:
                 decay(0, self.guided_decay)
@@ -374,7 +374,7 @@ _Loader.add_implicit_resolver(
 )
 
 
-def _yaml_load(text: str) -> Any:
+def yaml_load(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)
 
 
@@ -432,7 +432,7 @@ def parse_overrides(args: list[str]) -> dict:
         else:
             raise UserError(f"override --{key} has no value")
         try:
-            value = _yaml_load(text)
+            value = yaml_load(text)
         except yaml.YAMLError:
             value = text
         _set_dotted(tree, key, value)
@@ -480,7 +480,7 @@ def read_yaml_tree(path: str | os.PathLike, _seen: tuple = ()) -> dict:
     if p.resolve() in _seen:
         raise UserError(f"{path}: 'base' configs include each other in a cycle")
     try:
-        tree = _yaml_load(p.read_text(encoding="utf-8")) or {}
+        tree = yaml_load(p.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""

@@ -6,9 +6,9 @@ pieces, so the vocabulary must be joint -- with the objective, per update::
 
     L = L_{s→t} / N_t + L_{t→s} / N_s - γ · Σ_pairs B / N_t,    B = Σ_i Σ_j α^{s→t}_ij α^{t→s}_ji
 
-(:func:`~syntaxnmt.alignment_losses.trace_bonus`, γ = ``train.alignment.symmetry_weight``; EOS and
+(:func:`~syntaxnmt.alignment.losses.trace_bonus`, γ = ``train.alignment.symmetry_weight``; EOS and
 padding left out), where L_d is the label-smoothed loss of direction d plus its own
-guided-alignment/coverage terms (:mod:`syntaxnmt.alignment_training`; the reverse model's
+guided-alignment/coverage terms (:mod:`syntaxnmt.alignment.losses`; the reverse model's
 reference alignment is the transposed one) and N_t, N_s count target/source tokens. α is the
 ``train.alignment.layer``/``head`` cross-attention of each model. One update steps both models
 (each with its own Adam and schedule) on the same batches.
@@ -28,8 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from syntaxnmt import loop
-from syntaxnmt.alignment_losses import normalize_alignment, trace_bonus
-from syntaxnmt.alignment_training import alignment_attention, alignment_objective, attach_fertility, word_masks
+from syntaxnmt.alignment.losses import alignment_attention, alignment_objective, attach_fertility, normalize_alignment, trace_bonus, word_masks
 from syntaxnmt.batches import Split, TokenBatchSampler, collate
 from syntaxnmt.config import Config, config_from_dict
 from syntaxnmt.errors import UserError

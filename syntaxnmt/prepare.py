@@ -124,7 +124,7 @@ def parse_source(cfg: Config, lines: Sequence[str], text_path: str, conllu_path:
     return annotate(lines, method=d.annotate, pipeline=d.spacy_pipeline, conllu_path=conllu_path, text_path=text_path, bad_tree=d.bad_tree, progress=progress, line_numbers=line_numbers)
 
 
-def _annotate_split(cfg: Config, text: ParallelText, src_path: str, conllu_path: str, log) -> tuple[ParallelText, list, dict]:
+def annotate_split(cfg: Config, text: ParallelText, src_path: str, conllu_path: str, log) -> tuple[ParallelText, list, dict]:
     """Parse the kept pairs of a split; pairs whose tree is bad are dropped when ``bad_tree: skip``."""
     d = cfg.data
     if d.annotate == "conllu":
@@ -172,7 +172,7 @@ def model_words(cfg: Config, text: ParallelText, parses: list | None) -> tuple[l
 def _save_alignments(out: Path, path: str, text: ParallelText, src_text: list[str], tgt_text: list[str], src_words, tgt_ids, tok: Tokenizer, keep: Sequence[int]) -> int:
     """Project the word links of ``path`` (one line per line of the training files) onto the subwords
     of the kept pairs; store ``train.align`` and ``train.tgt_word``. Returns the number of word links."""
-    from syntaxnmt.alignment import parse_links, word_ids_from_pieces, words_to_subwords
+    from syntaxnmt.alignment.formats import parse_links, word_ids_from_pieces, words_to_subwords
 
     lines = read_lines(path)
     if len(lines) != text.counts["read"]:
@@ -208,6 +208,38 @@ def _save_split(out: Path, name: str, src, words, tgt, parses, tags: TagVocab | 
             RaggedArray.save(out / f"{name}.{tag}", [tags.encode(tag, getattr(parses[i], tag)) for i in keep])
 
 
+def _read_splits(cfg: Config, log) -> tuple[ParallelText, ParallelText, list | None, list | None, dict[str, int]]:
+    """The train and dev pairs and, with ``data.annotate``, their parses and bad-tree counts."""
+    d = cfg.data
+    train = read_parallel(d.train_src, d.train_tgt)
+    dev = read_parallel(d.dev_src, d.dev_tgt)
+    if not train.src:
+        raise UserError(f"{d.train_src}: no non-empty sentence pairs")
+    if not dev.src:
+        raise UserError(f"{d.dev_src}: no non-empty sentence pairs")
+    bad = {"train": 0, "dev": 0}
+    if d.annotate == "none":
+        return train, dev, None, None, bad
+    train, train_parses, c = annotate_split(cfg, train, d.train_src, d.train_conllu, log)
+    bad["train"] = c["bad_tree"]
+    dev, dev_parses, c = annotate_split(cfg, dev, d.dev_src, d.dev_conllu, log)
+    bad["dev"] = c["bad_tree"]
+    return train, dev, train_parses, dev_parses, bad
+
+
+def _train_subwords(cfg: Config, src_text: list[str], tgt_text: list[str], log) -> None:
+    """SentencePiece model(s) on the text the model sees, joint or one per language."""
+    d = cfg.data
+    src_spm, tgt_spm = spm_paths(cfg.prepared_dir, d)
+    spm_args = dict(vocab_size=d.vocab_size, model_type=d.spm_model_type, character_coverage=d.spm_character_coverage, max_sentences=d.spm_max_sentences, seed=cfg.seed)
+    log(f"training SentencePiece ({d.spm_model_type}, {'joint' if d.joint_vocab else 'separate'}, vocab <= {d.vocab_size})")
+    if d.joint_vocab:
+        train_sentencepiece(src_text + tgt_text, src_spm, **spm_args)
+    else:
+        train_sentencepiece(src_text, src_spm, **spm_args)
+        train_sentencepiece(tgt_text, tgt_spm, **spm_args)
+
+
 def prepare(cfg: Config, force: bool = False, log=print) -> dict:
     """Build (or reuse) the prepared corpus of ``cfg``; returns the counts written to ``meta.json``."""
     d = cfg.data
@@ -225,22 +257,9 @@ def prepare(cfg: Config, force: bool = False, log=print) -> dict:
     for stale in out.glob("*.npy"):
         stale.unlink()
 
-    train = read_parallel(d.train_src, d.train_tgt)
-    dev = read_parallel(d.dev_src, d.dev_tgt)
-    if not train.src:
-        raise UserError(f"{d.train_src}: no non-empty sentence pairs")
-    if not dev.src:
-        raise UserError(f"{d.dev_src}: no non-empty sentence pairs")
-
-    annotated = d.annotate != "none"
-    train_parses = dev_parses = None
-    bad = {"train": 0, "dev": 0}
+    train, dev, train_parses, dev_parses, bad = _read_splits(cfg, log)
     tags = None
-    if annotated:
-        train, train_parses, c = _annotate_split(cfg, train, d.train_src, d.train_conllu, log)
-        bad["train"] = c["bad_tree"]
-        dev, dev_parses, c = _annotate_split(cfg, dev, d.dev_src, d.dev_conllu, log)
-        bad["dev"] = c["bad_tree"]
+    if train_parses is not None:
         tags = TagVocab.from_parses(train_parses)
         atomic_write_text(out / TAGS, json.dumps(tags.itos, indent=1, ensure_ascii=False))
     else:
@@ -248,14 +267,7 @@ def prepare(cfg: Config, force: bool = False, log=print) -> dict:
 
     # SentencePiece is trained on the text the model sees.
     src_text, tgt_text = model_words(cfg, train, train_parses)
-    src_spm, tgt_spm = spm_paths(out, d)
-    spm_args = dict(vocab_size=d.vocab_size, model_type=d.spm_model_type, character_coverage=d.spm_character_coverage, max_sentences=d.spm_max_sentences, seed=cfg.seed)
-    log(f"training SentencePiece ({d.spm_model_type}, {'joint' if d.joint_vocab else 'separate'}, vocab <= {d.vocab_size})")
-    if d.joint_vocab:
-        train_sentencepiece(src_text + tgt_text, src_spm, **spm_args)
-    else:
-        train_sentencepiece(src_text, src_spm, **spm_args)
-        train_sentencepiece(tgt_text, tgt_spm, **spm_args)
+    _train_subwords(cfg, src_text, tgt_text, log)
     toks = load_tokenizers(cfg)
 
     # Train split: encode and filter by length.

@@ -25,9 +25,32 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from syntaxnmt.alignment_losses import coverage_penalty as coverage_score
 from syntaxnmt.model.inputs import Batch
 from syntaxnmt.subwords import BOS, EOS, PAD
+
+
+def coverage_score(
+    coverage: Tensor,
+    beta: float,
+    src_pad_mask: Tensor | None = None,
+    eps: float = 1e-6,
+) -> Tensor:
+    """Coverage penalty for beam search (Wu et al. 2016, "Google's Neural Machine Translation
+    System", arXiv:1609.08144, Sec. 7)::
+
+        cp(X; Y) = β Σ_j log(min(Σ_i α_ij, 1.0))
+
+    ``coverage`` (..., S) is the attention each source word received so far, Σ_i α_ij (e.g.
+    ``attn.sum(-2)`` or a running sum in the beam). Convention: cp <= 0 and is *added* to the
+    length-normalized log-probability, s(Y, X) = log P(Y|X) / lp(Y) + cp(X; Y); a source word
+    attended once or more costs nothing. Padding positions (``src_pad_mask`` (..., S), True at
+    padding) are skipped, and coverage is clamped below at ``eps`` so that an unattended word costs
+    β·log(eps) instead of -∞. Returns shape (...).
+    """
+    c = coverage.clamp(min=eps, max=1.0).log()
+    if src_pad_mask is not None:
+        c = c.masked_fill(src_pad_mask, 0.0)
+    return beta * c.sum(dim=-1)
 
 
 @dataclass

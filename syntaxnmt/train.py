@@ -20,7 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from syntaxnmt import loop
-from syntaxnmt.alignment_training import alignment_objective, attach_fertility
+from syntaxnmt.alignment.losses import alignment_objective, attach_fertility
 from syntaxnmt.batches import Split, TokenBatchSampler, bucket_batches, collate
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.config import Config, TrainConfig
@@ -66,7 +66,7 @@ def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainCon
     The loss is normalized by the target tokens of the whole group -- over all ranks in distributed
     training, where DDP averages the gradients -- so accumulating k batches equals one batch k times
     larger, and N ranks equal one process accumulating N times more. An
-    :class:`~syntaxnmt.alignment_training.AlignmentObjective` adds its attention terms (at update
+    :class:`~syntaxnmt.alignment.losses.AlignmentObjective` adds its attention terms (at update
     ``step``) to every batch's loss.
     """
     n_tokens = sum(int(split["tgt"].lengths[idx].sum()) + len(idx) for idx in group)

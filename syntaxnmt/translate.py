@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from syntaxnmt.alignment_training import attach_fertility
+from syntaxnmt.alignment.losses import attach_fertility
 from syntaxnmt.batches import make_batch
 from syntaxnmt.checkpoint import load_checkpoint
 from syntaxnmt.config import Config, DecodeConfig, config_from_dict

@@ -1,4 +1,4 @@
-"""Tests for attention losses (syntaxnmt.alignment_losses): formulas on tiny tensors, gradients, masks."""
+"""Tests for attention losses (syntaxnmt.alignment.losses): formulas on tiny tensors, gradients, masks."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ import math
 import pytest
 import torch
 
-from syntaxnmt.alignment_losses import (
+from syntaxnmt.alignment.losses import (
     Fertility,
     alignment_targets,
     coverage_loss,
-    coverage_penalty,
     decay,
     guided_alignment_loss,
     normalize_alignment,
     trace_bonus,
 )
 from syntaxnmt.errors import UserError
+from syntaxnmt.search import coverage_score as coverage_penalty
 
 
 def _softmax_attention(b: int, t: int, s: int, seed: int = 0, src_pad: torch.Tensor | None = None) -> torch.Tensor:

@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from syntaxnmt.alignment import read_alignments, subwords_to_words
-from syntaxnmt.alignment_losses import coverage_loss
-from syntaxnmt.alignment_training import AlignmentObjective, alignment_attention, alignment_objective, attach_fertility, word_masks
+from syntaxnmt.alignment.formats import read_alignments, subwords_to_words
+from syntaxnmt.alignment.losses import AlignmentObjective, alignment_attention, alignment_objective, attach_fertility, coverage_loss, word_masks
 from syntaxnmt.batches import Split, collate, make_batch
 from syntaxnmt.config import load_config, parse_overrides
 from syntaxnmt.errors import UserError
@@ -321,7 +320,7 @@ def test_one_joint_step_updates_both_models(aligned_config):
         m.zero_grad()
     fb = collate(split, list(range(4)))
     from syntaxnmt.joint import reversed_split
-    from syntaxnmt.alignment_losses import trace_bonus
+    from syntaxnmt.alignment.losses import trace_bonus
 
     rb = collate(reversed_split(split), list(range(4)))
     a = cfg.train.alignment

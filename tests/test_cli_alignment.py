@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from syntaxnmt.alignment import aer, read_alignments
+from syntaxnmt.alignment.formats import aer, read_alignments
 
 from conftest import deep_merge, tiny_tree
 from test_cli import assert_one_line_error, run_cli, write_lines

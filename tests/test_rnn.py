@@ -201,7 +201,7 @@ def test_every_parameter_gets_a_gradient(rnn):
 
 
 def test_attention_export_gives_one_link_per_target_word():
-    from syntaxnmt.alignment import extract_alignments
+    from syntaxnmt.alignment.extract import extract_alignments
 
     m = make_model({"decoder": "cgru"})
     batch = make_toy_batch()

@@ -171,3 +171,21 @@ def test_feature_spec_from_config():
     assert spec.relations == {"linear"} and spec.tags == {"bie"} and not spec.needs_parse
     spec = FeatureSpec.from_config(SyntaxConfig(relations=[["tree_path", "none"]]))
     assert spec.relations == {"tree_path"} and spec.needs_parse
+
+
+def test_a_new_relation_kind_needs_only_an_entry_in_the_table(monkeypatch):
+    """The design promise: config validation, batch features and relation heads all read
+    syntax.RELATION_KINDS, so a new kind is one table entry (here: same word or not)."""
+    from syntaxnmt.syntax import RelationKind
+
+    kind = RelationKind("same_word", False, lambda syn: 2, lambda sent, syn: (sent.word_of_piece[:, None] == sent.word_of_piece[None, :]).astype(np.int64), "1 between pieces of one word")
+    monkeypatch.setitem(RELATION_KINDS, "same_word", kind)
+    cfg = load_config(None, ["--model.syntax.relations=[[same_word, none, none, none]]", "--model.d_model=16", "--model.ffn_dim=32", "--model.enc_layers=1"])
+    model = build_model(cfg.model, 40, 40).eval()
+    assert model.feature_spec.relations == {"same_word"} and not model.feature_spec.needs_parse
+    b = make_batch([np.array([7, 8, 9])], [np.array([5, 6])], [0])
+    b.features = pad_features([sentence_features(SourceAnnotation(np.array([0, 0, 1]), np.zeros(0, dtype=np.int64)), model.feature_spec)], b.src.size(1))
+    assert b.features.relation("same_word")[0].tolist() == [[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
+    out = model(b)
+    out.logits.sum().backward()
+    assert model.encoder[0].self_attn.extensions[0].key_emb["same_word"].weight.grad.abs().sum() > 0

@@ -1,9 +1,4 @@
-"""Word alignments: Pharaoh files, AER, word/subword projection, symmetrization, attention.
-
-Conventions used throughout
----------------------------
-A *link* is a pair ``(i, j)``: ``i`` is a **source** position, ``j`` a **target** position,
-both 0-indexed. An alignment is a ``set`` of links.
+"""Alignment files and scores: Pharaoh format, alignment error rate, word/subword projection.
 
 Pharaoh format: one sentence pair per line, links separated by spaces. ``i-j`` is a sure link;
 gold files may also contain ``ipj``, a possible link. Some gold files (the HLT-NAACL 2003
@@ -16,13 +11,6 @@ P (S ⊆ P) and hypothesis links A, all counted over the whole corpus::
 
     precision = |A ∩ P| / |A|        recall = |A ∩ S| / |S|
     AER       = 1 - (|A ∩ S| + |A ∩ P|) / (|A| + |S|)
-
-Attention as alignment: the cross-attention of a Transformer is (B, H, T, S) per decoder layer;
-row ``t`` is the decoder position that *predicts* target token ``tgt_out[t]``, so a link from
-row ``t`` to column ``s`` is the link ``(s, t)`` between source token ``src[s]`` and target
-token ``tgt_out[t]``. The last non-padding source position is EOS and ``tgt_out`` ends with EOS;
-:func:`extract_alignments` drops both (and padding) before choosing links, so every link joins
-two real subwords.
 """
 
 from __future__ import annotations
@@ -32,12 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-import numpy as np
-import torch
-
 from syntaxnmt.errors import UserError
-from syntaxnmt.subwords import PAD
-from syntaxnmt.textio import iter_lines, write_lines
+from syntaxnmt.textio import iter_lines, read_lines, write_lines
 
 Link = tuple[int, int]
 Links = set[Link]
@@ -257,206 +241,16 @@ def subwords_to_words(links: Iterable[Link], src_word_ids: Sequence[int], tgt_wo
     """Project piece links onto words: two words are linked if any of their pieces are."""
     return {(src_word_ids[p], tgt_word_ids[q]) for p, q in links}
 
-
-# --------------------------------------------------------------------------------------
-# Symmetrization
-# --------------------------------------------------------------------------------------
-
-# Koehn's order: horizontal/vertical neighbours first, then the diagonal ones.
-_NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
-
-SYMMETRIZATIONS = ("intersection", "union", "grow-diag", "grow-diag-final", "grow-diag-final-and")
+def sentence_lengths(src: str | None, tgt: str | None, bitext: str | None) -> tuple[list[int] | None, list[int] | None]:
+    """Word counts per line, from tokenized ``src``/``tgt`` files or a ``source ||| target`` file."""
+    if bitext:
+        s, t = read_bitext(bitext)
+        return [len(x) for x in s], [len(x) for x in t]
+    return ([len(x.split()) for x in read_lines(src)] if src else None), ([len(x.split()) for x in read_lines(tgt)] if tgt else None)
 
 
-def intersection(forward: Iterable[Link], reverse: Iterable[Link]) -> Links:
-    """Links present in both directional alignments (high precision)."""
-    return set(forward) & set(reverse)
-
-
-def union(forward: Iterable[Link], reverse: Iterable[Link]) -> Links:
-    """Links present in either directional alignment (high recall)."""
-    return set(forward) | set(reverse)
-
-
-def _grow_diag(forward: Links, reverse: Links) -> tuple[Links, set[int], set[int]]:
-    """GROW-DIAG of Koehn et al. (2005): grow the intersection towards neighbouring union points.
-
-    Scans the alignment matrix row by row (source position outer, target inner), seeing points
-    added earlier in the same scan, and repeats until a scan adds nothing. A neighbour of an
-    aligned point (8-neighbourhood) is added if it is in the union and its source or its target
-    word is still unaligned.
-    """
-    uni = forward | reverse
-    alignment = forward & reverse
-    src_aligned = {i for i, _ in alignment}
-    tgt_aligned = {j for _, j in alignment}
-    if not uni:
-        return alignment, src_aligned, tgt_aligned
-    n_src = max(i for i, _ in uni) + 1
-    n_tgt = max(j for _, j in uni) + 1
-    added = True
-    while added:
-        added = False
-        for i in range(n_src):
-            for j in range(n_tgt):
-                if (i, j) not in alignment:
-                    continue
-                for di, dj in _NEIGHBOURS:
-                    ni, nj = i + di, j + dj
-                    if (ni not in src_aligned or nj not in tgt_aligned) and (ni, nj) in uni:
-                        alignment.add((ni, nj))
-                        src_aligned.add(ni)
-                        tgt_aligned.add(nj)
-                        added = True
-    return alignment, src_aligned, tgt_aligned
-
-
-def _final(alignment: Links, src_aligned: set[int], tgt_aligned: set[int], direction: Links, both: bool) -> None:
-    """FINAL / FINAL-AND: add links of ``direction`` (in (i, j) order) whose words are unaligned.
-
-    FINAL needs the source *or* the target word unaligned, FINAL-AND both.
-    """
-    for i, j in sorted(direction):
-        if (i, j) in alignment:
-            continue
-        free_i, free_j = i not in src_aligned, j not in tgt_aligned
-        if (free_i and free_j) if both else (free_i or free_j):
-            alignment.add((i, j))
-            src_aligned.add(i)
-            tgt_aligned.add(j)
-
-
-def grow_diag(forward: Iterable[Link], reverse: Iterable[Link]) -> Links:
-    """GROW-DIAG (Koehn et al. 2005) without a final step."""
-    return _grow_diag(set(forward), set(reverse))[0]
-
-
-def grow_diag_final(forward: Iterable[Link], reverse: Iterable[Link]) -> Links:
-    """GROW-DIAG-FINAL: GROW-DIAG, then FINAL(forward), then FINAL(reverse)."""
-    forward, reverse = set(forward), set(reverse)
-    alignment, sa, ta = _grow_diag(forward, reverse)
-    _final(alignment, sa, ta, forward, both=False)
-    _final(alignment, sa, ta, reverse, both=False)
-    return alignment
-
-
-def grow_diag_final_and(forward: Iterable[Link], reverse: Iterable[Link]) -> Links:
-    """GROW-DIAG-FINAL-AND (Koehn et al. 2005, "Edinburgh System Description for the 2005 IWSLT").
-
-    Start from the intersection, GROW-DIAG towards union points, then FINAL-AND(forward) and
-    FINAL-AND(reverse): add a remaining directional link only if *both* its words are still
-    unaligned. ``forward`` is the source→target direction (each target word has at most one
-    source word), ``reverse`` the target→source one; the final steps take ``forward`` first.
-    """
-    forward, reverse = set(forward), set(reverse)
-    alignment, sa, ta = _grow_diag(forward, reverse)
-    _final(alignment, sa, ta, forward, both=True)
-    _final(alignment, sa, ta, reverse, both=True)
-    return alignment
-
-
-def symmetrize(forward: Iterable[Link], reverse: Iterable[Link], method: str = "grow-diag-final-and") -> Links:
-    """Combine two directional alignments with one of :data:`SYMMETRIZATIONS`."""
-    functions = {
-        "intersection": intersection,
-        "union": union,
-        "grow-diag": grow_diag,
-        "grow-diag-final": grow_diag_final,
-        "grow-diag-final-and": grow_diag_final_and,
-    }
-    if method not in functions:
-        raise UserError(f"unknown symmetrization {method!r}; choose one of {', '.join(SYMMETRIZATIONS)}")
-    return functions[method](forward, reverse)
-
-
-# --------------------------------------------------------------------------------------
-# Alignments from attention
-# --------------------------------------------------------------------------------------
-
-ATTENTION_METHODS = ("argmax", "threshold")
-
-
-def _to_numpy(weights) -> np.ndarray:
-    if hasattr(weights, "detach"):
-        weights = weights.detach().float().cpu().numpy()
-    return np.asarray(weights, dtype=np.float64)
-
-
-def alignment_from_attention(weights, method: str = "argmax", threshold: float = 0.5) -> Links:
-    """Links ``(i, j)`` read off an attention matrix ``weights`` (T, S): row j = target, column i = source.
-
-    ``argmax``: every target position j links to its most attended source position (the first
-    one on ties). ``threshold``: every (i, j) with ``weights[j, i] >= threshold``.
-    ``weights`` is a NumPy array or a tensor (any device, detached here).
-    """
-    w = _to_numpy(weights)
-    if w.ndim != 2:
-        raise ValueError(f"attention weights must be (T, S), got shape {w.shape}")
-    if method == "argmax":
-        if w.shape[1] == 0:
-            return set()
-        return {(int(i), j) for j, i in enumerate(w.argmax(axis=1))}
-    if method == "threshold":
-        js, is_ = np.nonzero(w >= threshold)
-        return {(int(i), int(j)) for j, i in zip(js, is_)}
-    raise UserError(f"unknown attention alignment method {method!r}; choose one of {', '.join(ATTENTION_METHODS)}")
-
-
-def average_heads(cross_attention: Sequence[torch.Tensor], layer: int | None = None, head: int | None = None) -> torch.Tensor:
-    """One (B, T, S) attention from a list of per-layer (B, H, T, S) tensors.
-
-    ``layer``/``head`` pick one decoder layer / head (negative values count from the end);
-    ``None`` averages over all layers / heads.
-    """
-    if not cross_attention:
-        raise ValueError("no cross-attention weights (call the model with need_weights=True)")
-    n_layers, n_heads = len(cross_attention), cross_attention[0].size(1)
-    if layer is not None:
-        if not -n_layers <= layer < n_layers:
-            raise UserError(f"alignment layer {layer} out of range: the model has {n_layers} decoder layers")
-        layers = [cross_attention[layer]]
-    else:
-        layers = list(cross_attention)
-    if head is not None:
-        if not -n_heads <= head < n_heads:
-            raise UserError(f"alignment head {head} out of range: the model has {n_heads} heads")
-        per_layer = [w[:, head] for w in layers]
-    else:
-        per_layer = [w.mean(dim=1) for w in layers]
-    return torch.stack(per_layer).mean(dim=0)
-
-
-def extract_alignments(
-    model,
-    batch,
-    layer: int | None = None,
-    head: int | None = None,
-    method: str = "argmax",
-    threshold: float = 0.5,
-) -> list[Links]:
-    """Subword links per sentence from the cross-attention when force-decoding the reference.
-
-    Runs ``model(batch, need_weights=True)`` in eval mode without gradients (restoring the
-    model's mode), picks/averages layers and heads with :func:`average_heads` and reads links with
-    :func:`alignment_from_attention`. Rows are target positions of ``batch.tgt_out`` (the token
-    each decoder position predicts); the EOS row, the source EOS column and padding are cut off
-    *before* links are chosen, so with ``argmax`` each target subword gets exactly one link to a
-    real source subword. Links are ``(source piece, target piece)``, 0-indexed, without BOS/EOS.
-    """
-    if batch.tgt_out is None:
-        raise ValueError("extract_alignments needs a batch with reference targets")
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            out = model(batch, need_weights=True)
-    finally:
-        model.train(was_training)
-    attn = average_heads(out.cross_attention, layer, head).float().cpu()  # (B, T, S)
-    src_lens = batch.src.ne(PAD).sum(dim=1).tolist()
-    tgt_lens = batch.tgt_out.ne(PAD).sum(dim=1).tolist()
-    links = []
-    for b in range(attn.size(0)):
-        n_src, n_tgt = max(src_lens[b] - 1, 0), max(tgt_lens[b] - 1, 0)  # minus EOS
-        links.append(alignment_from_attention(attn[b, :n_tgt, :n_src], method, threshold))
-    return links
+def aer_report(gold: str, hyp: str, one_indexed_gold: bool = False, src: str | None = None, tgt: str | None = None, bitext: str | None = None) -> str:
+    """``AER .. precision .. recall ..`` (percentages) of ``hyp`` against ``gold``; with sentence lengths
+    (``src``/``tgt`` or ``bitext``) links outside a sentence are errors naming the line."""
+    src_lengths, tgt_lengths = sentence_lengths(src, tgt, bitext)
+    return str(aer_files(gold, hyp, one_indexed_gold, src_lengths, tgt_lengths))

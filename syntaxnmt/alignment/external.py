@@ -1,4 +1,4 @@
-"""External word aligners: eflomal (Östling & Tiedemann 2016).
+"""External word aligners: eflomal (Östling & Tiedemann 2016), and ``syntaxnmt align-external``.
 
 eflomal ("Efficient Low-Memory Aligner", the ``eflomal`` PyPI package) is a Bayesian
 IBM1 → HMM → HMM+fertility aligner trained by Gibbs sampling. Its Python API
@@ -17,7 +17,11 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
-from syntaxnmt.alignment import SYMMETRIZATIONS, Links, parse_links, symmetrize as symmetrize_links
+from syntaxnmt.config import Config
+from syntaxnmt.textio import write_lines
+
+from syntaxnmt.alignment.formats import Links, format_links, parse_links
+from syntaxnmt.alignment.symmetrize import SYMMETRIZATIONS, symmetrization, symmetrize as symmetrize_links
 from syntaxnmt.errors import UserError
 
 DIRECTIONS = ("forward", "reverse")
@@ -101,3 +105,34 @@ def _read_links(path: Path, src_tokens: list[list[str]], tgt_tokens: list[list[s
         parse_links(line, where=f"eflomal output line {k + 1}", src_len=len(s), tgt_len=len(t))[0]
         for k, (line, s, t) in enumerate(zip(lines, src_tokens, tgt_tokens))
     ]
+
+
+def align_external(cfg: Config, output: str | Path | None = None, symmetrize: str = "grow-diag-final-and", log=print) -> Path:
+    """Align the training corpus of ``cfg`` with eflomal; write ``output`` (default ``data.train_align``).
+
+    Pairs that ``prepare`` skips (an empty side, a bad tree with ``bad_tree: skip``) get an empty line.
+    """
+    from syntaxnmt.corpus import read_parallel
+    from syntaxnmt.prepare import annotate_split, model_words
+
+    d = cfg.data
+    output = output or d.train_align
+    if not output:
+        raise UserError("give the output file with -o, or set data.train_align in the config")
+    for key in ("train_src", "train_tgt"):
+        if not getattr(d, key):
+            raise UserError(f"data.{key} is not set in the config")
+    method = symmetrization(symmetrize)
+    text = read_parallel(d.train_src, d.train_tgt)
+    parses = None
+    if d.annotate != "none":
+        text, parses, _ = annotate_split(cfg, text, d.train_src, d.train_conllu, log)
+    src_text, tgt_text = model_words(cfg, text, parses)
+    log(f"aligning {len(src_text)} sentence pairs with eflomal ({method})")
+    links = run_eflomal(src_text, tgt_text, symmetrize=method)
+    lines = [""] * text.counts["read"]
+    for line_number, pair_links in zip(text.line_numbers, links):
+        lines[line_number - 1] = format_links(pair_links)
+    write_lines(output, lines)
+    log(f"{sum(len(x) for x in links)} links written to {output}")
+    return Path(output)

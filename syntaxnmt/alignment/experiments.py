@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from syntaxnmt.alignment import aer, read_alignments
+from syntaxnmt.alignment.formats import aer, read_alignments
 from syntaxnmt.config import Config, load_config
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments import markdown_table, read_set_file, write_section
@@ -82,7 +82,7 @@ def _cpu_seconds() -> float:
 def _train(label: str, cfg: Config, log) -> dict:
     from syntaxnmt.joint import train_joint
     from syntaxnmt.train import train
-    from syntaxnmt.word_alignment import align_external
+    from syntaxnmt.alignment.external import align_external
 
     work = Path(cfg.work_dir)
     done = work / "done.json"
@@ -125,7 +125,7 @@ def _aer(gold, hyp) -> tuple[float, float, float]:
 def run_alignment_set(path: str | Path, output: str | None = None, log=print) -> str:
     """Run the set at ``path``; returns the Markdown section written to the output file."""
     from syntaxnmt.translate import resolve_device
-    from syntaxnmt.word_alignment import model_alignments
+    from syntaxnmt.alignment.extract import model_alignments
 
     t0, cpu0 = time.perf_counter(), _cpu_seconds()
     spec = load_alignment_set(path)
@@ -189,7 +189,7 @@ def run_alignment_set(path: str | Path, output: str | None = None, log=print) ->
 
 def _eflomal_row(cfg: Config, src_lines: list[str], tgt_lines: list[str], gold, log) -> list[str]:
     """eflomal (gdfa) on the training corpus plus the test pairs; AER on the test pairs."""
-    from syntaxnmt.aligners import run_eflomal
+    from syntaxnmt.alignment.external import run_eflomal
     from syntaxnmt.corpus import read_parallel
     from syntaxnmt.prepare import model_words
 

@@ -1,40 +1,28 @@
-"""Tests for word alignments (syntaxnmt.alignment): Pharaoh I/O, AER, projection, symmetrization, attention."""
+"""Tests for syntaxnmt.alignment.formats: Pharaoh I/O, AER, word/subword projection, the shared gold sets."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from syntaxnmt.alignment import (
+from syntaxnmt.alignment.formats import (
     AERResult,
     aer,
     aer_files,
-    alignment_from_attention,
-    average_heads,
-    extract_alignments,
     format_links,
-    grow_diag,
-    grow_diag_final,
-    grow_diag_final_and,
-    intersection,
     parse_links,
     read_alignments,
     read_bitext,
     subwords_to_words,
-    symmetrize,
-    union,
     word_ids_from_pieces,
     words_to_subwords,
     write_alignments,
 )
 from syntaxnmt.errors import UserError
-from syntaxnmt.synthetic import generate_pairs
 
 # Real data: ${SYNTAXNMT_DATA}, by default ../shared/data beside the repository (as in the recipes).
 SHARED = Path(os.environ.get("SYNTAXNMT_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
@@ -214,133 +202,6 @@ def test_projection_round_trip(src_sizes, tgt_sizes, data):
     pieces = words_to_subwords(words, src_ids, tgt_ids)
     assert len(pieces) == sum(src_sizes[i] * tgt_sizes[j] for i, j in words)
     assert subwords_to_words(pieces, src_ids, tgt_ids) == words
-
-
-# ---- symmetrization ---------------------------------------------------------------------
-
-# Hand example (source positions 0..5, target 0..3):
-#   forward (each target word -> one source word): t0->s0, t3->s3
-#   reverse (each source word -> one target word): s0->t0, s1->t1, s3->t0, s5->t3
-FORWARD = {(0, 0), (3, 3)}
-REVERSE = {(0, 0), (1, 1), (3, 0), (5, 3)}
-
-
-def test_intersection_and_union():
-    assert intersection(FORWARD, REVERSE) == {(0, 0)}
-    assert union(FORWARD, REVERSE) == {(0, 0), (1, 1), (3, 0), (3, 3), (5, 3)}
-
-
-def test_grow_diag_hand_example():
-    # (1,1) is a diagonal neighbour of (0,0) and s1 is unaligned: grown. (3,0), (3,3), (5,3)
-    # touch no aligned point: not grown.
-    assert grow_diag(FORWARD, REVERSE) == {(0, 0), (1, 1)}
-
-
-def test_grow_diag_final_and_hand_example():
-    # FINAL-AND(forward): (3,3) has s3 and t3 unaligned -> added.
-    # FINAL-AND(reverse): (3,0): s3 and t0 aligned -> no; (5,3): t3 now aligned -> no.
-    assert grow_diag_final_and(FORWARD, REVERSE) == {(0, 0), (1, 1), (3, 3)}
-    assert symmetrize(FORWARD, REVERSE) == {(0, 0), (1, 1), (3, 3)}
-    # FINAL (or): (5,3) has s5 unaligned -> added as well; (3,0) still has both words aligned.
-    assert grow_diag_final(FORWARD, REVERSE) == {(0, 0), (1, 1), (3, 3), (5, 3)}
-
-
-def test_grow_chains_through_added_points():
-    # Scanning (0,0) adds (0,1) (t1 unaligned) and its diagonal (1,1) (s1 unaligned); scanning the
-    # new (0,1) then adds (1,2) (t2 unaligned). (3,3) is isolated and only FINAL-AND adds it.
-    fwd = {(0, 0), (0, 1), (1, 2)}
-    rev = {(0, 0), (1, 1), (3, 3)}
-    assert grow_diag(fwd, rev) == {(0, 0), (0, 1), (1, 1), (1, 2)}
-    assert grow_diag_final_and(fwd, rev) == {(0, 0), (0, 1), (1, 1), (1, 2), (3, 3)}
-
-
-def test_grow_needs_an_unaligned_word():
-    # (1,0) neighbours (0,0) but both s1 (via (1,1)) and t0 are already aligned.
-    fwd = {(0, 0), (1, 1), (1, 0)}
-    rev = {(0, 0), (1, 1)}
-    assert grow_diag_final_and(fwd, rev) == {(0, 0), (1, 1)}
-    assert symmetrize(fwd, rev, "union") == fwd
-
-
-def test_symmetrize_properties_on_synthetic_gold():
-    for pair in generate_pairs(20, seed=3):
-        gold = set(pair.alignment)
-        assert grow_diag_final_and(gold, gold) == gold
-        fwd = {(i, j) for i, j in gold if j % 2 == 0}
-        rev = {(i, j) for i, j in gold if i % 3 != 0}
-        g = grow_diag_final_and(fwd, rev)
-        assert intersection(fwd, rev) <= g <= union(fwd, rev)
-
-
-def test_symmetrize_unknown_method():
-    with pytest.raises(UserError, match="unknown symmetrization"):
-        symmetrize(set(), set(), "grow")
-
-
-# ---- attention ------------------------------------------------------------------------
-
-
-def test_alignment_from_attention_argmax_and_threshold():
-    w = np.array(
-        [  # rows: target 0..2, columns: source 0..3
-            [0.7, 0.1, 0.1, 0.1],
-            [0.1, 0.1, 0.2, 0.6],
-            [0.0, 0.5, 0.5, 0.0],
-        ]
-    )
-    assert alignment_from_attention(w) == {(0, 0), (3, 1), (1, 2)}  # ties: first
-    assert alignment_from_attention(torch.tensor(w), "threshold", 0.5) == {(0, 0), (3, 1), (1, 2), (2, 2)}
-    assert alignment_from_attention(w, "threshold", 0.65) == {(0, 0)}
-    assert alignment_from_attention(np.zeros((2, 0))) == set()
-    with pytest.raises(UserError, match="unknown attention"):
-        alignment_from_attention(w, "max")
-    with pytest.raises(ValueError):
-        alignment_from_attention(w[0])
-
-
-def test_average_heads():
-    a = torch.rand(2, 3, 4, 5)
-    b = torch.rand(2, 3, 4, 5)
-    assert torch.allclose(average_heads([a, b]), (a.mean(1) + b.mean(1)) / 2)
-    assert torch.equal(average_heads([a, b], layer=1, head=2), b[:, 2])
-    assert torch.allclose(average_heads([a, b], layer=-2), a.mean(1))
-    assert torch.allclose(average_heads([a, b], head=0), (a[:, 0] + b[:, 0]) / 2)
-    with pytest.raises(UserError, match="layer 2 out of range"):
-        average_heads([a, b], layer=2)
-    with pytest.raises(UserError, match="head 3 out of range"):
-        average_heads([a, b], head=3)
-
-
-def test_extract_alignments_tiny_transformer():
-    from syntaxnmt.batches import make_batch
-    from syntaxnmt.config import ModelConfig
-    from syntaxnmt.model import build_model
-
-    torch.manual_seed(0)
-    vocab = 20
-    model = build_model(ModelConfig(d_model=16, heads=2, ffn_dim=32, enc_layers=1, dec_layers=1), vocab, vocab)
-    model.train()
-    src = [[5, 6, 7, 8], [9, 10], [11]]
-    tgt = [[12, 13, 14], [15, 16, 17, 18, 19], []]
-    batch = make_batch(src, tgt, range(3))
-    links = extract_alignments(model, batch)
-    assert model.training  # mode restored
-    assert len(links) == 3
-    for s, t, sent in zip(src, tgt, links):
-        assert all(0 <= i < len(s) and 0 <= j < len(t) for i, j in sent)
-        assert sorted(j for _, j in sent) == list(range(len(t)))  # one link per target subword
-    assert links[2] == set()
-    for method, kwargs in (("threshold", {"threshold": 0.0}), ("argmax", {"layer": 0, "head": 1})):
-        for s, t, sent in zip(src, tgt, extract_alignments(model, batch, method=method, **kwargs)):
-            assert all(0 <= i < len(s) and 0 <= j < len(t) for i, j in sent)
-    # threshold 0 keeps every real (source, target) pair and nothing involving EOS
-    full = extract_alignments(model, batch, method="threshold", threshold=0.0)
-    assert full[0] == {(i, j) for i in range(4) for j in range(3)}
-    # the links come from the attention rows of tgt_out and columns of src without EOS
-    with torch.no_grad():
-        model.eval()
-        attn = average_heads(model(batch, need_weights=True).cross_attention)
-    assert links[1] == {(int(attn[1, j, :2].argmax()), j) for j in range(5)}
 
 
 # ---- the shared gold sets ---------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Tests for the external aligner wrapper (syntaxnmt.aligners): eflomal on a tiny synthetic corpus."""
+"""Tests for the external aligner wrapper (syntaxnmt.alignment.external): eflomal on a tiny synthetic corpus."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import os
 
 import pytest
 
-from syntaxnmt.aligners import run_eflomal
-from syntaxnmt.alignment import aer, grow_diag_final_and, intersection, union
+from syntaxnmt.alignment.external import run_eflomal
+from syntaxnmt.alignment.formats import aer
+from syntaxnmt.alignment.symmetrize import grow_diag_final_and, intersection, union
 from syntaxnmt.errors import UserError
 from syntaxnmt.synthetic import generate_pairs
 

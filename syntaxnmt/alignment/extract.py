@@ -1,14 +1,7 @@
-"""Word alignments of whole files: ``syntaxnmt align-external``, ``align`` and ``aer``.
+"""Word links read off a trained model's cross-attention, for single sentence pairs and whole files.
 
-* :func:`align_external`: eflomal (both directions, symmetrized) over the training corpus of a
-  config, on the words the model sees (:func:`syntaxnmt.prepare.model_words`); the Pharaoh file
-  has one line per line of ``data.train_src`` and is what ``data.train_align`` reads.
-* :func:`model_alignments`: links read off a trained model's cross-attention while it
-  force-decodes the reference (:func:`syntaxnmt.alignment.extract_alignments`), subword links
-  projected back to words; with a target→source model too, both directions are symmetrized.
-  The words are the whitespace tokens of the given lines (tokenized like the training text;
-  ``normalize`` first applies the model's lowercasing and Moses tokenization), each encoded on
-  its own with SentencePiece, so link indices refer to exactly those tokens.
+The model force-decodes the reference; rows of its cross-attention are target positions (see the
+conventions in :mod:`syntaxnmt.alignment`). Subword links are projected back to the words.
 """
 
 from __future__ import annotations
@@ -19,63 +12,99 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from syntaxnmt.alignment import (
-    SYMMETRIZATIONS,
-    Links,
-    aer_files,
-    extract_alignments,
-    format_links,
-    subwords_to_words,
-    symmetrize as symmetrize_links,
-)
+from syntaxnmt.alignment.formats import Links, subwords_to_words
+from syntaxnmt.alignment.symmetrize import symmetrization, symmetrize as symmetrize_links
 from syntaxnmt.batches import make_batch
-from syntaxnmt.config import Config
 from syntaxnmt.errors import UserError
-from syntaxnmt.subwords import Tokenizer
-from syntaxnmt.textio import read_lines, write_lines
+from syntaxnmt.subwords import PAD, Tokenizer
 
-SHORT_NAMES = {"gdfa": "grow-diag-final-and", "gdf": "grow-diag-final", "gd": "grow-diag"}
-
-
-def symmetrization(name: str) -> str:
-    """A symmetrization heuristic by name (``gdfa``, ``gdf`` and ``gd`` abbreviate the grow-diag ones)."""
-    method = SHORT_NAMES.get(name, name)
-    if method not in SYMMETRIZATIONS:
-        raise UserError(f"unknown symmetrization {name!r}; choose one of {', '.join(SYMMETRIZATIONS)} (or gdfa, gdf, gd)")
-    return method
+ATTENTION_METHODS = ("argmax", "threshold")
 
 
-def align_external(cfg: Config, output: str | Path | None = None, symmetrize: str = "grow-diag-final-and", log=print) -> Path:
-    """Align the training corpus of ``cfg`` with eflomal; write ``output`` (default ``data.train_align``).
+def _to_numpy(weights) -> np.ndarray:
+    if hasattr(weights, "detach"):
+        weights = weights.detach().float().cpu().numpy()
+    return np.asarray(weights, dtype=np.float64)
 
-    Pairs that ``prepare`` skips (an empty side, a bad tree with ``bad_tree: skip``) get an empty line.
+
+def alignment_from_attention(weights, method: str = "argmax", threshold: float = 0.5) -> Links:
+    """Links ``(i, j)`` read off an attention matrix ``weights`` (T, S): row j = target, column i = source.
+
+    ``argmax``: every target position j links to its most attended source position (the first
+    one on ties). ``threshold``: every (i, j) with ``weights[j, i] >= threshold``.
+    ``weights`` is a NumPy array or a tensor (any device, detached here).
     """
-    from syntaxnmt.aligners import run_eflomal
-    from syntaxnmt.corpus import read_parallel
-    from syntaxnmt.prepare import _annotate_split, model_words
+    w = _to_numpy(weights)
+    if w.ndim != 2:
+        raise ValueError(f"attention weights must be (T, S), got shape {w.shape}")
+    if method == "argmax":
+        if w.shape[1] == 0:
+            return set()
+        return {(int(i), j) for j, i in enumerate(w.argmax(axis=1))}
+    if method == "threshold":
+        js, is_ = np.nonzero(w >= threshold)
+        return {(int(i), int(j)) for j, i in zip(js, is_)}
+    raise UserError(f"unknown attention alignment method {method!r}; choose one of {', '.join(ATTENTION_METHODS)}")
 
-    d = cfg.data
-    output = output or d.train_align
-    if not output:
-        raise UserError("give the output file with -o, or set data.train_align in the config")
-    for key in ("train_src", "train_tgt"):
-        if not getattr(d, key):
-            raise UserError(f"data.{key} is not set in the config")
-    method = symmetrization(symmetrize)
-    text = read_parallel(d.train_src, d.train_tgt)
-    parses = None
-    if d.annotate != "none":
-        text, parses, _ = _annotate_split(cfg, text, d.train_src, d.train_conllu, log)
-    src_text, tgt_text = model_words(cfg, text, parses)
-    log(f"aligning {len(src_text)} sentence pairs with eflomal ({method})")
-    links = run_eflomal(src_text, tgt_text, symmetrize=method)
-    lines = [""] * text.counts["read"]
-    for line_number, pair_links in zip(text.line_numbers, links):
-        lines[line_number - 1] = format_links(pair_links)
-    write_lines(output, lines)
-    log(f"{sum(len(x) for x in links)} links written to {output}")
-    return Path(output)
 
+def average_heads(cross_attention: Sequence[torch.Tensor], layer: int | None = None, head: int | None = None) -> torch.Tensor:
+    """One (B, T, S) attention from a list of per-layer (B, H, T, S) tensors.
+
+    ``layer``/``head`` pick one decoder layer / head (negative values count from the end);
+    ``None`` averages over all layers / heads.
+    """
+    if not cross_attention:
+        raise ValueError("no cross-attention weights (call the model with need_weights=True)")
+    n_layers, n_heads = len(cross_attention), cross_attention[0].size(1)
+    if layer is not None:
+        if not -n_layers <= layer < n_layers:
+            raise UserError(f"alignment layer {layer} out of range: the model has {n_layers} decoder layers")
+        layers = [cross_attention[layer]]
+    else:
+        layers = list(cross_attention)
+    if head is not None:
+        if not -n_heads <= head < n_heads:
+            raise UserError(f"alignment head {head} out of range: the model has {n_heads} heads")
+        per_layer = [w[:, head] for w in layers]
+    else:
+        per_layer = [w.mean(dim=1) for w in layers]
+    return torch.stack(per_layer).mean(dim=0)
+
+
+def extract_alignments(
+    model,
+    batch,
+    layer: int | None = None,
+    head: int | None = None,
+    method: str = "argmax",
+    threshold: float = 0.5,
+) -> list[Links]:
+    """Subword links per sentence from the cross-attention when force-decoding the reference.
+
+    Runs ``model(batch, need_weights=True)`` in eval mode without gradients (restoring the
+    model's mode), picks/averages layers and heads with :func:`average_heads` and reads links with
+    :func:`alignment_from_attention`. Rows are target positions of ``batch.tgt_out`` (the token
+    each decoder position predicts); the EOS row, the source EOS column and padding are cut off
+    *before* links are chosen, so with ``argmax`` each target subword gets exactly one link to a
+    real source subword. Links are ``(source piece, target piece)``, 0-indexed, without BOS/EOS.
+    """
+    if batch.tgt_out is None:
+        raise ValueError("extract_alignments needs a batch with reference targets")
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(batch, need_weights=True)
+    finally:
+        model.train(was_training)
+    attn = average_heads(out.cross_attention, layer, head).float().cpu()  # (B, T, S)
+    src_lens = batch.src.ne(PAD).sum(dim=1).tolist()
+    tgt_lens = batch.tgt_out.ne(PAD).sum(dim=1).tolist()
+    links = []
+    for b in range(attn.size(0)):
+        n_src, n_tgt = max(src_lens[b] - 1, 0), max(tgt_lens[b] - 1, 0)  # minus EOS
+        links.append(alignment_from_attention(attn[b, :n_tgt, :n_src], method, threshold))
+    return links
 
 def encode_words(tok: Tokenizer, lines: Sequence[str], normalize: bool = False) -> tuple[list[list[int]], list[list[int]]]:
     """Subword ids and the word index of every piece of whitespace-tokenized lines (see the module docstring)."""
@@ -120,7 +149,7 @@ def attention_alignments(
 
 def _spec(value: str | int | None, default) -> int | None:
     """``--layer``/``--head`` value: None = the model's ``train.alignment`` setting, ``average``, or an index."""
-    from syntaxnmt.alignment_training import layer_head
+    from syntaxnmt.alignment.losses import layer_head
 
     if value is None:
         value = default
@@ -179,20 +208,3 @@ def model_alignments(
         return directions[0]
     forward, reverse = directions
     return [symmetrize_links(f, {(i, j) for j, i in r}, method_sym) for f, r in zip(forward, reverse)]
-
-
-def sentence_lengths(src: str | None, tgt: str | None, bitext: str | None) -> tuple[list[int] | None, list[int] | None]:
-    """Word counts per line, from tokenized ``src``/``tgt`` files or a ``source ||| target`` file."""
-    from syntaxnmt.alignment import read_bitext
-
-    if bitext:
-        s, t = read_bitext(bitext)
-        return [len(x) for x in s], [len(x) for x in t]
-    return ([len(x.split()) for x in read_lines(src)] if src else None), ([len(x.split()) for x in read_lines(tgt)] if tgt else None)
-
-
-def aer_report(gold: str, hyp: str, one_indexed_gold: bool = False, src: str | None = None, tgt: str | None = None, bitext: str | None = None) -> str:
-    """``AER .. precision .. recall ..`` (percentages) of ``hyp`` against ``gold``; with sentence lengths
-    (``src``/``tgt`` or ``bitext``) links outside a sentence are errors naming the line."""
-    src_lengths, tgt_lengths = sentence_lengths(src, tgt, bitext)
-    return str(aer_files(gold, hyp, one_indexed_gold, src_lengths, tgt_lengths))

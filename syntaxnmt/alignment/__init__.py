@@ -1,0 +1,17 @@
+"""Word alignment, in layers: ``formats`` (Pharaoh files, AER, word/subword projection),
+``symmetrize`` (combining two directions), ``external`` (eflomal), ``losses`` (attention as
+alignment in training: guided alignment, coverage, fertility, symmetry), ``extract`` (links read
+off a trained model's cross-attention) and ``experiments`` (``syntaxnmt align-experiment``).
+
+Conventions used throughout
+---------------------------
+A *link* is a pair ``(i, j)``: ``i`` is a **source** position, ``j`` a **target** position,
+both 0-indexed. An alignment is a ``set`` of links.
+
+Attention as alignment: the cross-attention of a Transformer is (B, H, T, S) per decoder layer;
+row ``t`` is the decoder position that *predicts* target token ``tgt_out[t]``, so a link from
+row ``t`` to column ``s`` is the link ``(s, t)`` between source token ``src[s]`` and target
+token ``tgt_out[t]``. The last non-padding source position is EOS and ``tgt_out`` ends with EOS;
+:func:`~syntaxnmt.alignment.extract.extract_alignments` drops both (and padding) before choosing
+links, so every link joins two real subwords.
+"""
