@@ -293,10 +293,32 @@ class TrainConfig(_Section):
     """torch CPU threads (0 = torch's default)."""
     device: str = "auto"
     """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``."""
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
     """``bf16``: forward passes under bfloat16 autocast (matrix products in bf16, weights, optimizer
-    and loss in float32) -- on GPUs and on CPUs with AVX512-BF16 (or AMX); elsewhere slower."""
+    and loss in float32) -- on GPUs and on CPUs with AVX512-BF16 (or AMX); elsewhere slower.
+    ``auto``: bf16 on CUDA, fp32 elsewhere."""
+    shape_bucket: int = 0
+    """0: every batch has its own shape. N > 0: static shapes -- source and target of a batch are
+    padded to one length, a multiple of N, and the batch to as many sentences as ``max_tokens``
+    allows at that length (padding is masked; the loss is the same), so training sees a few
+    shapes only. Needed by ``cuda_graphs``."""
+    cuda_graphs: bool = False
+    """Replay the training step's forward and backward as CUDA graphs, one per shape bucket
+    (CUDA only; needs ``shape_bucket`` > 0, ``accum_steps`` 1 and one process): far fewer kernel
+    launches from Python for small models."""
     alignment: AlignmentConfig = AlignmentConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainConfig":
+        if self.shape_bucket < 0:
+            raise ValueError("train.shape_bucket must be >= 0 (0 = off)")
+        if self.cuda_graphs and (self.shape_bucket == 0 or self.accum_steps != 1):
+            raise ValueError("train.cuda_graphs needs static shapes (train.shape_bucket > 0, e.g. 8) and train.accum_steps 1")
+        return self
+
+    def uses_bf16(self, device_type: str) -> bool:
+        """Whether forward passes run under bfloat16 autocast on this device type (``precision``)."""
+        return self.precision == "bf16" or (self.precision == "auto" and device_type == "cuda")
 
 
 class DecodeConfig(_Section):

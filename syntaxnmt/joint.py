@@ -87,12 +87,12 @@ def joint_update(models, optimizers, split: Split, group, cfg: Config, device: t
         if needs_reference:  # the reverse model's reference: the forward one transposed
             rev.alignment = normalize_alignment(fwd.alignment.gt(0).float().transpose(1, 2), rev.src_pad_mask, rev.tgt_out.eq(PAD))
         total, outs = 0.0, []
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=t.precision == "bf16"):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=t.uses_bf16(device.type)):
             for name, model, batch, objective, n in zip(DIRECTIONS, models, (fwd, rev), objectives, (n_tgt, n_src)):
                 out = model(batch, need_weights=True)
                 loss, _ = sequence_loss(out, batch.tgt_out, t.label_smoothing)
                 if objective is not None:
-                    loss = loss + objective.loss(model, batch, out, step)
+                    loss = loss + objective.loss(model, batch, out, step)[0]
                 stats[name] += loss.item()
                 total = total + loss / n
                 outs.append(out)

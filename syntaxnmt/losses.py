@@ -17,9 +17,10 @@ from syntaxnmt.model.linear import linear
 from syntaxnmt.subwords import PAD
 
 
-def smoothed_cross_entropy(logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
+def smoothed_cross_entropy(logits: Tensor, target: Tensor, smoothing: float, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed cross-entropy (Szegedy et al. 2016) of rows ``logits`` (N, V) for
-    classes ``target`` (N,), and the summed NLL (no gradient).
+    classes ``target`` (N,), and the summed NLL (no gradient); ``mask`` (N,), when given, weights
+    the rows (0 leaves a row out).
 
     With V classes the smoothed target is ``(1 - eps) * onehot(y) + eps / V``, so
     ``loss = (1 - eps) * (-log p_y) + eps * mean_v(-log p_v)`` -- the same definition as PyTorch's
@@ -27,10 +28,13 @@ def smoothed_cross_entropy(logits: Tensor, target: Tensor, smoothing: float) -> 
     also under bf16 autocast).
     """
     lprobs = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
-    nll = -lprobs.gather(1, target[:, None]).sum()
+    picked, mean = lprobs.gather(1, target[:, None])[:, 0], lprobs.mean(dim=-1)
+    if mask is not None:
+        picked, mean = picked * mask, mean * mask
+    nll = -picked.sum()
     if not smoothing:
         return nll, nll.detach()
-    return (1.0 - smoothing) * nll - smoothing * lprobs.mean(dim=-1).sum(), nll.detach()
+    return (1.0 - smoothing) * nll - smoothing * mean.sum(), nll.detach()
 
 
 def label_smoothed_nll(logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
@@ -82,12 +86,20 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         return grad_h * grad_loss, grad_w * grad_loss, None, None, None, None
 
 
-def sequence_loss(out, target: Tensor, smoothing: float, chunk: int = 1024) -> tuple[Tensor, Tensor]:
+def sequence_loss(out, target: Tensor, smoothing: float, chunk: int = 1024, static: bool = False) -> tuple[Tensor, Tensor]:
     """:func:`smoothed_cross_entropy` of a model output, projecting only the non-PAD target
     positions to the vocabulary (``out.states`` and ``out.project`` of
     :class:`~syntaxnmt.model.transformer.ModelOutput`); fused and chunked for a bias-free
-    ``nn.Linear`` output layer."""
+    ``nn.Linear`` output layer.
+
+    ``static``: project every position and mask the padding instead of selecting the non-PAD
+    rows, so that every tensor keeps the batch's shape (bucketed static shapes: CUDA graphs,
+    oneDNN's per-shape state); the loss is the same.
+    """
     keep = target.ne(PAD)
+    if static:
+        states, project = out.states.reshape(-1, out.states.size(-1)), out.project
+        return smoothed_cross_entropy(project(states), target.reshape(-1), smoothing, keep.reshape(-1).to(torch.float32))
     states, project = out.states[keep], out.project
     if isinstance(project, nn.Linear) and project.bias is None and states.dtype == project.weight.dtype and not torch.is_autocast_enabled(states.device.type):
         need_grad = torch.is_grad_enabled() and (states.requires_grad or project.weight.requires_grad)

@@ -112,8 +112,9 @@ def guided_alignment_loss(
 _SCHEDULE = re.compile(r"^(constant|linear|exp|step)(?::([0-9.eE+-]+))?$")
 
 
-def decay(step: int, schedule: str = "constant") -> float:
-    """The weight multiplier of an auxiliary loss at training ``step`` (0-based), in [0, 1].
+def decay(step: int | Tensor, schedule: str = "constant") -> float | Tensor:
+    """The weight multiplier of an auxiliary loss at training ``step`` (0-based), in [0, 1]; a
+    tensor when ``step`` is a (0-dim) tensor, e.g. a step counter on the GPU.
 
     ``schedule``:
 
@@ -139,12 +140,12 @@ def decay(step: int, schedule: str = "constant") -> float:
     if kind == "exp":
         if not 0.0 < value <= 1.0:
             raise UserError(f"decay schedule {schedule!r}: the rate must be in (0, 1]")
-        return value ** max(step, 0)
+        return value ** step.clamp(min=0) if isinstance(step, Tensor) else value ** max(step, 0)
     if value <= 0 or not math.isfinite(value):
         raise UserError(f"decay schedule {schedule!r}: the step count must be positive")
     if kind == "linear":
-        return max(0.0, 1.0 - step / value)
-    return 1.0 if step < value else 0.0  # step
+        return (1.0 - step / value).clamp(min=0.0) if isinstance(step, Tensor) else max(0.0, 1.0 - step / value)
+    return (step < value).float() if isinstance(step, Tensor) else (1.0 if step < value else 0.0)  # step
 
 
 # --------------------------------------------------------------------------------------
@@ -279,11 +280,10 @@ def alignment_attention(out, cfg: AlignmentConfig) -> Tensor:
 
 
 class AlignmentObjective:
-    """The guided-alignment and coverage terms of one model; keeps running sums for logging."""
+    """The guided-alignment and coverage terms of one model."""
 
     def __init__(self, cfg: AlignmentConfig):
         self.cfg = cfg
-        self.window: dict[str, float] = {}
 
     @property
     def needs_reference(self) -> bool:
@@ -305,23 +305,16 @@ class AlignmentObjective:
             terms["coverage"] = coverage_loss(attn, src_mask, tgt_mask, fertility, reduction="sum")
         return terms
 
-    def loss(self, model: nn.Module, batch, out, step: int) -> Tensor:
-        """The weighted sum of the terms at update ``step`` (0-based, for the decay of λ)."""
+    def loss(self, model: nn.Module, batch, out, step: int | Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """The weighted sum of the terms at update ``step`` (0-based, for the decay of λ; an int or a
+        0-dim tensor) and the unweighted terms, detached, for logging. No host synchronization, so
+        it can run inside a captured CUDA graph."""
         weights = {"guided": self.cfg.guided_weight * decay(step, self.cfg.guided_decay), "coverage": self.cfg.coverage_weight}
         total = torch.zeros((), device=batch.src.device)
-        for name, value in self.terms(model, batch, out).items():
-            self.add(name, value)
+        terms = self.terms(model, batch, out)
+        for name, value in terms.items():
             total = total + weights[name] * value
-        return total
-
-    def add(self, name: str, value: Tensor) -> None:
-        self.window[name] = self.window.get(name, 0.0) + float(value.detach())
-
-    def pop_window(self, n_tokens: int) -> dict[str, float]:
-        """The terms summed since the last call, per target token; resets the sums."""
-        out = {k: v / max(n_tokens, 1) for k, v in self.window.items()}
-        self.window = {}
-        return out
+        return total, {name: value.detach() for name, value in terms.items()}
 
 
 def alignment_objective(cfg: Config) -> AlignmentObjective | None:
