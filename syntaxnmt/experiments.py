@@ -100,7 +100,7 @@ def run_config(label: str, cfg: Config, spec: ExperimentSet, log) -> dict:
         progress = train(cfg, resume=True, log=log)
         if progress.stop_reason == "interrupted":  # last.pt is saved; the next call resumes it
             raise KeyboardInterrupt
-        record = {"steps": progress.step, "train_seconds": progress.train_seconds, "train_tokens": progress.train_tokens, "best": progress.best}
+        record = {"steps": progress.step, "train_seconds": progress.train_seconds, "train_tokens": progress.train_tokens, "best": progress.best, "params": _count_params(work / "best.pt")}
         atomic_write_text(done, json.dumps(record))
     device = resolve_device(cfg.train.device)
     model = None
@@ -116,7 +116,8 @@ def run_config(label: str, cfg: Config, spec: ExperimentSet, log) -> dict:
             write_lines(hyp_path, [nb[0][0] for nb in out])
             log(f"[{label} seed {cfg.seed}] translated {name} in {time.perf_counter() - t0:.0f} s")
         record["hyps"][name] = str(hyp_path)
-    record["params"] = _count_params(work / "best.pt")
+    if "params" not in record:  # done.json of an older run
+        record["params"] = _count_params(work / "best.pt")
     return record
 
 
