@@ -100,7 +100,7 @@ def run_config(label: str, cfg: Config, spec: ExperimentSet, log) -> dict:
         progress = train(cfg, resume=True, log=log)
         if progress.stop_reason == "interrupted":  # last.pt is saved; the next call resumes it
             raise KeyboardInterrupt
-        record = {"steps": progress.step, "train_seconds": progress.train_seconds, "train_tokens": progress.train_tokens, "best": progress.best}
+        record = {"steps": progress.step, "train_seconds": progress.train_seconds, "train_tokens": progress.train_tokens, "best": progress.best, "params": _count_params(work / "best.pt")}
         atomic_write_text(done, json.dumps(record))
     device = resolve_device(cfg.train.device)
     model = None
@@ -116,7 +116,8 @@ def run_config(label: str, cfg: Config, spec: ExperimentSet, log) -> dict:
             write_lines(hyp_path, [nb[0][0] for nb in out])
             log(f"[{label} seed {cfg.seed}] translated {name} in {time.perf_counter() - t0:.0f} s")
         record["hyps"][name] = str(hyp_path)
-    record["params"] = _count_params(work / "best.pt")
+    if "params" not in record:  # done.json of an older run
+        record["params"] = _count_params(work / "best.pt")
     return record
 
 
@@ -217,10 +218,10 @@ def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: 
     base = records[spec.baseline]
     base_step = statistics.mean(r["train_seconds"] / max(r["steps"], 1) for r in base.values())
     tests = list(spec.test_sets)
-    head = ["system", "params"] + [f"{t} BLEU" for t in tests] + [f"{t} chrF" for t in tests] + [f"p vs {spec.baseline} ({t})" for t in tests] + ["updates", "train tok/s", "time/update (rel.)"]
+    head = ["system", "params", "dev BLEU"] + [f"{t} BLEU" for t in tests] + [f"{t} chrF" for t in tests] + [f"p vs {spec.baseline} ({t})" for t in tests] + ["updates", "train tok/s", "time/update (rel.)"]
     rows = []
     for label, runs in records.items():
-        cells = [label, f"{runs[seeds[0]]['params'] / 1e6:.2f}M"]
+        cells = [label, f"{runs[seeds[0]]['params'] / 1e6:.2f}M", dev_bleu_cell(runs, seeds)]
         bleu_cells, chrf_cells, p_cells = [], [], []
         for t in tests:
             hyps = {s: read_lines(runs[s]["hyps"][t]) for s in seeds}
@@ -235,7 +236,8 @@ def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: 
                 sys_all = [h for s in seeds for h in hyps[s]]
                 base_all = [h for s in seeds for h in read_lines(base[s]["hyps"][t])]
                 cmp = paired_bootstrap(base_all, sys_all, [refs[t] * len(seeds)], n_samples=spec.bootstrap, force=True)
-                p_cells.append(f"{cmp.bleu_p_value:.3f}{' *' if cmp.bleu_significant else ''}")
+                direction = "" if not cmp.bleu_significant else " * (better)" if cmp.system_bleu.score > cmp.baseline_bleu.score else " * (worse)"
+                p_cells.append(f"{cmp.bleu_p_value:.3f}{direction}")
         step = statistics.mean(r["train_seconds"] / max(r["steps"], 1) for r in runs.values())
         updates = statistics.mean(r["steps"] for r in runs.values())
         known = [r["train_tokens"] / max(r["train_seconds"], 1e-9) for r in runs.values() if r.get("train_tokens")]
@@ -247,13 +249,23 @@ def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: 
     lines += [
         f"Seeds: {', '.join(map(str, seeds))} (BLEU: mean ± std over seeds; sacreBLEU 13a, cased). "
         f"p: paired bootstrap resampling ({spec.bootstrap} samples) of all seeds' outputs against the "
-        f"baseline's, * = p < 0.05. Overrides: `{' '.join(spec.overrides) or 'none'}`. tok/s and time/update are "
+        f"baseline's (two-sided), * = p < 0.05 with the direction of the difference. dev BLEU: the best greedy dev BLEU of each run "
+        f"(that checkpoint decodes the test sets), the figure to choose systems by. Overrides: `{' '.join(spec.overrides) or 'none'}`. tok/s and time/update are "
         f"wall-clock figures of the training runs, disturbed by any other load on the machine (controlled "
         f"step-time measurements: `benchmarks/syntax_overhead.py`, docs/benchmarks.md).",
         "",
         *markdown_table(head, rows),
     ]
     return "\n".join(lines) + "\n"
+
+
+def dev_bleu_cell(runs: dict[int, dict], seeds: list[int]) -> str:
+    """Mean ± std over seeds of the best (greedy) dev BLEU of each run: the figure systems are
+    chosen by (never the test sets)."""
+    values = [runs[s]["best"] for s in seeds if isinstance(runs[s].get("best"), (int, float))]
+    if not values:
+        return "–"
+    return f"{statistics.mean(values):.2f}" + (f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else "")
 
 
 def markdown_table(head: list[str], rows: list[list[str]]) -> list[str]:

@@ -209,7 +209,7 @@ def test_run_set_trains_translates_and_replaces_its_section(tiny_set, tmp_path):
     # The linear variant really is a different model (relation embeddings).
     assert yaml.safe_load((runs / "linear-seed1" / "config.yaml").read_text())["model"]["syntax"]["relations"] == [["linear"] * 4]
     assert any("training in" in m and "baseline-seed1" in m for m in logs)
-    assert not any("trained already" in m for m in logs)
+    assert not any("trained already" in m for m in logs), [m for m in logs if "trained already" in m]
 
     # The Markdown section: a title, a header and one row per config, between the markers.
     text = output.read_text(encoding="utf-8")
@@ -217,10 +217,10 @@ def test_run_set_trains_translates_and_replaces_its_section(tiny_set, tmp_path):
     assert section.startswith("### Tiny syntax set\n\nTwo tiny configs.\n")
     table = [line for line in section.splitlines() if line.startswith("|")]
     assert len(table) == 4
-    assert table[0].startswith("| system | params | tiny BLEU | tiny chrF | p vs baseline (tiny) |")
+    assert table[0].startswith("| system | params | dev BLEU | tiny BLEU | tiny chrF | p vs baseline (tiny) |")
     base_row, linear_row = (line.split(" | ") for line in table[2:])
     assert base_row[0] == "| baseline" and linear_row[0] == "| linear"
-    assert base_row[4] == "–" and linear_row[4] != "–"
+    assert base_row[5] == "–" and linear_row[5] != "–"
     assert base_row[-1] == "1.00× |"
     # The params column counts the model's parameters (tied ones once); relation embeddings add some.
     n_params = {label: sum(p.numel() for p in load_model(runs / f"{label}-seed1" / "best.pt", torch.device("cpu"))[0].parameters()) for label in ("baseline", "linear")}
@@ -233,7 +233,8 @@ def test_run_set_trains_translates_and_replaces_its_section(tiny_set, tmp_path):
     # BLEU in the table is sacreBLEU's on the hypothesis files.
     refs = read_lines(tmp_path / "test" / "t.ref")
     for row, label in ((base_row, "baseline"), (linear_row, "linear")):
-        assert row[2] == f"{score(read_lines(runs / f'{label}-seed1' / 'tiny.hyp'), [refs], force=True).bleu:.2f}"
+        assert row[3] == f"{score(read_lines(runs / f'{label}-seed1' / 'tiny.hyp'), [refs], force=True).bleu:.2f}"
+        assert row[2] == f"{json.loads((runs / f'{label}-seed1' / 'done.json').read_text())['best']:.2f}"  # dev BLEU
 
     # A second call reuses the finished runs and their translations, and replaces the section.
     mtimes = {p: p.stat().st_mtime_ns for p in runs.rglob("*") if p.is_file()}
@@ -436,7 +437,7 @@ def _fake_records(tmp_path: Path, refs: list[str], systems: dict[str, dict[int, 
         for seed, hyps in by_seed.items():
             hyp = tmp_path / f"{label}-{seed}.hyp"
             write_lines(hyp, hyps)
-            records[label][seed] = {"steps": 100, "train_seconds": seconds[label], "train_tokens": 50_000, "best": 0.0, "hyps": {"test": str(hyp)}, "params": 2_500_000}
+            records[label][seed] = {"steps": 100, "train_seconds": seconds[label], "train_tokens": 50_000, "best": 10.0 * seed + seconds[label], "hyps": {"test": str(hyp)}, "params": 2_500_000}
     return records
 
 
@@ -474,19 +475,20 @@ def test_make_table_two_seeds_mean_std_and_baseline_row(tmp_path):
     section = make_table(spec, records, [1, 2])
     rows = _rows(section)
     head, base_row, sys_row = rows[0], rows[1], rows[2]
-    assert head == ["system", "params", "test BLEU", "test chrF", "p vs base (test)", "updates", "train tok/s", "time/update (rel.)"]
+    assert head == ["system", "params", "dev BLEU", "test BLEU", "test chrF", "p vs base (test)", "updates", "train tok/s", "time/update (rel.)"]
     assert base_row[0] == "base" and sys_row[0] == "sys"
     assert base_row[1] == "2.50M"
+    assert base_row[2] == "25.00 ± 7.07" and sys_row[2] == "40.00 ± 7.07"  # best dev BLEU of seeds 1 and 2
     for row, label in ((base_row, "base"), (sys_row, "sys")):
         bleus = [score(systems[label][s], [REFS], force=True).bleu for s in (1, 2)]
-        assert row[2] == f"{statistics.mean(bleus):.2f} ± {statistics.stdev(bleus):.2f}"
+        assert row[3] == f"{statistics.mean(bleus):.2f} ± {statistics.stdev(bleus):.2f}"
         chrfs = [score(systems[label][s], [REFS], force=True).chrf for s in (1, 2)]
-        assert row[3] == f"{statistics.mean(chrfs):.2f}"
-    assert base_row[4] == "–"
-    assert sys_row[4] != "–" and 0.0 <= float(sys_row[4].rstrip(" *")) <= 1.0
-    assert base_row[5] == sys_row[5] == "100"
-    assert base_row[6] == "5000" and sys_row[6] == "2000"
-    assert base_row[7] == "1.00×" and sys_row[7] == "2.50×"
+        assert row[4] == f"{statistics.mean(chrfs):.2f}"
+    assert base_row[5] == "–"
+    assert sys_row[5] != "–" and 0.0 <= float(sys_row[5].split()[0]) <= 1.0
+    assert base_row[6] == sys_row[6] == "100"
+    assert base_row[7] == "5000" and sys_row[7] == "2000"
+    assert base_row[8] == "1.00×" and sys_row[8] == "2.50×"
     assert "Seeds: 1, 2" in section and "Overrides: `none`" in section
     assert section.startswith("### t\n\n")
 
@@ -496,10 +498,10 @@ def test_make_table_one_seed_has_no_std(tmp_path):
     records = _fake_records(tmp_path, REFS, {"base": {1: REFS}, "sys": {1: REFS}}, {"base": 1.0, "sys": 1.0})
     section = make_table(spec, records, [1])
     rows = _rows(section)
-    assert rows[1][2] == rows[2][2] == "100.00"
-    assert "±" not in rows[1][2] + rows[2][2]
+    assert rows[1][3] == rows[2][3] == "100.00"
+    assert "±" not in rows[1][3] + rows[2][3]
     # Identical outputs: never significant.
-    assert rows[1][4] == "–" and not rows[2][4].endswith("*")
+    assert rows[1][5] == "–" and "*" not in rows[2][5]
     assert section.startswith("### One seed\n") and "Overrides: `--train.threads=1`" in section
 
 
@@ -511,7 +513,9 @@ def test_make_table_significant_difference_is_starred(tmp_path):
     bad = [f"nothing {i} matches" for i in range(40)]
     records = _fake_records(tmp_path, refs, {"base": {1: bad}, "sys": {1: refs}}, {"base": 1.0, "sys": 1.0})
     rows = _rows(make_table(spec, records, [1]))
-    assert rows[2][4].endswith(" *") and float(rows[2][4][:-2]) < 0.05
+    assert rows[2][5].endswith(" * (better)") and float(rows[2][5].split()[0]) < 0.05
+    worse = _rows(make_table(spec, _fake_records(tmp_path, refs, {"base": {1: refs}, "sys": {1: bad}}, {"base": 1.0, "sys": 1.0}), [1]))
+    assert worse[2][5].endswith(" * (worse)")
 
 
 def test_make_table_without_train_tokens(tmp_path):
@@ -520,7 +524,7 @@ def test_make_table_without_train_tokens(tmp_path):
     for runs in records.values():
         del runs[1]["train_tokens"]  # done.json of runs from before tok/s was recorded
     rows = _rows(make_table(spec, records, [1]))
-    assert rows[1][6] == rows[2][6] == "–"
+    assert rows[1][7] == rows[2][7] == "–"
 
 
 def test_markdown_table():
