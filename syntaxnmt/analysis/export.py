@@ -293,7 +293,7 @@ def attention_for_sentences(
         targets = [target_from_ids(toks.tgt, h[0].tokens) for h in hyps]
         tgt = [(ids, pieces, wop, piece_words(pieces, wop), text) for ids, pieces, wop, text in targets]
     else:
-        tgt = [(ids, pieces, wop, words, ref) for ref in refs for ids, pieces, wop, words in [target_from_reference(toks.tgt, ref)]]
+        tgt = [(*target_from_reference(toks.tgt, ref), ref) for ref in refs]
     _check_lengths(model, src, [t[0] for t in tgt])
     weights = force_decode(model, src, [t[0] for t in tgt], device, batch_size, progress)
     return [
