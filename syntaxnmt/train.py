@@ -13,14 +13,14 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from syntaxnmt import loop
-from syntaxnmt.alignment.losses import alignment_objective, attach_fertility
+from syntaxnmt.alignment.losses import alignment_objective
 from syntaxnmt.batches import Split, TokenBatchSampler, bucket_batches, collate
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.config import Config, TrainConfig
@@ -28,13 +28,14 @@ from syntaxnmt.cpu import keep_freed_memory
 from syntaxnmt.distributed import World, barrier, device_for, init_world, no_sync, shutdown, sum_across, unwrap
 from syntaxnmt.errors import UserError
 from syntaxnmt.loop import Progress
-from syntaxnmt.losses import sequence_loss
+from syntaxnmt.losses import AuxiliaryObjective, sequence_loss
 from syntaxnmt.metrics import corpus_bleu
-from syntaxnmt.model import build_model
+from syntaxnmt.model.inputs import FeatureSpec
+from syntaxnmt.multitask import multitask_objective
 from syntaxnmt.optim import build_optimizer
-from syntaxnmt.prepare import feature_vocab_sizes, is_prepared, load_split, load_tokenizers, prepare
+from syntaxnmt.prepare import is_prepared, load_split, load_tokenizers, prepare
 from syntaxnmt.textio import read_lines, write_lines
-from syntaxnmt.translate import resolve_device, translate_ids
+from syntaxnmt.translate import assemble_model, resolve_device, translate_ids
 
 
 @torch.no_grad()
@@ -60,27 +61,47 @@ def validate(model, cfg: Config, dev: Split, refs: list[str], tgt_tok, device: t
     return result
 
 
-def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainConfig, device: torch.device, objective=None, step: int = 0, world: World = World()) -> tuple[float, int]:
+def training_objectives(cfg: Config) -> list[AuxiliaryObjective]:
+    """The auxiliary objectives of ``cfg`` that are on (``train.alignment``, ``train.multitask``)."""
+    return [o for o in (alignment_objective(cfg), multitask_objective(cfg)) if o is not None]
+
+
+def requests(model, objectives: Sequence[AuxiliaryObjective]) -> tuple[FeatureSpec, bool, dict]:
+    """What an update's batches and forward passes carry for ``objectives``: the source features
+    (the model's and theirs), whether the reference alignment, and the model's keyword arguments
+    (cross-attention weights, self-attention weights of some encoder layers only)."""
+    spec = model.feature_spec
+    for o in objectives:
+        spec = spec.union(o.feature_spec)
+    kwargs: dict = {"need_weights": any(o.needs_cross_attention for o in objectives)}
+    layers = frozenset().union(*(o.encoder_weights for o in objectives))
+    if layers:
+        kwargs["encoder_weights"] = layers
+    return spec, any(o.needs_reference for o in objectives), kwargs
+
+
+def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainConfig, device: torch.device, objectives: Sequence[AuxiliaryObjective] = (), step: int = 0, world: World = World()) -> tuple[float, int]:
     """One optimizer update on the batches ``group`` (gradient accumulation); returns (summed loss, target tokens).
 
     The loss is normalized by the target tokens of the whole group -- over all ranks in distributed
     training, where DDP averages the gradients -- so accumulating k batches equals one batch k times
-    larger, and N ranks equal one process accumulating N times more. An
-    :class:`~syntaxnmt.alignment.losses.AlignmentObjective` adds its attention terms (at update
-    ``step``) to every batch's loss.
+    larger, and N ranks equal one process accumulating N times more. Each auxiliary objective
+    (:class:`~syntaxnmt.losses.AuxiliaryObjective`: attention as alignment, multi-task learning)
+    adds its terms (at update ``step``) to every batch's loss.
     """
     n_tokens = sum(int(split["tgt"].lengths[idx].sum()) + len(idx) for idx in group)
     scale = world.size / sum_across(world, n_tokens)
     raw = unwrap(model)
+    spec, reference, kwargs = requests(raw, objectives)
     opt.zero_grad(set_to_none=True)
     loss_sum = 0.0
     for k, idx in enumerate(group):
-        batch = collate(split, idx, raw.feature_spec, alignment=objective is not None and objective.needs_reference).to(device)
+        batch = collate(split, idx, spec, alignment=reference).to(device)
         with no_sync(model, skip=k < len(group) - 1):
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=t.precision == "bf16"):
-                out = model(batch, need_weights=objective is not None)
+                out = model(batch, **kwargs)
                 loss, _ = sequence_loss(out, batch.tgt_out, t.label_smoothing)
-                if objective is not None:
+                for objective in objectives:
                     loss = loss + objective.loss(raw, batch, out, step)
             (loss * scale).backward()
         loss_sum += loss.item()
@@ -146,9 +167,9 @@ class SingleModel:
         self.toks = load_tokenizers(cfg)
         self.split, self.dev = load_split(cfg, "train"), load_split(cfg, "dev")
         self.refs = read_lines(cfg.prepared_dir / "dev.ref")
-        self.raw = attach_fertility(build_model(cfg.model, len(self.toks.src), len(self.toks.tgt), **feature_vocab_sizes(cfg)), cfg).to(device)
+        self.raw = assemble_model(cfg, self.toks).to(device)
         self.model = self.raw
-        self.objective = alignment_objective(cfg)
+        self.objectives = training_objectives(cfg)
         self.opt, self.sched = build_optimizer(self.raw, cfg.train)
         self.run = Run(cfg)
         self.progress = Progress()
@@ -168,12 +189,12 @@ class SingleModel:
             self.model = torch.nn.parallel.DistributedDataParallel(self.raw, device_ids=[self.device.index] if self.device.type == "cuda" else None)
 
     def update(self, group: list[np.ndarray], step: int) -> dict[str, float]:
-        loss_sum, n_tokens = update(self.model, self.opt, self.sched, self.split, group, self.cfg.train, self.device, self.objective, step, self.world)
+        loss_sum, n_tokens = update(self.model, self.opt, self.sched, self.split, group, self.cfg.train, self.device, self.objectives, step, self.world)
         return {"loss": loss_sum, "tokens": n_tokens}
 
     def summarize(self, window: dict[str, float]) -> dict[str, float]:
         tokens = max(window.get("tokens", 0.0), 1.0)
-        terms = self.objective.pop_window(int(tokens)) if self.objective is not None else {}
+        terms = {k: v for o in self.objectives for k, v in o.pop_window(int(tokens)).items()}
         return {"loss": window.get("loss", 0.0) / tokens, **terms, "lr": self.sched.get_last_lr()[0]}
 
     def validate(self) -> None:
