@@ -66,7 +66,7 @@ def training_objectives(cfg: Config) -> list[AuxiliaryObjective]:
     return [o for o in (alignment_objective(cfg), multitask_objective(cfg)) if o is not None]
 
 
-def requests(model, objectives: Sequence[AuxiliaryObjective]) -> tuple[FeatureSpec, bool, dict]:
+def objective_requests(model, objectives: Sequence[AuxiliaryObjective]) -> tuple[FeatureSpec, bool, dict]:
     """What an update's batches and forward passes carry for ``objectives``: the source features
     (the model's and theirs), whether the reference alignment, and the model's keyword arguments
     (cross-attention weights, self-attention weights of some encoder layers only)."""
@@ -92,7 +92,7 @@ def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainCon
     n_tokens = sum(int(split["tgt"].lengths[idx].sum()) + len(idx) for idx in group)
     scale = world.size / sum_across(world, n_tokens)
     raw = unwrap(model)
-    spec, reference, kwargs = requests(raw, objectives)
+    spec, reference, kwargs = objective_requests(raw, objectives)
     opt.zero_grad(set_to_none=True)
     loss_sum = 0.0
     for k, idx in enumerate(group):

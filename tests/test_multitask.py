@@ -22,7 +22,7 @@ from syntaxnmt.multitask import BiaffineParser, MultitaskObjective, lisa_loss, m
 from syntaxnmt.optim import build_optimizer
 from syntaxnmt.prepare import load_split, load_tokenizers, prepare
 from syntaxnmt.subwords import EOS, PAD
-from syntaxnmt.train import requests, train, training_objectives, update
+from syntaxnmt.train import objective_requests, train, training_objectives, update
 from syntaxnmt.translate import assemble_model, load_model
 
 from conftest import deep_merge, quiet, tiny_tree
@@ -172,7 +172,7 @@ def test_only_the_supervised_layer_computes_weights(parsed, monkeypatch):
     toks = load_tokenizers(cfg)
     model = assemble_model(cfg, toks).train()
     objective = multitask_objective(cfg)
-    spec, reference, kwargs = requests(model, [objective])
+    spec, reference, kwargs = objective_requests(model, [objective])
     assert spec.parent and not reference and kwargs == {"need_weights": False, "encoder_weights": frozenset({1})}
     explicit = []
     original = MultiHeadAttention._explicit
