@@ -26,33 +26,32 @@ import torch
 from syntaxnmt.config import load_config
 from syntaxnmt.cpu import keep_freed_memory
 from syntaxnmt.model import build_model
-from syntaxnmt.optim import build_optimizer
-from syntaxnmt.prepare import feature_vocab_sizes, load_split, load_tokenizers
+from syntaxnmt.prepare import feature_vocab_sizes, load_tokenizers
 from syntaxnmt.batches import TokenBatchSampler
 from syntaxnmt.textio import read_lines
 from syntaxnmt.loop import seed_everything
-from syntaxnmt.train import update
+from syntaxnmt.distributed import World
+from syntaxnmt.train import SingleModel
 from syntaxnmt.translate import load_model, resolve_device, translate_ids
 
 
 def measure_training(cfg, device, updates: int, warmup: int) -> float:
+    """Target tokens/s of ``updates`` updates after ``warmup`` untimed ones (the batches of as many
+    epochs as it takes), through the training task itself (CUDA graphs, static shapes, precision
+    as configured)."""
     seed_everything(cfg.seed)
-    toks = load_tokenizers(cfg)
-    split = load_split(cfg, "train")
-    model = build_model(cfg.model, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg)).to(device).train()
-    opt, sched = build_optimizer(model, cfg.train)
-    sampler = TokenBatchSampler(split["src"].lengths, split["tgt"].lengths, cfg.train.max_tokens, cfg.seed)
-    batches = sampler.epoch_batches(0)
-    assert len(batches) >= (warmup + updates) * cfg.train.accum_steps, "not enough batches in one epoch"
-    it = iter(batches)
+    task = SingleModel(cfg, World(), device, log=lambda *a, **k: None)
+    t = cfg.train
+    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, multiple=task.t.shape_bucket)
+    stream = sampler.stream(0, 0, 10**9)
     tokens, start = 0, None
     for u in range(warmup + updates):
         if u == warmup:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
-        group = [next(it) for _ in range(cfg.train.accum_steps)]
-        _, n = update(model, opt, sched, split, group, cfg.train, device)
+        group = [next(stream)[2] for _ in range(t.accum_steps)]
+        n = task.update(group, u)["tokens"]
         if u >= warmup:
             tokens += n
     if device.type == "cuda":
@@ -96,6 +95,7 @@ def main() -> None:
     ap.add_argument("--force-length", type=int, default=0, help="force every hypothesis to exactly N subwords")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--skip-training", action="store_true")
+    ap.add_argument("--skip-decoding", action="store_true")
     args, overrides = ap.parse_known_args()
     cfg = load_config(args.config, overrides)
     keep_freed_memory()  # as the syntaxnmt command does
@@ -105,12 +105,16 @@ def main() -> None:
     data = os.environ.get("SYNTAXNMT_DATA", "../shared/data")
     test_src = Path(args.test_src or f"{data}/multi30k/test_2016_flickr.en.gz")
     train_tps = float("nan") if args.skip_training else measure_training(cfg, device, args.updates, args.warmup)
-    sent_s, n = measure_decoding(cfg, device, args.checkpoint, test_src, args.beam, args.force_length)
+    t = cfg.train.for_device(device.type)
+    settings = f"precision {t.precision}, shape_bucket {t.shape_bucket}, cuda_graphs {t.cuda_graphs}"
+    sent_s, n = (float("nan"), 0) if args.skip_decoding else measure_decoding(cfg, device, args.checkpoint, test_src, args.beam, args.force_length)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if device.type == "cuda":
+        peak_mb = torch.cuda.max_memory_allocated() / 2**20
     print(
-        f"{cfg.name}: train {train_tps:.0f} tgt tok/s ({args.updates} updates, max_tokens {cfg.train.max_tokens}) | "
+        f"{cfg.name}: train {train_tps:.0f} tgt tok/s ({args.updates} updates, max_tokens {cfg.train.max_tokens}, {settings}) | "
         f"decode beam {args.beam}: {sent_s:.1f} sent/s ({n} sentences{f', forced length {args.force_length}' if args.force_length else ''}) | "
-        f"peak RSS {peak_mb:.0f} MB | {device} threads {torch.get_num_threads()} | torch {torch.__version__} | {platform.processor() or platform.machine()} {os.cpu_count()} cores"
+        f"peak {'GPU memory' if device.type == 'cuda' else 'RSS'} {peak_mb:.0f} MB | {device} threads {torch.get_num_threads()} | torch {torch.__version__} | {platform.processor() or platform.machine()} {os.cpu_count()} cores"
     )
 
 

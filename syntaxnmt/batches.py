@@ -13,9 +13,10 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from syntaxnmt.errors import UserError
-from syntaxnmt.model.inputs import TAG_NAMES, Batch, FeatureSpec
+from syntaxnmt.model.inputs import TAG_NAMES, Batch, FeatureSpec, SourceFeatures
 from syntaxnmt.relations import SourceAnnotation, pad_features, sentence_features
 from syntaxnmt.subwords import BOS, EOS, PAD
 from syntaxnmt.textio import atomic_write
@@ -121,17 +122,71 @@ def collate(split: Split, indices: Sequence[int], spec: FeatureSpec | None = Non
     return batch
 
 
-def bucket_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, rng: np.random.Generator | None) -> list[np.ndarray]:
+def round_up(length: int | np.ndarray, multiple: int) -> int | np.ndarray:
+    """``length`` rounded up to a multiple of ``multiple`` (unchanged when ``multiple`` is 0 or 1)."""
+    return length if multiple <= 1 else -(-length // multiple) * multiple
+
+
+def shape_bucket(batch: Batch, max_tokens: int, multiple: int) -> tuple[int, int]:
+    """The static shape (rows, length) of ``batch`` when shapes are bucketed: source and target
+    padded to one length, a multiple of ``multiple``, and as many rows as ``max_tokens`` allows
+    at that length. Batches from :func:`bucket_batches` with the same ``multiple`` always fit."""
+    length = int(round_up(max(batch.src.size(1), batch.tgt_out.size(1)), multiple))
+    return max(len(batch), max_tokens // length), length
+
+
+def pad_batch(batch: Batch, rows: int, length: int) -> Batch:
+    """``batch`` padded to ``rows`` sentences of ``length`` positions on both sides (a static shape).
+
+    Padding is invisible to the loss: padded positions are PAD (masked keys, no target), and an
+    added row is a sentence holding only EOS, with no target token, so that its attention has one
+    key to attend to (a row of masked keys would give NaN) and it adds nothing to the loss.
+    """
+    b, s, t = len(batch), batch.src.size(1), batch.tgt_out.size(1)
+    if rows < b or length < max(s, t):
+        raise ValueError(f"cannot pad a batch of shape ({b}, {s}, {t}) to ({rows}, {length})")
+
+    def grow(x: Tensor | None, fill: int = PAD, square: bool = False) -> Tensor | None:
+        if x is None:
+            return None
+        shape = (rows, length, length) if square else (rows, length) + tuple(x.shape[2:])
+        out = x.new_full(shape, fill)
+        out[tuple(slice(0, n) for n in x.shape)] = x
+        return out
+
+    src = grow(batch.src)
+    src[b:, 0] = EOS
+    tgt_in = grow(batch.tgt_in)
+    tgt_in[b:, 0] = BOS
+    f = batch.features
+    parent = None
+    if f.parent is not None:
+        parent = torch.arange(length).expand(rows, length).clone()
+        parent[:b, : f.parent.size(1)] = f.parent
+    features = SourceFeatures(
+        upos=grow(f.upos), xpos=grow(f.xpos), deprel=grow(f.deprel), bie=grow(f.bie), parent=parent,
+        relations={k: grow(v, square=True) for k, v in f.relations.items()},
+    )
+    alignment = None
+    if batch.alignment is not None:
+        alignment = batch.alignment.new_zeros(rows, length, length)
+        alignment[:b, :t, :s] = batch.alignment
+    ids = torch.cat([batch.ids, batch.ids.new_full((rows - b,), -1)])
+    return Batch(src, tgt_in, grow(batch.tgt_out), ids, features, alignment)
+
+
+def bucket_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, rng: np.random.Generator | None, multiple: int = 0) -> list[np.ndarray]:
     """Group sentence indices into batches of at most ``max_tokens`` padded tokens.
 
     Sentences are sorted by (target, source) length -- ties broken randomly when ``rng`` is given --
     and cut greedily so that ``batch_size * longest_side <= max_tokens``; this keeps padding small.
-    The +1 accounts for BOS/EOS.
+    The +1 accounts for BOS/EOS. With ``multiple`` > 1, the longest side is first rounded up to a
+    multiple of it, so every batch fits its :func:`shape_bucket`.
     """
     n = len(src_lens)
     order = rng.permutation(n) if rng is not None else np.arange(n)
     order = order[np.lexsort((src_lens[order], tgt_lens[order]))]
-    longest = np.maximum(src_lens[order], tgt_lens[order]) + 1
+    longest = round_up(np.maximum(src_lens[order], tgt_lens[order]) + 1, multiple)
     batches, start, running_max = [], 0, 0
     for pos in range(n):
         cand = max(running_max, int(longest[pos]))
@@ -150,14 +205,14 @@ class TokenBatchSampler:
     With ``num_shards > 1`` (distributed training) each rank takes every ``num_shards``-th batch.
     """
 
-    def __init__(self, src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int, shuffle: bool = True, num_shards: int = 1, shard: int = 0):
+    def __init__(self, src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int, shuffle: bool = True, num_shards: int = 1, shard: int = 0, multiple: int = 0):
         self.src_lens, self.tgt_lens = np.asarray(src_lens), np.asarray(tgt_lens)
-        self.max_tokens, self.seed, self.shuffle = max_tokens, seed, shuffle
+        self.max_tokens, self.seed, self.shuffle, self.multiple = max_tokens, seed, shuffle, multiple
         self.num_shards, self.shard = num_shards, shard
 
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         rng = np.random.default_rng([self.seed, epoch]) if self.shuffle else None
-        batches = bucket_batches(self.src_lens, self.tgt_lens, self.max_tokens, rng)
+        batches = bucket_batches(self.src_lens, self.tgt_lens, self.max_tokens, rng, self.multiple)
         if rng is not None:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         if self.num_shards > 1:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Callable
 
 from syntaxnmt.cpu import keep_freed_memory
 from syntaxnmt.errors import UserError
@@ -166,7 +167,7 @@ def cmd_experiment(args, extra) -> None:
 
     _no_overrides(extra)
     seeds = args.seeds or (list(range(1, args.n_seeds + 1)) if args.n_seeds else None)
-    run_set(args.set, seeds=seeds, only=args.only.split(",") if args.only else None, output=args.output)
+    run_set(args.set, seeds=seeds, only=args.only.split(",") if args.only else None, output=args.output, jobs=args.jobs)
 
 
 def cmd_parse(args, extra) -> None:
@@ -224,6 +225,7 @@ def _training_commands(sub) -> None:
     s.add_argument("--seeds", type=int, nargs="+", help="explicit seeds")
     s.add_argument("--only", help="comma-separated labels to run (the baseline always runs)")
     s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
+    s.add_argument("--jobs", type=int, default=1, help="run N (config, seed) runs at once in worker processes sharing the GPU or the CPU cores, each logging to <work_dir>/train.log (default 1: one by one, in this process)")
     s.set_defaults(func=cmd_experiment)
 
     s = sub.add_parser("demo", help="generate the synthetic corpus, train a small Transformer, translate and score")
@@ -306,17 +308,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+def run_command(func: Callable[[], None]) -> None:
+    """Run a command: a user error prints one line ``syntaxnmt: error: ...`` and exits with its
+    ``exit_code`` (2 unless it has one), Ctrl-C exits with 130."""
     keep_freed_memory()
     try:
-        args.func(args, extra)
+        func()
     except UserError as e:
         print(f"syntaxnmt: error: {e}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(getattr(e, "exit_code", 2))
     except KeyboardInterrupt:
         print("syntaxnmt: interrupted", file=sys.stderr)
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    run_command(lambda: args.func(args, extra))

@@ -22,9 +22,10 @@ from syntaxnmt.model.linear import linear
 from syntaxnmt.subwords import PAD
 
 
-def smoothed_cross_entropy(logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
+def smoothed_cross_entropy(logits: Tensor, target: Tensor, smoothing: float, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed cross-entropy (Szegedy et al. 2016) of rows ``logits`` (N, V) for
-    classes ``target`` (N,), and the summed NLL (no gradient).
+    classes ``target`` (N,), and the summed NLL (no gradient); ``mask`` (N,), when given, weights
+    the rows (0 leaves a row out).
 
     With V classes the smoothed target is ``(1 - eps) * onehot(y) + eps / V``, so
     ``loss = (1 - eps) * (-log p_y) + eps * mean_v(-log p_v)`` -- the same definition as PyTorch's
@@ -32,10 +33,13 @@ def smoothed_cross_entropy(logits: Tensor, target: Tensor, smoothing: float) -> 
     also under bf16 autocast).
     """
     lprobs = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
-    nll = -lprobs.gather(1, target[:, None]).sum()
+    picked, mean = lprobs.gather(1, target[:, None])[:, 0], lprobs.mean(dim=-1)
+    if mask is not None:
+        picked, mean = picked * mask, mean * mask
+    nll = -picked.sum()
     if not smoothing:
         return nll, nll.detach()
-    return (1.0 - smoothing) * nll - smoothing * lprobs.mean(dim=-1).sum(), nll.detach()
+    return (1.0 - smoothing) * nll - smoothing * mean.sum(), nll.detach()
 
 
 def label_smoothed_nll(logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
@@ -87,12 +91,20 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         return grad_h * grad_loss, grad_w * grad_loss, None, None, None, None
 
 
-def sequence_loss(out, target: Tensor, smoothing: float, chunk: int = 1024) -> tuple[Tensor, Tensor]:
+def sequence_loss(out, target: Tensor, smoothing: float, chunk: int = 1024, static: bool = False) -> tuple[Tensor, Tensor]:
     """:func:`smoothed_cross_entropy` of a model output, projecting only the non-PAD target
     positions to the vocabulary (``out.states`` and ``out.project`` of
     :class:`~syntaxnmt.model.transformer.ModelOutput`); fused and chunked for a bias-free
-    ``nn.Linear`` output layer."""
+    ``nn.Linear`` output layer.
+
+    ``static``: project every position and mask the padding instead of selecting the non-PAD
+    rows, so that every tensor keeps the batch's shape (bucketed static shapes: CUDA graphs,
+    oneDNN's per-shape state); the loss is the same.
+    """
     keep = target.ne(PAD)
+    if static:
+        states, project = out.states.reshape(-1, out.states.size(-1)), out.project
+        return smoothed_cross_entropy(project(states), target.reshape(-1), smoothing, keep.reshape(-1).to(torch.float32))
     states, project = out.states[keep], out.project
     if isinstance(project, nn.Linear) and project.bias is None and states.dtype == project.weight.dtype and not torch.is_autocast_enabled(states.device.type):
         need_grad = torch.is_grad_enabled() and (states.requires_grad or project.weight.requires_grad)
@@ -107,8 +119,9 @@ def sequence_loss(out, target: Tensor, smoothing: float, chunk: int = 1024) -> t
 _SCHEDULE = re.compile(r"^(constant|linear|exp|step)(?::([0-9.eE+-]+))?$")
 
 
-def decay(step: int, schedule: str = "constant") -> float:
-    """The weight multiplier of an auxiliary loss at training ``step`` (0-based), in [0, 1].
+def decay(step: int | Tensor, schedule: str = "constant") -> float | Tensor:
+    """The weight multiplier of an auxiliary loss at training ``step`` (0-based), in [0, 1]; a
+    tensor when ``step`` is a (0-dim) tensor, e.g. a step counter on the GPU.
 
     ``schedule``:
 
@@ -134,22 +147,23 @@ def decay(step: int, schedule: str = "constant") -> float:
     if kind == "exp":
         if not 0.0 < value <= 1.0:
             raise UserError(f"decay schedule {schedule!r}: the rate must be in (0, 1]")
-        return value ** max(step, 0)
+        return value ** step.clamp(min=0) if isinstance(step, Tensor) else value ** max(step, 0)
     if value <= 0 or not math.isfinite(value):
         raise UserError(f"decay schedule {schedule!r}: the step count must be positive")
     if kind == "linear":
-        return max(0.0, 1.0 - step / value)
-    return 1.0 if step < value else 0.0  # step
+        return (1.0 - step / value).clamp(min=0.0) if isinstance(step, Tensor) else max(0.0, 1.0 - step / value)
+    return (step < value).float() if isinstance(step, Tensor) else (1.0 if step < value else 0.0)  # step
 
 
 class AuxiliaryObjective:
-    """Terms added to the translation loss by :func:`syntaxnmt.train.update`, with running sums for logging.
+    """Terms added to the translation loss by :func:`syntaxnmt.train.forward_loss`.
 
     A subclass says what it reads -- the cross-attention (``needs_cross_attention``), the
     self-attention weights of some encoder layers (``encoder_weights``), source features beyond
     the model's own (``feature_spec``), the reference alignment (``needs_reference``) -- and gives
     its unweighted ``terms`` (each summed over the batch) and their ``weights`` at an update.
     The weighted sum is normalized with the translation loss by the update's target tokens.
+    No method waits for the device, so the loss can run inside a captured CUDA graph.
     """
 
     needs_reference = False
@@ -157,30 +171,18 @@ class AuxiliaryObjective:
     encoder_weights: frozenset[int] = frozenset()
     feature_spec = FeatureSpec()
 
-    def __init__(self):
-        self.window: dict[str, float] = {}
-
     def terms(self, model: nn.Module, batch, out) -> dict[str, Tensor]:
         raise NotImplementedError
 
-    def weights(self, step: int) -> dict[str, float]:
-        """The weight of every term at update ``step`` (0-based)."""
+    def weights(self, step: int | Tensor) -> dict[str, float | Tensor]:
+        """The weight of every term at update ``step`` (0-based; an int or a 0-dim tensor)."""
         raise NotImplementedError
 
-    def loss(self, model: nn.Module, batch, out, step: int) -> Tensor:
-        """The weighted sum of the terms at update ``step``; the terms are added to the window."""
+    def loss(self, model: nn.Module, batch, out, step: int | Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """The weighted sum of the terms at update ``step``, and the unweighted terms, detached, for logging."""
         weights = self.weights(step)
         total = torch.zeros((), device=batch.src.device)
-        for name, value in self.terms(model, batch, out).items():
-            self.add(name, value)
+        terms = self.terms(model, batch, out)
+        for name, value in terms.items():
             total = total + weights[name] * value
-        return total
-
-    def add(self, name: str, value: Tensor) -> None:
-        self.window[name] = self.window.get(name, 0.0) + float(value.detach())
-
-    def pop_window(self, n_tokens: int) -> dict[str, float]:
-        """The terms summed since the last call, per target token; resets the sums."""
-        out = {k: v / max(n_tokens, 1) for k, v in self.window.items()}
-        self.window = {}
-        return out
+        return total, {name: value.detach() for name, value in terms.items()}

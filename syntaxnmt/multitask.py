@@ -53,11 +53,15 @@ def token_mask(src: Tensor) -> Tensor:
 # --------------------------------------------------------------------------------------
 
 
+IGNORE = -100  # the target of a position left out of a cross-entropy
+
+
 def tagging_loss(logits: Tensor, tags: Tensor, keep: Tensor) -> Tensor:
     """Summed cross-entropy -Σ_i log softmax(logits_i)[tags_i] over the positions ``keep``.
 
-    ``logits`` (B, S, n_tags), ``tags`` and ``keep`` (B, S)."""
-    return F.cross_entropy(logits[keep].float(), tags[keep], reduction="sum")
+    ``logits`` (B, S, n_tags), ``tags`` and ``keep`` (B, S). Masked, not indexed: every tensor keeps
+    the batch's shape and nothing waits for the device (CUDA graphs)."""
+    return F.cross_entropy(logits.float().flatten(0, 1), tags.masked_fill(~keep, IGNORE).flatten(), ignore_index=IGNORE, reduction="sum")
 
 
 def lisa_loss(weights: Tensor, parent: Tensor, keep: Tensor, eps: float = 1e-9) -> Tensor:
@@ -70,7 +74,7 @@ def lisa_loss(weights: Tensor, parent: Tensor, keep: Tensor, eps: float = 1e-9) 
     """
     at_parent = weights.gather(-1, parent[:, None, :, None].expand(-1, weights.size(1), -1, 1)).squeeze(-1)  # (B, h, S)
     nll = -torch.log(at_parent.float().clamp_min(eps))
-    return nll.masked_select(keep[:, None, :]).sum()
+    return (nll * keep[:, None, :]).sum()
 
 
 # --------------------------------------------------------------------------------------
@@ -124,10 +128,10 @@ class BiaffineParser(nn.Module):
         """(arc, label) cross-entropies summed over the tokens ``keep``; the candidate heads of a
         token are the positions ``keep`` (a root's head is itself), labels are scored at the gold head."""
         r = self.norm(states)
-        arcs = self.arc_scores(r).float().masked_fill(~keep[:, None, :], float("-inf"))
-        arc = F.cross_entropy(arcs[keep], parent[keep], reduction="sum")
-        label = F.cross_entropy(self.label_scores(r, parent)[keep].float(), labels[keep], reduction="sum")
-        return arc, label
+        # the dtype's minimum, not -inf: a row with no candidate (an all-padding sentence) stays finite
+        arcs = self.arc_scores(r).float().masked_fill(~keep[:, None, :], torch.finfo(torch.float32).min)
+        arc = F.cross_entropy(arcs.flatten(0, 1), parent.masked_fill(~keep, IGNORE).flatten(), ignore_index=IGNORE, reduction="sum")
+        return arc, tagging_loss(self.label_scores(r, parent), labels, keep)
 
 
 def attach_multitask(model: nn.Module, cfg: Config, tag_sizes: dict[str, int]) -> nn.Module:
@@ -168,8 +172,8 @@ class MultitaskObjective(AuxiliaryObjective):
     """The terms of ``train.multitask``: ``pos``, ``deprel``, ``lisa``, ``parse_arc`` and ``parse_label``."""
 
     def __init__(self, cfg: MultitaskConfig, enc_layers: int):
-        super().__init__()
         self.cfg, self.tasks = cfg, cfg.tasks()
+        self.lisa_heads: dict[torch.device, Tensor] = {}  # the supervised heads' indices, per device
         self.lisa_layers = [layer % enc_layers for layer in cfg.lisa.layers] if "lisa" in self.tasks else []
         self.encoder_weights = frozenset(self.lisa_layers)
         tags = ({cfg.pos.tags} if "pos" in self.tasks else set()) | ({"deprel"} if {"deprel", "parse"} & set(self.tasks) else set())
@@ -184,13 +188,19 @@ class MultitaskObjective(AuxiliaryObjective):
                 task = self.tasks[name]
                 terms[name] = tagging_loss(heads[name](states[task.layer]), f.tag(getattr(task, "tags", name)), keep)
         if self.lisa_layers:
-            attn = out.encoder.self_attention
-            terms["lisa"] = sum(lisa_loss(attn[layer][:, self.cfg.lisa.heads], f.parents(), keep) for layer in self.lisa_layers)
+            attn, heads_at = out.encoder.self_attention, self.heads_on(batch.src.device)
+            terms["lisa"] = sum(lisa_loss(attn[layer].index_select(1, heads_at), f.parents(), keep) for layer in self.lisa_layers)
         if "parse" in self.tasks:
             terms["parse_arc"], terms["parse_label"] = heads["parse"].loss(states[self.cfg.parse.layer], f.parents(), f.tag("deprel"), keep)
         return terms
 
-    def weights(self, step: int) -> dict[str, float]:
+    def heads_on(self, device: torch.device) -> Tensor:
+        """The supervised heads as an index tensor on ``device``, made once (not inside a graph capture)."""
+        if device not in self.lisa_heads:
+            self.lisa_heads[device] = torch.tensor(self.cfg.lisa.heads, device=device)
+        return self.lisa_heads[device]
+
+    def weights(self, step: int | Tensor) -> dict[str, float | Tensor]:
         w = {name: task.weight * decay(step, task.decay) for name, task in self.tasks.items()}
         w["parse_arc"] = w["parse_label"] = w.pop("parse", 0.0)
         return w

@@ -24,6 +24,7 @@ def inverse_sqrt(warmup: int):
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+    on_cuda = all(p.is_cuda for p in model.parameters())  # one fused kernel for the whole update
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay, fused=on_cuda or None)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, inverse_sqrt(cfg.warmup_steps))
     return opt, sched

@@ -21,16 +21,17 @@ from tqdm.auto import tqdm
 
 from syntaxnmt import loop
 from syntaxnmt.alignment.losses import alignment_objective
-from syntaxnmt.batches import Split, TokenBatchSampler, bucket_batches, collate
+from syntaxnmt.batches import Split, TokenBatchSampler, bucket_batches, collate, pad_batch, shape_bucket
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.config import Config, TrainConfig
 from syntaxnmt.cpu import keep_freed_memory
+from syntaxnmt.cuda_graphs import GraphedStep
 from syntaxnmt.distributed import World, barrier, device_for, init_world, no_sync, shutdown, sum_across, unwrap
 from syntaxnmt.errors import UserError
 from syntaxnmt.loop import Progress
 from syntaxnmt.losses import AuxiliaryObjective, sequence_loss
 from syntaxnmt.metrics import corpus_bleu
-from syntaxnmt.model.inputs import FeatureSpec
+from syntaxnmt.model.inputs import Batch, FeatureSpec
 from syntaxnmt.multitask import multitask_objective
 from syntaxnmt.optim import build_optimizer
 from syntaxnmt.prepare import is_prepared, load_split, load_tokenizers, prepare
@@ -67,9 +68,9 @@ def training_objectives(cfg: Config) -> list[AuxiliaryObjective]:
 
 
 def objective_requests(model, objectives: Sequence[AuxiliaryObjective]) -> tuple[FeatureSpec, bool, dict]:
-    """What an update's batches and forward passes carry for ``objectives``: the source features
-    (the model's and theirs), whether the reference alignment, and the model's keyword arguments
-    (cross-attention weights, self-attention weights of some encoder layers only)."""
+    """What the batches and forward passes of training carry for ``objectives``: the source
+    features (the model's and theirs), whether the reference alignment, and the model's keyword
+    arguments (cross-attention weights; self-attention weights of some encoder layers only)."""
     spec = model.feature_spec
     for o in objectives:
         spec = spec.union(o.feature_spec)
@@ -80,36 +81,63 @@ def objective_requests(model, objectives: Sequence[AuxiliaryObjective]) -> tuple
     return spec, any(o.needs_reference for o in objectives), kwargs
 
 
-def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainConfig, device: torch.device, objectives: Sequence[AuxiliaryObjective] = (), step: int = 0, world: World = World()) -> tuple[float, int]:
-    """One optimizer update on the batches ``group`` (gradient accumulation); returns (summed loss, target tokens).
+def forward_loss(model, batch, t: TrainConfig, objectives=(), step: int | torch.Tensor = 0, static: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The training loss of one batch, summed over its target tokens: label-smoothed cross-entropy
+    plus the weighted terms of ``objectives`` (:class:`~syntaxnmt.losses.AuxiliaryObjective`: alignment, multi-task)
+    at update ``step``; and the detached parts for logging (``loss`` and each unweighted term).
+    Nothing here waits for the device, so it can run inside a captured CUDA graph (``static``:
+    the batch has a bucketed static shape)."""
+    raw = unwrap(model)
+    with torch.autocast(batch.src.device.type, dtype=torch.bfloat16, enabled=t.uses_bf16(batch.src.device.type), cache_enabled=not static):
+        out = model(batch, **objective_requests(raw, objectives)[2])
+        loss, _ = sequence_loss(out, batch.tgt_out, t.label_smoothing, static=static)
+        logs = {"loss": loss.detach()}
+        for objective in objectives:
+            extra, terms = objective.loss(raw, batch, out, step)
+            loss = loss + extra
+            logs.update(terms)
+    return loss, logs
+
+
+def training_batch(split: Split, idx: np.ndarray, spec, t: TrainConfig, objectives=()) -> Batch:
+    """The batch of sentences ``idx`` as training reads it: with the features the model and the
+    objectives need, padded to its static shape when ``train.shape_bucket`` is on (``t`` with its
+    automatic settings decided: :meth:`~syntaxnmt.config.TrainConfig.for_device`)."""
+    batch = collate(split, idx, spec, alignment=any(o.needs_reference for o in objectives))
+    return pad_batch(batch, *shape_bucket(batch, t.max_tokens, t.shape_bucket)) if t.shape_bucket else batch
+
+
+def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainConfig, device: torch.device, objectives=(), step: int = 0, world: World = World(), graphed: GraphedStep | None = None) -> dict[str, torch.Tensor | int]:
+    """One optimizer update on the batches ``group`` (gradient accumulation); returns the summed
+    loss and objective terms (device tensors: reading them waits for the device, so the loop does
+    that only when it logs) and ``tokens``, the update's target tokens.
 
     The loss is normalized by the target tokens of the whole group -- over all ranks in distributed
     training, where DDP averages the gradients -- so accumulating k batches equals one batch k times
-    larger, and N ranks equal one process accumulating N times more. Each auxiliary objective
-    (:class:`~syntaxnmt.losses.AuxiliaryObjective`: attention as alignment, multi-task learning)
-    adds its terms (at update ``step``) to every batch's loss.
+    larger, and N ranks equal one process accumulating N times more. With ``graphed`` (CUDA
+    graphs) the forward and backward passes are replayed from captured graphs.
     """
     n_tokens = sum(int(split["tgt"].lengths[idx].sum()) + len(idx) for idx in group)
     scale = world.size / sum_across(world, n_tokens)
     raw = unwrap(model)
-    spec, reference, kwargs = objective_requests(raw, objectives)
-    opt.zero_grad(set_to_none=True)
-    loss_sum = 0.0
+    spec = objective_requests(raw, objectives)[0]
+    opt.zero_grad(set_to_none=graphed is None)  # graphs accumulate into gradients that stay allocated
+    stats: dict = {}
     for k, idx in enumerate(group):
-        batch = collate(split, idx, spec, alignment=reference).to(device)
-        with no_sync(model, skip=k < len(group) - 1):
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=t.precision == "bf16"):
-                out = model(batch, **kwargs)
-                loss, _ = sequence_loss(out, batch.tgt_out, t.label_smoothing)
-                for objective in objectives:
-                    loss = loss + objective.loss(raw, batch, out, step)
-            (loss * scale).backward()
-        loss_sum += loss.item()
+        batch = training_batch(split, idx, spec, t, objectives)
+        if graphed is not None:
+            logs = graphed(batch, scale, step)
+        else:
+            with no_sync(model, skip=k < len(group) - 1):
+                loss, logs = forward_loss(model, batch.to(device), t, objectives, step, static=bool(t.shape_bucket))
+                (loss * scale).backward()
+        for name, value in logs.items():
+            stats[name] = stats[name] + value if name in stats else value
     if t.clip_norm > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
     opt.step()
     sched.step()
-    return loss_sum, n_tokens
+    return {**stats, "tokens": n_tokens}
 
 
 def improved(metric: str, value: float, best: float | None) -> bool:
@@ -173,6 +201,11 @@ class SingleModel:
         self.opt, self.sched = build_optimizer(self.raw, cfg.train)
         self.run = Run(cfg)
         self.progress = Progress()
+        self.t = t = cfg.train.for_device(device.type, world.size)  # the automatic settings decided
+        set_matmul_precision(t, device)
+        if cfg.train.cuda_graphs and not t.cuda_graphs:
+            log(f"train.cuda_graphs: off ({'several processes' if world.distributed else 'not a CUDA device'})")
+        self.graphed = GraphedStep(self.raw, lambda batch, step: forward_loss(self.raw, batch, t, self.objectives, step, static=True)) if t.cuda_graphs else None
 
     @property
     def bad_validations(self) -> int:
@@ -188,14 +221,21 @@ class SingleModel:
         if self.world.distributed:
             self.model = torch.nn.parallel.DistributedDataParallel(self.raw, device_ids=[self.device.index] if self.device.type == "cuda" else None)
 
-    def update(self, group: list[np.ndarray], step: int) -> dict[str, float]:
-        loss_sum, n_tokens = update(self.model, self.opt, self.sched, self.split, group, self.cfg.train, self.device, self.objectives, step, self.world)
-        return {"loss": loss_sum, "tokens": n_tokens}
+    def update(self, group: list[np.ndarray], step: int) -> dict:
+        args = (self.model, self.opt, self.sched, self.split, group, self.t, self.device, self.objectives, step, self.world)
+        try:
+            return update(*args, graphed=self.graphed)
+        except RuntimeError as e:
+            if self.graphed is None:
+                raise
+            self.log(f"train.cuda_graphs: capturing failed, training goes on without graphs ({str(e).splitlines()[0]})")
+            self.graphed = None
+            return update(*args)
 
-    def summarize(self, window: dict[str, float]) -> dict[str, float]:
-        tokens = max(window.get("tokens", 0.0), 1.0)
-        terms = {k: v for o in self.objectives for k, v in o.pop_window(int(tokens)).items()}
-        return {"loss": window.get("loss", 0.0) / tokens, **terms, "lr": self.sched.get_last_lr()[0]}
+    def summarize(self, window: dict) -> dict[str, float]:
+        """Per target token: the loss and every objective term; and the learning rate."""
+        tokens = max(float(window.get("tokens", 0)), 1.0)
+        return {**{k: float(v) / tokens for k, v in window.items() if k != "tokens"}, "lr": self.sched.get_last_lr()[0]}
 
     def validate(self) -> None:
         is_best = validate_and_record(self.raw, self.cfg, self.dev, self.refs, self.toks.tgt, self.device, self.progress, self.log, self.writer)
@@ -203,6 +243,13 @@ class SingleModel:
 
     def save(self) -> None:
         self.run.save(self.raw, self.opt, self.sched, self.progress)
+
+
+def set_matmul_precision(t: TrainConfig, device: torch.device) -> None:
+    """TF32 tensor-core products for ``precision: tf32`` on CUDA (float32 storage everywhere)."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = t.precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = t.precision == "tf32"
 
 
 def start(cfg: Config, resume: bool, log: Callable) -> bool:
@@ -251,7 +298,7 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
     n_params = sum(p.numel() for p in task.raw.parameters())
     log(f"{cfg.name}: {n_params / 1e6:.2f}M parameters, {len(task.split)} training pairs, device {device}" + (f", {world.size} processes" if world.distributed else ""))
     task.distribute()
-    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, num_shards=world.size, shard=world.rank)
+    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, num_shards=world.size, shard=world.rank, multiple=task.t.shape_bucket)
     result = loop.run(task, t, sampler, log, world=world, writer=writer)
     prog = task.progress
     log(f"stopped ({result.stop_reason}) at update {prog.step}, epoch {prog.epoch}; best {t.early_stopping_metric} {prog.best}; checkpoints in {cfg.work_dir}")

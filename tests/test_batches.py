@@ -178,3 +178,62 @@ def test_collate_from_a_prepared_split(tmp_path):
     assert b.src.tolist() == [[9, EOS, 0], [4, 5, EOS]]
     assert b.tgt_out.tolist() == [[13, 14, 15, EOS], [10, EOS, 0, 0]]
     assert b.ids.tolist() == [2, 0]
+
+
+# ---------------------------------------------------------------- static shapes (train.shape_bucket)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(1, 60), st.integers(1, 60)), min_size=1, max_size=300), st.sampled_from([64, 500, 2048]), st.sampled_from([4, 8]))
+def test_every_bucketed_batch_fits_its_static_shape(lengths, max_tokens, multiple):
+    from syntaxnmt.batches import round_up
+
+    src, tgt = np.array([a for a, _ in lengths]), np.array([b for _, b in lengths])
+    for idx in bucket_batches(src, tgt, max_tokens, np.random.default_rng(0), multiple):
+        longest = int(round_up(int(max(src[idx].max(), tgt[idx].max())) + 1, multiple))
+        assert len(idx) == 1 or len(idx) * longest <= max_tokens
+        assert len(idx) <= max(1, max_tokens // longest)
+
+
+def test_pad_batch_adds_masked_positions_and_eos_rows():
+    from syntaxnmt.batches import pad_batch
+    from syntaxnmt.model.inputs import SourceFeatures
+
+    b = make_batch([np.array([5, 6, 7]), np.array([8])], [np.array([9]), np.array([10, 11])], [0, 1])
+    b.features = SourceFeatures(upos=torch.tensor([[3, 4, 5, 1], [3, 1, 0, 0]]), parent=torch.tensor([[1, 1, 1, 3], [0, 1, 2, 3]]), relations={"linear": torch.ones(2, 4, 4, dtype=torch.long)})
+    p = pad_batch(b, 3, 8)
+    assert p.src.shape == p.tgt_in.shape == p.tgt_out.shape == (3, 8)
+    assert p.src[:2, :4].tolist() == b.src.tolist() and p.src[2].tolist() == [EOS] + [PAD] * 7
+    assert p.tgt_in[2, 0] == BOS and p.tgt_out[2].eq(PAD).all()
+    assert p.features.relations["linear"].shape == (3, 8, 8) and p.features.relations["linear"][:, 4:].eq(0).all()
+    assert p.features.parent[0].tolist() == [1, 1, 1, 3, 4, 5, 6, 7]
+    with pytest.raises(ValueError):
+        pad_batch(b, 1, 8)
+
+
+def test_bucketed_static_batches_give_the_same_loss_and_gradients(make_config):
+    """Padding to a static shape (extra positions and EOS-only rows) changes neither the loss nor
+    any gradient: the masked, static loss of the padded batch equals the loss of the batch."""
+    from syntaxnmt.batches import pad_batch, shape_bucket
+    from syntaxnmt.losses import sequence_loss
+    from syntaxnmt.model import build_model
+    from syntaxnmt.prepare import load_split
+
+    cfg = make_config({"model": {"dropout": 0.0}})
+    split = load_split(cfg, "train")
+    torch.manual_seed(0)
+    model = build_model(cfg.model, 200, 200).train()
+    batch = collate(split, np.arange(12))
+    padded = pad_batch(batch, *shape_bucket(batch, 2048, 16))
+    assert padded.src.size(1) % 16 == 0 and len(padded) > len(batch)
+    results = []
+    for b, static in ((batch, False), (padded, True)):
+        model.zero_grad()
+        loss, nll = sequence_loss(model(b), b.tgt_out, 0.1, static=static)
+        loss.backward()
+        results.append((loss.detach(), nll, [p.grad.clone() for p in model.parameters()]))
+    (l1, n1, g1), (l2, n2, g2) = results
+    torch.testing.assert_close(l2, l1, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(n2, n1, rtol=1e-5, atol=1e-4)
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)

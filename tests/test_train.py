@@ -228,3 +228,31 @@ def test_bf16_autocast_trains_close_to_fp32(make_config):
     assert all(t.dtype == torch.float32 for t in sb.values() if t.is_floating_point())
     assert not all(torch.equal(sa[k], sb[k]) for k in sa)  # bf16 products change the numbers ...
     assert b.best == pytest.approx(a.best, rel=0.05)  # ... but not the dev loss much
+
+
+def test_training_with_static_shapes_runs_and_resumes(make_config):
+    """``train.shape_bucket``: bucketed static batch shapes through the whole loop, and resume."""
+    cfg = make_config({"train": {"max_steps": 4, "valid_every": 2, "valid_bleu": False, "shape_bucket": 8}})
+    prog = train(cfg, log=quiet)
+    assert prog.step == 4 and prog.best is not None and prog.train_tokens > 0
+    cfg.train.max_steps = 6
+    assert train(cfg, resume=True, log=quiet).step == 6
+
+
+def test_cuda_graphs_need_static_shapes_and_are_off_on_cpu(make_config):
+    with pytest.raises(UserError, match="shape_bucket"):
+        make_config({"train": {"cuda_graphs": True, "shape_bucket": 0}})
+    cfg = make_config({"train": {"max_steps": 2, "valid_every": 2, "valid_bleu": False, "cuda_graphs": True}})
+    messages = []
+    assert train(cfg, log=messages.append).step == 2
+    assert any("cuda_graphs: off" in m for m in messages)
+
+
+def test_automatic_gpu_settings_are_decided_per_device(make_config):
+    t = make_config().train  # precision auto, cuda_graphs and shape_bucket unset
+    cpu, cuda, ddp = t.for_device("cpu"), t.for_device("cuda"), t.for_device("cuda", processes=2)
+    assert (cpu.precision, cpu.cuda_graphs, cpu.shape_bucket) == ("fp32", False, 0)
+    assert (cuda.precision, cuda.cuda_graphs, cuda.shape_bucket) == ("tf32", True, 8)
+    assert (ddp.cuda_graphs, ddp.shape_bucket) == (False, 0)
+    pinned = make_config({"train": {"precision": "bf16", "shape_bucket": 16, "cuda_graphs": False}}).train.for_device("cuda")
+    assert (pinned.precision, pinned.cuda_graphs, pinned.shape_bucket) == ("bf16", False, 16) and pinned.uses_bf16("cuda")

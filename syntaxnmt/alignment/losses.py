@@ -245,7 +245,6 @@ class AlignmentObjective(AuxiliaryObjective):
     needs_cross_attention = True
 
     def __init__(self, cfg: AlignmentConfig):
-        super().__init__()
         self.cfg = cfg
 
     @property
@@ -268,7 +267,7 @@ class AlignmentObjective(AuxiliaryObjective):
             terms["coverage"] = coverage_loss(attn, src_mask, tgt_mask, fertility, reduction="sum")
         return terms
 
-    def weights(self, step: int) -> dict[str, float]:
+    def weights(self, step: int | Tensor) -> dict[str, float | Tensor]:
         return {"guided": self.cfg.guided_weight * decay(step, self.cfg.guided_decay), "coverage": self.cfg.coverage_weight}
 
 
