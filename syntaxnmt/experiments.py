@@ -7,6 +7,9 @@ scores it with sacreBLEU. The table -- BLEU mean ± std over seeds, chrF, the pa
 p-value against the baseline, and the cost of an update relative to the baseline -- replaces the
 set's section of a Markdown file (``docs/results.md`` by default).
 
+With ``--jobs N`` the unfinished runs train and translate in N worker processes first
+(:mod:`syntaxnmt.runner`); the records and the table are then made here, as after sequential runs.
+
 The p-value compares the seed-matched outputs of all seeds at once: the hypotheses of seeds
 1..N are concatenated (and the references repeated), so every (sentence, seed) pair is one
 item of the paired bootstrap resampling.
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -94,7 +98,9 @@ def run_config(label: str, cfg: Config, spec: ExperimentSet, log) -> dict:
     else:
         log(f"[{label} seed {cfg.seed}] training in {work}")
         progress = train(cfg, resume=True, log=log)
-        record = {"steps": progress.step, "train_seconds": progress.train_seconds, "train_tokens": progress.train_tokens, "best": progress.best}
+        if progress.stop_reason == "interrupted":  # last.pt is saved; the next call resumes it
+            raise KeyboardInterrupt
+        record = {"steps": progress.step, "train_seconds": progress.train_seconds, "train_tokens": progress.train_tokens, "best": progress.best, "params": _count_params(work / "best.pt")}
         atomic_write_text(done, json.dumps(record))
     device = resolve_device(cfg.train.device)
     model = None
@@ -110,7 +116,8 @@ def run_config(label: str, cfg: Config, spec: ExperimentSet, log) -> dict:
             write_lines(hyp_path, [nb[0][0] for nb in out])
             log(f"[{label} seed {cfg.seed}] translated {name} in {time.perf_counter() - t0:.0f} s")
         record["hyps"][name] = str(hyp_path)
-    record["params"] = _count_params(work / "best.pt")
+    if "params" not in record:  # done.json of an older run
+        record["params"] = _count_params(work / "best.pt")
     return record
 
 
@@ -124,14 +131,58 @@ def _count_params(path: Path) -> int:
     return total
 
 
-def run_set(path: str | Path, seeds: list[int] | None = None, only: list[str] | None = None, output: str | None = None, log=print) -> str:
-    """Run the experiment set at ``path``; returns the Markdown section written to the output file."""
-    spec = load_set(path)
+@dataclass
+class Run:
+    """One (config, seed) run of a set."""
+
+    label: str
+    seed: int
+    cfg: Config
+
+    @property
+    def name(self) -> str:
+        return f"{self.label} seed {self.seed}"
+
+    @property
+    def log_path(self) -> Path:
+        """Where a worker process of ``--jobs`` writes the run's output."""
+        return Path(self.cfg.work_dir) / "train.log"
+
+
+def set_runs(path: str | Path, spec: ExperimentSet, labels: list[str], seeds: list[int]) -> list[Run]:
+    """The (config, seed) runs of a set, in table order, each config loaded with the set's overrides,
+    its seed and its per-seed ``work_dir``."""
     base_dir = Path(path).parent
+    runs = []
+    for label in labels:
+        for seed in seeds:
+            base_cfg = load_config(base_dir / spec.configs[label], spec.overrides)
+            work_dir = f"{base_cfg.work_dir}-{spec.tag}" if spec.tag else base_cfg.work_dir
+            # The value is JSON (a YAML string), so characters like '#' or ': ' in the path survive.
+            cfg = load_config(base_dir / spec.configs[label], spec.overrides + [f"--seed={seed}", f"--work_dir={json.dumps(f'{work_dir}-seed{seed}')}"])
+            runs.append(Run(label, seed, cfg))
+    return runs
+
+
+def is_finished(cfg: Config, spec: ExperimentSet) -> bool:
+    """Whether a run has trained (``done.json``) and translated every test set."""
+    work = Path(cfg.work_dir)
+    return (work / "done.json").is_file() and all((work / f"{name}.hyp").is_file() for name in spec.test_sets)
+
+
+def run_set(path: str | Path, seeds: list[int] | None = None, only: list[str] | None = None, output: str | None = None, log=print, jobs: int = 1) -> str:
+    """Run the experiment set at ``path``; returns the Markdown section written to the output file.
+
+    ``jobs`` > 1 trains and translates the unfinished runs in that many worker processes first
+    (:mod:`syntaxnmt.runner`); the records and the table are then made here, as for ``jobs`` = 1.
+    """
+    spec = load_set(path)
     seeds = seeds or spec.seeds
     unknown = [x for x in only or [] if x not in spec.configs]
     if unknown:
         raise UserError(f"{path}: no system named {', '.join(map(repr, unknown))} (systems: {', '.join(spec.configs)})")
+    if jobs < 1:
+        raise UserError(f"--jobs must be at least 1, got {jobs}")
     labels = [k for k in spec.configs if not only or k in only or k == spec.baseline]
     if spec.synthetic_corpus and not (Path(spec.synthetic_corpus) / "test.tgt").is_file():
         from syntaxnmt.synthetic import write_corpus
@@ -144,15 +195,16 @@ def run_set(path: str | Path, seeds: list[int] | None = None, only: list[str] | 
             if f and not Path(f).is_file():
                 raise UserError(f"{path}: test file {f} not found")
 
-    records: dict[str, dict[int, dict]] = {}
-    for label in labels:
-        records[label] = {}
-        for seed in seeds:
-            base_cfg = load_config(base_dir / spec.configs[label], spec.overrides)
-            work_dir = f"{base_cfg.work_dir}-{spec.tag}" if spec.tag else base_cfg.work_dir
-            # The value is JSON (a YAML string), so characters like '#' or ': ' in the path survive.
-            cfg = load_config(base_dir / spec.configs[label], spec.overrides + [f"--seed={seed}", f"--work_dir={json.dumps(f'{work_dir}-seed{seed}')}"])
-            records[label][seed] = run_config(label, cfg, spec, log)
+    runs = set_runs(path, spec, labels, seeds)
+    if jobs > 1:
+        from syntaxnmt.runner import run_in_workers
+
+        todo = {str(Path(r.cfg.work_dir).resolve()): r for r in runs if not is_finished(r.cfg, spec)}  # one worker per work_dir
+        if todo:
+            run_in_workers(list(todo.values()), spec.model_dump(mode="json"), jobs, log)
+    records: dict[str, dict[int, dict]] = {label: {} for label in labels}
+    for run in runs:
+        records[run.label][run.seed] = run_config(run.label, run.cfg, spec, log)
     section = make_table(spec, records, seeds)
     target = Path(output or spec.output)
     write_section(target, spec.name, section)
@@ -166,10 +218,10 @@ def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: 
     base = records[spec.baseline]
     base_step = statistics.mean(r["train_seconds"] / max(r["steps"], 1) for r in base.values())
     tests = list(spec.test_sets)
-    head = ["system", "params"] + [f"{t} BLEU" for t in tests] + [f"{t} chrF" for t in tests] + [f"p vs {spec.baseline} ({t})" for t in tests] + ["updates", "train tok/s", "time/update (rel.)"]
+    head = ["system", "params", "dev BLEU"] + [f"{t} BLEU" for t in tests] + [f"{t} chrF" for t in tests] + [f"p vs {spec.baseline} ({t})" for t in tests] + ["updates", "train tok/s", "time/update (rel.)"]
     rows = []
     for label, runs in records.items():
-        cells = [label, f"{runs[seeds[0]]['params'] / 1e6:.2f}M"]
+        cells = [label, f"{runs[seeds[0]]['params'] / 1e6:.2f}M", dev_bleu_cell(runs, seeds)]
         bleu_cells, chrf_cells, p_cells = [], [], []
         for t in tests:
             hyps = {s: read_lines(runs[s]["hyps"][t]) for s in seeds}
@@ -184,7 +236,8 @@ def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: 
                 sys_all = [h for s in seeds for h in hyps[s]]
                 base_all = [h for s in seeds for h in read_lines(base[s]["hyps"][t])]
                 cmp = paired_bootstrap(base_all, sys_all, [refs[t] * len(seeds)], n_samples=spec.bootstrap, force=True)
-                p_cells.append(f"{cmp.bleu_p_value:.3f}{' *' if cmp.bleu_significant else ''}")
+                direction = "" if not cmp.bleu_significant else " * (better)" if cmp.system_bleu.score > cmp.baseline_bleu.score else " * (worse)"
+                p_cells.append(f"{cmp.bleu_p_value:.3f}{direction}")
         step = statistics.mean(r["train_seconds"] / max(r["steps"], 1) for r in runs.values())
         updates = statistics.mean(r["steps"] for r in runs.values())
         known = [r["train_tokens"] / max(r["train_seconds"], 1e-9) for r in runs.values() if r.get("train_tokens")]
@@ -196,13 +249,23 @@ def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: 
     lines += [
         f"Seeds: {', '.join(map(str, seeds))} (BLEU: mean ± std over seeds; sacreBLEU 13a, cased). "
         f"p: paired bootstrap resampling ({spec.bootstrap} samples) of all seeds' outputs against the "
-        f"baseline's, * = p < 0.05. Overrides: `{' '.join(spec.overrides) or 'none'}`. tok/s and time/update are "
+        f"baseline's (two-sided), * = p < 0.05 with the direction of the difference. dev BLEU: the best greedy dev BLEU of each run "
+        f"(that checkpoint decodes the test sets), the figure to choose systems by. Overrides: `{' '.join(spec.overrides) or 'none'}`. tok/s and time/update are "
         f"wall-clock figures of the training runs, disturbed by any other load on the machine (controlled "
         f"step-time measurements: `benchmarks/syntax_overhead.py`, docs/benchmarks.md).",
         "",
         *markdown_table(head, rows),
     ]
     return "\n".join(lines) + "\n"
+
+
+def dev_bleu_cell(runs: dict[int, dict], seeds: list[int]) -> str:
+    """Mean ± std over seeds of the best (greedy) dev BLEU of each run: the figure systems are
+    chosen by (never the test sets)."""
+    values = [runs[s]["best"] for s in seeds if isinstance(runs[s].get("best"), (int, float))]
+    if not values:
+        return "–"
+    return f"{statistics.mean(values):.2f}" + (f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else "")
 
 
 def markdown_table(head: list[str], rows: list[list[str]]) -> list[str]:

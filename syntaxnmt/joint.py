@@ -39,7 +39,7 @@ from syntaxnmt.optim import build_optimizer
 from syntaxnmt.prepare import feature_vocab_sizes, is_prepared, load_split, load_tokenizers, prepare
 from syntaxnmt.subwords import PAD
 from syntaxnmt.textio import read_lines
-from syntaxnmt.train import Run, start, tensorboard_writer, validate_and_record
+from syntaxnmt.train import Run, set_matmul_precision, start, tensorboard_writer, validate_and_record
 from syntaxnmt.translate import resolve_device
 
 DIRECTIONS = ("forward", "reverse")
@@ -72,7 +72,7 @@ def reversed_split(split: Split) -> Split:
 
 def joint_update(models, optimizers, split: Split, group, cfg: Config, device: torch.device, objectives=(None, None), step: int = 0) -> dict[str, float]:
     """One update of both models on the batches ``group``; returns the summed losses and token counts."""
-    t = cfg.train
+    t = cfg.train.for_device(device.type)
     gamma = t.alignment.symmetry_weight
     rev_split = reversed_split(split)
     n_tgt = sum(int(split["tgt"].lengths[idx].sum()) + len(idx) for idx in group)
@@ -178,6 +178,7 @@ def train_joint(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
     forward, reverse = direction_configs(cfg)
     resume = start(forward, resume, log) and Run(reverse).last.exists()
     device = resolve_device(t.device)
+    set_matmul_precision(t.for_device(device.type), device)
     if not is_prepared(cfg):
         prepare(cfg, log=log)
     writer = tensorboard_writer(cfg)

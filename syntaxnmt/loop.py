@@ -36,6 +36,7 @@ class Progress:
     bad_validations: int = 0
     train_seconds: float = 0.0
     train_tokens: int = 0  # target tokens trained on (for tokens/s)
+    stop_reason: str = ""  # why the last session stopped: max_steps, max_epochs, early stopping, max_minutes, interrupted
 
 
 def seed_everything(seed: int) -> None:
@@ -155,6 +156,7 @@ def run(task: Task, t: TrainConfig, sampler: TokenBatchSampler, log: Callable, *
                     result.stop_reason = "early stopping"
                     break
     bar.close()
+    prog.stop_reason = result.stop_reason
     if world.is_main:
         if result.stop_reason in ("max_steps", "max_epochs") and prog.step % t.valid_every != 0:
             task.validate()

@@ -115,12 +115,13 @@ def is_prepared(cfg: Config) -> bool:
     return stored == current
 
 
-def parse_source(cfg: Config, lines: Sequence[str], text_path: str, conllu_path: str = "", progress: bool = True):
-    """Parses of ``lines`` as configured in ``data.annotate`` (``None`` for a skipped bad tree)."""
+def parse_source(cfg: Config, lines: Sequence[str], text_path: str, conllu_path: str = "", progress: bool = True, line_numbers: Sequence[int] | None = None):
+    """Parses of ``lines`` as configured in ``data.annotate`` (``None`` for a skipped bad tree);
+    ``line_numbers``: the lines' numbers in ``text_path``, for messages (default 1, 2, ...)."""
     from syntaxnmt.annotations import annotate
 
     d = cfg.data
-    return annotate(lines, method=d.annotate, pipeline=d.spacy_pipeline, conllu_path=conllu_path, text_path=text_path, bad_tree=d.bad_tree, progress=progress)
+    return annotate(lines, method=d.annotate, pipeline=d.spacy_pipeline, conllu_path=conllu_path, text_path=text_path, bad_tree=d.bad_tree, progress=progress, line_numbers=line_numbers)
 
 
 def annotate_split(cfg: Config, text: ParallelText, src_path: str, conllu_path: str, log) -> tuple[ParallelText, list, dict]:
@@ -132,7 +133,7 @@ def annotate_split(cfg: Config, text: ParallelText, src_path: str, conllu_path: 
         # The CoNLL-U file holds one sentence per non-empty line of the source file.
         src_lines = read_lines(src_path)
         nonempty = [i + 1 for i, line in enumerate(src_lines) if line.strip()]
-        parses, counts = parse_source(cfg, [src_lines[i - 1] for i in nonempty], src_path, conllu_path)
+        parses, counts = parse_source(cfg, [src_lines[i - 1] for i in nonempty], src_path, conllu_path, line_numbers=nonempty)
         by_line = dict(zip(nonempty, parses))
         parses = [by_line[n] for n in text.line_numbers]
     else:

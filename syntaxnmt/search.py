@@ -64,31 +64,49 @@ def max_output_length(src_lengths: Tensor, a: float, b: int, limit: int) -> int:
     return int(min(limit, max(1, int(a * int(src_lengths.max()) + b))))
 
 
-def _forbid(log_probs: Tensor, step: int, min_len: int, max_len: int) -> Tensor:
-    """Enforce ``min_len <= length <= max_len`` (length counts subwords before EOS); never emit PAD or BOS."""
+def max_output_lengths(src_lengths: Tensor, a: float, b: int, limit: int) -> Tensor:
+    """``a * |x| + b`` per sentence, within ``[1, limit]`` (so a sentence's output does not depend
+    on the other sentences of its batch)."""
+    return (a * src_lengths.cpu().double() + b).long().clamp(1, limit)
+
+
+def _limits(max_len: int | Tensor, n: int) -> Tensor:
+    """The longest output of each of the ``n`` sentences, from one int or one per sentence."""
+    if isinstance(max_len, Tensor):
+        return max_len.cpu().long().view(n)
+    return torch.full((n,), int(max_len), dtype=torch.long)
+
+
+def _forbid(log_probs: Tensor, step: int, min_len: int, max_len: Tensor) -> Tensor:
+    """Enforce ``min_len <= length <= max_len`` (length counts subwords before EOS; ``max_len`` one
+    per row); never emit PAD or BOS."""
     log_probs[:, PAD] = float("-inf")
     log_probs[:, BOS] = float("-inf")
     if step < min_len:
         log_probs[:, EOS] = float("-inf")
-    if step >= max_len:
-        eos = log_probs[:, EOS].clone()
-        log_probs.fill_(float("-inf"))
-        log_probs[:, EOS] = eos
+    over = step >= max_len
+    if over.any():
+        eos = log_probs[over, EOS].clone()
+        log_probs[over] = float("-inf")
+        log_probs[over, EOS] = eos
     return log_probs
 
 
 @torch.no_grad()
-def greedy_search(model, batch: Batch, max_len: int, min_len: int = 0, alpha: float = 1.0) -> list[list[Hypothesis]]:
-    """Pick the most probable token at every step, for all sentences at once."""
+def greedy_search(model, batch: Batch, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0) -> list[list[Hypothesis]]:
+    """Pick the most probable token at every step, for all sentences at once (``max_len``: one
+    for all or one per sentence)."""
     state = model.init_state(model.encode(batch))
     n = len(batch)
+    limits = _limits(max_len, n)
+    steps = int(limits.max()) + 1
     tokens = torch.full((n,), BOS, dtype=torch.long, device=batch.src.device)
-    out = torch.full((n, max_len + 1), PAD, dtype=torch.long)
+    out = torch.full((n, steps), PAD, dtype=torch.long)
     total = torch.zeros(n)
     finished = torch.zeros(n, dtype=torch.bool)
-    for t in range(max_len + 1):
+    for t in range(steps):
         log_probs, state = model.step(tokens, state)
-        log_probs = _forbid(log_probs, t, min_len, max_len)
+        log_probs = _forbid(log_probs, t, min_len, limits.to(log_probs.device))
         best, tokens = log_probs.max(-1)
         best, tok_cpu = best.cpu(), tokens.cpu()
         total += torch.where(finished, torch.zeros_like(best), best)
@@ -105,10 +123,12 @@ def greedy_search(model, batch: Batch, max_len: int, min_len: int = 0, alpha: fl
 
 
 @torch.no_grad()
-def beam_search(model, batch: Batch, beam: int, max_len: int, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0) -> list[list[Hypothesis]]:
-    """Beam search; returns the ``nbest`` best hypotheses of every sentence, best first (``coverage_penalty``: β)."""
+def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0) -> list[list[Hypothesis]]:
+    """Beam search; returns the ``nbest`` best hypotheses of every sentence, best first (``coverage_penalty``: β;
+    ``max_len``: one for all or one per sentence)."""
     device = batch.src.device
     n, k = len(batch), beam
+    limits = _limits(max_len, n)
     nbest = min(nbest, k)
     enc = model.encode(batch)
     # Expand to (n * k) hypotheses: rows i*k .. i*k+k-1 belong to sentence i.
@@ -129,7 +149,7 @@ def beam_search(model, batch: Batch, beam: int, max_len: int, min_len: int = 0, 
         no_word = (batch.src.eq(PAD) | (torch.arange(n_src, device=device) == batch.src.ne(PAD).sum(1, keepdim=True) - 1)).cpu()
         coverage = torch.zeros(n, k, n_src)
 
-    for t in range(max_len + 1):
+    for t in range(int(limits.max()) + 1):
         m = len(alive)
         if coverage_penalty:
             log_probs, state = model.step(tokens, state, need_weights=True)
@@ -138,7 +158,7 @@ def beam_search(model, batch: Batch, beam: int, max_len: int, min_len: int = 0, 
             penalty = coverage_score(coverage, coverage_penalty, no_word[alive][:, None, :])  # (m, k)
         else:
             log_probs, state = model.step(tokens, state)
-        log_probs = _forbid(log_probs.float().cpu(), t, min_len, max_len).view(m, k, -1)
+        log_probs = _forbid(log_probs.float().cpu(), t, min_len, limits[alive].repeat_interleave(k)).view(m, k, -1)
         # Within a beam every candidate has the same length (and coverage penalty), so a beam's
         # best k continuations by log-probability hold all its candidates for the sentence's
         # top k: rank the k*k of them rather than k*V.
@@ -162,7 +182,7 @@ def beam_search(model, batch: Batch, beam: int, max_len: int, min_len: int = 0, 
             coverage = coverage.gather(1, src_beam[:, :, None].expand(-1, -1, n_src))
         row_index = (torch.arange(m)[:, None] * k + src_beam).view(-1)
 
-        sentence_done = done.all(dim=1) | torch.tensor(t >= max_len)
+        sentence_done = done.all(dim=1) | (t >= limits[alive])
         for i in sentence_done.nonzero().view(-1).tolist():
             order = top_score[i].argsort(descending=True)[:nbest]
             hyps = []
@@ -185,7 +205,7 @@ def beam_search(model, batch: Batch, beam: int, max_len: int, min_len: int = 0, 
     return results  # type: ignore[return-value]
 
 
-def search(model, batch: Batch, beam: int, max_len: int, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0) -> list[list[Hypothesis]]:
+def search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0) -> list[list[Hypothesis]]:
     """Greedy search for beam 1, else beam search."""
     if beam == 1 and nbest == 1:
         return greedy_search(model, batch, max_len, min_len, alpha)

@@ -82,7 +82,8 @@ def forward_loss(model, batch, t: TrainConfig, objectives=(), step: int | torch.
 
 def training_batch(split: Split, idx: np.ndarray, spec, t: TrainConfig, objectives=()) -> Batch:
     """The batch of sentences ``idx`` as training reads it: with the features the model and the
-    objectives need, padded to its static shape when ``train.shape_bucket`` is on."""
+    objectives need, padded to its static shape when ``train.shape_bucket`` is on (``t`` with its
+    automatic settings decided: :meth:`~syntaxnmt.config.TrainConfig.for_device`)."""
     batch = collate(split, idx, spec, alignment=any(o.needs_reference for o in objectives))
     return pad_batch(batch, *shape_bucket(batch, t.max_tokens, t.shape_bucket)) if t.shape_bucket else batch
 
@@ -180,12 +181,11 @@ class SingleModel:
         self.opt, self.sched = build_optimizer(self.raw, cfg.train)
         self.run = Run(cfg)
         self.progress = Progress()
-        self.graphed = None
-        if cfg.train.cuda_graphs:
-            if device.type == "cuda" and not world.distributed:
-                self.graphed = GraphedStep(self.raw, lambda batch, step: forward_loss(self.raw, batch, cfg.train, self.objectives, step, static=True))
-            else:
-                log(f"train.cuda_graphs: off ({'several processes' if world.distributed else 'not a CUDA device'})")
+        self.t = t = cfg.train.for_device(device.type, world.size)  # the automatic settings decided
+        set_matmul_precision(t, device)
+        if cfg.train.cuda_graphs and not t.cuda_graphs:
+            log(f"train.cuda_graphs: off ({'several processes' if world.distributed else 'not a CUDA device'})")
+        self.graphed = GraphedStep(self.raw, lambda batch, step: forward_loss(self.raw, batch, t, self.objectives, step, static=True)) if t.cuda_graphs else None
 
     @property
     def bad_validations(self) -> int:
@@ -202,7 +202,7 @@ class SingleModel:
             self.model = torch.nn.parallel.DistributedDataParallel(self.raw, device_ids=[self.device.index] if self.device.type == "cuda" else None)
 
     def update(self, group: list[np.ndarray], step: int) -> dict:
-        args = (self.model, self.opt, self.sched, self.split, group, self.cfg.train, self.device, self.objectives, step, self.world)
+        args = (self.model, self.opt, self.sched, self.split, group, self.t, self.device, self.objectives, step, self.world)
         try:
             return update(*args, graphed=self.graphed)
         except RuntimeError as e:
@@ -223,6 +223,13 @@ class SingleModel:
 
     def save(self) -> None:
         self.run.save(self.raw, self.opt, self.sched, self.progress)
+
+
+def set_matmul_precision(t: TrainConfig, device: torch.device) -> None:
+    """TF32 tensor-core products for ``precision: tf32`` on CUDA (float32 storage everywhere)."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = t.precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = t.precision == "tf32"
 
 
 def start(cfg: Config, resume: bool, log: Callable) -> bool:
@@ -271,7 +278,7 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
     n_params = sum(p.numel() for p in task.raw.parameters())
     log(f"{cfg.name}: {n_params / 1e6:.2f}M parameters, {len(task.split)} training pairs, device {device}" + (f", {world.size} processes" if world.distributed else ""))
     task.distribute()
-    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, num_shards=world.size, shard=world.rank, multiple=t.shape_bucket)
+    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, num_shards=world.size, shard=world.rank, multiple=task.t.shape_bucket)
     result = loop.run(task, t, sampler, log, world=world, writer=writer)
     prog = task.progress
     log(f"stopped ({result.stop_reason}) at update {prog.step}, epoch {prog.epoch}; best {t.early_stopping_metric} {prog.best}; checkpoints in {cfg.work_dir}")

@@ -18,7 +18,7 @@ from syntaxnmt.model import build_model
 from syntaxnmt.prepare import Tokenizers, feature_vocab_sizes, load_tag_vocab, load_tokenizers, parse_source
 from syntaxnmt.model.inputs import TAG_NAMES, FeatureSpec
 from syntaxnmt.relations import SourceAnnotation, pad_features, sentence_features
-from syntaxnmt.search import Hypothesis, max_output_length, search
+from syntaxnmt.search import Hypothesis, max_output_lengths, search
 
 
 def resolve_device(name: str) -> torch.device:
@@ -74,7 +74,7 @@ def translate_ids(
                 batch.features = pad_features(feats, batch.src.size(1))
             batch = batch.to(device)
             src_lens = batch.src.ne(0).sum(1) - 1
-            max_len = max_output_length(src_lens, decode.max_len_a, decode.max_len_b, max_pos)
+            max_len = max_output_lengths(src_lens, decode.max_len_a, decode.max_len_b, max_pos)
             hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty)
             for i, h in zip(idx, hyps):
                 results[i] = h

@@ -18,6 +18,7 @@ from syntaxnmt.annotations import (
     annotate,
     check_against_text,
     check_parse,
+    mismatch,
     read_conllu,
     to_conllu,
     tree_problem,
@@ -110,7 +111,7 @@ def test_spacy_missing_pipeline_is_a_user_error():
 
 
 def test_annotate_spacy_empty_line(parser, monkeypatch):
-    monkeypatch.setattr("syntaxnmt.annotations.SpacyParser", lambda pipeline: parser)
+    monkeypatch.setattr("syntaxnmt.annotations.spacy_parser", lambda pipeline: parser)
     lines = ["Good morning.", "", "Bye."]
     with pytest.raises(BadTree, match=r"^src\.txt sentence 2: no words$"):
         annotate(lines, method="spacy", pipeline=PIPELINE, text_path="src.txt")
@@ -189,17 +190,25 @@ def test_read_conllu_invalid_utf8_and_missing_file(tmp_path):
 
 
 def test_round_trip(tmp_path, parser):
-    parses = parser.parse(["I think this is a good idea.", "It rains. We stay home."])
+    lines = ["I think this is a good idea.", "It rains.  We stay home."]
+    parses = parser.parse(lines)
     parses.append(Parse(["x_y", "_"], ["X", "_"], ["_", "SYM"], [0, 1], ["root", "dep"]))
-    for i, parse in enumerate(parses):
+    # ``# text`` is the raw line (whitespace runs as one space), or the words when it is unknown.
+    texts = ["I think this is a good idea.", "It rains. We stay home.", "x_y _"]
+    for i, (parse, text) in enumerate(zip(parses, texts)):
         block = to_conllu(parse, sent_id=f"s{i}")
         assert block.endswith("\n\n") and f"# sent_id = s{i}\n" in block
-        assert f"# text = {' '.join(parse.words)}\n" in block
+        assert f"# text = {text}\n" in block
         assert all(len(row.split("\t")) == 10 for row in block.splitlines() if row and not row.startswith("#"))
     for name in ("out.conllu", "out.conllu.gz"):
         write_conllu(tmp_path / name, parses)
-        assert read_conllu(tmp_path / name) == parses
+        back = read_conllu(tmp_path / name)
+        assert back == parses
+        assert [p.text for p in back] == texts
     assert (tmp_path / "out.conllu").read_text().startswith("# sent_id = 1\n")
+    # What was written for the raw lines is accepted for them (the words re-tokenize the lines).
+    annotated, _ = annotate(lines + ["x_y _"], method="conllu", conllu_path=str(tmp_path / "out.conllu"))
+    assert annotated == parses
 
 
 # ---------------------------------------------------------------- bad trees
@@ -218,22 +227,65 @@ def test_annotate_conllu_bad_trees(tmp_path, heads, reason):
     lines = ["dogs bark loudly", "a b c", "dogs bark loudly"]
     with pytest.raises(BadTree) as info:
         annotate(lines, method="conllu", conllu_path=str(path), text_path="train.en")
-    assert str(info.value) == f"{path} sentence 2: {reason}"
+    assert str(info.value) == f"{path} sentence 2 (line 5): {reason}"
 
     parses, counts = annotate(lines, method="conllu", conllu_path=str(path), bad_tree="skip")
     assert parses[1] is None and parses[0] == parses[2] is not None
     assert counts == {"parsed": 2, "bad_tree": 1}
 
 
-def test_annotate_conllu_word_count_mismatch(tmp_path):
+def test_annotate_conllu_words_that_are_not_the_line(tmp_path):
     path = write(tmp_path / "train.conllu", GOOD + GOOD)
     lines = ["dogs bark loudly", "dogs bark"]
-    with pytest.raises(BadTree, match=rf"^{re.escape(str(path))} sentence 2: 3 words but the line of train.en has 2 tokens$"):
+    expected = f"{path} sentence 2 (line 5) does not fit line 2 of train.en: its words 'dogs bark loudly' are not a tokenization of the line 'dogs bark'"
+    with pytest.raises(BadTree) as info:
         annotate(lines, method="conllu", conllu_path=str(path), text_path="train.en")
-    with pytest.raises(BadTree, match="sentence 2: 3 words"):
+    assert str(info.value) == expected
+    # The line numbers of the text file can be given (prepare skips empty lines).
+    with pytest.raises(BadTree, match=r"does not fit line 7 of train\.en"):
+        annotate(lines, method="conllu", conllu_path=str(path), text_path="train.en", line_numbers=[3, 7])
+    with pytest.raises(BadTree) as info:
         check_against_text(read_conllu(path), lines, str(path), "train.en")
+    assert str(info.value) == expected
     parses, counts = annotate(lines, method="conllu", conllu_path=str(path), bad_tree="skip")
     assert parses[1] is None and counts == {"parsed": 1, "bad_tree": 1}
+    # Same number of words, different characters: refused too (the old word count let it pass).
+    with pytest.raises(BadTree, match=r"line 2 of train\.en: its words 'dogs bark loudly' are not a tokenization of the line 'cats bark loudly'"):
+        annotate(["dogs bark loudly", "cats bark loudly"], method="conllu", conllu_path=str(path), text_path="train.en")
+
+
+def test_annotate_conllu_retokenized_lines_are_accepted(tmp_path):
+    """A parser's tokens of a raw line fit that line: same characters once whitespace is removed."""
+    block = conllu_block(
+        "1 I _ PRON PRP _ 2 nsubj _ _",
+        "2 saw _ VERB VBD _ 0 root _ _",
+        "3 something _ PRON NN _ 2 obj _ _",
+        "4 . _ PUNCT . _ 2 punct _ _",
+    )
+    path = write(tmp_path / "raw.conllu", block + block)
+    parses, counts = annotate(["I saw something.", "  I saw  something . "], method="conllu", conllu_path=str(path), text_path="raw.en")
+    assert counts == {"parsed": 2, "bad_tree": 0}
+    assert parses[0].words == ["I", "saw", "something", "."] and parses[0].text is None
+    # With ``# text``, the text must be the line (whitespace runs aside).
+    path = write(tmp_path / "text.conllu", "# text = I saw something.\n" + block)
+    parses, _ = annotate(["I  saw something. "], method="conllu", conllu_path=str(path))
+    assert parses[0].text == "I saw something."
+    with pytest.raises(BadTree) as info:
+        annotate(["I saw some thing."], method="conllu", conllu_path=str(path), text_path="raw.en")
+    assert str(info.value) == f"{path} sentence 1 (line 1) does not fit line 1 of raw.en: its '# text = I saw something.' is not the line 'I saw some thing.'"
+    # The pre-tokenized line (the words themselves) still fits, whatever ``# text`` says.
+    parses, _ = annotate(["I saw something ."], method="conllu", conllu_path=str(path))
+    assert parses[0].words == ["I", "saw", "something", "."]
+
+
+def test_mismatch():
+    parse = Parse(["Do", "n't", "stop", ",", "he", "said", "."], ["_"] * 7, ["_"] * 7, [3, 3, 6, 6, 6, 0, 6], ["_"] * 7)
+    assert mismatch(parse, "Don't stop, he said.") is None
+    assert mismatch(parse, "Do n't stop , he said .") is None
+    assert "not a tokenization" in mismatch(parse, "Don't stop, she said.")
+    parse.text = "Don't  stop, he said."
+    assert mismatch(parse, "Don't stop, he said.") is None
+    assert "# text" in mismatch(parse, "Do n'tstop, he said.")
 
 
 def test_annotate_conllu_sentence_count_mismatch(tmp_path):

@@ -224,6 +224,39 @@ def test_translate_files_with_config(capsys, trained_run, corpus, tmp_path):
     assert len(hyps) == len(Path(corpus["test"]["src"]).read_text(encoding="utf-8").splitlines())
 
 
+def test_parse_then_translate_src_conllu_round_trip(capsys, config_for, corpus, tmp_path):
+    """``syntaxnmt parse`` of raw text (punctuation attached to words) is accepted by
+    ``translate --src-conllu`` for the same text, on a model with tree-distance heads."""
+    cfg = config_for(
+        data={"annotate": "conllu", "train_conllu": str(corpus["train"]["conllu"]), "dev_conllu": str(corpus["dev"]["conllu"])},
+        model={"syntax": {"relations": [["tree_distance", "none", "none", "none"]]}},
+        train={"max_steps": 2, "valid_every": 2, "valid_max_sentences": 4, "threads": 1},
+    )
+    code, _, err = run_cli(capsys, "train", cfg)
+    assert code == 0, err
+    raw = write_lines(tmp_path / "raw.en", ["I saw something. It was big.", "Don't stop, he said."])
+    parses = tmp_path / "raw.conllu"
+    code, _, err = run_cli(capsys, "parse", "-i", raw, "-o", parses)
+    assert code == 0, err
+    text = parses.read_text(encoding="utf-8")
+    # The parser splits "something." and "Don't"; ``# text`` keeps the raw line.
+    assert "# text = I saw something. It was big.\n" in text and "# text = Don't stop, he said.\n" in text
+    assert "\tsomething\t" in text and "\tn't\t" in text
+
+    out = tmp_path / "raw.hyp"
+    code, _, err = run_cli(capsys, "translate", cfg, "-i", raw, "--src-conllu", parses, "-o", out, "--beam", "2")
+    assert code == 0, err
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 2
+    # The model needs the parses: without them it is an error, not a silent fallback.
+    code, _, err = run_cli(capsys, "translate", cfg, "-i", raw, "-o", tmp_path / "x.hyp")
+    assert_one_line_error(code, err, "--src-conllu", str(raw))
+    # Parses of another text are refused, naming the CoNLL-U file, its sentence and the line.
+    other = write_lines(tmp_path / "other.en", ["I saw something. It was big.", "Don't stop, she said."])
+    code, _, err = run_cli(capsys, "translate", cfg, "-i", other, "--src-conllu", parses, "-o", tmp_path / "y.hyp")
+    assert_one_line_error(code, err, f"{parses} sentence 2 (line ", f"line 2 of {other}", "not a tokenization")
+    assert not (tmp_path / "y.hyp").exists()
+
+
 # ---------------------------------------------------------------- real processes
 
 

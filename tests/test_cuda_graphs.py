@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 def _setup(make_config, extra: dict | None = None):
-    tree = {"model": {"dropout": 0.0}, "train": {"shape_bucket": 8, "precision": "fp32", "max_tokens": 512}}
+    tree = {"model": {"dropout": 0.0}, "train": {"shape_bucket": 8, "cuda_graphs": True, "precision": "fp32", "max_tokens": 512}}
     for k, v in (extra or {}).items():
         tree.setdefault(k, {}).update(v)
     cfg = make_config(tree)

@@ -209,7 +209,7 @@ def test_run_set_trains_translates_and_replaces_its_section(tiny_set, tmp_path):
     # The linear variant really is a different model (relation embeddings).
     assert yaml.safe_load((runs / "linear-seed1" / "config.yaml").read_text())["model"]["syntax"]["relations"] == [["linear"] * 4]
     assert any("training in" in m and "baseline-seed1" in m for m in logs)
-    assert not any("trained already" in m for m in logs)
+    assert not any("trained already" in m for m in logs), [m for m in logs if "trained already" in m]
 
     # The Markdown section: a title, a header and one row per config, between the markers.
     text = output.read_text(encoding="utf-8")
@@ -217,10 +217,10 @@ def test_run_set_trains_translates_and_replaces_its_section(tiny_set, tmp_path):
     assert section.startswith("### Tiny syntax set\n\nTwo tiny configs.\n")
     table = [line for line in section.splitlines() if line.startswith("|")]
     assert len(table) == 4
-    assert table[0].startswith("| system | params | tiny BLEU | tiny chrF | p vs baseline (tiny) |")
+    assert table[0].startswith("| system | params | dev BLEU | tiny BLEU | tiny chrF | p vs baseline (tiny) |")
     base_row, linear_row = (line.split(" | ") for line in table[2:])
     assert base_row[0] == "| baseline" and linear_row[0] == "| linear"
-    assert base_row[4] == "–" and linear_row[4] != "–"
+    assert base_row[5] == "–" and linear_row[5] != "–"
     assert base_row[-1] == "1.00× |"
     # The params column counts the model's parameters (tied ones once); relation embeddings add some.
     n_params = {label: sum(p.numel() for p in load_model(runs / f"{label}-seed1" / "best.pt", torch.device("cpu"))[0].parameters()) for label in ("baseline", "linear")}
@@ -233,7 +233,8 @@ def test_run_set_trains_translates_and_replaces_its_section(tiny_set, tmp_path):
     # BLEU in the table is sacreBLEU's on the hypothesis files.
     refs = read_lines(tmp_path / "test" / "t.ref")
     for row, label in ((base_row, "baseline"), (linear_row, "linear")):
-        assert row[2] == f"{score(read_lines(runs / f'{label}-seed1' / 'tiny.hyp'), [refs], force=True).bleu:.2f}"
+        assert row[3] == f"{score(read_lines(runs / f'{label}-seed1' / 'tiny.hyp'), [refs], force=True).bleu:.2f}"
+        assert row[2] == f"{json.loads((runs / f'{label}-seed1' / 'done.json').read_text())['best']:.2f}"  # dev BLEU
 
     # A second call reuses the finished runs and their translations, and replaces the section.
     mtimes = {p: p.stat().st_mtime_ns for p in runs.rglob("*") if p.is_file()}
@@ -256,6 +257,83 @@ def test_run_set_trains_translates_and_replaces_its_section(tiny_set, tmp_path):
     assert (runs / "linear-seed1" / "tiny.hyp").is_file()
     assert (runs / "linear-seed1" / "best.pt").stat().st_mtime_ns == mtimes[runs / "linear-seed1" / "best.pt"]
     assert sum("translated tiny" in m for m in logs) == 1 and not any("training in" in m for m in logs)
+
+
+def _table_without_wall_clock(section: str) -> list[str]:
+    """The section's lines, table rows without their last two cells (train tok/s, time/update)."""
+    return [" | ".join(line.split(" | ")[:-2]) if line.startswith("| ") else line for line in section.splitlines()]
+
+
+def test_run_set_with_jobs_gives_the_sequential_results(tiny_set, tmp_path):
+    """``--jobs 2`` (two worker processes) writes the same hypotheses and the same table as running
+    the (config, seed) runs one by one; each worker run has its own log."""
+    seeds = [1, 2]
+    sequential = run_set(tiny_set(tag="seq", name="tiny-seq"), seeds=seeds, log=lambda *a, **k: None)
+    logs: list[str] = []
+    parallel = run_set(tiny_set(tag="par", name="tiny-par"), seeds=seeds, jobs=2, log=lambda *a, **k: logs.append(" ".join(map(str, a))))
+    runs = tmp_path / "runs"
+    for label in ("baseline", "linear"):
+        for seed in seeds:
+            seq, par = runs / f"{label}-seq-seed{seed}", runs / f"{label}-par-seed{seed}"
+            assert read_lines(par / "tiny.hyp") == read_lines(seq / "tiny.hyp")
+            done_seq, done_par = (json.loads((d / "done.json").read_text()) for d in (seq, par))
+            assert (done_par["steps"], done_par["best"]) == (done_seq["steps"], done_seq["best"])
+            # The worker's output went to the run's log: its training and its translation.
+            log = (par / "train.log").read_text(encoding="utf-8")
+            assert f"{label} seed {seed}: worker with 1 torch threads" in log
+            assert f"stopped (max_steps) at update {STEPS}" in log and f"[{label} seed {seed}] translated tiny" in log
+            assert not (seq / "train.log").exists()
+    assert _table_without_wall_clock(parallel) == _table_without_wall_clock(sequential)
+    assert len([line for line in parallel.splitlines() if line.startswith("| ")]) == 3
+    # The parent only collected the finished runs.
+    assert sum("trained already" in m for m in logs) == 4 and not any("training in" in m for m in logs)
+    # A second call finds every run finished and starts no worker.
+    mtimes = {p: p.stat().st_mtime_ns for p in runs.rglob("*") if p.is_file()}
+    assert run_set(tiny_set(tag="par", name="tiny-par"), seeds=seeds, jobs=2, log=lambda *a, **k: None) == parallel
+    assert {p: p.stat().st_mtime_ns for p in runs.rglob("*") if p.is_file()} == mtimes
+
+
+def test_a_failing_run_does_not_stop_the_others(tiny_set, tmp_path, capsys):
+    """With ``--jobs 2``, a run that fails is reported with the end of its log once the other runs
+    have finished; no table is written; exit status 2 for a user error, 1 for a crash."""
+    from syntaxnmt.cli import main
+
+    set_path = tiny_set(name="tiny-broken")
+    variants = set_path.parent / "variants"
+    tree = yaml.safe_load((set_path.parent / "baseline.yaml").read_text())
+    # A user error that only training finds (train-joint's option given to train) ...
+    _write_yaml(variants / "user-error.yaml", deep_merge(tree, {"work_dir": str(tmp_path / "runs" / "user-error"), "train": {"alignment": {"symmetry_weight": 0.5}}}))
+    # ... and a crash (no such GPU: a RuntimeError, not a user error).
+    _write_yaml(variants / "crash.yaml", deep_merge(tree, {"work_dir": str(tmp_path / "runs" / "crash"), "train": {"device": "cuda:99"}}))
+    spec = yaml.safe_load(set_path.read_text())
+    spec["configs"] = {"baseline": "baseline.yaml", "user error": "variants/user-error.yaml"}
+    _write_yaml(set_path, spec)
+
+    with pytest.raises(SystemExit) as info:
+        main(["experiment", str(set_path), "--jobs", "2"])
+    assert info.value.code == 2
+    out, err = capsys.readouterr()
+    user_log = tmp_path / "runs" / "user-error-seed1" / "train.log"
+    # The last line (after the progress bar over the runs) is the one-line error.
+    assert err.strip().splitlines()[-1] == f"syntaxnmt: error: 1 of 2 runs failed: user error seed 1 (exit status 2; log {user_log})"
+    # The parent showed the end of the failed run's log, which holds the worker's one-line error.
+    assert "[user error seed 1] FAILED (exit status 2)" in out + err
+    assert "syntaxnmt: error: train.alignment.symmetry_weight" in user_log.read_text() and "syntaxnmt: error: train.alignment.symmetry_weight" in out + err
+    assert "Traceback" not in user_log.read_text()
+    # The other run finished; no results were written.
+    assert (tmp_path / "runs" / "baseline-seed1" / "done.json").is_file() and (tmp_path / "runs" / "baseline-seed1" / "tiny.hyp").is_file()
+    assert not (tmp_path / "results.md").exists()
+
+    spec["configs"]["crash"] = "variants/crash.yaml"
+    _write_yaml(set_path, spec)
+    with pytest.raises(SystemExit) as info:
+        main(["experiment", str(set_path), "--jobs", "2"])
+    assert info.value.code == 1
+    out, err = capsys.readouterr()
+    crash_log = tmp_path / "runs" / "crash-seed1" / "train.log"
+    assert err.strip().splitlines()[-1] == f"syntaxnmt: error: 2 of 2 runs failed: user error seed 1 (exit status 2; log {user_log}); crash seed 1 (exit status 1; log {crash_log})"
+    assert "Traceback" in crash_log.read_text() and "[crash seed 1] FAILED (exit status 1)" in out + err
+    assert "runs:" in err and "2/2" in err  # the bar counted the runs that were left
 
 
 def test_run_set_with_a_tag_keeps_its_runs_apart(tiny_set, tmp_path):
@@ -359,7 +437,7 @@ def _fake_records(tmp_path: Path, refs: list[str], systems: dict[str, dict[int, 
         for seed, hyps in by_seed.items():
             hyp = tmp_path / f"{label}-{seed}.hyp"
             write_lines(hyp, hyps)
-            records[label][seed] = {"steps": 100, "train_seconds": seconds[label], "train_tokens": 50_000, "best": 0.0, "hyps": {"test": str(hyp)}, "params": 2_500_000}
+            records[label][seed] = {"steps": 100, "train_seconds": seconds[label], "train_tokens": 50_000, "best": 10.0 * seed + seconds[label], "hyps": {"test": str(hyp)}, "params": 2_500_000}
     return records
 
 
@@ -397,19 +475,20 @@ def test_make_table_two_seeds_mean_std_and_baseline_row(tmp_path):
     section = make_table(spec, records, [1, 2])
     rows = _rows(section)
     head, base_row, sys_row = rows[0], rows[1], rows[2]
-    assert head == ["system", "params", "test BLEU", "test chrF", "p vs base (test)", "updates", "train tok/s", "time/update (rel.)"]
+    assert head == ["system", "params", "dev BLEU", "test BLEU", "test chrF", "p vs base (test)", "updates", "train tok/s", "time/update (rel.)"]
     assert base_row[0] == "base" and sys_row[0] == "sys"
     assert base_row[1] == "2.50M"
+    assert base_row[2] == "25.00 ± 7.07" and sys_row[2] == "40.00 ± 7.07"  # best dev BLEU of seeds 1 and 2
     for row, label in ((base_row, "base"), (sys_row, "sys")):
         bleus = [score(systems[label][s], [REFS], force=True).bleu for s in (1, 2)]
-        assert row[2] == f"{statistics.mean(bleus):.2f} ± {statistics.stdev(bleus):.2f}"
+        assert row[3] == f"{statistics.mean(bleus):.2f} ± {statistics.stdev(bleus):.2f}"
         chrfs = [score(systems[label][s], [REFS], force=True).chrf for s in (1, 2)]
-        assert row[3] == f"{statistics.mean(chrfs):.2f}"
-    assert base_row[4] == "–"
-    assert sys_row[4] != "–" and 0.0 <= float(sys_row[4].rstrip(" *")) <= 1.0
-    assert base_row[5] == sys_row[5] == "100"
-    assert base_row[6] == "5000" and sys_row[6] == "2000"
-    assert base_row[7] == "1.00×" and sys_row[7] == "2.50×"
+        assert row[4] == f"{statistics.mean(chrfs):.2f}"
+    assert base_row[5] == "–"
+    assert sys_row[5] != "–" and 0.0 <= float(sys_row[5].split()[0]) <= 1.0
+    assert base_row[6] == sys_row[6] == "100"
+    assert base_row[7] == "5000" and sys_row[7] == "2000"
+    assert base_row[8] == "1.00×" and sys_row[8] == "2.50×"
     assert "Seeds: 1, 2" in section and "Overrides: `none`" in section
     assert section.startswith("### t\n\n")
 
@@ -419,10 +498,10 @@ def test_make_table_one_seed_has_no_std(tmp_path):
     records = _fake_records(tmp_path, REFS, {"base": {1: REFS}, "sys": {1: REFS}}, {"base": 1.0, "sys": 1.0})
     section = make_table(spec, records, [1])
     rows = _rows(section)
-    assert rows[1][2] == rows[2][2] == "100.00"
-    assert "±" not in rows[1][2] + rows[2][2]
+    assert rows[1][3] == rows[2][3] == "100.00"
+    assert "±" not in rows[1][3] + rows[2][3]
     # Identical outputs: never significant.
-    assert rows[1][4] == "–" and not rows[2][4].endswith("*")
+    assert rows[1][5] == "–" and "*" not in rows[2][5]
     assert section.startswith("### One seed\n") and "Overrides: `--train.threads=1`" in section
 
 
@@ -434,7 +513,9 @@ def test_make_table_significant_difference_is_starred(tmp_path):
     bad = [f"nothing {i} matches" for i in range(40)]
     records = _fake_records(tmp_path, refs, {"base": {1: bad}, "sys": {1: refs}}, {"base": 1.0, "sys": 1.0})
     rows = _rows(make_table(spec, records, [1]))
-    assert rows[2][4].endswith(" *") and float(rows[2][4][:-2]) < 0.05
+    assert rows[2][5].endswith(" * (better)") and float(rows[2][5].split()[0]) < 0.05
+    worse = _rows(make_table(spec, _fake_records(tmp_path, refs, {"base": {1: refs}, "sys": {1: bad}}, {"base": 1.0, "sys": 1.0}), [1]))
+    assert worse[2][5].endswith(" * (worse)")
 
 
 def test_make_table_without_train_tokens(tmp_path):
@@ -443,7 +524,7 @@ def test_make_table_without_train_tokens(tmp_path):
     for runs in records.values():
         del runs[1]["train_tokens"]  # done.json of runs from before tok/s was recorded
     rows = _rows(make_table(spec, records, [1]))
-    assert rows[1][6] == rows[2][6] == "–"
+    assert rows[1][7] == rows[2][7] == "–"
 
 
 def test_markdown_table():
@@ -463,3 +544,36 @@ def test_write_section_creates_appends_and_replaces(tmp_path):
     write_section(path, "a", "A3\n")
     text = path.read_text()
     assert "A3" in text and "X" in text and "B1" in text and text.count("<!-- results:a -->") == 1
+
+
+# ---------------------------------------------------------------- recipes
+
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes" / "multi30k"
+
+
+def test_multi30k_gpu_set_is_the_syntax_set_at_the_recipe_budget(monkeypatch):
+    """The GPU set: syntax.set.yaml's nine systems, 4,000 updates of 4,096 tokens, dev every 500,
+    beam 5, seeds 1-3, tag gpu, corpus and test sets from the CoNLL-U files of parse.sh."""
+    from syntaxnmt.experiments import set_runs
+
+    monkeypatch.delenv("SYNTAXNMT_PARSES", raising=False)
+    gpu, full = load_set(RECIPES / "syntax-gpu.set.yaml"), load_set(RECIPES / "syntax.set.yaml")
+    assert gpu.configs == full.configs and gpu.baseline == full.baseline and len(gpu.configs) == 9
+    assert gpu.seeds == [1, 2, 3] and gpu.tag == "gpu"
+    parses = "runs/multi30k-en-de/parses"
+    assert set(gpu.test_sets) == {"test_2016_flickr", "test_2017_flickr", "test_2017_mscoco"}
+    for name, test in gpu.test_sets.items():
+        assert test.conllu == f"{parses}/{name}.en.conllu.gz" and test.src.endswith(f"multi30k/{name}.en.gz")
+    runs = set_runs(RECIPES / "syntax-gpu.set.yaml", gpu, list(gpu.configs), gpu.seeds)
+    assert len(runs) == 27 and len({r.cfg.work_dir for r in runs}) == 27
+    for run in runs:
+        cfg = run.cfg
+        assert cfg.work_dir.endswith(f"-gpu-seed{run.seed}") and cfg.seed == run.seed
+        assert (cfg.train.max_steps, cfg.train.max_tokens, cfg.train.valid_every, cfg.decode.beam_size) == (4000, 4096, 500, 5)
+        assert (cfg.model.d_model, cfg.model.enc_layers, cfg.model.dec_layers, cfg.train.threads) == (256, 3, 3, 0)
+        assert cfg.data.annotate == "conllu" and cfg.data.train_conllu == f"{parses}/train.en.conllu.gz" and cfg.data.dev_conllu == f"{parses}/val.en.conllu.gz"
+    assert {str(r.cfg.prepared_dir) for r in runs} == {"runs/multi30k-en-de/data-conllu-bpe8k"}
+    # The parses folder can be moved.
+    monkeypatch.setenv("SYNTAXNMT_PARSES", "/elsewhere")
+    assert load_set(RECIPES / "syntax-gpu.set.yaml").test_sets["test_2017_mscoco"].conllu == "/elsewhere/test_2017_mscoco.en.conllu.gz"

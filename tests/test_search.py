@@ -13,7 +13,7 @@ from torch import nn
 from syntaxnmt.batches import make_batch
 from syntaxnmt.config import ModelConfig
 from syntaxnmt.model.transformer import Transformer
-from syntaxnmt.search import Hypothesis, beam_search, greedy_search, max_output_length, search
+from syntaxnmt.search import Hypothesis, beam_search, greedy_search, max_output_length, max_output_lengths, search
 from syntaxnmt.subwords import BOS, EOS, PAD, UNK
 
 V = 24
@@ -136,6 +136,28 @@ def test_max_output_length():
     assert max_output_length(lens, 1.5, 10, 1000) == 25
     assert max_output_length(lens, 1.5, 10, 20) == 20
     assert max_output_length(lens, 0.0, 0, 1000) == 1
+    assert max_output_lengths(lens, 1.5, 10, 1000).tolist() == [14, 25, 16]
+    assert max_output_lengths(lens, 1.5, 10, 20).tolist() == [14, 20, 16]
+    assert max_output_lengths(lens, 0.0, 0, 1000).tolist() == [1, 1, 1]
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_per_sentence_max_len_makes_results_independent_of_the_neighbours(beam):
+    """With one limit per sentence, a sentence batched with longer ones gets what it gets alone,
+    also when it runs into its limit (outputs of exactly its max length)."""
+    model = _model(9)
+    lengths = (2, 12, 5, 1)
+    batch = _batch(lengths, 9)
+    limits = torch.tensor([2, 9, 4, 1])
+    together = search(model, batch, beam=beam, max_len=limits, nbest=1)
+    hit_limit = 0
+    for i in range(len(lengths)):
+        single = make_batch([batch.src[i][batch.src[i] != PAD][:-1].numpy()], None, [i])
+        alone = search(model, single, beam=beam, max_len=int(limits[i]), nbest=1)
+        _same([together[i]], alone)
+        assert len(together[i][0].tokens) <= limits[i]
+        hit_limit += len(together[i][0].tokens) == limits[i]
+    assert hit_limit >= 1
 
 
 # ---------------------------------------------------------------- a toy model with a known answer

@@ -241,9 +241,18 @@ def test_training_with_static_shapes_runs_and_resumes(make_config):
 
 def test_cuda_graphs_need_static_shapes_and_are_off_on_cpu(make_config):
     with pytest.raises(UserError, match="shape_bucket"):
-        make_config({"train": {"cuda_graphs": True}})
-    cfg = make_config({"train": {"max_steps": 2, "valid_every": 2, "valid_bleu": False, "shape_bucket": 8, "cuda_graphs": True}})
+        make_config({"train": {"cuda_graphs": True, "shape_bucket": 0}})
+    cfg = make_config({"train": {"max_steps": 2, "valid_every": 2, "valid_bleu": False, "cuda_graphs": True}})
     messages = []
     assert train(cfg, log=messages.append).step == 2
     assert any("cuda_graphs: off" in m for m in messages)
-    assert not cfg.train.uses_bf16("cpu") and cfg.train.uses_bf16("cuda")  # precision auto
+
+
+def test_automatic_gpu_settings_are_decided_per_device(make_config):
+    t = make_config().train  # precision auto, cuda_graphs and shape_bucket unset
+    cpu, cuda, ddp = t.for_device("cpu"), t.for_device("cuda"), t.for_device("cuda", processes=2)
+    assert (cpu.precision, cpu.cuda_graphs, cpu.shape_bucket) == ("fp32", False, 0)
+    assert (cuda.precision, cuda.cuda_graphs, cuda.shape_bucket) == ("tf32", True, 8)
+    assert (ddp.cuda_graphs, ddp.shape_bucket) == (False, 0)
+    pinned = make_config({"train": {"precision": "bf16", "shape_bucket": 16, "cuda_graphs": False}}).train.for_device("cuda")
+    assert (pinned.precision, pinned.cuda_graphs, pinned.shape_bucket) == ("bf16", False, 16) and pinned.uses_bf16("cuda")
