@@ -1,12 +1,19 @@
 """Training step time of syntax-aware variants relative to the baseline, at the recipe size.
 
     python benchmarks/syntax_overhead.py [--updates 20] [--configs recipes/multi30k/syntax/*.yaml]
+    python benchmarks/syntax_overhead.py --configs recipes/multi30k/syntax/base.yaml recipes/multi30k/syntax/mtl-*.yaml
+
+Auxiliary objectives (``train.multitask``, ``train.alignment``) train as in ``syntaxnmt train``.
 
 Every variant trains on the SAME batches (first batches of epoch 0 of the shared spaCy-parsed
 corpus; prepare it first: ``syntaxnmt prepare recipes/multi30k/syntax/base.yaml``). Updates of
 the variants are interleaved round-robin, so a busy machine slows them all alike; the figure is
 the median time of an update (batch collation with its relation features included) divided by
 the baseline's median. Prints one line per variant.
+
+``--decode N``: then each (briefly trained) model translates the first N dev sentences with beam 5,
+every hypothesis forced to 20 subwords, in ``--rounds`` interleaved rounds; the median sentences/s
+is printed relative to the baseline's (models with source features get the dev parses).
 """
 
 from __future__ import annotations
@@ -20,11 +27,11 @@ import torch
 from syntaxnmt.batches import TokenBatchSampler
 from syntaxnmt.config import load_config
 from syntaxnmt.cpu import keep_freed_memory
-from syntaxnmt.model import build_model
 from syntaxnmt.optim import build_optimizer
-from syntaxnmt.prepare import feature_vocab_sizes, load_split, load_tokenizers
+from syntaxnmt.prepare import load_split, load_tokenizers
 from syntaxnmt.loop import seed_everything
-from syntaxnmt.train import update
+from syntaxnmt.train import training_objectives, update
+from syntaxnmt.translate import assemble_model, translate_ids
 
 DEFAULT = [
     "recipes/multi30k/syntax/base.yaml",
@@ -44,6 +51,8 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--decode", type=int, default=0, help="also time the translation of this many dev sentences")
+    ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -55,14 +64,14 @@ def main() -> None:
         seed_everything(cfg.seed)
         toks = load_tokenizers(cfg)
         split = load_split(cfg, "train")
-        model = build_model(cfg.model, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg)).to(device).train()
+        model = assemble_model(cfg, toks).to(device).train()
         opt, sched = build_optimizer(model, cfg.train)
         batches = TokenBatchSampler(split["src"].lengths, split["tgt"].lengths, cfg.train.max_tokens, cfg.seed).epoch_batches(0)
-        runs.append({"cfg": cfg, "split": split, "model": model, "opt": opt, "sched": sched, "batches": batches, "times": []})
+        runs.append({"cfg": cfg, "split": split, "model": model, "opt": opt, "sched": sched, "batches": batches, "objectives": training_objectives(cfg), "times": []})
     for u in range(args.warmup + args.updates):
         for r in runs:
             t0 = time.perf_counter()
-            update(r["model"], r["opt"], r["sched"], r["split"], [r["batches"][u]], r["cfg"].train, device)
+            update(r["model"], r["opt"], r["sched"], r["split"], [r["batches"][u]], r["cfg"].train, device, r["objectives"], u)
             if u >= args.warmup:
                 r["times"].append(time.perf_counter() - t0)
     base = statistics.median(runs[0]["times"])
@@ -70,6 +79,29 @@ def main() -> None:
         med = statistics.median(r["times"])
         n_params = sum(p.numel() for p in r["model"].parameters())
         print(f"{r['cfg'].name}: {med:.3f} s/update (median of {args.updates}), {med / base:.3f}x baseline, {n_params / 1e6:.2f}M params, threads {torch.get_num_threads()}")
+    if args.decode:
+        time_decoding(runs, args.decode, args.rounds, device)
+
+
+def time_decoding(runs: list[dict], n: int, rounds: int, device: torch.device) -> None:
+    """Interleaved rounds of translating the first ``n`` dev sentences (beam 5, forced length 20)."""
+    for r in runs:
+        dev = load_split(r["cfg"], "dev")
+        r["sources"] = [dev["src"][i] for i in range(min(n, len(dev)))]
+        r["annotations"] = [dev.annotation(i) for i in range(len(r["sources"]))] if r["model"].feature_spec else None
+        r["decode"] = r["cfg"].decode.model_copy(update={"beam_size": 5, "min_len": 20, "max_len_a": 0.0, "max_len_b": 20})
+        r["speeds"] = []
+        r["model"].eval()
+    for _ in range(rounds):
+        for r in runs:
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                translate_ids(r["model"], r["sources"], r["decode"], device, annotations=r["annotations"])
+            r["speeds"].append(len(r["sources"]) / (time.perf_counter() - t0))
+    base = statistics.median(runs[0]["speeds"])
+    for r in runs:
+        med = statistics.median(r["speeds"])
+        print(f"{r['cfg'].name}: decode {med:.1f} sent/s (beam 5, length 20, {len(r['sources'])} dev sentences, median of {rounds}), {med / base:.3f}x baseline")
 
 
 if __name__ == "__main__":

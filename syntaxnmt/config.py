@@ -221,7 +221,7 @@ class AlignmentConfig(_Section):
     guided_weight: float = 0.0
     """λ of guided alignment (Chen et al. 2016): λ·decay·Σ_sentences T_y·G(A, α); needs ``data.train_align``."""
     guided_decay: str = "constant"
-    """Schedule of λ: ``constant``, ``linear:N``, ``exp:R`` or ``step:N`` (see ``syntaxnmt.alignment.losses.decay``)."""
+    """Schedule of λ: ``constant``, ``linear:N``, ``exp:R`` or ``step:N`` (see ``syntaxnmt.losses.decay``)."""
     layer: AlignmentSpec = "average"
     """Decoder layer whose cross-attention is supervised and read as alignment (negative counts from the
     end; Garg et al. 2019 use the penultimate, -2), or ``average``."""
@@ -241,12 +241,7 @@ class AlignmentConfig(_Section):
         if min(self.guided_weight, self.coverage_weight, self.symmetry_weight) < 0:
             raise ValueError("guided_weight, coverage_weight and symmetry_weight must be >= 0")
         if self.guided_decay != "constant":
-            from syntaxnmt.alignment.losses import decay
-
-            try:
-                decay(0, self.guided_decay)
-            except UserError as e:
-                raise ValueError(str(e)) from None
+            check_decay(self.guided_decay, "train.alignment.guided_decay")
         if self.fertility and self.coverage_weight <= 0:
             raise ValueError("fertility is trained through the coverage term: set coverage_weight > 0")
         if self.max_fertility <= 0:
@@ -257,6 +252,87 @@ class AlignmentConfig(_Section):
     def enabled(self) -> bool:
         """Whether any term needs the cross-attention during training."""
         return self.guided_weight > 0 or self.coverage_weight > 0 or self.symmetry_weight > 0
+
+
+def check_decay(schedule: str, key: str) -> None:
+    """A ValueError naming ``key`` when ``schedule`` is not a decay schedule (``syntaxnmt.losses.decay``)."""
+    from syntaxnmt.losses import decay
+
+    try:
+        decay(0, schedule)
+    except UserError as e:
+        raise ValueError(f"{key}: {e}") from None
+
+
+class AuxiliaryTask(_Section):
+    """One auxiliary objective of multi-task learning: off while ``weight`` is 0."""
+
+    weight: float = 0.0
+    """Weight of the term (summed over source tokens, normalized with the translation loss by target tokens)."""
+    layer: int = 0
+    """Encoder layer whose output states the task reads (0-based; negative counts from the end: -1 is the last)."""
+    decay: str = "constant"
+    """Schedule of the weight: ``constant``, ``linear:N``, ``exp:R`` or ``step:N`` (see ``syntaxnmt.losses.decay``)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "AuxiliaryTask":
+        if self.weight < 0:
+            raise ValueError("train.multitask: weights must be >= 0")
+        check_decay(self.decay, "train.multitask decay")
+        return self
+
+
+class POSTask(AuxiliaryTask):
+    """POS tagging: every subword piece predicts its word's tag."""
+
+    tags: Literal["upos", "xpos"] = "upos"
+
+
+class LISATask(AuxiliaryTask):
+    """Syntactically supervised self-attention (LISA, Strubell et al. 2018)."""
+
+    layer: int | list[int] = -1
+    """Encoder layer, or list of layers, whose heads ``heads`` are supervised (0-based; negative from the end)."""
+    heads: list[int] = [0]
+    """Heads (0-based) of each supervised layer: token i's attention should fall on its dependency parent."""
+    inject_parse: bool = False
+    """At translation (and validation) time, replace the supervised heads' attention with the one-hot
+    parent of a given parse (as LISA injects a parser's output): the model then needs parsed input."""
+
+    @property
+    def layers(self) -> list[int]:
+        return [self.layer] if isinstance(self.layer, int) else list(self.layer)
+
+
+class ParseTask(AuxiliaryTask):
+    """Dependency parsing with a biaffine arc and label scorer (Dozat & Manning 2017)."""
+
+    layer: int = -1
+    arc_dim: PositiveInt = 256
+    """Size of the arc MLPs (dependent and head representations)."""
+    label_dim: PositiveInt = 64
+    """Size of the label MLPs."""
+
+
+class MultitaskConfig(_Section):
+    """Auxiliary encoder objectives trained from source parses (see :mod:`syntaxnmt.multitask`);
+    every task is off by default. The parses are a training signal only: a multi-task model
+    translates raw text (unless ``lisa.inject_parse``)."""
+
+    pos: POSTask = POSTask()
+    deprel: AuxiliaryTask = AuxiliaryTask()
+    """Dependency-label tagging: every piece predicts the label of its word's arc to its parent."""
+    lisa: LISATask = LISATask()
+    parse: ParseTask = ParseTask()
+
+    def tasks(self) -> dict[str, AuxiliaryTask]:
+        """The tasks that are on, by name."""
+        all_tasks = {"pos": self.pos, "deprel": self.deprel, "lisa": self.lisa, "parse": self.parse}
+        return {k: v for k, v in all_tasks.items() if v.weight > 0}
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.tasks())
 
 
 class TrainConfig(_Section):
@@ -310,6 +386,7 @@ class TrainConfig(_Section):
     fewer kernel launches from Python for small models. Needs CUDA, one process, ``accum_steps``
     1 and static shapes. Unset (auto): on wherever it can be."""
     alignment: AlignmentConfig = AlignmentConfig()
+    multitask: MultitaskConfig = MultitaskConfig()
 
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":
@@ -375,7 +452,32 @@ class Config(_Section):
         if self.decode.coverage_penalty < 0:
             raise ValueError("decode.coverage_penalty must be >= 0")
         self._check_parses()
+        self._check_multitask()
         return self
+
+    def _check_multitask(self) -> None:
+        """Layers and heads of ``train.multitask`` exist; its targets come from parses."""
+        mt, m = self.train.multitask, self.model
+        if not mt.enabled:
+            if mt.lisa.inject_parse:
+                raise ValueError("train.multitask.lisa.inject_parse needs the LISA heads trained: set lisa.weight > 0")
+            return
+        names = ", ".join(mt.tasks())
+        if m.arch != "transformer":
+            raise ValueError(f"train.multitask ({names}) reads Transformer encoder layers: use model.arch transformer")
+        if self.data.annotate == "none":
+            raise ValueError(f"train.multitask ({names}) learns from source parses: set data.annotate (spacy or conllu)")
+        for name, task in mt.tasks().items():
+            for layer in task.layers if isinstance(task, LISATask) else [task.layer]:
+                if not -m.enc_layers <= layer < m.enc_layers:
+                    raise ValueError(f"train.multitask.{name}.layer {layer} out of range: the encoder has {m.enc_layers} layers")
+        if mt.lisa.weight > 0 and not mt.lisa.layers:
+            raise ValueError("train.multitask.lisa.layer: give at least one layer")
+        if len({layer % m.enc_layers for layer in mt.lisa.layers}) < len(mt.lisa.layers):
+            raise ValueError(f"train.multitask.lisa.layer {mt.lisa.layer} names a layer twice")
+        bad = [h for h in mt.lisa.heads if not 0 <= h < m.heads]
+        if mt.lisa.weight > 0 and (bad or not mt.lisa.heads or len(set(mt.lisa.heads)) < len(mt.lisa.heads)):
+            raise ValueError(f"train.multitask.lisa.heads {mt.lisa.heads}: give distinct heads in 0..{m.heads - 1}")
 
     def _check_parses(self) -> None:
         """Features read from parses need a parsed corpus (``data.annotate``)."""

@@ -173,6 +173,8 @@ class JointModels:
 def train_joint(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
     """Train both directions of ``cfg`` jointly (preparing its corpus first if needed); returns the progress."""
     t = cfg.train
+    if t.multitask.enabled:
+        raise UserError("train.multitask trains one model: use `syntaxnmt train` (train-joint's reverse model reads no parsed source)")
     if not cfg.data.joint_vocab:
         raise UserError("train-joint needs a joint vocabulary (data.joint_vocab: true): the reverse model reads the target pieces")
     forward, reverse = direction_configs(cfg)

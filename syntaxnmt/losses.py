@@ -1,4 +1,5 @@
-"""Training losses.
+"""Training losses: the translation loss, the decay schedules of auxiliary terms, and the
+interface of auxiliary objectives (attention as alignment, multi-task learning).
 
 Padding positions are removed before the output projection (:func:`sequence_loss`), so the
 largest matrix product of the model -- states x vocabulary -- and the log-softmax skip them.
@@ -9,11 +10,15 @@ at once, which on CPU saves both memory and the page faults of allocating them e
 
 from __future__ import annotations
 
+import math
+import re
+
 import torch
 from torch import Tensor, nn
 
+from syntaxnmt.errors import UserError
+from syntaxnmt.model.inputs import FeatureSpec
 from syntaxnmt.model.linear import linear
-
 from syntaxnmt.subwords import PAD
 
 
@@ -105,3 +110,79 @@ def sequence_loss(out, target: Tensor, smoothing: float, chunk: int = 1024, stat
         need_grad = torch.is_grad_enabled() and (states.requires_grad or project.weight.requires_grad)
         return _ChunkedLinearCrossEntropy.apply(states, project.weight, target[keep], float(smoothing), chunk, need_grad)
     return smoothed_cross_entropy(project(states), target[keep], smoothing)
+
+
+# --------------------------------------------------------------------------------------
+# Auxiliary objectives
+# --------------------------------------------------------------------------------------
+
+_SCHEDULE = re.compile(r"^(constant|linear|exp|step)(?::([0-9.eE+-]+))?$")
+
+
+def decay(step: int | Tensor, schedule: str = "constant") -> float | Tensor:
+    """The weight multiplier of an auxiliary loss at training ``step`` (0-based), in [0, 1]; a
+    tensor when ``step`` is a (0-dim) tensor, e.g. a step counter on the GPU.
+
+    ``schedule``:
+
+    * ``"constant"``: 1.
+    * ``"linear:N"``: ``max(0, 1 - step / N)``, reaching 0 at step N.
+    * ``"exp:R"``: ``R ** step`` with 0 < R <= 1 (e.g. ``exp:0.9999`` halves about every 6.9k steps).
+    * ``"step:N"``: 1 before step N, 0 from step N on (guided alignment only early in training).
+    """
+    m = _SCHEDULE.match(schedule.strip())
+    if m is None:
+        raise UserError(f"unknown decay schedule {schedule!r}; use constant, linear:N, exp:R or step:N")
+    kind, arg = m.group(1), m.group(2)
+    if kind == "constant":
+        if arg is not None:
+            raise UserError(f"decay schedule {schedule!r}: 'constant' takes no argument")
+        return 1.0
+    if arg is None:
+        raise UserError(f"decay schedule {schedule!r}: {kind} needs an argument ({kind}:...)")
+    try:
+        value = float(arg)
+    except ValueError:
+        raise UserError(f"decay schedule {schedule!r}: {arg!r} is not a number") from None
+    if kind == "exp":
+        if not 0.0 < value <= 1.0:
+            raise UserError(f"decay schedule {schedule!r}: the rate must be in (0, 1]")
+        return value ** step.clamp(min=0) if isinstance(step, Tensor) else value ** max(step, 0)
+    if value <= 0 or not math.isfinite(value):
+        raise UserError(f"decay schedule {schedule!r}: the step count must be positive")
+    if kind == "linear":
+        return (1.0 - step / value).clamp(min=0.0) if isinstance(step, Tensor) else max(0.0, 1.0 - step / value)
+    return (step < value).float() if isinstance(step, Tensor) else (1.0 if step < value else 0.0)  # step
+
+
+class AuxiliaryObjective:
+    """Terms added to the translation loss by :func:`syntaxnmt.train.forward_loss`.
+
+    A subclass says what it reads -- the cross-attention (``needs_cross_attention``), the
+    self-attention weights of some encoder layers (``encoder_weights``), source features beyond
+    the model's own (``feature_spec``), the reference alignment (``needs_reference``) -- and gives
+    its unweighted ``terms`` (each summed over the batch) and their ``weights`` at an update.
+    The weighted sum is normalized with the translation loss by the update's target tokens.
+    No method waits for the device, so the loss can run inside a captured CUDA graph.
+    """
+
+    needs_reference = False
+    needs_cross_attention = False
+    encoder_weights: frozenset[int] = frozenset()
+    feature_spec = FeatureSpec()
+
+    def terms(self, model: nn.Module, batch, out) -> dict[str, Tensor]:
+        raise NotImplementedError
+
+    def weights(self, step: int | Tensor) -> dict[str, float | Tensor]:
+        """The weight of every term at update ``step`` (0-based; an int or a 0-dim tensor)."""
+        raise NotImplementedError
+
+    def loss(self, model: nn.Module, batch, out, step: int | Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """The weighted sum of the terms at update ``step``, and the unweighted terms, detached, for logging."""
+        weights = self.weights(step)
+        total = torch.zeros((), device=batch.src.device)
+        terms = self.terms(model, batch, out)
+        for name, value in terms.items():
+            total = total + weights[name] * value
+        return total, {name: value.detach() for name, value in terms.items()}

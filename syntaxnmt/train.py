@@ -13,14 +13,14 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from syntaxnmt import loop
-from syntaxnmt.alignment.losses import alignment_objective, attach_fertility
+from syntaxnmt.alignment.losses import alignment_objective
 from syntaxnmt.batches import Split, TokenBatchSampler, bucket_batches, collate, pad_batch, shape_bucket
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.config import Config, TrainConfig
@@ -29,14 +29,14 @@ from syntaxnmt.cuda_graphs import GraphedStep
 from syntaxnmt.distributed import World, barrier, device_for, init_world, no_sync, shutdown, sum_across, unwrap
 from syntaxnmt.errors import UserError
 from syntaxnmt.loop import Progress
-from syntaxnmt.losses import sequence_loss
+from syntaxnmt.losses import AuxiliaryObjective, sequence_loss
 from syntaxnmt.metrics import corpus_bleu
-from syntaxnmt.model.inputs import Batch
-from syntaxnmt.model import build_model
+from syntaxnmt.model.inputs import Batch, FeatureSpec
+from syntaxnmt.multitask import multitask_objective
 from syntaxnmt.optim import build_optimizer
-from syntaxnmt.prepare import feature_vocab_sizes, is_prepared, load_split, load_tokenizers, prepare
+from syntaxnmt.prepare import is_prepared, load_split, load_tokenizers, prepare
 from syntaxnmt.textio import read_lines, write_lines
-from syntaxnmt.translate import resolve_device, translate_ids
+from syntaxnmt.translate import assemble_model, resolve_device, translate_ids
 
 
 @torch.no_grad()
@@ -62,15 +62,34 @@ def validate(model, cfg: Config, dev: Split, refs: list[str], tgt_tok, device: t
     return result
 
 
+def training_objectives(cfg: Config) -> list[AuxiliaryObjective]:
+    """The auxiliary objectives of ``cfg`` that are on (``train.alignment``, ``train.multitask``)."""
+    return [o for o in (alignment_objective(cfg), multitask_objective(cfg)) if o is not None]
+
+
+def objective_requests(model, objectives: Sequence[AuxiliaryObjective]) -> tuple[FeatureSpec, bool, dict]:
+    """What the batches and forward passes of training carry for ``objectives``: the source
+    features (the model's and theirs), whether the reference alignment, and the model's keyword
+    arguments (cross-attention weights; self-attention weights of some encoder layers only)."""
+    spec = model.feature_spec
+    for o in objectives:
+        spec = spec.union(o.feature_spec)
+    kwargs: dict = {"need_weights": any(o.needs_cross_attention for o in objectives)}
+    layers = frozenset().union(*(o.encoder_weights for o in objectives))
+    if layers:
+        kwargs["encoder_weights"] = layers
+    return spec, any(o.needs_reference for o in objectives), kwargs
+
+
 def forward_loss(model, batch, t: TrainConfig, objectives=(), step: int | torch.Tensor = 0, static: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The training loss of one batch, summed over its target tokens: label-smoothed cross-entropy
-    plus the weighted terms of ``objectives`` (e.g. :class:`~syntaxnmt.alignment.losses.AlignmentObjective`)
+    plus the weighted terms of ``objectives`` (:class:`~syntaxnmt.losses.AuxiliaryObjective`: alignment, multi-task)
     at update ``step``; and the detached parts for logging (``loss`` and each unweighted term).
     Nothing here waits for the device, so it can run inside a captured CUDA graph (``static``:
     the batch has a bucketed static shape)."""
     raw = unwrap(model)
     with torch.autocast(batch.src.device.type, dtype=torch.bfloat16, enabled=t.uses_bf16(batch.src.device.type), cache_enabled=not static):
-        out = model(batch, need_weights=bool(objectives))
+        out = model(batch, **objective_requests(raw, objectives)[2])
         loss, _ = sequence_loss(out, batch.tgt_out, t.label_smoothing, static=static)
         logs = {"loss": loss.detach()}
         for objective in objectives:
@@ -101,10 +120,11 @@ def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainCon
     n_tokens = sum(int(split["tgt"].lengths[idx].sum()) + len(idx) for idx in group)
     scale = world.size / sum_across(world, n_tokens)
     raw = unwrap(model)
+    spec = objective_requests(raw, objectives)[0]
     opt.zero_grad(set_to_none=graphed is None)  # graphs accumulate into gradients that stay allocated
     stats: dict = {}
     for k, idx in enumerate(group):
-        batch = training_batch(split, idx, raw.feature_spec, t, objectives)
+        batch = training_batch(split, idx, spec, t, objectives)
         if graphed is not None:
             logs = graphed(batch, scale, step)
         else:
@@ -175,9 +195,9 @@ class SingleModel:
         self.toks = load_tokenizers(cfg)
         self.split, self.dev = load_split(cfg, "train"), load_split(cfg, "dev")
         self.refs = read_lines(cfg.prepared_dir / "dev.ref")
-        self.raw = attach_fertility(build_model(cfg.model, len(self.toks.src), len(self.toks.tgt), **feature_vocab_sizes(cfg)), cfg).to(device)
+        self.raw = assemble_model(cfg, self.toks).to(device)
         self.model = self.raw
-        self.objectives = [o for o in (alignment_objective(cfg),) if o is not None]
+        self.objectives = training_objectives(cfg)
         self.opt, self.sched = build_optimizer(self.raw, cfg.train)
         self.run = Run(cfg)
         self.progress = Progress()

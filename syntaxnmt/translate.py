@@ -15,6 +15,7 @@ from syntaxnmt.checkpoint import load_checkpoint
 from syntaxnmt.config import Config, DecodeConfig, config_from_dict
 from syntaxnmt.errors import UserError
 from syntaxnmt.model import build_model
+from syntaxnmt.multitask import attach_multitask
 from syntaxnmt.prepare import Tokenizers, feature_vocab_sizes, load_tag_vocab, load_tokenizers, parse_source
 from syntaxnmt.model.inputs import TAG_NAMES, FeatureSpec
 from syntaxnmt.relations import SourceAnnotation, pad_features, sentence_features
@@ -32,12 +33,19 @@ def checkpoint_path(cfg: Config, which: str) -> Path:
     return Path(cfg.work_dir) / f"{which}.pt" if which in ("best", "last") else Path(which)
 
 
+def assemble_model(cfg: Config, toks: Tokenizers) -> torch.nn.Module:
+    """The model of ``cfg`` with the modules its training attaches (fertility, multi-task
+    classifiers), as its checkpoints hold them."""
+    sizes = feature_vocab_sizes(cfg)
+    return attach_multitask(attach_fertility(build_model(cfg.model, len(toks.src), len(toks.tgt), **sizes), cfg), cfg, sizes)
+
+
 def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module, Config, Tokenizers]:
     """A model ready for inference, with the config it was trained with and its tokenizers."""
     state = load_checkpoint(path)
     cfg = config_from_dict(state["config"], source=f"{path} (stored config)")
     toks = load_tokenizers(cfg)
-    model = attach_fertility(build_model(cfg.model, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg)), cfg)
+    model = assemble_model(cfg, toks)
     model.load_state_dict(state["model"])
     return model.to(device).eval(), cfg, toks
 

@@ -16,7 +16,6 @@ sentences). All functions are differentiable in ``attn``.
 from __future__ import annotations
 
 import math
-import re
 from typing import Iterable, Sequence
 
 import torch
@@ -24,7 +23,7 @@ from torch import Tensor, nn
 
 from syntaxnmt.alignment.extract import average_heads
 from syntaxnmt.config import AlignmentConfig, Config
-from syntaxnmt.errors import UserError
+from syntaxnmt.losses import AuxiliaryObjective, decay
 from syntaxnmt.subwords import EOS, PAD
 
 REDUCTIONS = ("none", "sum", "mean")
@@ -107,45 +106,6 @@ def guided_alignment_loss(
     cross = -(a * log_alpha).sum(dim=(1, 2))  # (B,)
     t_y = _keep(tgt_pad_mask, attn, 1).sum(dim=1).clamp_min(1.0)
     return _reduce(cross / t_y, reduction)
-
-
-_SCHEDULE = re.compile(r"^(constant|linear|exp|step)(?::([0-9.eE+-]+))?$")
-
-
-def decay(step: int | Tensor, schedule: str = "constant") -> float | Tensor:
-    """The weight multiplier of an auxiliary loss at training ``step`` (0-based), in [0, 1]; a
-    tensor when ``step`` is a (0-dim) tensor, e.g. a step counter on the GPU.
-
-    ``schedule``:
-
-    * ``"constant"``: 1.
-    * ``"linear:N"``: ``max(0, 1 - step / N)``, reaching 0 at step N.
-    * ``"exp:R"``: ``R ** step`` with 0 < R <= 1 (e.g. ``exp:0.9999`` halves about every 6.9k steps).
-    * ``"step:N"``: 1 before step N, 0 from step N on (guided alignment only early in training).
-    """
-    m = _SCHEDULE.match(schedule.strip())
-    if m is None:
-        raise UserError(f"unknown decay schedule {schedule!r}; use constant, linear:N, exp:R or step:N")
-    kind, arg = m.group(1), m.group(2)
-    if kind == "constant":
-        if arg is not None:
-            raise UserError(f"decay schedule {schedule!r}: 'constant' takes no argument")
-        return 1.0
-    if arg is None:
-        raise UserError(f"decay schedule {schedule!r}: {kind} needs an argument ({kind}:...)")
-    try:
-        value = float(arg)
-    except ValueError:
-        raise UserError(f"decay schedule {schedule!r}: {arg!r} is not a number") from None
-    if kind == "exp":
-        if not 0.0 < value <= 1.0:
-            raise UserError(f"decay schedule {schedule!r}: the rate must be in (0, 1]")
-        return value ** step.clamp(min=0) if isinstance(step, Tensor) else value ** max(step, 0)
-    if value <= 0 or not math.isfinite(value):
-        raise UserError(f"decay schedule {schedule!r}: the step count must be positive")
-    if kind == "linear":
-        return (1.0 - step / value).clamp(min=0.0) if isinstance(step, Tensor) else max(0.0, 1.0 - step / value)
-    return (step < value).float() if isinstance(step, Tensor) else (1.0 if step < value else 0.0)  # step
 
 
 # --------------------------------------------------------------------------------------
@@ -279,8 +239,10 @@ def alignment_attention(out, cfg: AlignmentConfig) -> Tensor:
     return average_heads(out.cross_attention, layer_head(cfg.layer), layer_head(cfg.head))
 
 
-class AlignmentObjective:
-    """The guided-alignment and coverage terms of one model."""
+class AlignmentObjective(AuxiliaryObjective):
+    """The guided-alignment and coverage terms of one model (reading its cross-attention)."""
+
+    needs_cross_attention = True
 
     def __init__(self, cfg: AlignmentConfig):
         self.cfg = cfg
@@ -305,16 +267,8 @@ class AlignmentObjective:
             terms["coverage"] = coverage_loss(attn, src_mask, tgt_mask, fertility, reduction="sum")
         return terms
 
-    def loss(self, model: nn.Module, batch, out, step: int | Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        """The weighted sum of the terms at update ``step`` (0-based, for the decay of λ; an int or a
-        0-dim tensor) and the unweighted terms, detached, for logging. No host synchronization, so
-        it can run inside a captured CUDA graph."""
-        weights = {"guided": self.cfg.guided_weight * decay(step, self.cfg.guided_decay), "coverage": self.cfg.coverage_weight}
-        total = torch.zeros((), device=batch.src.device)
-        terms = self.terms(model, batch, out)
-        for name, value in terms.items():
-            total = total + weights[name] * value
-        return total, {name: value.detach() for name, value in terms.items()}
+    def weights(self, step: int | Tensor) -> dict[str, float | Tensor]:
+        return {"guided": self.cfg.guided_weight * decay(step, self.cfg.guided_decay), "coverage": self.cfg.coverage_weight}
 
 
 def alignment_objective(cfg: Config) -> AlignmentObjective | None:

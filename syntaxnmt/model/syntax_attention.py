@@ -11,6 +11,8 @@
 * :class:`ParentScaled` -- parent-scaled self-attention (PASCAL, Bugliarello & Okazaki 2020):
   chosen heads multiply their scores S_ij by N(j; p_i, sigma^2), a Gaussian density centred on the
   position p_i of token i's dependency parent.
+* :class:`ParentAttention` -- chosen heads attend to the dependency parent only (one-hot after the
+  softmax), in evaluation mode: LISA's injection of a given parse at test time (Strubell et al. 2018).
 """
 
 from __future__ import annotations
@@ -118,6 +120,27 @@ class ParentScaled(AttentionExtension):
         gauss = torch.exp(-((j[None, None, :] - parent[:, :, None]) ** 2) / (2 * self.sigma**2)) / math.sqrt(2 * math.pi * self.sigma**2)
         scaled = scores.index_select(1, self.heads) * gauss[:, None]
         return scores.index_copy(1, self.heads, scaled)
+
+
+class ParentAttention(AttentionExtension):
+    """The chosen heads' scores become 0 at token i's parent p_i and the dtype's minimum elsewhere,
+    so their attention is the one-hot parent (a root, and EOS, attend to themselves). Only in
+    evaluation mode: in training the heads learn that distribution (the LISA loss of
+    :mod:`syntaxnmt.multitask`). A padding row keeps a uniform row over the real keys (no NaN)."""
+
+    def __init__(self, heads: list[int]):
+        super().__init__()
+        self.register_buffer("heads", torch.tensor(heads, dtype=torch.long), persistent=False)
+
+    def scores(self, scores: Tensor, q: Tensor, features: SourceFeatures) -> Tensor:
+        if self.training:
+            return scores
+        parent = features.parents()  # (B, S)
+        j = torch.arange(scores.size(-1), device=scores.device)
+        at_parent = j[None, None, :].eq(parent[:, :, None])  # (B, Tq, Tk)
+        one_hot = torch.where(at_parent, scores.new_zeros(()), scores.new_full((), torch.finfo(scores.dtype).min))
+        picked = one_hot[:, None].expand(-1, len(self.heads), -1, -1).contiguous()
+        return scores.index_copy(1, self.heads, picked)
 
 
 def encoder_extensions(syn: SyntaxConfig, layer: int, heads: int, d_head: int, tag_sizes: dict[str, int]) -> list[AttentionExtension]:

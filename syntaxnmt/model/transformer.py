@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Collection
 
 import torch
 import torch.nn.functional as F
@@ -128,7 +128,8 @@ class DecoderLayer(nn.Module):
 class EncoderOutput:
     hidden: Tensor  # (B, S, D)
     pad_mask: Tensor  # (B, S), True at padding
-    self_attention: list[Tensor] = field(default_factory=list)  # per layer (B, H, S, S), on request
+    self_attention: list[Tensor | None] = field(default_factory=list)  # per layer (B, H, S, S), on request (None: a layer not requested)
+    layers: list[Tensor] = field(default_factory=list)  # per layer, its output states (B, S, D) (before the final norm)
 
     def index_select(self, index: Tensor) -> "EncoderOutput":
         return EncoderOutput(self.hidden.index_select(0, index), self.pad_mask.index_select(0, index))
@@ -193,14 +194,19 @@ class Transformer(nn.Module):
             if p.dim() == 2 and "embed" not in name and "output" not in name:
                 nn.init.xavier_uniform_(p)
 
-    def encode(self, batch: Batch, need_weights: bool = False) -> EncoderOutput:
+    def encode(self, batch: Batch, need_weights: bool = False, encoder_weights: Collection[int] = ()) -> EncoderOutput:
+        """Encoder states, each layer's output, and self-attention weights: of every layer with
+        ``need_weights``, else of the layers ``encoder_weights`` (negative: from the end) only, so
+        the other layers keep the fused kernel."""
         pad_mask = batch.src_pad_mask
         x = self.src_embed(batch.src, features=batch.features)
-        weights = []
-        for layer in self.encoder:
-            x, w = layer(x, pad_mask, need_weights, batch.features)
+        wanted = {i % len(self.encoder) for i in encoder_weights}
+        weights, states = [], []
+        for i, layer in enumerate(self.encoder):
+            x, w = layer(x, pad_mask, need_weights or i in wanted, batch.features)
             weights.append(w)
-        return EncoderOutput(self.enc_norm(x), pad_mask, weights if need_weights else [])
+            states.append(x)
+        return EncoderOutput(self.enc_norm(x), pad_mask, weights if need_weights or wanted else [], states)
 
     def decode(self, tgt_in: Tensor, enc: EncoderOutput, need_weights: bool = False) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """Final decoder states (B, T, D), normalized, before the output layer; cross- and
@@ -213,8 +219,8 @@ class Transformer(nn.Module):
             own.append(ws)
         return self.dec_norm(y), (cross if need_weights else []), (own if need_weights else [])
 
-    def forward(self, batch: Batch, need_weights: bool = False) -> ModelOutput:
-        enc = self.encode(batch, need_weights)
+    def forward(self, batch: Batch, need_weights: bool = False, encoder_weights: Collection[int] = ()) -> ModelOutput:
+        enc = self.encode(batch, need_weights, encoder_weights)
         states, cross, own = self.decode(batch.tgt_in, enc, need_weights)
         return ModelOutput(states, self.output, enc, cross, own)
 

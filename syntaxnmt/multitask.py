@@ -1,0 +1,212 @@
+"""Multi-task learning: auxiliary encoder objectives learned from source parses (``train.multitask``).
+
+The parses are a training signal only. Each objective reads one encoder layer -- its output
+states, or the self-attention weights of some of its heads -- and adds a term to the loss; the
+translation model itself is unchanged, so a multi-task model translates raw text with no parse
+and no parser (unless ``lisa.inject_parse``).
+
+* **Tagging** (``pos``, ``deprel``): a linear classifier (after a LayerNorm) on layer l's states;
+  every subword piece predicts its word's tag:  L = -Σ_i log softmax(W LN(h_i) + b)[t_i].
+* **LISA** -- syntactically supervised self-attention (Strubell et al. 2018, "Linguistically-Informed
+  Self-Attention for Semantic Role Labeling", EMNLP, Sec. 2.2): the attention A_h of each chosen head
+  h of layer l is trained towards the dependency parent p_i of every token i:
+  L = -Σ_h Σ_i log A_h[i, p_i].
+* **Biaffine parsing** (Dozat & Manning 2017, "Deep Biaffine Attention for Neural Dependency
+  Parsing", ICLR, Sec. 2.2): MLPs of layer l's states give dependent and head representations;
+      s_ij = h^dep_i U h^head_j + h^head_j · u                         (score of j as the head of i)
+      s_i,l = h'^dep_i U_l h'^head_{p_i} + W_l [h'^dep_i ; h'^head_{p_i}] + b_l   (label l, gold head)
+  L = -Σ_i log softmax_j(s_ij)[p_i] - Σ_i log softmax_l(s_i,l)[r_i].
+
+Targets come from :class:`~syntaxnmt.model.inputs.SourceFeatures`: tags (B, S) and ``parent``
+(B, S), the position of the first piece of the parent word -- a piece of a word attends to its
+parent word's first piece. A root has no parent: **the root attends to itself** (its target is its
+own position). i runs over real pieces: EOS and padding rows are left out of every term, and they
+are no candidate heads of the parser. Each term is summed over the batch; the update divides the
+total loss by its target tokens (as for ``train.alignment``), so a weight is per source token up to
+the length ratio of the corpus.
+
+The classifiers live on the model (``model.multitask``, :func:`attach_multitask`): they are trained,
+checkpointed and resumed with it, and unused by translation.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from syntaxnmt.config import Config, MultitaskConfig
+from syntaxnmt.errors import UserError
+from syntaxnmt.losses import AuxiliaryObjective, decay
+from syntaxnmt.model.inputs import FeatureSpec
+from syntaxnmt.model.syntax_attention import ParentAttention
+from syntaxnmt.subwords import EOS, PAD
+
+
+def token_mask(src: Tensor) -> Tensor:
+    """(B, S) True at the real pieces of a source batch (not EOS, not padding)."""
+    return src.ne(PAD) & src.ne(EOS)
+
+
+# --------------------------------------------------------------------------------------
+# Losses
+# --------------------------------------------------------------------------------------
+
+
+IGNORE = -100  # the target of a position left out of a cross-entropy
+
+
+def tagging_loss(logits: Tensor, tags: Tensor, keep: Tensor) -> Tensor:
+    """Summed cross-entropy -Σ_i log softmax(logits_i)[tags_i] over the positions ``keep``.
+
+    ``logits`` (B, S, n_tags), ``tags`` and ``keep`` (B, S). Masked, not indexed: every tensor keeps
+    the batch's shape and nothing waits for the device (CUDA graphs)."""
+    return F.cross_entropy(logits.float().flatten(0, 1), tags.masked_fill(~keep, IGNORE).flatten(), ignore_index=IGNORE, reduction="sum")
+
+
+def lisa_loss(weights: Tensor, parent: Tensor, keep: Tensor, eps: float = 1e-9) -> Tensor:
+    """LISA: -Σ_h Σ_i log A_h[i, parent_i], summed over heads h and the query positions ``keep``.
+
+    ``weights`` (B, h, S, S): the attention of the supervised heads (rows: queries, softmax over
+    keys); ``parent`` (B, S) the target key of each query. A is clamped to ``eps`` inside the log.
+    Through the softmax, the gradient with respect to the scores of row i is A_h[i] - onehot(p_i):
+    it vanishes when the attention is the one-hot parent.
+    """
+    at_parent = weights.gather(-1, parent[:, None, :, None].expand(-1, weights.size(1), -1, 1)).squeeze(-1)  # (B, h, S)
+    nll = -torch.log(at_parent.float().clamp_min(eps))
+    return (nll * keep[:, None, :]).sum()
+
+
+# --------------------------------------------------------------------------------------
+# Auxiliary classifiers
+# --------------------------------------------------------------------------------------
+
+
+class Tagger(nn.Module):
+    """A linear classifier of encoder states (after a LayerNorm: the states of a pre-norm encoder's
+    inner layers are not normalized)."""
+
+    def __init__(self, d_model: int, n_tags: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.proj = nn.Linear(d_model, n_tags)
+
+    def forward(self, states: Tensor) -> Tensor:
+        """Tag logits (B, S, n_tags) of states (B, S, d_model)."""
+        return self.proj(self.norm(states))
+
+
+def _mlp(d_in: int, d_out: int, dropout: float) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(d_in, d_out), nn.LeakyReLU(0.1), nn.Dropout(dropout))
+
+
+class BiaffineParser(nn.Module):
+    """Biaffine arc and label scorer (Dozat & Manning 2017); the biaffine weights start at zero."""
+
+    def __init__(self, d_model: int, arc_dim: int, label_dim: int, n_labels: int, dropout: float = 0.0):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.arc_dep, self.arc_head = _mlp(d_model, arc_dim, dropout), _mlp(d_model, arc_dim, dropout)
+        self.label_dep, self.label_head = _mlp(d_model, label_dim, dropout), _mlp(d_model, label_dim, dropout)
+        self.arc_U = nn.Parameter(torch.zeros(arc_dim, arc_dim))
+        self.arc_u = nn.Parameter(torch.zeros(arc_dim))
+        self.label_U = nn.Parameter(torch.zeros(n_labels, label_dim, label_dim))
+        self.label_W = nn.Linear(2 * label_dim, n_labels)
+
+    def arc_scores(self, r: Tensor) -> Tensor:
+        """s (B, S, S) from normalized states r (B, S, d): s[b, i, j] = h^dep_i U h^head_j + h^head_j · u."""
+        dep, head = self.arc_dep(r), self.arc_head(r)
+        return torch.matmul(dep @ self.arc_U, head.transpose(1, 2)) + (head @ self.arc_u)[:, None, :]
+
+    def label_scores(self, r: Tensor, heads: Tensor) -> Tensor:
+        """Label scores (B, S, n_labels) of each token given its head position ``heads`` (B, S)."""
+        dep, head = self.label_dep(r), self.label_head(r)
+        head = head.gather(1, heads[..., None].expand(-1, -1, head.size(-1)))  # h'^head_{p_i}
+        return torch.einsum("bid,lde,bie->bil", dep, self.label_U, head) + self.label_W(torch.cat([dep, head], dim=-1))
+
+    def loss(self, states: Tensor, parent: Tensor, labels: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
+        """(arc, label) cross-entropies summed over the tokens ``keep``; the candidate heads of a
+        token are the positions ``keep`` (a root's head is itself), labels are scored at the gold head."""
+        r = self.norm(states)
+        # the dtype's minimum, not -inf: a row with no candidate (an all-padding sentence) stays finite
+        arcs = self.arc_scores(r).float().masked_fill(~keep[:, None, :], torch.finfo(torch.float32).min)
+        arc = F.cross_entropy(arcs.flatten(0, 1), parent.masked_fill(~keep, IGNORE).flatten(), ignore_index=IGNORE, reduction="sum")
+        return arc, tagging_loss(self.label_scores(r, parent), labels, keep)
+
+
+def attach_multitask(model: nn.Module, cfg: Config, tag_sizes: dict[str, int]) -> nn.Module:
+    """Add ``model.multitask`` (the classifiers of ``train.multitask``) and, with
+    ``lisa.inject_parse``, a :class:`~syntaxnmt.model.syntax_attention.ParentAttention` on the
+    supervised heads (the model then needs parent positions at translation time)."""
+    mt = cfg.train.multitask
+    if not mt.enabled or hasattr(model, "multitask"):
+        return model
+    tasks, d = mt.tasks(), cfg.model.d_model
+
+    def size(name: str) -> int:
+        if name not in tag_sizes:
+            raise UserError(f"train.multitask needs {name} tags but the prepared corpus {cfg.prepared_dir} has none: set data.annotate")
+        return tag_sizes[name]
+
+    modules: dict[str, nn.Module] = {}
+    if "pos" in tasks:
+        modules["pos"] = Tagger(d, size(mt.pos.tags))
+    if "deprel" in tasks:
+        modules["deprel"] = Tagger(d, size("deprel"))
+    if "parse" in tasks:
+        modules["parse"] = BiaffineParser(d, mt.parse.arc_dim, mt.parse.label_dim, size("deprel"), cfg.model.dropout)
+    model.multitask = nn.ModuleDict(modules)
+    if "lisa" in tasks and mt.lisa.inject_parse:
+        for layer in mt.lisa.layers:
+            model.encoder[layer].self_attn.extensions.append(ParentAttention(mt.lisa.heads))
+        model.feature_spec = model.feature_spec.union(FeatureSpec(parent=True))
+    return model
+
+
+# --------------------------------------------------------------------------------------
+# The training objective
+# --------------------------------------------------------------------------------------
+
+
+class MultitaskObjective(AuxiliaryObjective):
+    """The terms of ``train.multitask``: ``pos``, ``deprel``, ``lisa``, ``parse_arc`` and ``parse_label``."""
+
+    def __init__(self, cfg: MultitaskConfig, enc_layers: int):
+        self.cfg, self.tasks = cfg, cfg.tasks()
+        self.lisa_heads: dict[torch.device, Tensor] = {}  # the supervised heads' indices, per device
+        self.lisa_layers = [layer % enc_layers for layer in cfg.lisa.layers] if "lisa" in self.tasks else []
+        self.encoder_weights = frozenset(self.lisa_layers)
+        tags = ({cfg.pos.tags} if "pos" in self.tasks else set()) | ({"deprel"} if {"deprel", "parse"} & set(self.tasks) else set())
+        self.feature_spec = FeatureSpec(tags=frozenset(tags), parent=bool({"lisa", "parse"} & set(self.tasks)))
+
+    def terms(self, model: nn.Module, batch, out) -> dict[str, Tensor]:
+        """Unweighted terms, each summed over the batch's real source pieces."""
+        f, keep, states, heads = batch.features, token_mask(batch.src), out.encoder.layers, model.multitask
+        terms = {}
+        for name in ("pos", "deprel"):
+            if name in self.tasks:
+                task = self.tasks[name]
+                terms[name] = tagging_loss(heads[name](states[task.layer]), f.tag(getattr(task, "tags", name)), keep)
+        if self.lisa_layers:
+            attn, heads_at = out.encoder.self_attention, self.heads_on(batch.src.device)
+            terms["lisa"] = sum(lisa_loss(attn[layer].index_select(1, heads_at), f.parents(), keep) for layer in self.lisa_layers)
+        if "parse" in self.tasks:
+            terms["parse_arc"], terms["parse_label"] = heads["parse"].loss(states[self.cfg.parse.layer], f.parents(), f.tag("deprel"), keep)
+        return terms
+
+    def heads_on(self, device: torch.device) -> Tensor:
+        """The supervised heads as an index tensor on ``device``, made once (not inside a graph capture)."""
+        if device not in self.lisa_heads:
+            self.lisa_heads[device] = torch.tensor(self.cfg.lisa.heads, device=device)
+        return self.lisa_heads[device]
+
+    def weights(self, step: int | Tensor) -> dict[str, float | Tensor]:
+        w = {name: task.weight * decay(step, task.decay) for name, task in self.tasks.items()}
+        w["parse_arc"] = w["parse_label"] = w.pop("parse", 0.0)
+        return w
+
+
+def multitask_objective(cfg: Config) -> MultitaskObjective | None:
+    """The objective of ``cfg``, or None when no task is on."""
+    mt = cfg.train.multitask
+    return MultitaskObjective(mt, cfg.model.enc_layers) if mt.enabled else None
