@@ -27,15 +27,15 @@ def test_plot_files_are_written(capsys, name, corpus, parsed_prepared_dir, tmp_p
     cases = [("cross", "word", "png", "all"), ("cross", "subword", "svg", "0")]
     if name != "rnn":
         cases += [("encoder", "subword", "png", "all"), ("decoder", "word", "svg", "2")]
-    for kind, level, fmt, head in cases:
+    for k, (kind, level, fmt, head) in enumerate(cases):
         out = tmp_path / f"{kind}-{level}.{fmt}"
-        code, _, err = run_cli(capsys, "plot", "-a", tmp_path / "att", "--sentences", "1,3", "--kind", kind, "--level", level, "--head", head, "--align", align, "-o", out)
+        lines = ["1", "3"] if k == 0 else ["3"]  # several sentences: one file each, named by line
+        code, _, err = run_cli(capsys, "plot", "-a", tmp_path / "att", "--sentences", ",".join(lines), "--kind", kind, "--level", level, "--head", head, "--align", align, "-o", out)
         assert code == 0, err
-        for line in (1, 3):
-            written = tmp_path / f"{kind}-{level}-{line}.{fmt}"
+        for written in [tmp_path / f"{kind}-{level}-{line}.{fmt}" for line in lines] if k == 0 else [out]:
             assert written.read_bytes().startswith(MAGIC[fmt]) and written.stat().st_size > 1000, written
-    # one head, computed from the checkpoint (the model's own translation), as PDF
-    code, _, err = run_cli(capsys, "plot", "--checkpoint", path, "-i", src, "--src-conllu", conllu, "--sentences", "2", "--head", "0", "-o", tmp_path / "one.pdf", "--device", "cpu")
+    # one head, computed from the checkpoint, as PDF
+    code, _, err = run_cli(capsys, "plot", "--checkpoint", path, "-i", src, "--ref", tgt, "--src-conllu", conllu, "--sentences", "2", "--head", "0", "-o", tmp_path / "one.pdf", "--device", "cpu")
     assert code == 0, err
     assert (tmp_path / "one.pdf").read_bytes().startswith(b"%PDF")
     if name == "rnn":
