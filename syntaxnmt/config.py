@@ -94,6 +94,12 @@ class SyntaxConfig(_Section):
     parent_scaled: list[list[bool]] = []
     """``true``/``false`` per head: multiply the head's scores by a Gaussian centred on the token's parent (PASCAL)."""
     parent_sigma: float = 1.0
+    parent_scaling: Literal["multiply", "log"] = "multiply"
+    """How PASCAL heads use the Gaussian G_ij = N(j; p_i, sigma^2): ``multiply`` the scores by it
+    (S_ij * G_ij, Bugliarello & Okazaki 2020), or add its log (S_ij + log G_ij: the attention
+    weights times G_ij, renormalized). With ``multiply`` a negative score is pushed *down* hardest
+    at the parent, so a head whose scores are mostly negative attends away from it (seen by
+    ``syntaxnmt analyze-heads`` in docs/attention.md); ``log`` favours the parent whatever the sign."""
     input_features: list[Literal["upos", "xpos", "deprel", "bie"]] = []
     """Linguistic input features (Sennrich & Haddow 2016) embedded and combined with the word embeddings."""
     feature_combine: Literal["add", "concat"] = "add"

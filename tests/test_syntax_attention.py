@@ -189,3 +189,18 @@ def test_a_new_relation_kind_needs_only_an_entry_in_the_table(monkeypatch):
     out = model(b)
     out.logits.sum().backward()
     assert model.encoder[0].self_attn.extensions[0].key_emb["same_word"].weight.grad.abs().sum() > 0
+
+
+def test_log_parent_scaling_adds_the_log_gaussian_and_favours_the_parent_for_negative_scores():
+    parent = torch.tensor([[2, 2, 2]])
+    scores = torch.full((1, 1, 3, 3), -5.0)  # a head whose raw scores are all negative
+    mult = ParentScaled([True], sigma=1.0)
+    log = ParentScaled([True], sigma=1.0, scaling="log")
+    s_mult = mult.scores(scores, None, SourceFeatures(parent=parent))
+    s_log = log.scores(scores, None, SourceFeatures(parent=parent))
+    gauss = torch.tensor([math.exp(-((j - 2) ** 2) / 2) / math.sqrt(2 * math.pi) for j in range(3)])
+    torch.testing.assert_close(s_log[0, 0], (scores[0, 0] + gauss.log()).float())
+    # multiplying: the parent (j = 2) gets the *lowest* score; adding the log: the highest
+    assert s_mult[0, 0, 0].argmin() == 2 and s_log[0, 0, 0].argmax() == 2
+    weights = torch.softmax(s_log[0, 0, 0], -1)
+    torch.testing.assert_close(weights, gauss / gauss.sum())  # equal raw scores: the weights are the Gaussian

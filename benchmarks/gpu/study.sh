@@ -12,9 +12,9 @@ DIR=${STUDY_DIR:-/work/study}
 mkdir -p "$DIR"
 {
   echo "== stage 1: every system, seed 1 ($(date +%T))"
-  python3 -m syntaxnmt experiment "$SET" --seeds 1 --jobs "${JOBS:-16}" --output "$DIR/stage1.md"
+  python3 -m syntaxnmt experiment "$SET" --seeds 1 --jobs "${JOBS:-17}" --output "$DIR/stage1.md"
   top=$(python3 benchmarks/gpu/select_on_dev.py "$SET" --seeds 1 --top "${TOP:-6}")
   echo "== stage 2: the baseline and $top, seeds 1-3 ($(date +%T))"
-  python3 -m syntaxnmt experiment "$SET" --seeds 1 2 3 --only "$top" --jobs "${JOBS:-16}" --output "$DIR/stage2.md"
+  python3 -m syntaxnmt experiment "$SET" --seeds 1 2 3 --only "$top" --jobs "${JOBS:-17}" --output "$DIR/stage2.md"
   echo "== done ($(date +%T))"
 } >> "$DIR/study.log" 2>&1

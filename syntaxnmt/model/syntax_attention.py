@@ -106,19 +106,21 @@ class LinguisticHeads(AttentionExtension):
 
 
 class ParentScaled(AttentionExtension):
-    """PASCAL: S'_ij = S_ij * N(j; p_i, sigma^2) for the chosen heads."""
+    """PASCAL: S'_ij = S_ij * N(j; p_i, sigma^2) for the chosen heads (Bugliarello & Okazaki 2020,
+    ``scaling="multiply"``), or S'_ij = S_ij + log N(j; p_i, sigma^2) (``"log"``)."""
 
-    def __init__(self, flags: list[bool], sigma: float):
+    def __init__(self, flags: list[bool], sigma: float, scaling: str = "multiply"):
         super().__init__()
         on = [h for h, v in enumerate(flags) if v]
         self.register_buffer("heads", torch.tensor(on, dtype=torch.long), persistent=False)
-        self.sigma = sigma
+        self.sigma, self.scaling = sigma, scaling
 
     def scores(self, scores: Tensor, q: Tensor, features: SourceFeatures) -> Tensor:
         parent = features.parents().to(scores.dtype)  # (B, S)
         j = torch.arange(scores.size(-1), device=scores.device, dtype=scores.dtype)
-        gauss = torch.exp(-((j[None, None, :] - parent[:, :, None]) ** 2) / (2 * self.sigma**2)) / math.sqrt(2 * math.pi * self.sigma**2)
-        scaled = scores.index_select(1, self.heads) * gauss[:, None]
+        log_gauss = -((j[None, None, :] - parent[:, :, None]) ** 2) / (2 * self.sigma**2) - 0.5 * math.log(2 * math.pi * self.sigma**2)
+        picked = scores.index_select(1, self.heads)
+        scaled = picked * log_gauss.exp()[:, None] if self.scaling == "multiply" else picked + log_gauss[:, None]
         return scores.index_copy(1, self.heads, scaled)
 
 
@@ -154,7 +156,7 @@ def encoder_extensions(syn: SyntaxConfig, layer: int, heads: int, d_head: int, t
         exts.append(RelationAttention(kinds, d_head, syn))
     flags = layer_row(syn.parent_scaled, layer)
     if flags and any(flags):
-        exts.append(ParentScaled(flags, syn.parent_sigma))
+        exts.append(ParentScaled(flags, syn.parent_sigma, syn.parent_scaling))
     return exts
 
 
