@@ -323,6 +323,11 @@ class SpacyParser:
             raise UserError(f"spaCy pipeline '{pipeline}' has no dependency parser (components: {self.nlp.pipe_names})")
         self.pipeline = pipeline
 
+    def tokenize(self, lines: Sequence[str]) -> list[list[str]]:
+        """The words the parser would see in each line -- its tokenizer alone, no tagging or
+        parsing -- exactly the words of :meth:`parse`."""
+        return [[_clean_word(t.text) for t in self.nlp.tokenizer(line) if not t.is_space] for line in lines]
+
     def parse(self, lines: Sequence[str], progress: bool = False, batch_size: int = 256) -> list[Parse]:
         """One :class:`Parse` per line; a line that spaCy splits into sentences gets several roots."""
         docs = self.nlp.pipe(lines, batch_size=batch_size)

@@ -117,17 +117,39 @@ def parse_annotations(cfg: Config, parses: Sequence, word_of_piece: Sequence[Seq
     ]
 
 
+def parser_words(cfg: Config, lines: Sequence[str], conllu: str | None = None, source_name: str = "<input>") -> list[list[str]] | None:
+    """The words of raw source lines as a model trained on a parsed corpus saw them in training:
+    the parser's tokens (:func:`syntaxnmt.prepare.model_words`), from ``conllu`` when given, else
+    from the tokenizer alone of the corpus's spaCy pipeline (no parse). A corpus parsed from
+    CoNLL-U files whose pipeline is not installed is taken to be tokenized: its lines' whitespace
+    tokens. None for a corpus that was not parsed (the model reads the lines as they are)."""
+    if cfg.data.annotate == "none":
+        return None
+    if conllu:
+        return [p.words for p in source_parses(cfg, lines, conllu, source_name)]
+    from syntaxnmt.annotations import spacy_parser
+
+    try:
+        return spacy_parser(cfg.data.spacy_pipeline).tokenize(lines)
+    except (ImportError, UserError) as e:
+        if cfg.data.annotate == "conllu":
+            return [line.split() for line in lines]
+        raise UserError(f"this model was trained on a parser's words: give the parses of {source_name} with --src-conllu FILE, or install its spaCy pipeline ({e})") from None
+
+
 def encode_source_lines(cfg: Config, toks: Tokenizers, lines: Sequence[str], spec: FeatureSpec, conllu: str | None = None, source_name: str = "<input>") -> tuple[list[np.ndarray], list[SourceAnnotation] | None]:
     """Subword ids of raw source lines and, when the model needs them, their annotations.
 
     A model with tree relations or tag heads needs the parse of every sentence: from spaCy when
     the corpus was parsed with spaCy, else from a CoNLL-U file (``conllu``) -- missing is an error.
+    Any model trained on a parsed corpus reads the parser's words (:func:`parser_words`), so that
+    every system of a study sees the same tokens, with or without linguistic features.
     """
-    if not spec:
-        return [np.asarray(ids, dtype=np.int64) for ids in toks.src.encode_batch(list(lines))], None
     if not spec.needs_parse:
-        ids, words = toks.src.encode_with_words(list(lines))
-        return [np.asarray(i, dtype=np.int64) for i in ids], [SourceAnnotation(np.asarray(w), np.zeros(0, dtype=np.int64)) for w in words]
+        words = parser_words(cfg, lines, conllu, source_name)
+        ids, word_of_piece = toks.src.encode_words(words) if words is not None else toks.src.encode_with_words(list(lines))
+        anns = [SourceAnnotation(np.asarray(w), np.zeros(0, dtype=np.int64)) for w in word_of_piece] if spec else None
+        return [np.asarray(i, dtype=np.int64) for i in ids], anns
     parses = source_parses(cfg, lines, conllu, source_name, f"this model uses {', '.join(sorted(spec.names - {'bie'}))} from parses")
     ids, words = toks.src.encode_words([p.words for p in parses])
     return [np.asarray(i, dtype=np.int64) for i in ids], parse_annotations(cfg, parses, words)
