@@ -421,7 +421,9 @@ class DecodeConfig(_Section):
 
     beam_size: PositiveInt = 5
     length_penalty: float = 1.0
-    """Hypotheses are ranked by log P / length**length_penalty (0 = raw log-probability)."""
+    """α: hypotheses are ranked by log P / lp(y) (0 = raw log-probability)."""
+    length_penalty_type: Literal["power", "gnmt"] = "power"
+    """lp(y) = |y|^α (``power``) or ((5 + |y|) / 6)^α (``gnmt``, Wu et al. 2016 Eq. 14); |y| counts EOS."""
     max_len_a: float = 1.5
     max_len_b: int = 10
     """Output at most ``max_len_a * source_length + max_len_b`` subwords."""

@@ -83,7 +83,7 @@ def translate_ids(
             batch = batch.to(device)
             src_lens = batch.src.ne(0).sum(1) - 1
             max_len = max_output_lengths(src_lens, decode.max_len_a, decode.max_len_b, max_pos)
-            hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty)
+            hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty, decode.length_penalty_type)
             for i, h in zip(idx, hyps):
                 results[i] = h
             bar.update(len(idx))
