@@ -157,6 +157,27 @@ def cmd_translate(args, extra) -> None:
     _write_output(args.output, out)
 
 
+def cmd_average_checkpoints(args, extra) -> None:
+    from syntaxnmt.average import average_checkpoints, last_periodic
+
+    if args.inputs and args.config:
+        raise UserError("give a CONFIG (its periodic checkpoints) or --inputs, not both")
+    if args.last is not None and args.last < 1:
+        raise UserError(f"--last {args.last}: give at least 1")
+    if args.inputs:
+        _no_overrides(extra)
+        paths, output = args.inputs, args.output
+    else:
+        if not args.config:
+            raise UserError("give a CONFIG (its periodic checkpoints) or --inputs A.pt B.pt ...")
+        cfg = _config(args, extra)
+        paths, output = last_periodic(cfg.work_dir, args.last), args.output or str(Path(cfg.work_dir) / "averaged.pt")
+    if not output:
+        raise UserError("give the output checkpoint with -o PATH")
+    average_checkpoints(paths, output)
+    print(f"averaged {len(paths)} checkpoints ({', '.join(Path(p).name for p in paths)}) into {output}", file=sys.stderr)
+
+
 def cmd_attention(args, extra) -> None:
     from syntaxnmt.analysis.export import export_attention
     from syntaxnmt.translate import resolve_device
@@ -313,6 +334,13 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--src-conllu", help="parses of the input (CoNLL-U, one sentence per line) for models that use trees or tags")
     s.add_argument("--device", default="auto")
     s.set_defaults(func=cmd_translate)
+
+    s = sub.add_parser("average-checkpoints", help="average the weights of a run's last N periodic checkpoints (train.keep_checkpoints) or of given checkpoints")
+    s.add_argument("config", nargs="?", help="experiment config (its work_dir/checkpoints/ holds the periodic checkpoints)")
+    s.add_argument("-n", "--last", type=int, help="average the last N periodic checkpoints (default: all kept)")
+    s.add_argument("--inputs", nargs="+", help="checkpoint files to average instead (same model)")
+    s.add_argument("-o", "--output", help="output checkpoint (default with CONFIG: work_dir/averaged.pt)")
+    s.set_defaults(func=cmd_average_checkpoints)
 
     s = sub.add_parser("evaluate", help="sacreBLEU BLEU and chrF, and paired bootstrap resampling")
     s.add_argument("--hyp", required=True, help="detokenized hypotheses")

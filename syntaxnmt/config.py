@@ -370,6 +370,9 @@ class TrainConfig(_Section):
     patience: int = 0
     """Stop after this many validations without improvement (0 = never)."""
     keep_best: bool = True
+    keep_checkpoints: int = 0
+    """Also keep the weights of the last N validations in ``work_dir/checkpoints/`` for
+    ``syntaxnmt average-checkpoints`` (0 = off)."""
     tensorboard: bool = True
     threads: int = 0
     """torch CPU threads (0 = torch's default)."""
@@ -396,6 +399,8 @@ class TrainConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":
+        if self.keep_checkpoints < 0:
+            raise ValueError("train.keep_checkpoints must be >= 0 (0 = off)")
         if self.shape_bucket is not None and self.shape_bucket < 0:
             raise ValueError("train.shape_bucket must be >= 0 (0 = off)")
         if self.cuda_graphs and (self.shape_bucket == 0 or self.accum_steps != 1):
