@@ -132,9 +132,14 @@ def cmd_translate(args, extra) -> None:
     from syntaxnmt.config import config_from_dict, parse_overrides
     from syntaxnmt.translate import load_model, resolve_device, translate_lines
 
-    path = _checkpoint_arg(args, extra)
+    paths = [_checkpoint_arg(argparse.Namespace(config=args.config, checkpoint=c), extra) for c in args.checkpoint]
     device = resolve_device(args.device)
-    model, cfg, toks = load_model(path, device)
+    if len(paths) > 1:
+        from syntaxnmt.ensemble import load_ensemble
+
+        model, cfg, toks = load_ensemble(paths, device)
+    else:
+        model, cfg, toks = load_model(paths[0], device)
     decode = cfg.decode
     overrides = parse_overrides(extra).get("decode", {})
     if args.beam is not None:
@@ -325,7 +330,7 @@ def _decoding_commands(sub) -> None:
     """Translation and evaluation."""
     s = sub.add_parser("translate", help="translate plain text (stdin or a file)")
     s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
-    s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
+    s.add_argument("--checkpoint", nargs="+", default=["best"], help="best, last, or a checkpoint path (default: best); several: an ensemble averaging their log-probabilities")
     s.add_argument("-i", "--input", help="source file (default: stdin)")
     s.add_argument("-o", "--output", help="output file (default: stdout)")
     s.add_argument("--beam", type=int, help="beam size (default: decode.beam_size)")
