@@ -177,6 +177,12 @@ class ModelConfig(_Section):
     positions: Literal["sinusoidal", "learned", "none"] = "sinusoidal"
     """Absolute positions added to the embeddings (``none``: rely on relative relations only)."""
     max_positions: int = 1024
+    attention_normalizer: Literal["softmax", "sparsemax", "entmax15"] = "softmax"
+    """Normalizer of the cross-attention scores (Transformer) or the attention scores (RNN):
+    sparsemax and entmax15 give exact zeros (see :mod:`syntaxnmt.model.normalizers`)."""
+    hard_attention: Literal["none", "decode", "train"] = "none"
+    """One-hot cross-attention at the argmax: ``decode`` at decoding only, ``train`` also in
+    training (straight-through gradients of the soft weights)."""
     tie_embeddings: Literal["none", "decoder", "all"] = "decoder"
     """``decoder``: tie the decoder's input and output embeddings; ``all``: also share the
     source embedding (needs a joint vocabulary)."""
