@@ -41,9 +41,12 @@ class DataConfig(_Section):
     moses_tokenize: bool = False
     """Moses-tokenize before SentencePiece and detokenize after decoding (sacremoses)."""
     lowercase: bool = False
+    vocab: Literal["subword", "word"] = "subword"
+    """``subword``: SentencePiece; ``word``: the ``vocab_size`` most frequent words, the others
+    ``<unk>`` (see :mod:`syntaxnmt.words` and ``decode.unk_replace``)."""
     spm_model_type: Literal["bpe", "unigram"] = "bpe"
     vocab_size: int = 8000
-    """SentencePiece vocabulary size, per language when not joint."""
+    """Vocabulary size (SentencePiece pieces or words, specials included), per language when not joint."""
     joint_vocab: bool = True
     spm_character_coverage: float = 1.0
     spm_max_sentences: int = 1_000_000

@@ -67,7 +67,12 @@ class Tokenizer:
     def __init__(self, spm_model: str | os.PathLike, lang: str = "en", moses: bool = False, lowercase: bool = False):
         if not Path(spm_model).is_file():
             raise UserError(f"{spm_model}: SentencePiece model not found (run `syntaxnmt prepare` first)")
-        self.sp = spm.SentencePieceProcessor(model_file=str(spm_model))
+        if Path(spm_model).suffix == ".words":  # a word vocabulary (data.vocab: word)
+            from syntaxnmt.words import WordProcessor
+
+            self.sp = WordProcessor(spm_model)
+        else:
+            self.sp = spm.SentencePieceProcessor(model_file=str(spm_model))
         self.lang = lang
         self.lowercase = lowercase
         self._tok = MosesTokenizer(lang=lang) if moses else None
