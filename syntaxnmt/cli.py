@@ -162,6 +162,14 @@ def cmd_translate(args, extra) -> None:
     _write_output(args.output, out)
 
 
+def cmd_lexicon(args, extra) -> None:
+    from syntaxnmt.lexicon import build_lexicon
+
+    if args.top < 1 or args.min_count < 1:
+        raise UserError("--top and --min-count must be at least 1")
+    build_lexicon(_config(args, extra), args.output, args.align, args.top, args.min_count, log=lambda m: print(m, file=sys.stderr))
+
+
 def cmd_average_checkpoints(args, extra) -> None:
     from syntaxnmt.average import average_checkpoints, last_periodic
 
@@ -339,6 +347,14 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--src-conllu", help="parses of the input (CoNLL-U, one sentence per line) for models that use trees or tags")
     s.add_argument("--device", default="auto")
     s.set_defaults(func=cmd_translate)
+
+    s = sub.add_parser("lexicon", help="lexical table P(e|f) from eflomal alignments of a config's training corpus (for decode.unk_replace: dictionary)")
+    s.add_argument("config", help="experiment config (its training corpus, as the model sees it)")
+    s.add_argument("-o", "--output", required=True, help="output table: source, target, P(e|f), count per line")
+    s.add_argument("--align", help="read these Pharaoh links (one line per training line) instead of running eflomal")
+    s.add_argument("--top", type=int, default=5, help="translations kept per source word (default 5)")
+    s.add_argument("--min-count", type=int, default=1, help="drop translations seen fewer times (default 1)")
+    s.set_defaults(func=cmd_lexicon)
 
     s = sub.add_parser("average-checkpoints", help="average the weights of a run's last N periodic checkpoints (train.keep_checkpoints) or of given checkpoints")
     s.add_argument("config", nargs="?", help="experiment config (its work_dir/checkpoints/ holds the periodic checkpoints)")

@@ -448,6 +448,21 @@ class DecodeConfig(_Section):
     nbest: int = 1
     coverage_penalty: float = 0.0
     """β of the coverage penalty β·Σ_j log(min(Σ_i α_ij, 1)) added to beam scores (Wu et al. 2016, Sec. 7); 0 = off."""
+    unk_replace: Literal["none", "copy", "dictionary"] = "none"
+    """Replace every ``<unk>`` of the output by its most attended source word (``copy``), or by
+    that word's translation in ``unk_dictionary`` (``dictionary``; copied when absent). See :mod:`syntaxnmt.unk`."""
+    unk_dictionary: str = ""
+    """Lexical table P(e|f) for ``unk_replace: dictionary`` (written by ``syntaxnmt lexicon``)."""
+    unk_layer: int | Literal["average"] = "average"
+    """Decoder layer whose cross-attention picks the source word (negative: from the end), or the average."""
+    unk_head: int | Literal["average"] = "average"
+    """Head of that layer, or the average of the heads."""
+
+    @model_validator(mode="after")
+    def _check_unk(self) -> "DecodeConfig":
+        if self.unk_replace == "dictionary" and not self.unk_dictionary:
+            raise ValueError("decode.unk_replace: dictionary needs decode.unk_dictionary (a table from `syntaxnmt lexicon`)")
+        return self
 
 
 class Config(_Section):

@@ -74,6 +74,7 @@ class Hypothesis:
     tokens: list[int]  # without BOS/EOS
     score: float  # normalized log-probability used for ranking
     log_prob: float  # total log-probability, EOS included
+    unk_sources: list[int] | None = None  # most attended source piece of each <unk> (decode.unk_replace)
 
 
 def max_output_length(src_lengths: Tensor, a: float, b: int, limit: int) -> int:

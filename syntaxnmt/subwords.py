@@ -139,7 +139,8 @@ class Tokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         """Subword ids (specials are dropped) back to detokenized text."""
-        text = self.sp.decode([i for i in ids if i not in (PAD, BOS, EOS)])
-        if self._detok is not None:
-            text = self._detok.detokenize(text.split())
-        return text
+        return self.detokenize(self.sp.decode([i for i in ids if i not in (PAD, BOS, EOS)]))
+
+    def detokenize(self, text: str) -> str:
+        """Undo the Moses tokenization, when configured."""
+        return self._detok.detokenize(text.split()) if self._detok is not None else text
