@@ -259,6 +259,13 @@ def cmd_experiment(args, extra) -> None:
     run_set(args.set, seeds=seeds, only=args.only.split(",") if args.only else None, output=args.output, jobs=args.jobs)
 
 
+def cmd_decode_experiment(args, extra) -> None:
+    from syntaxnmt.decode_experiments import run_decode_set
+
+    _no_overrides(extra)
+    run_decode_set(args.set, output=args.output)
+
+
 def cmd_parse(args, extra) -> None:
     from syntaxnmt.annotations import SpacyParser, check_parse, write_conllu
 
@@ -326,6 +333,11 @@ def _training_commands(sub) -> None:
     s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
     s.add_argument("--jobs", type=int, default=1, help="run N (config, seed) runs at once in worker processes sharing the GPU or the CPU cores, each logging to <work_dir>/train.log (default 1: one by one, in this process)")
     s.set_defaults(func=cmd_experiment)
+
+    s = sub.add_parser("decode-experiment", help="decode the runs of an experiment set in several ways (unknown-word replacement, averaging, ensembles, length penalties); write the table")
+    s.add_argument("set", help="decoding set YAML (e.g. recipes/multi30k/decoding-cpu.decode.yaml)")
+    s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
+    s.set_defaults(func=cmd_decode_experiment)
 
     s = sub.add_parser("demo", help="generate the synthetic corpus, train a small Transformer, translate and score")
     s.add_argument("--dir", default="syntaxnmt-demo", help="where the corpus and the run go (default: ./syntaxnmt-demo)")

@@ -108,24 +108,30 @@ def source_words(tok: Tokenizer, line: str, ids: np.ndarray, words: Sequence[str
     return list(words), word_ids_from_pieces([tok.id_to_piece(int(i)) for i in ids])
 
 
-def replace_in_translation(h: Hypothesis, toks, src_words: list[str], word_of_piece: list[int], decode: DecodeConfig, dictionary: dict[str, str] | None) -> str:
-    """The detokenized translation of ``h`` with every ``<unk>`` replaced (see the module docstring)."""
+def replace_in_translation(h: Hypothesis, toks, src_words: list[str], word_of_piece: list[int], decode: DecodeConfig, dictionary: dict[str, str] | None) -> tuple[str, list[tuple[str, str]]]:
+    """The detokenized translation of ``h`` with every ``<unk>`` replaced (see the module
+    docstring), and the (source word, replacement) of each."""
     sources = h.unk_sources
     if not sources:
-        return toks.tgt.decode(h.tokens)
-    picked = []
+        return toks.tgt.decode(h.tokens), []
+    pairs = []
     for j in sources:
         w = word_of_piece[j] if j < len(word_of_piece) else -1
-        picked.append(replacement(src_words[w], decode.unk_replace, dictionary) if 0 <= w < len(src_words) else "<unk>")
-    return decode_replacing(toks.tgt, h.tokens, picked)
+        word = src_words[w] if 0 <= w < len(src_words) else "<unk>"
+        pairs.append((word, replacement(word, decode.unk_replace, dictionary)))
+    return decode_replacing(toks.tgt, h.tokens, [new for _, new in pairs]), pairs
 
 
-def translations_with_replacement(toks, lines: Sequence[str], sources: Sequence[np.ndarray], hyps: Sequence[Sequence[Hypothesis]], decode: DecodeConfig, words: Sequence[Sequence[str]] | None) -> list[list[tuple[str, float]]]:
+def translations_with_replacement(toks, lines: Sequence[str], sources: Sequence[np.ndarray], hyps: Sequence[Sequence[Hypothesis]], decode: DecodeConfig, words: Sequence[Sequence[str]] | None, replaced: list | None = None) -> list[list[tuple[str, float]]]:
     """Detokenized n-best lists of (translation, score) with unknown words replaced; ``words``: the
-    source words as the model read them (the parser's), None for the normalized lines' tokens."""
+    source words as the model read them (the parser's), None for the normalized lines' tokens.
+    ``replaced`` collects ``(sentence, source word, replacement)`` of the 1-best translations."""
     dictionary = load_dictionary(decode.unk_dictionary) if decode.unk_replace == "dictionary" else None
     out = []
     for k, (line, ids, nb) in enumerate(zip(lines, sources, hyps)):
         src_words, word_of_piece = source_words(toks.src, line, ids, None if words is None else words[k])
-        out.append([(replace_in_translation(h, toks, src_words, word_of_piece, decode, dictionary), h.score) for h in nb])
+        texts = [replace_in_translation(h, toks, src_words, word_of_piece, decode, dictionary) for h in nb]
+        if replaced is not None and texts:
+            replaced += [(k, old, new) for old, new in texts[0][1]]
+        out.append([(text, h.score) for (text, _), h in zip(texts, nb)])
     return out
