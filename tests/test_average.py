@@ -91,3 +91,10 @@ def test_cli_errors(make_config, tmp_path, capsys):
     assert "checkpoint not found" in capsys.readouterr().err
     assert _run("average-checkpoints", "--inputs", tmp_path / "missing.pt") == 2
     assert "-o PATH" in capsys.readouterr().err
+
+
+def test_keep_checkpoints_must_not_be_negative():
+    from syntaxnmt.config import load_config
+
+    with pytest.raises(UserError, match="keep_checkpoints"):
+        load_config(None, {"train": {"keep_checkpoints": -1}})
