@@ -130,7 +130,8 @@ def run_decode_set(path: str | Path, output: str | None = None, log=print) -> st
                 write_lines(hyp_path, hyps)
                 atomic_write_text(record, json.dumps(counts))
                 results[label][name] = {"hyps": hyps, **counts}
-            log(f"[{label}] {name}: BLEU {score(hyps, [ref], force=True).bleu:.2f} ({results[label][name]['seconds']:.0f} s)")
+            r = results[label][name]
+            log(f"[{label}] {name}: BLEU {score(r['hyps'], [ref], force=True).bleu:.2f} ({r['seconds']:.0f} s)")
     section = _table(spec, results, tests, path)
     target = Path(output or spec.output)
     write_section(target, spec.name, section)

@@ -45,6 +45,8 @@ def test_a_decoding_set_tabulates_every_row(corpus, tmp_path):
     _yaml(tmp_path / "d.yaml", {"name": "tiny-decoding", "systems": "systems.set.yaml", "rows": rows, "output": str(out)})
     main(["decode-experiment", str(tmp_path / "d.yaml")])
     text = out.read_text()
+    main(["decode-experiment", str(tmp_path / "d.yaml")])  # again: every row is read from its files
+    assert out.read_text() == text
     assert "<!-- results:tiny-decoding -->" in text
     table = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| row")]
     assert [line.split(" | ")[0][2:] for line in table] == list(rows)
