@@ -9,12 +9,13 @@ mistake prints one line ``syntaxnmt: error: ...`` and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Callable
 
 from syntaxnmt.cpu import keep_freed_memory
-from syntaxnmt.errors import UserError
+from syntaxnmt.errors import Interrupted, UserError
 
 
 def _config(args, extra: list[str]):
@@ -443,20 +444,35 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _raise_interrupted(signum, frame) -> None:
+    raise Interrupted(signum)
+
+
 def run_command(func: Callable[[], None]) -> None:
     """Run a command: a user error prints one line ``syntaxnmt: error: ...`` and exits with its
-    ``exit_code`` (2 unless it has one), Ctrl-C exits with 130."""
+    ``exit_code`` (2 unless it has one); Ctrl-C exits with 130 and SIGTERM with 143 (training
+    saves ``last.pt`` first), leaving no temporary file behind."""
     keep_freed_memory()
+    try:
+        old_term = signal.signal(signal.SIGTERM, _raise_interrupted)
+    except ValueError:  # not the main thread
+        old_term = False
     try:
         func()
     except UserError as e:
         print(f"syntaxnmt: error: {e}", file=sys.stderr)
         sys.exit(getattr(e, "exit_code", 2))
+    except Interrupted as e:
+        print(f"syntaxnmt: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
     except KeyboardInterrupt:
         print("syntaxnmt: interrupted", file=sys.stderr)
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    finally:
+        if old_term is not False:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if old_term is None else old_term)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveInt, ValidationError, field_validator, model_validator
 
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import atomic_write_text
@@ -25,6 +25,9 @@ from syntaxnmt.textio import atomic_write_text
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
+
+
+Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 
 class DataConfig(_Section):
@@ -42,16 +45,16 @@ class DataConfig(_Section):
     """Moses-tokenize before SentencePiece and detokenize after decoding (sacremoses)."""
     lowercase: bool = False
     spm_model_type: Literal["bpe", "unigram"] = "bpe"
-    vocab_size: int = 8000
+    vocab_size: Annotated[int, Field(ge=8)] = 8000
     """SentencePiece vocabulary size, per language when not joint."""
     joint_vocab: bool = True
-    spm_character_coverage: float = 1.0
-    spm_max_sentences: int = 1_000_000
+    spm_character_coverage: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    spm_max_sentences: PositiveInt = 1_000_000
     """Sentences sampled for SentencePiece training."""
-    max_len: int = 128
-    """Drop training pairs with more subwords than this on either side."""
-    min_len: int = 1
-    max_len_ratio: float = 3.0
+    max_len: PositiveInt = 128
+    """Drop training pairs with more subwords than this on either side (at most ``model.max_positions`` - 1)."""
+    min_len: NonNegativeInt = 1
+    max_len_ratio: Annotated[float, Field(ge=1.0)] = 3.0
     """Drop training pairs whose subword length ratio (longer/shorter) exceeds this."""
     # --- source annotation (dependency trees, POS tags, labels) ---
     annotate: Literal["none", "spacy", "conllu"] = "none"
@@ -82,18 +85,18 @@ class SyntaxConfig(_Section):
     (Shaw et al. 2018), ``tree_distance`` or ``tree_path``."""
     relation_values: bool = True
     """Also add relation embeddings to the values (a^V); keys (a^K) always get them."""
-    max_relative_position: int = 16
+    max_relative_position: PositiveInt = 16
     """Linear relative positions are clipped to [-k, k]."""
-    max_tree_distance: int = 8
-    max_path_length: int = 4
+    max_tree_distance: PositiveInt = 8
+    max_path_length: PositiveInt = 4
     """Tree paths longer than this share buckets (one per first ``max_path_length`` moves)."""
     qk_source: HeadSpec = []
     """Where a head's queries and keys come from: ``word`` (hidden states), ``upos``, ``xpos`` or ``deprel``."""
-    tag_dim: int = 64
+    tag_dim: PositiveInt = 64
     """Embedding size of the tags feeding linguistic heads."""
     parent_scaled: list[list[bool]] = []
     """``true``/``false`` per head: multiply the head's scores by a Gaussian centred on the token's parent (PASCAL)."""
-    parent_sigma: float = 1.0
+    parent_sigma: Annotated[float, Field(gt=0.0)] = 1.0
     parent_scaling: Literal["multiply", "log"] = "multiply"
     """How PASCAL heads use the Gaussian G_ij = N(j; p_i, sigma^2): ``multiply`` the scores by it
     (S_ij * G_ij, Bugliarello & Okazaki 2020), or add its log (S_ij + log G_ij: the attention
@@ -103,7 +106,7 @@ class SyntaxConfig(_Section):
     input_features: list[Literal["upos", "xpos", "deprel", "bie"]] = []
     """Linguistic input features (Sennrich & Haddow 2016) embedded and combined with the word embeddings."""
     feature_combine: Literal["add", "concat"] = "add"
-    feature_dim: int = 32
+    feature_dim: PositiveInt = 32
     """Per-feature embedding size when concatenating (the word embedding shrinks to keep d_model)."""
 
     @field_validator("relations", "qk_source")
@@ -167,16 +170,16 @@ class ModelConfig(_Section):
     arch: Literal["transformer", "rnn"] = "transformer"
     d_model: PositiveInt = 256
     heads: PositiveInt = 4
-    ffn_dim: int = 1024
-    enc_layers: int = 3
-    dec_layers: int = 3
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
+    ffn_dim: PositiveInt = 1024
+    enc_layers: PositiveInt = 3
+    dec_layers: PositiveInt = 3
+    dropout: Probability = 0.1
+    attention_dropout: Probability = 0.0
     activation: Literal["relu", "gelu"] = "relu"
     norm: Literal["pre", "post"] = "pre"
     positions: Literal["sinusoidal", "learned", "none"] = "sinusoidal"
     """Absolute positions added to the embeddings (``none``: rely on relative relations only)."""
-    max_positions: int = 1024
+    max_positions: PositiveInt = 1024
     tie_embeddings: Literal["none", "decoder", "all"] = "decoder"
     """``decoder``: tie the decoder's input and output embeddings; ``all``: also share the
     source embedding (needs a joint vocabulary)."""
@@ -344,34 +347,34 @@ class MultitaskConfig(_Section):
 class TrainConfig(_Section):
     """Optimisation, batching, validation and checkpointing."""
 
-    max_tokens: int = 4096
+    max_tokens: PositiveInt = 4096
     """Target+padding tokens per batch (batches are built by token count with length bucketing)."""
     accum_steps: PositiveInt = 1
-    lr: float = 7e-4
+    lr: Annotated[float, Field(gt=0.0)] = 7e-4
     """Peak learning rate, reached at the end of warm-up, then decayed with the inverse square root."""
-    warmup_steps: int = 4000
+    warmup_steps: NonNegativeInt = 4000
     adam_betas: Annotated[tuple[float, float], Field(strict=False)] = (0.9, 0.98)
     adam_eps: float = 1e-9
-    weight_decay: float = 0.0
-    clip_norm: float = 1.0
+    weight_decay: NonNegativeFloat = 0.0
+    clip_norm: NonNegativeFloat = 1.0
     """Clip the gradient norm to this value (0 disables)."""
-    label_smoothing: float = 0.1
-    max_steps: int = 100_000
-    max_epochs: int = 1000
-    max_minutes: float = 0.0
+    label_smoothing: Probability = 0.1
+    max_steps: PositiveInt = 100_000
+    max_epochs: PositiveInt = 1000
+    max_minutes: NonNegativeFloat = 0.0
     """Stop after this much training time (0 = no limit); the run can be resumed."""
     log_every: PositiveInt = 50
     valid_every: PositiveInt = 1000
     valid_bleu: bool = True
     """Decode the dev set (greedy) at each validation and report BLEU."""
-    valid_max_sentences: int = 0
+    valid_max_sentences: NonNegativeInt = 0
     """Decode only the first N dev sentences for validation BLEU (0 = all)."""
     early_stopping_metric: Literal["bleu", "loss"] = "bleu"
-    patience: int = 0
+    patience: NonNegativeInt = 0
     """Stop after this many validations without improvement (0 = never)."""
     keep_best: bool = True
     tensorboard: bool = True
-    threads: int = 0
+    threads: NonNegativeInt = 0
     """torch CPU threads (0 = torch's default)."""
     device: str = "auto"
     """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``."""
@@ -459,7 +462,18 @@ class Config(_Section):
             raise ValueError("decode.coverage_penalty must be >= 0")
         self._check_parses()
         self._check_multitask()
+        self._check_model_data()
         return self
+
+    def _check_model_data(self) -> None:
+        """What the model constructors would refuse, found at load: a shared embedding needs a joint
+        vocabulary; a position table must hold the longest training sentence and its end symbol."""
+        m = self.model
+        if m.tie_embeddings == "all" and not self.data.joint_vocab:
+            raise ValueError("model.tie_embeddings=all shares the source embedding: it needs data.joint_vocab true (or use tie_embeddings=decoder)")
+        tables = m.positions != "none" if m.arch == "transformer" else m.rnn.positions in ("learned", "sinusoidal")
+        if tables and self.data.max_len >= m.max_positions:
+            raise ValueError(f"data.max_len {self.data.max_len} must be below model.max_positions {m.max_positions} (a sentence of max_len subwords takes max_len + 1 positions with its end symbol)")
 
     def _check_multitask(self) -> None:
         """Layers and heads of ``train.multitask`` exist; its targets come from parses."""

@@ -197,4 +197,5 @@ def train_joint(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
     log(f"stopped ({result.stop_reason}) at update {task.progress.step}, epoch {task.progress.epoch}; checkpoints in {task.runs[0].work} and {task.runs[1].work}")
     if writer:
         writer.close()
+    loop.raise_if_interrupted(result, " and ".join(str(run.last) for run in task.runs))
     return task.progress

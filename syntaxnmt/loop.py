@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from syntaxnmt.batches import TokenBatchSampler
 from syntaxnmt.config import TrainConfig
 from syntaxnmt.distributed import World, broadcast_flag
+from syntaxnmt.errors import Interrupted
 
 
 @dataclass
@@ -75,7 +76,7 @@ class StopFlag:
     def __enter__(self):
         def handler(signum, frame):
             if self.requested:  # second signal: stop now
-                raise KeyboardInterrupt
+                raise Interrupted(signum)
             self.signal = signum
 
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -163,6 +164,14 @@ def run(task: Task, t: TrainConfig, sampler: TokenBatchSampler, log: Callable, *
         elif result.stop_reason in ("interrupted", "max_minutes"):
             task.save()
     return result
+
+
+def raise_if_interrupted(result: LoopResult, saved: str) -> None:
+    """After a stop by a signal (the checkpoints ``saved`` are written), end the command with
+    :class:`~syntaxnmt.errors.Interrupted`: exit status 130 (SIGINT) or 143 (SIGTERM), not 0."""
+    if result.stop_reason == "interrupted":
+        signum = result.signal or signal.SIGTERM  # another rank received it
+        raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name}: {saved} saved; continue with --resume")
 
 
 def _log_window(task: Task, window: dict[str, float], elapsed: float, prog: Progress, bar, writer) -> None:

@@ -29,7 +29,7 @@ from syntaxnmt.model.inputs import TAG_NAMES
 from syntaxnmt.relations import TagVocab
 from syntaxnmt.subwords import Tokenizer, train_sentencepiece
 from syntaxnmt.syntax import BIE_VOCAB
-from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
+from syntaxnmt.textio import atomic_write_text, read_lines, remove_stale_temporaries, write_lines
 
 META = "meta.json"
 TAGS = "tags.json"
@@ -79,6 +79,18 @@ def feature_vocab_sizes(cfg: Config) -> dict[str, int]:
     if tags is not None:
         sizes.update({name: tags.size(name) for name in TAG_NAMES})
     return sizes
+
+
+def check_tag_sets(cfg: Config, tags: TagVocab | None) -> None:
+    """A model or objective reading a tag set the corpus's parses leave empty (XPOS of a treebank
+    without it: every tag ``_``) is a user error naming the key, found before training starts."""
+    syn, pos = cfg.model.syntax, cfg.train.multitask.pos
+    readers = [(s, "model.syntax.qk_source") for row in syn.qk_source for s in row] + [(s, "model.syntax.input_features") for s in syn.input_features]
+    readers += [(pos.tags, "train.multitask.pos.tags")] if pos.weight > 0 else []
+    for name, key in readers:
+        if tags is not None and name in TAG_NAMES and tags.is_empty(name):
+            source = cfg.data.train_conllu if cfg.data.annotate == "conllu" else f"spaCy {cfg.data.spacy_pipeline}"
+            raise UserError(f"{key} uses {name}, but the parses of the corpus ({source}) have no {name} tags (every one is '_')")
 
 
 _PATH_KEYS = ("train_src", "train_tgt", "dev_src", "dev_tgt", "train_conllu", "dev_conllu", "train_align", "prepared_dir")
@@ -253,6 +265,7 @@ def prepare(cfg: Config, force: bool = False, log=print) -> dict:
         if not getattr(d, key):
             raise UserError(f"data.{key} is not set in the config")
     out.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(out)
     (out / META).unlink(missing_ok=True)  # the cache is invalid until this run completes
     for stale in out.glob("*.npy"):
         stale.unlink()

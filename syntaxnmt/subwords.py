@@ -16,6 +16,7 @@ import sentencepiece as spm
 from sacremoses import MosesDetokenizer, MosesTokenizer
 
 from syntaxnmt.errors import UserError
+from syntaxnmt.textio import temporary_prefix
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
@@ -38,7 +39,7 @@ def train_sentencepiece(
     model_path = Path(model_path)
     model_path.parent.mkdir(parents=True, exist_ok=True)
     spm.set_random_generator_seed(seed)
-    with tempfile.TemporaryDirectory(dir=model_path.parent) as tmp:
+    with tempfile.TemporaryDirectory(dir=model_path.parent, prefix=temporary_prefix(model_path), suffix=".tmp") as tmp:
         prefix = os.path.join(tmp, "spm")
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(sentences),

@@ -34,8 +34,8 @@ from syntaxnmt.metrics import corpus_bleu
 from syntaxnmt.model.inputs import Batch, FeatureSpec
 from syntaxnmt.multitask import multitask_objective
 from syntaxnmt.optim import build_optimizer
-from syntaxnmt.prepare import is_prepared, load_split, load_tokenizers, prepare
-from syntaxnmt.textio import read_lines, write_lines
+from syntaxnmt.prepare import check_tag_sets, is_prepared, load_split, load_tag_vocab, load_tokenizers, prepare
+from syntaxnmt.textio import read_lines, remove_stale_temporaries, write_lines
 from syntaxnmt.translate import assemble_model, resolve_device, translate_ids
 
 
@@ -193,6 +193,7 @@ class SingleModel:
     def __init__(self, cfg: Config, world: World, device: torch.device, log: Callable, writer=None):
         self.cfg, self.world, self.device, self.log, self.writer = cfg, world, device, log, writer
         self.toks = load_tokenizers(cfg)
+        check_tag_sets(cfg, load_tag_vocab(cfg))
         self.split, self.dev = load_split(cfg, "train"), load_split(cfg, "dev")
         self.refs = read_lines(cfg.prepared_dir / "dev.ref")
         self.raw = assemble_model(cfg, self.toks).to(device)
@@ -255,6 +256,8 @@ def set_matmul_precision(t: TrainConfig, device: torch.device) -> None:
 def start(cfg: Config, resume: bool, log: Callable) -> bool:
     """Check the run folder and decide whether to resume; seed and set threads."""
     run = Run(cfg)
+    for tmp in remove_stale_temporaries(run.work):
+        log(f"removed {tmp}, left by an interrupted write")
     if run.last.exists() and not resume:
         raise UserError(f"{run.last} exists: pass --resume to continue that run, or choose another work_dir")
     if resume and not run.last.exists():
@@ -306,4 +309,5 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
         writer.close()
     barrier(world)
     shutdown(world)
+    loop.raise_if_interrupted(result, str(task.run.last))
     return prog

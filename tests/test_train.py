@@ -256,3 +256,34 @@ def test_automatic_gpu_settings_are_decided_per_device(make_config):
     assert (ddp.cuda_graphs, ddp.shape_bucket) == (False, 0)
     pinned = make_config({"train": {"precision": "bf16", "shape_bucket": 16, "cuda_graphs": False}}).train.for_device("cuda")
     assert (pinned.precision, pinned.cuda_graphs, pinned.shape_bucket) == ("bf16", False, 16) and pinned.uses_bf16("cuda")
+
+
+@pytest.mark.parametrize("sig, status", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_signal_saves_last_checkpoint_and_exits_128_plus_signal(make_config, tmp_path, sig, status):
+    """A signal is not a finished run: ``last.pt`` is saved, then the command exits 130 (Ctrl-C)
+    or 143 (SIGTERM), as a shell reports a killed command, with one line saying so."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    cfg = make_config({"train": {"max_steps": 100000, "valid_every": 100000, "log_every": 1, "threads": 1}})
+    path = tmp_path / "long.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")), encoding="utf-8")
+    err_path = tmp_path / "stderr.txt"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "syntaxnmt", "train", str(path)], stdout=subprocess.DEVNULL, stderr=err, env=env)
+    deadline = time.monotonic() + 120
+    while " 2/100000 " not in err_path.read_text(errors="replace"):  # the bar has passed update 2
+        assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text(errors="replace")
+        time.sleep(0.1)
+    proc.send_signal(getattr(signal, sig))
+    assert proc.wait(timeout=120) == status
+    last = err_path.read_text(errors="replace").strip().splitlines()[-1]
+    assert last == f"syntaxnmt: interrupted by {sig}: {cfg.work_dir}/last.pt saved; continue with --resume"
+    assert load_checkpoint(Path(cfg.work_dir) / "last.pt")["progress"]["stop_reason"] == "interrupted"
+    assert not _tmp_files(cfg.work_dir)
