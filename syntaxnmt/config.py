@@ -350,7 +350,7 @@ class TrainConfig(_Section):
     max_tokens: PositiveInt = 4096
     """Target+padding tokens per batch (batches are built by token count with length bucketing)."""
     accum_steps: PositiveInt = 1
-    lr: Annotated[float, Field(gt=0.0)] = 7e-4
+    lr: NonNegativeFloat = 7e-4
     """Peak learning rate, reached at the end of warm-up, then decayed with the inverse square root."""
     warmup_steps: NonNegativeInt = 4000
     adam_betas: Annotated[tuple[float, float], Field(strict=False)] = (0.9, 0.98)

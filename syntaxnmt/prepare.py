@@ -37,8 +37,12 @@ TAGS = "tags.json"
 
 @dataclass
 class Tokenizers:
+    """What turns text into a model's inputs: the source and target tokenizers and, for a parsed
+    corpus, the tag vocabularies (ids of UPOS, XPOS and dependency labels)."""
+
     src: Tokenizer
     tgt: Tokenizer
+    tags: TagVocab | None = None
 
 
 def spm_paths(prepared: Path, data: DataConfig) -> tuple[Path, Path]:
@@ -52,11 +56,29 @@ def load_tokenizers(cfg: Config) -> Tokenizers:
     """The source and target tokenizers of a prepared corpus."""
     src_spm, tgt_spm = spm_paths(cfg.prepared_dir, cfg.data)
     d = cfg.data
+    return _tokenizers(cfg, src_spm, tgt_spm, load_tag_vocab(cfg))
+
+
+def _tokenizers(cfg: Config, src_spm: Path | bytes, tgt_spm: Path | bytes, tags: TagVocab | None) -> Tokenizers:
+    d = cfg.data
     src_moses = d.moses_tokenize and d.annotate == "none"  # a parser has tokenized the source already
     return Tokenizers(
         Tokenizer(src_spm, d.src_lang, src_moses, d.lowercase),
         Tokenizer(tgt_spm, d.tgt_lang, d.moses_tokenize, d.lowercase),
+        tags,
     )
+
+
+def tokenizer_assets(toks: Tokenizers) -> dict:
+    """The tokenizers as a checkpoint stores them (SentencePiece models and tag vocabularies), so
+    that a model translates from any folder and on another machine, without its prepared corpus."""
+    return {"spm_src": toks.src.model_proto(), "spm_tgt": toks.tgt.model_proto(), "tags": toks.tags.itos if toks.tags is not None else None}
+
+
+def tokenizers_from_assets(cfg: Config, assets: dict) -> Tokenizers:
+    """The tokenizers stored in a checkpoint by :func:`tokenizer_assets`."""
+    tags = TagVocab(assets["tags"]) if assets.get("tags") is not None else None
+    return _tokenizers(cfg, assets["spm_src"], assets["spm_tgt"], tags)
 
 
 def _read_tag_vocab(prepared: Path) -> TagVocab | None:
@@ -73,9 +95,13 @@ def load_tag_vocab(cfg: Config) -> TagVocab | None:
 
 
 def feature_vocab_sizes(cfg: Config) -> dict[str, int]:
+    """Sizes of the tag sets a model of ``cfg``'s prepared corpus may embed (see :func:`tag_vocab_sizes`)."""
+    return tag_vocab_sizes(load_tag_vocab(cfg))
+
+
+def tag_vocab_sizes(tags: TagVocab | None) -> dict[str, int]:
     """Sizes of the tag sets a model may embed (``upos``, ``xpos``, ``deprel`` when parsed; ``bie``)."""
     sizes = {"bie": len(BIE_VOCAB)}
-    tags = load_tag_vocab(cfg)
     if tags is not None:
         sizes.update({name: tags.size(name) for name in TAG_NAMES})
     return sizes

@@ -65,10 +65,14 @@ def train_sentencepiece(
 class Tokenizer:
     """One language's text processing: lowercase, Moses, SentencePiece (encode) and the reverse."""
 
-    def __init__(self, spm_model: str | os.PathLike, lang: str = "en", moses: bool = False, lowercase: bool = False):
-        if not Path(spm_model).is_file():
+    def __init__(self, spm_model: str | os.PathLike | bytes, lang: str = "en", moses: bool = False, lowercase: bool = False):
+        """``spm_model``: a SentencePiece model file, or the model itself (bytes, as checkpoints hold it)."""
+        if isinstance(spm_model, bytes):
+            self.sp = spm.SentencePieceProcessor(model_proto=spm_model)
+        elif Path(spm_model).is_file():
+            self.sp = spm.SentencePieceProcessor(model_file=str(spm_model))
+        else:
             raise UserError(f"{spm_model}: SentencePiece model not found (run `syntaxnmt prepare` first)")
-        self.sp = spm.SentencePieceProcessor(model_file=str(spm_model))
         self.lang = lang
         self.lowercase = lowercase
         self._tok = MosesTokenizer(lang=lang) if moses else None
@@ -77,6 +81,10 @@ class Tokenizer:
 
     def __len__(self) -> int:
         return self.sp.get_piece_size()
+
+    def model_proto(self) -> bytes:
+        """The SentencePiece model itself (what a checkpoint stores to be self-contained)."""
+        return self.sp.serialized_model_proto()
 
     def normalize(self, text: str) -> str:
         """Lowercase and Moses-tokenize as configured (the text SentencePiece sees)."""

@@ -34,7 +34,7 @@ from syntaxnmt.metrics import corpus_bleu
 from syntaxnmt.model.inputs import Batch, FeatureSpec
 from syntaxnmt.multitask import multitask_objective
 from syntaxnmt.optim import build_optimizer
-from syntaxnmt.prepare import check_tag_sets, is_prepared, load_split, load_tag_vocab, load_tokenizers, prepare
+from syntaxnmt.prepare import check_tag_sets, is_prepared, load_split, load_tokenizers, prepare, tokenizer_assets
 from syntaxnmt.textio import read_lines, remove_stale_temporaries, write_lines
 from syntaxnmt.translate import assemble_model, resolve_device, translate_ids
 
@@ -167,13 +167,16 @@ def validate_and_record(model, cfg: Config, dev: Split, refs: list[str], tgt_tok
 class Run:
     """The files of one model's run in ``work_dir``: ``last.pt``, ``best.pt``, ``config.yaml``."""
 
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, assets: dict | None = None):
         self.cfg = cfg
         self.work = Path(cfg.work_dir)
         self.last, self.best = self.work / "last.pt", self.work / "best.pt"
+        self.assets = assets  # the tokenizers, stored in every checkpoint (prepare.tokenizer_assets)
 
     def save(self, model, opt, sched, prog: Progress, is_best: bool = False) -> None:
         state = {"config": self.cfg.model_dump(mode="json"), "model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "progress": asdict(prog), "rng": loop.rng_state()}
+        if self.assets is not None:
+            state["assets"] = self.assets
         save_checkpoint(self.last, state)
         if is_best:
             save_checkpoint(self.best, state)
@@ -193,14 +196,14 @@ class SingleModel:
     def __init__(self, cfg: Config, world: World, device: torch.device, log: Callable, writer=None):
         self.cfg, self.world, self.device, self.log, self.writer = cfg, world, device, log, writer
         self.toks = load_tokenizers(cfg)
-        check_tag_sets(cfg, load_tag_vocab(cfg))
+        check_tag_sets(cfg, self.toks.tags)
         self.split, self.dev = load_split(cfg, "train"), load_split(cfg, "dev")
         self.refs = read_lines(cfg.prepared_dir / "dev.ref")
         self.raw = assemble_model(cfg, self.toks).to(device)
         self.model = self.raw
         self.objectives = training_objectives(cfg)
         self.opt, self.sched = build_optimizer(self.raw, cfg.train)
-        self.run = Run(cfg)
+        self.run = Run(cfg, tokenizer_assets(self.toks))
         self.progress = Progress()
         self.t = t = cfg.train.for_device(device.type, world.size)  # the automatic settings decided
         set_matmul_precision(t, device)

@@ -313,7 +313,7 @@ def test_max_tokens_must_be_positive(value):
         load_config(None, [f"--train.max_tokens={value}"])
 
 
-@pytest.mark.parametrize("override", ["--model.dropout=1.5", "--train.label_smoothing=-0.1", "--train.lr=0", "--data.max_len_ratio=0.5", "--train.max_minutes=-1"])
+@pytest.mark.parametrize("override", ["--model.dropout=1.5", "--train.label_smoothing=-0.1", "--train.lr=-1", "--data.max_len_ratio=0.5", "--train.max_minutes=-1"])
 def test_out_of_range_values_name_their_key(override):
     key = override[2:].split("=")[0]
     with pytest.raises(UserError, match=re.escape(key)):
