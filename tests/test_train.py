@@ -287,3 +287,31 @@ def test_signal_saves_last_checkpoint_and_exits_128_plus_signal(make_config, tmp
     assert last == f"syntaxnmt: interrupted by {sig}: {cfg.work_dir}/last.pt saved; continue with --resume"
     assert load_checkpoint(Path(cfg.work_dir) / "last.pt")["progress"]["stop_reason"] == "interrupted"
     assert not _tmp_files(cfg.work_dir)
+
+
+def test_time_budget_before_the_first_validation_still_leaves_a_best_checkpoint(make_config):
+    """On a slow machine the budget can end before update ``valid_every``: the stop validates, so
+    there is a ``best.pt``; a re-run with the budget spent trains no further."""
+    cfg = make_config({"train": {"max_minutes": 1e-6, "max_steps": 1000, "valid_every": 1000}})
+    messages = []
+    prog = train(cfg, log=messages.append)
+    assert prog.step == 1 and prog.stop_reason == "max_minutes" and prog.validated_step == 1
+    assert any(m.startswith("update 1 | dev loss") for m in messages)
+    assert _params(cfg.work_dir, "best.pt")["progress"]["step"] == 1
+    again = train(cfg, resume=True, log=quiet)
+    assert again.step == 1 and again.stop_reason == "max_minutes"
+
+
+def test_rerun_recovers_a_run_that_stopped_without_best_checkpoint(make_config):
+    """A run of an older version stopped by its time budget before any validation (``last.pt``,
+    no ``best.pt``): resuming it with the budget spent validates and writes ``best.pt``."""
+    cfg = make_config({"train": {"max_minutes": 1e-6, "max_steps": 1000, "valid_every": 1000}})
+    train(cfg, log=quiet)
+    work = Path(cfg.work_dir)
+    (work / "best.pt").unlink()
+    state = load_checkpoint(work / "last.pt")
+    del state["progress"]["validated_step"]  # as an older checkpoint, which had not validated
+    state["progress"].update(best=None, bad_validations=0)
+    save_checkpoint(work / "last.pt", state)
+    prog = train(cfg, resume=True, log=quiet)
+    assert prog.step == 1 and (work / "best.pt").is_file()
