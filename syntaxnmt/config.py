@@ -45,7 +45,7 @@ class DataConfig(_Section):
     """Moses-tokenize before SentencePiece and detokenize after decoding (sacremoses)."""
     lowercase: bool = False
     spm_model_type: Literal["bpe", "unigram"] = "bpe"
-    vocab_size: Annotated[int, Field(ge=8)] = 8000
+    vocab_size: int = 8000
     """SentencePiece vocabulary size, per language when not joint."""
     joint_vocab: bool = True
     spm_character_coverage: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
@@ -179,7 +179,7 @@ class ModelConfig(_Section):
     norm: Literal["pre", "post"] = "pre"
     positions: Literal["sinusoidal", "learned", "none"] = "sinusoidal"
     """Absolute positions added to the embeddings (``none``: rely on relative relations only)."""
-    max_positions: PositiveInt = 1024
+    max_positions: int = 1024
     tie_embeddings: Literal["none", "decoder", "all"] = "decoder"
     """``decoder``: tie the decoder's input and output embeddings; ``all``: also share the
     source embedding (needs a joint vocabulary)."""
@@ -469,6 +469,8 @@ class Config(_Section):
         """What the model constructors would refuse, found at load: a shared embedding needs a joint
         vocabulary; a position table must hold the longest training sentence and its end symbol."""
         m = self.model
+        if self.data.vocab_size < 5:
+            raise ValueError(f"data.vocab_size {self.data.vocab_size} leaves no room beside the 4 special pieces (pad, unk, bos, eos)")
         if m.tie_embeddings == "all" and not self.data.joint_vocab:
             raise ValueError("model.tie_embeddings=all shares the source embedding: it needs data.joint_vocab true (or use tie_embeddings=decoder)")
         tables = m.positions != "none" if m.arch == "transformer" else m.rnn.positions in ("learned", "sinusoidal")

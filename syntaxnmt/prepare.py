@@ -17,6 +17,7 @@ import functools
 import hashlib
 import json
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -61,7 +62,7 @@ def load_tokenizers(cfg: Config) -> Tokenizers:
     return _tokenizers(cfg, src_spm, tgt_spm, load_tag_vocab(cfg))
 
 
-def _tokenizers(cfg: Config, src_spm: Path | bytes, tgt_spm: Path | bytes, tags: TagVocab | None) -> Tokenizers:
+def _tokenizers(cfg: Config, src_spm: Path, tgt_spm: Path, tags: TagVocab | None) -> Tokenizers:
     d = cfg.data
     src_moses = d.moses_tokenize and d.annotate == "none"  # a parser has tokenized the source already
     return Tokenizers(
@@ -71,16 +72,27 @@ def _tokenizers(cfg: Config, src_spm: Path | bytes, tgt_spm: Path | bytes, tags:
     )
 
 
-def tokenizer_assets(toks: Tokenizers) -> dict:
-    """The tokenizers as a checkpoint stores them (SentencePiece models and tag vocabularies), so
-    that a model translates from any folder and on another machine, without its prepared corpus."""
-    return {"spm_src": toks.src.model_proto(), "spm_tgt": toks.tgt.model_proto(), "tags": toks.tags.itos if toks.tags is not None else None}
+def tokenizer_assets(cfg: Config) -> dict:
+    """The tokenizers of ``cfg``'s prepared corpus as a checkpoint stores them -- the files of its
+    source and target vocabularies (name and bytes) and its tag vocabularies -- so that a model
+    translates from any folder and on another machine, without the prepared corpus."""
+    tags = load_tag_vocab(cfg)
+    files = {side: {"name": path.name, "bytes": path.read_bytes()} for side, path in zip(("src", "tgt"), spm_paths(cfg.prepared_dir, cfg.data))}
+    return {**files, "tags": tags.itos if tags is not None else None}
 
 
 def tokenizers_from_assets(cfg: Config, assets: dict) -> Tokenizers:
-    """The tokenizers stored in a checkpoint by :func:`tokenizer_assets`."""
+    """The tokenizers stored in a checkpoint by :func:`tokenizer_assets` (their files are written
+    to a temporary folder, read, and removed)."""
     tags = TagVocab(assets["tags"]) if assets.get("tags") is not None else None
-    return _tokenizers(cfg, assets["spm_src"], assets["spm_tgt"], tags)
+    with tempfile.TemporaryDirectory(prefix="syntaxnmt-tokenizers.") as tmp:
+        paths = []
+        for side in ("src", "tgt"):
+            path = Path(tmp) / side / Path(assets[side]["name"]).name
+            path.parent.mkdir()
+            path.write_bytes(assets[side]["bytes"])
+            paths.append(path)
+        return _tokenizers(cfg, paths[0], paths[1], tags)
 
 
 def _read_tag_vocab(prepared: Path) -> TagVocab | None:

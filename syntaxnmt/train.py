@@ -203,7 +203,7 @@ class SingleModel:
         self.model = self.raw
         self.objectives = training_objectives(cfg)
         self.opt, self.sched = build_optimizer(self.raw, cfg.train)
-        self.run = Run(cfg, tokenizer_assets(self.toks))
+        self.run = Run(cfg, tokenizer_assets(cfg))
         self.progress = Progress()
         self.t = t = cfg.train.for_device(device.type, world.size)  # the automatic settings decided
         set_matmul_precision(t, device)
