@@ -44,9 +44,12 @@ class DataConfig(_Section):
     moses_tokenize: bool = False
     """Moses-tokenize before SentencePiece and detokenize after decoding (sacremoses)."""
     lowercase: bool = False
+    vocab: Literal["subword", "word"] = "subword"
+    """``subword``: SentencePiece; ``word``: the ``vocab_size`` most frequent words, the others
+    ``<unk>`` (see :mod:`syntaxnmt.words` and ``decode.unk_replace``)."""
     spm_model_type: Literal["bpe", "unigram"] = "bpe"
     vocab_size: Annotated[int, Field(ge=8)] = 8000
-    """SentencePiece vocabulary size, per language when not joint."""
+    """Vocabulary size (SentencePiece pieces or words, specials included), per language when not joint."""
     joint_vocab: bool = True
     spm_character_coverage: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
     spm_max_sentences: PositiveInt = 1_000_000
@@ -180,6 +183,12 @@ class ModelConfig(_Section):
     positions: Literal["sinusoidal", "learned", "none"] = "sinusoidal"
     """Absolute positions added to the embeddings (``none``: rely on relative relations only)."""
     max_positions: PositiveInt = 1024
+    attention_normalizer: Literal["softmax", "sparsemax", "entmax15"] = "softmax"
+    """Normalizer of the cross-attention scores (Transformer) or the attention scores (RNN):
+    sparsemax and entmax15 give exact zeros (see :mod:`syntaxnmt.model.normalizers`)."""
+    hard_attention: Literal["none", "decode", "train"] = "none"
+    """One-hot cross-attention at the argmax: ``decode`` at decoding only, ``train`` also in
+    training (straight-through gradients of the soft weights)."""
     tie_embeddings: Literal["none", "decoder", "all"] = "decoder"
     """``decoder``: tie the decoder's input and output embeddings; ``all``: also share the
     source embedding (needs a joint vocabulary)."""
@@ -373,6 +382,9 @@ class TrainConfig(_Section):
     patience: NonNegativeInt = 0
     """Stop after this many validations without improvement (0 = never)."""
     keep_best: bool = True
+    keep_checkpoints: NonNegativeInt = 0
+    """Also keep the weights of the last N validations in ``work_dir/checkpoints/`` for
+    ``syntaxnmt average-checkpoints`` (0 = off)."""
     tensorboard: bool = True
     threads: NonNegativeInt = 0
     """torch CPU threads (0 = torch's default)."""
@@ -399,6 +411,8 @@ class TrainConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":
+        if self.keep_checkpoints < 0:
+            raise ValueError("train.keep_checkpoints must be >= 0 (0 = off)")
         if self.shape_bucket is not None and self.shape_bucket < 0:
             raise ValueError("train.shape_bucket must be >= 0 (0 = off)")
         if self.cuda_graphs and (self.shape_bucket == 0 or self.accum_steps != 1):
@@ -424,7 +438,9 @@ class DecodeConfig(_Section):
 
     beam_size: PositiveInt = 5
     length_penalty: float = 1.0
-    """Hypotheses are ranked by log P / length**length_penalty (0 = raw log-probability)."""
+    """α: hypotheses are ranked by log P / lp(y) (0 = raw log-probability)."""
+    length_penalty_type: Literal["power", "gnmt"] = "power"
+    """lp(y) = |y|^α (``power``) or ((5 + |y|) / 6)^α (``gnmt``, Wu et al. 2016 Eq. 14); |y| counts EOS."""
     max_len_a: float = 1.5
     max_len_b: int = 10
     """Output at most ``max_len_a * source_length + max_len_b`` subwords."""
@@ -435,6 +451,21 @@ class DecodeConfig(_Section):
     nbest: int = 1
     coverage_penalty: float = 0.0
     """β of the coverage penalty β·Σ_j log(min(Σ_i α_ij, 1)) added to beam scores (Wu et al. 2016, Sec. 7); 0 = off."""
+    unk_replace: Literal["none", "copy", "dictionary"] = "none"
+    """Replace every ``<unk>`` of the output by its most attended source word (``copy``), or by
+    that word's translation in ``unk_dictionary`` (``dictionary``; copied when absent). See :mod:`syntaxnmt.unk`."""
+    unk_dictionary: str = ""
+    """Lexical table P(e|f) for ``unk_replace: dictionary`` (written by ``syntaxnmt lexicon``)."""
+    unk_layer: int | Literal["average"] = "average"
+    """Decoder layer whose cross-attention picks the source word (negative: from the end), or the average."""
+    unk_head: int | Literal["average"] = "average"
+    """Head of that layer, or the average of the heads."""
+
+    @model_validator(mode="after")
+    def _check_unk(self) -> "DecodeConfig":
+        if self.unk_replace == "dictionary" and not self.unk_dictionary:
+            raise ValueError("decode.unk_replace: dictionary needs decode.unk_dictionary (a table from `syntaxnmt lexicon`)")
+        return self
 
 
 class Config(_Section):

@@ -48,10 +48,12 @@ class Tokenizers:
 
 
 def spm_paths(prepared: Path, data: DataConfig) -> tuple[Path, Path]:
+    """The SentencePiece models (``*.model``) or word vocabularies (``*.words``, ``data.vocab: word``)."""
+    prefix, suffix = ("vocab", "words") if data.vocab == "word" else ("spm", "model")
     if data.joint_vocab:
-        joint = prepared / "spm.joint.model"
+        joint = prepared / f"{prefix}.joint.{suffix}"
         return joint, joint
-    return prepared / f"spm.{data.src_lang}.model", prepared / f"spm.{data.tgt_lang}.model"
+    return prepared / f"{prefix}.{data.src_lang}.{suffix}", prepared / f"{prefix}.{data.tgt_lang}.{suffix}"
 
 
 def load_tokenizers(cfg: Config) -> Tokenizers:
@@ -308,6 +310,13 @@ def _train_subwords(cfg: Config, src_text: list[str], tgt_text: list[str], log) 
     """SentencePiece model(s) on the text the model sees, joint or one per language."""
     d = cfg.data
     src_spm, tgt_spm = spm_paths(cfg.prepared_dir, d)
+    if d.vocab == "word":
+        from syntaxnmt.words import train_word_vocab
+
+        log(f"word vocabulary ({'joint' if d.joint_vocab else 'separate'}, <= {d.vocab_size} words)")
+        for path, text in ((src_spm, src_text + tgt_text),) if d.joint_vocab else ((src_spm, src_text), (tgt_spm, tgt_text)):
+            train_word_vocab(text, path, d.vocab_size)
+        return
     spm_args = dict(vocab_size=d.vocab_size, model_type=d.spm_model_type, character_coverage=d.spm_character_coverage, max_sentences=d.spm_max_sentences, seed=cfg.seed)
     log(f"training SentencePiece ({d.spm_model_type}, {'joint' if d.joint_vocab else 'separate'}, vocab <= {d.vocab_size})")
     if d.joint_vocab:

@@ -67,8 +67,12 @@ class Tokenizer:
 
     def __init__(self, spm_model: str | os.PathLike | bytes, lang: str = "en", moses: bool = False, lowercase: bool = False):
         """``spm_model``: a SentencePiece model file, or the model itself (bytes, as checkpoints hold it)."""
+        from syntaxnmt.words import WordProcessor, is_word_vocab
+
         if isinstance(spm_model, bytes):
-            self.sp = spm.SentencePieceProcessor(model_proto=spm_model)
+            self.sp = WordProcessor(spm_model) if is_word_vocab(spm_model) else spm.SentencePieceProcessor(model_proto=spm_model)
+        elif Path(spm_model).suffix == ".words" and Path(spm_model).is_file():  # data.vocab: word
+            self.sp = WordProcessor(spm_model)
         elif Path(spm_model).is_file():
             self.sp = spm.SentencePieceProcessor(model_file=str(spm_model))
         else:
@@ -143,7 +147,8 @@ class Tokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         """Subword ids (specials are dropped) back to detokenized text."""
-        text = self.sp.decode([i for i in ids if i not in (PAD, BOS, EOS)])
-        if self._detok is not None:
-            text = self._detok.detokenize(text.split())
-        return text
+        return self.detokenize(self.sp.decode([i for i in ids if i not in (PAD, BOS, EOS)]))
+
+    def detokenize(self, text: str) -> str:
+        """Undo the Moses tokenization, when configured."""
+        return self._detok.detokenize(text.split()) if self._detok is not None else text

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from syntaxnmt import loop
 from syntaxnmt.alignment.losses import alignment_objective
 from syntaxnmt.batches import Split, TokenBatchSampler, bucket_batches, collate, pad_batch, shape_bucket
+from syntaxnmt.average import keep_periodic
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.config import Config, TrainConfig
 from syntaxnmt.cpu import keep_freed_memory
@@ -173,13 +174,16 @@ class Run:
         self.last, self.best = self.work / "last.pt", self.work / "best.pt"
         self.assets = assets  # the tokenizers, stored in every checkpoint (prepare.tokenizer_assets)
 
-    def save(self, model, opt, sched, prog: Progress, is_best: bool = False) -> None:
+    def save(self, model, opt, sched, prog: Progress, is_best: bool = False, periodic: bool = False) -> None:
+        """``periodic``: also keep the weights among the last ``train.keep_checkpoints`` (a validation)."""
         state = {"config": self.cfg.model_dump(mode="json"), "model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "progress": asdict(prog), "rng": loop.rng_state()}
         if self.assets is not None:
             state["assets"] = self.assets
         save_checkpoint(self.last, state)
         if is_best:
             save_checkpoint(self.best, state)
+        if periodic and self.cfg.train.keep_checkpoints:
+            keep_periodic(self.work, state, prog.step, self.cfg.train.keep_checkpoints)
 
     def restore(self, model, opt, sched) -> tuple[Progress, dict]:
         """Load ``last.pt`` into the model and optimizer; returns the progress and the RNG state."""
@@ -243,7 +247,7 @@ class SingleModel:
 
     def validate(self) -> None:
         is_best = validate_and_record(self.raw, self.cfg, self.dev, self.refs, self.toks.tgt, self.device, self.progress, self.log, self.writer)
-        self.run.save(self.raw, self.opt, self.sched, self.progress, is_best and self.cfg.train.keep_best)
+        self.run.save(self.raw, self.opt, self.sched, self.progress, is_best and self.cfg.train.keep_best, periodic=True)
 
     def save(self) -> None:
         self.run.save(self.raw, self.opt, self.sched, self.progress)

@@ -20,6 +20,7 @@ from syntaxnmt.prepare import Tokenizers, load_tag_vocab, load_tokenizers, parse
 from syntaxnmt.model.inputs import TAG_NAMES, FeatureSpec
 from syntaxnmt.relations import SourceAnnotation, pad_features, sentence_features
 from syntaxnmt.search import Hypothesis, max_output_lengths, search
+from syntaxnmt.unk import locate_unknown_words, translations_with_replacement
 
 
 def resolve_device(name: str) -> torch.device:
@@ -90,7 +91,9 @@ def translate_ids(
             batch = batch.to(device)
             src_lens = batch.src.ne(0).sum(1) - 1
             max_len = max_output_lengths(src_lens, decode.max_len_a, decode.max_len_b, max_pos)
-            hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty)
+            hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty, decode.length_penalty_type)
+            if decode.unk_replace != "none":
+                locate_unknown_words(model, batch, hyps, decode)
             for i, h in zip(idx, hyps):
                 results[i] = h
             bar.update(len(idx))
@@ -167,4 +170,7 @@ def translate_lines(model, cfg: Config, toks: Tokenizers, lines: Sequence[str], 
     """Raw source lines to detokenized n-best lists of (translation, score)."""
     sources, annotations = encode_source_lines(cfg, toks, lines, model.feature_spec, conllu, source_name)
     hyps = translate_ids(model, sources, decode, device, annotations=annotations, **kw)
+    if decode.unk_replace != "none":
+        words = parser_words(cfg, lines, conllu, source_name)
+        return translations_with_replacement(toks, lines, sources, hyps, decode, words)
     return [[(toks.tgt.decode(h.tokens), h.score) for h in nb] for nb in hyps]
