@@ -134,7 +134,13 @@ def cmd_translate(args, extra) -> None:
 
     path = _checkpoint_arg(args, extra)
     device = resolve_device(args.device)
-    model, cfg, toks = load_model(path, device)
+    if args.engine == "ctranslate2":
+        from syntaxnmt.ct2_engine import CT2Engine, ct2_device
+
+        engine = CT2Engine(path, ct2_device(device))
+        cfg = engine.cfg
+    else:
+        model, cfg, toks = load_model(path, device)
     decode = cfg.decode
     overrides = parse_overrides(extra).get("decode", {})
     if args.beam is not None:
@@ -149,12 +155,21 @@ def cmd_translate(args, extra) -> None:
     nbest = max(1, args.nbest)
     if nbest > decode.beam_size:
         raise UserError(f"--nbest {nbest} is larger than the beam size {decode.beam_size}")
-    results = translate_lines(model, cfg, toks, lines, decode, device, conllu=args.src_conllu, source_name=args.input or "<stdin>", nbest=nbest, progress=sys.stderr.isatty() or args.output is not None)
+    kw = dict(conllu=args.src_conllu, source_name=args.input or "<stdin>", nbest=nbest, progress=sys.stderr.isatty() or args.output is not None)
+    results = engine.translate_lines(lines, decode, **kw) if args.engine == "ctranslate2" else translate_lines(model, cfg, toks, lines, decode, device, **kw)
     if nbest == 1:
         out = [nb[0][0] for nb in results]
     else:
         out = [f"{i} ||| {text} ||| {score:.4f}" for i, nb in enumerate(results) for text, score in nb]
     _write_output(args.output, out)
+
+
+def cmd_export_ct2(args, extra) -> None:
+    from syntaxnmt.export_ct2 import export_ct2
+
+    _no_overrides(extra)
+    out = export_ct2(args.checkpoint, args.output, args.quantization, args.force)
+    print(f"wrote {out} (CTranslate2, {args.quantization}); translate with: syntaxnmt translate --engine ctranslate2 --checkpoint {out}", file=sys.stderr)
 
 
 def cmd_attention(args, extra) -> None:
@@ -312,7 +327,15 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--batch-size", type=int, help="sentences per batch")
     s.add_argument("--src-conllu", help="parses of the input (CoNLL-U, one sentence per line) for models that use trees or tags")
     s.add_argument("--device", default="auto")
+    s.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch", help="ctranslate2: search with CTranslate2 (--checkpoint: a `syntaxnmt export-ct2` folder, or a checkpoint exported on the fly); docs/deployment.md")
     s.set_defaults(func=cmd_translate)
+
+    s = sub.add_parser("export-ct2", help="export a Transformer checkpoint to a CTranslate2 model folder (docs/deployment.md)")
+    s.add_argument("--checkpoint", required=True, help="checkpoint path")
+    s.add_argument("-o", "--output", required=True, help="new folder for the CTranslate2 model, its SentencePiece models and config")
+    s.add_argument("--quantization", default="float32", choices=("float32", "int8", "int8_float32", "float16"), help="weight type (default float32)")
+    s.add_argument("--force", action="store_true", help="replace an existing folder")
+    s.set_defaults(func=cmd_export_ct2)
 
     s = sub.add_parser("evaluate", help="sacreBLEU BLEU and chrF, and paired bootstrap resampling")
     s.add_argument("--hyp", required=True, help="detokenized hypotheses")

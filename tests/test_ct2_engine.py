@@ -1,0 +1,80 @@
+"""CTranslate2 engine: an exported model searches like ours (the same greedy output) through the same text pipeline."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from syntaxnmt.ct2_engine import CT2Engine
+from syntaxnmt.export_ct2 import export_ct2
+from syntaxnmt.textio import read_lines
+from syntaxnmt.translate import checkpoint_path, encode_source_lines, load_model, translate_ids, translate_lines
+from tests.conftest import untrained_checkpoint
+
+pytest.importorskip("ctranslate2")
+
+
+def greedy_ours_and_ct2(ckpt, out_dir, lines):
+    """Greedy outputs (subword ids) of our search and of the exported model's, after checking that
+    CTranslate2 gives our outputs our log-probabilities (the whole network, not only the argmax)."""
+    model, cfg, toks = load_model(ckpt, torch.device("cpu"))
+    decode = cfg.decode.model_copy(update={"beam_size": 1})
+    engine = CT2Engine(export_ct2(ckpt, out_dir), threads=1)
+    sources, annotations = encode_source_lines(cfg, toks, lines, model.feature_spec)
+    ours = [nb[0] for nb in translate_ids(model, sources, decode, torch.device("cpu"), annotations=annotations)]
+    theirs = [nb[0].tokens for nb in engine.translate_ids(sources, decode)]
+    piece = lambda vocab, ids: [vocab.id_to_piece(int(i)) for i in ids]  # noqa: E731
+    scored = engine.translator.score_batch([piece(toks.src, s) for s in sources], [piece(toks.tgt, h.tokens) for h in ours])
+    for hyp, result in zip(ours, scored):
+        assert sum(result.log_probs) == pytest.approx(hyp.log_prob, abs=1e-3)
+    return [h.tokens for h in ours], theirs
+
+
+def test_trained_model_same_greedy_output(trained_run, corpus, tmp_path):
+    lines = read_lines(corpus["test"]["src"])
+    ours, theirs = greedy_ours_and_ct2(checkpoint_path(trained_run, "best"), tmp_path / "ct2", lines)
+    assert any(ours)  # the comparison is about real outputs, not empty ones
+    assert theirs == ours
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"model": {"norm": "post", "positions": "learned", "activation": "gelu", "tie_embeddings": "none"}},
+        {"model": {"tie_embeddings": "all", "enc_layers": 2, "dec_layers": 2}},
+        {"model": {"positions": "none", "syntax": {"relations": [["linear"] * 4], "max_relative_position": 3}}},
+        {"model": {"positions": "none", "syntax": {"relations": [["linear"] * 4], "relation_values": False}}},
+    ],
+    ids=["post-norm-learned-gelu-untied", "tie-all", "shaw", "shaw-keys-only"],
+)
+def test_architectures_same_greedy_output(make_config, corpus, tmp_path, extra):
+    cfg = make_config(extra)
+    ckpt = untrained_checkpoint(cfg, tmp_path / "init.pt", seed=3)
+    # Sharper output distributions than the initialization's, so that greedy choices are clear.
+    state = torch.load(ckpt, weights_only=False)
+    state["model"] = {k: v * 4 if k.startswith("output") or "tokens" in k else v for k, v in state["model"].items()}
+    torch.save(state, ckpt)
+    lines = read_lines(corpus["test"]["src"])[:12]
+    ours, theirs = greedy_ours_and_ct2(ckpt, tmp_path / "ct2", lines)
+    assert len({tuple(o) for o in ours}) > 1
+    assert theirs == ours
+
+
+def test_cli_translate_engine_ctranslate2(trained_run, corpus, tmp_path):
+    """``translate --engine ctranslate2`` on an exported folder prints what the PyTorch engine prints."""
+    ckpt = checkpoint_path(trained_run, "best")
+    out = tmp_path / "ct2"
+    run = lambda *a: subprocess.run([sys.executable, "-m", "syntaxnmt", *a], capture_output=True, text=True)  # noqa: E731
+    r = run("export-ct2", "--checkpoint", str(ckpt), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert (out / "model.bin").is_file()
+    src = str(corpus["test"]["src"])
+    r_ct2 = run("translate", "--checkpoint", str(out), "--engine", "ctranslate2", "--beam", "1", "-i", src, "-o", str(tmp_path / "ct2.txt"))
+    assert r_ct2.returncode == 0, r_ct2.stderr
+    model, cfg, toks = load_model(ckpt, torch.device("cpu"))
+    lines = read_lines(src)
+    ours = [nb[0][0] for nb in translate_lines(model, cfg, toks, lines, cfg.decode.model_copy(update={"beam_size": 1}), torch.device("cpu"))]
+    assert read_lines(tmp_path / "ct2.txt") == ours
