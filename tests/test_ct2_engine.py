@@ -12,7 +12,7 @@ from syntaxnmt.ct2_engine import CT2Engine
 from syntaxnmt.export_ct2 import export_ct2
 from syntaxnmt.textio import read_lines
 from syntaxnmt.translate import checkpoint_path, encode_source_lines, load_model, translate_ids, translate_lines
-from tests.conftest import untrained_checkpoint
+from tests.conftest import parsed_data, untrained_checkpoint
 
 pytest.importorskip("ctranslate2")
 
@@ -78,3 +78,15 @@ def test_cli_translate_engine_ctranslate2(trained_run, corpus, tmp_path):
     lines = read_lines(src)
     ours = [nb[0][0] for nb in translate_lines(model, cfg, toks, lines, cfg.decode.model_copy(update={"beam_size": 1}), torch.device("cpu"))]
     assert read_lines(tmp_path / "ct2.txt") == ours
+
+
+def test_parsed_corpus_model_reads_the_parsers_words(make_config, corpus, parsed_prepared_dir, tmp_path):
+    """A model trained on a parsed corpus gets the parser's words (here from --src-conllu) with either engine."""
+    cfg = make_config({"data": parsed_data(corpus)}, prepared_dir=parsed_prepared_dir)
+    ckpt = untrained_checkpoint(cfg, tmp_path / "init.pt", seed=5)
+    model, cfg, toks = load_model(ckpt, torch.device("cpu"))
+    lines, conllu = read_lines(corpus["test"]["src"]), str(corpus["test"]["conllu"])
+    decode = cfg.decode.model_copy(update={"beam_size": 1})
+    ours = translate_lines(model, cfg, toks, lines, decode, torch.device("cpu"), conllu=conllu)
+    theirs = CT2Engine(ckpt, threads=1).translate_lines(lines, decode, conllu=conllu)
+    assert [nb[0][0] for nb in theirs] == [nb[0][0] for nb in ours]
