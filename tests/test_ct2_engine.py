@@ -10,6 +10,8 @@ import torch
 
 from syntaxnmt.ct2_engine import CT2Engine
 from syntaxnmt.export_ct2 import export_ct2
+from syntaxnmt.prepare import load_tokenizers
+from syntaxnmt.subwords import EOS
 from syntaxnmt.textio import read_lines
 from syntaxnmt.translate import checkpoint_path, encode_source_lines, load_model, translate_ids, translate_lines
 from tests.conftest import parsed_data, untrained_checkpoint
@@ -17,11 +19,11 @@ from tests.conftest import parsed_data, untrained_checkpoint
 pytest.importorskip("ctranslate2")
 
 
-def greedy_ours_and_ct2(ckpt, out_dir, lines):
+def greedy_ours_and_ct2(ckpt, out_dir, lines, **settings):
     """Greedy outputs (subword ids) of our search and of the exported model's, after checking that
     CTranslate2 gives our outputs our log-probabilities (the whole network, not only the argmax)."""
     model, cfg, toks = load_model(ckpt, torch.device("cpu"))
-    decode = cfg.decode.model_copy(update={"beam_size": 1})
+    decode = cfg.decode.model_copy(update={"beam_size": 1, **settings})
     engine = CT2Engine(export_ct2(ckpt, out_dir), threads=1)
     sources, annotations = encode_source_lines(cfg, toks, lines, model.feature_spec)
     ours = [nb[0] for nb in translate_ids(model, sources, decode, torch.device("cpu"), annotations=annotations)]
@@ -33,33 +35,50 @@ def greedy_ours_and_ct2(ckpt, out_dir, lines):
     return [h.tokens for h in ours], theirs
 
 
-def test_trained_model_same_greedy_output(trained_run, corpus, tmp_path):
+def sharpen(ckpt, eos_boost: float) -> None:
+    """Sharper output distributions than the initialization's, so that greedy choices are clear,
+    and EOS made likely enough that outputs end at different lengths."""
+    state = torch.load(ckpt, weights_only=False)
+    weights = {k: v * 4 if k.startswith("output") or "tokens" in k else v for k, v in state["model"].items()}
+    cfg = state["config"]["model"]
+    final = "dec_norm.bias" if cfg["norm"] == "pre" else f"decoder.{cfg['dec_layers'] - 1}.res_ffn.norm.bias"
+    eos = weights["output.weight"][EOS]
+    weights[final] = weights[final] + eos_boost * eos / eos.norm()
+    state["model"] = weights
+    torch.save(state, ckpt)
+
+
+@pytest.mark.parametrize("settings", [{}, {"max_len_a": 0.5, "max_len_b": 1}], ids=["default", "max-length"])
+def test_trained_model_same_greedy_output(trained_run, corpus, tmp_path, settings):
     lines = read_lines(corpus["test"]["src"])
-    ours, theirs = greedy_ours_and_ct2(checkpoint_path(trained_run, "best"), tmp_path / "ct2", lines)
+    ours, theirs = greedy_ours_and_ct2(checkpoint_path(trained_run, "best"), tmp_path / "ct2", lines, **settings)
     assert any(ours)  # the comparison is about real outputs, not empty ones
     assert theirs == ours
+    if settings:  # the settings bind
+        default, _ = greedy_ours_and_ct2(checkpoint_path(trained_run, "best"), tmp_path / "ct2-default", lines)
+        assert ours != default
 
 
 @pytest.mark.parametrize(
-    "extra",
+    "extra, eos_boost",
     [
-        {"model": {"norm": "post", "positions": "learned", "activation": "gelu", "tie_embeddings": "none"}},
-        {"model": {"tie_embeddings": "all", "enc_layers": 2, "dec_layers": 2}},
-        {"model": {"positions": "none", "syntax": {"relations": [["linear"] * 4], "max_relative_position": 3}}},
-        {"model": {"positions": "none", "syntax": {"relations": [["linear"] * 4], "relation_values": False}}},
+        ({"model": {"norm": "post", "positions": "learned", "activation": "gelu", "tie_embeddings": "none"}}, 1.5),
+        ({"model": {"tie_embeddings": "all", "enc_layers": 2, "dec_layers": 2}}, 2.0),
+        ({"model": {"positions": "none", "syntax": {"relations": [["linear"] * 4], "max_relative_position": 3}}}, 1.7),
+        ({"model": {"positions": "none", "syntax": {"relations": [["linear"] * 4], "relation_values": False}}}, 0.0),
     ],
     ids=["post-norm-learned-gelu-untied", "tie-all", "shaw", "shaw-keys-only"],
 )
-def test_architectures_same_greedy_output(make_config, corpus, tmp_path, extra):
+def test_architectures_same_greedy_output(make_config, corpus, tmp_path, extra, eos_boost):
     cfg = make_config(extra)
     ckpt = untrained_checkpoint(cfg, tmp_path / "init.pt", seed=3)
-    # Sharper output distributions than the initialization's, so that greedy choices are clear.
-    state = torch.load(ckpt, weights_only=False)
-    state["model"] = {k: v * 4 if k.startswith("output") or "tokens" in k else v for k, v in state["model"].items()}
-    torch.save(state, ckpt)
+    sharpen(ckpt, eos_boost)
     lines = read_lines(corpus["test"]["src"])[:12]
     ours, theirs = greedy_ours_and_ct2(ckpt, tmp_path / "ct2", lines)
     assert len({tuple(o) for o in ours}) > 1
+    if eos_boost:  # some outputs end with EOS before their length limit (1.2 |x| + 5), not all at once
+        limits = [int(1.2 * len(ids) + 5) for ids in load_tokenizers(cfg).src.encode_batch(lines)]
+        assert 0 < sum(len(o) < n for o, n in zip(ours, limits)) < len(lines)
     assert theirs == ours
 
 
