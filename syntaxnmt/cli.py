@@ -135,7 +135,14 @@ def cmd_translate(args, extra) -> None:
 
     paths = [_checkpoint_arg(argparse.Namespace(config=args.config, checkpoint=c), extra) for c in args.checkpoint]
     device = resolve_device(args.device)
-    if len(paths) > 1:
+    if args.engine == "ctranslate2":
+        from syntaxnmt.ct2_engine import CT2Engine, ct2_device
+
+        if len(paths) > 1:
+            raise UserError("--engine ctranslate2 translates with one model: give one --checkpoint (ensembles run with --engine torch)")
+        engine = CT2Engine(paths[0], ct2_device(device))
+        cfg = engine.cfg
+    elif len(paths) > 1:
         from syntaxnmt.ensemble import load_ensemble
 
         model, cfg, toks = load_ensemble(paths, device)
@@ -155,7 +162,8 @@ def cmd_translate(args, extra) -> None:
     nbest = max(1, args.nbest)
     if nbest > decode.beam_size:
         raise UserError(f"--nbest {nbest} is larger than the beam size {decode.beam_size}")
-    results = translate_lines(model, cfg, toks, lines, decode, device, conllu=args.src_conllu, source_name=args.input or "<stdin>", nbest=nbest, progress=sys.stderr.isatty() or args.output is not None)
+    kw = dict(conllu=args.src_conllu, source_name=args.input or "<stdin>", nbest=nbest, progress=sys.stderr.isatty() or args.output is not None)
+    results = engine.translate_lines(lines, decode, **kw) if args.engine == "ctranslate2" else translate_lines(model, cfg, toks, lines, decode, device, **kw)
     if nbest == 1:
         out = [nb[0][0] for nb in results]
     else:
@@ -190,6 +198,13 @@ def cmd_average_checkpoints(args, extra) -> None:
         raise UserError("give the output checkpoint with -o PATH")
     average_checkpoints(paths, output)
     print(f"averaged {len(paths)} checkpoints ({', '.join(Path(p).name for p in paths)}) into {output}", file=sys.stderr)
+
+def cmd_export_ct2(args, extra) -> None:
+    from syntaxnmt.export_ct2 import export_ct2
+
+    _no_overrides(extra)
+    out = export_ct2(args.checkpoint, args.output, args.quantization, args.force)
+    print(f"wrote {out} (CTranslate2, {args.quantization}); translate with: syntaxnmt translate --engine ctranslate2 --checkpoint {out}", file=sys.stderr)
 
 
 def cmd_attention(args, extra) -> None:
@@ -359,6 +374,7 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--batch-size", type=int, help="sentences per batch")
     s.add_argument("--src-conllu", help="parses of the input (CoNLL-U, one sentence per line) for models that use trees or tags")
     s.add_argument("--device", default="auto")
+    s.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch", help="ctranslate2: search with CTranslate2 (--checkpoint: a `syntaxnmt export-ct2` folder, or a checkpoint exported on the fly); docs/deployment.md")
     s.set_defaults(func=cmd_translate)
 
     s = sub.add_parser("lexicon", help="lexical table P(e|f) from eflomal alignments of a config's training corpus (for decode.unk_replace: dictionary)")
@@ -375,6 +391,13 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--inputs", nargs="+", help="checkpoint files to average instead (same model)")
     s.add_argument("-o", "--output", help="output checkpoint (default with CONFIG: work_dir/averaged.pt)")
     s.set_defaults(func=cmd_average_checkpoints)
+
+    s = sub.add_parser("export-ct2", help="export a Transformer checkpoint to a CTranslate2 model folder (docs/deployment.md)")
+    s.add_argument("--checkpoint", required=True, help="checkpoint path")
+    s.add_argument("-o", "--output", required=True, help="new folder for the CTranslate2 model, its SentencePiece models and config")
+    s.add_argument("--quantization", default="float32", choices=("float32", "int8", "int8_float32", "float16"), help="weight type (default float32)")
+    s.add_argument("--force", action="store_true", help="replace an existing folder")
+    s.set_defaults(func=cmd_export_ct2)
 
     s = sub.add_parser("evaluate", help="sacreBLEU BLEU and chrF, and paired bootstrap resampling")
     s.add_argument("--hyp", required=True, help="detokenized hypotheses")
