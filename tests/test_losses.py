@@ -47,14 +47,16 @@ def test_sequence_loss_projects_only_real_tokens():
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1])
-def test_chunked_fused_output_loss_matches_the_reference(eps):
-    """A bias-free nn.Linear output layer takes the fused, chunked path: same loss and gradients."""
+@pytest.mark.parametrize("chunk", [3, 4])
+def test_chunked_fused_output_loss_matches_the_reference(eps, chunk):
+    """A bias-free nn.Linear output layer takes the fused, chunked path: same loss and gradients
+    (chunk 4: 9 rows make chunks of 4, 4 and 1, the last padded with zero rows to 4)."""
     torch.manual_seed(3)
     states = torch.randn(3, 5, 8)
     target = torch.tensor([[4, 9, 2, PAD, PAD], [1, 1, 7, 8, 3], [5, PAD, PAD, PAD, PAD]])
     layer = torch.nn.Linear(8, 11, bias=False)
     h1, h2 = states.clone().requires_grad_(), states.clone().requires_grad_()
-    loss, nll = sequence_loss(ModelOutput(h1, layer, encoder=None), target, eps, chunk=3)  # 9 rows: 3 chunks
+    loss, nll = sequence_loss(ModelOutput(h1, layer, encoder=None), target, eps, chunk=chunk)
     (2.0 * loss).backward()
     g_chunked = layer.weight.grad.clone()
     layer.weight.grad = None
