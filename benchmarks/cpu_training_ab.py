@@ -66,8 +66,11 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--updates", type=int, default=5, help="timed updates per variant and round")
     ap.add_argument("--warmup", type=int, default=3, help="untimed updates per variant first")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default; 1 holds up better on a loaded machine)")
     args, overrides = ap.parse_known_args()
     keep_freed_memory()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     variants = [Variant(v.strip(), args.config, overrides) for v in args.variants.split(",")]
     for v in variants:
         v.run(args.warmup)

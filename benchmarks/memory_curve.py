@@ -64,15 +64,18 @@ def main() -> int:
     ap.add_argument("--variants", default="bucket4:1000,dynamic-onednn:200")
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--json", default="benchmarks/out/memory_curve.json")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # NAME:UPDATES, run in this process
     args, overrides = ap.parse_known_args()
     if args.one:
+        if args.threads:
+            torch.set_num_threads(args.threads)
         name, updates = args.one.split(":")
         print("RESULT " + json.dumps(one(name, args.config, int(updates), args.every, overrides)))
         return 0
     results = []
     for spec in args.variants.split(","):
-        cmd = [sys.executable, __file__, "--config", args.config, "--every", str(args.every), "--one", spec.strip(), *overrides]
+        cmd = [sys.executable, __file__, "--config", args.config, "--every", str(args.every), "--threads", str(args.threads), "--one", spec.strip(), *overrides]
         out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True).stdout
         results.append(json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:]))
         print(summary(results[-1]), flush=True)

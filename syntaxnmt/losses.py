@@ -73,9 +73,8 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         rows = torch.arange(min(chunk, n), device=h.device)
         for start in range(0, n, chunk):
             hc, tc = h[start : start + chunk], target[start : start + chunk]
-            real, granule = hc.size(0), min(chunk, _ChunkedLinearCrossEntropy.GRANULE)
-            if real % granule:
-                hc = torch.cat([hc, hc.new_zeros(-real % granule, hc.size(1))])
+            real = hc.size(0)
+            hc = pad_rows(hc, min(chunk, _ChunkedLinearCrossEntropy.GRANULE))
             z = linear(hc, weight).float()
             z = z.sub_(torch.logsumexp(z, dim=-1, keepdim=True))  # log-probabilities
             nll_c = -z[:real].gather(1, tc[:, None]).sum()
@@ -117,7 +116,14 @@ def sequence_loss(out, target: Tensor, smoothing: float, chunk: int = 1024, stat
     if isinstance(project, nn.Linear) and project.bias is None and states.dtype == project.weight.dtype and not torch.is_autocast_enabled(states.device.type):
         need_grad = torch.is_grad_enabled() and (states.requires_grad or project.weight.requires_grad)
         return _ChunkedLinearCrossEntropy.apply(states, project.weight, target[keep], float(smoothing), chunk, need_grad)
-    return smoothed_cross_entropy(project(states), target[keep], smoothing)
+    logits = project(pad_rows(states, _ChunkedLinearCrossEntropy.GRANULE))[: states.size(0)]  # a few shapes (oneDNN)
+    return smoothed_cross_entropy(logits, target[keep], smoothing)
+
+
+def pad_rows(x: Tensor, multiple: int) -> Tensor:
+    """``x`` (N, D) with zero rows appended up to a multiple of ``multiple`` rows."""
+    extra = -x.size(0) % multiple
+    return torch.cat([x, x.new_zeros(extra, *x.shape[1:])]) if extra else x
 
 
 # --------------------------------------------------------------------------------------
