@@ -6,7 +6,8 @@
 Each variant is one training task (same config and seed) with its own batch stream; the rounds
 alternate between the variants, ``--updates`` timed updates each, so that a loaded or shared
 machine slows all of them alike. Reported: target tokens/s (real tokens, padding excluded) per
-variant (median over the rounds) and relative to the first. Variants:
+variant (median over the rounds) and relative to the first, by the wall clock and per CPU second
+of the process (with ``--threads 1`` the latter holds up on a loaded machine). Variants:
 
 - ``dynamic-mkl``: every batch its own shape, linears on MKL in training (the old default);
 - ``dynamic-onednn``: every batch its own shape, linears on oneDNN (memory grows: memory_curve.py);
@@ -49,14 +50,14 @@ class Variant:
         sampler = TokenBatchSampler(self.task.split["src"].lengths, self.task.split["tgt"].lengths, t.max_tokens, cfg.seed, multiple=t.shape_bucket)
         self.stream, self.step, self.accum = sampler.stream(0, 0, 10**9), 0, t.accum_steps
 
-    def run(self, updates: int) -> tuple[int, float]:
-        """``updates`` updates: (target tokens, seconds)."""
+    def run(self, updates: int) -> tuple[int, float, float]:
+        """``updates`` updates: (target tokens, wall-clock seconds, CPU seconds of this process)."""
         fast_linear.MODE, fast_linear.TRAIN = self.mode, self.mode == "train" and fast_linear.ENABLED
-        tokens, start = 0, time.perf_counter()
+        tokens, start, cpu = 0, time.perf_counter(), time.process_time()
         for _ in range(updates):
             tokens += self.task.update([next(self.stream)[2] for _ in range(self.accum)], self.step)["tokens"]
             self.step += 1
-        return tokens, time.perf_counter() - start
+        return tokens, time.perf_counter() - start, time.process_time() - cpu
 
 
 def main() -> int:
@@ -75,16 +76,19 @@ def main() -> int:
     for v in variants:
         v.run(args.warmup)
     rates: dict[str, list[float]] = {v.name: [] for v in variants}
+    per_cpu: dict[str, list[float]] = {v.name: [] for v in variants}
     for r in range(args.rounds):
         for v in variants:
-            tokens, secs = v.run(args.updates)
+            tokens, secs, cpu = v.run(args.updates)
             rates[v.name].append(tokens / secs)
-        print(f"round {r + 1}: " + ", ".join(f"{n} {x[-1]:.0f}" for n, x in rates.items()), file=sys.stderr, flush=True)
-    base = statistics.median(rates[variants[0].name])
-    print(f"training target tok/s, medians of {args.rounds} rounds of {args.updates} updates, {torch.get_num_threads()} threads:")
+            per_cpu[v.name].append(tokens / cpu)
+        print(f"round {r + 1}: " + ", ".join(f"{n} {x[-1]:.0f} ({per_cpu[n][-1]:.0f}/CPU s)" for n, x in rates.items()), file=sys.stderr, flush=True)
+    base, base_cpu = statistics.median(rates[variants[0].name]), statistics.median(per_cpu[variants[0].name])
+    print(f"training target tok/s (wall clock) and target tokens per CPU second of the process, medians of {args.rounds} rounds "
+          f"of {args.updates} updates, {torch.get_num_threads()} threads:")
     for name, xs in rates.items():
-        med = statistics.median(xs)
-        print(f"  {name:<16} {med:8.0f}  x{med / base:.2f}  (rounds: {', '.join(f'{x:.0f}' for x in xs)})")
+        med, med_cpu = statistics.median(xs), statistics.median(per_cpu[name])
+        print(f"  {name:<16} {med:8.0f} tok/s x{med / base:.2f}   {med_cpu:8.0f} tok/CPU s x{med_cpu / base_cpu:.2f}   (rounds: {', '.join(f'{x:.0f}' for x in xs)})")
     return 0
 
 
