@@ -353,6 +353,11 @@ class MultitaskConfig(_Section):
         return bool(self.tasks())
 
 
+CPU_SHAPE_BUCKET = 4
+"""``train.shape_bucket`` on CPU when unset: lengths rounded up to multiples of 4 give the
+Multi30k batches 11 static shapes for 9% more padded positions (docs/benchmarks.md)."""
+
+
 class TrainConfig(_Section):
     """Optimisation, batching, validation and checkpointing."""
 
@@ -401,7 +406,9 @@ class TrainConfig(_Section):
     """Static batch shapes. 0: every batch has its own shape. N > 0: source and target of a batch
     are padded to one length, a multiple of N, and the batch to as many sentences as
     ``max_tokens`` allows at that length (padding is masked; the loss is the same), so training
-    sees a few shapes only. Unset (auto): 8 when CUDA graphs are used, else 0."""
+    sees a few shapes only. Unset (auto): 8 when CUDA graphs are used; on CPU
+    ``CPU_SHAPE_BUCKET``, which lets the linear layers train on oneDNN's kernels (its per-shape
+    state stays bounded: :mod:`syntaxnmt.model.linear`); else 0. ``train-joint`` ignores it."""
     cuda_graphs: bool | None = None
     """Replay the training step's forward and backward as CUDA graphs, one per shape bucket: far
     fewer kernel launches from Python for small models. Needs CUDA, one process, ``accum_steps``
@@ -424,7 +431,8 @@ class TrainConfig(_Section):
         decided for the device training runs on."""
         cuda = device_type == "cuda"
         graphs = cuda and processes == 1 and self.accum_steps == 1 if self.cuda_graphs is None else bool(self.cuda_graphs and cuda and processes == 1)
-        bucket = (8 if graphs else 0) if self.shape_bucket is None else self.shape_bucket
+        auto_bucket = 8 if graphs else CPU_SHAPE_BUCKET if device_type == "cpu" else 0
+        bucket = auto_bucket if self.shape_bucket is None else self.shape_bucket
         precision = ("tf32" if cuda else "fp32") if self.precision == "auto" else self.precision
         return self.model_copy(update={"precision": precision, "cuda_graphs": graphs, "shape_bucket": bucket})
 

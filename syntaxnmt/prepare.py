@@ -59,7 +59,6 @@ def spm_paths(prepared: Path, data: DataConfig) -> tuple[Path, Path]:
 def load_tokenizers(cfg: Config) -> Tokenizers:
     """The source and target tokenizers of a prepared corpus."""
     src_spm, tgt_spm = spm_paths(cfg.prepared_dir, cfg.data)
-    d = cfg.data
     return _tokenizers(cfg, src_spm, tgt_spm, load_tag_vocab(cfg))
 
 

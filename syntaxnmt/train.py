@@ -33,6 +33,7 @@ from syntaxnmt.loop import Progress
 from syntaxnmt.losses import AuxiliaryObjective, sequence_loss
 from syntaxnmt.metrics import corpus_bleu
 from syntaxnmt.model.inputs import Batch, FeatureSpec
+from syntaxnmt.model.linear import onednn_in_training
 from syntaxnmt.multitask import multitask_objective
 from syntaxnmt.optim import build_optimizer
 from syntaxnmt.prepare import check_tag_sets, is_prepared, load_split, load_tokenizers, prepare, tokenizer_assets
@@ -124,13 +125,16 @@ def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainCon
     spec = objective_requests(raw, objectives)[0]
     opt.zero_grad(set_to_none=graphed is None)  # graphs accumulate into gradients that stay allocated
     stats: dict = {}
+    static_cpu = bool(t.shape_bucket) and device.type == "cpu"
     for k, idx in enumerate(group):
         batch = training_batch(split, idx, spec, t, objectives)
         if graphed is not None:
             logs = graphed(batch, scale, step)
         else:
-            with no_sync(model, skip=k < len(group) - 1):
-                loss, logs = forward_loss(model, batch.to(device), t, objectives, step, static=bool(t.shape_bucket))
+            # CPU: a few static shapes let the linears use oneDNN; the loss selects the target
+            # tokens itself (static=False: with bounded shapes too, see losses.sequence_loss).
+            with no_sync(model, skip=k < len(group) - 1), onednn_in_training(static_cpu):
+                loss, logs = forward_loss(model, batch.to(device), t, objectives, step, static=bool(t.shape_bucket) and not static_cpu)
                 (loss * scale).backward()
         for name, value in logs.items():
             stats[name] = stats[name] + value if name in stats else value

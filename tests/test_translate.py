@@ -13,7 +13,6 @@ import yaml
 from syntaxnmt.annotations import spacy_parser, write_conllu
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.cli import main
-from syntaxnmt.config import load_config
 from syntaxnmt.model.inputs import FeatureSpec
 from syntaxnmt.prepare import load_tokenizers
 from syntaxnmt.translate import encode_source_lines, parser_words
