@@ -16,7 +16,6 @@ import argparse
 import os
 import platform
 import resource
-import sys
 import time
 from pathlib import Path
 

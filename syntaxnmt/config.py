@@ -44,9 +44,12 @@ class DataConfig(_Section):
     moses_tokenize: bool = False
     """Moses-tokenize before SentencePiece and detokenize after decoding (sacremoses)."""
     lowercase: bool = False
+    vocab: Literal["subword", "word"] = "subword"
+    """``subword``: SentencePiece; ``word``: the ``vocab_size`` most frequent words, the others
+    ``<unk>`` (see :mod:`syntaxnmt.words` and ``decode.unk_replace``)."""
     spm_model_type: Literal["bpe", "unigram"] = "bpe"
-    vocab_size: int = 8000
-    """SentencePiece vocabulary size, per language when not joint."""
+    vocab_size: Annotated[int, Field(ge=8)] = 8000
+    """Vocabulary size (SentencePiece pieces or words, specials included), per language when not joint."""
     joint_vocab: bool = True
     spm_character_coverage: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
     spm_max_sentences: PositiveInt = 1_000_000
@@ -179,7 +182,13 @@ class ModelConfig(_Section):
     norm: Literal["pre", "post"] = "pre"
     positions: Literal["sinusoidal", "learned", "none"] = "sinusoidal"
     """Absolute positions added to the embeddings (``none``: rely on relative relations only)."""
-    max_positions: int = 1024
+    max_positions: PositiveInt = 1024
+    attention_normalizer: Literal["softmax", "sparsemax", "entmax15"] = "softmax"
+    """Normalizer of the cross-attention scores (Transformer) or the attention scores (RNN):
+    sparsemax and entmax15 give exact zeros (see :mod:`syntaxnmt.model.normalizers`)."""
+    hard_attention: Literal["none", "decode", "train"] = "none"
+    """One-hot cross-attention at the argmax: ``decode`` at decoding only, ``train`` also in
+    training (straight-through gradients of the soft weights)."""
     tie_embeddings: Literal["none", "decoder", "all"] = "decoder"
     """``decoder``: tie the decoder's input and output embeddings; ``all``: also share the
     source embedding (needs a joint vocabulary)."""
@@ -344,6 +353,11 @@ class MultitaskConfig(_Section):
         return bool(self.tasks())
 
 
+CPU_SHAPE_BUCKET = 4
+"""``train.shape_bucket`` on CPU when unset: lengths rounded up to multiples of 4 give the
+Multi30k batches 11 static shapes for 9% more padded positions (docs/benchmarks.md)."""
+
+
 class TrainConfig(_Section):
     """Optimisation, batching, validation and checkpointing."""
 
@@ -373,6 +387,9 @@ class TrainConfig(_Section):
     patience: NonNegativeInt = 0
     """Stop after this many validations without improvement (0 = never)."""
     keep_best: bool = True
+    keep_checkpoints: NonNegativeInt = 0
+    """Also keep the weights of the last N validations in ``work_dir/checkpoints/`` for
+    ``syntaxnmt average-checkpoints`` (0 = off)."""
     tensorboard: bool = True
     threads: NonNegativeInt = 0
     """torch CPU threads (0 = torch's default)."""
@@ -389,7 +406,9 @@ class TrainConfig(_Section):
     """Static batch shapes. 0: every batch has its own shape. N > 0: source and target of a batch
     are padded to one length, a multiple of N, and the batch to as many sentences as
     ``max_tokens`` allows at that length (padding is masked; the loss is the same), so training
-    sees a few shapes only. Unset (auto): 8 when CUDA graphs are used, else 0."""
+    sees a few shapes only. Unset (auto): 8 when CUDA graphs are used; on CPU
+    ``CPU_SHAPE_BUCKET``, which lets the linear layers train on oneDNN's kernels (its per-shape
+    state stays bounded: :mod:`syntaxnmt.model.linear`); else 0. ``train-joint`` ignores it."""
     cuda_graphs: bool | None = None
     """Replay the training step's forward and backward as CUDA graphs, one per shape bucket: far
     fewer kernel launches from Python for small models. Needs CUDA, one process, ``accum_steps``
@@ -399,6 +418,8 @@ class TrainConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":
+        if self.keep_checkpoints < 0:
+            raise ValueError("train.keep_checkpoints must be >= 0 (0 = off)")
         if self.shape_bucket is not None and self.shape_bucket < 0:
             raise ValueError("train.shape_bucket must be >= 0 (0 = off)")
         if self.cuda_graphs and (self.shape_bucket == 0 or self.accum_steps != 1):
@@ -410,7 +431,8 @@ class TrainConfig(_Section):
         decided for the device training runs on."""
         cuda = device_type == "cuda"
         graphs = cuda and processes == 1 and self.accum_steps == 1 if self.cuda_graphs is None else bool(self.cuda_graphs and cuda and processes == 1)
-        bucket = (8 if graphs else 0) if self.shape_bucket is None else self.shape_bucket
+        auto_bucket = 8 if graphs else CPU_SHAPE_BUCKET if device_type == "cpu" else 0
+        bucket = auto_bucket if self.shape_bucket is None else self.shape_bucket
         precision = ("tf32" if cuda else "fp32") if self.precision == "auto" else self.precision
         return self.model_copy(update={"precision": precision, "cuda_graphs": graphs, "shape_bucket": bucket})
 
@@ -424,7 +446,9 @@ class DecodeConfig(_Section):
 
     beam_size: PositiveInt = 5
     length_penalty: float = 1.0
-    """Hypotheses are ranked by log P / length**length_penalty (0 = raw log-probability)."""
+    """α: hypotheses are ranked by log P / lp(y) (0 = raw log-probability)."""
+    length_penalty_type: Literal["power", "gnmt"] = "power"
+    """lp(y) = |y|^α (``power``) or ((5 + |y|) / 6)^α (``gnmt``, Wu et al. 2016 Eq. 14); |y| counts EOS."""
     max_len_a: float = 1.5
     max_len_b: int = 10
     """Output at most ``max_len_a * source_length + max_len_b`` subwords."""
@@ -435,6 +459,21 @@ class DecodeConfig(_Section):
     nbest: int = 1
     coverage_penalty: float = 0.0
     """β of the coverage penalty β·Σ_j log(min(Σ_i α_ij, 1)) added to beam scores (Wu et al. 2016, Sec. 7); 0 = off."""
+    unk_replace: Literal["none", "copy", "dictionary"] = "none"
+    """Replace every ``<unk>`` of the output by its most attended source word (``copy``), or by
+    that word's translation in ``unk_dictionary`` (``dictionary``; copied when absent). See :mod:`syntaxnmt.unk`."""
+    unk_dictionary: str = ""
+    """Lexical table P(e|f) for ``unk_replace: dictionary`` (written by ``syntaxnmt lexicon``)."""
+    unk_layer: int | Literal["average"] = "average"
+    """Decoder layer whose cross-attention picks the source word (negative: from the end), or the average."""
+    unk_head: int | Literal["average"] = "average"
+    """Head of that layer, or the average of the heads."""
+
+    @model_validator(mode="after")
+    def _check_unk(self) -> "DecodeConfig":
+        if self.unk_replace == "dictionary" and not self.unk_dictionary:
+            raise ValueError("decode.unk_replace: dictionary needs decode.unk_dictionary (a table from `syntaxnmt lexicon`)")
+        return self
 
 
 class Config(_Section):
@@ -469,8 +508,6 @@ class Config(_Section):
         """What the model constructors would refuse, found at load: a shared embedding needs a joint
         vocabulary; a position table must hold the longest training sentence and its end symbol."""
         m = self.model
-        if self.data.vocab_size < 5:
-            raise ValueError(f"data.vocab_size {self.data.vocab_size} leaves no room beside the 4 special pieces (pad, unk, bos, eos)")
         if m.tie_embeddings == "all" and not self.data.joint_vocab:
             raise ValueError("model.tie_embeddings=all shares the source embedding: it needs data.joint_vocab true (or use tie_embeddings=decoder)")
         tables = m.positions != "none" if m.arch == "transformer" else m.rnn.positions in ("learned", "sinusoidal")

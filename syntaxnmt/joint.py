@@ -120,7 +120,7 @@ class JointModels:
         self.devs = (dev, reversed_split(dev))
         self.refs = (read_lines(cfg.prepared_dir / "dev.ref"), read_lines(cfg.prepared_dir / "dev.raw_src"))
         self.toks = [load_tokenizers(c) for c in self.configs]
-        self.runs = [Run(c, tokenizer_assets(c)) for c in self.configs]
+        self.runs = [Run(c, tokenizer_assets(k)) for c, k in zip(self.configs, self.toks)]
         self.models = [attach_fertility(build_model(c.model, len(k.src), len(k.tgt), **feature_vocab_sizes(cfg)), c).to(device) for c, k in zip(self.configs, self.toks)]
         if self.models[0].feature_spec:
             raise UserError("train-joint: the reverse model has no source annotation; use a model without source features (model.syntax)")

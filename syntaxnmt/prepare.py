@@ -17,7 +17,6 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -49,20 +48,21 @@ class Tokenizers:
 
 
 def spm_paths(prepared: Path, data: DataConfig) -> tuple[Path, Path]:
+    """The SentencePiece models (``*.model``) or word vocabularies (``*.words``, ``data.vocab: word``)."""
+    prefix, suffix = ("vocab", "words") if data.vocab == "word" else ("spm", "model")
     if data.joint_vocab:
-        joint = prepared / "spm.joint.model"
+        joint = prepared / f"{prefix}.joint.{suffix}"
         return joint, joint
-    return prepared / f"spm.{data.src_lang}.model", prepared / f"spm.{data.tgt_lang}.model"
+    return prepared / f"{prefix}.{data.src_lang}.{suffix}", prepared / f"{prefix}.{data.tgt_lang}.{suffix}"
 
 
 def load_tokenizers(cfg: Config) -> Tokenizers:
     """The source and target tokenizers of a prepared corpus."""
     src_spm, tgt_spm = spm_paths(cfg.prepared_dir, cfg.data)
-    d = cfg.data
     return _tokenizers(cfg, src_spm, tgt_spm, load_tag_vocab(cfg))
 
 
-def _tokenizers(cfg: Config, src_spm: Path, tgt_spm: Path, tags: TagVocab | None) -> Tokenizers:
+def _tokenizers(cfg: Config, src_spm: Path | bytes, tgt_spm: Path | bytes, tags: TagVocab | None) -> Tokenizers:
     d = cfg.data
     src_moses = d.moses_tokenize and d.annotate == "none"  # a parser has tokenized the source already
     return Tokenizers(
@@ -72,27 +72,16 @@ def _tokenizers(cfg: Config, src_spm: Path, tgt_spm: Path, tags: TagVocab | None
     )
 
 
-def tokenizer_assets(cfg: Config) -> dict:
-    """The tokenizers of ``cfg``'s prepared corpus as a checkpoint stores them -- the files of its
-    source and target vocabularies (name and bytes) and its tag vocabularies -- so that a model
-    translates from any folder and on another machine, without the prepared corpus."""
-    tags = load_tag_vocab(cfg)
-    files = {side: {"name": path.name, "bytes": path.read_bytes()} for side, path in zip(("src", "tgt"), spm_paths(cfg.prepared_dir, cfg.data))}
-    return {**files, "tags": tags.itos if tags is not None else None}
+def tokenizer_assets(toks: Tokenizers) -> dict:
+    """The tokenizers as a checkpoint stores them (SentencePiece models and tag vocabularies), so
+    that a model translates from any folder and on another machine, without its prepared corpus."""
+    return {"spm_src": toks.src.model_proto(), "spm_tgt": toks.tgt.model_proto(), "tags": toks.tags.itos if toks.tags is not None else None}
 
 
 def tokenizers_from_assets(cfg: Config, assets: dict) -> Tokenizers:
-    """The tokenizers stored in a checkpoint by :func:`tokenizer_assets` (their files are written
-    to a temporary folder, read, and removed)."""
+    """The tokenizers stored in a checkpoint by :func:`tokenizer_assets`."""
     tags = TagVocab(assets["tags"]) if assets.get("tags") is not None else None
-    with tempfile.TemporaryDirectory(prefix="syntaxnmt-tokenizers.") as tmp:
-        paths = []
-        for side in ("src", "tgt"):
-            path = Path(tmp) / side / Path(assets[side]["name"]).name
-            path.parent.mkdir()
-            path.write_bytes(assets[side]["bytes"])
-            paths.append(path)
-        return _tokenizers(cfg, paths[0], paths[1], tags)
+    return _tokenizers(cfg, assets["spm_src"], assets["spm_tgt"], tags)
 
 
 def _read_tag_vocab(prepared: Path) -> TagVocab | None:
@@ -320,6 +309,13 @@ def _train_subwords(cfg: Config, src_text: list[str], tgt_text: list[str], log) 
     """SentencePiece model(s) on the text the model sees, joint or one per language."""
     d = cfg.data
     src_spm, tgt_spm = spm_paths(cfg.prepared_dir, d)
+    if d.vocab == "word":
+        from syntaxnmt.words import train_word_vocab
+
+        log(f"word vocabulary ({'joint' if d.joint_vocab else 'separate'}, <= {d.vocab_size} words)")
+        for path, text in ((src_spm, src_text + tgt_text),) if d.joint_vocab else ((src_spm, src_text), (tgt_spm, tgt_text)):
+            train_word_vocab(text, path, d.vocab_size)
+        return
     spm_args = dict(vocab_size=d.vocab_size, model_type=d.spm_model_type, character_coverage=d.spm_character_coverage, max_sentences=d.spm_max_sentences, seed=cfg.seed)
     log(f"training SentencePiece ({d.spm_model_type}, {'joint' if d.joint_vocab else 'separate'}, vocab <= {d.vocab_size})")
     if d.joint_vocab:

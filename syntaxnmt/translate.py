@@ -21,12 +21,21 @@ from syntaxnmt.prepare import Tokenizers, load_tag_vocab, load_tokenizers, parse
 from syntaxnmt.model.inputs import TAG_NAMES, FeatureSpec
 from syntaxnmt.relations import SourceAnnotation, pad_features, sentence_features
 from syntaxnmt.search import Hypothesis, max_output_lengths, search
+from syntaxnmt.unk import locate_unknown_words, translations_with_replacement
 
 
 def resolve_device(name: str) -> torch.device:
+    """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``; anything else, or CUDA on a
+    machine without it, is a user error."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"device {name!r}: expected auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device {name!r}: this machine has no CUDA GPU that torch can use (try cpu)")
+    return device
 
 
 def checkpoint_path(cfg: Config, which: str) -> Path:
@@ -91,7 +100,9 @@ def translate_ids(
             batch = batch.to(device)
             src_lens = batch.src.ne(0).sum(1) - 1
             max_len = max_output_lengths(src_lens, decode.max_len_a, decode.max_len_b, max_pos)
-            hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty)
+            hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty, decode.length_penalty_type)
+            if decode.unk_replace != "none":
+                locate_unknown_words(model, batch, hyps, decode)
             for i, h in zip(idx, hyps):
                 results[i] = h
             bar.update(len(idx))
@@ -193,4 +204,7 @@ def translate_lines(model, cfg: Config, toks: Tokenizers, lines: Sequence[str], 
     sources, annotations = encode_source_lines(cfg, toks, lines, model.feature_spec, conllu, source_name)
     warn_cut_lines(sources, model.cfg.max_positions - 2, source_name, line_numbers)
     hyps = translate_ids(model, sources, decode, device, annotations=annotations, **kw)
+    if decode.unk_replace != "none":
+        words = parser_words(cfg, lines, conllu, source_name)
+        return translations_with_replacement(toks, lines, sources, hyps, decode, words)
     return [[(toks.tgt.decode(h.tokens), h.score) for h in nb] for nb in hyps]

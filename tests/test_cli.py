@@ -131,6 +131,15 @@ def test_config_mistakes_are_found_at_load(capsys, config_for, tmp_path, command
     assert not (tmp_path / "prepared").exists() and not (tmp_path / "work").exists()
 
 
+def test_bad_device_and_unwritable_folder_are_user_errors(capsys, config_for, tmp_path):
+    code, _, err = run_cli(capsys, "train", config_for(), "--train.device=tpu0")
+    assert_one_line_error(code, err, "device 'tpu0'")
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    code, _, err = run_cli(capsys, "train", config_for(), f"--work_dir={blocker}/run")
+    assert_one_line_error(code, err, str(blocker))
+
+
 def test_vocabulary_smaller_than_the_corpus_characters_is_a_user_error(capsys, config_for):
     code, _, err = run_cli(capsys, "prepare", config_for({"vocab_size": 20}))
     assert_one_line_error(code, err, "data.vocab_size 20", "required_chars")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
-from syntaxnmt.config import TrainConfig, load_config
+from syntaxnmt.config import CPU_SHAPE_BUCKET, TrainConfig, load_config
 from syntaxnmt.errors import UserError
 from syntaxnmt.losses import label_smoothed_nll
 from syntaxnmt.optim import build_optimizer, inverse_sqrt
@@ -239,6 +240,34 @@ def test_training_with_static_shapes_runs_and_resumes(make_config):
     assert train(cfg, resume=True, log=quiet).step == 6
 
 
+def test_a_cpu_update_on_bucketed_shapes_equals_one_on_the_batch_itself(make_config):
+    """CPU default: batches padded to a few static shapes, linears on oneDNN, the loss over the
+    real target tokens -- the same loss and the same (clipped) gradients in an update as the
+    unbucketed batch (its own shape, linears on MKL)."""
+    from syntaxnmt.distributed import World
+    from syntaxnmt.model import linear as fast_linear
+    from syntaxnmt.train import SingleModel, update
+
+    cfg = make_config({"model": {"dropout": 0.0}, "train": {"warmup_steps": 1}})
+    initial = SingleModel(cfg, World(), torch.device("cpu"), log=quiet).raw.state_dict()
+    results = []
+    for bucket in (0, CPU_SHAPE_BUCKET):
+        task = SingleModel(cfg, World(), torch.device("cpu"), log=quiet)  # fresh optimizer, same weights
+        task.raw.load_state_dict(initial)
+        t = task.t.model_copy(update={"shape_bucket": bucket})
+        kernels = []
+        task.raw.register_forward_pre_hook(lambda _, args: kernels.append((fast_linear.TRAIN, tuple(args[0].src.shape))))
+        stats = update(task.raw, task.opt, task.sched, task.split, [np.arange(12)], t, torch.device("cpu"))
+        results.append((float(stats["loss"]), stats["tokens"], [p.grad for p in task.raw.parameters()], *kernels[0]))
+    (l0, n0, g0, onednn0, shape0), (l1, n1, g1, onednn1, shape1) = results
+    assert shape1[0] > shape0[0] == 12 and shape1[1] % CPU_SHAPE_BUCKET == 0  # padded rows and positions
+    assert not onednn0 and onednn1 == fast_linear.ENABLED
+    assert n0 == n1 and l1 == pytest.approx(l0, rel=1e-5)
+    for a, b in zip(g0, g1):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
+    assert not fast_linear.TRAIN  # only inside the update
+
+
 def test_cuda_graphs_need_static_shapes_and_are_off_on_cpu(make_config):
     with pytest.raises(UserError, match="shape_bucket"):
         make_config({"train": {"cuda_graphs": True, "shape_bucket": 0}})
@@ -251,7 +280,7 @@ def test_cuda_graphs_need_static_shapes_and_are_off_on_cpu(make_config):
 def test_automatic_gpu_settings_are_decided_per_device(make_config):
     t = make_config().train  # precision auto, cuda_graphs and shape_bucket unset
     cpu, cuda, ddp = t.for_device("cpu"), t.for_device("cuda"), t.for_device("cuda", processes=2)
-    assert (cpu.precision, cpu.cuda_graphs, cpu.shape_bucket) == ("fp32", False, 0)
+    assert (cpu.precision, cpu.cuda_graphs, cpu.shape_bucket) == ("fp32", False, CPU_SHAPE_BUCKET) and CPU_SHAPE_BUCKET > 0
     assert (cuda.precision, cuda.cuda_graphs, cuda.shape_bucket) == ("tf32", True, 8)
     assert (ddp.cuda_graphs, ddp.shape_bucket) == (False, 0)
     pinned = make_config({"train": {"precision": "bf16", "shape_bucket": 16, "cuda_graphs": False}}).train.for_device("cuda")
