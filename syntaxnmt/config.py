@@ -195,6 +195,11 @@ class ModelConfig(_Section):
     syntax: SyntaxConfig = SyntaxConfig()
     rnn: RNNConfig = RNNConfig()
 
+    @property
+    def position_table(self) -> bool:
+        """Whether the model adds absolute positions from a table of ``max_positions`` rows."""
+        return self.positions != "none" if self.arch == "transformer" else self.rnn.positions in ("learned", "sinusoidal")
+
     @model_validator(mode="after")
     def _check(self) -> "ModelConfig":
         if self.d_model % self.heads:
@@ -510,8 +515,7 @@ class Config(_Section):
         m = self.model
         if m.tie_embeddings == "all" and not self.data.joint_vocab:
             raise ValueError("model.tie_embeddings=all shares the source embedding: it needs data.joint_vocab true (or use tie_embeddings=decoder)")
-        tables = m.positions != "none" if m.arch == "transformer" else m.rnn.positions in ("learned", "sinusoidal")
-        if tables and self.data.max_len >= m.max_positions:
+        if m.position_table and self.data.max_len >= m.max_positions:
             raise ValueError(f"data.max_len {self.data.max_len} must be below model.max_positions {m.max_positions} (a sentence of max_len subwords takes max_len + 1 positions with its end symbol)")
 
     def _check_multitask(self) -> None:

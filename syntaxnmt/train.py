@@ -169,6 +169,15 @@ def validate_and_record(model, cfg: Config, dev: Split, refs: list[str], tgt_tok
     return is_best
 
 
+def check_dev_lengths(cfg: Config, dev: Split) -> None:
+    """Dev pairs are not length-filtered (BLEU is computed on all of them): one longer than the
+    model's position table would fail the dev loss, so it is a user error before training."""
+    m = cfg.model
+    longest = max(int(dev["src"].lengths.max(initial=0)), int(dev["tgt"].lengths.max(initial=0)))
+    if m.position_table and longest >= m.max_positions:
+        raise UserError(f"{cfg.data.dev_src}: a dev pair has a sentence of {longest} subwords, more than model.max_positions {m.max_positions} holds with its end symbol: raise model.max_positions")
+
+
 class Run:
     """The files of one model's run in ``work_dir``: ``last.pt``, ``best.pt``, ``config.yaml``."""
 
@@ -206,6 +215,7 @@ class SingleModel:
         self.toks = load_tokenizers(cfg)
         check_tag_sets(cfg, self.toks.tags)
         self.split, self.dev = load_split(cfg, "train"), load_split(cfg, "dev")
+        check_dev_lengths(cfg, self.dev)
         self.refs = read_lines(cfg.prepared_dir / "dev.ref")
         self.raw = assemble_model(cfg, self.toks).to(device)
         self.model = self.raw

@@ -140,6 +140,12 @@ def test_bad_device_and_unwritable_folder_are_user_errors(capsys, config_for, tm
     assert_one_line_error(code, err, str(blocker))
 
 
+def test_dev_sentence_longer_than_the_position_table_is_a_user_error(capsys, config_for, corpus):
+    """Training pairs are cut at data.max_len; dev pairs are all kept, so a short table is refused before training."""
+    code, _, err = run_cli(capsys, "train", config_for(), "--model.max_positions=20", "--data.max_len=15")
+    assert_one_line_error(code, err, str(corpus["dev"]["src"]), "model.max_positions 20")
+
+
 def test_vocabulary_smaller_than_the_corpus_characters_is_a_user_error(capsys, config_for):
     code, _, err = run_cli(capsys, "prepare", config_for({"vocab_size": 20}))
     assert_one_line_error(code, err, "data.vocab_size 20", "required_chars")
