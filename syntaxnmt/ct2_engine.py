@@ -71,11 +71,13 @@ class CT2Engine:
             suppress_sequences=self.suppress,
             return_scores=True,
         )
-        piece = self.toks.tgt.sp.piece_to_id
-        return [
-            [Hypothesis([piece(t) for t in hyp[:limit]], score, score) for hyp, score in zip(r.hypotheses, r.scores)]
-            for r, limit in zip(results, limits)
-        ]
+        piece, alpha = self.toks.tgt.sp.piece_to_id, decode.length_penalty
+
+        def hypothesis(tokens: list[str], score: float, limit: int) -> Hypothesis:
+            # CTranslate2's score is ours, log P / (|y| + 1)**alpha (EOS counted): log P is recovered from it.
+            return Hypothesis([piece(t) for t in tokens[:limit]], score, score * (len(tokens) + 1) ** alpha)
+
+        return [[hypothesis(h, score, limit) for h, score in zip(r.hypotheses, r.scores)] for r, limit in zip(results, limits)]
 
     def translate_lines(self, lines: Sequence[str], decode: DecodeConfig, *, conllu: str | None = None, source_name: str = "<input>", nbest: int = 1, **_ignored) -> list[list[tuple[str, float]]]:
         """Raw source lines to detokenized n-best lists of (translation, score)."""
