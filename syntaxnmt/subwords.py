@@ -16,6 +16,7 @@ import sentencepiece as spm
 from sacremoses import MosesDetokenizer, MosesTokenizer
 
 from syntaxnmt.errors import UserError
+from syntaxnmt.textio import temporary_prefix
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
@@ -38,7 +39,7 @@ def train_sentencepiece(
     model_path = Path(model_path)
     model_path.parent.mkdir(parents=True, exist_ok=True)
     spm.set_random_generator_seed(seed)
-    with tempfile.TemporaryDirectory(dir=model_path.parent) as tmp:
+    with tempfile.TemporaryDirectory(dir=model_path.parent, prefix=temporary_prefix(model_path), suffix=".tmp") as tmp:
         prefix = os.path.join(tmp, "spm")
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(sentences),
@@ -64,10 +65,18 @@ def train_sentencepiece(
 class Tokenizer:
     """One language's text processing: lowercase, Moses, SentencePiece (encode) and the reverse."""
 
-    def __init__(self, spm_model: str | os.PathLike, lang: str = "en", moses: bool = False, lowercase: bool = False):
-        if not Path(spm_model).is_file():
+    def __init__(self, spm_model: str | os.PathLike | bytes, lang: str = "en", moses: bool = False, lowercase: bool = False):
+        """``spm_model``: a SentencePiece model file, or the model itself (bytes, as checkpoints hold it)."""
+        from syntaxnmt.words import WordProcessor, is_word_vocab
+
+        if isinstance(spm_model, bytes):
+            self.sp = WordProcessor(spm_model) if is_word_vocab(spm_model) else spm.SentencePieceProcessor(model_proto=spm_model)
+        elif Path(spm_model).suffix == ".words" and Path(spm_model).is_file():  # data.vocab: word
+            self.sp = WordProcessor(spm_model)
+        elif Path(spm_model).is_file():
+            self.sp = spm.SentencePieceProcessor(model_file=str(spm_model))
+        else:
             raise UserError(f"{spm_model}: SentencePiece model not found (run `syntaxnmt prepare` first)")
-        self.sp = spm.SentencePieceProcessor(model_file=str(spm_model))
         self.lang = lang
         self.lowercase = lowercase
         self._tok = MosesTokenizer(lang=lang) if moses else None
@@ -76,6 +85,10 @@ class Tokenizer:
 
     def __len__(self) -> int:
         return self.sp.get_piece_size()
+
+    def model_proto(self) -> bytes:
+        """The SentencePiece model itself (what a checkpoint stores to be self-contained)."""
+        return self.sp.serialized_model_proto()
 
     def normalize(self, text: str) -> str:
         """Lowercase and Moses-tokenize as configured (the text SentencePiece sees)."""
@@ -134,7 +147,8 @@ class Tokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         """Subword ids (specials are dropped) back to detokenized text."""
-        text = self.sp.decode([i for i in ids if i not in (PAD, BOS, EOS)])
-        if self._detok is not None:
-            text = self._detok.detokenize(text.split())
-        return text
+        return self.detokenize(self.sp.decode([i for i in ids if i not in (PAD, BOS, EOS)]))
+
+    def detokenize(self, text: str) -> str:
+        """Undo the Moses tokenization, when configured."""
+        return self._detok.detokenize(text.split()) if self._detok is not None else text

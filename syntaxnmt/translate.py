@@ -16,10 +16,11 @@ from syntaxnmt.config import Config, DecodeConfig, config_from_dict
 from syntaxnmt.errors import UserError
 from syntaxnmt.model import build_model
 from syntaxnmt.multitask import attach_multitask
-from syntaxnmt.prepare import Tokenizers, feature_vocab_sizes, load_tag_vocab, load_tokenizers, parse_source
+from syntaxnmt.prepare import Tokenizers, load_tag_vocab, load_tokenizers, parse_source, tag_vocab_sizes, tokenizers_from_assets
 from syntaxnmt.model.inputs import TAG_NAMES, FeatureSpec
 from syntaxnmt.relations import SourceAnnotation, pad_features, sentence_features
 from syntaxnmt.search import Hypothesis, max_output_lengths, search
+from syntaxnmt.unk import locate_unknown_words, translations_with_replacement
 
 
 def resolve_device(name: str) -> torch.device:
@@ -36,15 +37,22 @@ def checkpoint_path(cfg: Config, which: str) -> Path:
 def assemble_model(cfg: Config, toks: Tokenizers) -> torch.nn.Module:
     """The model of ``cfg`` with the modules its training attaches (fertility, multi-task
     classifiers), as its checkpoints hold them."""
-    sizes = feature_vocab_sizes(cfg)
+    sizes = tag_vocab_sizes(toks.tags)
     return attach_multitask(attach_fertility(build_model(cfg.model, len(toks.src), len(toks.tgt), **sizes), cfg), cfg, sizes)
 
 
 def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module, Config, Tokenizers]:
-    """A model ready for inference, with the config it was trained with and its tokenizers."""
+    """A model ready for inference, with the config it was trained with and its tokenizers (stored
+    in the checkpoint; one written before they were is read with its run's prepared corpus)."""
     state = load_checkpoint(path)
     cfg = config_from_dict(state["config"], source=f"{path} (stored config)")
-    toks = load_tokenizers(cfg)
+    if "assets" in state:
+        toks = tokenizers_from_assets(cfg, state["assets"])
+    else:
+        try:
+            toks = load_tokenizers(cfg)
+        except UserError as e:
+            raise UserError(f"{path} holds no tokenizers (an older checkpoint): it needs its prepared corpus, run from the folder it was trained in ({e})") from None
     model = assemble_model(cfg, toks)
     model.load_state_dict(state["model"])
     return model.to(device).eval(), cfg, toks
@@ -83,7 +91,9 @@ def translate_ids(
             batch = batch.to(device)
             src_lens = batch.src.ne(0).sum(1) - 1
             max_len = max_output_lengths(src_lens, decode.max_len_a, decode.max_len_b, max_pos)
-            hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty)
+            hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty, decode.length_penalty_type)
+            if decode.unk_replace != "none":
+                locate_unknown_words(model, batch, hyps, decode)
             for i, h in zip(idx, hyps):
                 results[i] = h
             bar.update(len(idx))
@@ -106,9 +116,10 @@ def source_parses(cfg: Config, lines: Sequence[str], conllu: str | None = None, 
     return parses
 
 
-def parse_annotations(cfg: Config, parses: Sequence, word_of_piece: Sequence[Sequence[int]]) -> list[SourceAnnotation]:
-    """Source annotations (tree and tag ids) of parsed sentences whose pieces belong to ``word_of_piece``."""
-    tags = load_tag_vocab(cfg)
+def parse_annotations(cfg: Config, parses: Sequence, word_of_piece: Sequence[Sequence[int]], tags=None) -> list[SourceAnnotation]:
+    """Source annotations (tree and tag ids) of parsed sentences whose pieces belong to ``word_of_piece``;
+    ``tags``: the model's tag vocabularies (:attr:`Tokenizers.tags`; default: the prepared corpus's)."""
+    tags = tags if tags is not None else load_tag_vocab(cfg)
     if tags is None:
         raise UserError(f"{cfg.prepared_dir}: the prepared corpus has no tag vocabulary (tags.json)")
     return [
@@ -152,11 +163,14 @@ def encode_source_lines(cfg: Config, toks: Tokenizers, lines: Sequence[str], spe
         return [np.asarray(i, dtype=np.int64) for i in ids], anns
     parses = source_parses(cfg, lines, conllu, source_name, f"this model uses {', '.join(sorted(spec.names - {'bie'}))} from parses")
     ids, words = toks.src.encode_words([p.words for p in parses])
-    return [np.asarray(i, dtype=np.int64) for i in ids], parse_annotations(cfg, parses, words)
+    return [np.asarray(i, dtype=np.int64) for i in ids], parse_annotations(cfg, parses, words, toks.tags)
 
 
 def translate_lines(model, cfg: Config, toks: Tokenizers, lines: Sequence[str], decode: DecodeConfig, device: torch.device, *, conllu: str | None = None, source_name: str = "<input>", **kw) -> list[list[tuple[str, float]]]:
     """Raw source lines to detokenized n-best lists of (translation, score)."""
     sources, annotations = encode_source_lines(cfg, toks, lines, model.feature_spec, conllu, source_name)
     hyps = translate_ids(model, sources, decode, device, annotations=annotations, **kw)
+    if decode.unk_replace != "none":
+        words = parser_words(cfg, lines, conllu, source_name)
+        return translations_with_replacement(toks, lines, sources, hyps, decode, words)
     return [[(toks.tgt.decode(h.tokens), h.score) for h in nb] for nb in hyps]
