@@ -131,7 +131,7 @@ def _read_input(path: str | None) -> list[str]:
 
 def cmd_translate(args, extra) -> None:
     from syntaxnmt.config import config_from_dict, parse_overrides
-    from syntaxnmt.translate import load_model, resolve_device, translate_lines
+    from syntaxnmt.translate import load_model, resolve_device, translate_lines, without_empty_lines
 
     paths = [_checkpoint_arg(argparse.Namespace(config=args.config, checkpoint=c), extra) for c in args.checkpoint]
     device = resolve_device(args.device)
@@ -163,7 +163,10 @@ def cmd_translate(args, extra) -> None:
     if nbest > decode.beam_size:
         raise UserError(f"--nbest {nbest} is larger than the beam size {decode.beam_size}")
     kw = dict(conllu=args.src_conllu, source_name=args.input or "<stdin>", nbest=nbest, progress=sys.stderr.isatty() or args.output is not None)
-    results = engine.translate_lines(lines, decode, **kw) if args.engine == "ctranslate2" else translate_lines(model, cfg, toks, lines, decode, device, **kw)
+    if args.engine == "ctranslate2":  # empty lines stay empty, as with the torch engine
+        results = without_empty_lines(lines, lambda kept, _numbers: engine.translate_lines(kept, decode, **kw))
+    else:
+        results = translate_lines(model, cfg, toks, lines, decode, device, **kw)
     if nbest == 1:
         out = [nb[0][0] for nb in results]
     else:
@@ -554,6 +557,9 @@ def run_command(func: Callable[[], None]) -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except OSError as e:  # a folder that cannot be created, a full disk, a file without permission
+        print(f"syntaxnmt: error: {e}", file=sys.stderr)
+        sys.exit(2)
     finally:
         if old_term is not False:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if old_term is None else old_term)

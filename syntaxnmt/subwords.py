@@ -41,25 +41,33 @@ def train_sentencepiece(
     spm.set_random_generator_seed(seed)
     with tempfile.TemporaryDirectory(dir=model_path.parent, prefix=temporary_prefix(model_path), suffix=".tmp") as tmp:
         prefix = os.path.join(tmp, "spm")
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(sentences),
-            model_prefix=prefix,
-            vocab_size=vocab_size,
-            model_type=model_type,
-            character_coverage=character_coverage,
-            input_sentence_size=max_sentences,
-            shuffle_input_sentence=True,
-            hard_vocab_limit=False,
-            pad_id=PAD,
-            unk_id=UNK,
-            bos_id=BOS,
-            eos_id=EOS,
-            num_threads=max(1, os.cpu_count() or 1),
-            minloglevel=2,
-        )
+        try:
+            _train(sentences, prefix, vocab_size, model_type, character_coverage, max_sentences)
+        except RuntimeError as e:  # e.g. fewer pieces than the corpus has characters
+            reason = str(e).split("] ")[-1].strip()
+            raise UserError(f"data.vocab_size {vocab_size}: SentencePiece cannot build this vocabulary ({reason or e}; see also data.spm_character_coverage)") from None
         os.replace(prefix + ".model", model_path)
         shutil.move(prefix + ".vocab", model_path.with_suffix(".vocab"))
     return model_path
+
+
+def _train(sentences: Iterable[str], prefix: str, vocab_size: int, model_type: str, character_coverage: float, max_sentences: int) -> None:
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_prefix=prefix,
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=character_coverage,
+        input_sentence_size=max_sentences,
+        shuffle_input_sentence=True,
+        hard_vocab_limit=False,
+        pad_id=PAD,
+        unk_id=UNK,
+        bos_id=BOS,
+        eos_id=EOS,
+        num_threads=max(1, os.cpu_count() or 1),
+        minloglevel=2,
+    )
 
 
 class Tokenizer:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -24,9 +25,17 @@ from syntaxnmt.unk import locate_unknown_words, translations_with_replacement
 
 
 def resolve_device(name: str) -> torch.device:
+    """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``; anything else, or CUDA on a
+    machine without it, is a user error."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"device {name!r}: expected auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device {name!r}: this machine has no CUDA GPU that torch can use (try cpu)")
+    return device
 
 
 def checkpoint_path(cfg: Config, which: str) -> Path:
@@ -166,9 +175,34 @@ def encode_source_lines(cfg: Config, toks: Tokenizers, lines: Sequence[str], spe
     return [np.asarray(i, dtype=np.int64) for i in ids], parse_annotations(cfg, parses, words, toks.tags)
 
 
-def translate_lines(model, cfg: Config, toks: Tokenizers, lines: Sequence[str], decode: DecodeConfig, device: torch.device, *, conllu: str | None = None, source_name: str = "<input>", **kw) -> list[list[tuple[str, float]]]:
-    """Raw source lines to detokenized n-best lists of (translation, score)."""
+def without_empty_lines(lines: Sequence[str], translate: Callable[[list[str], list[int]], list]) -> list[list[tuple[str, float]]]:
+    """``translate(kept, numbers)`` of the lines with words (and their 1-based numbers); an empty
+    or blank line gets an empty translation with score 0, in its place."""
+    numbers = [n for n, line in enumerate(lines, start=1) if line.strip()]
+    out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
+    for n, nbest in zip(numbers, translate([lines[n - 1] for n in numbers], numbers) if numbers else []):
+        out[n - 1] = nbest
+    return out
+
+
+def warn_cut_lines(sources: Sequence[np.ndarray], limit: int, source_name: str, line_numbers: Sequence[int] | None = None) -> None:
+    """A warning on stderr for each source longer than the ``limit`` subwords the model reads (it is cut)."""
+    for k, ids in enumerate(sources):
+        if len(ids) > limit:
+            n = line_numbers[k] if line_numbers is not None else k + 1
+            tqdm.write(f"syntaxnmt: warning: {source_name}:{n}: {len(ids)} subwords, only the first {limit} are translated (the model's max_positions)", file=sys.stderr)
+
+
+def translate_lines(model, cfg: Config, toks: Tokenizers, lines: Sequence[str], decode: DecodeConfig, device: torch.device, *, conllu: str | None = None, source_name: str = "<input>", line_numbers: Sequence[int] | None = None, **kw) -> list[list[tuple[str, float]]]:
+    """Raw source lines to detokenized n-best lists of (translation, score).
+
+    An empty or blank line translates to an empty line without reaching the model (with
+    ``conllu``, the CoNLL-U file holds one sentence per non-empty line, as for ``prepare``); a line
+    longer than the model's positions is cut, with a warning naming it (docs/robustness.md)."""
+    if any(not line.strip() for line in lines):
+        return without_empty_lines(lines, lambda kept, numbers: translate_lines(model, cfg, toks, kept, decode, device, conllu=conllu, source_name=source_name, line_numbers=numbers, **kw))
     sources, annotations = encode_source_lines(cfg, toks, lines, model.feature_spec, conllu, source_name)
+    warn_cut_lines(sources, model.cfg.max_positions - 2, source_name, line_numbers)
     hyps = translate_ids(model, sources, decode, device, annotations=annotations, **kw)
     if decode.unk_replace != "none":
         words = parser_words(cfg, lines, conllu, source_name)

@@ -118,6 +118,7 @@ CONFIG_MISTAKES = {
     "max_tokens 0": (["--train.max_tokens=0"], "train.max_tokens"),
     "max_tokens negative": (["--train.max_tokens=-1"], "train.max_tokens"),
     "shared embedding, separate vocabularies": (["--model.tie_embeddings=all", "--data.joint_vocab=false"], "data.joint_vocab"),
+    "vocabulary of specials only": (["--data.vocab_size=4"], "data.vocab_size"),
 }
 
 
@@ -128,6 +129,20 @@ def test_config_mistakes_are_found_at_load(capsys, config_for, tmp_path, command
     code, _, err = run_cli(capsys, command, config_for(), *overrides)
     assert_one_line_error(code, err, key)
     assert not (tmp_path / "prepared").exists() and not (tmp_path / "work").exists()
+
+
+def test_bad_device_and_unwritable_folder_are_user_errors(capsys, config_for, tmp_path):
+    code, _, err = run_cli(capsys, "train", config_for(), "--train.device=tpu0")
+    assert_one_line_error(code, err, "device 'tpu0'")
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    code, _, err = run_cli(capsys, "train", config_for(), f"--work_dir={blocker}/run")
+    assert_one_line_error(code, err, str(blocker))
+
+
+def test_vocabulary_smaller_than_the_corpus_characters_is_a_user_error(capsys, config_for):
+    code, _, err = run_cli(capsys, "prepare", config_for({"vocab_size": 20}))
+    assert_one_line_error(code, err, "data.vocab_size 20", "required_chars")
 
 
 def test_tag_set_the_parses_lack_is_a_user_error(capsys, config_for, corpus, tmp_path):

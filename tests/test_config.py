@@ -297,7 +297,7 @@ def test_saved_config_reloads_equal(tmp_path):
 @pytest.mark.parametrize(
     "key",
     ["model.heads", "model.d_model", "train.accum_steps", "train.valid_every", "train.log_every", "decode.beam_size", "decode.batch_size",
-     "train.max_tokens", "train.max_steps", "model.max_positions", "model.enc_layers", "data.max_len", "model.syntax.tag_dim"],
+     "train.max_tokens", "train.max_steps", "model.enc_layers", "data.max_len", "model.syntax.tag_dim"],
 )
 def test_counts_must_be_positive(key):
     # Zero divides by zero (heads, d_model, valid_every, log_every) or crashes later in training
