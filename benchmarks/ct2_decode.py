@@ -7,7 +7,8 @@ The source lines are turned into subword ids once (the pipeline both engines sha
 words for a model trained on a parsed corpus, SentencePiece); what is timed is the search from
 ids to ids of the whole test set (default test_2016_flickr, 1,000 sentences), with the same
 threads (torch intra-op threads; CTranslate2 intra_threads, one translator), batch size and
-search settings (``decode`` of the checkpoint's config, ``--beam``). The engines run in turns,
+search settings (``decode`` of the checkpoint's config, ``--beam``), after an untimed warm-up
+(``--warmup`` sentences per engine). The engines run in turns,
 ``--repeats`` times in a rotating order, so that a busy machine slows all of them alike; the
 table gives the median sentences/s (and the range), corpus BLEU of the detokenized output, and
 how many sentences are word-for-word ours. ``--root`` is the folder that relative paths in the
@@ -56,6 +57,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--beam", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=100, help="sentences each engine translates untimed first")
     ap.add_argument("--limit", type=int, default=0, help="only the first N sentences (quick checks)")
     args = ap.parse_args()
     checkpoint, src, ref = (Path(p).resolve() for p in (args.checkpoint, args.test_src, args.test_ref))
@@ -70,6 +72,9 @@ def main() -> None:
         lines, refs = read_lines(src)[: args.limit or None], read_lines(ref)[: args.limit or None]
         sources, anns = encode_source_lines(cfg, toks, lines, model.feature_spec, source_name=str(src))
         names = list(runs)
+        with torch.inference_mode():  # untimed: first-call costs (kernel selection, allocations) of every engine
+            for name in names:
+                runs[name](sources[: args.warmup], decode, anns[: args.warmup] if anns else None)
         speeds: dict[str, list[float]] = {n: [] for n in names}
         outputs: dict[str, list[str]] = {}
         for r in range(args.repeats):

@@ -24,9 +24,9 @@ import torch
 
 from syntaxnmt.config import Config, DecodeConfig, config_from_dict
 from syntaxnmt.errors import UserError
-from syntaxnmt.export_ct2 import CONFIG_FILE, export_ct2
+from syntaxnmt.export_ct2 import CONFIG_FILE, SOURCE_TOKENIZER, TARGET_TOKENIZER, export_ct2
 from syntaxnmt.model.inputs import FeatureSpec
-from syntaxnmt.prepare import load_tokenizers
+from syntaxnmt.prepare import tokenizers_from_assets
 from syntaxnmt.search import Hypothesis, max_output_lengths
 from syntaxnmt.subwords import BOS, PAD
 
@@ -44,15 +44,16 @@ class CT2Engine:
         meta = path / CONFIG_FILE
         if not meta.is_file():
             raise UserError(f"{path}: not a syntaxnmt CTranslate2 export (no {CONFIG_FILE}; run `syntaxnmt export-ct2`)")
-        stored = json.loads(meta.read_text(encoding="utf-8"))["config"]
-        stored["data"]["prepared_dir"] = str(path)
-        self.cfg: Config = config_from_dict(stored, source=str(meta))
-        self.toks = load_tokenizers(self.cfg)
+        self.cfg: Config = config_from_dict(json.loads(meta.read_text(encoding="utf-8"))["config"], source=str(meta))
+        assets = {"spm_src": (path / SOURCE_TOKENIZER).read_bytes(), "spm_tgt": (path / TARGET_TOKENIZER).read_bytes(), "tags": None}
+        self.toks = tokenizers_from_assets(self.cfg, assets)
+        self.tgt_ids = {self.toks.tgt.id_to_piece(i): i for i in range(len(self.toks.tgt))}
         self.translator = ctranslate2.Translator(str(path), device=device, compute_type=compute_type, inter_threads=1, intra_threads=threads or torch.get_num_threads())
         self.suppress = [[self.toks.tgt.id_to_piece(PAD)], [self.toks.tgt.id_to_piece(BOS)]]
 
     def translate_ids(self, sources: Sequence[np.ndarray], decode: DecodeConfig, *, beam: int | None = None, nbest: int = 1) -> list[list[Hypothesis]]:
         """Search every source (subword ids, no EOS); results in input order."""
+        check_decode(decode)
         beam = decode.beam_size if beam is None else beam
         max_pos = self.cfg.model.max_positions - 2
         sources = [s[:max_pos] for s in sources]
@@ -71,11 +72,13 @@ class CT2Engine:
             suppress_sequences=self.suppress,
             return_scores=True,
         )
-        piece = self.toks.tgt.sp.piece_to_id
-        return [
-            [Hypothesis([piece(t) for t in hyp[:limit]], score, score) for hyp, score in zip(r.hypotheses, r.scores)]
-            for r, limit in zip(results, limits)
-        ]
+        alpha = decode.length_penalty
+
+        def hypothesis(tokens: list[str], score: float, limit: int) -> Hypothesis:
+            # CTranslate2's score is ours, log P / (|y| + 1)**alpha (EOS counted): log P is recovered from it.
+            return Hypothesis([self.tgt_ids[t] for t in tokens[:limit]], score, score * (len(tokens) + 1) ** alpha)
+
+        return [[hypothesis(h, score, limit) for h, score in zip(r.hypotheses, r.scores)] for r, limit in zip(results, limits)]
 
     def translate_lines(self, lines: Sequence[str], decode: DecodeConfig, *, conllu: str | None = None, source_name: str = "<input>", nbest: int = 1, **_ignored) -> list[list[tuple[str, float]]]:
         """Raw source lines to detokenized n-best lists of (translation, score)."""
@@ -84,6 +87,14 @@ class CT2Engine:
         sources, _ = encode_source_lines(self.cfg, self.toks, lines, FeatureSpec(), conllu, source_name)
         hyps = self.translate_ids(sources, decode, nbest=nbest)
         return [[(self.toks.tgt.decode(h.tokens), h.score) for h in nb] for nb in hyps]
+
+
+def check_decode(decode: DecodeConfig) -> None:
+    """Refuse, in one line, the search settings that CTranslate2's search does not have."""
+    if decode.unk_replace != "none":
+        raise UserError(f"decode.unk_replace {decode.unk_replace} reads our cross-attention: translate with --engine torch")
+    if decode.length_penalty_type != "power":
+        raise UserError(f"decode.length_penalty_type {decode.length_penalty_type}: CTranslate2 normalizes by |y|^alpha only (power); translate with --engine torch")
 
 
 def ct2_device(device: torch.device) -> str:

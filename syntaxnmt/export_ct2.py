@@ -3,8 +3,8 @@
 ``syntaxnmt export-ct2 --checkpoint C -o DIR`` maps the weights of
 :class:`~syntaxnmt.model.transformer.Transformer` onto ``ctranslate2.specs.TransformerSpec``
 (pre- or post-norm, ReLU or GELU, sinusoidal / learned / no absolute positions, any tying of the
-embeddings) and writes a CTranslate2 model directory, with the SentencePiece models and the
-training config next to it so that ``syntaxnmt translate --engine ctranslate2 --checkpoint DIR``
+embeddings) and writes a CTranslate2 model directory, with the tokenizers (SentencePiece models
+or word vocabularies) and the training config next to it so that ``syntaxnmt translate --engine ctranslate2 --checkpoint DIR``
 runs the same text pipeline as the PyTorch engine (:mod:`syntaxnmt.ct2_engine`).
 
 Relative positions (Shaw et al. 2018, Eq. 3-4): CTranslate2's ``relative_position`` attention
@@ -13,7 +13,7 @@ one (2k+1)×d_head table per layer shared by all heads, and then drops the absol
 that stack. That is exactly a model whose every encoder head of every layer has ``linear``
 relations and whose ``model.positions`` is ``none``; any other mix is refused. Structure that
 CTranslate2 cannot represent (tree relations, linguistic or parent-scaled heads, injected
-parses, input features, RNNs) is refused with one line naming it. Training-only modules
+parses, input features, sparse or hard cross-attention, RNNs) is refused with one line naming it. Training-only modules
 (multi-task classifiers, the fertility predictor) do not take part in translation and are left out.
 """
 
@@ -30,12 +30,13 @@ from torch import nn
 
 from syntaxnmt.config import Config
 from syntaxnmt.errors import UserError
-from syntaxnmt.prepare import Tokenizers, spm_paths
-from syntaxnmt.subwords import BOS
-from syntaxnmt.textio import atomic_write_text
+from syntaxnmt.prepare import Tokenizers
+from syntaxnmt.subwords import BOS, EOS, UNK
+from syntaxnmt.textio import atomic_write_text, remove_stale_temporaries, temporary_prefix
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "float16")
 CONFIG_FILE = "syntaxnmt.json"  # the training config, beside CTranslate2's own config.json
+SOURCE_TOKENIZER, TARGET_TOKENIZER = "source.tokenizer", "target.tokenizer"  # SentencePiece models (or word vocabularies)
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default (CTranslate2's is 1e-6)
 
 
@@ -43,6 +44,10 @@ def unsupported(model: nn.Module, cfg: Config) -> str | None:
     """Why CTranslate2 cannot represent ``model`` (None when it can)."""
     if cfg.model.arch != "transformer":
         return f"model.arch {cfg.model.arch} (CTranslate2 runs Transformers only)"
+    if cfg.model.attention_normalizer != "softmax":
+        return f"model.attention_normalizer {cfg.model.attention_normalizer} (CTranslate2's attention is softmax)"
+    if cfg.model.hard_attention != "none":
+        return f"model.hard_attention {cfg.model.hard_attention} (one-hot cross-attention)"
     syn = cfg.model.syntax
     kinds = {k for row in syn.relations for k in row if k != "none"}
     tree = sorted(kinds - {"linear"})
@@ -141,7 +146,8 @@ def build_spec(model: nn.Module, cfg: Config, toks: Tokenizers):
     spec = transformer_spec.TransformerSpec(encoder, decoder)
     spec.config.layer_norm_epsilon = LAYER_NORM_EPS
     spec.config.add_source_eos = True  # our sources end with EOS (syntaxnmt.batches.make_batch)
-    spec.config.decoder_start_token = toks.tgt.id_to_piece(BOS)
+    spec.config.decoder_start_token = spec.config.bos_token = toks.tgt.id_to_piece(BOS)
+    spec.config.eos_token, spec.config.unk_token = toks.tgt.id_to_piece(EOS), toks.tgt.id_to_piece(UNK)
 
     encoder.embeddings[0].weight = _np(model.src_embed.tokens.weight)
     _positions(encoder, model.src_embed, cfg)
@@ -167,18 +173,16 @@ def build_spec(model: nn.Module, cfg: Config, toks: Tokenizers):
 
 
 def write_export(model: nn.Module, cfg: Config, toks: Tokenizers, out: Path, quantization: str = "float32") -> None:
-    """Write the CTranslate2 model, the SentencePiece models and ``syntaxnmt.json`` to ``out`` (a new folder)."""
+    """Write the CTranslate2 model, the tokenizers and ``syntaxnmt.json`` to ``out`` (a new folder)."""
     if quantization not in QUANTIZATIONS:
         raise UserError(f"--quantization {quantization}: choose from {', '.join(QUANTIZATIONS)}")
     spec = build_spec(model, cfg, toks)
     spec.validate()
     spec.optimize(quantization=quantization)
     spec.save(str(out))
-    for path in dict.fromkeys(spm_paths(cfg.prepared_dir, cfg.data)):
-        shutil.copyfile(path, out / path.name)
-    stored = cfg.model_dump(mode="json")
-    stored["data"]["prepared_dir"] = ""  # set to the export's folder when it is loaded
-    atomic_write_text(out / CONFIG_FILE, json.dumps({"config": stored, "quantization": quantization}, indent=2) + "\n")
+    (out / SOURCE_TOKENIZER).write_bytes(toks.src.model_proto())
+    (out / TARGET_TOKENIZER).write_bytes(toks.tgt.model_proto())
+    atomic_write_text(out / CONFIG_FILE, json.dumps({"config": cfg.model_dump(mode="json"), "quantization": quantization}, indent=2) + "\n")
 
 
 def export_ct2(checkpoint: str | Path, out: str | Path, quantization: str = "float32", force: bool = False) -> Path:
@@ -190,7 +194,8 @@ def export_ct2(checkpoint: str | Path, out: str | Path, quantization: str = "flo
         raise UserError(f"{out}: exists and is not an empty folder (give a new one, or --force to replace an export)")
     model, cfg, toks = load_model(checkpoint, torch.device("cpu"))
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    remove_stale_temporaries(out.parent, out.name)  # left by an export that was killed
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=temporary_prefix(out), suffix=".tmp"))
     try:
         write_export(model, cfg, toks, tmp, quantization)
         if out.exists():

@@ -109,3 +109,32 @@ def test_parsed_corpus_model_reads_the_parsers_words(make_config, corpus, parsed
     ours = translate_lines(model, cfg, toks, lines, decode, torch.device("cpu"), conllu=conllu)
     theirs = CT2Engine(ckpt, threads=1).translate_lines(lines, decode, conllu=conllu)
     assert [nb[0][0] for nb in theirs] == [nb[0][0] for nb in ours]
+
+
+def test_word_vocabulary_model_same_greedy_output(make_config, corpus, tmp_path):
+    """A word-level vocabulary (``data.vocab: word``, pieces "▁word" and "▁<unk>") exports and searches alike."""
+    from syntaxnmt.prepare import prepare
+
+    cfg = make_config({"data": {"vocab": "word", "vocab_size": 60}}, prepared_dir=tmp_path / "prepared")
+    prepare(cfg, log=lambda *_: None)
+    ckpt = untrained_checkpoint(cfg, tmp_path / "init.pt", seed=3)
+    sharpen(ckpt, 1.5)
+    ours, theirs = greedy_ours_and_ct2(ckpt, tmp_path / "ct2", read_lines(corpus["test"]["src"])[:12])
+    assert len({tuple(o) for o in ours}) > 1
+    assert theirs == ours
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("--decode.unk_replace=copy", "decode.unk_replace copy reads our cross-attention: translate with --engine torch"),
+        ("--decode.length_penalty_type=gnmt", "decode.length_penalty_type gnmt: CTranslate2 normalizes by |y|^alpha only (power); translate with --engine torch"),
+    ],
+)
+def test_search_settings_ctranslate2_lacks_are_refused(trained_run, corpus, option, message):
+    r = subprocess.run(
+        [sys.executable, "-m", "syntaxnmt", "translate", "--checkpoint", str(checkpoint_path(trained_run, "best")), "--engine", "ctranslate2", "-i", str(corpus["test"]["src"]), option],
+        capture_output=True, text=True,
+    )
+    assert r.returncode == 2
+    assert r.stderr == f"syntaxnmt: error: {message}\n"

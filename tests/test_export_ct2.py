@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from syntaxnmt.checkpoint import save_checkpoint
-from syntaxnmt.export_ct2 import CONFIG_FILE, export_ct2, unsupported
+from syntaxnmt.export_ct2 import CONFIG_FILE, SOURCE_TOKENIZER, TARGET_TOKENIZER, export_ct2, unsupported
 from syntaxnmt.prepare import load_tokenizers
 from syntaxnmt.translate import assemble_model, checkpoint_path
 from tests.conftest import parsed_data
@@ -46,6 +46,8 @@ def test_tree_relation_model_refused_in_one_line(make_config, corpus, parsed_pre
         ({"syntax": {"relations": [["linear", "none", "linear", "linear"]]}, "positions": "none"}, {}, "relative positions on some heads or layers only"),
         ({"syntax": {"relations": [["linear"] * 4]}}, {}, "relative positions together with absolute positions (model.positions: sinusoidal"),
         ({}, {"multitask": {"lisa": {"weight": 1.0, "inject_parse": True}}}, "attention extensions in encoder layer 0 (ParentAttention"),
+        ({"attention_normalizer": "entmax15"}, {}, "model.attention_normalizer entmax15"),
+        ({"hard_attention": "decode"}, {}, "model.hard_attention decode"),
         ({"syntax": {"relations": [["linear"] * 4]}, "positions": "none"}, {}, None),
         ({}, {"multitask": {"pos": {"weight": 1.0}, "parse": {"weight": 1.0}}}, None),  # training-only classifiers
     ],
@@ -71,7 +73,7 @@ def test_export_files_and_quantization(trained_run, tmp_path):
     fp32 = export_ct2(ckpt, tmp_path / "fp32")
     int8 = export_ct2(ckpt, tmp_path / "int8", "int8")
     for out in (fp32, int8):
-        assert {"model.bin", "config.json", CONFIG_FILE, "spm.joint.model"} <= {p.name for p in out.iterdir()}
+        assert {"model.bin", "config.json", CONFIG_FILE, SOURCE_TOKENIZER, TARGET_TOKENIZER} <= {p.name for p in out.iterdir()}
         ct2_config = json.loads((out / "config.json").read_text())
         assert ct2_config["add_source_eos"] is True and ct2_config["layer_norm_epsilon"] == 1e-5
     assert json.loads((int8 / CONFIG_FILE).read_text())["quantization"] == "int8"
