@@ -48,7 +48,7 @@ class DataConfig(_Section):
     """``subword``: SentencePiece; ``word``: the ``vocab_size`` most frequent words, the others
     ``<unk>`` (see :mod:`syntaxnmt.words` and ``decode.unk_replace``)."""
     spm_model_type: Literal["bpe", "unigram"] = "bpe"
-    vocab_size: Annotated[int, Field(ge=8)] = 8000
+    vocab_size: Annotated[int, Field(ge=5)] = 8000
     """Vocabulary size (SentencePiece pieces or words, specials included), per language when not joint."""
     joint_vocab: bool = True
     spm_character_coverage: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
