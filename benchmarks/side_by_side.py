@@ -27,7 +27,10 @@ Same data, same model, same measurements for every toolkit (method: docs/benchma
 
 Each toolkit runs in its own process, one after another, round-robin over --repeats rounds;
 medians are reported with the ratios syntaxnmt/peer. Results and the exact command go to
-``benchmarks/out/side_by_side.json`` (``side_by_side-tiny.json`` with --tiny); the prepared data,
+``benchmarks/out/side_by_side.json`` (``side_by_side-tiny.json`` with --tiny). The file keeps
+every toolkit's latest figures: a run on a subset (``--toolkits syntaxnmt``) replaces the figures
+of the toolkits it measured and keeps the others' (when they were measured with the same setting),
+with the date and command of each run in ``invocations``; the prepared data,
 configs and logs stay in ``benchmarks/out/side_by_side/``. ``--tiny`` checks the pipeline end to
 end: 20 updates (11..20 measured), 20 test sentences, one round (minutes on a quiet machine).
 """
@@ -48,6 +51,8 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+
+from syntaxnmt.textio import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 PEERS_DIR = ROOT / "benchmarks" / "peers"
@@ -683,6 +688,40 @@ CLASSES = {"fairseq": Fairseq, "onmt": OpenNMT, "joey": Joey, "syntaxnmt": Synta
 
 
 # ----------------------------------------------------------------------------------------------
+# results file: one JSON holding every toolkit's latest figures
+
+
+def read_previous(json_path: Path, setting: dict) -> dict | None:
+    """The results file of an earlier run, if it exists and was measured with the same setting
+    (same model, batches, updates, --tiny or not); None otherwise (it is then replaced whole)."""
+    try:
+        previous = json.loads(json_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if previous.get("setting") != setting:
+        log(f"{json_path}: measured with another setting; it is replaced, not merged")
+        return None
+    return previous
+
+
+def merge_runs(previous: dict | None, runs: list[dict], errors: dict, this_run: dict) -> tuple[list[dict], dict, list[dict]]:
+    """The runs and errors of ``previous`` for the toolkits this run did not measure, plus this
+    run's; and the list of invocations whose figures the file holds (``this_run``: command, date,
+    toolkits, machine). A toolkit measured again replaces its earlier figures entirely."""
+    measured = set(this_run["toolkits"])
+    if previous is None:
+        return runs, errors, [this_run]
+    kept = [r for r in previous.get("runs", []) if r["toolkit"] not in measured]
+    kept_errors = {t: e for t, e in previous.get("errors", {}).items() if t not in measured}
+    old_invocations = previous.get("invocations") or [{k: previous.get(k) for k in ("command", "date", "toolkits", "machine")}]
+    for r in kept:  # files written before runs carried their date
+        r.setdefault("date", previous.get("date"))
+    dates = {r["date"] for r in kept}
+    invocations = [i for i in old_invocations if i.get("date") in dates or set(i.get("toolkits") or ()) & set(kept_errors)]
+    return kept + runs, kept_errors | errors, invocations + [this_run]
+
+
+# ----------------------------------------------------------------------------------------------
 # report
 
 
@@ -805,27 +844,41 @@ def main() -> int:
                 f"peak RSS {res['train_peak_mb']:.0f}/{res['decode_peak_mb']:.0f} MB, {res['params']:,} params, {res['seconds']:.0f} s"
             )
 
-    medians, ratios, lines = summarize(runs, toolkits)
+    this_run = {"command": command, "date": _dt.datetime.now().isoformat(timespec="seconds"), "toolkits": toolkits,
+                "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "python": platform.python_version(),
+                            "load_average_at_end": os.getloadavg(), "threads": args.threads or "torch default"}}
+    for res in runs:
+        res["date"] = this_run["date"]
+    setting = {"tiny": args.tiny, "updates": args.updates, "seed": SEED, "vocab": VOCAB, "layers": LAYERS, "d_model": D_MODEL, "heads": HEADS,
+               "ffn": FFN, "dropout": DROPOUT, "lr": LR, "warmup": WARMUP, "betas": list(BETAS), "label_smoothing": LABEL_SMOOTHING,
+               "clip_norm": CLIP_NORM, "max_tokens": MAX_TOKENS, "joey_batch_tokens": JOEY_BATCH, "beam": BEAM, "forced_length": FORCE_LEN,
+               "decode_batch": DECODE_BATCH, "log_interval": LOG_INTERVAL}
+    previous = read_previous(json_path, setting)
+    failed_now = bool(errors)
+    runs, errors, invocations = merge_runs(previous, runs, errors, this_run)
+    merged = [t for t in TOOLKITS if any(r["toolkit"] == t for r in runs) or t in errors]
+    medians, ratios, lines = summarize(runs, merged)
     print(f"side by side: {args.updates} updates (11..{args.updates} measured), beam {BEAM} forced to {FORCE_LEN} pieces on "
           f"{TINY_SENTENCES if args.tiny else data['test_sentences']} sentences, medians of {args.repeats} round(s)")
     for line in lines:
         print(line)
+    for t in merged:
+        if t not in toolkits:
+            dates = sorted({r.get("date", "?") for r in runs if r["toolkit"] == t})
+            print(f"{NAMES[t]}: figures kept from the earlier run(s) of {', '.join(dates)} in {json_path.name}")
     for t, e in errors.items():
         print(f"ERROR {t}: {e.splitlines()[0]}")
     result = {
         "command": command,
-        "date": _dt.datetime.now().isoformat(timespec="seconds"),
+        "date": this_run["date"],
         "tiny": args.tiny,
         "updates": args.updates,
         "measured_updates": f"{SKIP_UPDATES + 1}..{args.updates}",
         "repeats": args.repeats,
-        "toolkits": toolkits,
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "python": platform.python_version(),
-                    "load_average_at_end": os.getloadavg(), "threads": args.threads or "torch default"},
-        "setting": {"seed": SEED, "vocab": VOCAB, "layers": LAYERS, "d_model": D_MODEL, "heads": HEADS, "ffn": FFN, "dropout": DROPOUT,
-                    "lr": LR, "warmup": WARMUP, "betas": BETAS, "label_smoothing": LABEL_SMOOTHING, "clip_norm": CLIP_NORM,
-                    "max_tokens": MAX_TOKENS, "joey_batch_tokens": JOEY_BATCH, "beam": BEAM, "forced_length": FORCE_LEN,
-                    "decode_batch": DECODE_BATCH, "log_interval": LOG_INTERVAL},
+        "toolkits": merged,
+        "machine": this_run["machine"],
+        "setting": setting,
+        "invocations": invocations,
         "data": data,
         "runs": runs,
         "medians": medians,
@@ -835,10 +888,12 @@ def main() -> int:
         "total_seconds": time.perf_counter() - t_start,
     }
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(result, indent=1))
-    print(f"results: {json_path} (total {result['total_seconds']:.0f} s)")
-    return 1 if errors else 0
+    atomic_write_text(json_path, json.dumps(result, indent=1))
+    print(f"results: {json_path} (total {result['total_seconds']:.0f} s; toolkits in the file: {', '.join(merged)})")
+    return 1 if failed_now else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from syntaxnmt.cli import run_command
+
+    run_command(lambda: sys.exit(main()))  # a user mistake: one line, exit 2

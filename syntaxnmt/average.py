@@ -35,7 +35,7 @@ def keep_periodic(work_dir: str | Path, state: dict[str, Any], step: int, keep: 
     oldest so that ``keep`` remain. Returns the new file's path."""
     path = Path(work_dir) / PERIODIC_DIR / f"step-{step:08d}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_checkpoint(path, {k: state[k] for k in ("config", "model", "progress") if k in state})
+    save_checkpoint(path, {k: state[k] for k in ("config", "model", "progress", "assets") if k in state})  # assets: the tokenizers
     for old in periodic_checkpoints(work_dir)[:-keep]:
         old.unlink(missing_ok=True)
     return path
@@ -79,6 +79,7 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> dict
         "model": average_state_dicts([s["model"] for s in states], [str(p) for p in paths]),
         "progress": states[-1].get("progress", {}),
         "averaged_from": [str(p) for p in paths],
+        **({"assets": states[-1]["assets"]} if "assets" in states[-1] else {}),  # the tokenizers travel along
     }
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     save_checkpoint(output, averaged)

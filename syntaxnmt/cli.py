@@ -9,12 +9,13 @@ mistake prints one line ``syntaxnmt: error: ...`` and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Callable
 
 from syntaxnmt.cpu import keep_freed_memory
-from syntaxnmt.errors import UserError
+from syntaxnmt.errors import Interrupted, UserError
 
 
 def _config(args, extra: list[str]):
@@ -130,11 +131,18 @@ def _read_input(path: str | None) -> list[str]:
 
 def cmd_translate(args, extra) -> None:
     from syntaxnmt.config import config_from_dict, parse_overrides
-    from syntaxnmt.translate import load_model, resolve_device, translate_lines
+    from syntaxnmt.translate import load_model, resolve_device, translate_lines, without_empty_lines
 
     paths = [_checkpoint_arg(argparse.Namespace(config=args.config, checkpoint=c), extra) for c in args.checkpoint]
     device = resolve_device(args.device)
-    if len(paths) > 1:
+    if args.engine == "ctranslate2":
+        from syntaxnmt.ct2_engine import CT2Engine, ct2_device
+
+        if len(paths) > 1:
+            raise UserError("--engine ctranslate2 translates with one model: give one --checkpoint (ensembles run with --engine torch)")
+        engine = CT2Engine(paths[0], ct2_device(device))
+        cfg = engine.cfg
+    elif len(paths) > 1:
         from syntaxnmt.ensemble import load_ensemble
 
         model, cfg, toks = load_ensemble(paths, device)
@@ -154,7 +162,11 @@ def cmd_translate(args, extra) -> None:
     nbest = max(1, args.nbest)
     if nbest > decode.beam_size:
         raise UserError(f"--nbest {nbest} is larger than the beam size {decode.beam_size}")
-    results = translate_lines(model, cfg, toks, lines, decode, device, conllu=args.src_conllu, source_name=args.input or "<stdin>", nbest=nbest, progress=sys.stderr.isatty() or args.output is not None)
+    kw = dict(conllu=args.src_conllu, source_name=args.input or "<stdin>", nbest=nbest, progress=sys.stderr.isatty() or args.output is not None)
+    if args.engine == "ctranslate2":  # empty lines stay empty, as with the torch engine
+        results = without_empty_lines(lines, lambda kept, _numbers: engine.translate_lines(kept, decode, **kw))
+    else:
+        results = translate_lines(model, cfg, toks, lines, decode, device, **kw)
     if nbest == 1:
         out = [nb[0][0] for nb in results]
     else:
@@ -189,6 +201,13 @@ def cmd_average_checkpoints(args, extra) -> None:
         raise UserError("give the output checkpoint with -o PATH")
     average_checkpoints(paths, output)
     print(f"averaged {len(paths)} checkpoints ({', '.join(Path(p).name for p in paths)}) into {output}", file=sys.stderr)
+
+def cmd_export_ct2(args, extra) -> None:
+    from syntaxnmt.export_ct2 import export_ct2
+
+    _no_overrides(extra)
+    out = export_ct2(args.checkpoint, args.output, args.quantization, args.force)
+    print(f"wrote {out} (CTranslate2, {args.quantization}); translate with: syntaxnmt translate --engine ctranslate2 --checkpoint {out}", file=sys.stderr)
 
 
 def cmd_attention(args, extra) -> None:
@@ -358,6 +377,7 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--batch-size", type=int, help="sentences per batch")
     s.add_argument("--src-conllu", help="parses of the input (CoNLL-U, one sentence per line) for models that use trees or tags")
     s.add_argument("--device", default="auto")
+    s.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch", help="ctranslate2: search with CTranslate2 (--checkpoint: a `syntaxnmt export-ct2` folder, or a checkpoint exported on the fly); docs/deployment.md")
     s.set_defaults(func=cmd_translate)
 
     s = sub.add_parser("lexicon", help="lexical table P(e|f) from eflomal alignments of a config's training corpus (for decode.unk_replace: dictionary)")
@@ -374,6 +394,13 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--inputs", nargs="+", help="checkpoint files to average instead (same model)")
     s.add_argument("-o", "--output", help="output checkpoint (default with CONFIG: work_dir/averaged.pt)")
     s.set_defaults(func=cmd_average_checkpoints)
+
+    s = sub.add_parser("export-ct2", help="export a Transformer checkpoint to a CTranslate2 model folder (docs/deployment.md)")
+    s.add_argument("--checkpoint", required=True, help="checkpoint path")
+    s.add_argument("-o", "--output", required=True, help="new folder for the CTranslate2 model, its SentencePiece models and config")
+    s.add_argument("--quantization", default="float32", choices=("float32", "int8", "int8_float32", "float16"), help="weight type (default float32)")
+    s.add_argument("--force", action="store_true", help="replace an existing folder")
+    s.set_defaults(func=cmd_export_ct2)
 
     s = sub.add_parser("evaluate", help="sacreBLEU BLEU and chrF, and paired bootstrap resampling")
     s.add_argument("--hyp", required=True, help="detokenized hypotheses")
@@ -504,20 +531,38 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _raise_interrupted(signum, frame) -> None:
+    raise Interrupted(signum)
+
+
 def run_command(func: Callable[[], None]) -> None:
     """Run a command: a user error prints one line ``syntaxnmt: error: ...`` and exits with its
-    ``exit_code`` (2 unless it has one), Ctrl-C exits with 130."""
+    ``exit_code`` (2 unless it has one); Ctrl-C exits with 130 and SIGTERM with 143 (training
+    saves ``last.pt`` first), leaving no temporary file behind."""
     keep_freed_memory()
+    try:
+        old_term = signal.signal(signal.SIGTERM, _raise_interrupted)
+    except ValueError:  # not the main thread
+        old_term = False
     try:
         func()
     except UserError as e:
         print(f"syntaxnmt: error: {e}", file=sys.stderr)
         sys.exit(getattr(e, "exit_code", 2))
+    except Interrupted as e:
+        print(f"syntaxnmt: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
     except KeyboardInterrupt:
         print("syntaxnmt: interrupted", file=sys.stderr)
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except OSError as e:  # a folder that cannot be created, a full disk, a file without permission
+        print(f"syntaxnmt: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        if old_term is not False:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if old_term is None else old_term)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -97,9 +97,7 @@ def run_config(label: str, cfg: Config, spec: ExperimentSet, log) -> dict:
         log(f"[{label} seed {cfg.seed}] trained already ({record['steps']} updates)")
     else:
         log(f"[{label} seed {cfg.seed}] training in {work}")
-        progress = train(cfg, resume=True, log=log)
-        if progress.stop_reason == "interrupted":  # last.pt is saved; the next call resumes it
-            raise KeyboardInterrupt
+        progress = train(cfg, resume=True, log=log)  # a signal raises Interrupted once last.pt is saved
         record = {"steps": progress.step, "train_seconds": progress.train_seconds, "train_tokens": progress.train_tokens, "best": progress.best, "params": _count_params(work / "best.pt")}
         atomic_write_text(done, json.dumps(record))
     device = resolve_device(cfg.train.device)

@@ -55,31 +55,38 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     The loss is a scalar, so its gradients are known in the forward pass up to the upstream
     factor: per chunk, ``dL/dz = softmax(z) - q`` (q the smoothed target) gives ``dL/dh = (dL/dz) W``
     and adds ``(dL/dz)^T h`` to ``dL/dW``; backward only scales them. One chunk of logits lives at
-    a time, and the log-softmax and the softmax are computed in its buffer.
+    a time, and the log-softmax and the softmax are computed in its buffer. The last chunk is
+    padded with zero rows to a multiple of ``GRANULE`` rows (left out of the loss; zero rows add
+    nothing to ``dL/dW``), so the products have a few shapes only, whatever N (oneDNN keeps
+    state per shape: :mod:`syntaxnmt.model.linear`).
     """
+
+    GRANULE = 128
 
     @staticmethod
     def forward(ctx, h: Tensor, weight: Tensor, target: Tensor, eps: float, chunk: int, need_grad: bool):
-        n_classes = weight.size(0)
+        n, n_classes = h.size(0), weight.size(0)
         loss = h.new_zeros((), dtype=torch.float32)
         nll = h.new_zeros((), dtype=torch.float32)
         grad_h = torch.empty_like(h) if need_grad else None
         grad_w = torch.zeros_like(weight) if need_grad else None
-        rows = torch.arange(min(chunk, h.size(0)), device=h.device)
-        for start in range(0, h.size(0), chunk):
+        rows = torch.arange(min(chunk, n), device=h.device)
+        for start in range(0, n, chunk):
             hc, tc = h[start : start + chunk], target[start : start + chunk]
+            real = hc.size(0)
+            hc = pad_rows(hc, min(chunk, _ChunkedLinearCrossEntropy.GRANULE))
             z = linear(hc, weight).float()
             z = z.sub_(torch.logsumexp(z, dim=-1, keepdim=True))  # log-probabilities
-            nll_c = -z.gather(1, tc[:, None]).sum()
+            nll_c = -z[:real].gather(1, tc[:, None]).sum()
             nll += nll_c
-            loss += (1.0 - eps) * nll_c - eps * z.sum() / n_classes if eps else nll_c
+            loss += (1.0 - eps) * nll_c - eps * z[:real].sum() / n_classes if eps else nll_c
             if need_grad:
                 g = z.exp_()  # softmax
                 if eps:
                     g.sub_(eps / n_classes)
-                g[rows[: len(tc)], tc] -= 1.0 - eps
+                g[rows[:real], tc] -= 1.0 - eps
                 g = g.to(h.dtype)
-                grad_h[start : start + chunk] = linear(g, weight.t())
+                grad_h[start : start + real] = linear(g, weight.t())[:real]
                 grad_w += linear(g.t(), hc.t())
         ctx.save_for_backward(grad_h, grad_w)
         ctx.mark_non_differentiable(nll)
@@ -109,7 +116,14 @@ def sequence_loss(out, target: Tensor, smoothing: float, chunk: int = 1024, stat
     if isinstance(project, nn.Linear) and project.bias is None and states.dtype == project.weight.dtype and not torch.is_autocast_enabled(states.device.type):
         need_grad = torch.is_grad_enabled() and (states.requires_grad or project.weight.requires_grad)
         return _ChunkedLinearCrossEntropy.apply(states, project.weight, target[keep], float(smoothing), chunk, need_grad)
-    return smoothed_cross_entropy(project(states), target[keep], smoothing)
+    logits = project(pad_rows(states, _ChunkedLinearCrossEntropy.GRANULE))[: states.size(0)]  # a few shapes (oneDNN)
+    return smoothed_cross_entropy(logits, target[keep], smoothing)
+
+
+def pad_rows(x: Tensor, multiple: int) -> Tensor:
+    """``x`` (N, D) with zero rows appended up to a multiple of ``multiple`` rows."""
+    extra = -x.size(0) % multiple
+    return torch.cat([x, x.new_zeros(extra, *x.shape[1:])]) if extra else x
 
 
 # --------------------------------------------------------------------------------------

@@ -38,16 +38,31 @@ def train_word_vocab(sentences: Iterable[str], path: str | os.PathLike, vocab_si
     return path
 
 
+MAGIC = b"syntaxnmt word vocabulary\n"
+"""First line of a word vocabulary serialized into a checkpoint (:meth:`WordProcessor.serialized_model_proto`)."""
+
+
+def is_word_vocab(model: bytes) -> bool:
+    """Whether checkpoint bytes hold a word vocabulary (else a SentencePiece model)."""
+    return model.startswith(MAGIC)
+
+
 class WordProcessor:
     """A word vocabulary with the SentencePiece processor's interface (``encode``, ``decode``,
-    ``id_to_piece``, ``get_piece_size``, ``pad_id``, ``eos_id``)."""
+    ``id_to_piece``, ``get_piece_size``, ``pad_id``, ``eos_id``, ``serialized_model_proto``)."""
 
-    def __init__(self, path: str | os.PathLike):
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-        self.words = [line.split("\t")[0] for line in lines if line]
+    def __init__(self, path: str | os.PathLike | bytes):
+        """``path``: a ``.words`` file, or the bytes of :meth:`serialized_model_proto`."""
+        text = path[len(MAGIC):].decode("utf-8") if isinstance(path, bytes) else Path(path).read_text(encoding="utf-8")
+        self.words = [line.split("\t")[0] for line in text.splitlines() if line]
         if tuple(self.words[: len(SPECIALS)]) != SPECIALS:
-            raise UserError(f"{path}: not a word vocabulary (the first entries must be {', '.join(SPECIALS)})")
+            name = "checkpoint word vocabulary" if isinstance(path, bytes) else path
+            raise UserError(f"{name}: not a word vocabulary (the first entries must be {', '.join(SPECIALS)})")
         self.index = {w: i for i, w in enumerate(self.words)}
+
+    def serialized_model_proto(self) -> bytes:
+        """The vocabulary as bytes, for a self-contained checkpoint."""
+        return MAGIC + "\n".join(self.words).encode("utf-8") + b"\n"
 
     def get_piece_size(self) -> int:
         return len(self.words)

@@ -75,6 +75,7 @@ def test_training_keeps_checkpoints_and_the_cli_averages_them(make_config, tmp_p
         if v.is_floating_point():
             assert torch.allclose(v, (last_two[0][k] + last_two[1][k]) / 2, atol=1e-6), k
     assert "averaged 2 checkpoints" in capsys.readouterr().err
+    assert out["assets"]["spm_src"] == load_checkpoint(kept[-1])["assets"]["spm_src"]  # self-contained, like best.pt
     # the averaged checkpoint translates like any other
     src = tmp_path / "in.txt"
     src.write_text("the cat sees a dog\n")

@@ -42,6 +42,23 @@ def test_training_uses_onednn_only_when_asked(monkeypatch):
     assert type(layer(x).grad_fn).__name__.startswith("_OneDNNLinear")
 
 
+@pytest.mark.parametrize("mode", ["auto", "infer", "train"])
+def test_training_on_static_shapes_uses_onednn_in_auto_mode(mode, monkeypatch):
+    """``onednn_in_training`` (entered by CPU training on bucketed shapes) turns oneDNN on in
+    training for the default mode ``auto`` only, and restores the setting on exit."""
+    if not lin.ENABLED:
+        pytest.skip("oneDNN linear op not available")
+    monkeypatch.setattr(lin, "MODE", mode)
+    monkeypatch.setattr(lin, "TRAIN", mode == "train")
+    x = torch.randn(4, 8, requires_grad=True)
+    layer = lin.Linear(8, 3)
+    for enabled in (True, False):
+        with lin.onednn_in_training(enabled):
+            inside = type(layer(x).grad_fn).__name__.startswith("_OneDNNLinear")
+        assert inside == (mode == "train" or (mode == "auto" and enabled))
+        assert lin.TRAIN == (mode == "train")
+
+
 def test_tied_weight_and_autocast_fall_back():
     emb = torch.nn.Embedding(10, 6)
     out = lin.Linear(6, 10, bias=False)

@@ -28,33 +28,41 @@ def test_gradient_matches_pytorch_cross_entropy(eps):
 
 
 def test_sequence_loss_projects_only_real_tokens():
+    """A projection that is not a bias-free Linear sees the non-PAD positions only, padded with
+    zero rows to a multiple of 128 (a few shapes for oneDNN); same loss and gradients."""
     torch.manual_seed(2)
-    proj = torch.nn.Linear(6, 9, bias=False)
+    proj = torch.nn.Linear(6, 9)
     states = torch.randn(2, 3, 6)
     target = torch.tensor([[3, 8, PAD], [4, PAD, PAD]])
     rows_seen = []
 
     def project(x):
-        rows_seen.append(x.shape[:-1].numel())
+        rows_seen.append(x.detach().clone())
         return proj(x)
 
-    out = ModelOutput(states, project, encoder=None)
-    loss, nll = sequence_loss(out, target, 0.1)
-    assert rows_seen == [3]  # the three non-PAD positions
-    full_loss, full_nll = label_smoothed_nll(out.logits, target, 0.1)
+    ours, ref = states.clone().requires_grad_(), states.clone().requires_grad_()
+    loss, nll = sequence_loss(ModelOutput(ours, project, encoder=None), target, 0.1)
+    assert [r.size(0) for r in rows_seen] == [128] and torch.equal(rows_seen[0][:3], states[target.ne(PAD)])
+    assert rows_seen[0][3:].eq(0).all()  # the three non-PAD positions, then zero rows
+    full_loss, full_nll = label_smoothed_nll(proj(ref), target, 0.1)
     assert loss.item() == pytest.approx(full_loss.item(), rel=1e-6)
     assert nll.item() == pytest.approx(full_nll.item(), rel=1e-6)
+    loss.backward()
+    full_loss.backward()
+    assert torch.allclose(ours.grad, ref.grad, atol=1e-6)
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1])
-def test_chunked_fused_output_loss_matches_the_reference(eps):
-    """A bias-free nn.Linear output layer takes the fused, chunked path: same loss and gradients."""
+@pytest.mark.parametrize("chunk", [3, 4])
+def test_chunked_fused_output_loss_matches_the_reference(eps, chunk):
+    """A bias-free nn.Linear output layer takes the fused, chunked path: same loss and gradients
+    (chunk 4: 9 rows make chunks of 4, 4 and 1, the last padded with zero rows to 4)."""
     torch.manual_seed(3)
     states = torch.randn(3, 5, 8)
     target = torch.tensor([[4, 9, 2, PAD, PAD], [1, 1, 7, 8, 3], [5, PAD, PAD, PAD, PAD]])
     layer = torch.nn.Linear(8, 11, bias=False)
     h1, h2 = states.clone().requires_grad_(), states.clone().requires_grad_()
-    loss, nll = sequence_loss(ModelOutput(h1, layer, encoder=None), target, eps, chunk=3)  # 9 rows: 3 chunks
+    loss, nll = sequence_loss(ModelOutput(h1, layer, encoder=None), target, eps, chunk=chunk)
     (2.0 * loss).backward()
     g_chunked = layer.weight.grad.clone()
     layer.weight.grad = None

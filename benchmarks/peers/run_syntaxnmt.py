@@ -47,7 +47,8 @@ def train(cfg, device, updates: int, warmup: int) -> dict:
     tok_s = speed.measure_training(cfg, device, updates, warmup)
     # The same batches measure_training used (its order depends only on the seed): their sizes.
     split = load_split(cfg, "train")
-    sampler = TokenBatchSampler(split["src"].lengths, split["tgt"].lengths, cfg.train.max_tokens, cfg.seed)
+    t = cfg.train.for_device(device.type)  # bucketed shapes change the batches (train.shape_bucket)
+    sampler = TokenBatchSampler(split["src"].lengths, split["tgt"].lengths, t.max_tokens, cfg.seed, multiple=t.shape_bucket)
     batches = sampler.epoch_batches(0)[warmup * cfg.train.accum_steps : (warmup + updates) * cfg.train.accum_steps]
     tokens = sum(int(split["tgt"].lengths[b].sum()) + len(b) for b in batches)
     return {
@@ -56,6 +57,7 @@ def train(cfg, device, updates: int, warmup: int) -> dict:
         "tokens_per_update": tokens / updates,
         "params": n_params(cfg),
         "batches_per_epoch": len(sampler.epoch_batches(0)),
+        "shape_bucket": t.shape_bucket,
     }
 
 

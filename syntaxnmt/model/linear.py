@@ -5,15 +5,18 @@ runs on, profiling the recipe model showed MKL reaching about 40-60 GFLOP/s per 
 oneDNN's float32 inner-product kernel (``torch.ops.mkldnn._linear_pointwise``, the op
 TorchInductor uses for CPU linears) reaches 100-150 at the model's shapes.
 
-``SYNTAXNMT_ONEDNN_LINEAR`` chooses where :class:`Linear` uses it:
+oneDNN keeps state per problem shape (primitives, their scratch memory): fed a new shape at
+every update, training grew from 1.4 to 3.4 GB over its first 80 updates without levelling off.
+With bucketed batch shapes (``train.shape_bucket``: a few static shapes) it sees a handful of
+shapes and the memory stays flat (``benchmarks/memory_curve.py``). ``SYNTAXNMT_ONEDNN_LINEAR``
+chooses where :class:`Linear` uses it:
 
-- ``infer`` (default): without autograd -- beam search and validation decoding (about 1.5x
-  faster beam search);
-- ``train``: also in training, forward and both gradients (``g W``, ``g^T x``): about 1.35x more
-  training tokens/s, BUT the process memory grows with every new batch shape (oneDNN keeps
-  state per shape; +20 MB per update over the first 80 updates of the recipe, 1.4 -> 3.4 GB,
-  not seen to level off), so it is opt-in for short runs and benchmarks;
-- ``0``: never.
+- ``auto`` (default): without autograd (beam search, validation decoding: about 1.5x faster
+  beam search), and in training inside :func:`onednn_in_training` -- which training enters when
+  its batch shapes are bucketed on CPU (forward and both gradients ``g W``, ``g^T x``: about
+  1.35x more training tokens/s);
+- ``train``: in training with every batch shape too (memory grows with each new shape);
+- ``infer``: never in training; ``0``: never.
 
 Same parameters, state-dict keys and numbers (up to float32 rounding) as ``nn.Linear``; outside
 float32 CPU work without autocast, and where the op is missing, it is ``nn.Linear``.
@@ -22,17 +25,32 @@ float32 CPU work without autocast, and where the op is missing, it is ``nn.Linea
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 _OP = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
-MODE = os.environ.get("SYNTAXNMT_ONEDNN_LINEAR", "infer")
-if MODE not in ("infer", "train", "0"):
-    raise SystemExit(f"syntaxnmt: error: SYNTAXNMT_ONEDNN_LINEAR must be infer, train or 0, not {MODE!r}")
+MODE = os.environ.get("SYNTAXNMT_ONEDNN_LINEAR", "auto")
+if MODE not in ("auto", "infer", "train", "0"):
+    raise SystemExit(f"syntaxnmt: error: SYNTAXNMT_ONEDNN_LINEAR must be auto, infer, train or 0, not {MODE!r}")
 ENABLED = _OP is not None and torch.backends.mkldnn.is_available() and MODE != "0"
 TRAIN = ENABLED and MODE == "train"
+
+
+@contextmanager
+def onednn_in_training(enabled: bool = True) -> Iterator[None]:
+    """Inside, :class:`Linear` also uses oneDNN with autograd (``SYNTAXNMT_ONEDNN_LINEAR`` auto
+    or train), when ``enabled``: for training on a few static batch shapes."""
+    global TRAIN
+    before = TRAIN
+    TRAIN = before or (enabled and ENABLED and MODE == "auto")
+    try:
+        yield
+    finally:
+        TRAIN = before
 
 
 def _dnn(x2d: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:

@@ -46,6 +46,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from syntaxnmt.config import ModelConfig, RNNConfig
 from syntaxnmt.model.dropout import Dropout
 from syntaxnmt.model.inputs import Batch, FeatureSpec
+from syntaxnmt.model.linear import Linear
 from syntaxnmt.model.scores import Attention
 from syntaxnmt.model.transformer import EncoderOutput, ModelOutput, sinusoidal_table
 from syntaxnmt.subwords import PAD
@@ -170,7 +171,7 @@ class BahdanauDecoder(_Decoder):
         super().__init__(cfg, embed_dim, key_dim)
         rc = cfg.rnn
         self.rnn = _rnn(rc.cell, embed_dim + key_dim, rc.hidden, rc.dec_layers, cfg.dropout)
-        self.readout = nn.Linear(rc.hidden + embed_dim + key_dim, embed_dim)
+        self.readout = Linear(rc.hidden + embed_dim + key_dim, embed_dim)
         self.out_dim = embed_dim
 
     def step(self, y: Tensor, state: RNNState) -> tuple[Tensor, Tensor]:
@@ -192,7 +193,7 @@ class LuongDecoder(_Decoder):
         self.input_feeding = rc.input_feeding
         self.input_size = embed_dim + (rc.hidden if self.input_feeding else 0)
         self.rnn = _rnn(rc.cell, self.input_size, rc.hidden, rc.dec_layers, cfg.dropout)
-        self.W_c = nn.Linear(key_dim + rc.hidden, rc.hidden, bias=False)
+        self.W_c = Linear(key_dim + rc.hidden, rc.hidden, bias=False)
         self.out_dim = rc.hidden
 
     def step(self, y: Tensor, state: RNNState) -> tuple[Tensor, Tensor]:
@@ -233,7 +234,7 @@ class ConditionalGRUDecoder(_Decoder):
         self.gru2 = nn.GRUCell(key_dim, rc.hidden)
         self.upper = _rnn("gru", rc.hidden, rc.hidden, rc.dec_layers - 1, cfg.dropout) if rc.dec_layers > 1 else None
         self.dropout = Dropout(cfg.dropout)
-        self.readout = nn.Linear(rc.hidden + embed_dim + key_dim, embed_dim)
+        self.readout = Linear(rc.hidden + embed_dim + key_dim, embed_dim)
         self.out_dim = embed_dim
         self.last_intermediate: Tensor | None = None  # s'_i of the latest step (inspection/tests)
 
@@ -278,13 +279,13 @@ class RNNModel(nn.Module):
                 emb.weight[PAD].zero_()
         key_dim = 2 * rc.hidden
         self.encoder = RNNEncoder(cfg, self.src_embed)
-        self.bridge = nn.Linear(key_dim, rc.dec_layers * rc.hidden)
+        self.bridge = Linear(key_dim, rc.dec_layers * rc.hidden)
         self.decoder: _Decoder = DECODERS[rc.decoder](cfg, dim, key_dim)
         self.dropout = Dropout(cfg.dropout)
         tie = cfg.tie_embeddings in ("decoder", "all")
         out_dim = self.decoder.out_dim
-        self.pre_output = nn.Linear(out_dim, dim, bias=False) if tie and out_dim != dim else nn.Identity()
-        self.output = nn.Linear(dim if tie else out_dim, tgt_vocab)
+        self.pre_output = Linear(out_dim, dim, bias=False) if tie and out_dim != dim else nn.Identity()
+        self.output = Linear(dim if tie else out_dim, tgt_vocab)
         if tie:
             self.output.weight = self.tgt_embed.weight
         self.is_lstm = rc.cell == "lstm" and rc.decoder != "cgru"

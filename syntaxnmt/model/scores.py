@@ -21,6 +21,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from syntaxnmt.model.linear import Linear
 from syntaxnmt.model.normalizers import HardMode, Normalizer, harden, normalize
 
 
@@ -73,7 +74,7 @@ class DotScore(Score):
 
     def __init__(self, query_dim: int, key_dim: int):
         super().__init__()
-        self.query_proj = nn.Linear(query_dim, key_dim, bias=False) if query_dim != key_dim else None
+        self.query_proj = Linear(query_dim, key_dim, bias=False) if query_dim != key_dim else None
         self.scale = 1.0
 
     def energies(self, query: Tensor, pre: Tensor, features: Tensor | None = None) -> Tensor:
@@ -96,7 +97,7 @@ class GeneralScore(Score):
 
     def __init__(self, query_dim: int, key_dim: int):
         super().__init__()
-        self.W = nn.Linear(key_dim, query_dim, bias=False)  # weight is W (d_q x d_k)
+        self.W = Linear(key_dim, query_dim, bias=False)  # weight is W (d_q x d_k)
 
     def precompute(self, keys: Tensor) -> Tensor:
         return self.W(keys)
@@ -115,8 +116,8 @@ class LowRankBilinearScore(Score):
 
     def __init__(self, query_dim: int, key_dim: int, rank: int):
         super().__init__()
-        self.U = nn.Linear(query_dim, rank, bias=False)
-        self.V = nn.Linear(key_dim, rank, bias=False)
+        self.U = Linear(query_dim, rank, bias=False)
+        self.V = Linear(key_dim, rank, bias=False)
 
     def precompute(self, keys: Tensor) -> Tensor:
         return self.V(keys)
@@ -136,11 +137,11 @@ class MLPScore(Score):
 
     def __init__(self, query_dim: int, key_dim: int, attention_dim: int, n_features: int = 0):
         super().__init__()
-        self.W1 = nn.Linear(key_dim, attention_dim, bias=False)
-        self.W2 = nn.Linear(query_dim, attention_dim, bias=False)
-        self.v = nn.Linear(attention_dim, 1, bias=False)
+        self.W1 = Linear(key_dim, attention_dim, bias=False)
+        self.W2 = Linear(query_dim, attention_dim, bias=False)
+        self.v = Linear(attention_dim, 1, bias=False)
         self.n_features = n_features
-        self.W3 = nn.Linear(n_features, attention_dim, bias=False) if n_features else None
+        self.W3 = Linear(n_features, attention_dim, bias=False) if n_features else None
 
     def precompute(self, keys: Tensor) -> Tensor:
         return self.W1(keys)
@@ -216,8 +217,8 @@ class LocalPosition(nn.Module):
 
     def __init__(self, query_dim: int, attention_dim: int):
         super().__init__()
-        self.W_p = nn.Linear(query_dim, attention_dim, bias=False)
-        self.v_p = nn.Linear(attention_dim, 1, bias=False)
+        self.W_p = Linear(query_dim, attention_dim, bias=False)
+        self.v_p = Linear(attention_dim, 1, bias=False)
 
     def forward(self, query: Tensor, source_len: Tensor) -> Tensor:
         """``query`` (N, d) or (N, T, d), ``source_len`` (N,) -> p (N,) or (N, T)."""

@@ -1,0 +1,55 @@
+"""benchmarks/side_by_side.py keeps every toolkit's figures in one results file."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def sbs():
+    spec = importlib.util.spec_from_file_location("side_by_side", ROOT / "benchmarks" / "side_by_side.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(toolkit: str, tok_s: float, date: str) -> dict:
+    figures = dict.fromkeys(("train_tok_s", "decode_sent_s", "decode_sent_s_wall", "train_peak_mb", "decode_peak_mb"), tok_s)
+    return {"toolkit": toolkit, "repeat": 1, "tokens_per_update": 3500, "params": 7, "date": date, **figures}
+
+
+def test_a_subset_run_keeps_the_other_toolkits_figures(sbs, tmp_path):
+    setting = {"tiny": False, "updates": 100}
+    path = tmp_path / "side_by_side.json"
+    first = {"command": "a", "date": "d1", "toolkits": ["fairseq", "onmt", "syntaxnmt"], "machine": {}}
+    runs, errors, inv = sbs.merge_runs(None, [run("fairseq", 1000, "d1"), run("onmt", 1500, "d1"), run("syntaxnmt", 2000, "d1")], {}, first)
+    path.write_text(json.dumps({"setting": setting, "runs": runs, "errors": errors, "invocations": inv}))
+
+    second = {"command": "b", "date": "d2", "toolkits": ["syntaxnmt"], "machine": {}}
+    previous = sbs.read_previous(path, setting)
+    runs, errors, inv = sbs.merge_runs(previous, [run("syntaxnmt", 3000, "d2")], {}, second)
+    by_toolkit = {r["toolkit"]: (r["train_tok_s"], r["date"]) for r in runs}
+    assert by_toolkit == {"fairseq": (1000, "d1"), "onmt": (1500, "d1"), "syntaxnmt": (3000, "d2")}
+    assert [i["command"] for i in inv] == ["a", "b"]
+    medians, ratios, _ = sbs.summarize(runs, ["fairseq", "onmt", "syntaxnmt"])
+    assert ratios["onmt"]["train_tok_s"] == pytest.approx(2.0)
+
+    # measured again on its own, the earlier invocation is no longer needed by any figure
+    third = {"command": "c", "date": "d3", "toolkits": ["fairseq", "onmt"], "machine": {}}
+    runs, _, inv = sbs.merge_runs({"runs": runs, "errors": errors, "invocations": inv}, [run("fairseq", 900, "d3"), run("onmt", 1400, "d3")], {}, third)
+    assert [i["command"] for i in inv] == ["b", "c"] and len(runs) == 3
+
+
+def test_a_file_of_another_setting_is_replaced(sbs, tmp_path):
+    path = tmp_path / "side_by_side.json"
+    path.write_text(json.dumps({"setting": {"tiny": True}, "runs": [run("onmt", 1, "d0")]}))
+    assert sbs.read_previous(path, {"tiny": False}) is None
+    assert sbs.read_previous(tmp_path / "missing.json", {"tiny": False}) is None
+    runs, _, inv = sbs.merge_runs(None, [run("syntaxnmt", 2, "d1")], {}, {"command": "x", "date": "d1", "toolkits": ["syntaxnmt"]})
+    assert [r["toolkit"] for r in runs] == ["syntaxnmt"] and len(inv) == 1
