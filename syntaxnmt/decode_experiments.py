@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from syntaxnmt.config import config_from_dict, expand_env, load_config
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments import load_set, markdown_table, read_set_file, set_runs, write_section
+from syntaxnmt.experiments import section_heading, load_set, markdown_table, read_set_file, set_runs, write_section
 from syntaxnmt.metrics import paired_bootstrap, score
 from syntaxnmt.subwords import UNK
 from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
@@ -161,9 +161,7 @@ def _table(spec: DecodeSet, results: dict, tests: dict, path) -> str:
             fixed = f"{r['correct']} / {r['unk']}" if "correct" in r else "–"
             cells += [f"{sc.bleu:.2f}", f"{sc.chrf:.2f}", p, str(r["unk"]), fixed, f"{r['seconds']:.0f} s"]
         rows.append(cells)
-    lines = [f"### {spec.title or spec.name}", ""]
-    if spec.description:
-        lines += [spec.description.strip(), ""]
+    lines = section_heading(spec.title or spec.name, spec.description)
     lines += [
         f"Command: `{spec.command or 'syntaxnmt decode-experiment ' + str(path)}`. BLEU: sacreBLEU 13a on the detokenized, cased "
         f"output; p: paired bootstrap ({spec.bootstrap} samples) against the first row, * = p < 0.05. '<unk> in output': "
