@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from syntaxnmt.config import config_from_dict, expand_env, load_config
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments import section_heading, load_set, markdown_table, read_set_file, set_runs, write_section
+from syntaxnmt.experiments import load_set, markdown_table, read_set_file, section_heading, set_runs, write_section
 from syntaxnmt.metrics import paired_bootstrap, score
 from syntaxnmt.subwords import UNK
 from syntaxnmt.textio import atomic_write_text, read_lines, write_lines

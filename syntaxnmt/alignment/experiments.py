@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from syntaxnmt.alignment.formats import aer, read_alignments
 from syntaxnmt.config import Config, load_config
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments import section_heading, markdown_table, read_set_file, write_section
+from syntaxnmt.experiments import markdown_table, read_set_file, section_heading, write_section
 from syntaxnmt.metrics import score
 from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
 
