@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from syntaxnmt.cli import main
@@ -20,7 +21,7 @@ def test_demo_on_a_slow_machine_prints_a_bleu_and_a_rerun_recovers(tmp_path, cap
         main(["demo", "--dir", str(directory), "--minutes", "0.001", *TINY])
         out = capsys.readouterr().out
         assert "test (10 sentences, beam 2): BLEU = " in out, out
-        assert "stopped (max_minutes) at update 1," in out
+        assert re.search(r"stopped \(max_minutes\) at update \d+,", out), out  # 1 or 2 updates: the clock decides
         assert ("resumed" in out) == (run == 1)
     assert len((directory / "test.hyp").read_text(encoding="utf-8").splitlines()) == 10
     assert Path(directory / "run" / "best.pt").is_file()
