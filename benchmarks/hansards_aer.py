@@ -167,4 +167,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from syntaxnmt.cli import run_command
+
+    run_command(main)

@@ -189,4 +189,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from syntaxnmt.cli import run_command
+
+    run_command(main)

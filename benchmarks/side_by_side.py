@@ -894,4 +894,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from syntaxnmt.cli import run_command
+
+    run_command(lambda: sys.exit(main()))  # a user mistake: one line, exit 2

@@ -16,7 +16,6 @@ import argparse
 import os
 import platform
 import resource
-import sys
 import time
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from syntaxnmt.batches import TokenBatchSampler
 from syntaxnmt.textio import read_lines
 from syntaxnmt.loop import seed_everything
 from syntaxnmt.distributed import World
+from syntaxnmt.errors import UserError
 from syntaxnmt.train import SingleModel
 from syntaxnmt.translate import load_model, resolve_device, translate_ids
 
@@ -97,6 +97,8 @@ def main() -> None:
     ap.add_argument("--skip-training", action="store_true")
     ap.add_argument("--skip-decoding", action="store_true")
     args, overrides = ap.parse_known_args()
+    if args.updates < 1 or args.warmup < 0 or args.beam < 1 or args.force_length < 0:
+        raise UserError("--updates and --beam must be at least 1, --warmup and --force-length at least 0")
     cfg = load_config(args.config, overrides)
     keep_freed_memory()  # as the syntaxnmt command does
     device = resolve_device(args.device)
@@ -119,4 +121,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from syntaxnmt.cli import run_command
+
+    run_command(main)

@@ -105,4 +105,6 @@ def time_decoding(runs: list[dict], n: int, rounds: int, device: torch.device) -
 
 
 if __name__ == "__main__":
-    main()
+    from syntaxnmt.cli import run_command
+
+    run_command(main)

@@ -9,12 +9,13 @@ mistake prints one line ``syntaxnmt: error: ...`` and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Callable
 
 from syntaxnmt.cpu import keep_freed_memory
-from syntaxnmt.errors import UserError
+from syntaxnmt.errors import Interrupted, UserError
 
 
 def _config(args, extra: list[str]):
@@ -130,11 +131,23 @@ def _read_input(path: str | None) -> list[str]:
 
 def cmd_translate(args, extra) -> None:
     from syntaxnmt.config import config_from_dict, parse_overrides
-    from syntaxnmt.translate import load_model, resolve_device, translate_lines
+    from syntaxnmt.translate import load_model, resolve_device, translate_lines, without_empty_lines
 
-    path = _checkpoint_arg(args, extra)
+    paths = [_checkpoint_arg(argparse.Namespace(config=args.config, checkpoint=c), extra) for c in args.checkpoint]
     device = resolve_device(args.device)
-    model, cfg, toks = load_model(path, device)
+    if args.engine == "ctranslate2":
+        from syntaxnmt.ct2_engine import CT2Engine, ct2_device
+
+        if len(paths) > 1:
+            raise UserError("--engine ctranslate2 translates with one model: give one --checkpoint (ensembles run with --engine torch)")
+        engine = CT2Engine(paths[0], ct2_device(device))
+        cfg = engine.cfg
+    elif len(paths) > 1:
+        from syntaxnmt.ensemble import load_ensemble
+
+        model, cfg, toks = load_ensemble(paths, device)
+    else:
+        model, cfg, toks = load_model(paths[0], device)
     decode = cfg.decode
     overrides = parse_overrides(extra).get("decode", {})
     if args.beam is not None:
@@ -149,12 +162,52 @@ def cmd_translate(args, extra) -> None:
     nbest = max(1, args.nbest)
     if nbest > decode.beam_size:
         raise UserError(f"--nbest {nbest} is larger than the beam size {decode.beam_size}")
-    results = translate_lines(model, cfg, toks, lines, decode, device, conllu=args.src_conllu, source_name=args.input or "<stdin>", nbest=nbest, progress=sys.stderr.isatty() or args.output is not None)
+    kw = dict(conllu=args.src_conllu, source_name=args.input or "<stdin>", nbest=nbest, progress=sys.stderr.isatty() or args.output is not None)
+    if args.engine == "ctranslate2":  # empty lines stay empty, as with the torch engine
+        results = without_empty_lines(lines, lambda kept, _numbers: engine.translate_lines(kept, decode, **kw))
+    else:
+        results = translate_lines(model, cfg, toks, lines, decode, device, **kw)
     if nbest == 1:
         out = [nb[0][0] for nb in results]
     else:
         out = [f"{i} ||| {text} ||| {score:.4f}" for i, nb in enumerate(results) for text, score in nb]
     _write_output(args.output, out)
+
+
+def cmd_lexicon(args, extra) -> None:
+    from syntaxnmt.lexicon import build_lexicon
+
+    if args.top < 1 or args.min_count < 1:
+        raise UserError("--top and --min-count must be at least 1")
+    build_lexicon(_config(args, extra), args.output, args.align, args.top, args.min_count, log=lambda m: print(m, file=sys.stderr))
+
+
+def cmd_average_checkpoints(args, extra) -> None:
+    from syntaxnmt.average import average_checkpoints, last_periodic
+
+    if args.inputs and args.config:
+        raise UserError("give a CONFIG (its periodic checkpoints) or --inputs, not both")
+    if args.last is not None and args.last < 1:
+        raise UserError(f"--last {args.last}: give at least 1")
+    if args.inputs:
+        _no_overrides(extra)
+        paths, output = args.inputs, args.output
+    else:
+        if not args.config:
+            raise UserError("give a CONFIG (its periodic checkpoints) or --inputs A.pt B.pt ...")
+        cfg = _config(args, extra)
+        paths, output = last_periodic(cfg.work_dir, args.last), args.output or str(Path(cfg.work_dir) / "averaged.pt")
+    if not output:
+        raise UserError("give the output checkpoint with -o PATH")
+    average_checkpoints(paths, output)
+    print(f"averaged {len(paths)} checkpoints ({', '.join(Path(p).name for p in paths)}) into {output}", file=sys.stderr)
+
+def cmd_export_ct2(args, extra) -> None:
+    from syntaxnmt.export_ct2 import export_ct2
+
+    _no_overrides(extra)
+    out = export_ct2(args.checkpoint, args.output, args.quantization, args.force)
+    print(f"wrote {out} (CTranslate2, {args.quantization}); translate with: syntaxnmt translate --engine ctranslate2 --checkpoint {out}", file=sys.stderr)
 
 
 def cmd_attention(args, extra) -> None:
@@ -225,6 +278,13 @@ def cmd_experiment(args, extra) -> None:
     run_set(args.set, seeds=seeds, only=args.only.split(",") if args.only else None, output=args.output, jobs=args.jobs)
 
 
+def cmd_decode_experiment(args, extra) -> None:
+    from syntaxnmt.decode_experiments import run_decode_set
+
+    _no_overrides(extra)
+    run_decode_set(args.set, output=args.output)
+
+
 def cmd_parse(args, extra) -> None:
     from syntaxnmt.annotations import SpacyParser, check_parse, write_conllu
 
@@ -293,6 +353,11 @@ def _training_commands(sub) -> None:
     s.add_argument("--jobs", type=int, default=1, help="run N (config, seed) runs at once in worker processes sharing the GPU or the CPU cores, each logging to <work_dir>/train.log (default 1: one by one, in this process)")
     s.set_defaults(func=cmd_experiment)
 
+    s = sub.add_parser("decode-experiment", help="decode the runs of an experiment set in several ways (unknown-word replacement, averaging, ensembles, length penalties); write the table")
+    s.add_argument("set", help="decoding set YAML (e.g. recipes/multi30k/decoding-cpu.decode.yaml)")
+    s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
+    s.set_defaults(func=cmd_decode_experiment)
+
     s = sub.add_parser("demo", help="generate the synthetic corpus, train a small Transformer, translate and score")
     s.add_argument("--dir", default="syntaxnmt-demo", help="where the corpus and the run go (default: ./syntaxnmt-demo)")
     s.add_argument("--minutes", type=float, default=4.0, help="training time budget (default: 4)")
@@ -304,7 +369,7 @@ def _decoding_commands(sub) -> None:
     """Translation and evaluation."""
     s = sub.add_parser("translate", help="translate plain text (stdin or a file)")
     s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
-    s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
+    s.add_argument("--checkpoint", nargs="+", default=["best"], help="best, last, or a checkpoint path (default: best); several: an ensemble averaging their log-probabilities")
     s.add_argument("-i", "--input", help="source file (default: stdin)")
     s.add_argument("-o", "--output", help="output file (default: stdout)")
     s.add_argument("--beam", type=int, help="beam size (default: decode.beam_size)")
@@ -312,7 +377,30 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--batch-size", type=int, help="sentences per batch")
     s.add_argument("--src-conllu", help="parses of the input (CoNLL-U, one sentence per line) for models that use trees or tags")
     s.add_argument("--device", default="auto")
+    s.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch", help="ctranslate2: search with CTranslate2 (--checkpoint: a `syntaxnmt export-ct2` folder, or a checkpoint exported on the fly); docs/deployment.md")
     s.set_defaults(func=cmd_translate)
+
+    s = sub.add_parser("lexicon", help="lexical table P(e|f) from eflomal alignments of a config's training corpus (for decode.unk_replace: dictionary)")
+    s.add_argument("config", help="experiment config (its training corpus, as the model sees it)")
+    s.add_argument("-o", "--output", required=True, help="output table: source, target, P(e|f), count per line")
+    s.add_argument("--align", help="read these Pharaoh links (one line per training line) instead of running eflomal")
+    s.add_argument("--top", type=int, default=5, help="translations kept per source word (default 5)")
+    s.add_argument("--min-count", type=int, default=1, help="drop translations seen fewer times (default 1)")
+    s.set_defaults(func=cmd_lexicon)
+
+    s = sub.add_parser("average-checkpoints", help="average the weights of a run's last N periodic checkpoints (train.keep_checkpoints) or of given checkpoints")
+    s.add_argument("config", nargs="?", help="experiment config (its work_dir/checkpoints/ holds the periodic checkpoints)")
+    s.add_argument("-n", "--last", type=int, help="average the last N periodic checkpoints (default: all kept)")
+    s.add_argument("--inputs", nargs="+", help="checkpoint files to average instead (same model)")
+    s.add_argument("-o", "--output", help="output checkpoint (default with CONFIG: work_dir/averaged.pt)")
+    s.set_defaults(func=cmd_average_checkpoints)
+
+    s = sub.add_parser("export-ct2", help="export a Transformer checkpoint to a CTranslate2 model folder (docs/deployment.md)")
+    s.add_argument("--checkpoint", required=True, help="checkpoint path")
+    s.add_argument("-o", "--output", required=True, help="new folder for the CTranslate2 model, its SentencePiece models and config")
+    s.add_argument("--quantization", default="float32", choices=("float32", "int8", "int8_float32", "float16"), help="weight type (default float32)")
+    s.add_argument("--force", action="store_true", help="replace an existing folder")
+    s.set_defaults(func=cmd_export_ct2)
 
     s = sub.add_parser("evaluate", help="sacreBLEU BLEU and chrF, and paired bootstrap resampling")
     s.add_argument("--hyp", required=True, help="detokenized hypotheses")
@@ -443,20 +531,38 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _raise_interrupted(signum, frame) -> None:
+    raise Interrupted(signum)
+
+
 def run_command(func: Callable[[], None]) -> None:
     """Run a command: a user error prints one line ``syntaxnmt: error: ...`` and exits with its
-    ``exit_code`` (2 unless it has one), Ctrl-C exits with 130."""
+    ``exit_code`` (2 unless it has one); Ctrl-C exits with 130 and SIGTERM with 143 (training
+    saves ``last.pt`` first), leaving no temporary file behind."""
     keep_freed_memory()
+    try:
+        old_term = signal.signal(signal.SIGTERM, _raise_interrupted)
+    except ValueError:  # not the main thread
+        old_term = False
     try:
         func()
     except UserError as e:
         print(f"syntaxnmt: error: {e}", file=sys.stderr)
         sys.exit(getattr(e, "exit_code", 2))
+    except Interrupted as e:
+        print(f"syntaxnmt: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
     except KeyboardInterrupt:
         print("syntaxnmt: interrupted", file=sys.stderr)
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except OSError as e:  # a folder that cannot be created, a full disk, a file without permission
+        print(f"syntaxnmt: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        if old_term is not False:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if old_term is None else old_term)
 
 
 def main(argv: list[str] | None = None) -> None:

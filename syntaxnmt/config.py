@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveInt, ValidationError, field_validator, model_validator
 
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import atomic_write_text
@@ -25,6 +25,9 @@ from syntaxnmt.textio import atomic_write_text
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
+
+
+Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 
 class DataConfig(_Section):
@@ -41,17 +44,20 @@ class DataConfig(_Section):
     moses_tokenize: bool = False
     """Moses-tokenize before SentencePiece and detokenize after decoding (sacremoses)."""
     lowercase: bool = False
+    vocab: Literal["subword", "word"] = "subword"
+    """``subword``: SentencePiece; ``word``: the ``vocab_size`` most frequent words, the others
+    ``<unk>`` (see :mod:`syntaxnmt.words` and ``decode.unk_replace``)."""
     spm_model_type: Literal["bpe", "unigram"] = "bpe"
-    vocab_size: int = 8000
-    """SentencePiece vocabulary size, per language when not joint."""
+    vocab_size: Annotated[int, Field(ge=5)] = 8000
+    """Vocabulary size (SentencePiece pieces or words, specials included), per language when not joint."""
     joint_vocab: bool = True
-    spm_character_coverage: float = 1.0
-    spm_max_sentences: int = 1_000_000
+    spm_character_coverage: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    spm_max_sentences: PositiveInt = 1_000_000
     """Sentences sampled for SentencePiece training."""
-    max_len: int = 128
-    """Drop training pairs with more subwords than this on either side."""
-    min_len: int = 1
-    max_len_ratio: float = 3.0
+    max_len: PositiveInt = 128
+    """Drop training pairs with more subwords than this on either side (at most ``model.max_positions`` - 1)."""
+    min_len: NonNegativeInt = 1
+    max_len_ratio: Annotated[float, Field(ge=1.0)] = 3.0
     """Drop training pairs whose subword length ratio (longer/shorter) exceeds this."""
     # --- source annotation (dependency trees, POS tags, labels) ---
     annotate: Literal["none", "spacy", "conllu"] = "none"
@@ -82,18 +88,18 @@ class SyntaxConfig(_Section):
     (Shaw et al. 2018), ``tree_distance`` or ``tree_path``."""
     relation_values: bool = True
     """Also add relation embeddings to the values (a^V); keys (a^K) always get them."""
-    max_relative_position: int = 16
+    max_relative_position: PositiveInt = 16
     """Linear relative positions are clipped to [-k, k]."""
-    max_tree_distance: int = 8
-    max_path_length: int = 4
+    max_tree_distance: PositiveInt = 8
+    max_path_length: PositiveInt = 4
     """Tree paths longer than this share buckets (one per first ``max_path_length`` moves)."""
     qk_source: HeadSpec = []
     """Where a head's queries and keys come from: ``word`` (hidden states), ``upos``, ``xpos`` or ``deprel``."""
-    tag_dim: int = 64
+    tag_dim: PositiveInt = 64
     """Embedding size of the tags feeding linguistic heads."""
     parent_scaled: list[list[bool]] = []
     """``true``/``false`` per head: multiply the head's scores by a Gaussian centred on the token's parent (PASCAL)."""
-    parent_sigma: float = 1.0
+    parent_sigma: Annotated[float, Field(gt=0.0)] = 1.0
     parent_scaling: Literal["multiply", "log"] = "multiply"
     """How PASCAL heads use the Gaussian G_ij = N(j; p_i, sigma^2): ``multiply`` the scores by it
     (S_ij * G_ij, Bugliarello & Okazaki 2020), or add its log (S_ij + log G_ij: the attention
@@ -103,7 +109,7 @@ class SyntaxConfig(_Section):
     input_features: list[Literal["upos", "xpos", "deprel", "bie"]] = []
     """Linguistic input features (Sennrich & Haddow 2016) embedded and combined with the word embeddings."""
     feature_combine: Literal["add", "concat"] = "add"
-    feature_dim: int = 32
+    feature_dim: PositiveInt = 32
     """Per-feature embedding size when concatenating (the word embedding shrinks to keep d_model)."""
 
     @field_validator("relations", "qk_source")
@@ -167,21 +173,32 @@ class ModelConfig(_Section):
     arch: Literal["transformer", "rnn"] = "transformer"
     d_model: PositiveInt = 256
     heads: PositiveInt = 4
-    ffn_dim: int = 1024
-    enc_layers: int = 3
-    dec_layers: int = 3
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
+    ffn_dim: PositiveInt = 1024
+    enc_layers: PositiveInt = 3
+    dec_layers: PositiveInt = 3
+    dropout: Probability = 0.1
+    attention_dropout: Probability = 0.0
     activation: Literal["relu", "gelu"] = "relu"
     norm: Literal["pre", "post"] = "pre"
     positions: Literal["sinusoidal", "learned", "none"] = "sinusoidal"
     """Absolute positions added to the embeddings (``none``: rely on relative relations only)."""
-    max_positions: int = 1024
+    max_positions: PositiveInt = 1024
+    attention_normalizer: Literal["softmax", "sparsemax", "entmax15"] = "softmax"
+    """Normalizer of the cross-attention scores (Transformer) or the attention scores (RNN):
+    sparsemax and entmax15 give exact zeros (see :mod:`syntaxnmt.model.normalizers`)."""
+    hard_attention: Literal["none", "decode", "train"] = "none"
+    """One-hot cross-attention at the argmax: ``decode`` at decoding only, ``train`` also in
+    training (straight-through gradients of the soft weights)."""
     tie_embeddings: Literal["none", "decoder", "all"] = "decoder"
     """``decoder``: tie the decoder's input and output embeddings; ``all``: also share the
     source embedding (needs a joint vocabulary)."""
     syntax: SyntaxConfig = SyntaxConfig()
     rnn: RNNConfig = RNNConfig()
+
+    @property
+    def position_table(self) -> bool:
+        """Whether the model adds absolute positions from a table of ``max_positions`` rows."""
+        return self.positions != "none" if self.arch == "transformer" else self.rnn.positions in ("learned", "sinusoidal")
 
     @model_validator(mode="after")
     def _check(self) -> "ModelConfig":
@@ -349,34 +366,37 @@ Multi30k batches 11 static shapes for 9% more padded positions (docs/benchmarks.
 class TrainConfig(_Section):
     """Optimisation, batching, validation and checkpointing."""
 
-    max_tokens: int = 4096
+    max_tokens: PositiveInt = 4096
     """Target+padding tokens per batch (batches are built by token count with length bucketing)."""
     accum_steps: PositiveInt = 1
-    lr: float = 7e-4
+    lr: NonNegativeFloat = 7e-4
     """Peak learning rate, reached at the end of warm-up, then decayed with the inverse square root."""
-    warmup_steps: int = 4000
+    warmup_steps: NonNegativeInt = 4000
     adam_betas: Annotated[tuple[float, float], Field(strict=False)] = (0.9, 0.98)
     adam_eps: float = 1e-9
-    weight_decay: float = 0.0
-    clip_norm: float = 1.0
+    weight_decay: NonNegativeFloat = 0.0
+    clip_norm: NonNegativeFloat = 1.0
     """Clip the gradient norm to this value (0 disables)."""
-    label_smoothing: float = 0.1
-    max_steps: int = 100_000
-    max_epochs: int = 1000
-    max_minutes: float = 0.0
+    label_smoothing: Probability = 0.1
+    max_steps: PositiveInt = 100_000
+    max_epochs: PositiveInt = 1000
+    max_minutes: NonNegativeFloat = 0.0
     """Stop after this much training time (0 = no limit); the run can be resumed."""
     log_every: PositiveInt = 50
     valid_every: PositiveInt = 1000
     valid_bleu: bool = True
     """Decode the dev set (greedy) at each validation and report BLEU."""
-    valid_max_sentences: int = 0
+    valid_max_sentences: NonNegativeInt = 0
     """Decode only the first N dev sentences for validation BLEU (0 = all)."""
     early_stopping_metric: Literal["bleu", "loss"] = "bleu"
-    patience: int = 0
+    patience: NonNegativeInt = 0
     """Stop after this many validations without improvement (0 = never)."""
     keep_best: bool = True
+    keep_checkpoints: NonNegativeInt = 0
+    """Also keep the weights of the last N validations in ``work_dir/checkpoints/`` for
+    ``syntaxnmt average-checkpoints`` (0 = off)."""
     tensorboard: bool = True
-    threads: int = 0
+    threads: NonNegativeInt = 0
     """torch CPU threads (0 = torch's default)."""
     device: str = "auto"
     """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``."""
@@ -403,6 +423,8 @@ class TrainConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":
+        if self.keep_checkpoints < 0:
+            raise ValueError("train.keep_checkpoints must be >= 0 (0 = off)")
         if self.shape_bucket is not None and self.shape_bucket < 0:
             raise ValueError("train.shape_bucket must be >= 0 (0 = off)")
         if self.cuda_graphs and (self.shape_bucket == 0 or self.accum_steps != 1):
@@ -429,7 +451,9 @@ class DecodeConfig(_Section):
 
     beam_size: PositiveInt = 5
     length_penalty: float = 1.0
-    """Hypotheses are ranked by log P / length**length_penalty (0 = raw log-probability)."""
+    """α: hypotheses are ranked by log P / lp(y) (0 = raw log-probability)."""
+    length_penalty_type: Literal["power", "gnmt"] = "power"
+    """lp(y) = |y|^α (``power``) or ((5 + |y|) / 6)^α (``gnmt``, Wu et al. 2016 Eq. 14); |y| counts EOS."""
     max_len_a: float = 1.5
     max_len_b: int = 10
     """Output at most ``max_len_a * source_length + max_len_b`` subwords."""
@@ -440,6 +464,21 @@ class DecodeConfig(_Section):
     nbest: int = 1
     coverage_penalty: float = 0.0
     """β of the coverage penalty β·Σ_j log(min(Σ_i α_ij, 1)) added to beam scores (Wu et al. 2016, Sec. 7); 0 = off."""
+    unk_replace: Literal["none", "copy", "dictionary"] = "none"
+    """Replace every ``<unk>`` of the output by its most attended source word (``copy``), or by
+    that word's translation in ``unk_dictionary`` (``dictionary``; copied when absent). See :mod:`syntaxnmt.unk`."""
+    unk_dictionary: str = ""
+    """Lexical table P(e|f) for ``unk_replace: dictionary`` (written by ``syntaxnmt lexicon``)."""
+    unk_layer: int | Literal["average"] = "average"
+    """Decoder layer whose cross-attention picks the source word (negative: from the end), or the average."""
+    unk_head: int | Literal["average"] = "average"
+    """Head of that layer, or the average of the heads."""
+
+    @model_validator(mode="after")
+    def _check_unk(self) -> "DecodeConfig":
+        if self.unk_replace == "dictionary" and not self.unk_dictionary:
+            raise ValueError("decode.unk_replace: dictionary needs decode.unk_dictionary (a table from `syntaxnmt lexicon`)")
+        return self
 
 
 class Config(_Section):
@@ -467,7 +506,17 @@ class Config(_Section):
             raise ValueError("decode.coverage_penalty must be >= 0")
         self._check_parses()
         self._check_multitask()
+        self._check_model_data()
         return self
+
+    def _check_model_data(self) -> None:
+        """What the model constructors would refuse, found at load: a shared embedding needs a joint
+        vocabulary; a position table must hold the longest training sentence and its end symbol."""
+        m = self.model
+        if m.tie_embeddings == "all" and not self.data.joint_vocab:
+            raise ValueError("model.tie_embeddings=all shares the source embedding: it needs data.joint_vocab true (or use tie_embeddings=decoder)")
+        if m.position_table and self.data.max_len >= m.max_positions:
+            raise ValueError(f"data.max_len {self.data.max_len} must be below model.max_positions {m.max_positions} (a sentence of max_len subwords takes max_len + 1 positions with its end symbol)")
 
     def _check_multitask(self) -> None:
         """Layers and heads of ``train.multitask`` exist; its targets come from parses."""

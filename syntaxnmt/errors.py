@@ -1,9 +1,27 @@
-"""User-facing errors.
+"""User-facing errors, and the stop by a signal.
 
 A :class:`UserError` is a mistake in the user's input (a file, a config, a command-line value).
 The CLI prints its message on one line and exits with status 2, never with a traceback.
+:class:`Interrupted` ends a command stopped by SIGINT or SIGTERM (after training has saved its
+checkpoint); the CLI exits with 128 + the signal number, as a shell reports a killed command.
 """
+
+from __future__ import annotations
+
+import signal
 
 
 class UserError(Exception):
     """A user mistake; the message names the file, line or key at fault."""
+
+
+class Interrupted(BaseException):
+    """A command stopped by a signal; ``exit_code`` is 128 + its number (130 SIGINT, 143 SIGTERM).
+
+    A ``BaseException``, like ``KeyboardInterrupt``, so that no ``except Exception`` swallows it.
+    """
+
+    def __init__(self, signum: int, message: str = ""):
+        self.signum = int(signum)
+        self.exit_code = 128 + self.signum
+        super().__init__(message or f"interrupted by {signal.Signals(self.signum).name}")

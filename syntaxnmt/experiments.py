@@ -97,9 +97,7 @@ def run_config(label: str, cfg: Config, spec: ExperimentSet, log) -> dict:
         log(f"[{label} seed {cfg.seed}] trained already ({record['steps']} updates)")
     else:
         log(f"[{label} seed {cfg.seed}] training in {work}")
-        progress = train(cfg, resume=True, log=log)
-        if progress.stop_reason == "interrupted":  # last.pt is saved; the next call resumes it
-            raise KeyboardInterrupt
+        progress = train(cfg, resume=True, log=log)  # a signal raises Interrupted once last.pt is saved
         record = {"steps": progress.step, "train_seconds": progress.train_seconds, "train_tokens": progress.train_tokens, "best": progress.best, "params": _count_params(work / "best.pt")}
         atomic_write_text(done, json.dumps(record))
     device = resolve_device(cfg.train.device)
@@ -243,9 +241,7 @@ def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: 
         known = [r["train_tokens"] / max(r["train_seconds"], 1e-9) for r in runs.values() if r.get("train_tokens")]
         tok_s = f"{statistics.mean(known):.0f}" if known else "–"
         rows.append(cells + bleu_cells + chrf_cells + p_cells + [f"{updates:.0f}", tok_s, f"{step / base_step:.2f}×"])
-    lines = [f"### {spec.title or spec.name}", ""]
-    if spec.description:
-        lines += [spec.description.strip(), ""]
+    lines = section_heading(spec.title or spec.name, spec.description)
     lines += [
         f"Seeds: {', '.join(map(str, seeds))} (BLEU: mean ± std over seeds; sacreBLEU 13a, cased). "
         f"p: paired bootstrap resampling ({spec.bootstrap} samples) of all seeds' outputs against the "
@@ -266,6 +262,11 @@ def dev_bleu_cell(runs: dict[int, dict], seeds: list[int]) -> str:
     if not values:
         return "–"
     return f"{statistics.mean(values):.2f}" + (f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else "")
+
+
+def section_heading(title: str, description: str = "") -> list[str]:
+    """The first lines of a results section: its ``###`` title and the set's description."""
+    return [f"### {title}", ""] + ([description.strip(), ""] if description else [])
 
 
 def markdown_table(head: list[str], rows: list[list[str]]) -> list[str]:

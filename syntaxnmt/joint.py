@@ -36,7 +36,7 @@ from syntaxnmt.loop import Progress
 from syntaxnmt.losses import sequence_loss
 from syntaxnmt.model import build_model
 from syntaxnmt.optim import build_optimizer
-from syntaxnmt.prepare import feature_vocab_sizes, is_prepared, load_split, load_tokenizers, prepare
+from syntaxnmt.prepare import feature_vocab_sizes, is_prepared, load_split, load_tokenizers, prepare, tokenizer_assets
 from syntaxnmt.subwords import PAD
 from syntaxnmt.textio import read_lines
 from syntaxnmt.train import Run, set_matmul_precision, start, tensorboard_writer, validate_and_record
@@ -115,12 +115,12 @@ class JointModels:
     def __init__(self, cfg: Config, device: torch.device, log: Callable, writer=None):
         self.cfg, self.device, self.log, self.writer = cfg, device, log, writer
         self.configs = direction_configs(cfg)
-        self.runs = [Run(c) for c in self.configs]
         self.split = load_split(cfg, "train")
         dev = load_split(cfg, "dev")
         self.devs = (dev, reversed_split(dev))
         self.refs = (read_lines(cfg.prepared_dir / "dev.ref"), read_lines(cfg.prepared_dir / "dev.raw_src"))
         self.toks = [load_tokenizers(c) for c in self.configs]
+        self.runs = [Run(c, tokenizer_assets(k)) for c, k in zip(self.configs, self.toks)]
         self.models = [attach_fertility(build_model(c.model, len(k.src), len(k.tgt), **feature_vocab_sizes(cfg)), c).to(device) for c, k in zip(self.configs, self.toks)]
         if self.models[0].feature_spec:
             raise UserError("train-joint: the reverse model has no source annotation; use a model without source features (model.syntax)")
@@ -197,4 +197,5 @@ def train_joint(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
     log(f"stopped ({result.stop_reason}) at update {task.progress.step}, epoch {task.progress.epoch}; checkpoints in {task.runs[0].work} and {task.runs[1].work}")
     if writer:
         writer.close()
+    loop.raise_if_interrupted(result, " and ".join(str(run.last) for run in task.runs))
     return task.progress

@@ -13,6 +13,8 @@ piece) and ``align``: the word links projected onto subwords, flattened ``i0 j0 
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -29,7 +31,7 @@ from syntaxnmt.model.inputs import TAG_NAMES
 from syntaxnmt.relations import TagVocab
 from syntaxnmt.subwords import Tokenizer, train_sentencepiece
 from syntaxnmt.syntax import BIE_VOCAB
-from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
+from syntaxnmt.textio import atomic_write_text, read_lines, remove_stale_temporaries, write_lines
 
 META = "meta.json"
 TAGS = "tags.json"
@@ -37,26 +39,49 @@ TAGS = "tags.json"
 
 @dataclass
 class Tokenizers:
+    """What turns text into a model's inputs: the source and target tokenizers and, for a parsed
+    corpus, the tag vocabularies (ids of UPOS, XPOS and dependency labels)."""
+
     src: Tokenizer
     tgt: Tokenizer
+    tags: TagVocab | None = None
 
 
 def spm_paths(prepared: Path, data: DataConfig) -> tuple[Path, Path]:
+    """The SentencePiece models (``*.model``) or word vocabularies (``*.words``, ``data.vocab: word``)."""
+    prefix, suffix = ("vocab", "words") if data.vocab == "word" else ("spm", "model")
     if data.joint_vocab:
-        joint = prepared / "spm.joint.model"
+        joint = prepared / f"{prefix}.joint.{suffix}"
         return joint, joint
-    return prepared / f"spm.{data.src_lang}.model", prepared / f"spm.{data.tgt_lang}.model"
+    return prepared / f"{prefix}.{data.src_lang}.{suffix}", prepared / f"{prefix}.{data.tgt_lang}.{suffix}"
 
 
 def load_tokenizers(cfg: Config) -> Tokenizers:
     """The source and target tokenizers of a prepared corpus."""
     src_spm, tgt_spm = spm_paths(cfg.prepared_dir, cfg.data)
+    return _tokenizers(cfg, src_spm, tgt_spm, load_tag_vocab(cfg))
+
+
+def _tokenizers(cfg: Config, src_spm: Path | bytes, tgt_spm: Path | bytes, tags: TagVocab | None) -> Tokenizers:
     d = cfg.data
     src_moses = d.moses_tokenize and d.annotate == "none"  # a parser has tokenized the source already
     return Tokenizers(
         Tokenizer(src_spm, d.src_lang, src_moses, d.lowercase),
         Tokenizer(tgt_spm, d.tgt_lang, d.moses_tokenize, d.lowercase),
+        tags,
     )
+
+
+def tokenizer_assets(toks: Tokenizers) -> dict:
+    """The tokenizers as a checkpoint stores them (SentencePiece models and tag vocabularies), so
+    that a model translates from any folder and on another machine, without its prepared corpus."""
+    return {"spm_src": toks.src.model_proto(), "spm_tgt": toks.tgt.model_proto(), "tags": toks.tags.itos if toks.tags is not None else None}
+
+
+def tokenizers_from_assets(cfg: Config, assets: dict) -> Tokenizers:
+    """The tokenizers stored in a checkpoint by :func:`tokenizer_assets`."""
+    tags = TagVocab(assets["tags"]) if assets.get("tags") is not None else None
+    return _tokenizers(cfg, assets["spm_src"], assets["spm_tgt"], tags)
 
 
 def _read_tag_vocab(prepared: Path) -> TagVocab | None:
@@ -73,12 +98,28 @@ def load_tag_vocab(cfg: Config) -> TagVocab | None:
 
 
 def feature_vocab_sizes(cfg: Config) -> dict[str, int]:
+    """Sizes of the tag sets a model of ``cfg``'s prepared corpus may embed (see :func:`tag_vocab_sizes`)."""
+    return tag_vocab_sizes(load_tag_vocab(cfg))
+
+
+def tag_vocab_sizes(tags: TagVocab | None) -> dict[str, int]:
     """Sizes of the tag sets a model may embed (``upos``, ``xpos``, ``deprel`` when parsed; ``bie``)."""
     sizes = {"bie": len(BIE_VOCAB)}
-    tags = load_tag_vocab(cfg)
     if tags is not None:
         sizes.update({name: tags.size(name) for name in TAG_NAMES})
     return sizes
+
+
+def check_tag_sets(cfg: Config, tags: TagVocab | None) -> None:
+    """A model or objective reading a tag set the corpus's parses leave empty (XPOS of a treebank
+    without it: every tag ``_``) is a user error naming the key, found before training starts."""
+    syn, pos = cfg.model.syntax, cfg.train.multitask.pos
+    readers = [(s, "model.syntax.qk_source") for row in syn.qk_source for s in row] + [(s, "model.syntax.input_features") for s in syn.input_features]
+    readers += [(pos.tags, "train.multitask.pos.tags")] if pos.weight > 0 else []
+    for name, key in readers:
+        if tags is not None and name in TAG_NAMES and tags.is_empty(name):
+            source = cfg.data.train_conllu if cfg.data.annotate == "conllu" else f"spaCy {cfg.data.spacy_pipeline}"
+            raise UserError(f"{key} uses {name}, but the parses of the corpus ({source}) have no {name} tags (every one is '_')")
 
 
 _PATH_KEYS = ("train_src", "train_tgt", "dev_src", "dev_tgt", "train_conllu", "dev_conllu", "train_align", "prepared_dir")
@@ -97,10 +138,47 @@ def _fingerprint(data: DataConfig) -> dict:
     return fingerprint
 
 
+_INPUT_KEYS = ("train_src", "train_tgt", "dev_src", "dev_tgt", "train_conllu", "dev_conllu", "train_align")
+
+
+@functools.lru_cache(maxsize=64)
+def _file_digest(path: str, size: int, mtime_ns: int, ctime_ns: int, inode: int) -> str:
+    """SHA-256 of a file's bytes (once per process while its inode is unchanged: any write moves its ctime)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def input_digests(data: DataConfig) -> dict[str, str]:
+    """The SHA-256 of every input file of ``data`` that exists, by key (``train_src``, ...): the
+    cache key covers the files' content, so a file edited in place is a new corpus. Hashing costs
+    about 2 ms per MB (the Multi30k training files: 1 ms; docs/robustness.md)."""
+    digests = {}
+    for key in _INPUT_KEYS:
+        path = getattr(data, key)
+        if path and os.path.isfile(path):
+            st = os.stat(path)
+            digests[key] = _file_digest(os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    return digests
+
+
 def stale_reason(cfg: Config) -> str | None:
-    """Why an existing prepared corpus must be rebuilt although its data config matches, or None."""
+    """Why an existing prepared corpus must be rebuilt although its data config matches, or None:
+    a broken tag vocabulary, or an input file whose content changed since it was prepared (a
+    cache written before input digests were stored is trusted)."""
     tags = _read_tag_vocab(cfg.prepared_dir)
-    return tags.problem() if tags is not None else None
+    if tags is not None and tags.problem():
+        return tags.problem()
+    meta = cfg.prepared_dir / META
+    stored = json.loads(meta.read_text()).get("inputs") if meta.is_file() else None
+    if stored is not None:
+        current = input_digests(cfg.data)
+        changed = [k for k in _INPUT_KEYS if stored.get(k) != current.get(k)]
+        if changed:
+            return f"{', '.join(f'data.{k}' for k in changed)} changed since the corpus was prepared"
+    return None
 
 
 def is_prepared(cfg: Config) -> bool:
@@ -231,6 +309,13 @@ def _train_subwords(cfg: Config, src_text: list[str], tgt_text: list[str], log) 
     """SentencePiece model(s) on the text the model sees, joint or one per language."""
     d = cfg.data
     src_spm, tgt_spm = spm_paths(cfg.prepared_dir, d)
+    if d.vocab == "word":
+        from syntaxnmt.words import train_word_vocab
+
+        log(f"word vocabulary ({'joint' if d.joint_vocab else 'separate'}, <= {d.vocab_size} words)")
+        for path, text in ((src_spm, src_text + tgt_text),) if d.joint_vocab else ((src_spm, src_text), (tgt_spm, tgt_text)):
+            train_word_vocab(text, path, d.vocab_size)
+        return
     spm_args = dict(vocab_size=d.vocab_size, model_type=d.spm_model_type, character_coverage=d.spm_character_coverage, max_sentences=d.spm_max_sentences, seed=cfg.seed)
     log(f"training SentencePiece ({d.spm_model_type}, {'joint' if d.joint_vocab else 'separate'}, vocab <= {d.vocab_size})")
     if d.joint_vocab:
@@ -252,7 +337,9 @@ def prepare(cfg: Config, force: bool = False, log=print) -> dict:
     for key in ("train_src", "train_tgt", "dev_src", "dev_tgt"):
         if not getattr(d, key):
             raise UserError(f"data.{key} is not set in the config")
+    digests = input_digests(d)  # before reading: a file changed during prepare is stale next time
     out.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(out)
     (out / META).unlink(missing_ok=True)  # the cache is invalid until this run completes
     for stale in out.glob("*.npy"):
         stale.unlink()
@@ -302,7 +389,7 @@ def prepare(cfg: Config, force: bool = False, log=print) -> dict:
         "src_vocab": len(toks.src),
         "tgt_vocab": len(toks.tgt),
     }
-    meta = {"data_config": _fingerprint(d), "counts": counts}
+    meta = {"data_config": _fingerprint(d), "inputs": digests, "counts": counts}
     atomic_write_text(out / META, json.dumps(meta, indent=2))
     log(format_counts(counts))
     return counts

@@ -73,6 +73,10 @@ class TagVocab:
     def size(self, name: str) -> int:
         return len(self.itos[name])
 
+    def is_empty(self, name: str) -> bool:
+        """Whether the parses gave no tag of set ``name`` (each one was ``_``: CoNLL-U's empty field)."""
+        return not set(self.itos.get(name, [])[len(TAG_SPECIALS):]) - {"_"}
+
 
 def sentence_features(ann: SourceAnnotation, spec: FeatureSpec) -> dict[str, np.ndarray]:
     """The features of one sentence, over its pieces plus EOS (length m + 1), by field name

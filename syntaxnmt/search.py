@@ -7,8 +7,8 @@ the beams of their own sentence (none left the batch), so per-sentence tensors -
 output and the keys/values computed from it -- need no reordering.
 
 Beam search is vectorized over sentences and beams (no Python loop over hypotheses). Hypotheses
-are ranked by ``log P(y|x) / |y|**alpha`` (length normalization; ``alpha = 0`` ranks by raw
-log-probability). A hypothesis that emits EOS stays in its beam, frozen, and keeps competing
+are ranked by ``log P(y|x) / lp(y)``: length normalization, ``lp(y) = |y|**alpha`` or GNMT's
+``((5 + |y|) / 6)**alpha`` (:func:`length_penalty`; ``alpha = 0`` ranks by raw log-probability). A hypothesis that emits EOS stays in its beam, frozen, and keeps competing
 with its final normalized score; a sentence is done when all its beams are finished, and done
 sentences leave the batch. With beam size 1 this is exactly greedy search.
 
@@ -21,6 +21,7 @@ then provides ``state.last_cross_attention`` (N, S). Greedy search is unaffected
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -53,11 +54,27 @@ def coverage_score(
     return beta * c.sum(dim=-1)
 
 
+LengthPenaltyType = Literal["power", "gnmt"]
+
+
+def length_penalty(length: Tensor | float, alpha: float, kind: LengthPenaltyType = "power") -> Tensor | float:
+    """The divisor lp(y) of a hypothesis's log-probability (``length`` counts EOS, at least 1):
+    ``power``: |y|^α; ``gnmt``: ((5 + |y|) / 6)^α (Wu et al. 2016, arXiv:1609.08144, Eq. 14).
+    Both are 1 for α = 0."""
+    length = length.clamp(min=1) if isinstance(length, Tensor) else max(float(length), 1.0)
+    if kind == "gnmt":
+        return ((5.0 + length) / 6.0) ** alpha
+    if kind != "power":
+        raise ValueError(f"unknown length penalty type {kind!r} (power or gnmt)")
+    return length**alpha
+
+
 @dataclass
 class Hypothesis:
     tokens: list[int]  # without BOS/EOS
     score: float  # normalized log-probability used for ranking
     log_prob: float  # total log-probability, EOS included
+    unk_sources: list[int] | None = None  # most attended source piece of each <unk> (decode.unk_replace)
 
 
 def max_output_length(src_lengths: Tensor, a: float, b: int, limit: int) -> int:
@@ -93,7 +110,7 @@ def _forbid(log_probs: Tensor, step: int, min_len: int, max_len: Tensor) -> Tens
 
 
 @torch.no_grad()
-def greedy_search(model, batch: Batch, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0) -> list[list[Hypothesis]]:
+def greedy_search(model, batch: Batch, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, lp_type: LengthPenaltyType = "power") -> list[list[Hypothesis]]:
     """Pick the most probable token at every step, for all sentences at once (``max_len``: one
     for all or one per sentence)."""
     state = model.init_state(model.encode(batch))
@@ -118,14 +135,14 @@ def greedy_search(model, batch: Batch, max_len: int | Tensor, min_len: int = 0, 
     for i in range(n):
         seq = out[i].tolist()
         body = seq[: seq.index(EOS)] if EOS in seq else [s for s in seq if s != PAD]
-        hyps.append([Hypothesis(body, total[i].item() / (len(body) + 1) ** alpha, total[i].item())])
+        hyps.append([Hypothesis(body, total[i].item() / length_penalty(len(body) + 1, alpha, lp_type), total[i].item())])
     return hyps
 
 
 @torch.no_grad()
-def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0) -> list[list[Hypothesis]]:
+def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0, lp_type: LengthPenaltyType = "power") -> list[list[Hypothesis]]:
     """Beam search; returns the ``nbest`` best hypotheses of every sentence, best first (``coverage_penalty``: β;
-    ``max_len``: one for all or one per sentence)."""
+    ``max_len``: one for all or one per sentence; ``lp_type``: see :func:`length_penalty`)."""
     device = batch.src.device
     n, k = len(batch), beam
     limits = _limits(max_len, n)
@@ -141,7 +158,7 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
     lengths = torch.zeros(n, k)
     done = torch.zeros(n, k, dtype=torch.bool)
     results: list[list[Hypothesis] | None] = [None] * n
-    norm = (lambda length: length.clamp(min=1) ** alpha) if alpha else (lambda length: torch.ones_like(length))
+    norm = (lambda length: length_penalty(length, alpha, lp_type)) if alpha else (lambda length: torch.ones_like(length))
     frozen = torch.full((k,), float("-inf"))
     frozen[0] = 0.0
     if coverage_penalty:
@@ -205,8 +222,8 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
     return results  # type: ignore[return-value]
 
 
-def search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0) -> list[list[Hypothesis]]:
+def search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0, lp_type: LengthPenaltyType = "power") -> list[list[Hypothesis]]:
     """Greedy search for beam 1, else beam search."""
     if beam == 1 and nbest == 1:
-        return greedy_search(model, batch, max_len, min_len, alpha)
-    return beam_search(model, batch, beam, max_len, min_len, alpha, nbest, coverage_penalty)
+        return greedy_search(model, batch, max_len, min_len, alpha, lp_type)
+    return beam_search(model, batch, beam, max_len, min_len, alpha, nbest, coverage_penalty, lp_type)

@@ -16,6 +16,7 @@ import sentencepiece as spm
 from sacremoses import MosesDetokenizer, MosesTokenizer
 
 from syntaxnmt.errors import UserError
+from syntaxnmt.textio import temporary_prefix
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
@@ -38,36 +39,52 @@ def train_sentencepiece(
     model_path = Path(model_path)
     model_path.parent.mkdir(parents=True, exist_ok=True)
     spm.set_random_generator_seed(seed)
-    with tempfile.TemporaryDirectory(dir=model_path.parent) as tmp:
+    with tempfile.TemporaryDirectory(dir=model_path.parent, prefix=temporary_prefix(model_path), suffix=".tmp") as tmp:
         prefix = os.path.join(tmp, "spm")
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(sentences),
-            model_prefix=prefix,
-            vocab_size=vocab_size,
-            model_type=model_type,
-            character_coverage=character_coverage,
-            input_sentence_size=max_sentences,
-            shuffle_input_sentence=True,
-            hard_vocab_limit=False,
-            pad_id=PAD,
-            unk_id=UNK,
-            bos_id=BOS,
-            eos_id=EOS,
-            num_threads=max(1, os.cpu_count() or 1),
-            minloglevel=2,
-        )
+        try:
+            _train(sentences, prefix, vocab_size, model_type, character_coverage, max_sentences)
+        except RuntimeError as e:  # e.g. fewer pieces than the corpus has characters
+            reason = str(e).split("] ")[-1].strip()
+            raise UserError(f"data.vocab_size {vocab_size}: SentencePiece cannot build this vocabulary ({reason or e}; see also data.spm_character_coverage)") from None
         os.replace(prefix + ".model", model_path)
         shutil.move(prefix + ".vocab", model_path.with_suffix(".vocab"))
     return model_path
 
 
+def _train(sentences: Iterable[str], prefix: str, vocab_size: int, model_type: str, character_coverage: float, max_sentences: int) -> None:
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_prefix=prefix,
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=character_coverage,
+        input_sentence_size=max_sentences,
+        shuffle_input_sentence=True,
+        hard_vocab_limit=False,
+        pad_id=PAD,
+        unk_id=UNK,
+        bos_id=BOS,
+        eos_id=EOS,
+        num_threads=max(1, os.cpu_count() or 1),
+        minloglevel=2,
+    )
+
+
 class Tokenizer:
     """One language's text processing: lowercase, Moses, SentencePiece (encode) and the reverse."""
 
-    def __init__(self, spm_model: str | os.PathLike, lang: str = "en", moses: bool = False, lowercase: bool = False):
-        if not Path(spm_model).is_file():
+    def __init__(self, spm_model: str | os.PathLike | bytes, lang: str = "en", moses: bool = False, lowercase: bool = False):
+        """``spm_model``: a SentencePiece model file, or the model itself (bytes, as checkpoints hold it)."""
+        from syntaxnmt.words import WordProcessor, is_word_vocab
+
+        if isinstance(spm_model, bytes):
+            self.sp = WordProcessor(spm_model) if is_word_vocab(spm_model) else spm.SentencePieceProcessor(model_proto=spm_model)
+        elif Path(spm_model).suffix == ".words" and Path(spm_model).is_file():  # data.vocab: word
+            self.sp = WordProcessor(spm_model)
+        elif Path(spm_model).is_file():
+            self.sp = spm.SentencePieceProcessor(model_file=str(spm_model))
+        else:
             raise UserError(f"{spm_model}: SentencePiece model not found (run `syntaxnmt prepare` first)")
-        self.sp = spm.SentencePieceProcessor(model_file=str(spm_model))
         self.lang = lang
         self.lowercase = lowercase
         self._tok = MosesTokenizer(lang=lang) if moses else None
@@ -76,6 +93,10 @@ class Tokenizer:
 
     def __len__(self) -> int:
         return self.sp.get_piece_size()
+
+    def model_proto(self) -> bytes:
+        """The SentencePiece model itself (what a checkpoint stores to be self-contained)."""
+        return self.sp.serialized_model_proto()
 
     def normalize(self, text: str) -> str:
         """Lowercase and Moses-tokenize as configured (the text SentencePiece sees)."""
@@ -134,7 +155,8 @@ class Tokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         """Subword ids (specials are dropped) back to detokenized text."""
-        text = self.sp.decode([i for i in ids if i not in (PAD, BOS, EOS)])
-        if self._detok is not None:
-            text = self._detok.detokenize(text.split())
-        return text
+        return self.detokenize(self.sp.decode([i for i in ids if i not in (PAD, BOS, EOS)]))
+
+    def detokenize(self, text: str) -> str:
+        """Undo the Moses tokenization, when configured."""
+        return self._detok.detokenize(text.split()) if self._detok is not None else text

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from syntaxnmt import loop
 from syntaxnmt.alignment.losses import alignment_objective
 from syntaxnmt.batches import Split, TokenBatchSampler, bucket_batches, collate, pad_batch, shape_bucket
+from syntaxnmt.average import keep_periodic
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.config import Config, TrainConfig
 from syntaxnmt.cpu import keep_freed_memory
@@ -35,8 +36,8 @@ from syntaxnmt.model.inputs import Batch, FeatureSpec
 from syntaxnmt.model.linear import onednn_in_training
 from syntaxnmt.multitask import multitask_objective
 from syntaxnmt.optim import build_optimizer
-from syntaxnmt.prepare import is_prepared, load_split, load_tokenizers, prepare
-from syntaxnmt.textio import read_lines, write_lines
+from syntaxnmt.prepare import check_tag_sets, is_prepared, load_split, load_tokenizers, prepare, tokenizer_assets
+from syntaxnmt.textio import read_lines, remove_stale_temporaries, write_lines
 from syntaxnmt.translate import assemble_model, resolve_device, translate_ids
 
 
@@ -168,19 +169,34 @@ def validate_and_record(model, cfg: Config, dev: Split, refs: list[str], tgt_tok
     return is_best
 
 
+def check_dev_lengths(cfg: Config, dev: Split) -> None:
+    """Dev pairs are not length-filtered (BLEU is computed on all of them): one longer than the
+    model's position table would fail the dev loss, so it is a user error before training."""
+    m = cfg.model
+    longest = max(int(dev["src"].lengths.max(initial=0)), int(dev["tgt"].lengths.max(initial=0)))
+    if m.position_table and longest >= m.max_positions:
+        raise UserError(f"{cfg.data.dev_src}: a dev pair has a sentence of {longest} subwords, more than model.max_positions {m.max_positions} holds with its end symbol: raise model.max_positions")
+
+
 class Run:
     """The files of one model's run in ``work_dir``: ``last.pt``, ``best.pt``, ``config.yaml``."""
 
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, assets: dict | None = None):
         self.cfg = cfg
         self.work = Path(cfg.work_dir)
         self.last, self.best = self.work / "last.pt", self.work / "best.pt"
+        self.assets = assets  # the tokenizers, stored in every checkpoint (prepare.tokenizer_assets)
 
-    def save(self, model, opt, sched, prog: Progress, is_best: bool = False) -> None:
+    def save(self, model, opt, sched, prog: Progress, is_best: bool = False, periodic: bool = False) -> None:
+        """``periodic``: also keep the weights among the last ``train.keep_checkpoints`` (a validation)."""
         state = {"config": self.cfg.model_dump(mode="json"), "model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "progress": asdict(prog), "rng": loop.rng_state()}
+        if self.assets is not None:
+            state["assets"] = self.assets
         save_checkpoint(self.last, state)
         if is_best:
             save_checkpoint(self.best, state)
+        if periodic and self.cfg.train.keep_checkpoints:
+            keep_periodic(self.work, state, prog.step, self.cfg.train.keep_checkpoints)
 
     def restore(self, model, opt, sched) -> tuple[Progress, dict]:
         """Load ``last.pt`` into the model and optimizer; returns the progress and the RNG state."""
@@ -197,13 +213,15 @@ class SingleModel:
     def __init__(self, cfg: Config, world: World, device: torch.device, log: Callable, writer=None):
         self.cfg, self.world, self.device, self.log, self.writer = cfg, world, device, log, writer
         self.toks = load_tokenizers(cfg)
+        check_tag_sets(cfg, self.toks.tags)
         self.split, self.dev = load_split(cfg, "train"), load_split(cfg, "dev")
+        check_dev_lengths(cfg, self.dev)
         self.refs = read_lines(cfg.prepared_dir / "dev.ref")
         self.raw = assemble_model(cfg, self.toks).to(device)
         self.model = self.raw
         self.objectives = training_objectives(cfg)
         self.opt, self.sched = build_optimizer(self.raw, cfg.train)
-        self.run = Run(cfg)
+        self.run = Run(cfg, tokenizer_assets(self.toks))
         self.progress = Progress()
         self.t = t = cfg.train.for_device(device.type, world.size)  # the automatic settings decided
         set_matmul_precision(t, device)
@@ -243,7 +261,7 @@ class SingleModel:
 
     def validate(self) -> None:
         is_best = validate_and_record(self.raw, self.cfg, self.dev, self.refs, self.toks.tgt, self.device, self.progress, self.log, self.writer)
-        self.run.save(self.raw, self.opt, self.sched, self.progress, is_best and self.cfg.train.keep_best)
+        self.run.save(self.raw, self.opt, self.sched, self.progress, is_best and self.cfg.train.keep_best, periodic=True)
 
     def save(self) -> None:
         self.run.save(self.raw, self.opt, self.sched, self.progress)
@@ -259,6 +277,8 @@ def set_matmul_precision(t: TrainConfig, device: torch.device) -> None:
 def start(cfg: Config, resume: bool, log: Callable) -> bool:
     """Check the run folder and decide whether to resume; seed and set threads."""
     run = Run(cfg)
+    for tmp in remove_stale_temporaries(run.work):
+        log(f"removed {tmp}, left by an interrupted write")
     if run.last.exists() and not resume:
         raise UserError(f"{run.last} exists: pass --resume to continue that run, or choose another work_dir")
     if resume and not run.last.exists():
@@ -310,4 +330,5 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
         writer.close()
     barrier(world)
     shutdown(world)
+    loop.raise_if_interrupted(result, str(task.run.last))
     return prog

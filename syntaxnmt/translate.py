@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -16,16 +17,25 @@ from syntaxnmt.config import Config, DecodeConfig, config_from_dict
 from syntaxnmt.errors import UserError
 from syntaxnmt.model import build_model
 from syntaxnmt.multitask import attach_multitask
-from syntaxnmt.prepare import Tokenizers, feature_vocab_sizes, load_tag_vocab, load_tokenizers, parse_source
+from syntaxnmt.prepare import Tokenizers, load_tag_vocab, load_tokenizers, parse_source, tag_vocab_sizes, tokenizers_from_assets
 from syntaxnmt.model.inputs import TAG_NAMES, FeatureSpec
 from syntaxnmt.relations import SourceAnnotation, pad_features, sentence_features
 from syntaxnmt.search import Hypothesis, max_output_lengths, search
+from syntaxnmt.unk import locate_unknown_words, translations_with_replacement
 
 
 def resolve_device(name: str) -> torch.device:
+    """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``; anything else, or CUDA on a
+    machine without it, is a user error."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"device {name!r}: expected auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device {name!r}: this machine has no CUDA GPU that torch can use (try cpu)")
+    return device
 
 
 def checkpoint_path(cfg: Config, which: str) -> Path:
@@ -36,15 +46,22 @@ def checkpoint_path(cfg: Config, which: str) -> Path:
 def assemble_model(cfg: Config, toks: Tokenizers) -> torch.nn.Module:
     """The model of ``cfg`` with the modules its training attaches (fertility, multi-task
     classifiers), as its checkpoints hold them."""
-    sizes = feature_vocab_sizes(cfg)
+    sizes = tag_vocab_sizes(toks.tags)
     return attach_multitask(attach_fertility(build_model(cfg.model, len(toks.src), len(toks.tgt), **sizes), cfg), cfg, sizes)
 
 
 def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module, Config, Tokenizers]:
-    """A model ready for inference, with the config it was trained with and its tokenizers."""
+    """A model ready for inference, with the config it was trained with and its tokenizers (stored
+    in the checkpoint; one written before they were is read with its run's prepared corpus)."""
     state = load_checkpoint(path)
     cfg = config_from_dict(state["config"], source=f"{path} (stored config)")
-    toks = load_tokenizers(cfg)
+    if "assets" in state:
+        toks = tokenizers_from_assets(cfg, state["assets"])
+    else:
+        try:
+            toks = load_tokenizers(cfg)
+        except UserError as e:
+            raise UserError(f"{path} holds no tokenizers (an older checkpoint): it needs its prepared corpus, run from the folder it was trained in ({e})") from None
     model = assemble_model(cfg, toks)
     model.load_state_dict(state["model"])
     return model.to(device).eval(), cfg, toks
@@ -83,7 +100,9 @@ def translate_ids(
             batch = batch.to(device)
             src_lens = batch.src.ne(0).sum(1) - 1
             max_len = max_output_lengths(src_lens, decode.max_len_a, decode.max_len_b, max_pos)
-            hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty)
+            hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty, decode.length_penalty_type)
+            if decode.unk_replace != "none":
+                locate_unknown_words(model, batch, hyps, decode)
             for i, h in zip(idx, hyps):
                 results[i] = h
             bar.update(len(idx))
@@ -106,9 +125,10 @@ def source_parses(cfg: Config, lines: Sequence[str], conllu: str | None = None, 
     return parses
 
 
-def parse_annotations(cfg: Config, parses: Sequence, word_of_piece: Sequence[Sequence[int]]) -> list[SourceAnnotation]:
-    """Source annotations (tree and tag ids) of parsed sentences whose pieces belong to ``word_of_piece``."""
-    tags = load_tag_vocab(cfg)
+def parse_annotations(cfg: Config, parses: Sequence, word_of_piece: Sequence[Sequence[int]], tags=None) -> list[SourceAnnotation]:
+    """Source annotations (tree and tag ids) of parsed sentences whose pieces belong to ``word_of_piece``;
+    ``tags``: the model's tag vocabularies (:attr:`Tokenizers.tags`; default: the prepared corpus's)."""
+    tags = tags if tags is not None else load_tag_vocab(cfg)
     if tags is None:
         raise UserError(f"{cfg.prepared_dir}: the prepared corpus has no tag vocabulary (tags.json)")
     return [
@@ -152,11 +172,39 @@ def encode_source_lines(cfg: Config, toks: Tokenizers, lines: Sequence[str], spe
         return [np.asarray(i, dtype=np.int64) for i in ids], anns
     parses = source_parses(cfg, lines, conllu, source_name, f"this model uses {', '.join(sorted(spec.names - {'bie'}))} from parses")
     ids, words = toks.src.encode_words([p.words for p in parses])
-    return [np.asarray(i, dtype=np.int64) for i in ids], parse_annotations(cfg, parses, words)
+    return [np.asarray(i, dtype=np.int64) for i in ids], parse_annotations(cfg, parses, words, toks.tags)
 
 
-def translate_lines(model, cfg: Config, toks: Tokenizers, lines: Sequence[str], decode: DecodeConfig, device: torch.device, *, conllu: str | None = None, source_name: str = "<input>", **kw) -> list[list[tuple[str, float]]]:
-    """Raw source lines to detokenized n-best lists of (translation, score)."""
+def without_empty_lines(lines: Sequence[str], translate: Callable[[list[str], list[int]], list]) -> list[list[tuple[str, float]]]:
+    """``translate(kept, numbers)`` of the lines with words (and their 1-based numbers); an empty
+    or blank line gets an empty translation with score 0, in its place."""
+    numbers = [n for n, line in enumerate(lines, start=1) if line.strip()]
+    out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
+    for n, nbest in zip(numbers, translate([lines[n - 1] for n in numbers], numbers) if numbers else []):
+        out[n - 1] = nbest
+    return out
+
+
+def warn_cut_lines(sources: Sequence[np.ndarray], limit: int, source_name: str, line_numbers: Sequence[int] | None = None) -> None:
+    """A warning on stderr for each source longer than the ``limit`` subwords the model reads (it is cut)."""
+    for k, ids in enumerate(sources):
+        if len(ids) > limit:
+            n = line_numbers[k] if line_numbers is not None else k + 1
+            tqdm.write(f"syntaxnmt: warning: {source_name}:{n}: {len(ids)} subwords, only the first {limit} are translated (the model's max_positions)", file=sys.stderr)
+
+
+def translate_lines(model, cfg: Config, toks: Tokenizers, lines: Sequence[str], decode: DecodeConfig, device: torch.device, *, conllu: str | None = None, source_name: str = "<input>", line_numbers: Sequence[int] | None = None, **kw) -> list[list[tuple[str, float]]]:
+    """Raw source lines to detokenized n-best lists of (translation, score).
+
+    An empty or blank line translates to an empty line without reaching the model (with
+    ``conllu``, the CoNLL-U file holds one sentence per non-empty line, as for ``prepare``); a line
+    longer than the model's positions is cut, with a warning naming it (docs/robustness.md)."""
+    if any(not line.strip() for line in lines):
+        return without_empty_lines(lines, lambda kept, numbers: translate_lines(model, cfg, toks, kept, decode, device, conllu=conllu, source_name=source_name, line_numbers=numbers, **kw))
     sources, annotations = encode_source_lines(cfg, toks, lines, model.feature_spec, conllu, source_name)
+    warn_cut_lines(sources, model.cfg.max_positions - 2, source_name, line_numbers)
     hyps = translate_ids(model, sources, decode, device, annotations=annotations, **kw)
+    if decode.unk_replace != "none":
+        words = parser_words(cfg, lines, conllu, source_name)
+        return translations_with_replacement(toks, lines, sources, hyps, decode, words)
     return [[(toks.tgt.decode(h.tokens), h.score) for h in nb] for nb in hyps]

@@ -106,6 +106,59 @@ def test_bad_config_keys(capsys, config_for, tmp_path):
     assert_one_line_error(code, err, "train.lr")
 
 
+# Each config mistake of issue 13 (which used to end in a traceback after `prepare` had run):
+# one line naming the key, exit status 2, before anything is prepared or trained.
+CONFIG_MISTAKES = {
+    "relations row too short": (["--model.syntax.relations=[[linear, none]]"], "model.syntax.relations"),
+    "unknown relation kind": (["--model.syntax.relations=[[linear, none, nearness, none]]"], "nearness"),
+    "feature_dim leaves no room": (["--model.syntax.input_features=[bie]", "--model.syntax.feature_combine=concat", "--model.syntax.feature_dim=32"], "model.syntax.feature_dim"),
+    "qk_source tags of an unparsed corpus": (["--model.syntax.qk_source=[[upos, word, word, word]]"], "data.annotate"),
+    "syntax with arch rnn": (["--model.arch=rnn", "--model.syntax.relations=[[linear]]"], "model.syntax"),
+    "max_len above max_positions": (["--model.max_positions=32"], "model.max_positions"),
+    "max_tokens 0": (["--train.max_tokens=0"], "train.max_tokens"),
+    "max_tokens negative": (["--train.max_tokens=-1"], "train.max_tokens"),
+    "shared embedding, separate vocabularies": (["--model.tie_embeddings=all", "--data.joint_vocab=false"], "data.joint_vocab"),
+    "vocabulary of specials only": (["--data.vocab_size=4"], "data.vocab_size"),
+}
+
+
+@pytest.mark.parametrize("command", ["prepare", "train", "translate"])
+@pytest.mark.parametrize("mistake", list(CONFIG_MISTAKES))
+def test_config_mistakes_are_found_at_load(capsys, config_for, tmp_path, command, mistake):
+    overrides, key = CONFIG_MISTAKES[mistake]
+    code, _, err = run_cli(capsys, command, config_for(), *overrides)
+    assert_one_line_error(code, err, key)
+    assert not (tmp_path / "prepared").exists() and not (tmp_path / "work").exists()
+
+
+def test_bad_device_and_unwritable_folder_are_user_errors(capsys, config_for, tmp_path):
+    code, _, err = run_cli(capsys, "train", config_for(), "--train.device=tpu0")
+    assert_one_line_error(code, err, "device 'tpu0'")
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    code, _, err = run_cli(capsys, "train", config_for(), f"--work_dir={blocker}/run")
+    assert_one_line_error(code, err, str(blocker))
+
+
+def test_dev_sentence_longer_than_the_position_table_is_a_user_error(capsys, config_for, corpus):
+    """Training pairs are cut at data.max_len; dev pairs are all kept, so a short table is refused before training."""
+    code, _, err = run_cli(capsys, "train", config_for(), "--model.max_positions=20", "--data.max_len=15")
+    assert_one_line_error(code, err, str(corpus["dev"]["src"]), "model.max_positions 20")
+
+
+def test_vocabulary_smaller_than_the_corpus_characters_is_a_user_error(capsys, config_for):
+    code, _, err = run_cli(capsys, "prepare", config_for({"vocab_size": 20}))
+    assert_one_line_error(code, err, "data.vocab_size 20", "required_chars")
+
+
+def test_tag_set_the_parses_lack_is_a_user_error(capsys, config_for, corpus, tmp_path):
+    """The synthetic trees have no XPOS (every field '_'): a head reading xpos is refused before training."""
+    data = {"annotate": "conllu", "train_conllu": str(corpus["train"]["conllu"]), "dev_conllu": str(corpus["dev"]["conllu"])}
+    code, _, err = run_cli(capsys, "train", config_for(data), "--model.syntax.qk_source=[[xpos, word, word, word]]")
+    assert_one_line_error(code, err, "model.syntax.qk_source uses xpos", "no xpos tags")
+    assert not (tmp_path / "work" / "last.pt").exists()
+
+
 def test_prepare_succeeds_and_reports_counts(capsys, config_for):
     code, out, _ = run_cli(capsys, "prepare", config_for())
     assert code == 0

@@ -296,10 +296,37 @@ def test_saved_config_reloads_equal(tmp_path):
 
 @pytest.mark.parametrize(
     "key",
-    ["model.heads", "model.d_model", "train.accum_steps", "train.valid_every", "train.log_every", "decode.beam_size", "decode.batch_size"],
+    ["model.heads", "model.d_model", "train.accum_steps", "train.valid_every", "train.log_every", "decode.beam_size", "decode.batch_size",
+     "train.max_tokens", "train.max_steps", "model.enc_layers", "data.max_len", "model.syntax.tag_dim"],
 )
 def test_counts_must_be_positive(key):
     # Zero divides by zero (heads, d_model, valid_every, log_every) or crashes later in training
     # (accum_steps) or decoding (beam_size, batch_size): a config mistake, to be reported as one.
     with pytest.raises(UserError, match=re.escape(key)):
         load_config(None, [f"--{key}=0"])
+
+
+@pytest.mark.parametrize("value", ["0", "-4096"])
+def test_max_tokens_must_be_positive(value):
+    # 0 or a negative budget used to give one sentence per batch, silently.
+    with pytest.raises(UserError, match=r"train\.max_tokens.*greater than 0"):
+        load_config(None, [f"--train.max_tokens={value}"])
+
+
+@pytest.mark.parametrize("override", ["--model.dropout=1.5", "--train.label_smoothing=-0.1", "--train.lr=-1", "--data.max_len_ratio=0.5", "--train.max_minutes=-1"])
+def test_out_of_range_values_name_their_key(override):
+    key = override[2:].split("=")[0]
+    with pytest.raises(UserError, match=re.escape(key)):
+        load_config(None, [override])
+
+
+def test_max_len_must_fit_the_position_table():
+    with pytest.raises(UserError, match=r"data\.max_len 128 must be below model\.max_positions 64"):
+        load_config(None, ["--model.max_positions=64"])
+    assert load_config(None, ["--model.max_positions=64", "--data.max_len=63"]).data.max_len == 63
+    assert load_config(None, ["--model.max_positions=64", "--model.positions=none"]).model.positions == "none"  # no table
+
+
+def test_shared_embedding_needs_a_joint_vocabulary():
+    with pytest.raises(UserError, match=r"model\.tie_embeddings=all.*data\.joint_vocab"):
+        load_config(None, ["--model.tie_embeddings=all", "--data.joint_vocab=false"])

@@ -213,6 +213,46 @@ def test_cache_reused_when_unchanged_and_rebuilt_when_data_config_changes(corpus
     assert calls == [200, 150, 150, 150]
 
 
+def test_training_file_edited_in_place_rebuilds_the_cache(small_files, corpus, tmp_path):
+    """The cache key covers the input files' content: an edit that keeps the size and even the
+    modification time is a new corpus; a file touched without a change is not."""
+    paths = _data_paths(tmp_path, small_files)
+    cfg = _cfg(corpus, tmp_path, paths)
+    prepare(cfg, log=quiet)
+    assert is_prepared(cfg) and set(_meta(cfg)["inputs"]) == {"train_src", "train_tgt", "dev_src", "dev_tgt"}
+    src = Path(paths["train_src"])
+    os.utime(src)  # touched: same content
+    messages = []
+    prepare(cfg, log=messages.append)
+    assert any("up to date" in m for m in messages)
+    before = src.stat()
+    first = small_files["train_src"][0]
+    edited = " ".join(reversed(first.split()))  # same words, same length
+    assert edited != first and len(edited) == len(first)
+    src.write_text("\n".join([edited] + small_files["train_src"][1:]) + "\n", encoding="utf-8")
+    os.utime(src, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert src.stat().st_size == before.st_size and src.stat().st_mtime_ns == before.st_mtime_ns
+    assert not is_prepared(cfg)
+    with pytest.raises(UserError, match=r"data\.train_src changed since the corpus was prepared"):
+        load_split(cfg, "train")
+    messages = []
+    prepare(cfg, log=messages.append)
+    assert messages[0] == f"rebuilding the prepared corpus in {cfg.prepared_dir}: data.train_src changed since the corpus was prepared"
+    assert is_prepared(cfg)
+    toks = load_tokenizers(cfg)
+    assert toks.src.decode(list(load_split(cfg, "train")["src"][0])) == edited  # training reads the new text
+
+
+def test_cache_without_input_digests_is_trusted(corpus, tmp_path):
+    """A cache written before the digests were stored stays valid (it is not rebuilt under running experiments)."""
+    cfg = _cfg(corpus, tmp_path)
+    prepare(cfg, log=quiet)
+    meta = _meta(cfg)
+    del meta["inputs"]
+    (cfg.prepared_dir / "meta.json").write_text(json.dumps(meta))
+    assert is_prepared(cfg)
+
+
 def test_same_files_spelled_relative_or_absolute_share_the_cache(corpus, tmp_path, monkeypatch):
     """Running from another folder, or with SYNTAXNMT_DATA=/abs/path instead of ../data, must not
     rebuild (in place, under other runs' feet) a cache of the same files."""

@@ -60,8 +60,8 @@ def test_failure_report_exit_codes(make_config):
 
 
 def test_stopped_worker_saves_last_checkpoint_and_is_not_finished(make_config, corpus):
-    """SIGTERM from the parent: the worker stops at an update boundary, saves ``last.pt``, exits 130
-    and writes no ``done.json``, so the next call resumes the run."""
+    """SIGTERM from the parent: the worker stops at an update boundary, saves ``last.pt``, exits 143
+    (128 + SIGTERM) and writes no ``done.json``, so the next call resumes the run."""
     cfg = make_config({"train": {"max_steps": 100000, "valid_every": 100000, "threads": 1}})
     run = Run("long", 1, cfg)
     spec = ExperimentSet.model_validate({"name": "s", "baseline": "long", "configs": {"long": "x.yaml"}, "test_sets": {"t": {"src": str(corpus["test"]["src"]), "ref": str(corpus["test"]["tgt"])}}})
@@ -74,7 +74,7 @@ def test_stopped_worker_saves_last_checkpoint_and_is_not_finished(make_config, c
     with tqdm(disable=True) as bar:
         _stop_all([active], bar)
     work = Path(cfg.work_dir)
-    assert active.proc.returncode == 130, log_tail(run.log_path)
+    assert active.proc.returncode == 143, log_tail(run.log_path)
     log = run.log_path.read_text(encoding="utf-8")
-    assert "stopped (interrupted)" in log and "syntaxnmt: interrupted" in log
+    assert "stopped (interrupted)" in log and "syntaxnmt: interrupted by SIGTERM" in log
     assert (work / "last.pt").is_file() and not (work / "done.json").exists()

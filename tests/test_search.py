@@ -13,7 +13,7 @@ from torch import nn
 from syntaxnmt.batches import make_batch
 from syntaxnmt.config import ModelConfig
 from syntaxnmt.model.transformer import Transformer
-from syntaxnmt.search import Hypothesis, beam_search, greedy_search, max_output_length, max_output_lengths, search
+from syntaxnmt.search import Hypothesis, beam_search, greedy_search, length_penalty, max_output_length, max_output_lengths, search
 from syntaxnmt.subwords import BOS, EOS, PAD, UNK
 
 V = 24
@@ -242,27 +242,64 @@ def test_beam_search_finds_what_greedy_misses():
     _same(beam_search(model, batch, beam=1, max_len=5, alpha=0.0), greedy)
 
 
+class _Longer(ToyModel):
+    """EOS now (0.5), or A A A A EOS at 0.95 each after 0.45."""
+
+    def step(self, tokens, state):
+        log_probs, state = super().step(tokens, state)
+        for row, h in enumerate(state.history):
+            p = [0.0] * 6
+            if not h:
+                p[EOS], p[A], p[UNK] = 0.5, 0.45, 0.05
+            elif len(h) < 4:
+                p[A], p[EOS], p[UNK] = 0.95, 0.03, 0.02
+            else:
+                p[EOS], p[UNK] = 0.95, 0.05
+            log_probs[row] = torch.log(torch.tensor(p))
+        return log_probs, state
+
+
 def test_toy_length_normalization_prefers_longer_hypotheses():
     """With alpha=1 a long, individually likely hypothesis beats a short one of higher total probability."""
 
-    class Longer(ToyModel):
-        def step(self, tokens, state):
-            log_probs, state = super().step(tokens, state)
-            for row, h in enumerate(state.history):
-                p = [0.0] * 6
-                if not h:  # EOS now (0.5) or A A A A EOS at 0.95 each after 0.45
-                    p[EOS], p[A], p[UNK] = 0.5, 0.45, 0.05
-                elif len(h) < 4:
-                    p[A], p[EOS], p[UNK] = 0.95, 0.03, 0.02
-                else:
-                    p[EOS], p[UNK] = 0.95, 0.05
-                log_probs[row] = torch.log(torch.tensor(p))
-            return log_probs, state
-
     batch = make_batch([[TRAP]], None, [0])
-    raw = beam_search(Longer(), batch, beam=3, max_len=8, alpha=0.0)[0][0]
-    normalized = beam_search(Longer(), batch, beam=3, max_len=8, alpha=1.0)[0][0]
+    raw = beam_search(_Longer(), batch, beam=3, max_len=8, alpha=0.0)[0][0]
+    normalized = beam_search(_Longer(), batch, beam=3, max_len=8, alpha=1.0)[0][0]
     assert raw.tokens == [] and raw.log_prob == pytest.approx(math.log(0.5))
     assert normalized.tokens == [A, A, A, A]
     assert normalized.log_prob == pytest.approx(math.log(0.45 * 0.95**4))
     assert normalized.score == pytest.approx(math.log(0.45 * 0.95**4) / 5)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0, 2.0])
+def test_gnmt_length_penalty_follows_its_formula(alpha):
+    """lp(Y) = ((5 + |Y|) / 6)^α (Wu et al. 2016, Eq. 14) beside |Y|^α, on tensors and numbers."""
+    lengths = torch.tensor([1.0, 2.0, 7.0, 30.0])
+    expected = [((5 + n) / 6) ** alpha for n in (1, 2, 7, 30)]
+    assert length_penalty(lengths, alpha, "gnmt").tolist() == pytest.approx(expected)
+    assert length_penalty(7, alpha, "gnmt") == pytest.approx(((5 + 7) / 6) ** alpha)
+    assert length_penalty(lengths, alpha, "power").tolist() == pytest.approx([n**alpha for n in (1, 2, 7, 30)])
+    assert length_penalty(1, alpha, "gnmt") == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        length_penalty(lengths, alpha, "linear")
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_search_scores_use_the_gnmt_penalty(beam):
+    """Every returned score is log P / ((5 + |y|) / 6)^α, |y| counting EOS."""
+    model = _model(3)
+    batch = _batch((4, 8, 2), 3)
+    for hyps in search(model, batch, beam=beam, max_len=12, alpha=0.8, nbest=beam, lp_type="gnmt"):
+        for h in hyps:
+            assert h.score == pytest.approx(h.log_prob / ((5 + len(h.tokens) + 1) / 6) ** 0.8, abs=1e-4)
+
+
+def test_toy_gnmt_penalty_is_milder_than_power():
+    """GNMT's lp grows slower than |y|^α: at α = 0.5 the toy's long hypothesis (log P = -1.00 over 5
+    tokens) wins under |y|^α (-0.45 > log 0.5 = -0.69) but loses under ((5 + 5) / 6)^α (-0.78);
+    at α = 1 it wins under GNMT's too (-0.60)."""
+    batch = make_batch([[TRAP]], None, [0])
+    assert beam_search(_Longer(), batch, beam=3, max_len=8, alpha=0.5, lp_type="power")[0][0].tokens == [A] * 4
+    short = beam_search(_Longer(), batch, beam=3, max_len=8, alpha=0.5, lp_type="gnmt")[0][0]
+    assert short.tokens == [] and short.score == pytest.approx(math.log(0.5) / (6 / 6) ** 0.5)
+    assert beam_search(_Longer(), batch, beam=3, max_len=8, alpha=1.0, lp_type="gnmt")[0][0].tokens == [A] * 4

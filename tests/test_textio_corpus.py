@@ -9,7 +9,7 @@ import pytest
 
 from syntaxnmt.corpus import length_filter, read_parallel
 from syntaxnmt.errors import UserError
-from syntaxnmt.textio import atomic_write, atomic_write_text, iter_lines, read_lines, write_lines
+from syntaxnmt.textio import atomic_write, atomic_write_text, iter_lines, read_lines, remove_stale_temporaries, write_lines
 
 LINES = ["the dog sees a cat .", "", "  ", "Grüße, 世界 !", "last line"]
 
@@ -158,3 +158,57 @@ def test_length_filter_counts_each_rule_once():
     assert keep == [0, 2, 4, 6]
     assert dropped == {"too_short": 2, "too_long": 1, "bad_ratio": 1}
     assert len(keep) + sum(dropped.values()) == len(pairs)
+
+
+def _temporaries(folder) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+def test_atomic_write_respects_the_umask(tmp_path):
+    old = os.umask(0o027)
+    try:
+        write_lines(tmp_path / "new.txt", ["a"])
+        assert (tmp_path / "new.txt").stat().st_mode & 0o777 == 0o640  # mkstemp alone gives 0600
+        os.umask(0o002)
+        write_lines(tmp_path / "group.txt", ["a"])
+        assert (tmp_path / "group.txt").stat().st_mode & 0o777 == 0o664
+        (tmp_path / "group.txt").chmod(0o600)  # a rewritten file keeps the mode it was given
+        write_lines(tmp_path / "group.txt", ["b"])
+        assert (tmp_path / "group.txt").stat().st_mode & 0o777 == 0o600
+    finally:
+        os.umask(old)
+
+
+def test_write_killed_by_sigkill_leaves_a_temporary_that_the_next_start_removes(tmp_path):
+    """kill -9 during a write leaves ``.NAME.PID.XXXX.tmp``: the next write of NAME (or a
+    training or prepare start, which clean their folder) removes it; a live writer's is kept."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    target = tmp_path / "last.pt"
+    writer = "import sys, time\nfrom syntaxnmt.textio import atomic_write\natomic_write(sys.argv[1], lambda f: (f.write(b'x' * 1000), f.flush(), time.sleep(60)))"
+    proc = subprocess.Popen([sys.executable, "-c", writer, str(target)])
+    deadline = time.monotonic() + 60
+    while not _temporaries(tmp_path):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    (left,) = _temporaries(tmp_path)
+    assert left.startswith(f".last.pt.{proc.pid}.")
+    alive = tmp_path / f".best.pt.{os.getpid()}.abcd1234.tmp"  # this process is writing it
+    alive.write_bytes(b"")
+    older = tmp_path / ".config.yaml.k2j4h5g6.tmp"  # an older version's name, without a PID
+    older.write_bytes(b"")
+    assert sorted(p.name for p in remove_stale_temporaries(tmp_path)) == sorted([left, older.name])
+    assert _temporaries(tmp_path) == [alive.name]
+    proc = subprocess.Popen([sys.executable, "-c", writer, str(target)])
+    while len(_temporaries(tmp_path)) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    write_lines(target, ["done"])  # the next write of the same file
+    assert _temporaries(tmp_path) == [alive.name] and target.read_text() == "done\n"

@@ -285,3 +285,62 @@ def test_automatic_gpu_settings_are_decided_per_device(make_config):
     assert (ddp.cuda_graphs, ddp.shape_bucket) == (False, 0)
     pinned = make_config({"train": {"precision": "bf16", "shape_bucket": 16, "cuda_graphs": False}}).train.for_device("cuda")
     assert (pinned.precision, pinned.cuda_graphs, pinned.shape_bucket) == ("bf16", False, 16) and pinned.uses_bf16("cuda")
+
+
+@pytest.mark.parametrize("sig, status", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_signal_saves_last_checkpoint_and_exits_128_plus_signal(make_config, tmp_path, sig, status):
+    """A signal is not a finished run: ``last.pt`` is saved, then the command exits 130 (Ctrl-C)
+    or 143 (SIGTERM), as a shell reports a killed command, with one line saying so."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    cfg = make_config({"train": {"max_steps": 100000, "valid_every": 100000, "log_every": 1, "threads": 1}})
+    path = tmp_path / "long.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")), encoding="utf-8")
+    err_path = tmp_path / "stderr.txt"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "syntaxnmt", "train", str(path)], stdout=subprocess.DEVNULL, stderr=err, env=env)
+    deadline = time.monotonic() + 120
+    while " 2/100000 " not in err_path.read_text(errors="replace"):  # the bar has passed update 2
+        assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text(errors="replace")
+        time.sleep(0.1)
+    proc.send_signal(getattr(signal, sig))
+    assert proc.wait(timeout=120) == status
+    last = err_path.read_text(errors="replace").strip().splitlines()[-1]
+    assert last == f"syntaxnmt: interrupted by {sig}: {cfg.work_dir}/last.pt saved; continue with --resume"
+    assert load_checkpoint(Path(cfg.work_dir) / "last.pt")["progress"]["stop_reason"] == "interrupted"
+    assert not _tmp_files(cfg.work_dir)
+
+
+def test_time_budget_before_the_first_validation_still_leaves_a_best_checkpoint(make_config):
+    """On a slow machine the budget can end before update ``valid_every``: the stop validates, so
+    there is a ``best.pt``; a re-run with the budget spent trains no further."""
+    cfg = make_config({"train": {"max_minutes": 1e-6, "max_steps": 1000, "valid_every": 1000}})
+    messages = []
+    prog = train(cfg, log=messages.append)
+    assert prog.step == 1 and prog.stop_reason == "max_minutes" and prog.validated_step == 1
+    assert any(m.startswith("update 1 | dev loss") for m in messages)
+    assert _params(cfg.work_dir, "best.pt")["progress"]["step"] == 1
+    again = train(cfg, resume=True, log=quiet)
+    assert again.step == 1 and again.stop_reason == "max_minutes"
+
+
+def test_rerun_recovers_a_run_that_stopped_without_best_checkpoint(make_config):
+    """A run of an older version stopped by its time budget before any validation (``last.pt``,
+    no ``best.pt``): resuming it with the budget spent validates and writes ``best.pt``."""
+    cfg = make_config({"train": {"max_minutes": 1e-6, "max_steps": 1000, "valid_every": 1000}})
+    train(cfg, log=quiet)
+    work = Path(cfg.work_dir)
+    (work / "best.pt").unlink()
+    state = load_checkpoint(work / "last.pt")
+    del state["progress"]["validated_step"]  # as an older checkpoint, which had not validated
+    state["progress"].update(best=None, bad_validations=0)
+    save_checkpoint(work / "last.pt", state)
+    prog = train(cfg, resume=True, log=quiet)
+    assert prog.step == 1 and (work / "best.pt").is_file()

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from syntaxnmt.alignment.formats import aer, read_alignments
 from syntaxnmt.config import Config, load_config
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments import markdown_table, read_set_file, write_section
+from syntaxnmt.experiments import markdown_table, read_set_file, section_heading, write_section
 from syntaxnmt.metrics import score
 from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
 
@@ -168,9 +168,7 @@ def run_alignment_set(path: str | Path, output: str | None = None, log=print) ->
     if spec.eflomal_baseline:
         rows.append(_eflomal_row(configs[next(iter(configs))], src_lines, tgt_lines, gold, log))
     minutes, cpu_minutes = (time.perf_counter() - t0) / 60, (_cpu_seconds() - cpu0) / 60
-    lines = [f"### {spec.title or spec.name}", ""]
-    if spec.description:
-        lines += [spec.description.strip(), ""]
+    lines = section_heading(spec.title or spec.name, spec.description)
     lines += [
         f"Command: `{spec.command or 'syntaxnmt align-experiment ' + str(path)}` (data, eflomal, training and "
         f"evaluation: {cpu_minutes:.1f} min of CPU time, {minutes:.1f} min wall clock on a shared 2-core machine). "

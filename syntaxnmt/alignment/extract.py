@@ -155,7 +155,7 @@ def attention_alignments(
     return out
 
 
-def source_annotations(model, cfg, lines: Sequence[str], word_of_piece: Sequence[Sequence[int]], conllu: str | None = None, source_name: str = "--src") -> list[SourceAnnotation] | None:
+def source_annotations(model, cfg, lines: Sequence[str], word_of_piece: Sequence[Sequence[int]], conllu: str | None = None, source_name: str = "--src", tags=None) -> list[SourceAnnotation] | None:
     """The source features' annotations of ``lines`` (whitespace-tokenized, pieces in ``word_of_piece``)
     as ``translate`` builds them, or None for a model without source features. The parse (from
     ``conllu``, or the config's parser) must have exactly the whitespace tokens of each line."""
@@ -170,7 +170,7 @@ def source_annotations(model, cfg, lines: Sequence[str], word_of_piece: Sequence
     for k, (p, w) in enumerate(zip(parses, word_of_piece), start=1):
         if len(p.words) != max(w, default=-1) + 1:
             raise UserError(f"{source_name} line {k}: the parse has {len(p.words)} words but the line {max(w, default=-1) + 1} tokens (give --src-conllu with the line's tokens)")
-    return parse_annotations(cfg, parses, word_of_piece)
+    return parse_annotations(cfg, parses, word_of_piece, tags)
 
 
 def _spec(value: str | int | None, default) -> int | None:
@@ -234,7 +234,7 @@ def model_alignments(
                 method=method,
                 threshold=threshold,
                 batch_size=batch_size,
-                annotations=source_annotations(model, cfg, a, source[1], src_conllu),
+                annotations=source_annotations(model, cfg, a, source[1], src_conllu, tags=toks.tags),
             )
         )
     if len(directions) == 1:

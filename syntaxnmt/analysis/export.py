@@ -195,7 +195,7 @@ def encode_sources(
         words = [piece_words([toks.src.id_to_piece(i) for i in s], w) for s, w in zip(ids, wop)]
     anns: list[SourceAnnotation | None] = [None] * len(lines)
     if spec.needs_parse:
-        anns = parse_annotations(cfg, parses, wop)
+        anns = parse_annotations(cfg, parses, wop, toks.tags)
     elif spec:
         anns = [SourceAnnotation(np.asarray(w, dtype=np.int64), np.zeros(0, dtype=np.int64)) for w in wop]
     return [

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from syntaxnmt.model.dropout import dropout
 from syntaxnmt.model.inputs import SourceFeatures
 from syntaxnmt.model.linear import Linear
+from syntaxnmt.model.normalizers import HardMode, Normalizer, attention_weights
 
 
 class AttentionExtension(nn.Module):
@@ -55,8 +56,10 @@ class MultiHeadAttention(nn.Module):
     receives zero weight; ``causal`` hides future positions (decoder self-attention).
     """
 
-    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, bias: bool = True, extensions: Sequence[AttentionExtension] = ()):
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, bias: bool = True, extensions: Sequence[AttentionExtension] = (), normalizer: Normalizer = "softmax", hard: HardMode = "none"):
+        """``normalizer`` and ``hard``: sparse or hard weights instead of the softmax (see :mod:`syntaxnmt.model.normalizers`)."""
         super().__init__()
+        self.normalizer, self.hard = normalizer, hard
         assert d_model % heads == 0, "d_model must be divisible by heads"
         self.d_model, self.heads, self.d_head = d_model, heads, d_model // heads
         self.dropout = dropout
@@ -108,7 +111,8 @@ class MultiHeadAttention(nn.Module):
         # One query per row (incremental decoding) on CPU: two small matrix products beat the
         # fused kernel's per-call overhead (about 2x at beam search's shapes).
         single_query_cpu = q.size(2) == 1 and q.device.type == "cpu"
-        if not self.extensions and not need_weights and not single_query_cpu:
+        plain = self.normalizer == "softmax" and self.hard == "none"
+        if not self.extensions and not need_weights and not single_query_cpu and plain:
             out = self._fused(q, k, v, key_padding_mask, causal)
             weights = None
         else:
@@ -140,7 +144,7 @@ class MultiHeadAttention(nn.Module):
             tq, tk = scores.shape[-2:]
             future = torch.ones(tq, tk, dtype=torch.bool, device=scores.device).triu(tk - tq + 1)
             scores = scores.masked_fill(future, float("-inf"))
-        weights = torch.softmax(scores, dim=-1)
+        weights = attention_weights(scores, None, self.normalizer, self.hard, self.training)
         dropped = dropout(weights, self.dropout, self.training)
         out = torch.matmul(dropped, v)
         for ext in self.extensions:

@@ -138,7 +138,7 @@ class _Decoder(nn.Module):
         super().__init__()
         rc = cfg.rnn
         self.hidden, self.layers = rc.hidden, rc.dec_layers
-        self.attention = Attention(rc.score, rc.hidden, key_dim, rc.attention_dim, rc.rank, rc.local_window, rc.position_bias)
+        self.attention = Attention(rc.score, rc.hidden, key_dim, rc.attention_dim, rc.rank, rc.local_window, rc.position_bias, cfg.attention_normalizer, cfg.hard_attention)
 
     def _attend(self, query: Tensor, state: RNNState, target_pos: Tensor) -> tuple[Tensor, Tensor]:
         enc = state.encoder

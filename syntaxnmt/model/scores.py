@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from syntaxnmt.model.linear import Linear
+from syntaxnmt.model.normalizers import HardMode, Normalizer, harden, normalize
 
 
 def _dot(query: Tensor, keys: Tensor) -> Tensor:
@@ -180,15 +181,16 @@ def build_score(name: str, query_dim: int, key_dim: int, attention_dim: int = 25
     raise ValueError(f"unknown attention score {name!r} (choose from {', '.join(SCORES)})")
 
 
-def attend(energies: Tensor, keys_values: Tensor, pad_mask: Tensor) -> tuple[Tensor, Tensor]:
+def attend(energies: Tensor, keys_values: Tensor, pad_mask: Tensor, normalizer: Normalizer = "softmax") -> tuple[Tensor, Tensor]:
     """Global attention: ``alpha = softmax(e)`` over non-padding positions, ``c = sum_j alpha_j h_j``
     (Bahdanau et al. 2015, Eq. 5-6).
 
     ``energies`` (N, S) or (N, T, S), ``keys_values`` (N, S, d), ``pad_mask`` (N, S) True at
     padding, which gets a weight of exactly 0. Returns ``(context (N, [T,] d), alpha (N, [T,] S))``.
+    ``normalizer``: softmax, or a sparse one (:mod:`syntaxnmt.model.normalizers`).
     """
     mask = pad_mask if energies.dim() == 2 else pad_mask[:, None, :]
-    alpha = torch.softmax(energies.masked_fill(mask, float("-inf")), dim=-1).masked_fill(mask, 0.0)
+    alpha = normalize(energies, normalizer, mask)
     return _weighted_sum(alpha, keys_values), alpha
 
 
@@ -225,7 +227,7 @@ class LocalPosition(nn.Module):
         return sig * (length if sig.dim() == 1 else length[:, None])
 
 
-def local_attend(energies: Tensor, keys_values: Tensor, pad_mask: Tensor, p: Tensor, window: int) -> tuple[Tensor, Tensor]:
+def local_attend(energies: Tensor, keys_values: Tensor, pad_mask: Tensor, p: Tensor, window: int, normalizer: Normalizer = "softmax") -> tuple[Tensor, Tensor]:
     """Local-p attention (Luong et al. 2015, Sec. 3.2, Eq. 10):
     ``alpha_t(j) = align(s_t, h_j) * exp(-(j - p_t)^2 / (2 sigma^2))``, ``sigma = D / 2``.
 
@@ -240,7 +242,7 @@ def local_attend(energies: Tensor, keys_values: Tensor, pad_mask: Tensor, p: Ten
     dist = j - p[..., None]  # (N, [T,] S)
     mask = pad_mask if energies.dim() == 2 else pad_mask[:, None, :]
     outside = (dist.abs() > window) | mask
-    align = torch.softmax(energies.masked_fill(outside, float("-inf")), dim=-1)
+    align = normalize(energies, normalizer, outside)
     sigma = window / 2.0
     alpha = (align * torch.exp(-dist.pow(2) / (2.0 * sigma**2))).masked_fill(outside, 0.0)
     return _weighted_sum(alpha, keys_values), alpha
@@ -255,8 +257,10 @@ class Attention(nn.Module):
     returns ``(context, alpha)``; ``target_pos``/``target_len`` are needed with ``position_bias``.
     """
 
-    def __init__(self, score: str, query_dim: int, key_dim: int, attention_dim: int = 256, rank: int = 32, local_window: int = 0, position_bias: bool = False):
+    def __init__(self, score: str, query_dim: int, key_dim: int, attention_dim: int = 256, rank: int = 32, local_window: int = 0, position_bias: bool = False, normalizer: Normalizer = "softmax", hard: HardMode = "none"):
+        """``normalizer`` and ``hard``: sparse or hard weights (see :mod:`syntaxnmt.model.normalizers`)."""
         super().__init__()
+        self.normalizer, self.hard = normalizer, hard
         self.position_bias = position_bias
         self.score = build_score(score, query_dim, key_dim, attention_dim, rank, n_features=4 if position_bias else 0)
         self.window = local_window
@@ -282,5 +286,10 @@ class Attention(nn.Module):
             features = position_features(target_pos, keys.size(1), target_len, source_len)
         energies = self.score.energies(query, pre, features)
         if self.local is None:
-            return attend(energies, keys, pad_mask)
-        return local_attend(energies, keys, pad_mask, self.local(query, source_len), self.window)
+            context, alpha = attend(energies, keys, pad_mask, self.normalizer)
+        else:
+            context, alpha = local_attend(energies, keys, pad_mask, self.local(query, source_len), self.window, self.normalizer)
+        if self.hard == "none" or (self.hard == "decode" and self.training):
+            return context, alpha
+        alpha = harden(alpha, straight_through=self.training)
+        return _weighted_sum(alpha, keys), alpha

@@ -1,0 +1,104 @@
+"""Our beam search against CTranslate2 (float32 and int8) on one checkpoint: sentences/s and sacreBLEU.
+
+    python benchmarks/ct2_decode.py --checkpoint runs/multi30k-en-de/baseline/best.pt \
+        [--threads 2] [--beam 5] [--repeats 5] [--root DIR] [--test-src F --test-ref F] [--limit N]
+
+The source lines are turned into subword ids once (the pipeline both engines share: the parser's
+words for a model trained on a parsed corpus, SentencePiece); what is timed is the search from
+ids to ids of the whole test set (default test_2016_flickr, 1,000 sentences), with the same
+threads (torch intra-op threads; CTranslate2 intra_threads, one translator), batch size and
+search settings (``decode`` of the checkpoint's config, ``--beam``), after an untimed warm-up
+(``--warmup`` sentences per engine). The engines run in turns,
+``--repeats`` times in a rotating order, so that a busy machine slows all of them alike; the
+table gives the median sentences/s (and the range), corpus BLEU of the detokenized output, and
+how many sentences are word-for-word ours. ``--root`` is the folder that relative paths in the
+checkpoint's stored config start from (e.g. the repository the run was trained in).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from syntaxnmt.cpu import keep_freed_memory
+from syntaxnmt.ct2_engine import CT2Engine
+from syntaxnmt.export_ct2 import export_ct2
+from syntaxnmt.metrics import score
+from syntaxnmt.textio import read_lines
+from syntaxnmt.translate import encode_source_lines, load_model, translate_ids
+
+
+def engines(checkpoint: Path, tmp: Path, threads: int):
+    """name -> (search function from ids to hypotheses, config)."""
+    device = torch.device("cpu")
+    model, cfg, toks = load_model(checkpoint, device)
+    out = {"syntaxnmt (PyTorch)": lambda sources, decode, anns: translate_ids(model, sources, decode, device, annotations=anns)}
+    for quant in ("float32", "int8"):
+        engine = CT2Engine(export_ct2(checkpoint, tmp / quant, quant), threads=threads)
+        out[f"CTranslate2 {quant}"] = lambda sources, decode, anns, engine=engine: engine.translate_ids(sources, decode)
+    return out, model, cfg, toks
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--root", help="folder that relative paths of the stored config start from (default: the current one)")
+    data = os.environ.get("SYNTAXNMT_DATA", "../shared/data")
+    ap.add_argument("--test-src", default=f"{data}/multi30k/test_2016_flickr.en.gz")
+    ap.add_argument("--test-ref", default=f"{data}/multi30k/test_2016_flickr.de.gz")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--beam", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=100, help="sentences each engine translates untimed first")
+    ap.add_argument("--limit", type=int, default=0, help="only the first N sentences (quick checks)")
+    args = ap.parse_args()
+    checkpoint, src, ref = (Path(p).resolve() for p in (args.checkpoint, args.test_src, args.test_ref))
+    if args.root:
+        os.chdir(args.root)
+    keep_freed_memory()
+    torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        runs, model, cfg, toks = engines(checkpoint, Path(tmp), args.threads)
+        decode = cfg.decode.model_copy(update={"beam_size": args.beam})
+        lines, refs = read_lines(src)[: args.limit or None], read_lines(ref)[: args.limit or None]
+        sources, anns = encode_source_lines(cfg, toks, lines, model.feature_spec, source_name=str(src))
+        names = list(runs)
+        with torch.inference_mode():  # untimed: first-call costs (kernel selection, allocations) of every engine
+            for name in names:
+                runs[name](sources[: args.warmup], decode, anns[: args.warmup] if anns else None)
+        speeds: dict[str, list[float]] = {n: [] for n in names}
+        outputs: dict[str, list[str]] = {}
+        for r in range(args.repeats):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                start = time.perf_counter()
+                with torch.inference_mode():
+                    hyps = runs[name](sources, decode, anns)
+                speeds[name].append(len(sources) / (time.perf_counter() - start))
+                outputs.setdefault(name, [toks.tgt.decode(nb[0].tokens) for nb in hyps])
+    load_after = os.getloadavg()
+    ours = outputs[names[0]]
+    base = statistics.median(speeds[names[0]])
+    print(f"| engine | sentences/s (median of {args.repeats}; range) | vs ours | BLEU | same output as ours |")
+    print("|---|---|---|---|---|")
+    for name in names:
+        s = speeds[name]
+        bleu = score(outputs[name], [refs])
+        same = sum(a == b for a, b in zip(outputs[name], ours))
+        print(f"| {name} | {statistics.median(s):.1f} ({min(s):.1f}-{max(s):.1f}) | {statistics.median(s) / base:.2f}x | {bleu.bleu:.2f} | {same}/{len(ours)} |")
+    print()
+    print(f"{len(sources)} sentences of {src.name}, beam {args.beam}, length penalty {decode.length_penalty}, batch {decode.batch_size}, {args.threads} threads; "
+          f"{checkpoint}; torch {torch.__version__}, ctranslate2 {__import__('ctranslate2').__version__}; {platform.processor() or platform.machine()} {os.cpu_count()} cores; "
+          f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after; {bleu.bleu_signature}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
