@@ -13,8 +13,8 @@ chooses where :class:`Linear` uses it:
 
 - ``auto`` (default): without autograd (beam search, validation decoding: about 1.5x faster
   beam search), and in training inside :func:`onednn_in_training` -- which training enters when
-  its batch shapes are bucketed on CPU (forward and both gradients ``g W``, ``g^T x``: about
-  1.35x more training tokens/s);
+  its batch shapes are bucketed on CPU (forward and both gradients ``g W``, ``g^T x``; 1.38x
+  more training tokens/s in issue 6's measurement, a few percent in issue 14's: docs/benchmarks.md);
 - ``train``: in training with every batch shape too (memory grows with each new shape);
 - ``infer``: never in training; ``0``: never.
 
