@@ -1,6 +1,7 @@
 """Attention as alignment on the English-French Hansards gold set, against eflomal, in one run.
 
-    python benchmarks/hansards_aer.py [--minutes 15] [--work runs/hansards-aer] [--threads 1]
+    python benchmarks/hansards_aer.py [--minutes 15 | --steps N] [--work runs/hansards-aer] [--threads 1]
+        [--normalizers softmax,sparsemax,entmax15,hard] [--hard-decode] [--bleu]
 
 Data (``${SYNTAXNMT_DATA:-../shared/data}``): Multi30k ``train.{en,fr}.gz`` (29,000 pairs) and the
 447 HLT-NAACL 2003 Hansards test pairs (``alignment/enfr-hansards``: ``enfr.src-tgt`` tokenized,
@@ -19,6 +20,13 @@ Data (``${SYNTAXNMT_DATA:-../shared/data}``): Multi30k ``train.{en,fr}.gz`` (29,
    word, subwords projected back to the gold tokens): all layers and heads averaged, and every
    layer's heads averaged. The penultimate layer is the a-priori choice (Garg et al. 2019), the
    other rows are for information, not a selection on the test set.
+4. ``--normalizers``: one such model per cross-attention normalizer (issue 12): softmax,
+   sparsemax, entmax15, or ``hard`` (argmax attention trained with straight-through gradients),
+   with ``--steps`` as the budget so every variant gets the same updates; ``--hard-decode`` also
+   decodes the softmax model with argmax attention (its alignments are the softmax model's: the
+   argmax of a one-hot row is the argmax of the soft one). ``--bleu`` translates Multi30k
+   test_2016_flickr English->French (lowercased and Moses-tokenized like the training corpus,
+   beam 5) and scores it with sacreBLEU (13a, on that tokenized lowercased text).
 
 Prints the AER/precision/recall of each; ``--output`` also writes them as JSON.
 """
@@ -36,6 +44,7 @@ import torch
 
 from syntaxnmt.alignment.formats import aer, read_alignments, read_bitext
 from syntaxnmt.config import load_config
+from syntaxnmt.errors import UserError
 from syntaxnmt.textio import read_lines, write_lines
 
 DATA = Path(os.environ.get("SYNTAXNMT_DATA", "../shared/data"))
@@ -56,6 +65,8 @@ data:
   joint_vocab: true
   max_len: 128
 model:
+  attention_normalizer: {normalizer}
+  hard_attention: {hard}
   d_model: 128
   heads: 4
   ffn_dim: 512
@@ -67,7 +78,7 @@ train:
   max_tokens: 4096
   lr: 1.5e-3
   warmup_steps: 300
-  max_steps: 100000
+  max_steps: {steps}
   max_minutes: {minutes}
   log_every: 50
   valid_every: 100000
@@ -94,10 +105,62 @@ def build_corpus(work: Path, gold_src: list[list[str]], gold_tgt: list[list[str]
         en, fr = tokenize(read_lines(m30k / "train.en.gz"), "en"), tokenize(read_lines(m30k / "train.fr.gz"), "fr")
         write_lines(out / "dev.en", tokenize(read_lines(m30k / "val.en.gz"), "en"))
         write_lines(out / "dev.fr", tokenize(read_lines(m30k / "val.fr.gz"), "fr"))
+        write_lines(out / "test.en", tokenize(read_lines(m30k / "test_2016_flickr.en.gz"), "en"))
+        write_lines(out / "test.fr", tokenize(read_lines(m30k / "test_2016_flickr.fr.gz"), "fr"))
         write_lines(out / "train.en", en + [" ".join(s).lower() for s in gold_src])
         write_lines(out / "train.fr", fr + [" ".join(t).lower() for t in gold_tgt])
         log(f"tokenized Multi30k ({len(en)} pairs) + {len(gold_src)} Hansards pairs in {time.perf_counter() - t0:.0f} s")
     return read_lines(out / "train.en"), read_lines(out / "train.fr")
+
+
+NORMALIZERS = {"softmax": ("softmax", "none"), "sparsemax": ("sparsemax", "none"), "entmax15": ("entmax15", "none"), "hard": ("softmax", "train")}
+
+
+def model_rows(work: Path, name: str, args, test_en: list[str], test_fr: list[str], gold, log) -> dict:
+    """Train (or resume) the English->French model with cross-attention normalizer ``name``; its
+    training figures, AER rows and (``args.bleu``) test BLEU, keyed for the results table."""
+    from syntaxnmt.alignment.extract import attention_alignments, encode_words
+    from syntaxnmt.train import train
+    from syntaxnmt.translate import load_model
+
+    label = "" if name == "softmax" else f", {name}"
+    run = work / ("run" if name == "softmax" else f"run-{name}")
+    run.mkdir(parents=True, exist_ok=True)
+    normalizer, hard = NORMALIZERS[name]
+    budget = {"steps": args.steps, "minutes": 0} if args.steps else {"steps": 100000, "minutes": args.minutes}
+    config_path = run / "config.yaml"
+    config_path.write_text(CONFIG.format(work=work.as_posix(), threads=args.threads, normalizer=normalizer, hard=hard, **budget).replace(f"work_dir: {work.as_posix()}/run\n", f"work_dir: {run.as_posix()}\n"), encoding="utf-8")
+    cfg = load_config(config_path)
+    progress = train(cfg, resume=True, log=log)
+    rows: dict = {f"training{label}": {"updates": progress.step, "epochs": progress.epoch, "train_minutes": progress.train_seconds / 60, "minutes_budget": args.minutes, "steps_budget": args.steps, "threads": args.threads}}
+    device = torch.device("cpu")
+    model, cfg, toks = load_model(Path(cfg.work_dir) / "last.pt", device)
+    src, tgt = encode_words(toks.src, test_en), encode_words(toks.tgt, test_fr)
+    penultimate = cfg.model.dec_layers - 2
+    readings = [("all layers+heads averaged", None)] + [(f"layer {i} heads averaged" + (" (penultimate)" if i == penultimate else ""), i) for i in range(cfg.model.dec_layers)]
+    for reading, layer in readings:
+        key = f"attention{label} {reading}"
+        rows[key] = score(gold, attention_alignments(model, src, tgt, device, layer=layer))
+        log(f"{key}: {rows[key]}")
+    if args.bleu:
+        rows[f"test_2016_flickr BLEU{label}"] = test_bleu(model, cfg, toks, work, device)
+        if name == "softmax" and args.hard_decode:
+            for layer in model.decoder:
+                layer.cross_attn.hard = "decode"
+            rows["test_2016_flickr BLEU, softmax training, hard decoding"] = test_bleu(model, cfg, toks, work, device)
+    return rows
+
+
+def test_bleu(model, cfg, toks, work: Path, device) -> dict:
+    """BLEU/chrF of beam-5 translations of the tokenized, lowercased Multi30k test_2016_flickr."""
+    from syntaxnmt.metrics import score as mt_score
+    from syntaxnmt.translate import translate_lines
+
+    src, ref = read_lines(work / "corpus" / "test.en"), read_lines(work / "corpus" / "test.fr")
+    t0 = time.perf_counter()
+    hyps = [nbest[0][0] for nbest in translate_lines(model, cfg, toks, src, cfg.decode.model_copy(update={"beam_size": 5}), device)]
+    s = mt_score(hyps, [ref], force=True)
+    return {"bleu": s.bleu, "chrf": s.chrf, "seconds": time.perf_counter() - t0}
 
 
 def score(gold, hyp) -> dict:
@@ -110,8 +173,15 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--minutes", type=float, default=15.0, help="training time budget (default 15)")
     ap.add_argument("--work", default="runs/hansards-aer", help="working folder (corpus, prepared data, run)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads for training (default 1)")
+    ap.add_argument("--steps", type=int, default=0, help="train exactly this many updates instead of --minutes (the same budget for every variant)")
+    ap.add_argument("--normalizers", default="softmax", help="comma-separated cross-attention normalizers, one model each: softmax, sparsemax, entmax15, hard (default softmax)")
+    ap.add_argument("--hard-decode", action="store_true", help="also decode the softmax model with argmax (hard) attention")
+    ap.add_argument("--bleu", action="store_true", help="also translate Multi30k test_2016_flickr en->fr and report BLEU/chrF")
     ap.add_argument("--output", help="also write the results as JSON here")
     args = ap.parse_args(argv)
+    unknown = set(args.normalizers.split(",")) - set(NORMALIZERS)
+    if unknown:
+        raise UserError(f"--normalizers: unknown {', '.join(sorted(unknown))}; choose from {', '.join(NORMALIZERS)}")
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     gold_dir = DATA / "alignment" / "enfr-hansards"
     if not (gold_dir / "enfr.gold").is_file() or not (DATA / "multi30k" / "train.fr.gz").is_file():
@@ -134,33 +204,21 @@ def main(argv: list[str] | None = None) -> dict:
         results[f"eflomal {sym}"] = {**score(gold, links), "seconds": time.perf_counter() - t0}
         log(f"eflomal ({sym}): {results[f'eflomal {sym}']}")
 
-    # The attention of an English->French Transformer trained on the same corpus.
-    from syntaxnmt.train import train
-    from syntaxnmt.translate import load_model
-    from syntaxnmt.alignment.extract import attention_alignments, encode_words
-
-    work.mkdir(parents=True, exist_ok=True)
-    config_path = work / "config.yaml"
-    config_path.write_text(CONFIG.format(work=work.as_posix(), minutes=args.minutes, threads=args.threads), encoding="utf-8")
-    cfg = load_config(config_path)
-    progress = train(cfg, resume=True, log=log)
-    results["training"] = {"updates": progress.step, "epochs": progress.epoch, "train_minutes": progress.train_seconds / 60, "minutes_budget": args.minutes, "threads": args.threads}
-    device = torch.device("cpu")
-    model, cfg, toks = load_model(Path(cfg.work_dir) / "last.pt", device)
-    src, tgt = encode_words(toks.src, test_en), encode_words(toks.tgt, test_fr)
-    readings = [("all layers+heads averaged", None, None)] + [(f"layer {i} heads averaged" + (" (penultimate)" if i == cfg.model.dec_layers - 2 else ""), i, None) for i in range(cfg.model.dec_layers)]
-    for name, layer, head in readings:
-        links = attention_alignments(model, src, tgt, device, layer=layer, head=head)
-        results[f"attention {name}"] = score(gold, links)
-        log(f"attention ({name}): {results[f'attention {name}']}")
+    for normalizer in args.normalizers.split(","):
+        results.update(model_rows(work, normalizer, args, test_en, test_fr, gold, log))
     results["total_minutes"] = (time.perf_counter() - t_start) / 60
 
     print(f"\nEnglish-French Hansards, {n_gold} test pairs; both aligners saw {len(train_en)} tokenized pairs (Multi30k + test)")
-    print(f"NMT: Transformer 3+3, d_model 128, {progress.step} updates ({progress.epoch} epochs) in {progress.train_seconds / 60:.1f} min of training")
-    print(f"{'aligner':<52} {'AER':>6} {'prec.':>6} {'recall':>6}")
+    for key, value in results.items():
+        if key.startswith("training"):
+            print(f"NMT {key[len('training'):].lstrip(', ') or 'softmax'}: Transformer 3+3, d_model 128, {value['updates']} updates ({value['epochs']} epochs) in {value['train_minutes']:.1f} min of training")
+    print(f"{'aligner':<72} {'AER':>6} {'prec.':>6} {'recall':>6}")
     for key, value in results.items():
         if isinstance(value, dict) and "aer" in value:
-            print(f"{key:<52} {value['aer']:6.2f} {value['precision']:6.2f} {value['recall']:6.2f}")
+            print(f"{key:<72} {value['aer']:6.2f} {value['precision']:6.2f} {value['recall']:6.2f}")
+    for key, value in results.items():
+        if key.startswith("test_2016_flickr BLEU"):
+            print(f"{key:<72} BLEU {value['bleu']:6.2f} chrF {value['chrf']:6.2f}")
     if args.output:
         Path(args.output).write_text(json.dumps(results, indent=2))
     return results
