@@ -1,0 +1,133 @@
+"""How much of a CPU training update is matrix products, and the speed that leaves at best.
+
+    python benchmarks/cpu_floor.py [--config benchmarks/out/side_by_side/syntaxnmt.yaml]
+        [--updates 8] [--warmup 4] [--threads 2] [--peer-json benchmarks/out/side_by_side.json]
+
+Issue 14 asks for CPU training at 1.5x the fastest peer. This script measures how far that is
+from what the arithmetic allows on this machine. It trains the side-by-side model (the config
+``benchmarks/side_by_side.py`` writes) as ``benchmarks/speed.py`` does and, for the same updates:
+
+1. times the whole updates (target tokens/s);
+2. records every matrix product the updates made through oneDNN (``syntaxnmt.model.linear``: the
+   linears' forward, both gradients, and the fused output loss), with its shapes and strides, and
+   replays exactly those products alone, on fresh tensors: the time the products need;
+3. counts their floating-point operations (2 m n k each) and the rate they ran at.
+
+``tokens / product time`` is the speed the update would have if everything else (attention,
+layer norm, dropout, the optimizer, Python) were free. With ``--peer-json`` (the side-by-side
+results), the fastest peer's training tokens/s is printed beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from syntaxnmt.batches import TokenBatchSampler  # noqa: E402
+from syntaxnmt.config import load_config  # noqa: E402
+from syntaxnmt.cpu import keep_freed_memory  # noqa: E402
+from syntaxnmt.distributed import World  # noqa: E402
+from syntaxnmt.loop import seed_everything  # noqa: E402
+from syntaxnmt.model import linear as linear_module  # noqa: E402
+from syntaxnmt.train import SingleModel  # noqa: E402
+
+Product = tuple[tuple, tuple, tuple, tuple, bool]  # x shape, x stride, w shape, w stride, has bias
+
+
+def record_products(run) -> list[Product]:
+    """The oneDNN products ``run()`` makes: shapes and strides of every ``_dnn`` call."""
+    products: list[Product] = []
+    original = linear_module._dnn
+
+    def recording(x, w, b):
+        products.append((tuple(x.shape), tuple(x.stride()), tuple(w.shape), tuple(w.stride()), b is not None))
+        return original(x, w, b)
+
+    linear_module._dnn = recording
+    try:
+        run()
+    finally:
+        linear_module._dnn = original
+    return products
+
+
+def replay_seconds(products: list[Product], repeats: int = 3) -> float:
+    """Best time of ``repeats`` replays of ``products`` on fresh random tensors with the same layouts."""
+    operands = []
+    for xs, xst, ws, wst, bias in products:
+        x = torch.empty_strided(xs, xst).normal_()
+        w = torch.empty_strided(ws, wst).normal_()
+        operands.append((x, w, torch.zeros(ws[0]) if bias else None))
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for x, w, b in operands:
+            linear_module._dnn(x, w, b)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def flops(products: list[Product]) -> float:
+    return sum(2.0 * xs[0] * xs[1] * ws[0] for xs, _, ws, _, _ in products)
+
+
+def fastest_peer(path: Path) -> tuple[str, float] | None:
+    """(toolkit, training tokens/s) of the fastest peer in a side-by-side results file."""
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    peers = [(name, r["train_tok_s"]) for name, r in data.get("medians", {}).items() if name != "syntaxnmt" and r.get("train_tok_s")]
+    return max(peers, key=lambda p: p[1]) if peers else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="benchmarks/out/side_by_side/syntaxnmt.yaml")
+    ap.add_argument("--updates", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--peer-json", default="benchmarks/out/side_by_side.json")
+    args = ap.parse_args()
+    if not linear_module.ENABLED:
+        sys.exit("cpu_floor: oneDNN linears are off (SYNTAXNMT_ONEDNN_LINEAR=0 or no oneDNN): nothing to record")
+    keep_freed_memory()
+    torch.set_num_threads(args.threads)
+    cfg = load_config(args.config)
+    seed_everything(cfg.seed)
+    task = SingleModel(cfg, World(), torch.device("cpu"), log=lambda *a, **k: None)
+    t = cfg.train
+    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, multiple=task.t.shape_bucket)
+    stream = sampler.stream(0, 0, 10**9)
+    for u in range(args.warmup):
+        task.update([next(stream)[2] for _ in range(t.accum_steps)], u)
+    groups = [[next(stream)[2] for _ in range(t.accum_steps)] for _ in range(args.updates)]
+    tokens = 0
+    start = time.perf_counter()
+    for u, group in enumerate(groups):
+        tokens += task.update(group, args.warmup + u)["tokens"]
+    update_s = time.perf_counter() - start
+    products = record_products(lambda: [task.update(g, 0) for g in groups])
+    product_s = replay_seconds(products)
+    gflop = flops(products) / 1e9
+    print(f"{args.updates} updates of the side-by-side model, {torch.get_num_threads()} threads, {tokens / args.updates:.0f} target tokens per update")
+    print(f"whole updates:        {update_s / args.updates * 1000:7.0f} ms per update, {tokens / update_s:7.0f} target tok/s")
+    print(f"matrix products only: {product_s / args.updates * 1000:7.0f} ms per update ({100 * product_s / update_s:.0f}% of it), "
+          f"{len(products) // args.updates} products, {gflop / args.updates:.1f} GFLOP per update at {gflop / product_s:.0f} GFLOP/s")
+    print(f"speed if all else were free: {tokens / product_s:7.0f} target tok/s ({update_s / product_s:.2f}x today's)")
+    peer = fastest_peer(Path(args.peer_json))
+    if peer:
+        name, tok_s = peer
+        print(f"fastest peer in {args.peer_json}: {name} {tok_s:.0f} tok/s; today {tokens / update_s / tok_s:.2f}x it, "
+              f"at most {tokens / product_s / tok_s:.2f}x it with free non-product work; 1.5x it is {1.5 * tok_s:.0f} tok/s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
