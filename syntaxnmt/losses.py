@@ -54,7 +54,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
 
     The loss is a scalar, so its gradients are known in the forward pass up to the upstream
     factor: per chunk, ``dL/dz = softmax(z) - q`` (q the smoothed target) gives ``dL/dh = (dL/dz) W``
-    and adds ``(dL/dz)^T h`` to ``dL/dW``; backward only scales them. One chunk of logits lives at
+    and adds ``(dL/dz)^T h`` to ``dL/dW`` (as ``h^T (dL/dz)``, accumulated transposed); backward only scales them. One chunk of logits lives at
     a time, and the log-softmax and the softmax are computed in its buffer. The last chunk is
     padded with zero rows to a multiple of ``GRANULE`` rows (left out of the loss; zero rows add
     nothing to ``dL/dW``), so the products have a few shapes only, whatever N (oneDNN keeps
@@ -69,7 +69,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         loss = h.new_zeros((), dtype=torch.float32)
         nll = h.new_zeros((), dtype=torch.float32)
         grad_h = torch.empty_like(h) if need_grad else None
-        grad_w = torch.zeros_like(weight) if need_grad else None
+        grad_wt = h.new_zeros(weight.size(1), n_classes) if need_grad else None  # dL/dW, transposed
         rows = torch.arange(min(chunk, n), device=h.device)
         for start in range(0, n, chunk):
             hc, tc = h[start : start + chunk], target[start : start + chunk]
@@ -87,8 +87,8 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                 g[rows[:real], tc] -= 1.0 - eps
                 g = g.to(h.dtype)
                 grad_h[start : start + real] = linear(g, weight.t())[:real]
-                grad_w += linear(g.t(), hc.t())
-        ctx.save_for_backward(grad_h, grad_w)
+                grad_wt += linear(hc.t().contiguous(), g.t())  # h^T g: transposing h (D wide) is cheaper than g (V wide)
+        ctx.save_for_backward(grad_h, grad_wt.t().contiguous() if need_grad else None)
         ctx.mark_non_differentiable(nll)
         return loss, nll
 

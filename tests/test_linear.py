@@ -10,18 +10,19 @@ from syntaxnmt.model import linear as lin
 
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("train_mode", [False, True])
-def test_matches_nn_linear(bias, train_mode, monkeypatch):
+@pytest.mark.parametrize("d_in,d_out", [(24, 40), (40, 24)])  # both ways of computing the weight gradient
+def test_matches_nn_linear(bias, train_mode, d_in, d_out, monkeypatch):
     monkeypatch.setattr(lin, "TRAIN", train_mode and lin.ENABLED)
     torch.manual_seed(0)
-    ours = lin.Linear(24, 40, bias=bias)
-    ref = torch.nn.Linear(24, 40, bias=bias)
+    ours = lin.Linear(d_in, d_out, bias=bias)
+    ref = torch.nn.Linear(d_in, d_out, bias=bias)
     ref.load_state_dict(ours.state_dict())
-    x = torch.randn(3, 7, 24)
+    x = torch.randn(3, 7, d_in)
     xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
     ya, yb = ours(xa), ref(xb)
-    assert ya.shape == (3, 7, 40)
+    assert ya.shape == (3, 7, d_out)
     assert torch.allclose(ya, yb, atol=1e-5)
-    weights = torch.randn(40)
+    weights = torch.randn(d_out)
     (ya * weights).sum().backward()
     (yb * weights).sum().backward()
     assert torch.allclose(xa.grad, xb.grad, atol=1e-5)

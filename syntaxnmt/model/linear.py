@@ -73,10 +73,19 @@ class _OneDNNLinear(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             grad_x = _dnn(g2d, weight.t(), None).view(ctx.shape)  # g W
         if ctx.needs_input_grad[1]:
-            grad_w = _dnn(g2d.t(), x2d.t(), None)  # g^T x
+            grad_w = _weight_grad(g2d, x2d)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = g2d.sum(0)
         return grad_x, grad_w, grad_b
+
+
+def _weight_grad(g2d: Tensor, x2d: Tensor) -> Tensor:
+    """``g^T x`` (out x in) for row-major ``g`` (N x out) and ``x`` (N x in). oneDNN copies a
+    transposed input to row-major first; that copy is the larger the wider the operand, so the
+    narrower one is transposed: ``(x^T g)^T`` when out > in (the FFN's first layer)."""
+    if g2d.size(1) > x2d.size(1):
+        return _dnn(x2d.t().contiguous(), g2d.t(), None).t()
+    return _dnn(g2d.t(), x2d.t(), None)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
