@@ -11,7 +11,9 @@ from what the arithmetic allows on this machine. It trains the side-by-side mode
 2. records every matrix product the updates made through oneDNN (``syntaxnmt.model.linear``: the
    linears' forward, both gradients, and the fused output loss), with its shapes and strides, and
    replays exactly those products alone, on fresh tensors: the time the products need;
-3. counts their floating-point operations (2 m n k each) and the rate they ran at.
+3. counts their floating-point operations (2 m n k each) and the rate they ran at;
+4. prints the share of real tokens among the padded positions the products run on, over one
+   epoch of batches, with per-batch shapes and with the bucketed static shapes of CPU training.
 
 ``tokens / product time`` is the speed the update would have if everything else (attention,
 layer norm, dropout, the optimizer, Python) were free. With ``--peer-json`` (the side-by-side
@@ -30,7 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from syntaxnmt.batches import TokenBatchSampler  # noqa: E402
+from syntaxnmt.batches import TokenBatchSampler, round_up  # noqa: E402
 from syntaxnmt.config import load_config  # noqa: E402
 from syntaxnmt.cpu import keep_freed_memory  # noqa: E402
 from syntaxnmt.distributed import World  # noqa: E402
@@ -78,6 +80,24 @@ def flops(products: list[Product]) -> float:
     return sum(2.0 * xs[0] * xs[1] * ws[0] for xs, _, ws, _, _ in products)
 
 
+def padding(src_lens, tgt_lens, max_tokens: int, seed: int, multiple: int) -> tuple[float, float]:
+    """Real tokens / padded positions (source, target) over one epoch of training batches, with
+    per-batch shapes (``multiple`` 0) or bucketed static shapes (``batches.shape_bucket``: both
+    sides padded to one length, a multiple of ``multiple``, and rows added up to
+    ``max_tokens // length``)."""
+    real_s = real_t = pad_s = pad_t = 0
+    for idx in TokenBatchSampler(src_lens, tgt_lens, max_tokens, seed, multiple=multiple).epoch_batches(0):
+        s, t = src_lens[idx] + 1, tgt_lens[idx] + 1
+        real_s, real_t = real_s + int(s.sum()), real_t + int(t.sum())
+        if multiple > 1:
+            length = int(round_up(max(s.max(), t.max()), multiple))
+            rows = max(len(idx), max_tokens // length)
+            pad_s, pad_t = pad_s + rows * length, pad_t + rows * length
+        else:
+            pad_s, pad_t = pad_s + len(idx) * int(s.max()), pad_t + len(idx) * int(t.max())
+    return real_s / pad_s, real_t / pad_t
+
+
 def fastest_peer(path: Path) -> tuple[str, float] | None:
     """(toolkit, training tokens/s) of the fastest peer in a side-by-side results file."""
     if not path.is_file():
@@ -121,6 +141,10 @@ def main() -> int:
     print(f"matrix products only: {product_s / args.updates * 1000:7.0f} ms per update ({100 * product_s / update_s:.0f}% of it), "
           f"{len(products) // args.updates} products, {gflop / args.updates:.1f} GFLOP per update at {gflop / product_s:.0f} GFLOP/s")
     print(f"speed if all else were free: {tokens / product_s:7.0f} target tok/s ({update_s / product_s:.2f}x today's)")
+    lens = task.split["src"].lengths, task.split["tgt"].lengths
+    for multiple in sorted({0, task.t.shape_bucket}):
+        fs, ft = padding(*lens, t.max_tokens, cfg.seed, multiple)
+        print(f"real tokens / padded positions, {'per-batch shapes' if multiple <= 1 else f'bucketed shapes (shape_bucket {multiple})'}: source {fs:.3f}, target {ft:.3f}")
     peer = fastest_peer(Path(args.peer_json))
     if peer:
         name, tok_s = peer
