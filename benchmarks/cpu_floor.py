@@ -2,6 +2,7 @@
 
     python benchmarks/cpu_floor.py [--config benchmarks/out/side_by_side/syntaxnmt.yaml]
         [--updates 8] [--warmup 4] [--threads 2] [--peer-json benchmarks/out/side_by_side.json]
+        [--profile N]
 
 Issue 14 asks for CPU training at 1.5x the fastest peer. This script measures how far that is
 from what the arithmetic allows on this machine. It trains the side-by-side model (the config
@@ -13,7 +14,8 @@ from what the arithmetic allows on this machine. It trains the side-by-side mode
    replays exactly those products alone, on fresh tensors: the time the products need;
 3. counts their floating-point operations (2 m n k each) and the rate they ran at;
 4. prints the share of real tokens among the padded positions the products run on, over one
-   epoch of batches, with per-batch shapes and with the bucketed static shapes of CPU training.
+   epoch of batches, with per-batch shapes and with the bucketed static shapes of CPU training;
+5. with ``--profile N``: the torch.profiler table (ops by self CPU time) of N more updates.
 
 ``tokens / product time`` is the speed the update would have if everything else (attention,
 layer norm, dropout, the optimizer, Python) were free. With ``--peer-json`` (the side-by-side
@@ -114,6 +116,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--peer-json", default="benchmarks/out/side_by_side.json")
+    ap.add_argument("--profile", type=int, default=0, help="also print the torch.profiler table of this many more updates")
     args = ap.parse_args()
     if not linear_module.ENABLED:
         sys.exit("cpu_floor: oneDNN linears are off (SYNTAXNMT_ONEDNN_LINEAR=0 or no oneDNN): nothing to record")
@@ -150,6 +153,14 @@ def main() -> int:
         name, tok_s = peer
         print(f"fastest peer in {args.peer_json}: {name} {tok_s:.0f} tok/s; today {tokens / update_s / tok_s:.2f}x it, "
               f"at most {tokens / product_s / tok_s:.2f}x it with free non-product work; 1.5x it is {1.5 * tok_s:.0f} tok/s")
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        more = [[next(stream)[2] for _ in range(t.accum_steps)] for _ in range(args.profile)]
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for g in more:
+                task.update(g, 0)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
     return 0
 
 
