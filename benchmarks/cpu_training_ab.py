@@ -12,7 +12,10 @@ of the process (with ``--threads 1`` the latter holds up on a loaded machine). V
 - ``dynamic-mkl``: every batch its own shape, linears on MKL in training (the old default);
 - ``dynamic-onednn``: every batch its own shape, linears on oneDNN (memory grows: memory_curve.py);
 - ``bucketN``: static shapes (``train.shape_bucket=N``) with oneDNN linears (N=4: the CPU default);
-- ``bucketN-mkl``: static shapes, linears on MKL.
+- ``bucketN-mkl``: static shapes, linears on MKL;
+- a ``-nopack`` suffix: the position-wise products also on the padding rows
+  (``Transformer.pack_granule = 0``; the default computes them on the real rows only,
+  :mod:`syntaxnmt.model.packing`).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ class Variant:
     """One training task with its batch stream and its linear-kernel choice."""
 
     def __init__(self, name: str, config: str, overrides: list[str]):
-        m = re.fullmatch(r"(dynamic|bucket(\d+))(-mkl|-onednn)?", name)
+        m = re.fullmatch(r"(dynamic|bucket(\d+))(-mkl|-onednn)?(-nopack)?", name)
         if m is None:
             raise SystemExit(f"unknown variant {name!r}")
         bucket = int(m.group(2) or 0)
@@ -46,6 +49,8 @@ class Variant:
         cfg = load_config(config, [*overrides, f"--train.shape_bucket={bucket}"])
         seed_everything(cfg.seed)
         self.task = SingleModel(cfg, World(), torch.device("cpu"), log=lambda *a, **k: None)
+        if m.group(4):
+            self.task.raw.pack_granule = 0
         t = self.task.t
         sampler = TokenBatchSampler(self.task.split["src"].lengths, self.task.split["tgt"].lengths, t.max_tokens, cfg.seed, multiple=t.shape_bucket)
         self.stream, self.step, self.accum = sampler.stream(0, 0, 10**9), 0, t.accum_steps

@@ -144,7 +144,7 @@ def test_analyze_heads_command_and_aer_as_align_reads_it(capsys, corpus, parsed_
 
 def test_analyze_heads_on_an_rnn_and_errors(capsys, corpus, parsed_prepared_dir, tmp_path):
     *_, path = load_tiny("rnn", corpus, parsed_prepared_dir, tmp_path)
-    src, tgt, conllu = corpus["test"]["src"], corpus["test"]["tgt"], corpus["test"]["conllu"]
+    src, conllu = corpus["test"]["src"], corpus["test"]["conllu"]
     code, text, err = run_cli(capsys, "analyze-heads", "--checkpoint", path, "-i", src, "--src-conllu", conllu, "--sentences", "0-9", "-o", tmp_path / "rnn", "--device", "cpu")
     assert code == 0, err
     assert "10 sentences." in text and "Cross-attention" in text and "| layer | head | enriched |" not in text

@@ -170,23 +170,18 @@ def test_step_starts_from_bos_like_forward():
     assert torch.allclose(first, torch.log_softmax(model(batch).logits[:, 0], -1), atol=1e-5)
 
 
-@pytest.mark.parametrize("norm", ["pre", "post"])
-def test_training_ffn_on_packed_rows_equals_every_row(norm):
-    """CPU training computes the FFNs on the non-padding rows only (topped up to a multiple of
-    the granule): same states at every real position, same gradients."""
-    from syntaxnmt.model.transformer import packed_rows
-
-    pad = torch.tensor([[False, False, True, True], [False, True, True, True]])
-    rows = packed_rows(pad, 2)
-    assert rows.tolist() == [0, 1, 4, 2]  # the 3 real positions, then padding up to 4 rows
-    assert packed_rows(pad, 8) is None  # as many rows as positions: nothing to gain
+@pytest.mark.parametrize("norm,need_weights", [("pre", False), ("post", False), ("pre", True)])
+def test_training_on_packed_rows_equals_every_row(norm, need_weights):
+    """CPU training computes the attention projections and FFNs on the non-padding rows only
+    (topped up to a multiple of the granule): same states at every real position, same gradients,
+    with the fused kernel and with the explicit path that extensions use (``need_weights``)."""
     batch = _batch(src_lens=(9, 3, 5, 2), tgt_lens=(4, 10, 1, 6))
     results = []
     for granule in (0, 8):
         model = _model(dropout=0.0, norm=norm).train()
         model.pack_granule = granule
-        assert (model.ffn_rows(batch.src_pad_mask) is None) == (granule == 0) and (model.ffn_rows(batch.tgt_in.eq(PAD)) is None) == (granule == 0)
-        out = model(batch)
+        assert (model.compute_rows(batch.src_pad_mask) is None) == (granule == 0) and (model.compute_rows(batch.tgt_in.eq(PAD)) is None) == (granule == 0)
+        out = model(batch, need_weights=need_weights)
         real = batch.tgt_out.ne(PAD)
         (out.states[real] ** 2).sum().backward()
         results.append((out.states[real].detach(), out.encoder.hidden[~out.encoder.pad_mask].detach(), [p.grad for p in model.parameters()]))

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from syntaxnmt.model.dropout import dropout
 from syntaxnmt.model.inputs import SourceFeatures
 from syntaxnmt.model.linear import Linear
+from syntaxnmt.model.packing import gather_rows, scatter_rows
 from syntaxnmt.model.normalizers import HardMode, Normalizer, attention_weights
 
 
@@ -73,9 +74,13 @@ class MultiHeadAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, self.heads, self.d_head).transpose(1, 2)
 
-    def project_kv(self, key_value: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values (B, H, Tk, d); decoders cache these for the encoder output."""
-        return self._split(self.k_proj(key_value)), self._split(self.v_proj(key_value))
+    def project_kv(self, key_value: Tensor, rows: Tensor | None = None, packed: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Keys and values (B, H, Tk, d); decoders cache these for the encoder output. With
+        ``rows``, computed on those rows of ``key_value`` only (``packed``: already gathered)."""
+        if rows is None:
+            return self._split(self.k_proj(key_value)), self._split(self.v_proj(key_value))
+        packed = gather_rows(key_value, rows) if packed is None else packed
+        return self._split(scatter_rows(self.k_proj(packed), rows, key_value)), self._split(scatter_rows(self.v_proj(packed), rows, key_value))
 
     def forward(
         self,
@@ -88,18 +93,25 @@ class MultiHeadAttention(nn.Module):
         cache: dict[str, Tensor] | None = None,
         static_kv: bool = False,
         features: SourceFeatures | None = None,
+        rows: Tensor | None = None,
+        kv_rows: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Return the attention output (B, Tq, D) and, if ``need_weights``, the weights (B, H, Tq, Tk).
+
+        ``rows`` (``kv_rows``): flat indices of the query (key/value) positions the projections
+        compute, the others get zeros (:mod:`syntaxnmt.model.packing`; ``kv_rows`` defaults to
+        ``rows`` in self-attention). Only for positions nobody reads: padding.
 
         ``cache``: a dict updated in place for incremental decoding. For self-attention the new
         keys/values are appended to ``cache['k']``/``cache['v']``; with ``static_kv`` (cross-attention)
         they are computed once from ``key_value`` and reused.
         """
-        q = self._split(self.q_proj(query))
+        packed = gather_rows(query, rows) if rows is not None else None
+        q = self._split(self.q_proj(query) if rows is None else scatter_rows(self.q_proj(packed), rows, query))
         if cache is not None and static_kv and "k" in cache:
             k, v = cache["k"], cache["v"]
         else:
-            k, v = self.project_kv(query if key_value is None else key_value)
+            k, v = self.project_kv(query, rows, packed) if key_value is None else self.project_kv(key_value, kv_rows)
             if cache is not None:
                 if not static_kv and "k" in cache:
                     k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
@@ -119,7 +131,9 @@ class MultiHeadAttention(nn.Module):
             out, weights = self._explicit(q, k, v, key_padding_mask, causal, features or SourceFeatures())
         b, _, tq, _ = out.shape
         out = out.transpose(1, 2).reshape(b, tq, self.d_model)
-        return self.out_proj(out), weights
+        if rows is None:
+            return self.out_proj(out), weights
+        return scatter_rows(self.out_proj(gather_rows(out, rows)), rows, out), weights
 
     def _fused(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool) -> Tensor:
         mask = None

@@ -20,6 +20,7 @@ from syntaxnmt.model.attention import MultiHeadAttention, reorder_cache
 from syntaxnmt.model.dropout import Dropout
 from syntaxnmt.model.inputs import Batch, FeatureSpec, SourceFeatures
 from syntaxnmt.model.linear import Linear
+from syntaxnmt.model.packing import on_rows, packed_rows
 from syntaxnmt.model.syntax_attention import InputFeatures, encoder_extensions
 from syntaxnmt.subwords import PAD
 
@@ -77,23 +78,7 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor, rows: Tensor | None = None) -> Tensor:
         """``x`` (..., D); with ``rows`` (flat row indices, :func:`packed_rows`) only those rows are
         computed and every other row of the output is 0."""
-        if rows is None:
-            return self.fc2(self.dropout(self.act(self.fc1(x))))
-        flat = x.reshape(-1, x.size(-1))
-        out = self.fc2(self.dropout(self.act(self.fc1(flat.index_select(0, rows)))))
-        return flat.new_zeros(flat.shape, dtype=out.dtype).index_copy(0, rows, out).view(*x.shape[:-1], out.size(-1))
-
-
-def packed_rows(pad: Tensor, granule: int) -> Tensor | None:
-    """The flat indices of the non-padding positions of ``pad`` (B, T; True at padding), topped up
-    with padding positions to a multiple of ``granule`` rows (a few shapes: oneDNN keeps state
-    per shape, :mod:`syntaxnmt.model.linear`); None when that would be every position."""
-    flat = pad.reshape(-1)
-    real = (~flat).nonzero()[:, 0]
-    n = -(-real.numel() // granule) * granule
-    if n >= flat.numel():
-        return None
-    return torch.cat([real, flat.nonzero()[: n - real.numel(), 0]])
+        return on_rows(lambda h: self.fc2(self.dropout(self.act(self.fc1(h)))), x, rows)
 
 
 class Residual(nn.Module):
@@ -119,7 +104,7 @@ class EncoderLayer(nn.Module):
         self.res_attn, self.res_ffn = Residual(cfg), Residual(cfg)
 
     def forward(self, x: Tensor, pad_mask: Tensor, need_weights: bool = False, features: SourceFeatures | None = None, rows: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        x, w = self.res_attn(x, lambda h: self.self_attn(h, key_padding_mask=pad_mask, need_weights=need_weights, features=features))
+        x, w = self.res_attn(x, lambda h: self.self_attn(h, key_padding_mask=pad_mask, need_weights=need_weights, features=features, rows=rows))
         x, _ = self.res_ffn(x, lambda h: (self.ffn(h, rows), None))
         return x, w
 
@@ -132,13 +117,14 @@ class DecoderLayer(nn.Module):
         self.ffn = FeedForward(cfg)
         self.res_self, self.res_cross, self.res_ffn = Residual(cfg), Residual(cfg), Residual(cfg)
 
-    def forward(self, y: Tensor, memory: Tensor, memory_mask: Tensor, cache: dict | None = None, need_weights: bool = False, self_weights: bool = False, rows: Tensor | None = None) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    def forward(self, y: Tensor, memory: Tensor, memory_mask: Tensor, cache: dict | None = None, need_weights: bool = False, self_weights: bool = False, rows: Tensor | None = None, memory_rows: Tensor | None = None) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Output, cross-attention weights (``need_weights``) and self-attention weights
-        (``self_weights``); ``rows``: the FFN computes only those rows (:func:`packed_rows`)."""
+        (``self_weights``); ``rows``/``memory_rows``: the position-wise products compute only
+        those rows of ``y``/``memory`` (:mod:`syntaxnmt.model.packing`)."""
         self_cache = cache.setdefault("self", {}) if cache is not None else None
         cross_cache = cache.setdefault("cross", {}) if cache is not None else None
-        y, ws = self.res_self(y, lambda h: self.self_attn(h, causal=True, cache=self_cache, need_weights=self_weights))
-        y, w = self.res_cross(y, lambda h: self.cross_attn(h, memory, key_padding_mask=memory_mask, cache=cross_cache, static_kv=True, need_weights=need_weights))
+        y, ws = self.res_self(y, lambda h: self.self_attn(h, causal=True, cache=self_cache, need_weights=self_weights, rows=rows))
+        y, w = self.res_cross(y, lambda h: self.cross_attn(h, memory, key_padding_mask=memory_mask, cache=cross_cache, static_kv=True, need_weights=need_weights, rows=rows, kv_rows=memory_rows))
         y, _ = self.res_ffn(y, lambda h: (self.ffn(h, rows), None))
         return y, w, ws
 
@@ -184,10 +170,11 @@ class DecoderState:
 class Transformer(nn.Module):
     """Encoder-decoder; the interface used by training (``forward``) and search (``encode``/``step``).
 
-    CPU training runs the feed-forward layers on the non-padding positions only
-    (:attr:`pack_granule`, :func:`packed_rows`): the bucketed static shapes of CPU training
-    (``train.shape_bucket``) are about a fifth padding, and the FFN is 40 % of the update's
-    arithmetic at the recipe size (docs/benchmarks.md). The result is the same; 0 turns it off.
+    CPU training runs the position-wise products (attention projections, feed-forward layers) on
+    the non-padding positions only (:attr:`pack_granule`, :mod:`syntaxnmt.model.packing`): the
+    bucketed static shapes of CPU training (``train.shape_bucket``) are about a fifth padding, and
+    these products are most of the update's arithmetic at the recipe size (docs/benchmarks.md).
+    The result is the same; 0 turns it off.
     """
 
     pack_granule: int = 128
@@ -229,7 +216,7 @@ class Transformer(nn.Module):
         x = self.src_embed(batch.src, features=batch.features)
         wanted = {i % len(self.encoder) for i in encoder_weights}
         weights, states = [], []
-        rows = self.ffn_rows(pad_mask)
+        rows = self.compute_rows(pad_mask)
         for i, layer in enumerate(self.encoder):
             x, w = layer(x, pad_mask, need_weights or i in wanted, batch.features, rows)
             weights.append(w)
@@ -241,15 +228,15 @@ class Transformer(nn.Module):
         self-attention weights per layer on request."""
         y = self.tgt_embed(tgt_in)
         cross, own = [], []
-        rows = self.ffn_rows(tgt_in.eq(PAD))
+        rows, memory_rows = self.compute_rows(tgt_in.eq(PAD)), self.compute_rows(enc.pad_mask)
         for layer in self.decoder:
-            y, w, ws = layer(y, enc.hidden, enc.pad_mask, need_weights=need_weights, self_weights=need_weights, rows=rows)
+            y, w, ws = layer(y, enc.hidden, enc.pad_mask, need_weights=need_weights, self_weights=need_weights, rows=rows, memory_rows=memory_rows)
             cross.append(w)
             own.append(ws)
         return self.dec_norm(y), (cross if need_weights else []), (own if need_weights else [])
 
-    def ffn_rows(self, pad: Tensor) -> Tensor | None:
-        """The rows the FFNs compute in training on CPU (:func:`packed_rows`); None: all of them."""
+    def compute_rows(self, pad: Tensor) -> Tensor | None:
+        """The rows the position-wise products compute in training on CPU (:func:`packed_rows`); None: all of them."""
         if not (self.training and self.pack_granule and pad.device.type == "cpu"):
             return None
         return packed_rows(pad, self.pack_granule)

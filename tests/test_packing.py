@@ -1,0 +1,27 @@
+import torch
+
+from syntaxnmt.model.packing import gather_rows, on_rows, packed_rows, scatter_rows
+
+
+def test_packed_rows_are_the_real_positions_topped_up_with_padding():
+    pad = torch.tensor([[False, False, True, True], [False, True, True, True]])
+    assert packed_rows(pad, 2).tolist() == [0, 1, 4, 2]  # the 3 real positions, then padding up to 4 rows
+    assert packed_rows(pad, 1).tolist() == [0, 1, 4]
+    assert packed_rows(pad, 8) is None  # as many rows as positions: nothing to gain
+
+
+def test_on_rows_computes_the_chosen_rows_and_zeros_elsewhere():
+    x = torch.randn(2, 4, 3, requires_grad=True)
+    w = torch.randn(3, 5)
+    rows = torch.tensor([0, 1, 4])
+    y = on_rows(lambda h: h @ w, x, rows)
+    assert y.shape == (2, 4, 5)
+    full = x @ w
+    torch.testing.assert_close(y.view(-1, 5)[rows], full.view(-1, 5)[rows])
+    others = torch.ones(8, dtype=torch.bool)
+    others[rows] = False
+    assert y.view(-1, 5)[others].eq(0).all()
+    y.sum().backward()  # the gradient reaches only the chosen rows of the input
+    assert x.grad.view(-1, 3)[others].eq(0).all() and x.grad.view(-1, 3)[rows].ne(0).all()
+    assert on_rows(lambda h: h @ w, x, None) is not None and torch.equal(gather_rows(x, None), x.reshape(-1, 3))
+    torch.testing.assert_close(scatter_rows(gather_rows(x, rows), rows, x).view(-1, 3)[rows], x.view(-1, 3)[rows])
