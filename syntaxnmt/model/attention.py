@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from syntaxnmt.model.dropout import dropout
 from syntaxnmt.model.inputs import SourceFeatures
 from syntaxnmt.model.linear import Linear
-from syntaxnmt.model.packing import gather_rows, scatter_rows
+from syntaxnmt.model.packing import gather_rows, on_rows, scatter_rows
 from syntaxnmt.model.normalizers import HardMode, Normalizer, attention_weights
 
 
@@ -77,8 +77,6 @@ class MultiHeadAttention(nn.Module):
     def project_kv(self, key_value: Tensor, rows: Tensor | None = None, packed: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Keys and values (B, H, Tk, d); decoders cache these for the encoder output. With
         ``rows``, computed on those rows of ``key_value`` only (``packed``: already gathered)."""
-        if rows is None:
-            return self._split(self.k_proj(key_value)), self._split(self.v_proj(key_value))
         packed = gather_rows(key_value, rows) if packed is None else packed
         return self._split(scatter_rows(self.k_proj(packed), rows, key_value)), self._split(scatter_rows(self.v_proj(packed), rows, key_value))
 
@@ -106,8 +104,8 @@ class MultiHeadAttention(nn.Module):
         keys/values are appended to ``cache['k']``/``cache['v']``; with ``static_kv`` (cross-attention)
         they are computed once from ``key_value`` and reused.
         """
-        packed = gather_rows(query, rows) if rows is not None else None
-        q = self._split(self.q_proj(query) if rows is None else scatter_rows(self.q_proj(packed), rows, query))
+        packed = gather_rows(query, rows)
+        q = self._split(scatter_rows(self.q_proj(packed), rows, query))
         if cache is not None and static_kv and "k" in cache:
             k, v = cache["k"], cache["v"]
         else:
@@ -131,9 +129,7 @@ class MultiHeadAttention(nn.Module):
             out, weights = self._explicit(q, k, v, key_padding_mask, causal, features or SourceFeatures())
         b, _, tq, _ = out.shape
         out = out.transpose(1, 2).reshape(b, tq, self.d_model)
-        if rows is None:
-            return self.out_proj(out), weights
-        return scatter_rows(self.out_proj(gather_rows(out, rows)), rows, out), weights
+        return on_rows(self.out_proj, out, rows), weights
 
     def _fused(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool) -> Tensor:
         mask = None
