@@ -34,13 +34,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from syntaxnmt.batches import TokenBatchSampler, round_up  # noqa: E402
+from syntaxnmt.data.batches import TokenBatchSampler, round_up  # noqa: E402
 from syntaxnmt.config import load_config  # noqa: E402
-from syntaxnmt.cpu import keep_freed_memory  # noqa: E402
-from syntaxnmt.distributed import World  # noqa: E402
-from syntaxnmt.loop import seed_everything  # noqa: E402
+from syntaxnmt.runtime import keep_freed_memory  # noqa: E402
+from syntaxnmt.training.distributed import World  # noqa: E402
+from syntaxnmt.training.loop import seed_everything  # noqa: E402
 from syntaxnmt.model import linear as linear_module  # noqa: E402
-from syntaxnmt.train import SingleModel  # noqa: E402
+from syntaxnmt.training.train import SingleModel  # noqa: E402
 
 Product = tuple[tuple, tuple, tuple, tuple, bool]  # x shape, x stride, w shape, w stride, has bias
 
@@ -118,7 +118,7 @@ def main() -> int:
     ap.add_argument("--peer-json", default="benchmarks/out/side_by_side.json")
     ap.add_argument("--profile", type=int, default=0, help="also print the torch.profiler table of this many more updates")
     args = ap.parse_args()
-    if not linear_module.ENABLED:
+    if not linear_module.enabled():
         sys.exit("cpu_floor: oneDNN linears are off (SYNTAXNMT_ONEDNN_LINEAR=0 or no oneDNN): nothing to record")
     keep_freed_memory()
     torch.set_num_threads(args.threads)

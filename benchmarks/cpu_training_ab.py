@@ -28,13 +28,13 @@ import time
 
 import torch
 
-from syntaxnmt.batches import TokenBatchSampler
+from syntaxnmt.data.batches import TokenBatchSampler
 from syntaxnmt.config import load_config
-from syntaxnmt.cpu import keep_freed_memory
-from syntaxnmt.distributed import World
-from syntaxnmt.loop import seed_everything
+from syntaxnmt.runtime import keep_freed_memory
+from syntaxnmt.training.distributed import World
+from syntaxnmt.training.loop import seed_everything
 from syntaxnmt.model import linear as fast_linear
-from syntaxnmt.train import SingleModel
+from syntaxnmt.training.train import SingleModel
 
 
 class Variant:
@@ -57,7 +57,7 @@ class Variant:
 
     def run(self, updates: int) -> tuple[int, float, float]:
         """``updates`` updates: (target tokens, wall-clock seconds, CPU seconds of this process)."""
-        fast_linear.MODE, fast_linear.TRAIN = self.mode, self.mode == "train" and fast_linear.ENABLED
+        fast_linear.configure(self.mode)
         tokens, start, cpu = 0, time.perf_counter(), time.process_time()
         for _ in range(updates):
             tokens += self.task.update([next(self.stream)[2] for _ in range(self.accum)], self.step)["tokens"]

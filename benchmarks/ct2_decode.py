@@ -28,12 +28,12 @@ from pathlib import Path
 
 import torch
 
-from syntaxnmt.cpu import keep_freed_memory
-from syntaxnmt.ct2_engine import CT2Engine
-from syntaxnmt.export_ct2 import export_ct2
+from syntaxnmt.runtime import keep_freed_memory
+from syntaxnmt.decoding.ct2_engine import CT2Engine
+from syntaxnmt.decoding.ct2_export import export_ct2
 from syntaxnmt.metrics import score
 from syntaxnmt.textio import read_lines
-from syntaxnmt.translate import encode_source_lines, load_model, translate_ids
+from syntaxnmt.decoding.translate import encode_source_lines, load_model, translate_ids
 
 
 def engines(checkpoint: Path, tmp: Path, threads: int):

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from syntaxnmt.alignment.formats import aer, read_alignments, read_bitext
+from syntaxnmt.data.links import aer, read_alignments, read_bitext
 from syntaxnmt.config import load_config
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import read_lines, write_lines
@@ -120,8 +120,8 @@ def model_rows(work: Path, name: str, args, test_en: list[str], test_fr: list[st
     """Train (or resume) the English->French model with cross-attention normalizer ``name``; its
     training figures, AER rows and (``args.bleu``) test BLEU, keyed for the results table."""
     from syntaxnmt.alignment.extract import attention_alignments, encode_words
-    from syntaxnmt.train import train
-    from syntaxnmt.translate import load_model
+    from syntaxnmt.training.train import train
+    from syntaxnmt.decoding.translate import load_model
 
     label = "" if name == "softmax" else f", {name}"
     run = work / ("run" if name == "softmax" else f"run-{name}")
@@ -154,7 +154,7 @@ def model_rows(work: Path, name: str, args, test_en: list[str], test_fr: list[st
 def test_bleu(model, cfg, toks, work: Path, device) -> dict:
     """BLEU/chrF of beam-5 translations of the tokenized, lowercased Multi30k test_2016_flickr."""
     from syntaxnmt.metrics import score as mt_score
-    from syntaxnmt.translate import translate_lines
+    from syntaxnmt.decoding.translate import translate_lines
 
     src, ref = read_lines(work / "corpus" / "test.en"), read_lines(work / "corpus" / "test.fr")
     t0 = time.perf_counter()
@@ -225,6 +225,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from syntaxnmt.cli import run_command
+    from syntaxnmt.runtime import run_command
 
     run_command(main)

@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cpu_training_ab import Variant  # noqa: E402
 
-from syntaxnmt.cpu import keep_freed_memory  # noqa: E402
+from syntaxnmt.runtime import keep_freed_memory  # noqa: E402
 from syntaxnmt.textio import atomic_write_text  # noqa: E402
 
 

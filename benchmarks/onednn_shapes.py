@@ -7,7 +7,7 @@ The three products of a training linear (forward ``x W^T``, ``g W``, ``g^T x``) 
 FFN 1024, for ``--products`` batches whose row counts are all different (1000, 1007, 1014, ...)
 and then, in a fresh process, for the same number of batches cycling over 4 row counts (1024,
 2048, 3072, 4096: bucketed shapes). Each in two processes: with glibc's defaults and with
-syntaxnmt's ``keep_freed_memory`` (syntaxnmt/cpu.py). Prints the resident set size every 50
+syntaxnmt's ``keep_freed_memory`` (syntaxnmt/runtime.py). Prints the resident set size every 50
 batches (MB).
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from syntaxnmt.cpu import keep_freed_memory  # noqa: E402
+from syntaxnmt.runtime import keep_freed_memory  # noqa: E402
 
 FEW = (1024, 2048, 3072, 4096)
 

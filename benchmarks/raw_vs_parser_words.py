@@ -18,7 +18,7 @@ import os
 import sacrebleu
 import torch
 
-from syntaxnmt.translate import load_model, translate_lines
+from syntaxnmt.decoding.translate import load_model, translate_lines
 
 
 def read(path: str) -> list[str]:

@@ -33,11 +33,11 @@ import httpx
 def default_checkpoint(directory: Path, minutes: float, threads: int) -> Path:
     """The demo model of ``directory`` (trained for ``minutes`` the first time, validated every
     100 updates; ``last.pt`` if no validation has run)."""
-    from syntaxnmt.cpu import keep_freed_memory
-    from syntaxnmt.demo import demo_config
-    from syntaxnmt.prepare import prepare
-    from syntaxnmt.synthetic import write_corpus
-    from syntaxnmt.train import train
+    from syntaxnmt.runtime import keep_freed_memory
+    from syntaxnmt.experiments.demo import demo_config
+    from syntaxnmt.data.prepare import prepare
+    from syntaxnmt.data.synthetic import write_corpus
+    from syntaxnmt.training.train import train
 
     keep_freed_memory()  # as the syntaxnmt command does
     cfg = demo_config(directory, minutes, ["--train.valid_every=100", f"--train.threads={threads}"])
@@ -58,7 +58,7 @@ def sentence_pool(directory: Path) -> list[str]:
         if path.is_file():
             lines += [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     if not lines:
-        from syntaxnmt.synthetic import write_corpus
+        from syntaxnmt.data.synthetic import write_corpus
 
         files = write_corpus(directory / "corpus", seed=1)
         lines = files["test"]["src"].read_text(encoding="utf-8").splitlines()
@@ -189,6 +189,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from syntaxnmt.cli import run_command
+    from syntaxnmt.runtime import run_command
 
     run_command(main)

@@ -204,10 +204,10 @@ decode:
 
 def prepare_data(work: Path, data_dir: Path) -> dict:
     """syntaxnmt's prepared corpus, then the same pairs as piece files and vocabularies for the peers."""
-    from syntaxnmt.batches import Split
+    from syntaxnmt.data.batches import Split
     from syntaxnmt.config import load_config
-    from syntaxnmt.prepare import prepare
-    from syntaxnmt.prepare import load_tokenizers
+    from syntaxnmt.data.prepare import prepare
+    from syntaxnmt.data.prepare import load_tokenizers
     from syntaxnmt.textio import read_lines
 
     cfg_path = work / "syntaxnmt.yaml"
@@ -236,7 +236,7 @@ def prepare_data(work: Path, data_dir: Path) -> dict:
 
     freq: Counter = Counter()
     for split, name in (("train", "train"), ("dev", "valid")):
-        s = Split(cfg.prepared_dir, split)
+        s = Split.load(cfg.prepared_dir, split)
         src = [s["src"][k] for k in range(len(s))]
         tgt = [s["tgt"][k] for k in range(len(s))]
         write(pieces / f"{name}.en", src)
@@ -894,6 +894,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from syntaxnmt.cli import run_command
+    from syntaxnmt.runtime import run_command
 
     run_command(lambda: sys.exit(main()))  # a user mistake: one line, exit 2

@@ -23,16 +23,17 @@ import numpy as np
 import torch
 
 from syntaxnmt.config import load_config
-from syntaxnmt.cpu import keep_freed_memory
+from syntaxnmt.runtime import keep_freed_memory
 from syntaxnmt.model import build_model
-from syntaxnmt.prepare import feature_vocab_sizes, load_tokenizers
-from syntaxnmt.batches import TokenBatchSampler
+from syntaxnmt.data.prepare import feature_vocab_sizes, load_tokenizers
+from syntaxnmt.data.batches import TokenBatchSampler
 from syntaxnmt.textio import read_lines
-from syntaxnmt.loop import seed_everything
-from syntaxnmt.distributed import World
+from syntaxnmt.training.loop import seed_everything
+from syntaxnmt.training.distributed import World
 from syntaxnmt.errors import UserError
-from syntaxnmt.train import SingleModel
-from syntaxnmt.translate import load_model, resolve_device, translate_ids
+from syntaxnmt.training.train import SingleModel
+from syntaxnmt.decoding.translate import load_model, translate_ids
+from syntaxnmt.runtime import resolve_device
 
 
 def measure_training(cfg, device, updates: int, warmup: int) -> float:
@@ -121,6 +122,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from syntaxnmt.cli import run_command
+    from syntaxnmt.runtime import run_command
 
     run_command(main)

@@ -24,14 +24,16 @@ import time
 
 import torch
 
-from syntaxnmt.batches import TokenBatchSampler
+from syntaxnmt.data.batches import TokenBatchSampler
 from syntaxnmt.config import load_config
-from syntaxnmt.cpu import keep_freed_memory
-from syntaxnmt.optim import build_optimizer
-from syntaxnmt.prepare import load_split, load_tokenizers
-from syntaxnmt.loop import seed_everything
-from syntaxnmt.train import training_objectives, update
-from syntaxnmt.translate import assemble_model, translate_ids
+from syntaxnmt.runtime import keep_freed_memory
+from syntaxnmt.training.optim import build_optimizer
+from syntaxnmt.data.prepare import load_split, load_tokenizers
+from syntaxnmt.training.loop import seed_everything
+from syntaxnmt.training.step import update
+from syntaxnmt.training.step import training_objectives
+from syntaxnmt.decoding.translate import translate_ids
+from syntaxnmt.model import build_model
 
 DEFAULT = [
     "recipes/multi30k/syntax/base.yaml",
@@ -64,7 +66,7 @@ def main() -> None:
         seed_everything(cfg.seed)
         toks = load_tokenizers(cfg)
         split = load_split(cfg, "train")
-        model = assemble_model(cfg, toks).to(device).train()
+        model = build_model(cfg, **toks.vocab_sizes()).to(device).train()
         opt, sched = build_optimizer(model, cfg.train)
         batches = TokenBatchSampler(split["src"].lengths, split["tgt"].lengths, cfg.train.max_tokens, cfg.seed).epoch_batches(0)
         runs.append({"cfg": cfg, "split": split, "model": model, "opt": opt, "sched": sched, "batches": batches, "objectives": training_objectives(cfg), "times": []})
@@ -105,6 +107,6 @@ def time_decoding(runs: list[dict], n: int, rounds: int, device: torch.device) -
 
 
 if __name__ == "__main__":
-    from syntaxnmt.cli import run_command
+    from syntaxnmt.runtime import run_command
 
     run_command(main)

@@ -9,18 +9,39 @@ mistake prints one line ``syntaxnmt: error: ...`` and exits with status 2.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
-from typing import Callable
 
-from syntaxnmt.cpu import keep_freed_memory
-from syntaxnmt.errors import Interrupted, UserError
+from syntaxnmt.alignment.external import align_external
+from syntaxnmt.alignment.extract import model_alignments
+from syntaxnmt.alignment.lexicon import build_lexicon
+from syntaxnmt.analysis.export import export_attention
+from syntaxnmt.analysis.heads import analyze_models
+from syntaxnmt.analysis.plot import load_for_plot, plot_sentences, read_link_file
+from syntaxnmt.config import config_from_dict, load_config, parse_overrides
+from syntaxnmt.data.annotations import SpacyParser, check_parse, to_conllu, write_conllu
+from syntaxnmt.data.links import aer_report, format_links
+from syntaxnmt.data.prepare import prepare
+from syntaxnmt.decoding.averaging import average_checkpoints, last_periodic
+from syntaxnmt.decoding.ct2_engine import CT2Engine, ct2_device
+from syntaxnmt.decoding.ct2_export import export_ct2
+from syntaxnmt.decoding.ensemble import load_ensemble
+from syntaxnmt.decoding.translate import checkpoint_path, load_model, translate_lines, without_empty_lines
+from syntaxnmt.errors import UserError
+from syntaxnmt.experiments.alignment import run_alignment_set
+from syntaxnmt.experiments.decoding import run_decode_set
+from syntaxnmt.experiments.demo import run_demo
+from syntaxnmt.experiments.runner import run_set
+from syntaxnmt.metrics import evaluate_report
+from syntaxnmt.model.linear import configure
+from syntaxnmt.runtime import resolve_device, run_command
+from syntaxnmt.serving.server import Limits, serve
+from syntaxnmt.textio import read_lines, write_lines
+from syntaxnmt.training.joint import train_joint
+from syntaxnmt.training.train import train
 
 
 def _config(args, extra: list[str]):
-    from syntaxnmt.config import load_config
-
     return load_config(args.config, extra)
 
 
@@ -31,9 +52,6 @@ def _no_overrides(extra: list[str]) -> None:
 
 def _checkpoint_arg(args, extra: list[str]) -> Path:
     """The checkpoint named by ``CONFIG [--checkpoint best|last]`` or ``--checkpoint PATH``."""
-    from syntaxnmt.config import load_config
-    from syntaxnmt.translate import checkpoint_path
-
     if args.config is None and args.checkpoint in ("best", "last"):
         raise UserError("give a CONFIG or a --checkpoint path")
     return checkpoint_path(load_config(args.config, extra), args.checkpoint) if args.config else Path(args.checkpoint)
@@ -42,43 +60,28 @@ def _checkpoint_arg(args, extra: list[str]) -> Path:
 def _write_output(path: str | None, lines: list[str]) -> None:
     """Write lines to ``path`` atomically, or to stdout when no path is given."""
     if path:
-        from syntaxnmt.textio import write_lines
-
         write_lines(path, lines)
     else:
         sys.stdout.write("".join(line + "\n" for line in lines))
 
 
 def cmd_prepare(args, extra) -> None:
-    from syntaxnmt.prepare import prepare
-
     prepare(_config(args, extra), force=args.force)
 
 
 def cmd_train(args, extra) -> None:
-    from syntaxnmt.train import train
-
     train(_config(args, extra), resume=args.resume)
 
 
 def cmd_train_joint(args, extra) -> None:
-    from syntaxnmt.joint import train_joint
-
     train_joint(_config(args, extra), resume=args.resume)
 
 
 def cmd_align_external(args, extra) -> None:
-    from syntaxnmt.alignment.external import align_external
-
     align_external(_config(args, extra), args.output, args.symmetrize)
 
 
 def cmd_align(args, extra) -> None:
-    from syntaxnmt.alignment.formats import format_links
-    from syntaxnmt.textio import read_lines
-    from syntaxnmt.translate import resolve_device
-    from syntaxnmt.alignment.extract import model_alignments
-
     path = _checkpoint_arg(args, extra)
     if not args.config:
         _no_overrides(extra)
@@ -102,22 +105,16 @@ def cmd_align(args, extra) -> None:
 
 
 def cmd_align_experiment(args, extra) -> None:
-    from syntaxnmt.alignment.experiments import run_alignment_set
-
     _no_overrides(extra)
     run_alignment_set(args.set, output=args.output)
 
 
 def cmd_aer(args, extra) -> None:
-    from syntaxnmt.alignment.formats import aer_report
-
     _no_overrides(extra)
     print(aer_report(args.gold, args.hyp, args.one_indexed_gold, args.src, args.tgt, args.bitext))
 
 
 def _read_input(path: str | None) -> list[str]:
-    from syntaxnmt.textio import read_lines
-
     if path and path != "-":
         return read_lines(path)
     lines = []
@@ -130,21 +127,14 @@ def _read_input(path: str | None) -> list[str]:
 
 
 def cmd_translate(args, extra) -> None:
-    from syntaxnmt.config import config_from_dict, parse_overrides
-    from syntaxnmt.translate import load_model, resolve_device, translate_lines, without_empty_lines
-
     paths = [_checkpoint_arg(argparse.Namespace(config=args.config, checkpoint=c), extra) for c in args.checkpoint]
     device = resolve_device(args.device)
     if args.engine == "ctranslate2":
-        from syntaxnmt.ct2_engine import CT2Engine, ct2_device
-
         if len(paths) > 1:
             raise UserError("--engine ctranslate2 translates with one model: give one --checkpoint (ensembles run with --engine torch)")
         engine = CT2Engine(paths[0], ct2_device(device))
         cfg = engine.cfg
     elif len(paths) > 1:
-        from syntaxnmt.ensemble import load_ensemble
-
         model, cfg, toks = load_ensemble(paths, device)
     else:
         model, cfg, toks = load_model(paths[0], device)
@@ -175,16 +165,12 @@ def cmd_translate(args, extra) -> None:
 
 
 def cmd_lexicon(args, extra) -> None:
-    from syntaxnmt.lexicon import build_lexicon
-
     if args.top < 1 or args.min_count < 1:
         raise UserError("--top and --min-count must be at least 1")
     build_lexicon(_config(args, extra), args.output, args.align, args.top, args.min_count, log=lambda m: print(m, file=sys.stderr))
 
 
 def cmd_average_checkpoints(args, extra) -> None:
-    from syntaxnmt.average import average_checkpoints, last_periodic
-
     if args.inputs and args.config:
         raise UserError("give a CONFIG (its periodic checkpoints) or --inputs, not both")
     if args.last is not None and args.last < 1:
@@ -203,17 +189,12 @@ def cmd_average_checkpoints(args, extra) -> None:
     print(f"averaged {len(paths)} checkpoints ({', '.join(Path(p).name for p in paths)}) into {output}", file=sys.stderr)
 
 def cmd_export_ct2(args, extra) -> None:
-    from syntaxnmt.export_ct2 import export_ct2
-
     _no_overrides(extra)
     out = export_ct2(args.checkpoint, args.output, args.quantization, args.force)
     print(f"wrote {out} (CTranslate2, {args.quantization}); translate with: syntaxnmt translate --engine ctranslate2 --checkpoint {out}", file=sys.stderr)
 
 
 def cmd_attention(args, extra) -> None:
-    from syntaxnmt.analysis.export import export_attention
-    from syntaxnmt.translate import resolve_device
-
     path = _checkpoint_arg(args, extra)
     if not args.config:
         _no_overrides(extra)
@@ -225,9 +206,6 @@ def cmd_attention(args, extra) -> None:
 
 
 def cmd_plot(args, extra) -> None:
-    from syntaxnmt.analysis.plot import load_for_plot, plot_sentences, read_link_file
-    from syntaxnmt.translate import resolve_device
-
     _no_overrides(extra)
     if args.head != "all" and not args.head.lstrip("-").isdigit():
         raise UserError(f"--head takes a head index or 'all' (got {args.head!r})")
@@ -242,10 +220,6 @@ def cmd_plot(args, extra) -> None:
 
 
 def cmd_analyze_heads(args, extra) -> None:
-    from syntaxnmt.analysis.heads import analyze_models
-    from syntaxnmt.config import load_config
-    from syntaxnmt.translate import checkpoint_path, resolve_device
-
     if not args.config:
         _no_overrides(extra)
     specs = args.checkpoint or ["best"]
@@ -264,30 +238,22 @@ def cmd_analyze_heads(args, extra) -> None:
 
 
 def cmd_evaluate(args, extra) -> None:
-    from syntaxnmt.metrics import evaluate_report
-
     _no_overrides(extra)
     print(evaluate_report(args.hyp, args.ref, args.compare, n_bootstrap=args.bootstrap))
 
 
 def cmd_experiment(args, extra) -> None:
-    from syntaxnmt.experiments import run_set
-
     _no_overrides(extra)
     seeds = args.seeds or (list(range(1, args.n_seeds + 1)) if args.n_seeds else None)
     run_set(args.set, seeds=seeds, only=args.only.split(",") if args.only else None, output=args.output, jobs=args.jobs)
 
 
 def cmd_decode_experiment(args, extra) -> None:
-    from syntaxnmt.decode_experiments import run_decode_set
-
     _no_overrides(extra)
     run_decode_set(args.set, output=args.output)
 
 
 def cmd_parse(args, extra) -> None:
-    from syntaxnmt.annotations import SpacyParser, check_parse, write_conllu
-
     _no_overrides(extra)
     lines = _read_input(args.input)
     parses = SpacyParser(args.pipeline).parse(lines, progress=args.output is not None)
@@ -297,14 +263,10 @@ def cmd_parse(args, extra) -> None:
     if args.output:
         write_conllu(args.output, parses)
     else:
-        from syntaxnmt.annotations import to_conllu
-
         sys.stdout.write("".join(to_conllu(p, i) for i, p in enumerate(parses, start=1)))
 
 
 def cmd_serve(args, extra) -> None:
-    from syntaxnmt.serve import Limits, serve
-
     path = _checkpoint_arg(args, extra)
     if not args.config:
         _no_overrides(extra)
@@ -313,8 +275,6 @@ def cmd_serve(args, extra) -> None:
 
 
 def cmd_demo(args, extra) -> None:
-    from syntaxnmt.demo import run_demo
-
     run_demo(Path(args.dir), minutes=args.minutes, overrides=extra, fresh=args.fresh)
 
 
@@ -531,41 +491,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _raise_interrupted(signum, frame) -> None:
-    raise Interrupted(signum)
-
-
-def run_command(func: Callable[[], None]) -> None:
-    """Run a command: a user error prints one line ``syntaxnmt: error: ...`` and exits with its
-    ``exit_code`` (2 unless it has one); Ctrl-C exits with 130 and SIGTERM with 143 (training
-    saves ``last.pt`` first), leaving no temporary file behind."""
-    keep_freed_memory()
-    try:
-        old_term = signal.signal(signal.SIGTERM, _raise_interrupted)
-    except ValueError:  # not the main thread
-        old_term = False
-    try:
-        func()
-    except UserError as e:
-        print(f"syntaxnmt: error: {e}", file=sys.stderr)
-        sys.exit(getattr(e, "exit_code", 2))
-    except Interrupted as e:
-        print(f"syntaxnmt: {e}", file=sys.stderr)
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        print("syntaxnmt: interrupted", file=sys.stderr)
-        sys.exit(130)
-    except BrokenPipeError:
-        sys.exit(0)
-    except OSError as e:  # a folder that cannot be created, a full disk, a file without permission
-        print(f"syntaxnmt: error: {e}", file=sys.stderr)
-        sys.exit(2)
-    finally:
-        if old_term is not False:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if old_term is None else old_term)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    run_command(lambda: args.func(args, extra))
+    run_command(lambda: _run(args, extra))
+
+
+def _run(args, extra: list[str]) -> None:
+    configure()  # a bad SYNTAXNMT_ONEDNN_LINEAR is a user error before any work
+    args.func(args, extra)

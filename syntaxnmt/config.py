@@ -11,6 +11,7 @@ command is run from. ``${SYNTAXNMT_DATA:-../shared/data}`` is the convention for
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -20,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveInt, ValidationError, field_validator, model_validator
 
 from syntaxnmt.errors import UserError
+from syntaxnmt.syntax import RELATION_KINDS
 from syntaxnmt.textio import atomic_write_text
 
 
@@ -46,7 +48,7 @@ class DataConfig(_Section):
     lowercase: bool = False
     vocab: Literal["subword", "word"] = "subword"
     """``subword``: SentencePiece; ``word``: the ``vocab_size`` most frequent words, the others
-    ``<unk>`` (see :mod:`syntaxnmt.words` and ``decode.unk_replace``)."""
+    ``<unk>`` (see :mod:`syntaxnmt.data.words` and ``decode.unk_replace``)."""
     spm_model_type: Literal["bpe", "unigram"] = "bpe"
     vocab_size: Annotated[int, Field(ge=5)] = 8000
     """Vocabulary size (SentencePiece pieces or words, specials included), per language when not joint."""
@@ -74,6 +76,13 @@ class DataConfig(_Section):
 
 
 HeadSpec = list[list[str]]
+
+
+# The names of the extension points whose implementations are registered in the model
+# (``syntaxnmt.model.normalizers.NORMALIZERS``, ``syntaxnmt.model.rnn_scores.SCORES``; a test
+# keeps them equal): a new normalizer or score is its function in that module plus its name here.
+NORMALIZER_NAMES = ("softmax", "sparsemax", "entmax15")
+SCORE_NAMES = ("dot", "scaled_dot", "general", "bilinear_lowrank", "mlp")
 
 
 class SyntaxConfig(_Section):
@@ -117,6 +126,20 @@ class SyntaxConfig(_Section):
     def _lowercase(cls, rows: HeadSpec) -> HeadSpec:
         return [[v.lower() for v in row] for row in rows]
 
+    def features(self) -> tuple[frozenset[str], frozenset[str], bool]:
+        """(relation kinds, tag sets, parent positions) these heads read; the model's
+        :class:`syntaxnmt.inputs.FeatureSpec` is made from them."""
+        kinds = {k for row in self.relations for k in row if k != "none"}
+        tags = {s for row in self.qk_source for s in row if s != "word"} | set(self.input_features)
+        return frozenset(kinds), frozenset(tags), any(v for row in self.parent_scaled for v in row)
+
+    def parsed_features(self) -> list[str]:
+        """The features named in messages when any of them needs a parse (else [])."""
+        kinds, tags, parent = self.features()
+        if not (tags - {"bie"} or parent or any(RELATION_KINDS[k].needs_parse for k in kinds)):
+            return []
+        return sorted({f"{k} relations" for k in kinds} | (tags - {"bie"}) | ({"parent positions"} if parent else set()))
+
 
 class RNNConfig(_Section):
     """RNN attentional encoder-decoder (``model.arch: rnn``); see :mod:`syntaxnmt.model.rnn`.
@@ -139,8 +162,8 @@ class RNNConfig(_Section):
     """Word embedding size (0 = ``model.d_model``)."""
     decoder: Literal["bahdanau", "luong", "cgru"] = "bahdanau"
     """``bahdanau`` (attend with s_{i-1}), ``luong`` (attend with s_t, h~_t = tanh(W_c[c_t; s_t])), ``cgru`` (Nematus conditional GRU)."""
-    score: Literal["dot", "scaled_dot", "general", "bilinear_lowrank", "mlp"] = "mlp"
-    """Attention score function (see :mod:`syntaxnmt.model.scores`)."""
+    score: Literal[SCORE_NAMES] = "mlp"
+    """Attention score function (see :mod:`syntaxnmt.model.rnn_scores`)."""
     rank: int = 32
     """Rank k of the ``bilinear_lowrank`` score (U s)^T (V h_j)."""
     attention_dim: int = 256
@@ -183,7 +206,7 @@ class ModelConfig(_Section):
     positions: Literal["sinusoidal", "learned", "none"] = "sinusoidal"
     """Absolute positions added to the embeddings (``none``: rely on relative relations only)."""
     max_positions: PositiveInt = 1024
-    attention_normalizer: Literal["softmax", "sparsemax", "entmax15"] = "softmax"
+    attention_normalizer: Literal[NORMALIZER_NAMES] = "softmax"
     """Normalizer of the cross-attention scores (Transformer) or the attention scores (RNN):
     sparsemax and entmax15 give exact zeros (see :mod:`syntaxnmt.model.normalizers`)."""
     hard_attention: Literal["none", "decode", "train"] = "none"
@@ -209,8 +232,6 @@ class ModelConfig(_Section):
             if syn != SyntaxConfig():
                 raise ValueError("model.syntax (linguistic attention and input features) is Transformer-only: leave it empty with arch rnn")
             return self
-        from syntaxnmt.syntax import RELATION_KINDS
-
         allowed = {"relations": ("none", *RELATION_KINDS), "qk_source": ("word", "upos", "xpos", "deprel"), "parent_scaled": None}
         for key, values in allowed.items():
             rows = getattr(syn, key)
@@ -234,7 +255,7 @@ AlignmentSpec = int | Literal["average"]
 
 
 class AlignmentConfig(_Section):
-    """Attention as alignment in training (see :mod:`syntaxnmt.alignment.losses`); every term is off by default.
+    """Attention as alignment in training (see :mod:`syntaxnmt.training.alignment`); every term is off by default.
 
     The terms are summed over sentences and added to the label-smoothed loss before it is
     normalized by the update's target tokens. They read one cross-attention matrix per sentence:
@@ -244,7 +265,7 @@ class AlignmentConfig(_Section):
     guided_weight: float = 0.0
     """λ of guided alignment (Chen et al. 2016): λ·decay·Σ_sentences T_y·G(A, α); needs ``data.train_align``."""
     guided_decay: str = "constant"
-    """Schedule of λ: ``constant``, ``linear:N``, ``exp:R`` or ``step:N`` (see ``syntaxnmt.losses.decay``)."""
+    """Schedule of λ: ``constant``, ``linear:N``, ``exp:R`` or ``step:N`` (see ``syntaxnmt.training.losses.decay``)."""
     layer: AlignmentSpec = "average"
     """Decoder layer whose cross-attention is supervised and read as alignment (negative counts from the
     end; Garg et al. 2019 use the penultimate, -2), or ``average``."""
@@ -277,13 +298,39 @@ class AlignmentConfig(_Section):
         return self.guided_weight > 0 or self.coverage_weight > 0 or self.symmetry_weight > 0
 
 
-def check_decay(schedule: str, key: str) -> None:
-    """A ValueError naming ``key`` when ``schedule`` is not a decay schedule (``syntaxnmt.losses.decay``)."""
-    from syntaxnmt.losses import decay
+_SCHEDULE = re.compile(r"^(constant|linear|exp|step)(?::([0-9.eE+-]+))?$")
 
+
+def parse_decay(schedule: str) -> tuple[str, float]:
+    """``(kind, value)`` of a decay schedule ``constant``, ``linear:N``, ``exp:R`` or ``step:N``
+    (evaluated by :func:`syntaxnmt.training.losses.decay`); a ValueError for anything else."""
+    m = _SCHEDULE.match(schedule.strip())
+    if m is None:
+        raise ValueError(f"unknown decay schedule {schedule!r}; use constant, linear:N, exp:R or step:N")
+    kind, arg = m.group(1), m.group(2)
+    if kind == "constant":
+        if arg is not None:
+            raise ValueError(f"decay schedule {schedule!r}: 'constant' takes no argument")
+        return kind, 1.0
+    if arg is None:
+        raise ValueError(f"decay schedule {schedule!r}: {kind} needs an argument ({kind}:...)")
     try:
-        decay(0, schedule)
-    except UserError as e:
+        value = float(arg)
+    except ValueError:
+        raise ValueError(f"decay schedule {schedule!r}: {arg!r} is not a number") from None
+    if kind == "exp":
+        if not 0.0 < value <= 1.0:
+            raise ValueError(f"decay schedule {schedule!r}: the rate must be in (0, 1]")
+    elif value <= 0 or not math.isfinite(value):
+        raise ValueError(f"decay schedule {schedule!r}: the step count must be positive")
+    return kind, value
+
+
+def check_decay(schedule: str, key: str) -> None:
+    """A ValueError naming ``key`` when ``schedule`` is not a decay schedule."""
+    try:
+        parse_decay(schedule)
+    except ValueError as e:
         raise ValueError(f"{key}: {e}") from None
 
 
@@ -295,7 +342,7 @@ class AuxiliaryTask(_Section):
     layer: int = 0
     """Encoder layer whose output states the task reads (0-based; negative counts from the end: -1 is the last)."""
     decay: str = "constant"
-    """Schedule of the weight: ``constant``, ``linear:N``, ``exp:R`` or ``step:N`` (see ``syntaxnmt.losses.decay``)."""
+    """Schedule of the weight: ``constant``, ``linear:N``, ``exp:R`` or ``step:N`` (see ``syntaxnmt.training.losses.decay``)."""
 
     @model_validator(mode="after")
     def _check(self) -> "AuxiliaryTask":
@@ -338,7 +385,7 @@ class ParseTask(AuxiliaryTask):
 
 
 class MultitaskConfig(_Section):
-    """Auxiliary encoder objectives trained from source parses (see :mod:`syntaxnmt.multitask`);
+    """Auxiliary encoder objectives trained from source parses (see :mod:`syntaxnmt.training.multitask`);
     every task is off by default. The parses are a training signal only: a multi-task model
     translates raw text (unless ``lisa.inject_parse``)."""
 
@@ -466,7 +513,7 @@ class DecodeConfig(_Section):
     """β of the coverage penalty β·Σ_j log(min(Σ_i α_ij, 1)) added to beam scores (Wu et al. 2016, Sec. 7); 0 = off."""
     unk_replace: Literal["none", "copy", "dictionary"] = "none"
     """Replace every ``<unk>`` of the output by its most attended source word (``copy``), or by
-    that word's translation in ``unk_dictionary`` (``dictionary``; copied when absent). See :mod:`syntaxnmt.unk`."""
+    that word's translation in ``unk_dictionary`` (``dictionary``; copied when absent). See :mod:`syntaxnmt.decoding.unk`."""
     unk_dictionary: str = ""
     """Lexical table P(e|f) for ``unk_replace: dictionary`` (written by ``syntaxnmt lexicon``)."""
     unk_layer: int | Literal["average"] = "average"
@@ -544,12 +591,9 @@ class Config(_Section):
 
     def _check_parses(self) -> None:
         """Features read from parses need a parsed corpus (``data.annotate``)."""
-        from syntaxnmt.model.inputs import FeatureSpec
-
-        spec = FeatureSpec.from_config(self.model.syntax)
-        if self.data.annotate == "none" and spec.needs_parse:
-            needs = ", ".join(sorted(spec.names - {"bie"}))
-            raise ValueError(f"model.syntax uses {needs}, which come from parses: set data.annotate (spacy or conllu)")
+        needs = self.model.syntax.parsed_features()
+        if self.data.annotate == "none" and needs:
+            raise ValueError(f"model.syntax uses {', '.join(needs)}, which come from parses: set data.annotate (spacy or conllu)")
 
     @property
     def prepared_dir(self) -> Path:
@@ -582,7 +626,6 @@ _ENV = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
 
 def expand_env(value: str) -> str:
     """Expand ``${VAR}`` and ``${VAR:-default}`` in a path."""
-
     def sub(m: re.Match) -> str:
         var, default = m.group(1), m.group(2)
         if var in os.environ:

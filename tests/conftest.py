@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from syntaxnmt.config import Config, load_config
-from syntaxnmt.synthetic import write_corpus
+from syntaxnmt.data.synthetic import write_corpus
 
 N_TRAIN, N_DEV, N_TEST = 600, 30, 30
 
@@ -74,7 +74,7 @@ def corpus(tmp_path_factory) -> dict[str, dict[str, Path]]:
 @pytest.fixture(scope="session")
 def shared_prepared_dir(corpus, tmp_path_factory) -> Path:
     """A prepared cache of the tiny corpus, built once; configs from ``make_config`` reuse it."""
-    from syntaxnmt.prepare import prepare
+    from syntaxnmt.data.prepare import prepare
 
     prepared = tmp_path_factory.mktemp("prepared")
     cfg = load_config(None, tiny_tree(corpus, tmp_path_factory.mktemp("unused_work"), prepared))
@@ -104,7 +104,7 @@ def make_config(corpus, shared_prepared_dir, tmp_path):
 @pytest.fixture(scope="session")
 def trained_run(corpus, shared_prepared_dir, tmp_path_factory) -> Config:
     """A run trained for 12 updates (``best.pt`` and ``last.pt`` in its ``work_dir``); read-only."""
-    from syntaxnmt.train import train
+    from syntaxnmt.training.train import train
 
     cfg = load_config(None, tiny_tree(corpus, tmp_path_factory.mktemp("trained") / "run", shared_prepared_dir))
     train(cfg, log=quiet)
@@ -119,7 +119,7 @@ def parsed_data(corpus: dict) -> dict:
 @pytest.fixture(scope="session")
 def parsed_prepared_dir(corpus, tmp_path_factory) -> Path:
     """A prepared cache of the tiny corpus with its trees and tag vocabularies, built once."""
-    from syntaxnmt.prepare import prepare
+    from syntaxnmt.data.prepare import prepare
 
     prepared = tmp_path_factory.mktemp("prepared_parsed")
     cfg = load_config(None, deep_merge(tiny_tree(corpus, tmp_path_factory.mktemp("unused_work"), prepared), {"data": parsed_data(corpus)}))
@@ -130,8 +130,8 @@ def parsed_prepared_dir(corpus, tmp_path_factory) -> Path:
 def untrained_checkpoint(cfg: Config, path: Path, seed: int = 0) -> Path:
     """A checkpoint of a freshly initialized model of ``cfg`` (what ``load_model`` reads), no training."""
     from syntaxnmt.checkpoint import save_checkpoint
+    from syntaxnmt.data.prepare import feature_vocab_sizes, load_tokenizers
     from syntaxnmt.model import build_model
-    from syntaxnmt.prepare import feature_vocab_sizes, load_tokenizers
 
     toks = load_tokenizers(cfg)
     torch.manual_seed(seed)

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import deep_merge, tiny_tree
 
 from syntaxnmt.cli import main
-
-from conftest import deep_merge, tiny_tree
 
 NBEST_LINE = re.compile(r"^(\d+) \|\|\| (.*) \|\|\| (-?\d+\.\d{4})$")
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from syntaxnmt.cli import main
-from syntaxnmt.synthetic import write_corpus
+from syntaxnmt.data.synthetic import write_corpus
 from syntaxnmt.textio import read_lines
 
 BLEU_THRESHOLD = 35.0

@@ -11,15 +11,7 @@ import pytest
 import sacrebleu
 
 from syntaxnmt.errors import UserError
-from syntaxnmt.metrics import (
-    Comparison,
-    Scores,
-    corpus_bleu,
-    evaluate_report,
-    load_eval_files,
-    paired_bootstrap,
-    score,
-)
+from syntaxnmt.metrics import Comparison, Scores, corpus_bleu, evaluate_report, load_eval_files, paired_bootstrap, score
 
 WORDS = "the a cat dog sat on mat house red blue green big small runs quickly near old tree".split()
 

@@ -7,20 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from syntaxnmt.syntax import (
-    N_SPECIAL,
-    REL_SAME_WORD,
-    REL_SPECIAL,
-    bie_tags,
-    linear_relation_ids,
-    path_vocabulary,
-    subword_relations,
-    tree_distance_ids,
-    tree_distances,
-    tree_moves,
-    tree_path_ids,
-    tree_paths,
-)
+from syntaxnmt.syntax import N_SPECIAL, REL_SAME_WORD, REL_SPECIAL, bie_tags, linear_relation_ids, path_vocabulary, subword_relations, tree_distance_ids, tree_distances, tree_moves, tree_path_ids, tree_paths
 
 WORDS = "I think this is a good idea .".split()
 HEADS = [2, 0, 4, 2, 7, 7, 4, 0]

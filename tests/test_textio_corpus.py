@@ -1,4 +1,4 @@
-"""Tests for syntaxnmt.textio (strict UTF-8 plain/gzip reading, atomic writes) and syntaxnmt.corpus."""
+"""Tests for syntaxnmt.textio (strict UTF-8 plain/gzip reading, atomic writes) and syntaxnmt.data.corpus."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from syntaxnmt.corpus import length_filter, read_parallel
+from syntaxnmt.data.corpus import length_filter, read_parallel
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import atomic_write, atomic_write_text, iter_lines, read_lines, remove_stale_temporaries, write_lines
 

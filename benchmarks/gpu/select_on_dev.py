@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments import load_set, set_runs
+from syntaxnmt.experiments.sets import load_set, set_runs
 
 
 def ranking(set_path: str, seeds: list[int]) -> list[tuple[str, float]]:

@@ -5,4 +5,4 @@ mkdir -p /work/shared && rm -rf /work/shared/data && cp -r .gpu/data /work/share
 if [ "$(pwd -P)" != /work/main ]; then rm -rf /work/main && mkdir -p /work && cp -r . /work/main; fi
 cd /work/main
 export PYTHONPATH=/tmp/site:/work/main SYNTAXNMT_DATA=/work/shared/data PYTHONUNBUFFERED=1
-python3 -c "import torch, syntaxnmt.train; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0))"
+python3 -c "import torch, syntaxnmt.training.train; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0))"

@@ -20,16 +20,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from syntaxnmt.batches import TokenBatchSampler
+from syntaxnmt.data.batches import TokenBatchSampler
 from syntaxnmt.config import load_config
-from syntaxnmt.distributed import World
+from syntaxnmt.training.distributed import World
 from syntaxnmt.errors import UserError
-from syntaxnmt.loop import seed_everything
+from syntaxnmt.training.loop import seed_everything
 from syntaxnmt.metrics import corpus_bleu
-from syntaxnmt.prepare import is_prepared, prepare
+from syntaxnmt.data.prepare import is_prepared, prepare
 from syntaxnmt.textio import atomic_write_text, read_lines
-from syntaxnmt.train import SingleModel
-from syntaxnmt.translate import resolve_device, translate_ids
+from syntaxnmt.training.train import SingleModel
+from syntaxnmt.decoding.translate import translate_ids
+from syntaxnmt.runtime import resolve_device
 
 
 def test_bleu(task: SingleModel, sources: list[np.ndarray], refs: list[str]) -> float:

@@ -27,14 +27,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ for speed.py
 import speed  # noqa: E402
 
-from syntaxnmt.batches import TokenBatchSampler  # noqa: E402
+from syntaxnmt.data.batches import TokenBatchSampler  # noqa: E402
 from syntaxnmt.config import load_config  # noqa: E402
-from syntaxnmt.cpu import keep_freed_memory  # noqa: E402
+from syntaxnmt.runtime import keep_freed_memory  # noqa: E402
 from syntaxnmt.model import build_model  # noqa: E402
-from syntaxnmt.prepare import feature_vocab_sizes, load_split, load_tokenizers  # noqa: E402
-from syntaxnmt.subwords import BOS, EOS, PAD  # noqa: E402
+from syntaxnmt.data.prepare import feature_vocab_sizes, load_split, load_tokenizers  # noqa: E402
+from syntaxnmt.data.subwords import BOS, EOS, PAD  # noqa: E402
 from syntaxnmt.textio import read_lines  # noqa: E402
-from syntaxnmt.translate import resolve_device, translate_ids  # noqa: E402
+from syntaxnmt.decoding.translate import translate_ids  # noqa: E402
+from syntaxnmt.runtime import resolve_device
 
 
 def n_params(cfg) -> int:

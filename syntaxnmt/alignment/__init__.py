@@ -1,7 +1,8 @@
-"""Word alignment, in layers: ``formats`` (Pharaoh files, AER, word/subword projection),
-``symmetrize`` (combining two directions), ``external`` (eflomal), ``losses`` (attention as
-alignment in training: guided alignment, coverage, fertility, symmetry), ``extract`` (links read
-off a trained model's cross-attention) and ``experiments`` (``syntaxnmt align-experiment``).
+"""Stage 5, alignment: ``symmetrize`` (combining two directions), ``external`` (eflomal),
+``lexicon`` (P(e|f) tables from links) and ``extract`` (links read off a trained model's
+cross-attention). Pharaoh files, AER and word/subword projection are data
+(:mod:`syntaxnmt.data.links`); the training terms are :mod:`syntaxnmt.training.alignment`; the
+``align-experiment`` driver is :mod:`syntaxnmt.experiments.alignment`.
 
 Conventions used throughout
 ---------------------------

@@ -17,19 +17,21 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
+from syntaxnmt.alignment.symmetrize import SYMMETRIZATIONS, symmetrization
+from syntaxnmt.alignment.symmetrize import symmetrize as symmetrize_links
 from syntaxnmt.config import Config
-from syntaxnmt.textio import write_lines
-
-from syntaxnmt.alignment.formats import Links, format_links, parse_links
-from syntaxnmt.alignment.symmetrize import SYMMETRIZATIONS, symmetrization, symmetrize as symmetrize_links
+from syntaxnmt.data.corpus import read_parallel
+from syntaxnmt.data.links import Links, format_links, parse_links
+from syntaxnmt.data.prepare import annotate_split, model_words
 from syntaxnmt.errors import UserError
+from syntaxnmt.textio import write_lines
 
 DIRECTIONS = ("forward", "reverse")
 
 
 def _import_eflomal():
     try:
-        import eflomal
+        import eflomal  # optional aligner, loaded only by align-external / lexicon
     except ImportError:
         raise UserError("eflomal is not installed; install it with `pip install eflomal` (needs a C compiler)") from None
     return eflomal
@@ -112,9 +114,6 @@ def align_external(cfg: Config, output: str | Path | None = None, symmetrize: st
 
     Pairs that ``prepare`` skips (an empty side, a bad tree with ``bad_tree: skip``) get an empty line.
     """
-    from syntaxnmt.corpus import read_parallel
-    from syntaxnmt.prepare import annotate_split, model_words
-
     d = cfg.data
     output = output or d.train_align
     if not output:

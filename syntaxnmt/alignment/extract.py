@@ -12,12 +12,15 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from syntaxnmt.alignment.formats import Links, subwords_to_words
-from syntaxnmt.alignment.symmetrize import symmetrization, symmetrize as symmetrize_links
-from syntaxnmt.batches import make_batch
+from syntaxnmt.alignment.symmetrize import symmetrization
+from syntaxnmt.alignment.symmetrize import symmetrize as symmetrize_links
+from syntaxnmt.data.batches import make_batch
+from syntaxnmt.data.features import SourceAnnotation
+from syntaxnmt.data.links import Links, subwords_to_words
+from syntaxnmt.data.subwords import PAD, Tokenizer
+from syntaxnmt.decoding.translate import load_model, parse_annotations, source_parses
 from syntaxnmt.errors import UserError
-from syntaxnmt.relations import SourceAnnotation, pad_features, sentence_features
-from syntaxnmt.subwords import PAD, Tokenizer
+from syntaxnmt.model.outputs import average_heads, layer_head
 
 ATTENTION_METHODS = ("argmax", "threshold")
 
@@ -46,30 +49,6 @@ def alignment_from_attention(weights, method: str = "argmax", threshold: float =
         js, is_ = np.nonzero(w >= threshold)
         return {(int(i), int(j)) for j, i in zip(js, is_)}
     raise UserError(f"unknown attention alignment method {method!r}; choose one of {', '.join(ATTENTION_METHODS)}")
-
-
-def average_heads(cross_attention: Sequence[torch.Tensor], layer: int | None = None, head: int | None = None) -> torch.Tensor:
-    """One (B, T, S) attention from a list of per-layer (B, H, T, S) tensors.
-
-    ``layer``/``head`` pick one decoder layer / head (negative values count from the end);
-    ``None`` averages over all layers / heads.
-    """
-    if not cross_attention:
-        raise ValueError("no cross-attention weights (call the model with need_weights=True)")
-    n_layers, n_heads = len(cross_attention), cross_attention[0].size(1)
-    if layer is not None:
-        if not -n_layers <= layer < n_layers:
-            raise UserError(f"alignment layer {layer} out of range: the model has {n_layers} decoder layers")
-        layers = [cross_attention[layer]]
-    else:
-        layers = list(cross_attention)
-    if head is not None:
-        if not -n_heads <= head < n_heads:
-            raise UserError(f"alignment head {head} out of range: the model has {n_heads} heads")
-        per_layer = [w[:, head] for w in layers]
-    else:
-        per_layer = [w.mean(dim=1) for w in layers]
-    return torch.stack(per_layer).mean(dim=0)
 
 
 def extract_alignments(
@@ -146,10 +125,8 @@ def attention_alignments(
     out: list[Links] = [set() for _ in src_ids]
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size].tolist()
-        batch = make_batch([np.asarray(src_ids[i], dtype=np.int64) for i in idx], [np.asarray(tgt_ids[i], dtype=np.int64) for i in idx], idx)
-        if spec:
-            batch.features = pad_features([sentence_features(annotations[i], spec) for i in idx], batch.src.size(1))
-        batch = batch.to(device)
+        anns = [annotations[i] for i in idx] if spec else None
+        batch = make_batch([np.asarray(src_ids[i], dtype=np.int64) for i in idx], [np.asarray(tgt_ids[i], dtype=np.int64) for i in idx], idx, anns, spec).to(device)
         for i, links in zip(idx, extract_alignments(model, batch, layer, head, method, threshold)):
             out[i] = subwords_to_words(links, src_words[i], tgt_words[i])
     return out
@@ -159,8 +136,6 @@ def source_annotations(model, cfg, lines: Sequence[str], word_of_piece: Sequence
     """The source features' annotations of ``lines`` (whitespace-tokenized, pieces in ``word_of_piece``)
     as ``translate`` builds them, or None for a model without source features. The parse (from
     ``conllu``, or the config's parser) must have exactly the whitespace tokens of each line."""
-    from syntaxnmt.translate import parse_annotations, source_parses
-
     spec = model.feature_spec
     if not spec:
         return None
@@ -175,8 +150,6 @@ def source_annotations(model, cfg, lines: Sequence[str], word_of_piece: Sequence
 
 def _spec(value: str | int | None, default) -> int | None:
     """``--layer``/``--head`` value: None = the model's ``train.alignment`` setting, ``average``, or an index."""
-    from syntaxnmt.alignment.losses import layer_head
-
     if value is None:
         value = default
     if value == "average":
@@ -209,8 +182,6 @@ def model_alignments(
     A source→target model with source features gets them as ``translate`` builds them (parses
     from ``src_conllu`` or the config's parser); a target→source one with features is refused.
     """
-    from syntaxnmt.translate import load_model
-
     if len(src_lines) != len(tgt_lines):
         raise UserError(f"{len(src_lines)} source lines but {len(tgt_lines)} target lines: the files must be line-aligned")
     method_sym = symmetrization(symmetrize) if reverse_checkpoint else None

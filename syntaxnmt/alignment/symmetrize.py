@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from syntaxnmt.alignment.formats import Link, Links
+from syntaxnmt.data.links import Link, Links
 from syntaxnmt.errors import UserError
 
 # Koehn's order: horizontal/vertical neighbours first, then the diagonal ones.

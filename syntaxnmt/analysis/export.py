@@ -4,7 +4,7 @@ Python API (``syntaxnmt attention``, ``plot``, ``analyze-heads`` and the web vie
 
 * :func:`attention_for_sentences` ``(model, cfg, toks, sources, *, refs=None, conllu=None, device,
   beam=1, parse=False, batch_size=32, progress=False) -> list[SentenceAttention]``: every layer and
-  head of every attention of the model (from :func:`syntaxnmt.translate.load_model`) for each
+  head of every attention of the model (from :func:`syntaxnmt.decoding.translate.load_model`) for each
   source line. Without ``refs`` the model first translates (greedy, or beam search with ``beam``)
   and its own output is then force-decoded to read all weights; with ``refs`` the given
   references are force-decoded. ``conllu`` (or ``parse=True``: the config's parser) attaches the
@@ -38,15 +38,16 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from syntaxnmt.alignment.formats import WORD_BOUNDARY, word_ids_from_pieces
-from syntaxnmt.annotations import Parse
-from syntaxnmt.batches import make_batch
 from syntaxnmt.config import Config
+from syntaxnmt.data.annotations import Parse, annotate
+from syntaxnmt.data.batches import make_batch
+from syntaxnmt.data.features import SourceAnnotation
+from syntaxnmt.data.links import WORD_BOUNDARY, word_ids_from_pieces
+from syntaxnmt.data.prepare import Tokenizers
+from syntaxnmt.data.subwords import Tokenizer
+from syntaxnmt.decoding.translate import load_model, parse_annotations, source_parses, translate_ids
 from syntaxnmt.errors import UserError
-from syntaxnmt.prepare import Tokenizers
-from syntaxnmt.relations import SourceAnnotation, pad_features, sentence_features
-from syntaxnmt.subwords import Tokenizer
-from syntaxnmt.textio import atomic_write, iter_lines, write_lines
+from syntaxnmt.textio import atomic_write, iter_lines, read_lines, write_lines
 
 FORMAT, VERSION = "syntaxnmt-attention", 1
 KINDS = ("encoder", "decoder", "cross")
@@ -178,8 +179,6 @@ def encode_sources(
 ) -> list[EncodedSource]:
     """Source ids, words and (when given, asked for or needed by the model) parses, as ``translate``
     encodes them. ``parses``: parses already read (one per line), instead of ``conllu``."""
-    from syntaxnmt.translate import parse_annotations, source_parses
-
     spec = model.feature_spec
     if parses is not None:
         if len(parses) != len(lines):
@@ -245,9 +244,8 @@ def force_decode(model, sources: Sequence[EncodedSource], targets: Sequence[Sequ
         with tqdm(total=len(sources), desc="attention", unit="sent", disable=not progress, leave=False) as bar:
             for start in range(0, len(order), batch_size):
                 idx = order[start : start + batch_size].tolist()
-                batch = make_batch([sources[i].ids for i in idx], [np.asarray(targets[i], dtype=np.int64) for i in idx], idx)
-                if spec:
-                    batch.features = pad_features([sentence_features(sources[i].annotation, spec) for i in idx], batch.src.size(1))
+                anns = [sources[i].annotation for i in idx] if spec else None
+                batch = make_batch([sources[i].ids for i in idx], [np.asarray(targets[i], dtype=np.int64) for i in idx], idx, anns, spec)
                 res = model(batch.to(device), need_weights=True)
                 for b, i in enumerate(idx):
                     s, t = len(sources[i].ids) + 1, len(targets[i]) + 1
@@ -280,8 +278,6 @@ def attention_for_sentences(
 ) -> list[SentenceAttention]:
     """Every attention weight of ``model`` for each source line (see the module docstring).
     ``parses`` (one per line, e.g. from :func:`read_inputs`) can replace ``conllu``."""
-    from syntaxnmt.translate import translate_ids
-
     if refs is not None and len(refs) != len(sources):
         raise UserError(f"{len(sources)} source lines but {len(refs)} references: the files must be line-aligned")
     src = encode_sources(model, cfg, toks, sources, conllu, parse, source_name, parses)
@@ -442,9 +438,6 @@ def parse_selection(spec: str | None, n: int, what: str = "--sentences") -> list
 def read_inputs(src: str, ref: str | None = None, conllu: str | None = None, sentences: str | None = None) -> tuple[list[str], list[str] | None, list[Parse] | None, list[int]]:
     """Source lines, references and parses of the selected lines (``sentences``, see
     :func:`parse_selection`), and the selected line numbers. Parses are checked against the lines."""
-    from syntaxnmt.annotations import annotate
-    from syntaxnmt.textio import read_lines
-
     lines = read_lines(src)
     refs = read_lines(ref) if ref else None
     if refs is not None and len(refs) != len(lines):
@@ -457,8 +450,6 @@ def read_inputs(src: str, ref: str | None = None, conllu: str | None = None, sen
 
 def export_attention(checkpoint: str | Path, src: str, out: str | Path, *, ref: str | None = None, conllu: str | None = None, sentences: str | None = None, parse: bool = False, beam: int = 1, batch_size: int = 32, device: torch.device) -> tuple[Path, Path, int]:
     """``syntaxnmt attention``: load the model, compute every weight of the selected sentences, write the export."""
-    from syntaxnmt.translate import load_model
-
     model, cfg, toks = load_model(checkpoint, device)
     lines, refs, parses, keep = read_inputs(src, ref, conllu, sentences)
     result = attention_for_sentences(model, cfg, toks, lines, refs=refs, device=device, beam=beam, parse=parse, batch_size=batch_size, progress=True, source_name=src, parses=parses)

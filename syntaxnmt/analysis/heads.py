@@ -26,17 +26,23 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from syntaxnmt.alignment.extract import alignment_from_attention
-from syntaxnmt.alignment.formats import Links, aer, subwords_to_words
-from syntaxnmt.analysis.export import SentenceAttention, word_units
+from syntaxnmt.analysis.export import SentenceAttention, attention_for_sentences, model_info, read_inputs, word_units
+from syntaxnmt.analysis.plot import panel, pyplot, save_figure
+from syntaxnmt.data.links import Links, aer, read_alignments, subwords_to_words
+from syntaxnmt.decoding.translate import load_model, source_parses
 from syntaxnmt.errors import UserError
+from syntaxnmt.model.syntax_attention import layer_row
+from syntaxnmt.textio import atomic_write_text
 
 RELATIONS = ("parent", "child", "self", "left", "right")
 DIRECTIONS = ("dep->head", "head->dep")
@@ -211,8 +217,6 @@ def finish_aer(analysis: HeadAnalysis, gold: Sequence[tuple[Links, Links]]) -> N
 
 def enriched_heads(info: dict) -> dict[tuple[int, int], str]:
     """(layer, head) -> what model.syntax does to that encoder head ("tree_distance", "parent-scaled", ...)."""
-    from syntaxnmt.model.syntax_attention import layer_row
-
     syn, out = info.get("syntax") or {}, {}
     for layer in range(info.get("encoder_layers", 0)):
         marks: dict[int, list[str]] = defaultdict(list)
@@ -368,10 +372,7 @@ def analyze_heads(
 ) -> tuple[HeadAnalysis, list[Path]]:
     """``syntaxnmt analyze-heads``: run the model over the corpus chunk by chunk, count, write
     ``OUT.md``, ``OUT-heads.csv``, ``OUT-labels.csv``, ``OUT-cross.csv`` and ``OUT.png``."""
-    from tqdm.auto import tqdm
 
-    from syntaxnmt.analysis.export import attention_for_sentences, model_info, read_inputs
-    from syntaxnmt.translate import load_model, source_parses
 
     if gold_align and not ref:
         raise UserError("--gold-align needs --ref: the gold links are between the source and its reference")
@@ -397,8 +398,6 @@ def analyze_heads(
 
 def read_gold(path: str, one_indexed: bool, keep: Sequence[int], n_src: Sequence[int], n_tgt: Sequence[int]) -> list[tuple[Links, Links]]:
     """The gold (sure, possible) links of the selected lines ``keep``, checked against the sentences' word counts."""
-    from syntaxnmt.alignment.formats import read_alignments
-
     gold = read_alignments(path, one_indexed)
     if len(gold) <= max(keep, default=-1):
         raise UserError(f"{path} has {len(gold)} lines but the input has at least {max(keep) + 1}")
@@ -412,9 +411,6 @@ def read_gold(path: str, one_indexed: bool, keep: Sequence[int], n_src: Sequence
 
 def write_report(a: HeadAnalysis, out: str | Path, title: str = "") -> list[Path]:
     """Write the Markdown, the CSV tables and the layer x head figure; return their paths."""
-    from syntaxnmt.analysis.plot import heads_figure
-    from syntaxnmt.textio import atomic_write_text
-
     out = Path(out)
     out = out.with_suffix("") if out.suffix in (".md", ".png", ".csv") else out
     paths = [out.with_name(out.name + ".md")]
@@ -497,8 +493,6 @@ def comparison_markdown(analyses: dict[str, HeadAnalysis], max_labels: int = 10)
 def analyze_models(checkpoints: Sequence[str], src: str, out: str | Path, *, title: str = "", **kw) -> tuple[dict[str, HeadAnalysis], list[Path]]:
     """:func:`analyze_heads` for each ``LABEL=PATH`` (a report ``OUT-LABEL.*`` each), then the
     side-by-side ``OUT.md`` / ``OUT.csv``; with one checkpoint, just its report ``OUT.*``."""
-    from syntaxnmt.textio import atomic_write_text
-
     specs = [model_label(c) for c in checkpoints]
     labels = [label for label, _ in specs]
     if len(set(labels)) != len(labels):
@@ -517,3 +511,34 @@ def analyze_models(checkpoints: Sequence[str], src: str, out: str | Path, *, tit
     rows = comparison_rows(analyses)
     atomic_write_text(summary[1], _csv(rows, list(dict.fromkeys(k for r in rows for k in r))))
     return analyses, summary + paths
+
+
+def heads_figure(analysis, path: str | Path, title: str = "") -> Path:
+    """Layer x head panels: the relation shares (%) and entropy of the encoder heads, the entropy
+    (and AER) of the cross-attention heads. ``*`` marks enriched / supervised heads."""
+    plt = pyplot()
+    panels = []
+    e, c = analysis.encoder, analysis.cross
+    if e is not None:
+        marks = set(enriched_heads(analysis.info))
+        shares = e.shares()
+        panels += [(100 * shares[r], f"encoder: {r} %", "{:.0f}", 100.0, marks) for r in RELATIONS]
+        panels.append((e.entropy / max(e.pieces, 1), "encoder: entropy (bits)", "{:.1f}", None, marks))
+    sup = supervised_cross_head(analysis.info)
+    cross_marks = {(sup[0], h) for h in range(c.heads) if sup[1] in (None, h)} if sup else set()
+    panels.append((c.entropy / max(c.rows, 1), "cross: entropy (bits)", "{:.1f}", None, cross_marks))
+    if analysis.aer:
+        aer = np.array([[100 * analysis.aer[(layer, h)].aer for h in range(c.heads)] for layer in range(c.layers)])
+        panels.append((aer, "cross: AER %", "{:.0f}", 100.0, cross_marks))
+    n = len(panels)
+    ncols = min(n, 4)
+    nrows = math.ceil(n / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(2.3 * ncols + 0.4 * max(c.heads - 4, 0) * ncols, 2.2 * nrows), squeeze=False)
+    for ax, spec in zip(axes.flat, panels):
+        panel(ax, *spec)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.95) if title else None)
+    return save_figure(fig, path, dpi=90)

@@ -20,8 +20,9 @@ from typing import Sequence
 
 import numpy as np
 
-from syntaxnmt.alignment.formats import Links, words_to_subwords
-from syntaxnmt.analysis.export import SentenceAttention, check_kind, word_units
+from syntaxnmt.analysis.export import SentenceAttention, attention_for_sentences, check_kind, parse_selection, read_attention, read_inputs, word_units
+from syntaxnmt.data.links import Links, read_alignments, words_to_subwords
+from syntaxnmt.decoding.translate import load_model
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import atomic_write
 
@@ -29,11 +30,11 @@ FORMATS = ("png", "svg", "pdf")
 CELL = 0.32  # inches per heatmap cell
 
 
-def _pyplot():
-    import matplotlib
+def pyplot():
+    import matplotlib  # deferred: matplotlib loads only for plots
 
     matplotlib.use("Agg")  # files only, never a window
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib loads only for plots
 
     return plt
 
@@ -50,7 +51,7 @@ def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
     fmt = figure_format(path)
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=dpi, bbox_inches="tight")
-    _pyplot().close(fig)
+    pyplot().close(fig)
     atomic_write(path, lambda f: f.write(buf.getvalue()))
     return Path(path)
 
@@ -72,7 +73,7 @@ def word_centres(word_of_piece: Sequence[int], words: bool) -> dict[int, float]:
 
 def draw_arcs(ax, heads: Sequence[int], deprel: Sequence[str], centres: dict[int, float], fontsize: float = 7) -> float:
     """Dependency arcs above the top edge of a heatmap (y = -0.5, y grows downwards); returns the height used."""
-    from matplotlib.patches import Arc
+    from matplotlib.patches import Arc  # deferred: matplotlib loads only for plots
 
     top = 0.0
     for dep, (head, label) in enumerate(zip(heads, deprel)):
@@ -89,7 +90,7 @@ def draw_arcs(ax, heads: Sequence[int], deprel: Sequence[str], centres: dict[int
 
 def mark_links(ax, sure: Links, possible: Links, rows: Sequence[int], cols: Sequence[int], words: bool) -> None:
     """Outline the cells of word links ``(source word, target word)`` on a cross-attention heatmap."""
-    from matplotlib.patches import Rectangle
+    from matplotlib.patches import Rectangle  # deferred: matplotlib loads only for plots
 
     for links, style, color in ((possible - sure, "--", "tab:orange"), (sure, "-", "tab:red")):
         if words:
@@ -139,7 +140,7 @@ def _index(value: int, n: int, what: str) -> int:
 
 def attention_figure(s: SentenceAttention, kind: str = "cross", layer: int = -1, head: int | None = None, words: bool = True, links: tuple[Links, Links] | None = None, title: str = ""):
     """A figure of one head (``head``) or of all heads of ``layer`` (``head=None``) for sentence ``s``."""
-    plt = _pyplot()
+    plt = pyplot()
     w = s.weights(check_kind(kind))
     if w is None:
         raise UserError(f"this model has no {kind} self-attention (RNN models have cross-attention only)")
@@ -169,7 +170,7 @@ def attention_figure(s: SentenceAttention, kind: str = "cross", layer: int = -1,
 # ---------------------------------------------------------------- the layer x head figure
 
 
-def _panel(ax, values: np.ndarray, title: str, fmt: str, vmax: float | None, marks: set[tuple[int, int]] = frozenset()) -> None:
+def panel(ax, values: np.ndarray, title: str, fmt: str, vmax: float | None, marks: set[tuple[int, int]] = frozenset()) -> None:
     ax.imshow(values, cmap="viridis", vmin=0.0, vmax=vmax if vmax else max(float(np.nanmax(values)), 1e-9), aspect="equal")
     for (layer, head), v in np.ndenumerate(values):
         text = "–" if v != v else fmt.format(v)
@@ -180,39 +181,6 @@ def _panel(ax, values: np.ndarray, title: str, fmt: str, vmax: float | None, mar
     ax.set_ylabel("layer", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.set_title(title, fontsize=9)
-
-
-def heads_figure(analysis, path: str | Path, title: str = "") -> Path:
-    """Layer x head panels: the relation shares (%) and entropy of the encoder heads, the entropy
-    (and AER) of the cross-attention heads. ``*`` marks enriched / supervised heads."""
-    from syntaxnmt.analysis.heads import RELATIONS, enriched_heads, supervised_cross_head
-
-    plt = _pyplot()
-    panels = []
-    e, c = analysis.encoder, analysis.cross
-    if e is not None:
-        marks = set(enriched_heads(analysis.info))
-        shares = e.shares()
-        panels += [(100 * shares[r], f"encoder: {r} %", "{:.0f}", 100.0, marks) for r in RELATIONS]
-        panels.append((e.entropy / max(e.pieces, 1), "encoder: entropy (bits)", "{:.1f}", None, marks))
-    sup = supervised_cross_head(analysis.info)
-    cross_marks = {(sup[0], h) for h in range(c.heads) if sup[1] in (None, h)} if sup else set()
-    panels.append((c.entropy / max(c.rows, 1), "cross: entropy (bits)", "{:.1f}", None, cross_marks))
-    if analysis.aer:
-        aer = np.array([[100 * analysis.aer[(layer, h)].aer for h in range(c.heads)] for layer in range(c.layers)])
-        panels.append((aer, "cross: AER %", "{:.0f}", 100.0, cross_marks))
-    n = len(panels)
-    ncols = min(n, 4)
-    nrows = math.ceil(n / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(2.3 * ncols + 0.4 * max(c.heads - 4, 0) * ncols, 2.2 * nrows), squeeze=False)
-    for ax, panel in zip(axes.flat, panels):
-        _panel(ax, *panel)
-    for ax in list(axes.flat)[n:]:
-        ax.axis("off")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.95) if title else None)
-    return save_figure(fig, path, dpi=90)
 
 
 # ---------------------------------------------------------------- the command
@@ -239,8 +207,6 @@ def plot_sentences(sentences: Sequence[SentenceAttention], lines: Sequence[int],
 
 def load_for_plot(*, attention: str | None, checkpoint: str | None, src: str | None, ref: str | None, conllu: str | None, parse: bool, beam: int, sentences: str | None, device) -> tuple[list[SentenceAttention], list[int]]:
     """The selected sentences (input line numbers ``sentences``) from an export or computed by a checkpoint."""
-    from syntaxnmt.analysis.export import attention_for_sentences, parse_selection, read_attention, read_inputs
-
     if bool(attention) == bool(checkpoint):
         raise UserError("give an attention export (-a OUT) or a --checkpoint with -i SRC")
     if attention:
@@ -254,7 +220,6 @@ def load_for_plot(*, attention: str | None, checkpoint: str | None, src: str | N
         return [exported[position[line]] for line in wanted], wanted
     if not src:
         raise UserError("--checkpoint needs the source sentences: -i SRC")
-    from syntaxnmt.translate import load_model
 
     model, cfg, toks = load_model(checkpoint, device)
     lines, refs, parses, keep = read_inputs(src, ref, conllu, sentences)
@@ -266,7 +231,6 @@ def read_link_file(path: str | None, one_indexed: bool, lines: Sequence[int]) ->
     """The (sure, possible) word links of the given input lines from a Pharaoh file."""
     if not path:
         return None
-    from syntaxnmt.alignment.formats import read_alignments
 
     alignments = read_alignments(path, one_indexed)
     if max(lines, default=-1) >= len(alignments):

@@ -1,20 +1,13 @@
-"""Model families. ``build_model`` picks one by ``ModelConfig.arch``."""
+"""Model families (nn.Modules only: the model never imports data or training code).
 
-from __future__ import annotations
+:func:`build_model` (:mod:`.factory`) builds everything a checkpoint holds; ``transformer`` and
+``rnn`` are the encoder-decoders, ``attention`` the one multi-head attention module that the
+extensions of ``syntax_attention`` plug into, ``rnn_scores`` and ``normalizers`` the classical
+score functions and the attention normalizers, ``heads`` the auxiliary modules on the encoder,
+``outputs`` what a model returns.
+"""
 
-from torch import nn
+from syntaxnmt.model.factory import build_model
+from syntaxnmt.model.outputs import average_heads, layer_head
 
-from syntaxnmt.config import ModelConfig
-
-
-def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int, **vocabs: int) -> nn.Module:
-    """The model named by ``cfg.arch``. ``vocabs`` gives extra vocabulary sizes (tag sets) when used."""
-    if cfg.arch == "transformer":
-        from syntaxnmt.model.transformer import Transformer
-
-        return Transformer(cfg, src_vocab, tgt_vocab, **vocabs)
-    if cfg.arch == "rnn":
-        from syntaxnmt.model.rnn import RNNModel
-
-        return RNNModel(cfg, src_vocab, tgt_vocab)
-    raise ValueError(f"unknown architecture {cfg.arch}")
+__all__ = ["build_model", "average_heads", "layer_head"]

@@ -7,7 +7,7 @@ module. An extension can replace the queries/keys of some heads (linguistic head
 the energies (relation embeddings on keys, Shaw et al. 2018), rescale them (parent-scaled
 attention) and add terms to the output (relation embeddings on values). Extensions read their
 per-batch inputs (tags, relation ids, parent positions) from the typed
-:class:`~syntaxnmt.model.inputs.SourceFeatures` passed to ``forward``.
+:class:`~syntaxnmt.inputs.SourceFeatures` passed to ``forward``.
 
 With no extension and no request for the weights, the fused
 :func:`torch.nn.functional.scaled_dot_product_attention` kernel computes the same thing faster
@@ -23,11 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from syntaxnmt.inputs import SourceFeatures
 from syntaxnmt.model.dropout import dropout
-from syntaxnmt.model.inputs import SourceFeatures
 from syntaxnmt.model.linear import Linear
-from syntaxnmt.model.packing import gather_rows, on_rows, scatter_rows
 from syntaxnmt.model.normalizers import HardMode, Normalizer, attention_weights
+from syntaxnmt.model.packing import gather_rows, on_rows, scatter_rows
 
 
 class AttentionExtension(nn.Module):

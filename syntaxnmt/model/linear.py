@@ -32,12 +32,33 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from syntaxnmt.errors import UserError
+
 _OP = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
-MODE = os.environ.get("SYNTAXNMT_ONEDNN_LINEAR", "auto")
-if MODE not in ("auto", "infer", "train", "0"):
-    raise SystemExit(f"syntaxnmt: error: SYNTAXNMT_ONEDNN_LINEAR must be auto, infer, train or 0, not {MODE!r}")
-ENABLED = _OP is not None and torch.backends.mkldnn.is_available() and MODE != "0"
-TRAIN = ENABLED and MODE == "train"
+MODES = ("auto", "infer", "train", "0")
+# Read from SYNTAXNMT_ONEDNN_LINEAR on first use (:func:`configure`), not at import: a bad value is
+# a user error of the command that computes, not of every import.
+MODE: str | None = None
+ENABLED = False
+TRAIN = False
+
+
+def configure(mode: str | None = None) -> bool:
+    """Set the mode (default: ``SYNTAXNMT_ONEDNN_LINEAR``, else ``auto``); returns whether oneDNN
+    linears are on. A value other than auto, infer, train or 0 is a user error."""
+    global MODE, ENABLED, TRAIN
+    mode = os.environ.get("SYNTAXNMT_ONEDNN_LINEAR", "auto") if mode is None else mode
+    if mode not in MODES:
+        raise UserError(f"SYNTAXNMT_ONEDNN_LINEAR must be auto, infer, train or 0, not {mode!r}")
+    MODE = mode
+    ENABLED = _OP is not None and torch.backends.mkldnn.is_available() and mode != "0"
+    TRAIN = ENABLED and mode == "train"
+    return ENABLED
+
+
+def enabled() -> bool:
+    """Whether oneDNN linears are on (reading the environment the first time)."""
+    return configure() if MODE is None else ENABLED
 
 
 @contextmanager
@@ -45,8 +66,9 @@ def onednn_in_training(enabled: bool = True) -> Iterator[None]:
     """Inside, :class:`Linear` also uses oneDNN with autograd (``SYNTAXNMT_ONEDNN_LINEAR`` auto
     or train), when ``enabled``: for training on a few static batch shapes."""
     global TRAIN
+    on = globals()["enabled"]()
     before = TRAIN
-    TRAIN = before or (enabled and ENABLED and MODE == "auto")
+    TRAIN = before or (enabled and on and MODE == "auto")
     try:
         yield
     finally:
@@ -90,7 +112,7 @@ def _weight_grad(g2d: Tensor, x2d: Tensor) -> Tensor:
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear`` through oneDNN for float32 CPU tensors without autocast (see the module docstring)."""
-    if ENABLED and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32 and x.numel() and not torch.is_autocast_enabled("cpu"):
+    if (ENABLED if MODE is not None else enabled()) and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32 and x.numel() and not torch.is_autocast_enabled("cpu"):
         if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
             return _OneDNNLinear.apply(x, weight, bias) if TRAIN else F.linear(x, weight, bias)
         return _dnn(x.reshape(-1, x.size(-1)), weight, bias).view(*x.shape[:-1], weight.size(0))

@@ -14,32 +14,31 @@ backward pass the gradient of the soft weights p, as if p had been used.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Callable, Literal
 
 import torch
+from entmax import entmax15, sparsemax
 from torch import Tensor
 
-Normalizer = Literal["softmax", "sparsemax", "entmax15"]
+Normalizer = str  # a key of NORMALIZERS
 HardMode = Literal["none", "decode", "train"]
-NORMALIZERS: tuple[str, ...] = ("softmax", "sparsemax", "entmax15")
+
+# name -> scores (..., n) to weights over the last dimension. A new normalizer is one entry here
+# and its name in ``syntaxnmt.config.NORMALIZER_NAMES`` (the config's allowed values).
+NORMALIZERS: dict[str, Callable[[Tensor], Tensor]] = {
+    "softmax": lambda scores: torch.softmax(scores, dim=-1),
+    "sparsemax": lambda scores: sparsemax(scores.float(), dim=-1).to(scores.dtype),
+    "entmax15": lambda scores: entmax15(scores.float(), dim=-1).to(scores.dtype),
+}
 
 
 def normalize(scores: Tensor, kind: Normalizer = "softmax", mask: Tensor | None = None) -> Tensor:
     """Weights over the last dimension of ``scores``; positions where ``mask`` (broadcastable) is True get exactly 0."""
+    if kind not in NORMALIZERS:
+        raise ValueError(f"unknown attention normalizer {kind!r} (choose from {', '.join(NORMALIZERS)})")
     if mask is not None:
         scores = scores.masked_fill(mask, float("-inf"))
-    if kind == "softmax":
-        weights = torch.softmax(scores, dim=-1)
-    elif kind == "sparsemax":
-        from entmax import sparsemax
-
-        weights = sparsemax(scores.float(), dim=-1).to(scores.dtype)
-    elif kind == "entmax15":
-        from entmax import entmax15
-
-        weights = entmax15(scores.float(), dim=-1).to(scores.dtype)
-    else:
-        raise ValueError(f"unknown attention normalizer {kind!r} (choose from {', '.join(NORMALIZERS)})")
+    weights = NORMALIZERS[kind](scores)
     return weights if mask is None else weights.masked_fill(mask, 0.0)
 
 

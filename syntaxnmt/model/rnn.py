@@ -32,7 +32,7 @@ Embeddings are not scaled by sqrt(d).
 Interface: the Transformer's. ``forward(batch, need_weights)`` teacher-forces and returns a
 :class:`~syntaxnmt.model.transformer.ModelOutput` whose ``cross_attention`` is one (B, 1, T, S)
 tensor on request; ``encode``/``init_state``/``step``/``reorder_state`` decode incrementally
-(one token per hypothesis per step) for :mod:`syntaxnmt.search`.
+(one token per hypothesis per step) for :mod:`syntaxnmt.decoding.search`.
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from syntaxnmt.config import ModelConfig, RNNConfig
+from syntaxnmt.inputs import PAD, Batch, FeatureSpec
 from syntaxnmt.model.dropout import Dropout
-from syntaxnmt.model.inputs import Batch, FeatureSpec
 from syntaxnmt.model.linear import Linear
-from syntaxnmt.model.scores import Attention
-from syntaxnmt.model.transformer import EncoderOutput, ModelOutput, sinusoidal_table
-from syntaxnmt.subwords import PAD
+from syntaxnmt.model.outputs import EncoderOutput, ModelOutput
+from syntaxnmt.model.rnn_scores import Attention
+from syntaxnmt.model.transformer import sinusoidal_table
 
 
 def _rnn(cell: str, input_size: int, hidden: int, layers: int, dropout: float, bidirectional: bool = False) -> nn.RNNBase:

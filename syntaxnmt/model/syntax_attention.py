@@ -23,8 +23,8 @@ import torch
 from torch import Tensor, nn
 
 from syntaxnmt.config import SyntaxConfig
+from syntaxnmt.inputs import SourceFeatures
 from syntaxnmt.model.attention import AttentionExtension
-from syntaxnmt.model.inputs import SourceFeatures
 from syntaxnmt.syntax import RELATION_KINDS
 
 TAG_SOURCES = ("upos", "xpos", "deprel")
@@ -128,7 +128,7 @@ class ParentAttention(AttentionExtension):
     """The chosen heads' scores become 0 at token i's parent p_i and the dtype's minimum elsewhere,
     so their attention is the one-hot parent (a root, and EOS, attend to themselves). Only in
     evaluation mode: in training the heads learn that distribution (the LISA loss of
-    :mod:`syntaxnmt.multitask`). A padding row keeps a uniform row over the real keys (no NaN)."""
+    :mod:`syntaxnmt.training.multitask`). A padding row keeps a uniform row over the real keys (no NaN)."""
 
     def __init__(self, heads: list[int]):
         super().__init__()

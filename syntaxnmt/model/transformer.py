@@ -8,21 +8,20 @@ values (self-attention grows its cache; cross-attention projects the encoder out
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Callable, Collection
+from typing import Collection
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from syntaxnmt.config import ModelConfig
+from syntaxnmt.inputs import PAD, Batch, FeatureSpec, SourceFeatures
 from syntaxnmt.model.attention import MultiHeadAttention, reorder_cache
 from syntaxnmt.model.dropout import Dropout
-from syntaxnmt.model.inputs import Batch, FeatureSpec, SourceFeatures
 from syntaxnmt.model.linear import Linear
+from syntaxnmt.model.outputs import DecoderState, EncoderOutput, ModelOutput
 from syntaxnmt.model.packing import on_rows, packed_rows
 from syntaxnmt.model.syntax_attention import InputFeatures, encoder_extensions
-from syntaxnmt.subwords import PAD
 
 
 def sinusoidal_table(n: int, d: int) -> Tensor:
@@ -127,44 +126,6 @@ class DecoderLayer(nn.Module):
         y, w = self.res_cross(y, lambda h: self.cross_attn(h, memory, key_padding_mask=memory_mask, cache=cross_cache, static_kv=True, need_weights=need_weights, rows=rows, kv_rows=memory_rows))
         y, _ = self.res_ffn(y, lambda h: (self.ffn(h, rows), None))
         return y, w, ws
-
-
-@dataclass
-class EncoderOutput:
-    hidden: Tensor  # (B, S, D)
-    pad_mask: Tensor  # (B, S), True at padding
-    self_attention: list[Tensor | None] = field(default_factory=list)  # per layer (B, H, S, S), on request (None: a layer not requested)
-    layers: list[Tensor] = field(default_factory=list)  # per layer, its output states (B, S, D) (before the final norm)
-
-    def index_select(self, index: Tensor) -> "EncoderOutput":
-        return EncoderOutput(self.hidden.index_select(0, index), self.pad_mask.index_select(0, index))
-
-
-@dataclass
-class ModelOutput:
-    """Decoder states before the output layer; ``project`` maps them (or a selection of their
-    rows, e.g. the non-padding ones) to vocabulary logits."""
-
-    states: Tensor  # (B, T, D)
-    project: Callable[[Tensor], Tensor]
-    encoder: EncoderOutput
-    cross_attention: list[Tensor] = field(default_factory=list)  # per decoder layer (B, H, T, S), on request
-    decoder_self_attention: list[Tensor] = field(default_factory=list)  # per decoder layer (B, H, T, T), on request
-
-    @property
-    def logits(self) -> Tensor:
-        """(B, T, V) logits of every position."""
-        return self.project(self.states)
-
-
-@dataclass
-class DecoderState:
-    """What incremental decoding carries from one step to the next."""
-
-    encoder: EncoderOutput
-    step: int = 0
-    caches: list[dict] = field(default_factory=list)
-    last_cross_attention: Tensor | None = None  # (N, S), head-averaged, last layer; on request
 
 
 class Transformer(nn.Module):

@@ -1,0 +1,205 @@
+"""Export a trained Transformer to CTranslate2 (https://github.com/OpenNMT/CTranslate2).
+
+``syntaxnmt export-ct2 --checkpoint C -o DIR`` maps the weights of
+:class:`~syntaxnmt.model.transformer.Transformer` onto ``ctranslate2.specs.TransformerSpec``
+(pre- or post-norm, ReLU or GELU, sinusoidal / learned / no absolute positions, any tying of the
+embeddings) and writes a CTranslate2 model directory, with the tokenizers (SentencePiece models
+or word vocabularies) and the training config next to it so that ``syntaxnmt translate --engine ctranslate2 --checkpoint DIR``
+runs the same text pipeline as the PyTorch engine (:mod:`syntaxnmt.decoding.ct2_engine`).
+
+Relative positions (Shaw et al. 2018, Eq. 3-4): CTranslate2's ``relative_position`` attention
+adds ``q_i·a^K_{clip(j-i)}`` to the energies and ``Σ_j α_ij a^V_{clip(j-i)}`` to the outputs, with
+one (2k+1)×d_head table per layer shared by all heads, and then drops the absolute positions of
+that stack. That is exactly a model whose every encoder head of every layer has ``linear``
+relations and whose ``model.positions`` is ``none``; any other mix is refused. Structure that
+CTranslate2 cannot represent (tree relations, linguistic or parent-scaled heads, injected
+parses, input features, sparse or hard cross-attention, RNNs) is refused with one line naming it. Training-only modules
+(multi-task classifiers, the fertility predictor) do not take part in translation and are left out.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from syntaxnmt.config import Config
+from syntaxnmt.data.prepare import Tokenizers
+from syntaxnmt.decoding.translate import load_model
+from syntaxnmt.errors import UserError
+from syntaxnmt.inputs import BOS, EOS, UNK
+from syntaxnmt.textio import atomic_write_text, remove_stale_temporaries, temporary_prefix
+
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "float16")
+CONFIG_FILE = "syntaxnmt.json"  # the training config, beside CTranslate2's own config.json
+SOURCE_TOKENIZER, TARGET_TOKENIZER = "source.tokenizer", "target.tokenizer"  # SentencePiece models (or word vocabularies)
+LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default (CTranslate2's is 1e-6)
+
+
+def unsupported(model: nn.Module, cfg: Config) -> str | None:
+    """Why CTranslate2 cannot represent ``model`` (None when it can)."""
+    if cfg.model.arch != "transformer":
+        return f"model.arch {cfg.model.arch} (CTranslate2 runs Transformers only)"
+    if cfg.model.attention_normalizer != "softmax":
+        return f"model.attention_normalizer {cfg.model.attention_normalizer} (CTranslate2's attention is softmax)"
+    if cfg.model.hard_attention != "none":
+        return f"model.hard_attention {cfg.model.hard_attention} (one-hot cross-attention)"
+    syn = cfg.model.syntax
+    kinds = {k for row in syn.relations for k in row if k != "none"}
+    tree = sorted(kinds - {"linear"})
+    if tree:
+        return f"tree relations (model.syntax.relations: {', '.join(tree)})"
+    if any(s != "word" for row in syn.qk_source for s in row):
+        return "linguistic heads (model.syntax.qk_source)"
+    if any(v for row in syn.parent_scaled for v in row):
+        return "parent-scaled heads (model.syntax.parent_scaled)"
+    if syn.input_features:
+        return f"input features (model.syntax.input_features: {', '.join(syn.input_features)})"
+    if kinds and not shaw_everywhere(cfg):
+        return "relative positions on some heads or layers only (CTranslate2 gives every encoder head of every layer the same table)"
+    if kinds and cfg.model.positions != "none":
+        return f"relative positions together with absolute positions (model.positions: {cfg.model.positions}; CTranslate2 drops the absolute ones)"
+    allowed = {"RelationAttention"} if kinds else set()
+    for i, layer in enumerate(model.encoder):
+        others = [type(e).__name__ for e in layer.self_attn.extensions if type(e).__name__ not in allowed]
+        if others:
+            return f"attention extensions in encoder layer {i} ({', '.join(others)}, e.g. from train.multitask.lisa.inject_parse)"
+    return None
+
+
+def shaw_everywhere(cfg: Config) -> bool:
+    """Whether every head of every encoder layer has ``linear`` relations."""
+    rows = cfg.model.syntax.relations
+    return bool(rows) and all(k == "linear" for row in rows for k in row)
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().float().cpu().numpy().copy()
+
+
+def _linear(spec, layer: nn.Linear) -> None:
+    spec.weight = _np(layer.weight)
+    if layer.bias is not None:
+        spec.bias = _np(layer.bias)
+
+
+def _fused(spec, layers: list[nn.Linear]) -> None:
+    """One CTranslate2 linear for several projections stacked on the output dimension (QKV or KV)."""
+    spec.weight = np.concatenate([_np(x.weight) for x in layers])
+    if layers[0].bias is not None:
+        spec.bias = np.concatenate([_np(x.bias) for x in layers])
+
+
+def _norm(spec, norm: nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _np(norm.weight), _np(norm.bias)
+
+
+def _attention(spec, attn, self_attention: bool, norm: nn.LayerNorm) -> None:
+    if self_attention:
+        _fused(spec.linear[0], [attn.q_proj, attn.k_proj, attn.v_proj])
+    else:
+        _linear(spec.linear[0], attn.q_proj)
+        _fused(spec.linear[1], [attn.k_proj, attn.v_proj])
+    _linear(spec.linear[-1], attn.out_proj)
+    _norm(spec.layer_norm, norm)
+    if hasattr(spec, "relative_position_keys"):
+        (rel,) = attn.extensions
+        keys = rel.key_emb["linear"].weight
+        spec.relative_position_keys = _np(keys)
+        spec.relative_position_values = _np(rel.value_emb["linear"].weight) if rel.value_emb is not None else np.zeros(tuple(keys.shape), np.float32)
+
+
+def _ffn(spec, ffn, norm: nn.LayerNorm) -> None:
+    _linear(spec.linear_0, ffn.fc1)
+    _linear(spec.linear_1, ffn.fc2)
+    _norm(spec.layer_norm, norm)
+
+
+def _positions(spec, embed, cfg: Config) -> None:
+    """Absolute positions as an explicit table: ours interleave sin/cos, CTranslate2's built-in one does not."""
+    if not hasattr(spec, "position_encodings"):
+        return
+    if cfg.model.positions == "learned":
+        spec.position_encodings.encodings = _np(embed.positions.weight)
+    elif cfg.model.positions == "sinusoidal":
+        spec.position_encodings.encodings = _np(embed.table)
+    else:
+        spec.position_encodings.encodings = np.zeros((cfg.model.max_positions, cfg.model.d_model), np.float32)
+
+
+def build_spec(model: nn.Module, cfg: Config, toks: Tokenizers):
+    """The ``ctranslate2.specs.TransformerSpec`` of ``model`` with its weights and vocabularies."""
+    from ctranslate2.specs import common_spec, transformer_spec  # deferred: CTranslate2 loads only for export-ct2 / --engine ctranslate2
+
+    why = unsupported(model, cfg)
+    if why is not None:
+        raise UserError(f"CTranslate2 cannot represent {why}")
+    m = cfg.model
+    pre = m.norm == "pre"
+    activation = common_spec.Activation.RELU if m.activation == "relu" else common_spec.Activation.GELU
+    encoder = transformer_spec.TransformerEncoderSpec(m.enc_layers, m.heads, pre_norm=pre, activation=activation, relative_position=shaw_everywhere(cfg))
+    decoder = transformer_spec.TransformerDecoderSpec(m.dec_layers, m.heads, pre_norm=pre, activation=activation)
+    spec = transformer_spec.TransformerSpec(encoder, decoder)
+    spec.config.layer_norm_epsilon = LAYER_NORM_EPS
+    spec.config.add_source_eos = True  # our sources end with EOS (syntaxnmt.data.batches.make_batch)
+    spec.config.decoder_start_token = spec.config.bos_token = toks.tgt.id_to_piece(BOS)
+    spec.config.eos_token, spec.config.unk_token = toks.tgt.id_to_piece(EOS), toks.tgt.id_to_piece(UNK)
+
+    encoder.embeddings[0].weight = _np(model.src_embed.tokens.weight)
+    _positions(encoder, model.src_embed, cfg)
+    if pre:
+        _norm(encoder.layer_norm, model.enc_norm)
+    for layer_spec, layer in zip(encoder.layer, model.encoder):
+        _attention(layer_spec.self_attention, layer.self_attn, True, layer.res_attn.norm)
+        _ffn(layer_spec.ffn, layer.ffn, layer.res_ffn.norm)
+
+    decoder.embeddings.weight = _np(model.tgt_embed.tokens.weight)
+    _positions(decoder, model.tgt_embed, cfg)
+    if pre:
+        _norm(decoder.layer_norm, model.dec_norm)
+    for layer_spec, layer in zip(decoder.layer, model.decoder):
+        _attention(layer_spec.self_attention, layer.self_attn, True, layer.res_self.norm)
+        _attention(layer_spec.attention, layer.cross_attn, False, layer.res_cross.norm)
+        _ffn(layer_spec.ffn, layer.ffn, layer.res_ffn.norm)
+    decoder.projection.weight = _np(model.output.weight)
+
+    spec.register_source_vocabulary([toks.src.id_to_piece(i) for i in range(len(toks.src))])
+    spec.register_target_vocabulary([toks.tgt.id_to_piece(i) for i in range(len(toks.tgt))])
+    return spec
+
+
+def write_export(model: nn.Module, cfg: Config, toks: Tokenizers, out: Path, quantization: str = "float32") -> None:
+    """Write the CTranslate2 model, the tokenizers and ``syntaxnmt.json`` to ``out`` (a new folder)."""
+    if quantization not in QUANTIZATIONS:
+        raise UserError(f"--quantization {quantization}: choose from {', '.join(QUANTIZATIONS)}")
+    spec = build_spec(model, cfg, toks)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    spec.save(str(out))
+    (out / SOURCE_TOKENIZER).write_bytes(toks.src.model_proto())
+    (out / TARGET_TOKENIZER).write_bytes(toks.tgt.model_proto())
+    atomic_write_text(out / CONFIG_FILE, json.dumps({"config": cfg.model_dump(mode="json"), "quantization": quantization}, indent=2) + "\n")
+
+
+def export_ct2(checkpoint: str | Path, out: str | Path, quantization: str = "float32", force: bool = False) -> Path:
+    """Export ``checkpoint`` to the folder ``out``, built in a temporary folder and renamed into place."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not force)):
+        raise UserError(f"{out}: exists and is not an empty folder (give a new one, or --force to replace an export)")
+    model, cfg, toks = load_model(checkpoint, torch.device("cpu"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(out.parent, out.name)  # left by an export that was killed
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=temporary_prefix(out), suffix=".tmp"))
+    try:
+        write_export(model, cfg, toks, tmp, quantization)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

@@ -1,0 +1,76 @@
+"""The one model factory: everything a checkpoint holds, built from its config.
+
+:func:`build_model` is called by training (``train``, ``train-joint``), translation, alignment,
+attention export, CTranslate2 export and the server, so a checkpoint always loads into the model
+that wrote it: the encoder-decoder of ``model.arch`` (:class:`~syntaxnmt.model.transformer.Transformer`
+or :class:`~syntaxnmt.model.rnn.RNNModel`) plus the modules its training attaches -- the fertility
+predictor of ``train.alignment.fertility`` and the classifiers of ``train.multitask``
+(:mod:`syntaxnmt.model.heads`).
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from syntaxnmt.config import Config, ModelConfig
+from syntaxnmt.errors import UserError
+from syntaxnmt.inputs import FeatureSpec
+from syntaxnmt.model.heads import BiaffineParser, Fertility, Tagger
+from syntaxnmt.model.rnn import RNNModel
+from syntaxnmt.model.syntax_attention import ParentAttention
+from syntaxnmt.model.transformer import Transformer
+
+
+def build_model(cfg: Config | ModelConfig, src_vocab: int, tgt_vocab: int, **tag_sizes: int) -> nn.Module:
+    """The model of ``cfg``: with a whole :class:`~syntaxnmt.config.Config`, the encoder-decoder of
+    ``model.arch`` and the modules its training attaches (as its checkpoints hold them); with a
+    :class:`~syntaxnmt.config.ModelConfig` alone, the encoder-decoder only. ``tag_sizes`` are the
+    sizes of the tag sets the model may embed or predict (``upos``, ``xpos``, ``deprel``, ``bie``)."""
+    model_cfg = cfg.model if isinstance(cfg, Config) else cfg
+    if model_cfg.arch == "transformer":
+        model = Transformer(model_cfg, src_vocab, tgt_vocab, **tag_sizes)
+    elif model_cfg.arch == "rnn":
+        model = RNNModel(model_cfg, src_vocab, tgt_vocab)
+    else:
+        raise ValueError(f"unknown architecture {model_cfg.arch}")
+    if isinstance(cfg, Config):
+        attach_multitask(attach_fertility(model, cfg), cfg, tag_sizes)
+    return model
+
+
+def attach_fertility(model: nn.Module, cfg: Config) -> nn.Module:
+    """Add ``model.fertility`` (a :class:`Fertility` on the encoder states) when ``train.alignment.fertility`` is on."""
+    a = cfg.train.alignment
+    if a.fertility and not hasattr(model, "fertility"):
+        dim = cfg.model.d_model if cfg.model.arch == "transformer" else 2 * cfg.model.rnn.hidden
+        model.fertility = Fertility(dim, a.max_fertility)
+    return model
+
+
+def attach_multitask(model: nn.Module, cfg: Config, tag_sizes: dict[str, int]) -> nn.Module:
+    """Add ``model.multitask`` (the classifiers of ``train.multitask``) and, with
+    ``lisa.inject_parse``, a :class:`~syntaxnmt.model.syntax_attention.ParentAttention` on the
+    supervised heads (the model then needs parent positions at translation time)."""
+    mt = cfg.train.multitask
+    if not mt.enabled or hasattr(model, "multitask"):
+        return model
+    tasks, d = mt.tasks(), cfg.model.d_model
+
+    def size(name: str) -> int:
+        if name not in tag_sizes:
+            raise UserError(f"train.multitask needs {name} tags but the prepared corpus {cfg.prepared_dir} has none: set data.annotate")
+        return tag_sizes[name]
+
+    modules: dict[str, nn.Module] = {}
+    if "pos" in tasks:
+        modules["pos"] = Tagger(d, size(mt.pos.tags))
+    if "deprel" in tasks:
+        modules["deprel"] = Tagger(d, size("deprel"))
+    if "parse" in tasks:
+        modules["parse"] = BiaffineParser(d, mt.parse.arc_dim, mt.parse.label_dim, size("deprel"), cfg.model.dropout)
+    model.multitask = nn.ModuleDict(modules)
+    if "lisa" in tasks and mt.lisa.inject_parse:
+        for layer in mt.lisa.layers:
+            model.encoder[layer].self_attn.extensions.append(ParentAttention(mt.lisa.heads))
+        model.feature_spec = model.feature_spec.union(FeatureSpec(parent=True))
+    return model

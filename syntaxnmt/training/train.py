@@ -1,0 +1,251 @@
+"""``syntaxnmt train``: training one model.
+
+One update = ``accum_steps`` token-bucketed batches, loss normalized by their target tokens,
+gradient clipping, Adam, inverse-sqrt schedule. Every ``valid_every`` updates: dev loss and
+greedy-decoded dev BLEU, ``last.pt`` (and ``best.pt`` on improvement) written atomically with
+everything needed to resume exactly: model, optimizer, scheduler, RNG states and the position in
+the data order. The loop itself (budget, logging, validation cadence, signals) is
+:func:`syntaxnmt.training.loop.run`, shared with ``train-joint``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
+from syntaxnmt.config import Config, TrainConfig
+from syntaxnmt.data.batches import Split, TokenBatchSampler, bucket_batches, collate
+from syntaxnmt.data.prepare import check_tag_sets, is_prepared, load_split, load_tokenizers, prepare, tokenizer_assets
+from syntaxnmt.decoding.averaging import keep_periodic
+from syntaxnmt.decoding.translate import translate_ids
+from syntaxnmt.errors import UserError
+from syntaxnmt.metrics import corpus_bleu
+from syntaxnmt.model import build_model
+from syntaxnmt.runtime import keep_freed_memory, resolve_device
+from syntaxnmt.textio import read_lines, remove_stale_temporaries, write_lines
+from syntaxnmt.training import loop
+from syntaxnmt.training.cuda_graphs import GraphedStep
+from syntaxnmt.training.distributed import World, barrier, device_for, init_world, shutdown
+from syntaxnmt.training.loop import Progress
+from syntaxnmt.training.losses import sequence_loss
+from syntaxnmt.training.optim import build_optimizer
+from syntaxnmt.training.step import forward_loss, training_objectives, update
+
+
+@torch.no_grad()
+def validate(model, cfg: Config, dev: Split, refs: list[str], tgt_tok, device: torch.device) -> dict[str, float]:
+    """Teacher-forced dev loss (per target token) and, if enabled, greedy dev BLEU."""
+    model.eval()
+    nll_sum, tokens = 0.0, 0
+    for idx in bucket_batches(dev["src"].lengths, dev["tgt"].lengths, cfg.train.max_tokens, None):
+        batch = collate(dev, idx, model.feature_spec).to(device)
+        _, nll = sequence_loss(model(batch), batch.tgt_out, 0.0)
+        nll_sum += float(nll)
+        tokens += batch.n_tgt_tokens
+    result = {"loss": nll_sum / max(tokens, 1)}
+    result["ppl"] = math.exp(min(result["loss"], 50))
+    if cfg.train.valid_bleu:
+        n = len(dev) if cfg.train.valid_max_sentences <= 0 else min(len(dev), cfg.train.valid_max_sentences)
+        annotations = [dev.annotation(i) for i in range(n)] if model.feature_spec else None
+        hyps = translate_ids(model, [dev["src"][i] for i in range(n)], cfg.decode, device, beam=1, annotations=annotations)
+        texts = [tgt_tok.decode(h[0].tokens) for h in hyps]
+        result["bleu"] = corpus_bleu(texts, [refs[:n]])
+        write_lines(Path(cfg.work_dir) / "dev.hyp", texts)
+    model.train()
+    return result
+
+
+def improved(metric: str, value: float, best: float | None) -> bool:
+    if best is None:
+        return True
+    return value > best if metric == "bleu" else value < best
+
+
+def validate_and_record(model, cfg: Config, dev: Split, refs: list[str], tgt_tok, device: torch.device, prog: Progress, log, writer=None) -> bool:
+    """Validate ``model`` on ``dev``, update ``prog.best``/``bad_validations``, log; returns
+    whether the result is the best so far."""
+    metric = cfg.train.early_stopping_metric if cfg.train.valid_bleu else "loss"
+    result = validate(model, cfg, dev, refs, tgt_tok, device)
+    is_best = improved(metric, result[metric], prog.best)
+    if is_best:
+        prog.best, prog.bad_validations = result[metric], 0
+    else:
+        prog.bad_validations += 1
+    shown = " ".join(f"{k} {v:.3f}" if k != "bleu" else f"BLEU {v:.2f}" for k, v in result.items())
+    log(f"update {prog.step} | dev {shown}{' | new best' if is_best else ''}")
+    if writer:
+        for k, v in result.items():
+            writer.add_scalar(f"valid/{k}", v, prog.step)
+    return is_best
+
+
+def check_dev_lengths(cfg: Config, dev: Split) -> None:
+    """Dev pairs are not length-filtered (BLEU is computed on all of them): one longer than the
+    model's position table would fail the dev loss, so it is a user error before training."""
+    m = cfg.model
+    longest = max(int(dev["src"].lengths.max(initial=0)), int(dev["tgt"].lengths.max(initial=0)))
+    if m.position_table and longest >= m.max_positions:
+        raise UserError(f"{cfg.data.dev_src}: a dev pair has a sentence of {longest} subwords, more than model.max_positions {m.max_positions} holds with its end symbol: raise model.max_positions")
+
+
+class Run:
+    """The files of one model's run in ``work_dir``: ``last.pt``, ``best.pt``, ``config.yaml``."""
+
+    def __init__(self, cfg: Config, assets: dict | None = None):
+        self.cfg = cfg
+        self.work = Path(cfg.work_dir)
+        self.last, self.best = self.work / "last.pt", self.work / "best.pt"
+        self.assets = assets  # the tokenizers, stored in every checkpoint (prepare.tokenizer_assets)
+
+    def save(self, model, opt, sched, prog: Progress, is_best: bool = False, periodic: bool = False) -> None:
+        """``periodic``: also keep the weights among the last ``train.keep_checkpoints`` (a validation)."""
+        state = {"config": self.cfg.model_dump(mode="json"), "model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "progress": asdict(prog), "rng": loop.rng_state()}
+        if self.assets is not None:
+            state["assets"] = self.assets
+        save_checkpoint(self.last, state)
+        if is_best:
+            save_checkpoint(self.best, state)
+        if periodic and self.cfg.train.keep_checkpoints:
+            keep_periodic(self.work, state, prog.step, self.cfg.train.keep_checkpoints)
+
+    def restore(self, model, opt, sched) -> tuple[Progress, dict]:
+        """Load ``last.pt`` into the model and optimizer; returns the progress and the RNG state."""
+        state = load_checkpoint(self.last)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        return Progress(**state["progress"]), state["rng"]
+
+
+class SingleModel:
+    """The :class:`~syntaxnmt.training.loop.Task` of ``syntaxnmt train``: one model, its optimizer and run folder."""
+
+    def __init__(self, cfg: Config, world: World, device: torch.device, log: Callable, writer=None):
+        self.cfg, self.world, self.device, self.log, self.writer = cfg, world, device, log, writer
+        self.toks = load_tokenizers(cfg)
+        check_tag_sets(cfg, self.toks.tags)
+        self.split, self.dev = load_split(cfg, "train"), load_split(cfg, "dev")
+        check_dev_lengths(cfg, self.dev)
+        self.refs = read_lines(cfg.prepared_dir / "dev.ref")
+        self.raw = build_model(cfg, **self.toks.vocab_sizes()).to(device)
+        self.model = self.raw
+        self.objectives = training_objectives(cfg)
+        self.opt, self.sched = build_optimizer(self.raw, cfg.train)
+        self.run = Run(cfg, tokenizer_assets(self.toks))
+        self.progress = Progress()
+        self.t = t = cfg.train.for_device(device.type, world.size)  # the automatic settings decided
+        set_matmul_precision(t, device)
+        if cfg.train.cuda_graphs and not t.cuda_graphs:
+            log(f"train.cuda_graphs: off ({'several processes' if world.distributed else 'not a CUDA device'})")
+        self.graphed = GraphedStep(self.raw, lambda batch, step: forward_loss(self.raw, batch, t, self.objectives, step, static=True)) if t.cuda_graphs else None
+
+    @property
+    def bad_validations(self) -> int:
+        return self.progress.bad_validations
+
+    def resume(self) -> None:
+        self.progress, rng = self.run.restore(self.raw, self.opt, self.sched)
+        loop.set_rng_state(rng)
+        p = self.progress
+        self.log(f"resumed {self.run.last} at update {p.step} (epoch {p.epoch}, batch {p.batch_pos})")
+
+    def distribute(self) -> None:
+        if self.world.distributed:
+            self.model = torch.nn.parallel.DistributedDataParallel(self.raw, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+
+    def update(self, group: list[np.ndarray], step: int) -> dict:
+        args = (self.model, self.opt, self.sched, self.split, group, self.t, self.device, self.objectives, step, self.world)
+        try:
+            return update(*args, graphed=self.graphed)
+        except RuntimeError as e:
+            if self.graphed is None:
+                raise
+            self.log(f"train.cuda_graphs: capturing failed, training goes on without graphs ({str(e).splitlines()[0]})")
+            self.graphed = None
+            return update(*args)
+
+    def summarize(self, window: dict) -> dict[str, float]:
+        """Per target token: the loss and every objective term; and the learning rate."""
+        tokens = max(float(window.get("tokens", 0)), 1.0)
+        return {**{k: float(v) / tokens for k, v in window.items() if k != "tokens"}, "lr": self.sched.get_last_lr()[0]}
+
+    def validate(self) -> None:
+        is_best = validate_and_record(self.raw, self.cfg, self.dev, self.refs, self.toks.tgt, self.device, self.progress, self.log, self.writer)
+        self.run.save(self.raw, self.opt, self.sched, self.progress, is_best and self.cfg.train.keep_best, periodic=True)
+
+    def save(self) -> None:
+        self.run.save(self.raw, self.opt, self.sched, self.progress)
+
+
+def set_matmul_precision(t: TrainConfig, device: torch.device) -> None:
+    """TF32 tensor-core products for ``precision: tf32`` on CUDA (float32 storage everywhere)."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = t.precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = t.precision == "tf32"
+
+
+def start(cfg: Config, resume: bool, log: Callable) -> bool:
+    """Check the run folder and decide whether to resume; seed and set threads."""
+    run = Run(cfg)
+    for tmp in remove_stale_temporaries(run.work):
+        log(f"removed {tmp}, left by an interrupted write")
+    if run.last.exists() and not resume:
+        raise UserError(f"{run.last} exists: pass --resume to continue that run, or choose another work_dir")
+    if resume and not run.last.exists():
+        log(f"no checkpoint in {run.work}: starting a new run")
+        resume = False
+    loop.seed_everything(cfg.seed)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    keep_freed_memory()
+    return resume
+
+
+def tensorboard_writer(cfg: Config, enabled: bool = True):
+    if not (cfg.train.tensorboard and enabled):
+        return None
+    from torch.utils.tensorboard import SummaryWriter  # deferred: TensorBoard loads only when train.tensorboard is on
+
+    return SummaryWriter(str(Path(cfg.work_dir) / "tensorboard"))
+
+
+def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
+    """Train ``cfg`` (preparing its corpus first if needed); returns the final progress."""
+    t = cfg.train
+    resume = start(cfg, resume, log)
+    world = init_world(t.device)
+    if not world.is_main:
+        log = lambda *a, **k: None  # noqa: E731  (rank 0 alone logs)
+    device = device_for(world, resolve_device(t.device))
+    if t.alignment.symmetry_weight > 0:
+        raise UserError("train.alignment.symmetry_weight trains two models jointly: use `syntaxnmt train-joint`")
+    if world.is_main and not is_prepared(cfg):
+        prepare(cfg, log=log)
+    barrier(world)
+    writer = tensorboard_writer(cfg, world.is_main)
+    task = SingleModel(cfg, world, device, log, writer)
+    if resume:
+        task.resume()
+    if world.is_main:
+        task.run.work.mkdir(parents=True, exist_ok=True)
+        cfg.save(task.run.work / "config.yaml")
+    n_params = sum(p.numel() for p in task.raw.parameters())
+    log(f"{cfg.name}: {n_params / 1e6:.2f}M parameters, {len(task.split)} training pairs, device {device}" + (f", {world.size} processes" if world.distributed else ""))
+    task.distribute()
+    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, num_shards=world.size, shard=world.rank, multiple=task.t.shape_bucket)
+    result = loop.run(task, t, sampler, log, world=world, writer=writer)
+    prog = task.progress
+    log(f"stopped ({result.stop_reason}) at update {prog.step}, epoch {prog.epoch}; best {t.early_stopping_metric} {prog.best}; checkpoints in {cfg.work_dir}")
+    if writer:
+        writer.close()
+    barrier(world)
+    shutdown(world)
+    loop.raise_if_interrupted(result, str(task.run.last))
+    return prog

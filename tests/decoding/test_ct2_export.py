@@ -1,0 +1,102 @@
+"""``syntaxnmt export-ct2``: what CTranslate2 can represent is exported (files, quantization),
+what it cannot is refused with one line naming it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from syntaxnmt.checkpoint import save_checkpoint
+from syntaxnmt.data.prepare import load_tokenizers
+from syntaxnmt.decoding.ct2_export import CONFIG_FILE, SOURCE_TOKENIZER, TARGET_TOKENIZER, export_ct2, unsupported
+from syntaxnmt.decoding.translate import checkpoint_path
+from syntaxnmt.model import build_model
+from tests.conftest import parsed_data
+
+pytest.importorskip("ctranslate2")
+
+
+def syntaxnmt(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "syntaxnmt", *args], capture_output=True, text=True)
+
+
+def model_of(cfg):
+    return build_model(cfg, **load_tokenizers(cfg).vocab_sizes())
+
+
+def test_tree_relation_model_refused_in_one_line(make_config, corpus, parsed_prepared_dir, tmp_path):
+    cfg = make_config({"data": parsed_data(corpus), "model": {"syntax": {"relations": [["tree_distance", "none", "none", "none"]]}}}, prepared_dir=parsed_prepared_dir)
+    ckpt = tmp_path / "tree.pt"
+    save_checkpoint(ckpt, {"config": cfg.model_dump(mode="json"), "model": model_of(cfg).state_dict()})
+    r = syntaxnmt("export-ct2", "--checkpoint", str(ckpt), "-o", str(tmp_path / "out"))
+    assert r.returncode == 2
+    assert r.stderr == "syntaxnmt: error: CTranslate2 cannot represent tree relations (model.syntax.relations: tree_distance)\n"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "model, train, refused",
+    [
+        ({"arch": "rnn"}, {}, "model.arch rnn"),
+        ({"syntax": {"qk_source": [["upos", "word", "word", "word"]]}}, {}, "linguistic heads (model.syntax.qk_source)"),
+        ({"syntax": {"parent_scaled": [[True, False, False, False]]}}, {}, "parent-scaled heads"),
+        ({"syntax": {"input_features": ["upos"]}}, {}, "input features (model.syntax.input_features: upos)"),
+        ({"syntax": {"relations": [["linear", "none", "linear", "linear"]]}, "positions": "none"}, {}, "relative positions on some heads or layers only"),
+        ({"syntax": {"relations": [["linear"] * 4]}}, {}, "relative positions together with absolute positions (model.positions: sinusoidal"),
+        ({}, {"multitask": {"lisa": {"weight": 1.0, "inject_parse": True}}}, "attention extensions in encoder layer 0 (ParentAttention"),
+        ({"attention_normalizer": "entmax15"}, {}, "model.attention_normalizer entmax15"),
+        ({"hard_attention": "decode"}, {}, "model.hard_attention decode"),
+        ({"syntax": {"relations": [["linear"] * 4]}, "positions": "none"}, {}, None),
+        ({}, {"multitask": {"pos": {"weight": 1.0}, "parse": {"weight": 1.0}}}, None),  # training-only classifiers
+    ],
+)
+def test_what_ctranslate2_cannot_represent(make_config, corpus, parsed_prepared_dir, model, train, refused):
+    cfg = make_config({"data": parsed_data(corpus), "model": model, "train": train}, prepared_dir=parsed_prepared_dir)
+    why = unsupported(model_of(cfg), cfg)
+    assert why == refused if refused is None else why.startswith(refused)
+
+
+def test_multitask_model_exports(make_config, corpus, parsed_prepared_dir, tmp_path):
+    cfg = make_config({"data": parsed_data(corpus), "train": {"multitask": {"pos": {"weight": 1.0}}}}, prepared_dir=parsed_prepared_dir)
+    ckpt = tmp_path / "mtl.pt"
+    model = model_of(cfg)
+    assert any(k.startswith("multitask.") for k in model.state_dict())
+    save_checkpoint(ckpt, {"config": cfg.model_dump(mode="json"), "model": model.state_dict()})
+    out = export_ct2(ckpt, tmp_path / "ct2")
+    assert (out / "model.bin").is_file()
+
+
+def test_export_files_and_quantization(trained_run, tmp_path):
+    ckpt = checkpoint_path(trained_run, "best")
+    fp32 = export_ct2(ckpt, tmp_path / "fp32")
+    int8 = export_ct2(ckpt, tmp_path / "int8", "int8")
+    for out in (fp32, int8):
+        assert {"model.bin", "config.json", CONFIG_FILE, SOURCE_TOKENIZER, TARGET_TOKENIZER} <= {p.name for p in out.iterdir()}
+        ct2_config = json.loads((out / "config.json").read_text())
+        assert ct2_config["add_source_eos"] is True and ct2_config["layer_norm_epsilon"] == 1e-5
+    assert json.loads((int8 / CONFIG_FILE).read_text())["quantization"] == "int8"
+    assert (int8 / "model.bin").stat().st_size < (fp32 / "model.bin").stat().st_size
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
+
+
+def test_existing_folder_needs_force(trained_run, tmp_path):
+    ckpt = checkpoint_path(trained_run, "best")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    r = syntaxnmt("export-ct2", "--checkpoint", str(ckpt), "-o", str(out))
+    assert r.returncode == 2 and r.stderr.startswith(f"syntaxnmt: error: {out}: exists") and r.stderr.count("\n") == 1
+    assert (out / "keep.txt").is_file()
+    r = syntaxnmt("export-ct2", "--checkpoint", str(ckpt), "-o", str(out), "--force")
+    assert r.returncode == 0, r.stderr
+    assert (out / "model.bin").is_file() and not (out / "keep.txt").exists()
+
+
+def test_not_an_export_is_refused(tmp_path):
+    (tmp_path / "dir").mkdir()
+    r = syntaxnmt("translate", "--checkpoint", str(tmp_path / "dir"), "--engine", "ctranslate2")
+    assert r.returncode == 2
+    assert r.stderr == f"syntaxnmt: error: {tmp_path / 'dir'}: not a syntaxnmt CTranslate2 export (no {CONFIG_FILE}; run `syntaxnmt export-ct2`)\n"

@@ -1,0 +1,62 @@
+"""Tests for syntaxnmt.experiments.decoding: one tiny word-vocabulary system trained with two seeds,
+decoded as it is, with unknown-word replacement, averaged checkpoints, an ensemble and GNMT's
+length penalty; the table lands in a Markdown file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import yaml
+from conftest import deep_merge, tiny_tree
+
+from syntaxnmt.cli import main
+from syntaxnmt.experiments.runner import run_set
+from syntaxnmt.textio import read_lines, write_lines
+
+torch.set_num_threads(1)
+
+
+def _yaml(path: Path, tree: dict) -> Path:
+    path.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def test_a_decoding_set_tabulates_every_row(corpus, tmp_path):
+    tree = deep_merge(tiny_tree(corpus, tmp_path / "runs" / "word", tmp_path / "prep"), {"data": {"vocab": "word", "vocab_size": 6, "joint_vocab": False}, "model": {"tie_embeddings": "decoder"}, "train": {"keep_checkpoints": 2}})
+    _yaml(tmp_path / "word.yaml", tree)
+    src, ref = read_lines(corpus["test"]["src"])[:6], read_lines(corpus["test"]["tgt"])[:6]
+    write_lines(tmp_path / "t.src", src)
+    write_lines(tmp_path / "t.ref", ref)
+    overrides = ["--train.threads=1", "--train.max_steps=10", "--train.valid_every=5", "--train.valid_max_sentences=5", "--decode.beam_size=2"]
+    systems = {"name": "tiny-systems", "baseline": "word", "configs": {"word": "word.yaml"}, "seeds": [1, 2], "overrides": overrides, "test_sets": {"test": {"src": str(tmp_path / "t.src"), "ref": str(tmp_path / "t.ref")}}, "output": str(tmp_path / "systems.md")}
+    run_set(_yaml(tmp_path / "systems.set.yaml", systems), log=lambda *a: None)
+    lex = tmp_path / "lex.tsv"
+    lex.write_text("apple\tRINGO\t1.0\t5\n")
+    rows = {
+        "plain": {"system": "word", "average": 2},
+        "copy": {"system": "word", "average": 2, "decode": {"unk_replace": "copy"}},
+        "dictionary": {"system": "word", "average": 2, "decode": {"unk_replace": "dictionary", "unk_dictionary": str(lex)}},
+        "gnmt": {"system": "word", "decode": {"length_penalty_type": "gnmt", "length_penalty": 0.6}},
+        "last": {"system": "word", "checkpoint": "last"},
+        "ensemble": {"system": "word", "seeds": [1, 2]},
+    }
+    out = tmp_path / "decoding.md"
+    _yaml(tmp_path / "d.yaml", {"name": "tiny-decoding", "systems": "systems.set.yaml", "rows": rows, "output": str(out)})
+    main(["decode-experiment", str(tmp_path / "d.yaml")])
+    text = out.read_text()
+    main(["decode-experiment", str(tmp_path / "d.yaml")])  # again: every row is read from its files
+    assert out.read_text() == text
+    assert "<!-- results:tiny-decoding -->" in text
+    table = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| row")]
+    assert [line.split(" | ")[0][2:] for line in table] == list(rows)
+    cells = {line.split(" | ")[0][2:]: line.split(" | ") for line in table}
+    assert "average of the last 2, seed 1" in cells["plain"][1] and "seeds 1+2 (ensemble)" in cells["ensemble"][1] and "last, seed 1" in cells["last"][1]
+    n_unk = int(cells["plain"][6])
+    assert cells["copy"][6] == str(n_unk) and cells["copy"][7].endswith(f"/ {n_unk}")  # every <unk> replaced
+    work = tmp_path / "runs" / "word-seed1"
+    assert (work / "averaged-last2.pt").is_file()
+    hyps = read_lines(work / "test.tiny-decoding.copy.hyp")
+    assert len(hyps) == 6 and not any("<unk>" in h for h in hyps)
+    plain = read_lines(work / "test.tiny-decoding.plain.hyp")
+    assert n_unk > 0 and sum(h.split().count("<unk>") for h in plain) == n_unk  # 2 words per language: unknowns abound

