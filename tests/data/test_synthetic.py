@@ -293,3 +293,14 @@ def test_held_out_sentences_are_unseen_in_train(tmp_path):
     assert len(set(src["dev"])) == len(src["dev"]) and len(set(src["test"])) == len(src["test"])
     assert not set(src["dev"]) & set(src["train"])
     assert not set(src["test"]) & (set(src["train"]) | set(src["dev"]))
+
+
+def test_the_corpus_of_a_seed_never_changes(tmp_path):
+    """Results in docs/ and the demo's BLEU rest on this exact corpus: its generator (and the
+    string its random seeds are derived from) must not change, e.g. when modules move."""
+    import hashlib
+
+    write_corpus(tmp_path, n_train=50, n_dev=5, n_test=5, seed=1)
+    src, tgt = (tmp_path / "train.src").read_bytes(), (tmp_path / "train.tgt").read_bytes()
+    assert src.decode().splitlines()[0] == "every apple sees the garden ."
+    assert hashlib.sha256(src + tgt).hexdigest() == "e711d3b4ddf5824ee0a58fc197c11793a037ac8b438159a08e7d7740ac2f3a50"

@@ -337,7 +337,7 @@ def test_run_set_with_a_tag_keeps_its_runs_apart(tiny_set, tmp_path):
 
 def test_run_set_generates_the_synthetic_corpus(tmp_path, monkeypatch):
     """``synthetic_corpus`` is written (with ``synthetic_sizes``) before the test files are checked."""
-    import syntaxnmt.experiments.sets as experiments
+    import syntaxnmt.experiments.runner as experiments  # run_set calls run_config from there
 
     corpus_dir = tmp_path / "gen"
     calls = []
@@ -390,7 +390,7 @@ def test_empty_seed_list_and_unknown_system_are_user_errors(tmp_path):
 
 def test_work_dir_with_hash_keeps_its_seed_suffix(tmp_path, monkeypatch):
     """The per-seed work_dir goes through the override parser as a quoted string."""
-    import syntaxnmt.experiments.sets as experiments
+    import syntaxnmt.experiments.runner as experiments  # run_set calls run_config from there
 
     seen = []
 
