@@ -23,7 +23,7 @@ from syntaxnmt import loop
 from syntaxnmt.alignment.losses import alignment_objective
 from syntaxnmt.batches import Split, TokenBatchSampler, bucket_batches, collate, pad_batch, shape_bucket
 from syntaxnmt.average import keep_periodic
-from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
+from syntaxnmt.checkpoint import load_model_checkpoint, save_checkpoint
 from syntaxnmt.config import Config, TrainConfig
 from syntaxnmt.cpu import keep_freed_memory
 from syntaxnmt.cuda_graphs import GraphedStep
@@ -200,7 +200,10 @@ class Run:
 
     def restore(self, model, opt, sched) -> tuple[Progress, dict]:
         """Load ``last.pt`` into the model and optimizer; returns the progress and the RNG state."""
-        state = load_checkpoint(self.last)
+        state = load_model_checkpoint(self.last)
+        missing = [k for k in ("optimizer", "scheduler", "progress", "rng") if k not in state]
+        if missing:
+            raise UserError(f"{self.last}: not a training checkpoint (no {', '.join(map(repr, missing))}): it cannot be resumed")
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])

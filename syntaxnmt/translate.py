@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 
 from syntaxnmt.alignment.losses import attach_fertility
 from syntaxnmt.batches import make_batch
-from syntaxnmt.checkpoint import load_checkpoint
+from syntaxnmt.checkpoint import load_model_checkpoint
 from syntaxnmt.config import Config, DecodeConfig, config_from_dict
 from syntaxnmt.errors import UserError
 from syntaxnmt.model import build_model
@@ -53,7 +53,7 @@ def assemble_model(cfg: Config, toks: Tokenizers) -> torch.nn.Module:
 def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module, Config, Tokenizers]:
     """A model ready for inference, with the config it was trained with and its tokenizers (stored
     in the checkpoint; one written before they were is read with its run's prepared corpus)."""
-    state = load_checkpoint(path)
+    state = load_model_checkpoint(path)
     cfg = config_from_dict(state["config"], source=f"{path} (stored config)")
     if "assets" in state:
         toks = tokenizers_from_assets(cfg, state["assets"])
