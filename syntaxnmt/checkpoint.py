@@ -1,16 +1,39 @@
-"""Checkpoints: written atomically (temp file, then rename), loaded with a clear error."""
+"""Checkpoints: written atomically (temp file, then rename), loaded safely with a clear error.
+
+Every checkpoint is read by :func:`load_checkpoint` with ``torch.load(..., weights_only=True)``:
+tensors, NumPy arrays, numbers, strings, bytes, lists, tuples and dicts load; any other Python object (a
+pickled class or function, which could run code) is refused with a :class:`UserError`, unless
+the user passed ``--trust-checkpoint`` (:func:`trusting_checkpoints`). Model weights that are
+not finite are refused too.
+"""
 
 from __future__ import annotations
 
 import io
 import os
+import pickle
+import re
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import atomic_write
+
+_trust = False  # --trust-checkpoint: also load what the safe loader refuses (may run code)
+
+_TORCH_FILE_STARTS = (b"PK", b"\x80")
+
+# NumPy arrays are data too: checkpoints written before RNG states were stored as tensors hold
+# NumPy's Mersenne Twister keys as an array. Their reconstruction is allowed; what the arrays
+# hold goes through the same restricted unpickler, so no other object can load.
+_NUMPY_ARRAYS = [np.dtype, np.ndarray, getattr(np, "_core", getattr(np, "core", None)).multiarray._reconstruct]
+_NUMPY_ARRAYS += [type(np.dtype(t)) for t in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64")]  # numeric dtypes only  # torch.save: a zip archive, or (before torch 1.6) a pickle
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
@@ -20,11 +43,97 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
     atomic_write(path, lambda f: f.write(buf.getbuffer()))
 
 
-def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+@contextmanager
+def trusting_checkpoints(trust: bool = True) -> Iterator[None]:
+    """Within the block, checkpoints that the safe loader refuses are unpickled in full
+    (``--trust-checkpoint``): only for files of a trusted origin, as unpickling can run code."""
+    global _trust
+    old, _trust = _trust, trust
+    try:
+        yield
+    finally:
+        _trust = old
+
+
+def _refused_globals(path: Path, error: Exception) -> list[str]:
+    """The Python objects (``module.name``) that made the safe loader refuse ``path``; empty when
+    it failed for another reason (a damaged or foreign file)."""
+    try:
+        names = torch.serialization.get_unsafe_globals_in_checkpoint(path)  # reads, never runs
+    except Exception:  # not a zip checkpoint: read the names off torch's message
+        names = []
+    if not names and "Weights only load failed" in str(error):
+        names = re.findall(r"GLOBAL ([\w.]+)", str(error))
+    return list(dict.fromkeys(names))
+
+
+def _reason(e: Exception) -> str:
+    """``e`` in one short line: its first sentence (for the safe loader's long message, the
+    unpickler's own error)."""
+    text = str(e)
+    if "WeightsUnpickler error:" in text:
+        text = text.split("WeightsUnpickler error:", 1)[1]
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    first = first.split(". ")[0].rstrip(".")[:200]
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
+def check_finite_weights(path: str | os.PathLike, model: Mapping[str, Any]) -> None:
+    """A :class:`UserError` naming ``path`` and the first floating tensor of ``model`` (a state
+    dict) that holds NaN or an infinity."""
+    for name, value in model.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise UserError(f"{path}: the model weights are not finite ({name} holds NaN or inf): a diverged or damaged checkpoint")
+
+
+def load_checkpoint(path: str | os.PathLike, trust: bool | None = None) -> dict[str, Any]:
+    """The dict saved at ``path``, loaded with ``weights_only=True`` (no code runs). A file that
+    holds other Python objects is a :class:`UserError` unless ``trust`` (default: the
+    ``--trust-checkpoint`` switch, :func:`trusting_checkpoints`); so are a missing, damaged or
+    foreign file, an object that is not a dict, and model weights with NaN or inf."""
     path = Path(path)
+    trust = _trust if trust is None else trust
     if not path.is_file():
         raise UserError(f"{path}: checkpoint not found")
+    with open(path, "rb") as f:
+        start = f.read(2)
+    if not start.startswith(_TORCH_FILE_STARTS):
+        raise UserError(f"{path}: not a syntaxnmt checkpoint (not a file written by torch.save)")
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:  # a truncated or foreign file
-        raise UserError(f"{path}: not a readable syntaxnmt checkpoint ({type(e).__name__}: {e})") from None
+        with warnings.catch_warnings():  # one line on stderr: no note on a plain pickle's protocol
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            with torch.serialization.safe_globals(_NUMPY_ARRAYS):
+                state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        refused = _refused_globals(path, e)
+        if not refused:
+            raise UserError(f"{path}: not a readable syntaxnmt checkpoint ({_reason(e)})") from None
+        if not trust:
+            raise UserError(
+                f"{path}: holds Python objects that the safe checkpoint loader refuses ({', '.join(refused[:3])}), "
+                "as unpickling them can run code; pass --trust-checkpoint to load it only if you trust its origin"
+            ) from None
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as e2:
+            raise UserError(f"{path}: not a readable syntaxnmt checkpoint ({_reason(e2)})") from None
+    except Exception as e:  # a truncated or damaged file
+        raise UserError(f"{path}: not a readable syntaxnmt checkpoint ({_reason(e)})") from None
+    if not isinstance(state, dict):
+        raise UserError(f"{path}: not a syntaxnmt checkpoint (it holds a {type(state).__name__}, not a dict)")
+    if "model" in state:
+        if not isinstance(state["model"], Mapping):
+            raise UserError(f"{path}: not a syntaxnmt checkpoint (its 'model' is a {type(state['model']).__name__}, not a state dict)")
+        check_finite_weights(path, state["model"])
+    return state
+
+
+def load_model_checkpoint(path: str | os.PathLike, trust: bool | None = None) -> dict[str, Any]:
+    """:func:`load_checkpoint`, and a :class:`UserError` unless it holds a model: a ``config``
+    dict and the ``model`` weights (a bare state dict, for one, does not)."""
+    state = load_checkpoint(path, trust)
+    missing = [k for k in ("config", "model") if not isinstance(state.get(k), Mapping)]
+    if missing:
+        keys = ", ".join(map(repr, list(state)[:3])) or "none"
+        raise UserError(f"{path}: not a syntaxnmt checkpoint (no {' or '.join(map(repr, missing))}; its first keys: {keys})")
+    return state

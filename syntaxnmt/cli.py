@@ -18,6 +18,7 @@ from syntaxnmt.alignment.lexicon import build_lexicon
 from syntaxnmt.analysis.export import export_attention
 from syntaxnmt.analysis.heads import analyze_models
 from syntaxnmt.analysis.plot import load_for_plot, plot_sentences, read_link_file
+from syntaxnmt.checkpoint import trusting_checkpoints
 from syntaxnmt.config import config_from_dict, load_config, parse_overrides
 from syntaxnmt.data.annotations import SpacyParser, check_parse, to_conllu, write_conllu
 from syntaxnmt.data.links import aer_report, format_links
@@ -244,6 +245,8 @@ def cmd_evaluate(args, extra) -> None:
 
 def cmd_experiment(args, extra) -> None:
     _no_overrides(extra)
+    if args.trust_checkpoint and args.jobs > 1:
+        raise UserError("--trust-checkpoint reaches no worker process: run it with --jobs 1")
     seeds = args.seeds or (list(range(1, args.n_seeds + 1)) if args.n_seeds else None)
     run_set(args.set, seeds=seeds, only=args.only.split(",") if args.only else None, output=args.output, jobs=args.jobs)
 
@@ -278,6 +281,15 @@ def cmd_demo(args, extra) -> None:
     run_demo(Path(args.dir), minutes=args.minutes, overrides=extra, fresh=args.fresh)
 
 
+def _trust_flag(s: argparse.ArgumentParser) -> None:
+    """``--trust-checkpoint`` for a command that loads checkpoints (:mod:`syntaxnmt.checkpoint`)."""
+    s.add_argument(
+        "--trust-checkpoint", action="store_true",
+        help="also load checkpoints that hold Python objects the safe loader refuses (written by an older syntaxnmt, or foreign); "
+        "loading them can run code: only for files of a trusted origin",
+    )
+
+
 def _data_commands(sub) -> None:
     """Preparing corpora and parses."""
     s = sub.add_parser("prepare", help="tokenize, learn subwords, and cache the corpus of a config")
@@ -297,11 +309,13 @@ def _training_commands(sub) -> None:
     s = sub.add_parser("train", help="train the model of a config")
     s.add_argument("config")
     s.add_argument("--resume", action="store_true", help="continue from <work_dir>/last.pt")
+    _trust_flag(s)
     s.set_defaults(func=cmd_train)
 
     s = sub.add_parser("train-joint", help="train a source->target and a target->source model jointly (bilingual symmetry)")
     s.add_argument("config")
     s.add_argument("--resume", action="store_true", help="continue from <work_dir>/{forward,reverse}/last.pt")
+    _trust_flag(s)
     s.set_defaults(func=cmd_train_joint)
 
     s = sub.add_parser("experiment", help="train and evaluate a named set of configs with N seeds; write the results table")
@@ -311,17 +325,20 @@ def _training_commands(sub) -> None:
     s.add_argument("--only", help="comma-separated labels to run (the baseline always runs)")
     s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
     s.add_argument("--jobs", type=int, default=1, help="run N (config, seed) runs at once in worker processes sharing the GPU or the CPU cores, each logging to <work_dir>/train.log (default 1: one by one, in this process)")
+    _trust_flag(s)
     s.set_defaults(func=cmd_experiment)
 
     s = sub.add_parser("decode-experiment", help="decode the runs of an experiment set in several ways (unknown-word replacement, averaging, ensembles, length penalties); write the table")
     s.add_argument("set", help="decoding set YAML (e.g. recipes/multi30k/decoding-cpu.decode.yaml)")
     s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
+    _trust_flag(s)
     s.set_defaults(func=cmd_decode_experiment)
 
     s = sub.add_parser("demo", help="generate the synthetic corpus, train a small Transformer, translate and score")
     s.add_argument("--dir", default="syntaxnmt-demo", help="where the corpus and the run go (default: ./syntaxnmt-demo)")
     s.add_argument("--minutes", type=float, default=4.0, help="training time budget (default: 4)")
     s.add_argument("--fresh", action="store_true", help="discard a previous demo run in --dir")
+    _trust_flag(s)
     s.set_defaults(func=cmd_demo)
 
 
@@ -338,6 +355,7 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--src-conllu", help="parses of the input (CoNLL-U, one sentence per line) for models that use trees or tags")
     s.add_argument("--device", default="auto")
     s.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch", help="ctranslate2: search with CTranslate2 (--checkpoint: a `syntaxnmt export-ct2` folder, or a checkpoint exported on the fly); docs/deployment.md")
+    _trust_flag(s)
     s.set_defaults(func=cmd_translate)
 
     s = sub.add_parser("lexicon", help="lexical table P(e|f) from eflomal alignments of a config's training corpus (for decode.unk_replace: dictionary)")
@@ -353,6 +371,7 @@ def _decoding_commands(sub) -> None:
     s.add_argument("-n", "--last", type=int, help="average the last N periodic checkpoints (default: all kept)")
     s.add_argument("--inputs", nargs="+", help="checkpoint files to average instead (same model)")
     s.add_argument("-o", "--output", help="output checkpoint (default with CONFIG: work_dir/averaged.pt)")
+    _trust_flag(s)
     s.set_defaults(func=cmd_average_checkpoints)
 
     s = sub.add_parser("export-ct2", help="export a Transformer checkpoint to a CTranslate2 model folder (docs/deployment.md)")
@@ -360,6 +379,7 @@ def _decoding_commands(sub) -> None:
     s.add_argument("-o", "--output", required=True, help="new folder for the CTranslate2 model, its SentencePiece models and config")
     s.add_argument("--quantization", default="float32", choices=("float32", "int8", "int8_float32", "float16"), help="weight type (default float32)")
     s.add_argument("--force", action="store_true", help="replace an existing folder")
+    _trust_flag(s)
     s.set_defaults(func=cmd_export_ct2)
 
     s = sub.add_parser("evaluate", help="sacreBLEU BLEU and chrF, and paired bootstrap resampling")
@@ -394,6 +414,7 @@ def _alignment_commands(sub) -> None:
     s.add_argument("-o", "--output", help="Pharaoh output, 0-indexed (default: stdout)")
     s.add_argument("--batch-size", type=int, default=64, help="sentence pairs per batch")
     s.add_argument("--device", default="auto")
+    _trust_flag(s)
     s.set_defaults(func=cmd_align)
 
     s = sub.add_parser("aer", help="alignment error rate, precision and recall of Pharaoh alignments against gold")
@@ -408,6 +429,7 @@ def _alignment_commands(sub) -> None:
     s = sub.add_parser("align-experiment", help="train attention-as-alignment systems; tabulate test AER and BLEU")
     s.add_argument("set", help="alignment experiment set YAML (e.g. recipes/synthetic/alignment.set.yaml)")
     s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
+    _trust_flag(s)
     s.set_defaults(func=cmd_align_experiment)
 
 
@@ -425,6 +447,7 @@ def _analysis_commands(sub) -> None:
     s.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
     s.add_argument("-o", "--output", required=True, help="writes OUT.jsonl (tokens, words, parse) and OUT.npz (weights); see docs/attention.md")
     s.add_argument("--device", default="auto")
+    _trust_flag(s)
     s.set_defaults(func=cmd_attention)
 
     s = sub.add_parser("plot", help="attention heatmaps (PNG/SVG/PDF) of one head or all heads of a layer, with the source's dependency arcs")
@@ -444,6 +467,7 @@ def _analysis_commands(sub) -> None:
     s.add_argument("--one-indexed-align", action="store_true", help="the --align file counts from 1")
     s.add_argument("-o", "--output", required=True, help="figure file (.png, .svg or .pdf); several sentences: NAME-LINE.png")
     s.add_argument("--device", default="auto")
+    _trust_flag(s)
     s.set_defaults(func=cmd_plot)
 
     s = sub.add_parser("analyze-heads", help="what each attention head attends to in the source tree (parent, child, neighbours, labels) and cross-attention AER")
@@ -460,6 +484,7 @@ def _analysis_commands(sub) -> None:
     s.add_argument("--title", help="title of the report and the figure")
     s.add_argument("-o", "--output", required=True, help="writes OUT.md, OUT-heads.csv, OUT-labels.csv, OUT-cross.csv and OUT.png; several models: OUT-LABEL.* each and the comparison OUT.md, OUT-summary.csv")
     s.add_argument("--device", default="auto")
+    _trust_flag(s)
     s.set_defaults(func=cmd_analyze_heads)
 
 
@@ -477,6 +502,7 @@ def _serving_commands(sub) -> None:
     s.add_argument("--max-attention-sentences", type=int, default=8, help="sentences per request that asks for attention weights (default: 8)")
     s.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's)")
     s.add_argument("--device", default="auto")
+    _trust_flag(s)
     s.set_defaults(func=cmd_serve)
 
 
@@ -498,5 +524,10 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(args, extra: list[str]) -> None:
-    configure()  # a bad SYNTAXNMT_ONEDNN_LINEAR is a user error before any work
-    args.func(args, extra)
+    """Run the command: a bad SYNTAXNMT_ONEDNN_LINEAR is a user error before any work, and
+    ``--trust-checkpoint`` holds for the command's duration when given."""
+    configure()
+    if not getattr(args, "trust_checkpoint", False):
+        return args.func(args, extra)
+    with trusting_checkpoints():
+        args.func(args, extra)

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from syntaxnmt.checkpoint import load_checkpoint
+from syntaxnmt.checkpoint import load_model_checkpoint
 from syntaxnmt.config import Config, DecodeConfig, config_from_dict
 from syntaxnmt.data.annotations import spacy_parser
 from syntaxnmt.data.batches import make_batch
@@ -31,7 +31,7 @@ def checkpoint_path(cfg: Config, which: str) -> Path:
 def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module, Config, Tokenizers]:
     """A model ready for inference, with the config it was trained with and its tokenizers (stored
     in the checkpoint; one written before they were is read with its run's prepared corpus)."""
-    state = load_checkpoint(path)
+    state = load_model_checkpoint(path)
     cfg = config_from_dict(state["config"], source=f"{path} (stored config)")
     if "assets" in state:
         toks = tokenizers_from_assets(cfg, state["assets"])

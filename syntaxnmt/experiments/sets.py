@@ -27,6 +27,7 @@ from typing import Annotated
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from syntaxnmt.checkpoint import load_model_checkpoint
 from syntaxnmt.config import Config, expand_env, load_config, yaml_load
 from syntaxnmt.decoding.translate import load_model, translate_lines
 from syntaxnmt.errors import UserError
@@ -120,7 +121,7 @@ def run_config(label: str, cfg: Config, spec: ExperimentSet, log) -> dict:
 
 
 def _count_params(path: Path) -> int:
-    state = torch.load(path, map_location="cpu", weights_only=False)["model"]
+    state = load_model_checkpoint(path)["model"]
     seen, total = set(), 0
     for tensor in state.values():
         if tensor.data_ptr() not in seen:  # tied weights count once

@@ -48,15 +48,30 @@ def seed_everything(seed: int) -> None:
 
 
 def rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """The random generators' states (python, numpy, torch, CUDA) as plain numbers, lists and
+    tensors, which ``torch.load(weights_only=True)`` reads back (a numpy array would not load)."""
+    kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    numpy_state = {"kind": str(kind), "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)}
+    state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
+def _numpy_state(saved) -> tuple:
+    """``np.random.set_state``'s tuple from :func:`rng_state`'s dict (or the tuple itself, as
+    checkpoints written before that dict hold it)."""
+    if not isinstance(saved, dict):
+        return tuple(saved)
+    keys = saved["keys"].numpy() if isinstance(saved["keys"], torch.Tensor) else np.asarray(saved["keys"])
+    return (saved["kind"], keys.astype(np.uint32), int(saved["pos"]), int(saved["has_gauss"]), float(saved["cached_gaussian"]))
+
+
 def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    """Restore the states saved by :func:`rng_state`."""
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    np.random.set_state(_numpy_state(state["numpy"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

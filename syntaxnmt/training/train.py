@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
+from syntaxnmt.checkpoint import load_model_checkpoint, save_checkpoint
 from syntaxnmt.config import Config, TrainConfig
 from syntaxnmt.data.batches import Split, TokenBatchSampler, bucket_batches, collate
 from syntaxnmt.data.prepare import check_tag_sets, is_prepared, load_split, load_tokenizers, prepare, tokenizer_assets
@@ -117,7 +117,10 @@ class Run:
 
     def restore(self, model, opt, sched) -> tuple[Progress, dict]:
         """Load ``last.pt`` into the model and optimizer; returns the progress and the RNG state."""
-        state = load_checkpoint(self.last)
+        state = load_model_checkpoint(self.last)
+        missing = [k for k in ("optimizer", "scheduler", "progress", "rng") if k not in state]
+        if missing:
+            raise UserError(f"{self.last}: not a training checkpoint (no {', '.join(map(repr, missing))}): it cannot be resumed")
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
