@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from syntaxnmt.cpu import keep_freed_memory
-from syntaxnmt.errors import Interrupted, UserError
+from syntaxnmt.errors import Interrupted, UserError, error_line
 
 
 def _config(args, extra: list[str]):
@@ -133,6 +133,8 @@ def cmd_translate(args, extra) -> None:
     from syntaxnmt.config import config_from_dict, parse_overrides
     from syntaxnmt.translate import load_model, resolve_device, translate_lines, without_empty_lines
 
+    if args.nbest < 1:
+        raise UserError(f"--nbest {args.nbest}: give at least 1")
     paths = [_checkpoint_arg(argparse.Namespace(config=args.config, checkpoint=c), extra) for c in args.checkpoint]
     device = resolve_device(args.device)
     if args.engine == "ctranslate2":
@@ -159,7 +161,7 @@ def cmd_translate(args, extra) -> None:
     # Validated like a config (an unknown key or a wrong type is a UserError naming decode.<key>).
     decode = config_from_dict({"decode": {**decode.model_dump(), **overrides}}, source="translate options").decode
     lines = _read_input(args.input)
-    nbest = max(1, args.nbest)
+    nbest = args.nbest
     if nbest > decode.beam_size:
         raise UserError(f"--nbest {nbest} is larger than the beam size {decode.beam_size}")
     kw = dict(conllu=args.src_conllu, source_name=args.input or "<stdin>", nbest=nbest, progress=sys.stderr.isatty() or args.output is not None)
@@ -274,6 +276,8 @@ def cmd_experiment(args, extra) -> None:
     from syntaxnmt.experiments import run_set
 
     _no_overrides(extra)
+    if args.n_seeds is not None and args.n_seeds < 1:
+        raise UserError(f"--n-seeds {args.n_seeds}: give at least 1")
     seeds = args.seeds or (list(range(1, args.n_seeds + 1)) if args.n_seeds else None)
     run_set(args.set, seeds=seeds, only=args.only.split(",") if args.only else None, output=args.output, jobs=args.jobs)
 
@@ -361,7 +365,7 @@ def _training_commands(sub) -> None:
     s = sub.add_parser("demo", help="generate the synthetic corpus, train a small Transformer, translate and score")
     s.add_argument("--dir", default="syntaxnmt-demo", help="where the corpus and the run go (default: ./syntaxnmt-demo)")
     s.add_argument("--minutes", type=float, default=4.0, help="training time budget (default: 4)")
-    s.add_argument("--fresh", action="store_true", help="discard a previous demo run in --dir")
+    s.add_argument("--fresh", action="store_true", help="discard a previous demo run in --dir (only a folder the demo wrote)")
     s.set_defaults(func=cmd_demo)
 
 
@@ -399,7 +403,7 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--checkpoint", required=True, help="checkpoint path")
     s.add_argument("-o", "--output", required=True, help="new folder for the CTranslate2 model, its SentencePiece models and config")
     s.add_argument("--quantization", default="float32", choices=("float32", "int8", "int8_float32", "float16"), help="weight type (default float32)")
-    s.add_argument("--force", action="store_true", help="replace an existing folder")
+    s.add_argument("--force", action="store_true", help="replace an earlier export (a folder holding .syntaxnmt-export); other folders are never deleted")
     s.set_defaults(func=cmd_export_ct2)
 
     s = sub.add_parser("evaluate", help="sacreBLEU BLEU and chrF, and paired bootstrap resampling")
@@ -523,8 +527,21 @@ def _serving_commands(sub) -> None:
 COMMAND_GROUPS = (_data_commands, _training_commands, _decoding_commands, _alignment_commands, _analysis_commands, _serving_commands)
 
 
+def package_version() -> str:
+    """The installed package's version (``syntaxnmt.__version__`` when it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("syntaxnmt")
+    except PackageNotFoundError:
+        from syntaxnmt import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="syntaxnmt", description="Attention-based NMT with linguistic structure in attention.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMAND_GROUPS:
         add(sub)
@@ -547,7 +564,7 @@ def run_command(func: Callable[[], None]) -> None:
     try:
         func()
     except UserError as e:
-        print(f"syntaxnmt: error: {e}", file=sys.stderr)
+        print(f"syntaxnmt: error: {error_line(e)}", file=sys.stderr)
         sys.exit(getattr(e, "exit_code", 2))
     except Interrupted as e:
         print(f"syntaxnmt: {e}", file=sys.stderr)
@@ -558,7 +575,7 @@ def run_command(func: Callable[[], None]) -> None:
     except BrokenPipeError:
         sys.exit(0)
     except OSError as e:  # a folder that cannot be created, a full disk, a file without permission
-        print(f"syntaxnmt: error: {e}", file=sys.stderr)
+        print(f"syntaxnmt: error: {error_line(e)}", file=sys.stderr)
         sys.exit(2)
     finally:
         if old_term is not False:

@@ -27,7 +27,7 @@ from typing import Annotated
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from syntaxnmt.config import Config, yaml_load, expand_env, load_config
+from syntaxnmt.config import Config, read_yaml_file, expand_env, load_config
 from syntaxnmt.errors import UserError
 from syntaxnmt.metrics import paired_bootstrap, score
 from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
@@ -69,7 +69,7 @@ def read_set_file(path: str | Path, model: type[BaseModel]):
     if not p.is_file():
         raise UserError(f"{path}: experiment set not found")
     try:
-        return model.model_validate(yaml_load(p.read_text(encoding="utf-8")) or {})
+        return model.model_validate(read_yaml_file(p) or {})
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
         raise UserError(f"{path}: {problems}") from None
