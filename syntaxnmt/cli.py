@@ -37,7 +37,7 @@ from syntaxnmt.metrics import evaluate_report
 from syntaxnmt.model.linear import configure
 from syntaxnmt.runtime import resolve_device, run_command
 from syntaxnmt.serving.server import Limits, serve
-from syntaxnmt.textio import read_lines, write_lines
+from syntaxnmt.textio import package_version, read_lines, write_lines
 from syntaxnmt.training.joint import train_joint
 from syntaxnmt.training.train import train
 
@@ -128,6 +128,8 @@ def _read_input(path: str | None) -> list[str]:
 
 
 def cmd_translate(args, extra) -> None:
+    if args.nbest < 1:
+        raise UserError(f"--nbest {args.nbest}: give at least 1")
     paths = [_checkpoint_arg(argparse.Namespace(config=args.config, checkpoint=c), extra) for c in args.checkpoint]
     device = resolve_device(args.device)
     if args.engine == "ctranslate2":
@@ -150,7 +152,7 @@ def cmd_translate(args, extra) -> None:
     # Validated like a config (an unknown key or a wrong type is a UserError naming decode.<key>).
     decode = config_from_dict({"decode": {**decode.model_dump(), **overrides}}, source="translate options").decode
     lines = _read_input(args.input)
-    nbest = max(1, args.nbest)
+    nbest = args.nbest
     if nbest > decode.beam_size:
         raise UserError(f"--nbest {nbest} is larger than the beam size {decode.beam_size}")
     kw = dict(conllu=args.src_conllu, source_name=args.input or "<stdin>", nbest=nbest, progress=sys.stderr.isatty() or args.output is not None)
@@ -247,6 +249,8 @@ def cmd_experiment(args, extra) -> None:
     _no_overrides(extra)
     if args.trust_checkpoint and args.jobs > 1:
         raise UserError("--trust-checkpoint reaches no worker process: run it with --jobs 1")
+    if args.n_seeds is not None and args.n_seeds < 1:
+        raise UserError(f"--n-seeds {args.n_seeds}: give at least 1")
     seeds = args.seeds or (list(range(1, args.n_seeds + 1)) if args.n_seeds else None)
     run_set(args.set, seeds=seeds, only=args.only.split(",") if args.only else None, output=args.output, jobs=args.jobs)
 
@@ -337,7 +341,7 @@ def _training_commands(sub) -> None:
     s = sub.add_parser("demo", help="generate the synthetic corpus, train a small Transformer, translate and score")
     s.add_argument("--dir", default="syntaxnmt-demo", help="where the corpus and the run go (default: ./syntaxnmt-demo)")
     s.add_argument("--minutes", type=float, default=4.0, help="training time budget (default: 4)")
-    s.add_argument("--fresh", action="store_true", help="discard a previous demo run in --dir")
+    s.add_argument("--fresh", action="store_true", help="discard a previous demo run in --dir (only a folder the demo wrote)")
     _trust_flag(s)
     s.set_defaults(func=cmd_demo)
 
@@ -378,7 +382,7 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--checkpoint", required=True, help="checkpoint path")
     s.add_argument("-o", "--output", required=True, help="new folder for the CTranslate2 model, its SentencePiece models and config")
     s.add_argument("--quantization", default="float32", choices=("float32", "int8", "int8_float32", "float16"), help="weight type (default float32)")
-    s.add_argument("--force", action="store_true", help="replace an existing folder")
+    s.add_argument("--force", action="store_true", help="replace an earlier export (a folder holding .syntaxnmt-export); other folders are never deleted")
     _trust_flag(s)
     s.set_defaults(func=cmd_export_ct2)
 
@@ -511,6 +515,7 @@ COMMAND_GROUPS = (_data_commands, _training_commands, _decoding_commands, _align
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="syntaxnmt", description="Attention-based NMT with linguistic structure in attention.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMAND_GROUPS:
         add(sub)

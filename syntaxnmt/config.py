@@ -607,7 +607,35 @@ class Config(_Section):
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads ``1e-3`` as a float (YAML 1.1 would keep it a string)."""
+    """SafeLoader that also reads ``1e-3`` as a float (YAML 1.1 would keep it a string), refuses
+    aliases (``*name``: a few hundred bytes of nested aliases expand to gigabytes, and configs do
+    not need them) and refuses a key given twice in a mapping (YAML would keep the last silently).
+    Every YAML file a user gives (configs, experiment, decoding and alignment sets) is read with it.
+    """
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, f"alias *{event.anchor}: anchors and aliases (&name, *name) are not allowed in syntaxnmt YAML files", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: SafeConstructor refuses it with its own message
+                    continue
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (first given on line {first})", key_node.start_mark
+                    )
+                seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.add_implicit_resolver(
@@ -713,6 +741,19 @@ def config_from_dict(tree: dict, source: str = "config") -> Config:
     return _expand_paths(cfg)
 
 
+def read_yaml_file(path: str | os.PathLike) -> Any:
+    """The YAML document in the file ``path``, read with the config loader (no aliases, no
+    duplicate keys); invalid YAML or UTF-8 is a :class:`UserError` naming the file and line."""
+    try:
+        return yaml_load(Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        raise UserError(f"{path}{where}: invalid YAML ({getattr(e, 'problem', None) or e})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: invalid UTF-8") from None
+
+
 def read_yaml_tree(path: str | os.PathLike, _seen: tuple = ()) -> dict:
     """A config file as a nested dict; ``base: other.yaml`` (relative to the file) is read first
     and overridden by this file's values, so a family of experiments shares one base."""
@@ -721,14 +762,7 @@ def read_yaml_tree(path: str | os.PathLike, _seen: tuple = ()) -> dict:
         raise UserError(f"{path}: config file not found")
     if p.resolve() in _seen:
         raise UserError(f"{path}: 'base' configs include each other in a cycle")
-    try:
-        tree = yaml_load(p.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        raise UserError(f"{path}{where}: invalid YAML ({getattr(e, 'problem', e)})") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: invalid UTF-8") from None
+    tree = read_yaml_file(p) or {}
     if not isinstance(tree, dict):
         raise UserError(f"{path}: expected a mapping of sections at the top level")
     base = tree.pop("base", None)

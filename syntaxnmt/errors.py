@@ -15,6 +15,19 @@ class UserError(Exception):
     """A user mistake; the message names the file, line or key at fault."""
 
 
+MAX_ERROR_CHARS = 500
+
+
+def error_line(message: object, limit: int = MAX_ERROR_CHARS) -> str:
+    """``message`` as one printable line: line breaks become spaces and a message longer than
+    ``limit`` characters is cut with an ellipsis and its length (a value quoted in an error may be
+    huge: a whole YAML document, a line of gigabytes)."""
+    text = str(message).replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters in all)"
+
+
 class Interrupted(BaseException):
     """A command stopped by a signal; ``exit_code`` is 128 + its number (130 SIGINT, 143 SIGTERM).
 

@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from syntaxnmt.errors import Interrupted, UserError
+from syntaxnmt.errors import Interrupted, UserError, error_line
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _done = False
@@ -70,7 +70,7 @@ def run_command(func: Callable[[], None]) -> None:
     try:
         func()
     except UserError as e:
-        print(f"syntaxnmt: error: {e}", file=sys.stderr)
+        print(f"syntaxnmt: error: {error_line(e)}", file=sys.stderr)
         sys.exit(getattr(e, "exit_code", 2))
     except Interrupted as e:
         print(f"syntaxnmt: {e}", file=sys.stderr)
@@ -81,7 +81,7 @@ def run_command(func: Callable[[], None]) -> None:
     except BrokenPipeError:
         sys.exit(0)
     except OSError as e:  # a folder that cannot be created, a full disk, a file without permission
-        print(f"syntaxnmt: error: {e}", file=sys.stderr)
+        print(f"syntaxnmt: error: {error_line(e)}", file=sys.stderr)
         sys.exit(2)
     finally:
         if old_term is not False:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import glob
 import gzip
 import io
+import json
 import os
 import re
 import shutil
+import stat
 import tempfile
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from syntaxnmt.errors import UserError
 
@@ -83,6 +86,45 @@ def temporary_prefix(path: str | os.PathLike) -> str:
     return f".{Path(path).name}.{os.getpid()}."
 
 
+def refuse_protected_folder(folder: str | os.PathLike, keep: Sequence[str | os.PathLike] = ()) -> None:
+    """Refuse (:class:`UserError`) to remove or replace ``folder`` when it is the current
+    directory or one of its parents, a symbolic link, or holds one of the paths ``keep`` (e.g. the
+    checkpoint being exported)."""
+    folder = Path(folder)
+    if folder.is_symlink():
+        raise UserError(f"{folder}: is a symbolic link; syntaxnmt does not replace it (give the folder itself, or a new one)")
+    real = folder.resolve()
+    cwd = Path.cwd().resolve()
+    if real == cwd or real in cwd.parents:
+        where = "the current directory" if real == cwd else f"a parent of the current directory {cwd}"
+        raise UserError(f"{folder}: is {where}; syntaxnmt does not replace it (give a new folder)")
+    for path in keep:
+        inside = Path(path).resolve()
+        if inside == real or real in inside.parents:
+            what = "is" if inside == real else "holds"
+            raise UserError(f"{folder}: {what} {path}; syntaxnmt does not replace its own input (give a new folder)")
+
+
+def write_marker(folder: str | os.PathLike, marker: str, written_by: str, **info) -> None:
+    """Write the file ``marker`` in ``folder``: one line of JSON saying what wrote the folder, so
+    that a later ``--force``/``--fresh`` may replace it (:func:`holds_marker`)."""
+
+    text = json.dumps({"written_by": written_by, "version": package_version(), **info}, ensure_ascii=False)
+    (Path(folder) / marker).write_text(text + "\n", encoding="utf-8")
+
+
+def holds_marker(folder: str | os.PathLike, marker: str, written_by: str) -> bool:
+    """Whether ``folder`` holds the marker :func:`write_marker` writes for ``written_by``."""
+    path = Path(folder) / marker
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(info, dict) and info.get("written_by") == written_by
+
+
 def new_file_mode() -> int:
     """The permissions ``open()`` gives a new file: 0o666 without the bits of the umask."""
     try:  # race-free (Linux 4.7+); os.umask must set the mask to read it
@@ -94,22 +136,48 @@ def new_file_mode() -> int:
     return 0o666 & ~mask
 
 
+def _write_special(path: Path, write: Callable[[io.BufferedWriter], None]) -> None:
+    """Write straight into ``path``, a FIFO or a device (no temporary, no rename)."""
+    try:
+        with open(path, "wb") as f:
+            write(f)
+            f.flush()
+    except BrokenPipeError:  # the reader went away, as with ``| head`` on stdout
+        raise
+    except OSError as e:
+        raise UserError(f"{path}: cannot write ({e.strerror or e})") from None
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[io.BufferedWriter], None]) -> None:
     """Write ``path`` by calling ``write(f)`` on a temporary file in the same folder, then rename.
 
     A reader never sees a half-written file, and an interrupted write leaves the old file intact
     (an exception or a signal removes the temporary; one left by kill -9 is removed by the next
     write of ``path``). The file gets the permissions of the file it replaces, else those the
-    umask allows (not ``mkstemp``'s 0600).
+    umask allows (not ``mkstemp``'s 0600). A ``path`` that is a FIFO, a device or a socket is
+    written directly (it stays what it is); a folder is refused. A write that fails (a full disk,
+    no permission) is a :class:`UserError` naming ``path`` and leaves no temporary behind.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(path.parent, path.name)
     try:
-        mode = path.stat().st_mode & 0o7777
-    except FileNotFoundError:
-        mode = new_file_mode()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temporary_prefix(path), suffix=".tmp")
+        st = path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise UserError(f"{path}: is a directory, expected a file to write")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        _write_special(path, write)
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{path}: cannot create its folder {path.parent} ({e.strerror or e})") from None
+    remove_stale_temporaries(path.parent, path.name)
+    mode = stat.S_IMODE(st.st_mode) if st is not None else new_file_mode()
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temporary_prefix(path), suffix=".tmp")
+    except OSError as e:
+        raise UserError(f"{path}: cannot write ({e.strerror or e})") from None
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
@@ -117,9 +185,11 @@ def atomic_write(path: str | os.PathLike, write: Callable[[io.BufferedWriter], N
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError) and not isinstance(e, BrokenPipeError):  # a full disk: name the target, not the temporary
+            raise UserError(f"{path}: cannot write ({e.strerror or e})") from None
         raise
 
 
@@ -131,3 +201,11 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 def write_lines(path: str | os.PathLike, lines) -> None:
     """Write lines (without newlines) atomically, one per line."""
     atomic_write_text(path, "".join(line + "\n" for line in lines))
+
+
+def package_version() -> str:
+    """The installed package's version ("unknown" when it is not installed)."""
+    try:
+        return version("syntaxnmt")
+    except PackageNotFoundError:
+        return "unknown"

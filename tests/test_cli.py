@@ -339,3 +339,74 @@ def test_subprocess_errors_have_no_traceback(tmp_path, corpus):
             [sys.executable, "-m", "syntaxnmt", *argv], input=b"", capture_output=True, cwd=tmp_path, env=subprocess_env(), timeout=300
         )
         assert_one_line_error(proc.returncode, proc.stderr.decode())
+
+
+# ---------------------------------------------------------------- small refusals, --version, long errors
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["experiment", "recipes/synthetic/syntax.set.yaml", "--n-seeds", "0"], "--n-seeds 0: give at least 1"),
+        (["translate", "--checkpoint", "model.pt", "--nbest", "0"], "--nbest 0: give at least 1"),
+        (["aer", "--gold", "empty.gold", "--hyp", "empty.hyp"], "no sentence pairs"),
+    ],
+)
+def test_subprocess_meaningless_counts_are_refused_in_one_line(tmp_path, argv, fragment):
+    """``--n-seeds 0`` ran the set's seeds, ``--nbest 0`` printed one best, AER of two empty files was 0."""
+    (tmp_path / "empty.gold").write_text("")
+    (tmp_path / "empty.hyp").write_text("")
+    repo = Path(__file__).resolve().parents[1]
+    argv = [str(repo / a) if a.startswith("recipes/") else a for a in argv]
+    proc = subprocess.run([sys.executable, "-m", "syntaxnmt", *argv], capture_output=True, cwd=tmp_path, env=subprocess_env(), timeout=300)
+    assert_one_line_error(proc.returncode, proc.stderr.decode(), fragment)
+    assert proc.stdout == b""
+
+
+def test_subprocess_version():
+    from syntaxnmt.cli import package_version
+
+    proc = subprocess.run([sys.executable, "-m", "syntaxnmt", "--version"], capture_output=True, text=True, env=subprocess_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert re.fullmatch(r"syntaxnmt \d+\.\d+\S*\n", proc.stdout) and proc.stdout == f"syntaxnmt {package_version()}\n"
+
+
+def test_error_line_is_one_line_and_cut_when_long():
+    from syntaxnmt.errors import MAX_ERROR_CHARS, UserError, error_line
+
+    assert error_line(UserError("short")) == "short"
+    assert error_line("a\nb\r\nc") == "a b c"
+    line = error_line("x" * 10_000_000)
+    assert line == "x" * MAX_ERROR_CHARS + "... (10000000 characters in all)"
+
+
+def test_long_error_is_printed_cut(capsys, config_for):
+    """An override quoting a huge value: the message names the key, then is cut with its length."""
+    code, _, err = run_cli(capsys, "prepare", config_for(), f"--model.d_model={'9x' * 50_000}")
+    line = assert_one_line_error(code, err, "model.d_model")
+    assert len(line) < 600 and line.endswith(" characters in all)")
+
+
+def test_translate_writes_into_a_fifo_and_reports_a_full_device(capsys, trained_run, corpus, tmp_path):
+    """``-o FIFO`` sends the translations through it (it was replaced by a regular file), and
+    ``-o /dev/full`` is a one-line error (it reported success)."""
+    import stat
+
+    best = Path(trained_run.work_dir) / "best.pt"
+    src = write_lines(tmp_path / "in.txt", ["the dog sees a cat .", "every bird sleeps ."])
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        code, _, err = run_cli(capsys, "translate", "--checkpoint", best, "-i", src, "-o", fifo, "--beam", "2")
+        assert code == 0, err
+        assert len(os.read(reader, 65536).decode().splitlines()) == 2
+    finally:
+        os.close(reader)
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    if os.path.exists("/dev/full"):
+        code, _, err = run_cli(capsys, "translate", "--checkpoint", best, "-i", src, "-o", "/dev/full", "--beam", "2")
+        # the progress bar (translate -o shows one) is erased with \r; the error is the one line left
+        assert code == 2 and "Traceback" not in err
+        assert err.rsplit("\r", 1)[-1].startswith("syntaxnmt: error: /dev/full: cannot write (") and err.count("\n") == 1
+        assert stat.S_ISCHR(os.stat("/dev/full").st_mode)

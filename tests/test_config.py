@@ -221,6 +221,59 @@ def test_invalid_utf8_config(tmp_path):
         load_config(path)
 
 
+BILLION_LAUGHS = """\
+a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]
+b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
+c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
+d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]
+e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]
+f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]
+g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]
+h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]
+i: &i [*h, *h, *h, *h, *h, *h, *h, *h, *h]
+"""
+
+
+def test_billion_laughs_is_refused_naming_the_alias(tmp_path):
+    """A few hundred bytes of nested aliases expand to 9^9 strings: the loader refuses the first alias."""
+    path = write_yaml(tmp_path / "lol.yaml", BILLION_LAUGHS)
+    with pytest.raises(UserError) as exc:
+        load_config(path)
+    assert str(exc.value).startswith(f"{path}:2: invalid YAML (alias *a: anchors and aliases")
+
+
+def test_experiment_sets_use_the_same_loader(tmp_path):
+    from syntaxnmt.experiments.sets import load_set
+
+    path = write_yaml(tmp_path / "lol.set.yaml", BILLION_LAUGHS)
+    with pytest.raises(UserError, match=re.escape(f"{path}:2: invalid YAML (alias *a")):
+        load_set(path)
+    path = write_yaml(tmp_path / "dup.set.yaml", "baseline: a\nconfigs: {a: a.yaml}\nbaseline: b\n")
+    with pytest.raises(UserError, match=re.escape(f"{path}:3: invalid YAML (duplicate key 'baseline' (first given on line 1))")):
+        load_set(path)
+
+
+def test_even_one_alias_is_refused(tmp_path):
+    path = write_yaml(tmp_path / "alias.yaml", "train:\n  lr: &rate 0.001\n  warmup_lr: *rate\n")
+    with pytest.raises(UserError, match=re.escape(f"{path}:3: invalid YAML (alias *rate")):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    "text, line, key, first",
+    [
+        ("name: a\ntrain:\n  lr: 0.1\nmodel: {}\ntrain:\n  lr: 0.2\n", 5, "train", 2),  # a section twice
+        ("train:\n  lr: 0.1\n  warmup_steps: 5\n  lr: 0.2\n", 4, "lr", 2),  # a key twice in a section
+        ("train: {lr: 0.1, lr: 0.2}\n", 1, "lr", 1),  # a flow mapping
+    ],
+)
+def test_duplicate_key_is_refused_naming_line_and_key(tmp_path, text, line, key, first):
+    path = write_yaml(tmp_path / "dup.yaml", text)
+    with pytest.raises(UserError) as exc:
+        load_config(path)
+    assert str(exc.value) == f"{path}:{line}: invalid YAML (duplicate key '{key}' (first given on line {first}))"
+
+
 def test_d_model_must_be_divisible_by_heads():
     with pytest.raises(UserError, match="divisible"):
         load_config(None, {"model": {"d_model": 30, "heads": 4}})

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import gzip
 import os
+import stat
 
 import pytest
 
@@ -107,6 +109,52 @@ def test_failed_atomic_write_keeps_the_old_file(tmp_path):
         atomic_write(path, explode)
     assert path.read_text() == "old\n"
     assert os.listdir(tmp_path) == ["keep.txt"]
+
+
+def test_write_to_a_fifo_goes_through_it_and_leaves_it_a_fifo(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader is waiting (the text fits the pipe's buffer)
+    try:
+        write_lines(fifo, ["first", "second"])
+        assert os.read(reader, 65536) == b"first\nsecond\n"
+    finally:
+        os.close(reader)
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    assert os.listdir(tmp_path) == ["pipe"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_write_to_dev_full_is_a_user_error_and_leaves_the_device():
+    with pytest.raises(UserError, match=r"^/dev/full: cannot write \(") as e:
+        atomic_write_text("/dev/full", "x" * 100_000)
+    assert ".tmp" not in str(e.value)
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def test_write_to_a_directory_is_a_user_error(tmp_path):
+    target = tmp_path / "folder"
+    target.mkdir()
+    (target / "inside.txt").write_text("kept")
+    with pytest.raises(UserError, match="folder: is a directory"):
+        write_lines(target, ["a"])
+    assert (target / "inside.txt").read_text() == "kept"
+
+
+def test_failed_write_names_the_target_and_leaves_no_temporary(tmp_path):
+    """A full disk during an atomic write: the error names the file the user asked for (not the
+    temporary), the old file is intact and no temporary is left."""
+    path = tmp_path / "out.txt"
+    atomic_write_text(path, "old\n")
+
+    def disk_full(f):
+        f.write(b"half of it")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(UserError) as e:
+        atomic_write(path, disk_full)
+    assert str(e.value) == f"{path}: cannot write ({os.strerror(errno.ENOSPC)})"
+    assert path.read_text() == "old\n" and os.listdir(tmp_path) == ["out.txt"]
 
 
 # ---------------------------------------------------------------- parallel text

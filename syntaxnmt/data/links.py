@@ -187,13 +187,15 @@ def aer_files(
 ) -> AERResult:
     """AER of a hypothesis Pharaoh file (``i-j`` links) against a gold file (``i-j`` and ``ipj``).
 
-    The files must have the same number of lines. A hypothesis with possible (``ipj``) links is
+    The files must have the same number of lines, at least one. A hypothesis with possible (``ipj``) links is
     refused: it is most likely the gold file given in the wrong place.
     """
     g = read_alignments(gold, one_indexed_gold, src_lengths, tgt_lengths)
     h = read_alignments(hyp, one_indexed_hyp, src_lengths, tgt_lengths)
     if len(g) != len(h):
         raise UserError(f"gold alignments {gold} have {len(g)} lines but hypothesis alignments {hyp} have {len(h)} lines")
+    if not g:
+        raise UserError(f"gold alignments {gold} and hypothesis alignments {hyp} are empty: no sentence pairs to score")
     for k, (s, p) in enumerate(h, start=1):
         if s != p:
             raise UserError(f"{hyp}:{k}: possible (ipj) links in a hypothesis alignment (gold and hypothesis swapped?)")

@@ -326,6 +326,14 @@ def _train_subwords(cfg: Config, src_text: list[str], tgt_text: list[str], log) 
         train_sentencepiece(tgt_text, tgt_spm, **spm_args)
 
 
+def prepared_arrays(folder: Path) -> list[Path]:
+    """The arrays ``prepare`` writes in ``folder`` (``{train,dev}.FIELD.{data,offsets}.npy``), and
+    nothing else: a rebuild removes these only, whatever else ``data.prepared_dir`` holds."""
+    fields = {"src", "src_word", "tgt", "heads", "align", "tgt_word", *TAG_NAMES}
+    names = {f"{split}.{field}.{part}.npy" for split in ("train", "dev") for field in fields for part in ("data", "offsets")}
+    return [p for p in folder.glob("*.npy") if p.name in names]
+
+
 def prepare(cfg: Config, force: bool = False, log=print) -> dict:
     """Build (or reuse) the prepared corpus of ``cfg``; returns the counts written to ``meta.json``."""
     d = cfg.data
@@ -342,7 +350,7 @@ def prepare(cfg: Config, force: bool = False, log=print) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out)
     (out / META).unlink(missing_ok=True)  # the cache is invalid until this run completes
-    for stale in out.glob("*.npy"):
+    for stale in prepared_arrays(out):  # a field of the previous build (e.g. parses) must not linger
         stale.unlink()
 
     train, dev, train_parses, dev_parses, bad = _read_splits(cfg, log)

@@ -342,7 +342,7 @@ def write_corpus(
     written: dict[str, dict[str, Path]] = {}
     seen: set[tuple[str, ...]] = set()  # source sentences of the splits written so far
     for split in SPLITS:
-        rng = random.Random(f"syntaxnmt.synthetic/{seed}/{split}")  # the corpus of every earlier release: keep this string  # str seeds are stable
+        rng = random.Random(f"syntaxnmt.synthetic/{seed}/{split}")  # str seeds are stable; this string gives the corpus of every release: keep it
         if split == "train":
             pairs = [generate_pair(rng) for _ in range(sizes[split])]
         else:

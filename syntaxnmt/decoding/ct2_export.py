@@ -33,11 +33,12 @@ from syntaxnmt.data.prepare import Tokenizers
 from syntaxnmt.decoding.translate import load_model
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import BOS, EOS, UNK
-from syntaxnmt.textio import atomic_write_text, remove_stale_temporaries, temporary_prefix
+from syntaxnmt.textio import atomic_write_text, holds_marker, refuse_protected_folder, remove_stale_temporaries, temporary_prefix, write_marker
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "float16")
 CONFIG_FILE = "syntaxnmt.json"  # the training config, beside CTranslate2's own config.json
 SOURCE_TOKENIZER, TARGET_TOKENIZER = "source.tokenizer", "target.tokenizer"  # SentencePiece models (or word vocabularies)
+MARKER, WRITTEN_BY = ".syntaxnmt-export", "syntaxnmt export-ct2"  # the file saying a folder is an export (what --force may replace)
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default (CTranslate2's is 1e-6)
 
 
@@ -187,19 +188,44 @@ def write_export(model: nn.Module, cfg: Config, toks: Tokenizers, out: Path, qua
 
 
 def export_ct2(checkpoint: str | Path, out: str | Path, quantization: str = "float32", force: bool = False) -> Path:
-    """Export ``checkpoint`` to the folder ``out``, built in a temporary folder and renamed into place."""
+    """Export ``checkpoint`` to the folder ``out``, built in a temporary folder and renamed into place.
+
+    ``out`` may be new or empty; with ``force`` it may also be an earlier export (a folder holding
+    :data:`MARKER`, which every export writes). Anything else is refused before the model is
+    loaded: the current directory or a parent of it, a folder holding ``checkpoint``, a
+    non-empty folder this command did not write -- ``--force`` never deletes what it did not write.
+    """
     out = Path(out)
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not force)):
-        raise UserError(f"{out}: exists and is not an empty folder (give a new one, or --force to replace an export)")
+    if out.exists() or out.is_symlink():
+        refuse_protected_folder(out, keep=[checkpoint])
+        if not out.is_dir():
+            raise UserError(f"{out}: exists and is not a folder (give a new folder)")
+        if any(out.iterdir()):
+            if not force:
+                raise UserError(f"{out}: exists and is not an empty folder (give a new one, or --force to replace an export)")
+            if not holds_marker(out, MARKER, WRITTEN_BY):
+                raise UserError(f"{out}: not written by `syntaxnmt export-ct2` (no {MARKER} in it); --force replaces only an earlier export: remove it yourself or give a new folder")
     model, cfg, toks = load_model(checkpoint, torch.device("cpu"))
+    given, out = out, out.absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out.parent, out.name)  # left by an export that was killed
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=temporary_prefix(out), suffix=".tmp"))
+    old = None
     try:
         write_export(model, cfg, toks, tmp, quantization)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
+        write_marker(tmp, MARKER, WRITTEN_BY, checkpoint=str(Path(checkpoint).absolute()), quantization=quantization)
+        if out.exists() and any(out.iterdir()):  # an earlier export (checked above): moved aside, removed once replaced
+            old = Path(tempfile.mkdtemp(dir=out.parent, prefix=temporary_prefix(out), suffix=".tmp"))
+            out.rename(old)
+        try:
+            tmp.rename(out)
+        except BaseException:
+            if old is not None:
+                old.rename(out)
+                old = None
+            raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return out
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    return given

@@ -18,9 +18,10 @@ from syntaxnmt.config import Config, load_config
 from syntaxnmt.data.prepare import prepare
 from syntaxnmt.data.synthetic import write_corpus
 from syntaxnmt.decoding.translate import load_model, translate_lines
+from syntaxnmt.errors import UserError
 from syntaxnmt.metrics import score
 from syntaxnmt.runtime import resolve_device
-from syntaxnmt.textio import read_lines, write_lines
+from syntaxnmt.textio import holds_marker, read_lines, refuse_protected_folder, write_lines, write_marker
 from syntaxnmt.training.train import train
 
 DEMO_CONFIG = """\
@@ -68,12 +69,36 @@ def demo_config(directory: Path, minutes: float, overrides: list[str] | None = N
     return load_config(path, overrides or [])
 
 
+MARKER, WRITTEN_BY = ".syntaxnmt-demo", "syntaxnmt demo"
+DEMO_NAMES = {"demo.yaml", "corpus", "run", "test.hyp"}  # what the demo writes in its folder
+
+
+def refuse_to_remove(directory: Path) -> None:
+    """``--fresh`` removes only a folder the demo wrote: one holding its marker, or (written by a
+    version without the marker) only the demo's own files; never the current directory or a parent."""
+    refuse_protected_folder(directory)
+    if not directory.is_dir():
+        raise UserError(f"{directory}: exists and is not a folder")
+    if holds_marker(directory, MARKER, WRITTEN_BY):
+        return
+    others = sorted(p.name for p in directory.iterdir() if p.name not in DEMO_NAMES)
+    if others:
+        raise UserError(
+            f"{directory}: not a folder written by `syntaxnmt demo` (it holds {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}); "
+            "--fresh removes only a demo folder: remove it yourself or give another --dir"
+        )
+
+
 def run_demo(directory: Path, minutes: float = 4.0, overrides: list[str] | None = None, fresh: bool = False, log=tqdm.write) -> float:
     """Run the demo; returns the test BLEU. Training stops at the time budget with a validation,
     so there is a ``best.pt`` to translate with however slow the machine (docs/robustness.md);
     ``log`` writes above the progress bars."""
-    if fresh and directory.exists():
+    if fresh and (directory.exists() or directory.is_symlink()):
+        refuse_to_remove(directory)
         shutil.rmtree(directory)
+    if not directory.exists() or (directory.is_dir() and not any(directory.iterdir())):
+        directory.mkdir(parents=True, exist_ok=True)
+        write_marker(directory, MARKER, WRITTEN_BY)  # a folder the demo created: --fresh may remove it
     t0 = time.perf_counter()
     if not (directory / "corpus" / "test.tgt").exists():
         files = write_corpus(directory / "corpus", seed=1)

@@ -28,7 +28,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from syntaxnmt.checkpoint import load_model_checkpoint
-from syntaxnmt.config import Config, expand_env, load_config, yaml_load
+from syntaxnmt.config import Config, expand_env, load_config, read_yaml_file
 from syntaxnmt.decoding.translate import load_model, translate_lines
 from syntaxnmt.errors import UserError
 from syntaxnmt.metrics import paired_bootstrap, score
@@ -73,7 +73,7 @@ def read_set_file(path: str | Path, model: type[BaseModel]):
     if not p.is_file():
         raise UserError(f"{path}: experiment set not found")
     try:
-        return model.model_validate(yaml_load(p.read_text(encoding="utf-8")) or {})
+        return model.model_validate(read_yaml_file(p) or {})
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
         raise UserError(f"{path}: {problems}") from None

@@ -11,7 +11,7 @@ import pytest
 
 from syntaxnmt.checkpoint import save_checkpoint
 from syntaxnmt.data.prepare import load_tokenizers
-from syntaxnmt.decoding.ct2_export import CONFIG_FILE, SOURCE_TOKENIZER, TARGET_TOKENIZER, export_ct2, unsupported
+from syntaxnmt.decoding.ct2_export import CONFIG_FILE, MARKER, SOURCE_TOKENIZER, TARGET_TOKENIZER, export_ct2, unsupported
 from syntaxnmt.decoding.translate import checkpoint_path
 from syntaxnmt.model import build_model
 from tests.conftest import parsed_data
@@ -82,17 +82,24 @@ def test_export_files_and_quantization(trained_run, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
 
 
-def test_existing_folder_needs_force(trained_run, tmp_path):
+def test_existing_folder_needs_force_and_force_replaces_only_an_export(trained_run, tmp_path):
     ckpt = checkpoint_path(trained_run, "best")
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("x")
     r = syntaxnmt("export-ct2", "--checkpoint", str(ckpt), "-o", str(out))
     assert r.returncode == 2 and r.stderr.startswith(f"syntaxnmt: error: {out}: exists") and r.stderr.count("\n") == 1
-    assert (out / "keep.txt").is_file()
-    r = syntaxnmt("export-ct2", "--checkpoint", str(ckpt), "-o", str(out), "--force")
+    r = syntaxnmt("export-ct2", "--checkpoint", str(ckpt), "-o", str(out), "--force")  # not an export: kept
+    assert r.returncode == 2 and r.stderr.startswith(f"syntaxnmt: error: {out}: not written by `syntaxnmt export-ct2`") and r.stderr.count("\n") == 1
+    assert (out / "keep.txt").read_text() == "x" and not (out / "model.bin").exists()
+    new = tmp_path / "new"
+    r = syntaxnmt("export-ct2", "--checkpoint", str(ckpt), "-o", str(new))
     assert r.returncode == 0, r.stderr
-    assert (out / "model.bin").is_file() and not (out / "keep.txt").exists()
+    assert json.loads((new / MARKER).read_text())["written_by"] == "syntaxnmt export-ct2"
+    r = syntaxnmt("export-ct2", "--checkpoint", str(ckpt), "-o", str(new), "--force", "--quantization", "int8")  # an export: replaced
+    assert r.returncode == 0, r.stderr
+    assert json.loads((new / CONFIG_FILE).read_text())["quantization"] == "int8" and (new / MARKER).is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "out"]  # no temporary folder left
 
 
 def test_not_an_export_is_refused(tmp_path):
