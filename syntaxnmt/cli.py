@@ -133,6 +133,8 @@ def cmd_translate(args, extra) -> None:
     paths = [_checkpoint_arg(argparse.Namespace(config=args.config, checkpoint=c), extra) for c in args.checkpoint]
     device = resolve_device(args.device)
     if args.engine == "ctranslate2":
+        if args.docs:
+            raise UserError("--docs: document context needs --engine torch")
         if len(paths) > 1:
             raise UserError("--engine ctranslate2 translates with one model: give one --checkpoint (ensembles run with --engine torch)")
         engine = CT2Engine(paths[0], ct2_device(device))
@@ -159,7 +161,8 @@ def cmd_translate(args, extra) -> None:
     if args.engine == "ctranslate2":  # empty lines stay empty, as with the torch engine
         results = without_empty_lines(lines, lambda kept, _numbers: engine.translate_lines(kept, decode, **kw))
     else:
-        results = translate_lines(model, cfg, toks, lines, decode, device, **kw)
+        docs = read_lines(args.docs) if args.docs else None
+        results = translate_lines(model, cfg, toks, lines, decode, device, docs=docs, **kw)
     if nbest == 1:
         out = [nb[0][0] for nb in results]
     else:
@@ -357,6 +360,7 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--nbest", type=int, default=1, help="print the N best translations as 'i ||| text ||| score'")
     s.add_argument("--batch-size", type=int, help="sentences per batch")
     s.add_argument("--src-conllu", help="parses of the input (CoNLL-U, one sentence per line) for models that use trees or tags")
+    s.add_argument("--docs", help="document ids of the input (one per line): a context model (model.context) reads each line's previous lines")
     s.add_argument("--device", default="auto")
     s.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch", help="ctranslate2: search with CTranslate2 (--checkpoint: a `syntaxnmt export-ct2` folder, or a checkpoint exported on the fly); docs/deployment.md")
     _trust_flag(s)

@@ -73,9 +73,45 @@ class DataConfig(_Section):
     train_align: str = ""
     """Word alignments of the training corpus for guided alignment (Pharaoh ``i-j``, 0-indexed, one
     line per line of ``train_src``, over the words the model sees); ``syntaxnmt align-external`` writes one."""
+    train_docs: str = ""
+    """Document ids of the training corpus: one id per line of ``train_src`` (the convention of WMT
+    test sets), each document's lines contiguous. Needed by context models (``model.context``)."""
+    dev_docs: str = ""
+    """Document ids of the dev corpus, as ``train_docs``."""
 
 
 HeadSpec = list[list[str]]
+
+
+class ContextConfig(_Section):
+    """Context from the previous sentences of the document (``data.train_docs``); see
+    docs/documents.md and :mod:`syntaxnmt.model.context`.
+
+    * ``concat`` (Tiedemann & Scherrer 2017): ``side: source`` is *2-to-1* -- the ``sentences``
+      previous source sentences, a ``<sep>`` piece and the current sentence are encoded as one
+      sequence, the current sentence is translated; ``side: both`` is *2-to-2* -- the previous
+      target sentences and ``<sep>`` come before the current target too, and the output keeps the
+      last sentence.
+    * ``han`` (Miculicich et al. 2018, Sec. 2, Eqs. 1-5): a hierarchical attention network after
+      the last encoder layer: for each token, word-level attention over each previous source
+      sentence's encoder states gives one summary per sentence, sentence-level attention over the
+      summaries, a feed-forward layer, and a gate λ = σ(W[h; d]) mixing them: LayerNorm((1-λ)h + λd).
+      ``side: source`` only (the target-side HAN of the paper reads the decoder states of the
+      previous translations; not built yet).
+    """
+
+    kind: Literal["none", "concat", "han"] = "none"
+    sentences: Annotated[int, Field(ge=1, le=16)] = 3
+    """k: how many previous sentences of the document are context."""
+    side: Literal["source", "target", "both"] = "source"
+
+    @model_validator(mode="after")
+    def _check(self) -> "ContextConfig":
+        if self.kind == "han" and self.side != "source":
+            raise ValueError(f"model.context.side {self.side}: HAN reads source context only in this version (side: source)")
+        if self.kind == "concat" and self.side == "target":
+            raise ValueError("model.context.side target: concatenation is 2-to-1 (side: source) or 2-to-2 (side: both)")
+        return self
 
 
 # The names of the extension points whose implementations are registered in the model
@@ -217,6 +253,7 @@ class ModelConfig(_Section):
     source embedding (needs a joint vocabulary)."""
     syntax: SyntaxConfig = SyntaxConfig()
     rnn: RNNConfig = RNNConfig()
+    context: ContextConfig = ContextConfig()
 
     @property
     def position_table(self) -> bool:
@@ -228,6 +265,11 @@ class ModelConfig(_Section):
         if self.d_model % self.heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
         syn = self.syntax
+        if self.arch != "transformer":
+            if self.context.kind != "none":
+                raise ValueError("model.context is Transformer-only: leave it out with arch rnn")
+        if self.context.kind != "none" and syn != SyntaxConfig():
+            raise ValueError("model.context with model.syntax: not supported yet (the context sentences carry no parses)")
         if self.arch != "transformer":
             if syn != SyntaxConfig():
                 raise ValueError("model.syntax (linguistic attention and input features) is Transformer-only: leave it empty with arch rnn")
@@ -427,6 +469,9 @@ class TrainConfig(_Section):
     label_smoothing: Probability = 0.1
     max_steps: PositiveInt = 100_000
     max_epochs: PositiveInt = 1000
+    init_from: str = ""
+    """A checkpoint whose weights start this run (the two-stage recipe of HAN: train the sentence
+    model, then fine-tune the context model from it); parameters it lacks keep their initialization."""
     max_minutes: NonNegativeFloat = 0.0
     """Stop after this much training time (0 = no limit); the run can be resumed."""
     log_every: PositiveInt = 50
@@ -554,6 +599,8 @@ class Config(_Section):
         self._check_parses()
         self._check_multitask()
         self._check_model_data()
+        if self.model.context.kind != "none" and not (self.data.train_docs and self.data.dev_docs):
+            raise ValueError(f"model.context.kind {self.model.context.kind} needs the document ids of the corpus: set data.train_docs and data.dev_docs")
         return self
 
     def _check_model_data(self) -> None:

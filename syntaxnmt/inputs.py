@@ -114,6 +114,7 @@ class Batch:
     ids: Tensor  # (B,) sentence indices in the split
     features: SourceFeatures = field(default_factory=SourceFeatures)
     alignment: Tensor | None = None  # (B, T, S), only for guided alignment
+    context: Tensor | None = None  # (B, k, Sc) previous source sentences (nearest first, EOS-ended, PAD rows where missing), HAN models only
 
     @property
     def src_pad_mask(self) -> Tensor:
@@ -129,4 +130,4 @@ class Batch:
 
     def to(self, device: torch.device | str) -> "Batch":
         move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
-        return replace(self, src=move(self.src), tgt_in=move(self.tgt_in), tgt_out=move(self.tgt_out), features=self.features.to(device), alignment=move(self.alignment))
+        return replace(self, src=move(self.src), tgt_in=move(self.tgt_in), tgt_out=move(self.tgt_out), features=self.features.to(device), alignment=move(self.alignment), context=move(self.context))

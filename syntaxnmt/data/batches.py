@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from syntaxnmt.data.documents import DocumentContext, previous_sentences
 from syntaxnmt.data.features import SourceAnnotation, pad_features, sentence_features
 from syntaxnmt.data.links import alignment_targets, normalize_alignment
 from syntaxnmt.errors import UserError
@@ -89,6 +90,21 @@ class Split:
     def has_parses(self) -> bool:
         return "heads" in self.fields
 
+    @property
+    def docs(self) -> np.ndarray | None:
+        """The document index of every sentence (prepared with ``data.*_docs``), else None."""
+        return self.fields["doc"].data if "doc" in self.fields else None
+
+    def previous(self, k: int) -> np.ndarray:
+        """(N, k) positions of the k previous sentences of each sentence in its document, nearest
+        first, -1 where there are fewer (:func:`syntaxnmt.data.documents.previous_sentences`)."""
+        if self.docs is None:
+            raise UserError(f"the prepared split {self.name} has no document ids: set data.train_docs and data.dev_docs (and re-run prepare)")
+        cache = self.__dict__.setdefault("_previous", {})
+        if k not in cache:
+            cache[k] = previous_sentences(np.asarray(self.docs), k)
+        return cache[k]
+
     def annotation(self, i: int) -> SourceAnnotation:
         """Sentence ``i``'s word-level tree and tags with the word index of each piece."""
         tags = {name: self.fields[name][i] for name in TAG_NAMES if name in self.fields}
@@ -104,10 +120,21 @@ def pad_sequences(seqs: Sequence[np.ndarray | Sequence[int]], pad: int = PAD) ->
     return out
 
 
-def make_batch(src_seqs: Sequence, tgt_seqs: Sequence | None, ids: Sequence[int], annotations: Sequence[SourceAnnotation] | None = None, spec: FeatureSpec | None = None) -> Batch:
+def make_batch(
+    src_seqs: Sequence,
+    tgt_seqs: Sequence | None,
+    ids: Sequence[int],
+    annotations: Sequence[SourceAnnotation] | None = None,
+    spec: FeatureSpec | None = None,
+    context: Sequence[Sequence[np.ndarray]] | None = None,
+    context_size: int = 0,
+) -> Batch:
     """Add EOS/BOS and pad. ``tgt_seqs`` is None for translation-only batches. With a non-empty
     ``spec``, the batch carries the source features it names, made from ``annotations`` (one per
-    source sequence) -- the one way training, translation, alignment and attention export attach them."""
+    source sequence) -- the one way training, translation, alignment and attention export attach
+    them. ``context`` (one list per sentence of its previous source sentences, nearest first) fills
+    ``batch.context`` (B, ``context_size``, Sc) for a HAN model (each sentence ends with EOS; a
+    missing sentence is a row of padding)."""
     src = pad_sequences([np.append(s, EOS) for s in src_seqs])
     tgt_in = tgt_out = None
     if tgt_seqs is not None:
@@ -118,26 +145,52 @@ def make_batch(src_seqs: Sequence, tgt_seqs: Sequence | None, ids: Sequence[int]
         if annotations is None:
             raise UserError(f"this model uses source features ({', '.join(sorted(spec.names))}): the input must be annotated")
         batch.features = pad_features([sentence_features(a, spec) for a in annotations], src.size(1))
+    if context is not None and context_size:
+        rows = [np.append(s, EOS) for sentences in context for s in sentences[:context_size]]
+        length = max((len(r) for r in rows), default=1)
+        out = torch.full((len(context), context_size, length), PAD, dtype=torch.long)
+        for b, sentences in enumerate(context):
+            for j, s in enumerate(sentences[:context_size]):
+                out[b, j, : len(s) + 1] = torch.as_tensor(np.append(s, EOS))
+        batch.context = out
     return batch
 
 
-def collate(split: Split, indices: Sequence[int], spec: FeatureSpec | None = None, alignment: bool = False) -> Batch:
-    """The batch of sentences ``indices`` of a prepared split, with the source features ``spec`` names
-    and, with ``alignment``, the reference alignment of the split's ``align`` field."""
+def context_batch(context: DocumentContext, src: Sequence, tgt: Sequence | None, ids: Sequence[int], src_ctx: Sequence[Sequence], tgt_ctx: Sequence[Sequence] | None = None) -> Batch:
+    """The batch a context model reads: for ``concat`` the sentences with their previous ones and
+    separators in one sequence (the target too for 2-to-2, from ``tgt_ctx``), for ``han`` the
+    sentences and ``batch.context``."""
+    if context.kind == "han":
+        return make_batch(src, tgt, ids, context=src_ctx, context_size=context.sentences)
+    src = [context.concatenate(p, s) for p, s in zip(src_ctx, src)]
+    if tgt is not None and context.concat_target:
+        tgt = [context.concatenate(p, t) for p, t in zip(tgt_ctx, tgt)]
+    return make_batch(src, tgt, ids)
+
+
+def collate(split: Split, indices: Sequence[int], spec: FeatureSpec | None = None, alignment: bool = False, context: DocumentContext | None = None) -> Batch:
+    """The batch of sentences ``indices`` of a prepared split, with the source features ``spec`` names,
+    with ``alignment`` the reference alignment of the split's ``align`` field, and with ``context``
+    the previous sentences of each sentence's document as the context model reads them."""
+    if spec and spec.needs_parse and not split.has_parses:
+        raise UserError(f"the model uses {', '.join(sorted(spec.names))} but the prepared corpus has no parses: set data.annotate (spacy or conllu)")
     annotations = [split.annotation(i) for i in indices] if spec else None
-    batch = make_batch([split["src"][i] for i in indices], [split["tgt"][i] for i in indices], indices, annotations, spec)
+    src, tgt = [split["src"][i] for i in indices], [split["tgt"][i] for i in indices]
+    if context is None:
+        batch = make_batch(src, tgt, indices, annotations, spec)
+    else:
+        previous = split.previous(context.sentences)[np.asarray(indices)]
+        src_ctx = [[split["src"][j] for j in row if j >= 0] for row in previous]
+        tgt_ctx = [[split["tgt"][j] for j in row if j >= 0] for row in previous]
+        batch = context_batch(context, src, tgt, indices, src_ctx, tgt_ctx)
     if alignment:
         if "align" not in split.fields:
             raise UserError("guided alignment needs the prepared corpus to hold alignments: set data.train_align")
-
+        if context is not None and context.kind == "concat":
+            raise UserError("guided alignment and concatenation context models do not go together (the alignments cover the current sentence only)")
         links = [split["align"][i].reshape(-1, 2).tolist() for i in indices]
         ref = alignment_targets(links, batch.tgt_out.size(1), batch.src.size(1))
         batch.alignment = normalize_alignment(ref, batch.src_pad_mask, batch.tgt_out.eq(PAD))
-    if spec:
-        if spec.needs_parse and not split.has_parses:
-            raise UserError(f"the model uses {', '.join(sorted(spec.names))} but the prepared corpus has no parses: set data.annotate (spacy or conllu)")
-        feats = [sentence_features(split.annotation(i), spec) for i in indices]
-        batch.features = pad_features(feats, batch.src.size(1))
     return batch
 
 

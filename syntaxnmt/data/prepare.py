@@ -28,6 +28,7 @@ from syntaxnmt.config import Config, DataConfig
 from syntaxnmt.data.annotations import annotate
 from syntaxnmt.data.batches import RaggedArray, Split
 from syntaxnmt.data.corpus import ParallelText, length_filter, read_parallel
+from syntaxnmt.data.documents import SEP, read_doc_ids
 from syntaxnmt.data.features import TagVocab
 from syntaxnmt.data.links import parse_links, word_ids_from_pieces, words_to_subwords
 from syntaxnmt.data.subwords import Tokenizer, train_sentencepiece
@@ -130,7 +131,7 @@ def check_tag_sets(cfg: Config, tags: TagVocab | None) -> None:
             raise UserError(f"{key} uses {name}, but the parses of the corpus ({source}) have no {name} tags (every one is '_')")
 
 
-_PATH_KEYS = ("train_src", "train_tgt", "dev_src", "dev_tgt", "train_conllu", "dev_conllu", "train_align", "prepared_dir")
+_PATH_KEYS = ("train_src", "train_tgt", "dev_src", "dev_tgt", "train_conllu", "dev_conllu", "train_align", "train_docs", "dev_docs", "prepared_dir")
 
 
 def _absolute_paths(fingerprint: dict) -> dict:
@@ -146,7 +147,7 @@ def _fingerprint(data: DataConfig) -> dict:
     return fingerprint
 
 
-_INPUT_KEYS = ("train_src", "train_tgt", "dev_src", "dev_tgt", "train_conllu", "dev_conllu", "train_align")
+_INPUT_KEYS = ("train_src", "train_tgt", "dev_src", "dev_tgt", "train_conllu", "dev_conllu", "train_align", "train_docs", "dev_docs")
 
 
 @functools.lru_cache(maxsize=64)
@@ -289,6 +290,12 @@ def _save_split(out: Path, name: str, src, words, tgt, parses, tags: TagVocab | 
             RaggedArray.save(out / f"{name}.{tag}", [tags.encode(tag, getattr(parses[i], tag)) for i in keep])
 
 
+def _save_docs(out: Path, name: str, docs_path: str, text_path: str, text: ParallelText, keep: Sequence[int]) -> None:
+    """The document index of every kept sentence (field ``doc``: one number per sentence), in corpus order."""
+    docs = read_doc_ids(docs_path, text.counts["read"], text_path)
+    RaggedArray.save(out / f"{name}.doc", [docs[text.line_numbers[i] - 1 : text.line_numbers[i]] for i in keep])
+
+
 def _read_splits(cfg: Config, log) -> tuple[ParallelText, ParallelText, list | None, list | None, dict[str, int]]:
     """The train and dev pairs and, with ``data.annotate``, their parses and bad-tree counts."""
     d = cfg.data
@@ -312,12 +319,13 @@ def _train_subwords(cfg: Config, src_text: list[str], tgt_text: list[str], log) 
     """SentencePiece model(s) on the text the model sees, joint or one per language."""
     d = cfg.data
     src_spm, tgt_spm = spm_paths(cfg.prepared_dir, d)
+    symbols = (SEP,) if d.train_docs else ()  # a document corpus: the separator of concatenation models
     if d.vocab == "word":
         log(f"word vocabulary ({'joint' if d.joint_vocab else 'separate'}, <= {d.vocab_size} words)")
         for path, text in ((src_spm, src_text + tgt_text),) if d.joint_vocab else ((src_spm, src_text), (tgt_spm, tgt_text)):
-            train_word_vocab(text, path, d.vocab_size)
+            train_word_vocab(text, path, d.vocab_size, symbols)
         return
-    spm_args = dict(vocab_size=d.vocab_size, model_type=d.spm_model_type, character_coverage=d.spm_character_coverage, max_sentences=d.spm_max_sentences, seed=cfg.seed)
+    spm_args = dict(vocab_size=d.vocab_size, model_type=d.spm_model_type, character_coverage=d.spm_character_coverage, max_sentences=d.spm_max_sentences, seed=cfg.seed, symbols=symbols)
     log(f"training SentencePiece ({d.spm_model_type}, {'joint' if d.joint_vocab else 'separate'}, vocab <= {d.vocab_size})")
     if d.joint_vocab:
         train_sentencepiece(src_text + tgt_text, src_spm, **spm_args)
@@ -329,7 +337,7 @@ def _train_subwords(cfg: Config, src_text: list[str], tgt_text: list[str], log) 
 def prepared_arrays(folder: Path) -> list[Path]:
     """The arrays ``prepare`` writes in ``folder`` (``{train,dev}.FIELD.{data,offsets}.npy``), and
     nothing else: a rebuild removes these only, whatever else ``data.prepared_dir`` holds."""
-    fields = {"src", "src_word", "tgt", "heads", "align", "tgt_word", *TAG_NAMES}
+    fields = {"src", "src_word", "tgt", "heads", "align", "tgt_word", "doc", *TAG_NAMES}
     names = {f"{split}.{field}.{part}.npy" for split in ("train", "dev") for field in fields for part in ("data", "offsets")}
     return [p for p in folder.glob("*.npy") if p.name in names]
 
@@ -375,11 +383,15 @@ def prepare(cfg: Config, force: bool = False, log=print) -> dict:
         n_links = _save_alignments(out, d.train_align, train, src_text, tgt_text, src_words, tgt_ids, toks.tgt, keep)
         log(f"{n_links} word links of {d.train_align} projected onto subwords")
     write_lines(out / "train.lines", [str(train.line_numbers[i]) for i in keep])
+    if d.train_docs:
+        _save_docs(out, "train", d.train_docs, d.train_src, train, keep)
 
     # Dev split: every non-empty pair is kept (validation BLEU is computed on the raw references).
     dev_src, dev_words = _encode_source(toks.src, dev, dev_parses)
     dev_tgt = toks.tgt.encode_batch(dev.tgt)
     _save_split(out, "dev", dev_src, dev_words, dev_tgt, dev_parses, tags, range(len(dev.src)))
+    if d.dev_docs:
+        _save_docs(out, "dev", d.dev_docs, d.dev_src, dev, range(len(dev.src)))
     write_lines(out / "dev.ref", dev.tgt)
     write_lines(out / "dev.raw_src", dev.src)
 

@@ -30,6 +30,7 @@ def train_sentencepiece(
     character_coverage: float = 1.0,
     max_sentences: int = 1_000_000,
     seed: int = 1,
+    symbols: Sequence[str] = (),
 ) -> Path:
     """Train a SentencePiece model on ``sentences`` and write ``model_path`` (``.model``) atomically.
 
@@ -41,7 +42,7 @@ def train_sentencepiece(
     with tempfile.TemporaryDirectory(dir=model_path.parent, prefix=temporary_prefix(model_path), suffix=".tmp") as tmp:
         prefix = os.path.join(tmp, "spm")
         try:
-            _train(sentences, prefix, vocab_size, model_type, character_coverage, max_sentences)
+            _train(sentences, prefix, vocab_size, model_type, character_coverage, max_sentences, symbols)
         except RuntimeError as e:  # e.g. fewer pieces than the corpus has characters
             reason = str(e).split("] ")[-1].strip()
             raise UserError(f"data.vocab_size {vocab_size}: SentencePiece cannot build this vocabulary ({reason or e}; see also data.spm_character_coverage)") from None
@@ -50,8 +51,11 @@ def train_sentencepiece(
     return model_path
 
 
-def _train(sentences: Iterable[str], prefix: str, vocab_size: int, model_type: str, character_coverage: float, max_sentences: int) -> None:
+def _train(sentences: Iterable[str], prefix: str, vocab_size: int, model_type: str, character_coverage: float, max_sentences: int, symbols: Sequence[str] = ()) -> None:
+    """``symbols``: pieces that are never split (the document separator of context models)."""
+    extra = {"user_defined_symbols": list(symbols)} if symbols else {}
     spm.SentencePieceTrainer.train(
+        **extra,
         sentence_iterator=iter(sentences),
         model_prefix=prefix,
         vocab_size=vocab_size,
@@ -90,6 +94,11 @@ class Tokenizer:
 
     def __len__(self) -> int:
         return self.sp.get_piece_size()
+
+    def symbol_id(self, piece: str) -> int | None:
+        """The id of a user-defined piece (e.g. the document separator), None when the vocabulary lacks it."""
+        i = self.sp.piece_to_id(piece)
+        return None if i == UNK or self.sp.id_to_piece(i) != piece else i
 
     def model_proto(self) -> bytes:
         """The SentencePiece model itself (what a checkpoint stores to be self-contained)."""

@@ -25,12 +25,12 @@ UNK_TEXT = "<unk>"
 """How an unknown word is written in decoded text."""
 
 
-def train_word_vocab(sentences: Iterable[str], path: str | os.PathLike, vocab_size: int) -> Path:
-    """Write the ``vocab_size`` most frequent words (specials included), one ``word<TAB>count`` per
-    line, most frequent first (ties broken alphabetically, so the file is deterministic)."""
-    counts = Counter(w for s in sentences for w in s.split())
-    keep = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: max(0, vocab_size - len(SPECIALS))]
-    lines = [f"{s}\t0" for s in SPECIALS] + [f"{w}\t{c}" for w, c in keep]
+def train_word_vocab(sentences: Iterable[str], path: str | os.PathLike, vocab_size: int, symbols: Sequence[str] = ()) -> Path:
+    """Write the ``vocab_size`` most frequent words (specials and ``symbols`` included), one
+    ``word<TAB>count`` per line, most frequent first (ties broken alphabetically, so the file is deterministic)."""
+    counts = Counter(w for s in sentences for w in s.split() if w not in symbols)
+    keep = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: max(0, vocab_size - len(SPECIALS) - len(symbols))]
+    lines = [f"{s}\t0" for s in (*SPECIALS, *symbols)] + [f"{w}\t{c}" for w, c in keep]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, "\n".join(lines) + "\n")
@@ -68,6 +68,9 @@ class WordProcessor:
 
     def pad_id(self) -> int:
         return PAD
+
+    def piece_to_id(self, piece: str) -> int:
+        return self.index.get(piece, UNK)
 
     def eos_id(self) -> int:
         return EOS

@@ -13,7 +13,8 @@ from tqdm.auto import tqdm
 from syntaxnmt.checkpoint import load_model_checkpoint
 from syntaxnmt.config import Config, DecodeConfig, config_from_dict
 from syntaxnmt.data.annotations import spacy_parser
-from syntaxnmt.data.batches import make_batch
+from syntaxnmt.data.batches import context_batch, make_batch
+from syntaxnmt.data.documents import doc_index, document_context, previous_sentences
 from syntaxnmt.data.features import SourceAnnotation
 from syntaxnmt.data.prepare import Tokenizers, load_tag_vocab, load_tokenizers, parse_source, tokenizers_from_assets
 from syntaxnmt.decoding.search import Hypothesis, max_output_lengths, search
@@ -41,6 +42,7 @@ def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module,
         except UserError as e:
             raise UserError(f"{path} holds no tokenizers (an older checkpoint): it needs its prepared corpus, run from the folder it was trained in ({e})") from None
     model = build_model(cfg, **toks.vocab_sizes())
+    model.document_context = document_context(cfg, toks.src, toks.tgt)
     model.load_state_dict(state["model"])
     return model.to(device).eval(), cfg, toks
 
@@ -54,17 +56,22 @@ def translate_ids(
     beam: int | None = None,
     nbest: int = 1,
     annotations: Sequence[SourceAnnotation] | None = None,
+    contexts: Sequence[Sequence[np.ndarray]] | None = None,
     progress: bool = False,
 ) -> list[list[Hypothesis]]:
     """Search every source (subword ids, no EOS) in batches of similar length; results in input order.
 
     ``annotations`` (one per source) are required when the model uses source features.
+    ``contexts`` (one list per source: the previous source sentences of its document, nearest
+    first) are read by a context model (``model.document_context``); a 2-to-2 model's output keeps
+    the sentence after its last separator.
     """
     beam = decode.beam_size if beam is None else beam
     spec = model.feature_spec
     if spec and annotations is None:
         raise UserError(f"this model uses source features ({', '.join(sorted(spec.names))}): the input must be annotated")
     max_pos = model.cfg.max_positions - 2
+    context = getattr(model, "document_context", None) if contexts is not None else None
     order = np.argsort([len(s) for s in sources], kind="stable")[::-1]
     results: list[list[Hypothesis]] = [None] * len(sources)  # type: ignore[list-item]
     model.eval()
@@ -72,12 +79,21 @@ def translate_ids(
         for start in range(0, len(order), decode.batch_size):
             idx = order[start : start + decode.batch_size]
             anns = [_truncate(annotations[i], max_pos) for i in idx] if spec else None
-            batch = make_batch([sources[i][:max_pos] for i in idx], None, idx.tolist(), anns, spec).to(device)
+            if context is not None:
+                batch = context_batch(context, [sources[i][:max_pos] for i in idx], None, idx.tolist(), [[c[:max_pos] for c in contexts[i]] for i in idx])
+                if context.kind == "concat":
+                    batch.src = batch.src[:, -(max_pos + 1) :]  # a long context is cut from the left; the current sentence stays
+                batch = batch.to(device)
+            else:
+                batch = make_batch([sources[i][:max_pos] for i in idx], None, idx.tolist(), anns, spec).to(device)
             src_lens = batch.src.ne(0).sum(1) - 1
             max_len = max_output_lengths(src_lens, decode.max_len_a, decode.max_len_b, max_pos)
             hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty, decode.length_penalty_type)
             if decode.unk_replace != "none":
                 locate_unknown_words(model, batch, hyps, decode)
+            if context is not None and context.concat_target:
+                for h in (h for nb in hyps for h in nb):
+                    h.tokens = context.current_part(h.tokens)
             for i, h in zip(idx, hyps):
                 results[i] = h
             bar.update(len(idx))
@@ -167,17 +183,42 @@ def warn_cut_lines(sources: Sequence[np.ndarray], limit: int, source_name: str, 
             tqdm.write(f"syntaxnmt: warning: {source_name}:{n}: {len(ids)} subwords, only the first {limit} are translated (the model's max_positions)", file=sys.stderr)
 
 
-def translate_lines(model, cfg: Config, toks: Tokenizers, lines: Sequence[str], decode: DecodeConfig, device: torch.device, *, conllu: str | None = None, source_name: str = "<input>", line_numbers: Sequence[int] | None = None, **kw) -> list[list[tuple[str, float]]]:
+def translate_lines(
+    model,
+    cfg: Config,
+    toks: Tokenizers,
+    lines: Sequence[str],
+    decode: DecodeConfig,
+    device: torch.device,
+    *,
+    conllu: str | None = None,
+    source_name: str = "<input>",
+    line_numbers: Sequence[int] | None = None,
+    docs: Sequence[str] | None = None,
+    **kw,
+) -> list[list[tuple[str, float]]]:
     """Raw source lines to detokenized n-best lists of (translation, score).
 
     An empty or blank line translates to an empty line without reaching the model (with
     ``conllu``, the CoNLL-U file holds one sentence per non-empty line, as for ``prepare``); a line
-    longer than the model's positions is cut, with a warning naming it (docs/robustness.md)."""
+    longer than the model's positions is cut, with a warning naming it (docs/robustness.md).
+    ``docs`` (a document id per line): a context model reads the previous lines of each line's
+    document (a sentence-level model translates as without them)."""
+    if docs is not None and len(docs) != len(lines):
+        raise UserError(f"{len(docs)} document ids for {len(lines)} lines of {source_name} (give one id per line)")
     if any(not line.strip() for line in lines):
-        return without_empty_lines(lines, lambda kept, numbers: translate_lines(model, cfg, toks, kept, decode, device, conllu=conllu, source_name=source_name, line_numbers=numbers, **kw))
+        return without_empty_lines(
+            lines,
+            lambda kept, numbers: translate_lines(model, cfg, toks, kept, decode, device, conllu=conllu, source_name=source_name, line_numbers=numbers, docs=None if docs is None else [docs[n - 1] for n in numbers], **kw),
+        )
     sources, annotations = encode_source_lines(cfg, toks, lines, model.feature_spec, conllu, source_name)
     warn_cut_lines(sources, model.cfg.max_positions - 2, source_name, line_numbers)
-    hyps = translate_ids(model, sources, decode, device, annotations=annotations, **kw)
+    contexts = None
+    context = getattr(model, "document_context", None)
+    if docs is not None and context is not None:
+        previous = previous_sentences(doc_index(docs, f"{source_name} (document ids)"), context.sentences)
+        contexts = [[sources[j] for j in row if j >= 0] for row in previous]
+    hyps = translate_ids(model, sources, decode, device, annotations=annotations, contexts=contexts, **kw)
     if decode.unk_replace != "none":
         words = parser_words(cfg, lines, conllu, source_name)
         return translations_with_replacement(toks, lines, sources, hyps, decode, words)

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from syntaxnmt.config import ModelConfig
 from syntaxnmt.inputs import PAD, Batch, FeatureSpec, SourceFeatures
 from syntaxnmt.model.attention import MultiHeadAttention, reorder_cache
+from syntaxnmt.model.context import HierarchicalContext
 from syntaxnmt.model.dropout import Dropout
 from syntaxnmt.model.linear import Linear
 from syntaxnmt.model.outputs import DecoderState, EncoderOutput, ModelOutput
@@ -159,6 +160,7 @@ class Transformer(nn.Module):
         self.encoder = nn.ModuleList(EncoderLayer(cfg, encoder_extensions(syn, i, cfg.heads, d_head, tag_vocabs)) for i in range(cfg.enc_layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.dec_layers))
         self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
+        self.han = HierarchicalContext(cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.dropout) if cfg.context.kind == "han" else None
         self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.output = Linear(cfg.d_model, tgt_vocab, bias=False)
         if cfg.tie_embeddings in ("decoder", "all"):
@@ -182,7 +184,27 @@ class Transformer(nn.Module):
             x, w = layer(x, pad_mask, need_weights or i in wanted, batch.features, rows)
             weights.append(w)
             states.append(x)
-        return EncoderOutput(self.enc_norm(x), pad_mask, weights if need_weights or wanted else [], states)
+        hidden = self.enc_norm(x)
+        if self.han is not None and batch.context is not None:
+            hidden = self.han(hidden, *self.encode_context(batch.context), need_weights=need_weights)
+        return EncoderOutput(hidden, pad_mask, weights if need_weights or wanted else [], states)
+
+    def encode_context(self, context: Tensor) -> tuple[Tensor, Tensor]:
+        """Encoder states (B, k, Sc, D) of the previous sentences (B, k, Sc) and their padding mask;
+        missing sentences (rows of padding) are not encoded and get zeros."""
+        b, k, sc = context.shape
+        flat = context.reshape(b * k, sc)
+        pad = flat.eq(PAD)
+        present = ~pad.all(-1)
+        states = torch.zeros(b * k, sc, self.cfg.d_model, device=context.device, dtype=self.output.weight.dtype)
+        if bool(present.any()):
+            rows = present.nonzero().squeeze(1)
+            src, mask = flat.index_select(0, rows), pad.index_select(0, rows)
+            x = self.src_embed(src)
+            for layer in self.encoder:
+                x, _ = layer(x, mask)
+            states = states.index_copy(0, rows, self.enc_norm(x).to(states.dtype))
+        return states.view(b, k, sc, -1), pad.view(b, k, sc)
 
     def decode(self, tgt_in: Tensor, enc: EncoderOutput, need_weights: bool = False) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """Final decoder states (B, T, D), normalized, before the output layer; cross- and

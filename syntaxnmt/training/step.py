@@ -12,6 +12,7 @@ import torch
 
 from syntaxnmt.config import Config, TrainConfig
 from syntaxnmt.data.batches import Split, collate, pad_batch, shape_bucket
+from syntaxnmt.data.documents import DocumentContext
 from syntaxnmt.inputs import Batch, FeatureSpec
 from syntaxnmt.model.linear import onednn_in_training
 from syntaxnmt.training.alignment import alignment_objective
@@ -61,11 +62,12 @@ def forward_loss(model, batch, t: TrainConfig, objectives=(), step: int | torch.
     return (loss, logs, out) if with_output else (loss, logs)
 
 
-def training_batch(split: Split, idx: np.ndarray, spec, t: TrainConfig, objectives=()) -> Batch:
+def training_batch(split: Split, idx: np.ndarray, spec, t: TrainConfig, objectives=(), context: DocumentContext | None = None) -> Batch:
     """The batch of sentences ``idx`` as training reads it: with the features the model and the
-    objectives need, padded to its static shape when ``train.shape_bucket`` is on (``t`` with its
-    automatic settings decided: :meth:`~syntaxnmt.config.TrainConfig.for_device`)."""
-    batch = collate(split, idx, spec, alignment=any(o.needs_reference for o in objectives))
+    objectives need, the document context of a context model, padded to its static shape when
+    ``train.shape_bucket`` is on (``t`` with its automatic settings decided:
+    :meth:`~syntaxnmt.config.TrainConfig.for_device`)."""
+    batch = collate(split, idx, spec, alignment=any(o.needs_reference for o in objectives), context=context)
     return pad_batch(batch, *shape_bucket(batch, t.max_tokens, t.shape_bucket)) if t.shape_bucket else batch
 
 
@@ -87,7 +89,7 @@ def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainCon
     stats: dict = {}
     static_cpu = bool(t.shape_bucket) and device.type == "cpu"
     for k, idx in enumerate(group):
-        batch = training_batch(split, idx, spec, t, objectives)
+        batch = training_batch(split, idx, spec, t, objectives, getattr(raw, "document_context", None))
         if graphed is not None:
             logs = graphed(batch, scale, step)
         else:

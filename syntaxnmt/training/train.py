@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from syntaxnmt.checkpoint import load_model_checkpoint, save_checkpoint
 from syntaxnmt.config import Config, TrainConfig
 from syntaxnmt.data.batches import Split, TokenBatchSampler, bucket_batches, collate
+from syntaxnmt.data.documents import document_context
 from syntaxnmt.data.prepare import check_tag_sets, is_prepared, load_split, load_tokenizers, prepare, tokenizer_assets
 from syntaxnmt.decoding.averaging import keep_periodic
 from syntaxnmt.decoding.translate import translate_ids
@@ -43,9 +44,10 @@ from syntaxnmt.training.step import forward_loss, training_objectives, update
 def validate(model, cfg: Config, dev: Split, refs: list[str], tgt_tok, device: torch.device) -> dict[str, float]:
     """Teacher-forced dev loss (per target token) and, if enabled, greedy dev BLEU."""
     model.eval()
+    context = getattr(model, "document_context", None)
     nll_sum, tokens = 0.0, 0
     for idx in bucket_batches(dev["src"].lengths, dev["tgt"].lengths, cfg.train.max_tokens, None):
-        batch = collate(dev, idx, model.feature_spec).to(device)
+        batch = collate(dev, idx, model.feature_spec, context=context).to(device)
         _, nll = sequence_loss(model(batch), batch.tgt_out, 0.0)
         nll_sum += float(nll)
         tokens += batch.n_tgt_tokens
@@ -54,7 +56,8 @@ def validate(model, cfg: Config, dev: Split, refs: list[str], tgt_tok, device: t
     if cfg.train.valid_bleu:
         n = len(dev) if cfg.train.valid_max_sentences <= 0 else min(len(dev), cfg.train.valid_max_sentences)
         annotations = [dev.annotation(i) for i in range(n)] if model.feature_spec else None
-        hyps = translate_ids(model, [dev["src"][i] for i in range(n)], cfg.decode, device, beam=1, annotations=annotations)
+        contexts = [[dev["src"][j] for j in row if j >= 0] for row in dev.previous(context.sentences)[:n]] if context else None
+        hyps = translate_ids(model, [dev["src"][i] for i in range(n)], cfg.decode, device, beam=1, annotations=annotations, contexts=contexts)
         texts = [tgt_tok.decode(h[0].tokens) for h in hyps]
         result["bleu"] = corpus_bleu(texts, [refs[:n]])
         write_lines(Path(cfg.work_dir) / "dev.hyp", texts)
@@ -138,6 +141,7 @@ class SingleModel:
         check_dev_lengths(cfg, self.dev)
         self.refs = read_lines(cfg.prepared_dir / "dev.ref")
         self.raw = build_model(cfg, **self.toks.vocab_sizes()).to(device)
+        self.raw.document_context = document_context(cfg, self.toks.src, self.toks.tgt)
         self.model = self.raw
         self.objectives = training_objectives(cfg)
         self.opt, self.sched = build_optimizer(self.raw, cfg.train)
@@ -219,6 +223,22 @@ def tensorboard_writer(cfg: Config, enabled: bool = True):
     return SummaryWriter(str(Path(cfg.work_dir) / "tensorboard"))
 
 
+def init_weights(model: torch.nn.Module, path: str, log) -> None:
+    """Start ``model`` from the weights of the checkpoint at ``path`` (``train.init_from``): every
+    parameter the checkpoint holds must fit; the others (e.g. the HAN block of a context model
+    fine-tuned from a sentence-level one, Miculicich et al. 2018 Sec. 3) keep their initialization."""
+    state = load_model_checkpoint(path)["model"]
+    own = model.state_dict()
+    unknown = [k for k in state if k not in own]
+    wrong = [k for k in state if k in own and own[k].shape != state[k].shape]
+    if unknown or wrong:
+        what = f"{len(unknown)} parameters this model lacks (e.g. {unknown[0]})" if unknown else f"{wrong[0]} has shape {tuple(state[wrong[0]].shape)}, not {tuple(own[wrong[0]].shape)}"
+        raise UserError(f"train.init_from {path}: not weights of this architecture ({what})")
+    model.load_state_dict(state, strict=False)
+    missing = [k for k in own if k not in state]
+    log(f"initialized from {path}" + (f" ({len(missing)} parameters new, e.g. {missing[0]})" if missing else ""))
+
+
 def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
     """Train ``cfg`` (preparing its corpus first if needed); returns the final progress."""
     t = cfg.train
@@ -236,6 +256,8 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
     task = SingleModel(cfg, world, device, log, writer)
     if resume:
         task.resume()
+    elif t.init_from:
+        init_weights(task.raw, t.init_from, log)
     if world.is_main:
         task.run.work.mkdir(parents=True, exist_ok=True)
         cfg.save(task.run.work / "config.yaml")

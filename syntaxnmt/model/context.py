@@ -1,0 +1,70 @@
+"""Hierarchical attention over the previous sentences of the document (``model.context.kind: han``).
+
+Miculicich, Ram, Pappas & Henderson (EMNLP 2018), "Document-Level Neural Machine Translation with
+Hierarchical Attention Networks", Sec. 2, after Yang et al. (2016). For every token state h_t of the
+current sentence (the encoder output) and the encoder states C_j of each of the k previous source
+sentences (the same encoder):
+
+    s_t^j = MultiHead_w(h_t, C_j)                          word level: one summary per sentence (Eq. 1-2)
+    d_t   = FFN(MultiHead_s(h_t, [s_t^1 ... s_t^k]))       sentence level (Eq. 3)
+    λ_t   = σ(W_h h_t + W_d d_t)                           a gate per dimension (Eq. 4)
+    h~_t  = LayerNorm((1 - λ_t) ⊙ h_t + λ_t ⊙ d_t)          (Eq. 5)
+
+Padding of a context sentence gets no word-level weight, a missing sentence (the document has
+fewer than k before this one) no sentence-level weight; a sentence with no context at all keeps
+h_t unchanged -- exactly the sentence-level model's state.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from syntaxnmt.model.attention import MultiHeadAttention
+from syntaxnmt.model.dropout import Dropout
+from syntaxnmt.model.linear import Linear
+
+
+class HierarchicalContext(nn.Module):
+    """The HAN block on top of the encoder (see the module docstring)."""
+
+    def __init__(self, d_model: int, heads: int, ffn_dim: int, dropout: float = 0.1):
+        super().__init__()
+        self.word = MultiHeadAttention(d_model, heads, dropout)
+        self.sentence = MultiHeadAttention(d_model, heads, dropout)
+        self.ffn = nn.Sequential(Linear(d_model, ffn_dim), nn.ReLU(), Dropout(dropout), Linear(ffn_dim, d_model))
+        self.gate = Linear(2 * d_model, d_model)
+        self.norm = nn.LayerNorm(d_model)
+        self.last_weights: tuple[Tensor, Tensor] | None = None  # (word, sentence) weights of the last call with need_weights
+
+    def forward(self, h: Tensor, ctx: Tensor, ctx_pad: Tensor, need_weights: bool = False) -> Tensor:
+        """``h`` (B, S, D) current states; ``ctx`` (B, k, Sc, D) encoder states of the previous
+        sentences (nearest first) with ``ctx_pad`` (B, k, Sc) True at padding and in missing sentences.
+
+        With ``need_weights`` the word-level weights (B, k, H, S, Sc) and sentence-level weights
+        (B, H, S, k) are kept in :attr:`last_weights` (for ``syntaxnmt attention``)."""
+        b, s, d = h.shape
+        k, sc = ctx.shape[1], ctx.shape[2]
+        present = ~ctx_pad.all(-1)  # (B, k): the sentence exists
+        # Word level: every token attends over each context sentence separately.
+        queries = h.unsqueeze(1).expand(b, k, s, d).reshape(b * k, s, d)
+        word_mask = ctx_pad.reshape(b * k, sc).clone()
+        word_mask[~present.reshape(-1), 0] = False  # a missing sentence: any finite row (masked below)
+        summaries, w_word = self.word(queries, ctx.reshape(b * k, sc, d), key_padding_mask=word_mask, need_weights=need_weights)
+        summaries = summaries.view(b, k, s, d).transpose(1, 2).reshape(b * s, k, d)
+        # Sentence level: every token attends over the k summaries.
+        sent_mask = (~present).unsqueeze(1).expand(b, s, k).reshape(b * s, k).clone()
+        none = sent_mask.all(-1)
+        sent_mask[none, 0] = False
+        context, w_sent = self.sentence(h.reshape(b * s, 1, d), summaries, key_padding_mask=sent_mask, need_weights=need_weights)
+        d_t = self.ffn(context.view(b, s, d))
+        gate = torch.sigmoid(self.gate(torch.cat([h, d_t], dim=-1)))
+        out = self.norm((1 - gate) * h + gate * d_t)
+        if need_weights:
+            self.last_weights = (w_word.view(b, k, -1, s, sc), w_sent.view(b, s, -1, k).transpose(1, 2))
+        has_context = present.any(-1)[:, None, None]
+        return torch.where(has_context, out, h)
+
+    def gate_values(self, h: Tensor, d_t: Tensor) -> Tensor:
+        """λ of Eq. 4 for states ``h`` and context vectors ``d_t`` (for tests and analysis)."""
+        return torch.sigmoid(self.gate(torch.cat([h, d_t], dim=-1)))

@@ -1,0 +1,99 @@
+"""Documents as data: doc-id files, previous sentences, and the batches of context models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import deep_merge, quiet, tiny_tree
+
+from syntaxnmt.config import load_config
+from syntaxnmt.data.batches import collate
+from syntaxnmt.data.documents import SEP, DocumentContext, doc_index, document_context, previous_sentences, read_doc_ids
+from syntaxnmt.data.prepare import load_split, load_tokenizers, prepare
+from syntaxnmt.errors import UserError
+from syntaxnmt.inputs import EOS, PAD
+from syntaxnmt.textio import read_lines
+
+
+def test_doc_index_numbers_documents_in_order_and_refuses_a_split_document():
+    assert doc_index(["a", "a", "b", "c", "c"]).tolist() == [0, 0, 1, 2, 2]
+    with pytest.raises(UserError, match=r"ids:4: document 'a' continues after another document began"):
+        doc_index(["a", "b", "b", "a"], "ids")
+    with pytest.raises(UserError, match=r"ids:2: empty document id"):
+        doc_index(["a", " "], "ids")
+
+
+def test_read_doc_ids_needs_one_id_per_line(tmp_path):
+    (tmp_path / "d").write_text("x\nx\ny\n")
+    assert read_doc_ids(tmp_path / "d", 3).tolist() == [0, 0, 1]
+    with pytest.raises(UserError, match=r"3 document ids for 4 lines of t.src"):
+        read_doc_ids(tmp_path / "d", 4, "t.src")
+
+
+def test_previous_sentences_stop_at_document_starts():
+    prev = previous_sentences(np.array([0, 0, 0, 1, 1, 2]), 2)
+    assert prev.tolist() == [[-1, -1], [0, -1], [1, 0], [-1, -1], [3, -1], [-1, -1]]
+
+
+def test_concatenation_both_ways():
+    c = DocumentContext("concat", 2, "both", sep=9)
+    assert c.concatenate([np.array([5]), np.array([6, 7]), np.array([8])], np.array([1, 2])).tolist() == [6, 7, 9, 5, 9, 1, 2]
+    assert c.concatenate([], np.array([1])).tolist() == [1]
+    assert c.current_part([6, 9, 5, 9, 1, 2]) == [1, 2] and c.current_part([1, 2]) == [1, 2]
+
+
+@pytest.fixture(scope="module")
+def doc_corpus(corpus, tmp_path_factory):
+    """The tiny corpus with documents of 4 lines (the last one shorter)."""
+    folder = tmp_path_factory.mktemp("docs")
+    files = {}
+    for split in ("train", "dev"):
+        n = len(read_lines(corpus[split]["src"]))
+        files[split] = folder / f"{split}.docs"
+        files[split].write_text("".join(f"d{i // 4}\n" for i in range(n)))
+    return files
+
+
+def doc_config(corpus, doc_corpus, tmp_path, context: dict, **extra):
+    tree = deep_merge(tiny_tree(corpus, tmp_path / "run", tmp_path / "prepared"), {"data": {"train_docs": str(doc_corpus["train"]), "dev_docs": str(doc_corpus["dev"])}, "model": {"context": context}})
+    return load_config(None, deep_merge(tree, extra))
+
+
+def test_prepare_keeps_document_ids_and_batches_reach_the_previous_sentences(corpus, doc_corpus, tmp_path):
+    cfg = doc_config(corpus, doc_corpus, tmp_path, {"kind": "han", "sentences": 2})
+    prepare(cfg, log=quiet)
+    split, toks = load_split(cfg, "train"), load_tokenizers(cfg)
+    assert split.docs.tolist()[:9] == [0, 0, 0, 0, 1, 1, 1, 1, 2]
+    assert toks.src.symbol_id(SEP) is not None
+    context = document_context(cfg, toks.src, toks.tgt)
+    indices = [5, 4, 8, 3]  # inside a document, at its start, at the next start, at a document's end
+    batch = collate(split, indices, context=context)
+    assert batch.context.shape[:2] == (4, 2)
+    for row, i in enumerate(indices):
+        for j in range(2):
+            before = i - 1 - j
+            if before >= 4 * (i // 4):
+                expected = np.append(split["src"][before], EOS).tolist()
+                assert batch.context[row, j, : len(expected)].tolist() == expected
+                assert batch.context[row, j, len(expected) :].eq(PAD).all()
+            else:
+                assert batch.context[row, j].eq(PAD).all()
+
+
+def test_a_concat_batch_holds_the_previous_sentences_and_the_separator(corpus, doc_corpus, tmp_path):
+    cfg = doc_config(corpus, doc_corpus, tmp_path, {"kind": "concat", "sentences": 1, "side": "both"})
+    prepare(cfg, log=quiet)
+    split, toks = load_split(cfg, "train"), load_tokenizers(cfg)
+    sep = toks.src.symbol_id(SEP)
+    batch = collate(split, [1, 4], context=document_context(cfg, toks.src, toks.tgt))
+    first = np.concatenate([split["src"][0], [sep], split["src"][1], [EOS]]).tolist()
+    assert batch.src[0, : len(first)].tolist() == first
+    target = np.concatenate([split["tgt"][0], [sep], split["tgt"][1], [EOS]]).tolist()
+    assert batch.tgt_out[0, : len(target)].tolist() == target
+    alone = np.append(split["src"][4], EOS).tolist()  # a document start: no separator
+    assert batch.src[1, : len(alone)].tolist() == alone
+
+
+def test_a_context_model_needs_document_ids(corpus, tmp_path):
+    with pytest.raises(UserError, match="needs the document ids of the corpus: set data.train_docs and data.dev_docs"):
+        load_config(None, deep_merge(tiny_tree(corpus, tmp_path), {"model": {"context": {"kind": "han"}}}))
