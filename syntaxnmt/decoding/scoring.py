@@ -1,0 +1,125 @@
+"""Scoring given translations: the summed negative log-likelihood of a target sentence given its
+source (and, for a context model, the previous sentences of the document), and contrastive
+evaluation (``syntaxnmt score --contrastive``): a model passes an item when it gives the correct
+candidate the lowest NLL (Sennrich 2017; Müller et al. 2018; Voita et al. 2019).
+
+The context of an item can be replaced by a control: ``none`` (no previous sentence) or
+``other-document`` (the context of an item of another document). A model that really reads its
+context falls back to chance under both; one that does not is at chance with its true context too.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from syntaxnmt.data.batches import context_batch, make_batch
+from syntaxnmt.errors import UserError
+from syntaxnmt.inputs import PAD
+
+CONTEXT_MODES = ("true", "other-document", "none")
+
+
+@dataclass
+class ScoredPair:
+    """One (source, target) pair to score, with the document context the model may read."""
+
+    src: str
+    tgt: str
+    context_src: list[str] = field(default_factory=list)  # previous source sentences, nearest first
+    context_tgt: list[str] = field(default_factory=list)  # their translations (2-to-2 models), nearest first
+
+
+@torch.no_grad()
+def target_nll(model, toks, pairs: Sequence[ScoredPair], device: torch.device, batch_size: int = 64) -> list[float]:
+    """The summed NLL (nats, EOS included) of every pair's target given its source and context.
+
+    A 2-to-2 concatenation model reads the context translations before a separator in the target:
+    only the current sentence's tokens count."""
+    model.eval()
+    context = getattr(model, "document_context", None)
+    out: list[float] = []
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start : start + batch_size]
+        src = [np.asarray(toks.src.encode(p.src), dtype=np.int64) for p in chunk]
+        tgt = [np.asarray(toks.tgt.encode(p.tgt), dtype=np.int64) for p in chunk]
+        if context is None:
+            batch = make_batch(src, tgt, range(len(chunk)))
+            prefix = [0] * len(chunk)
+        else:
+            src_ctx = [[np.asarray(toks.src.encode(s), dtype=np.int64) for s in p.context_src] for p in chunk]
+            tgt_ctx = [[np.asarray(toks.tgt.encode(s), dtype=np.int64) for s in p.context_tgt] for p in chunk]
+            if context.concat_target and any(len(a) != len(b) for a, b in zip(src_ctx, tgt_ctx)):
+                raise UserError("a 2-to-2 model scores with the translations of the context sentences: give as many as source sentences")
+            batch = context_batch(context, src, tgt, range(len(chunk)), src_ctx, tgt_ctx)
+            prefix = [len(context.concatenate(c, t)) - len(t) if context.concat_target else 0 for c, t in zip(tgt_ctx, tgt)]
+        batch = batch.to(device)
+        logits = model(batch).logits.float()
+        nll = F.cross_entropy(logits.transpose(1, 2), batch.tgt_out, ignore_index=PAD, reduction="none")  # (B, T)
+        for b, skip in enumerate(prefix):
+            out.append(float(nll[b, skip:].sum()))
+    return out
+
+
+@dataclass
+class ContrastiveResult:
+    """Accuracy of a contrastive test: overall, per (phenomenon, distance) cell, ties, chance."""
+
+    correct: int
+    items: int
+    ties: int
+    chance: float
+    cells: dict[str, dict[str, float]]
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.items if self.items else 0.0
+
+    def as_json(self) -> dict:
+        return {"accuracy": self.accuracy, "items": self.items, "correct": self.correct, "ties": self.ties, "tie_rate": self.ties / max(self.items, 1), "chance": self.chance, "cells": self.cells}
+
+    def table(self) -> str:
+        """The result as the lines ``score`` prints."""
+        lines = [f"accuracy {100 * self.accuracy:.1f}% ({self.correct}/{self.items}), chance {100 * self.chance:.1f}%, ties {self.ties}"]
+        for name, cell in sorted(self.cells.items()):
+            lines.append(f"  {name}: {100 * cell['accuracy']:.1f}% of {int(cell['items'])} (chance {100 * cell['chance']:.1f}%)")
+        return "\n".join(lines)
+
+
+def contrastive_result(candidates: Sequence[int], correct: Sequence[int], scores: Sequence[Sequence[float]], cells: Sequence[str]) -> ContrastiveResult:
+    """Score items: item i has ``candidates[i]`` candidates with NLLs ``scores[i]``, the one at
+    ``correct[i]`` right; it passes when that one has the strictly lowest NLL (a tie fails)."""
+    per_cell: dict[str, list] = defaultdict(lambda: [0, 0, 0.0])
+    right = ties = 0
+    for n, c, s, cell in zip(candidates, correct, scores, cells):
+        best = min(s)
+        tie = sum(1 for x in s if x == best) > 1
+        ok = s[c] == best and not tie
+        right += ok
+        ties += tie
+        per_cell[cell][0] += ok
+        per_cell[cell][1] += 1
+        per_cell[cell][2] += 1.0 / n
+    total = len(candidates)
+    chance = sum(1.0 / n for n in candidates) / total if total else 0.0
+    table = {k: {"accuracy": v[0] / v[1], "items": v[1], "chance": v[2] / v[1]} for k, v in per_cell.items()}
+    return ContrastiveResult(right, total, ties, chance, table)
+
+
+def swap_contexts(documents: Sequence[str], seed: int = 0) -> list[int]:
+    """For every item, the index of an item of another document whose context it borrows (the
+    ``other-document`` control); a fixed seed keeps the control the same from run to run."""
+    rng = np.random.default_rng(seed)
+    docs = np.asarray(documents, dtype=object)
+    out = []
+    for i in range(len(docs)):
+        choices = np.flatnonzero(docs != docs[i])
+        if not len(choices):
+            raise UserError("the other-document control needs items of at least two documents")
+        out.append(int(choices[int(rng.integers(len(choices)))]))
+    return out

@@ -1,0 +1,55 @@
+"""Scoring given translations and contrastive accuracy."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from syntaxnmt.decoding.scoring import ScoredPair, contrastive_result, swap_contexts, target_nll
+from syntaxnmt.decoding.translate import load_model
+
+
+def test_contrastive_accuracy_on_four_hand_made_items():
+    result = contrastive_result(
+        candidates=[2, 2, 3, 2],
+        correct=[0, 1, 2, 0],
+        scores=[[1.0, 2.0], [1.0, 2.0], [5.0, 4.0, 3.0], [7.0, 7.0]],  # right, wrong, right, a tie (wrong)
+        cells=["pronoun/1", "pronoun/1", "tense/2", "tense/2"],
+    )
+    assert (result.correct, result.items, result.ties) == (2, 4, 1)
+    assert result.accuracy == 0.5
+    assert result.chance == pytest.approx((0.5 + 0.5 + 1 / 3 + 0.5) / 4)
+    assert result.cells["pronoun/1"] == {"accuracy": 0.5, "items": 2, "chance": 0.5}
+    assert result.cells["tense/2"]["accuracy"] == 0.5
+    assert result.as_json()["tie_rate"] == 0.25
+    assert "accuracy 50.0% (2/4)" in result.table()
+
+
+def test_the_other_document_control_borrows_from_another_document():
+    docs = ["a", "a", "b", "c", "c"]
+    swapped = swap_contexts(docs, seed=3)
+    assert all(docs[j] != docs[i] for i, j in enumerate(swapped))
+    assert swapped == swap_contexts(docs, seed=3)
+
+
+def test_target_nll_is_the_sum_of_the_token_log_probabilities(trained_run):
+    model, cfg, toks = load_model(f"{trained_run.work_dir}/best.pt", torch.device("cpu"))
+    pairs = [ScoredPair("the dog sees a cat .", "a b c"), ScoredPair("a man sleeps .", "x")]
+    nll = target_nll(model, toks, pairs, torch.device("cpu"))
+    # By hand: teacher forcing one step at a time with the incremental decoder.
+    from syntaxnmt.data.batches import make_batch
+    from syntaxnmt.inputs import BOS, EOS
+
+    for pair, value in zip(pairs, nll):
+        src, tgt = toks.src.encode(pair.src), toks.tgt.encode(pair.tgt)
+        batch = make_batch([src], None, [0])
+        state = model.init_state(model.encode(batch))
+        total, prev = 0.0, BOS
+        for token in tgt + [EOS]:
+            logp, state = model.step(torch.tensor([prev]), state)
+            total -= float(logp[0, token])
+            prev = token
+        assert value == pytest.approx(total, rel=1e-4)
+        assert math.isfinite(value) and value > 0
