@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 import torch
 from conftest import quiet
+from test_cli import assert_one_line_error, run_cli
 
 from syntaxnmt.checkpoint import load_checkpoint, load_model_checkpoint, save_checkpoint
-from syntaxnmt.cli import build_parser, main
+from syntaxnmt.cli import build_parser
 from syntaxnmt.errors import UserError
 from syntaxnmt.training import loop
 from syntaxnmt.training.train import train
@@ -56,22 +57,8 @@ def old_format(state: dict) -> dict:
     return old
 
 
-def run_cli(capsys, *argv) -> tuple[int, str, str]:
-    """``syntaxnmt argv`` in-process: (exit status, stdout, stderr)."""
-    try:
-        main([str(a) for a in argv])
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def one_line_error(code: int, err: str) -> str:
-    lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1, (code, err)
-    assert lines[0].startswith("syntaxnmt: error: ")
-    return lines[0]
+    return assert_one_line_error(code, err)
 
 
 # ---------------------------------------------------------------- no code runs
