@@ -37,10 +37,10 @@ from syntaxnmt.model import build_model
 from syntaxnmt.runtime import resolve_device
 from syntaxnmt.textio import read_lines
 from syntaxnmt.training import loop
-from syntaxnmt.training.alignment import alignment_attention, alignment_objective, trace_bonus, word_masks
+from syntaxnmt.training.alignment import alignment_attention, trace_bonus, word_masks
 from syntaxnmt.training.loop import Progress
 from syntaxnmt.training.optim import build_optimizer
-from syntaxnmt.training.step import accumulate, apply_gradients, forward_loss
+from syntaxnmt.training.step import accumulate, apply_gradients, forward_loss, training_objectives
 from syntaxnmt.training.train import Run, set_matmul_precision, start, tensorboard_writer, validate_and_record
 
 DIRECTIONS = ("forward", "reverse")
@@ -64,7 +64,7 @@ def direction_configs(cfg: Config) -> tuple[Config, Config]:
     return config_from_dict(trees[0], "train-joint (forward)"), config_from_dict(trees[1], "train-joint (reverse)")
 
 
-def joint_update(models, optimizers, split: Split, group, cfg: Config, device: torch.device, objectives=(None, None), step: int = 0) -> dict:
+def joint_update(models, optimizers, split: Split, group, cfg: Config, device: torch.device, objectives=((), ()), step: int = 0) -> dict:
     """One update of both models on the batches ``group`` with the shared step
     (:mod:`syntaxnmt.training.step`): each direction's forward loss, the symmetry bonus between
     their cross-attentions (Cohn et al. 2016, Sec. 3.4), one backward pass, then each model's
@@ -77,7 +77,7 @@ def joint_update(models, optimizers, split: Split, group, cfg: Config, device: t
     for opt, _ in optimizers:
         opt.zero_grad(set_to_none=True)
     stats: dict = {}
-    needs_reference = any(o is not None and o.needs_reference for o in objectives)
+    needs_reference = any(o.needs_reference for direction in objectives for o in direction)
     for idx in group:
         fwd = collate(split, idx, alignment=needs_reference).to(device)
         rev = collate(rev_split, idx).to(device)
@@ -85,7 +85,7 @@ def joint_update(models, optimizers, split: Split, group, cfg: Config, device: t
             rev.alignment = normalize_alignment(fwd.alignment.gt(0).float().transpose(1, 2), rev.src_pad_mask, rev.tgt_out.eq(PAD))
         total, outs = 0.0, []
         for name, model, batch, objective, n in zip(DIRECTIONS, models, (fwd, rev), objectives, (n_tgt, n_src)):
-            loss, _, out = forward_loss(model, batch, t, [objective] if objective is not None else [], step, need_weights=True, with_output=True)
+            loss, _, out = forward_loss(model, batch, t, objective, step, need_weights=True, with_output=True)
             accumulate(stats, {name: loss.detach()})
             total = total + loss / n
             outs.append(out)
@@ -116,7 +116,10 @@ class JointModels:
         if self.models[0].feature_spec:
             raise UserError("train-joint: the reverse model has no source annotation; use a model without source features (model.syntax)")
         self.optimizers = [build_optimizer(m, cfg.train) for m in self.models]
-        self.objectives = [alignment_objective(c) for c in self.configs]
+        self.objectives = [training_objectives(c) for c in self.configs]
+        for o in self.objectives[1]:
+            if o.feature_spec:
+                raise UserError(f"train-joint: {type(o).__name__} reads source parses, which the reverse model has none of: use `syntaxnmt train`")
         self.progresses = [Progress(), Progress()]
 
     @property
@@ -164,7 +167,7 @@ class JointModels:
 def train_joint(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
     """Train both directions of ``cfg`` jointly (preparing its corpus first if needed); returns the progress."""
     t = cfg.train
-    if t.multitask.enabled:
+    if t.multitask.enabled:  # (found before any work; JointModels checks every objective's needs too)
         raise UserError("train.multitask trains one model: use `syntaxnmt train` (train-joint's reverse model reads no parsed source)")
     if not cfg.data.joint_vocab:
         raise UserError("train-joint needs a joint vocabulary (data.joint_vocab: true): the reverse model reads the target pieces")

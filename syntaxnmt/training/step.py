@@ -15,16 +15,15 @@ from syntaxnmt.data.batches import Split, collate, pad_batch, shape_bucket
 from syntaxnmt.data.documents import DocumentContext
 from syntaxnmt.inputs import Batch, FeatureSpec
 from syntaxnmt.model.linear import onednn_in_training
-from syntaxnmt.training.alignment import alignment_objective
+from syntaxnmt.training import alignment, multitask  # noqa: F401  (importing them registers their objectives)
 from syntaxnmt.training.cuda_graphs import GraphedStep
 from syntaxnmt.training.distributed import World, no_sync, sum_across, unwrap
-from syntaxnmt.training.losses import AuxiliaryObjective, sequence_loss
-from syntaxnmt.training.multitask import multitask_objective
+from syntaxnmt.training.losses import OBJECTIVES, AuxiliaryObjective, sequence_loss
 
 
 def training_objectives(cfg: Config) -> list[AuxiliaryObjective]:
     """The auxiliary objectives of ``cfg`` that are on (``train.alignment``, ``train.multitask``)."""
-    return [o for o in (alignment_objective(cfg), multitask_objective(cfg)) if o is not None]
+    return [o for make in OBJECTIVES.values() if (o := make(cfg)) is not None]
 
 
 def objective_requests(model, objectives: Sequence[AuxiliaryObjective]) -> tuple[FeatureSpec, bool, dict]:

@@ -317,7 +317,7 @@ def test_one_joint_step_updates_both_models(aligned_config):
     before = [{k: v.clone() for k, v in m.state_dict().items()} for m in models]
     optimizers = [build_optimizer(m, cfg.train) for m in models]
     split = load_split(cfg, "train")
-    stats = joint_update(models, optimizers, split, [np.arange(16)], cfg, torch.device("cpu"), [alignment_objective(c) for c in (fwd_cfg, rev_cfg)])
+    stats = joint_update(models, optimizers, split, [np.arange(16)], cfg, torch.device("cpu"), [[alignment_objective(c)] for c in (fwd_cfg, rev_cfg)])
     assert stats["bonus"] > 0 and stats["forward"] > 0 and stats["reverse"] > 0
     for name, model, old in zip(DIRECTIONS, models, before):
         changed = [k for k, v in model.state_dict().items() if not torch.equal(v, old[k])]

@@ -75,3 +75,29 @@ def test_chunked_fused_output_loss_matches_the_reference(eps, chunk):
     assert torch.allclose(g_chunked, layer.weight.grad, atol=1e-5)
     with torch.no_grad():  # validation: no gradients computed, same value
         assert sequence_loss(ModelOutput(states, layer, encoder=None), target, eps, chunk=4)[0].item() == pytest.approx(ref.item(), rel=1e-5)
+
+
+def test_every_registered_objective_is_trained_and_a_new_one_needs_only_its_module(monkeypatch, corpus, tmp_path):
+    """An auxiliary objective registered with @register_objective reaches training_objectives
+    (used by train and train-joint) without any other edit."""
+    from conftest import tiny_tree
+
+    from syntaxnmt.config import load_config
+    from syntaxnmt.training.losses import OBJECTIVES, AuxiliaryObjective, register_objective
+    from syntaxnmt.training.step import training_objectives
+
+    assert {"alignment", "multitask"} <= set(OBJECTIVES)
+    cfg = load_config(None, tiny_tree(corpus, tmp_path))
+    assert training_objectives(cfg) == []  # both sections off
+
+    class Constant(AuxiliaryObjective):
+        def terms(self, model, batch, out):
+            return {"constant": torch.ones(())}
+
+        def weights(self, step):
+            return {"constant": 0.5}
+
+    monkeypatch.setitem(OBJECTIVES, "constant", None)
+    register_objective("constant")(lambda cfg: Constant())
+    objectives = training_objectives(cfg)
+    assert [type(o).__name__ for o in objectives] == ["Constant"]
