@@ -123,3 +123,26 @@ def swap_contexts(documents: Sequence[str], seed: int = 0) -> list[int]:
             raise UserError("the other-document control needs items of at least two documents")
         out.append(int(choices[int(rng.integers(len(choices)))]))
     return out
+
+
+def score_contrastive(model, toks, items: Sequence, device: torch.device, context: str = "true", batch_size: int = 64, seed: int = 0) -> ContrastiveResult:
+    """Contrastive accuracy of ``model`` on ``items`` (objects with ``src``, ``candidates``,
+    ``correct``, ``context_src``, ``context_tgt``, ``phenomenon``, ``distance`` and ``document``,
+    e.g. :func:`syntaxnmt.data.contrastive.read_contrastive`'s) with their true context, another
+    document's (``other-document``) or none."""
+    if context not in CONTEXT_MODES:
+        raise UserError(f"--context {context}: choose one of {', '.join(CONTEXT_MODES)}")
+    donors = swap_contexts([str(it.document) for it in items], seed) if context == "other-document" else range(len(items))
+    pairs, owners = [], []
+    for i, (item, donor) in enumerate(zip(items, donors)):
+        ctx = items[donor]
+        ctx_src, ctx_tgt = ([], []) if context == "none" else (list(ctx.context_src), list(ctx.context_tgt))
+        for candidate in item.candidates:
+            pairs.append(ScoredPair(item.src, candidate, ctx_src, ctx_tgt))
+            owners.append(i)
+    nll = target_nll(model, toks, pairs, device, batch_size)
+    scores: list[list[float]] = [[] for _ in items]
+    for i, value in zip(owners, nll):
+        scores[i].append(value)
+    cells = [f"{it.phenomenon} / distance {it.distance}" for it in items]
+    return contrastive_result([len(it.candidates) for it in items], [it.correct for it in items], scores, cells)

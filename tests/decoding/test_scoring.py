@@ -53,3 +53,23 @@ def test_target_nll_is_the_sum_of_the_token_log_probabilities(trained_run):
             prev = token
         assert value == pytest.approx(total, rel=1e-4)
         assert math.isfinite(value) and value > 0
+
+
+def test_a_sentence_model_scores_the_same_with_any_context(trained_run):
+    """The controls only change what a context model reads: a sentence-level model's accuracy and
+    scores are the same with the true context, another document's, or none."""
+    from types import SimpleNamespace
+
+    from syntaxnmt.decoding.scoring import score_contrastive
+
+    model, cfg, toks = load_model(f"{trained_run.work_dir}/best.pt", torch.device("cpu"))
+    items = [
+        SimpleNamespace(src="the dog sees a cat .", candidates=["a b", "a c"], correct=i % 2, context_src=[f"context {i}"], context_tgt=[f"ctx {i}"], phenomenon="p", distance=1 + i % 2, document=f"d{i // 2}")
+        for i in range(6)
+    ]
+    results = {mode: score_contrastive(model, toks, items, torch.device("cpu"), context=mode) for mode in ("true", "other-document", "none")}
+    assert len({r.correct for r in results.values()}) == 1
+    assert results["true"].items == 6 and results["true"].chance == 0.5
+    assert set(results["true"].cells) == {"p / distance 1", "p / distance 2"}
+    with pytest.raises(Exception, match="--context"):
+        score_contrastive(model, toks, items, torch.device("cpu"), context="bogus")
