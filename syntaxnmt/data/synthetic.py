@@ -34,6 +34,7 @@ import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import atomic_write_text, write_lines
@@ -223,13 +224,13 @@ def _linearize(root: _Node) -> tuple[list[str], list[int], list[str], list[str]]
 
 
 def transduce(
-    src: list[str], heads: list[int], deprel: list[str]
+    src: list[str], heads: list[int], deprel: list[str], lexicon: Mapping[str, str] = LEXICON
 ) -> tuple[list[str], list[tuple[int, int]]]:
     """Translate a dependency-parsed source sentence; return (target tokens, alignment).
 
     Dependents precede their head (except :data:`POST_HEAD` labels, which follow it), words
-    are translated with :data:`LEXICON`, and :data:`MARKERS` are inserted after the
-    subtrees of labelled dependents. The alignment is sorted by (source, target) index.
+    are translated with ``lexicon`` (:data:`LEXICON`), and :data:`MARKERS` are inserted after
+    the subtrees of labelled dependents. The alignment is sorted by (source, target) index.
     """
     children: list[list[int]] = [[] for _ in range(len(src) + 1)]  # index 0 = root
     for i, head in enumerate(heads, start=1):
@@ -247,9 +248,9 @@ def transduce(
                 visit(c)
                 if deprel[c - 1] in MARKERS:
                     emit(MARKERS[deprel[c - 1]], c - 1)
-        if src[i - 1] not in LEXICON:
+        if src[i - 1] not in lexicon:
             raise UserError(f"synthetic lexicon has no translation for {src[i - 1]!r}")
-        emit(LEXICON[src[i - 1]], i - 1)
+        emit(lexicon[src[i - 1]], i - 1)
         for c in children[i]:
             if deprel[c - 1] in POST_HEAD:
                 visit(c)
