@@ -9,6 +9,7 @@ mistake prints one line ``syntaxnmt: error: ...`` and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -21,12 +22,15 @@ from syntaxnmt.analysis.plot import load_for_plot, plot_sentences, read_link_fil
 from syntaxnmt.checkpoint import trusting_checkpoints
 from syntaxnmt.config import config_from_dict, load_config, parse_overrides
 from syntaxnmt.data.annotations import SpacyParser, check_parse, to_conllu, write_conllu
+from syntaxnmt.data.contrastive import FORMATS as CONTRASTIVE_FORMATS
+from syntaxnmt.data.contrastive import read_contrastive
 from syntaxnmt.data.links import aer_report, format_links
 from syntaxnmt.data.prepare import prepare
 from syntaxnmt.decoding.averaging import average_checkpoints, last_periodic
 from syntaxnmt.decoding.ct2_engine import CT2Engine, ct2_device
 from syntaxnmt.decoding.ct2_export import export_ct2
 from syntaxnmt.decoding.ensemble import load_ensemble
+from syntaxnmt.decoding.scoring import CONTEXT_MODES, score_contrastive
 from syntaxnmt.decoding.translate import checkpoint_path, load_model, translate_lines, without_empty_lines
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.alignment import run_alignment_set
@@ -37,7 +41,7 @@ from syntaxnmt.metrics import evaluate_report
 from syntaxnmt.model.linear import configure
 from syntaxnmt.runtime import resolve_device, run_command
 from syntaxnmt.serving.server import Limits, serve
-from syntaxnmt.textio import package_version, read_lines, write_lines
+from syntaxnmt.textio import atomic_write_text, package_version, read_lines, write_lines
 from syntaxnmt.training.joint import train_joint
 from syntaxnmt.training.train import train
 
@@ -168,6 +172,19 @@ def cmd_translate(args, extra) -> None:
     else:
         out = [f"{i} ||| {text} ||| {score:.4f}" for i, nb in enumerate(results) for text, score in nb]
     _write_output(args.output, out)
+
+
+def cmd_score(args, extra) -> None:
+    _no_overrides(extra)
+    items = read_contrastive(args.contrastive, args.format, args.context_src, args.context_tgt, args.phenomenon)
+    if not items:
+        raise UserError(f"{args.contrastive}: no items to score")
+    model, _, toks = load_model(_checkpoint_arg(argparse.Namespace(config=None, checkpoint=args.checkpoint), extra), resolve_device(args.device))
+    result = score_contrastive(model, toks, items, resolve_device(args.device), context=args.context, batch_size=args.batch_size)
+    print(f"{args.contrastive} ({len(items)} items, context: {args.context})")
+    print(result.table())
+    if args.output:
+        atomic_write_text(args.output, json.dumps({"contrastive": str(args.contrastive), "checkpoint": str(args.checkpoint), "context": args.context, **result.as_json()}, indent=1) + "\n")
 
 
 def cmd_lexicon(args, extra) -> None:
@@ -351,6 +368,20 @@ def _training_commands(sub) -> None:
 
 def _decoding_commands(sub) -> None:
     """Translation and evaluation."""
+    s = sub.add_parser("score", help="contrastive evaluation: which candidate translation a model prefers, with or without the document context")
+    s.add_argument("--checkpoint", required=True, help="checkpoint path")
+    s.add_argument("--contrastive", required=True, help="contrastive test set: syntaxnmt JSON (syntaxnmt synthetic --documents), ContraPro or Voita et al. 2019")
+    s.add_argument("--format", choices=CONTRASTIVE_FORMATS, help="the file's format (default: told from its content)")
+    s.add_argument("--context", choices=CONTEXT_MODES, default="true", help="true: the items' context; other-document / none: controls that must bring a context model to chance")
+    s.add_argument("--context-src", help="ContraPro: the context file of the source side (contrapro.context.src)")
+    s.add_argument("--context-tgt", help="ContraPro: the context file of the target side")
+    s.add_argument("--phenomenon", help="Voita et al.: the phenomenon's name (default: from the file name)")
+    s.add_argument("--batch-size", type=int, default=64, help="sentence pairs per batch")
+    s.add_argument("--device", default="auto")
+    s.add_argument("-o", "--output", help="also write the result as JSON (accuracy, items, chance, per-cell figures)")
+    _trust_flag(s)
+    s.set_defaults(func=cmd_score)
+
     s = sub.add_parser("translate", help="translate plain text (stdin or a file)")
     s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
     s.add_argument("--checkpoint", nargs="+", default=["best"], help="best, last, or a checkpoint path (default: best); several: an ensemble averaging their log-probabilities")

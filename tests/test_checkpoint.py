@@ -27,7 +27,7 @@ from syntaxnmt.training.train import train
 # Every command that ends in load_checkpoint (directly, through translate.load_model or by resuming).
 LOADING_COMMANDS = (
     "train", "train-joint", "experiment", "decode-experiment", "demo", "translate", "average-checkpoints",
-    "export-ct2", "align", "align-experiment", "attention", "plot", "analyze-heads", "serve",
+    "export-ct2", "align", "align-experiment", "attention", "plot", "analyze-heads", "serve", "score",
 )
 
 

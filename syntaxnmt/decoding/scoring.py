@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from syntaxnmt.data.batches import context_batch, make_batch
+from syntaxnmt.data.contrastive import ContrastiveItem, chance
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD
 
@@ -125,18 +126,16 @@ def swap_contexts(documents: Sequence[str], seed: int = 0) -> list[int]:
     return out
 
 
-def score_contrastive(model, toks, items: Sequence, device: torch.device, context: str = "true", batch_size: int = 64, seed: int = 0) -> ContrastiveResult:
-    """Contrastive accuracy of ``model`` on ``items`` (objects with ``src``, ``candidates``,
-    ``correct``, ``context_src``, ``context_tgt``, ``phenomenon``, ``distance`` and ``document``,
-    e.g. :func:`syntaxnmt.data.contrastive.read_contrastive`'s) with their true context, another
-    document's (``other-document``) or none."""
+def score_contrastive(model, toks, items: Sequence[ContrastiveItem], device: torch.device, context: str = "true", batch_size: int = 64, seed: int = 0) -> ContrastiveResult:
+    """Contrastive accuracy of ``model`` on ``items`` (:func:`syntaxnmt.data.contrastive.read_contrastive`)
+    with their true context, another document's (``other-document``) or none."""
     if context not in CONTEXT_MODES:
         raise UserError(f"--context {context}: choose one of {', '.join(CONTEXT_MODES)}")
-    donors = swap_contexts([str(it.document) for it in items], seed) if context == "other-document" else range(len(items))
+    donors = swap_contexts([str(it.doc if it.doc is not None else i) for i, it in enumerate(items)], seed) if context == "other-document" else range(len(items))
     pairs, owners = [], []
     for i, (item, donor) in enumerate(zip(items, donors)):
-        ctx = items[donor]
-        ctx_src, ctx_tgt = ([], []) if context == "none" else (list(ctx.context_src), list(ctx.context_tgt))
+        ctx = items[donor]  # the items hold their context nearest last; the model reads it nearest first
+        ctx_src, ctx_tgt = ([], []) if context == "none" else (list(reversed(ctx.context_src)), list(reversed(ctx.context_tgt)))
         for candidate in item.candidates:
             pairs.append(ScoredPair(item.src, candidate, ctx_src, ctx_tgt))
             owners.append(i)
@@ -144,5 +143,7 @@ def score_contrastive(model, toks, items: Sequence, device: torch.device, contex
     scores: list[list[float]] = [[] for _ in items]
     for i, value in zip(owners, nll):
         scores[i].append(value)
-    cells = [f"{it.phenomenon} / distance {it.distance}" for it in items]
-    return contrastive_result([len(it.candidates) for it in items], [it.correct for it in items], scores, cells)
+    cells = [f"{it.phenomenon or 'all'}" + (f" / distance {it.distance}" if it.distance is not None else "") for it in items]
+    result = contrastive_result([len(it.candidates) for it in items], [it.correct for it in items], scores, cells)
+    result.chance = chance(items)
+    return result

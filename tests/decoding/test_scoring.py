@@ -58,13 +58,12 @@ def test_target_nll_is_the_sum_of_the_token_log_probabilities(trained_run):
 def test_a_sentence_model_scores_the_same_with_any_context(trained_run):
     """The controls only change what a context model reads: a sentence-level model's accuracy and
     scores are the same with the true context, another document's, or none."""
-    from types import SimpleNamespace
-
+    from syntaxnmt.data.contrastive import ContrastiveItem
     from syntaxnmt.decoding.scoring import score_contrastive
 
     model, cfg, toks = load_model(f"{trained_run.work_dir}/best.pt", torch.device("cpu"))
     items = [
-        SimpleNamespace(src="the dog sees a cat .", candidates=["a b", "a c"], correct=i % 2, context_src=[f"context {i}"], context_tgt=[f"ctx {i}"], phenomenon="p", distance=1 + i % 2, document=f"d{i // 2}")
+        ContrastiveItem("the dog sees a cat .", ("a b", "a c"), i % 2, (f"context {i}",), (f"ctx {i}",), phenomenon="p", distance=1 + i % 2, doc=f"d{i // 2}")
         for i in range(6)
     ]
     results = {mode: score_contrastive(model, toks, items, torch.device("cpu"), context=mode) for mode in ("true", "other-document", "none")}
@@ -73,3 +72,37 @@ def test_a_sentence_model_scores_the_same_with_any_context(trained_run):
     assert set(results["true"].cells) == {"p / distance 1", "p / distance 2"}
     with pytest.raises(Exception, match="--context"):
         score_contrastive(model, toks, items, torch.device("cpu"), context="bogus")
+
+
+def test_score_command_prints_accuracy_and_writes_json(tmp_path, capsys):
+    """`syntaxnmt score` on the synthetic discourse set: a context-free model is at chance in every
+    cell by construction (balanced twins), with any context control; the JSON has the figures."""
+    import json
+
+    from conftest import deep_merge, quiet, tiny_tree
+    from test_cli import assert_one_line_error, run_cli
+
+    from syntaxnmt.config import load_config
+    from syntaxnmt.data.discourse import write_documents
+    from syntaxnmt.training.train import train
+
+    files = write_documents(tmp_path / "corpus", n_train_docs=40, n_dev_docs=4, n_test_docs=24, seed=1)
+    corpus = {s: {"src": files[s]["src"], "tgt": files[s]["tgt"]} for s in ("train", "dev")}
+    cfg = load_config(None, deep_merge(tiny_tree(corpus, tmp_path / "run", tmp_path / "prepared"), {"train": {"max_steps": 4}}))
+    train(cfg, log=quiet)
+    results = {}
+    for mode in ("true", "none", "other-document"):
+        out = tmp_path / f"{mode}.json"
+        code, stdout, err = run_cli(capsys, "score", "--checkpoint", f"{cfg.work_dir}/best.pt", "--contrastive", files["test"]["contrastive"], "--context", mode, "-o", out)
+        assert code == 0, err
+        assert "accuracy" in stdout and "chance 50.0%" in stdout
+        results[mode] = json.loads(out.read_text())
+    r = results["true"]
+    assert r["chance"] == 0.5 and r["items"] == len(json.loads(files["test"]["contrastive"].read_text())["items"])
+    for cell in r["cells"].values():  # a context-free scorer gets exactly chance in every cell
+        assert cell["accuracy"] == pytest.approx(0.5)
+    assert results["none"]["accuracy"] == results["other-document"]["accuracy"] == r["accuracy"]
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2")
+    code, _, err = run_cli(capsys, "score", "--checkpoint", f"{cfg.work_dir}/best.pt", "--contrastive", bad)
+    assert_one_line_error(code, err, "bad.json")
