@@ -78,12 +78,57 @@ def _reason(e: Exception) -> str:
     return f"{type(e).__name__}: {first}" if first else type(e).__name__
 
 
+def nonfinite_weight(model: Mapping[str, Any]) -> str | None:
+    """The name of the first floating tensor of ``model`` (a state dict) that holds NaN or an
+    infinity, or None."""
+    for name, value in model.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            return name
+    return None
+
+
 def check_finite_weights(path: str | os.PathLike, model: Mapping[str, Any]) -> None:
     """A :class:`UserError` naming ``path`` and the first floating tensor of ``model`` (a state
     dict) that holds NaN or an infinity."""
-    for name, value in model.items():
-        if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            raise UserError(f"{path}: the model weights are not finite ({name} holds NaN or inf): a diverged or damaged checkpoint")
+    name = nonfinite_weight(model)
+    if name is not None:
+        raise UserError(f"{path}: the model weights are not finite ({name} holds NaN or inf): a diverged or damaged checkpoint")
+
+
+def weights_mismatch(expected: Mapping[str, Any], weights: Mapping[str, Any], limit: int = 2) -> str | None:
+    """How the state dict ``weights`` fails to fit a model whose own state dict is ``expected``
+    (tensor shapes, missing and unexpected names; the first ``limit`` of each), or None when it fits."""
+    shapes = []
+    for name, value in expected.items():
+        got = weights.get(name)
+        if got is None or not isinstance(value, torch.Tensor):
+            continue
+        if not isinstance(got, torch.Tensor):
+            shapes.append(f"{name} is a {type(got).__name__}, not a tensor")
+        elif got.shape != value.shape:
+            shapes.append(f"{name} is {list(got.shape)} in the checkpoint, {list(value.shape)} in the model")
+    missing = [name for name in expected if name not in weights]
+    unexpected = [name for name in weights if name not in expected]
+    problems = []
+    for items, what in ((shapes, ""), (missing, "missing: "), (unexpected, "not in the model: ")):
+        if items:
+            more = f" and {len(items) - limit} more" if len(items) > limit else ""
+            problems.append(f"{what}{', '.join(items[:limit])}{more}")
+    return "; ".join(problems) or None
+
+
+def load_weights(model: torch.nn.Module, weights: Mapping[str, Any], path: str | os.PathLike, expected: str) -> None:
+    """Load the state dict ``weights`` (from the checkpoint ``path``) into ``model``; weights of
+    another architecture (other shapes, missing or extra tensors) are a :class:`UserError` naming
+    ``path``, what was ``expected`` of them and the first differences -- not PyTorch's traceback."""
+    problem = weights_mismatch(model.state_dict(), weights)
+    if problem is None:
+        try:
+            model.load_state_dict(weights)
+            return
+        except RuntimeError as e:  # anything the comparison above does not foresee
+            problem = next((line.strip() for line in str(e).splitlines()[1:] if line.strip()), str(e))[:300]
+    raise UserError(f"{path}: its weights do not fit {expected} ({problem})")
 
 
 def load_checkpoint(path: str | os.PathLike, trust: bool | None = None) -> dict[str, Any]:

@@ -46,6 +46,26 @@ from syntaxnmt.training.joint import train_joint
 from syntaxnmt.training.train import train
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with syntaxnmt's one-line errors: ``syntaxnmt: error: COMMAND: ...`` and exit
+    status 2 (argparse would print its usage first). The subcommands' parsers are of this class too."""
+
+    def error(self, message: str):
+        command = self.prog.removeprefix("syntaxnmt").strip()
+        self.exit(2, f"syntaxnmt: error: {command + ': ' if command else ''}{message} (see `{self.prog} --help`)\n")
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse ``type``: a whole number >= 0 (``--threads``, where 0 is torch's default)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value}: give 0 or more")
+    return value
+
+
 def _config(args, extra: list[str]):
     return load_config(args.config, extra)
 
@@ -539,7 +559,7 @@ def _serving_commands(sub) -> None:
     s.add_argument("--max-chars", type=int, default=1000, help="characters per sentence (default: 1000; more: 413)")
     s.add_argument("--max-beam", type=int, default=16, help="largest beam a request may ask for (default: 16; more: 422)")
     s.add_argument("--max-attention-sentences", type=int, default=8, help="sentences per request that asks for attention weights (default: 8)")
-    s.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's)")
+    s.add_argument("--threads", type=non_negative_int, default=0, help="torch CPU threads (default 0: torch's)")
     s.add_argument("--device", default="auto")
     _trust_flag(s)
     s.set_defaults(func=cmd_serve)
@@ -549,7 +569,7 @@ COMMAND_GROUPS = (_data_commands, _training_commands, _decoding_commands, _align
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="syntaxnmt", description="Attention-based NMT with linguistic structure in attention.")
+    p = _Parser(prog="syntaxnmt", description="Attention-based NMT with linguistic structure in attention.")
     p.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMAND_GROUPS:

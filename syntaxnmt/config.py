@@ -26,7 +26,9 @@ from syntaxnmt.textio import atomic_write_text
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
+    # allow_inf_nan=False: a NaN or an infinity (``--train.lr=1e400`` reads as inf) is refused at
+    # load, naming its key, whatever float it is given for.
+    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, allow_inf_nan=False)
 
 
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
@@ -484,6 +486,12 @@ class TrainConfig(_Section):
     patience: NonNegativeInt = 0
     """Stop after this many validations without improvement (0 = never)."""
     keep_best: bool = True
+    max_nonfinite: NonNegativeInt = 0
+    """Updates in a row whose loss (or gradient) may be NaN or infinite before training stops with
+    an error. 0 (default): the first one stops training -- found when the loop next logs,
+    validates or saves (no device sync per update), and no checkpoint is written from it on. N > 0:
+    every update checks its loss and gradients first (one device sync per update; free on CPU) and
+    a non-finite one is skipped (weights, optimizer and schedule unchanged); N + 1 in a row stop."""
     keep_checkpoints: NonNegativeInt = 0
     """Also keep the weights of the last N validations in ``work_dir/checkpoints/`` for
     ``syntaxnmt average-checkpoints`` (0 = off)."""
@@ -579,7 +587,8 @@ class Config(_Section):
     name: str = "experiment"
     work_dir: str = "runs/experiment"
     """Checkpoints, logs and the resolved config go here."""
-    seed: int = 1
+    seed: Annotated[int, Field(ge=0, lt=2**32)] = 1
+    """Seeds Python's, NumPy's and torch's generators and the batch order (NumPy takes 0 to 2**32 - 1)."""
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
     train: TrainConfig = TrainConfig()
@@ -772,6 +781,8 @@ def _format_error(source: str, err: ValidationError) -> str:
             problems.append(f"unknown key '{key}'")
         elif e["type"] == "value_error":  # our own checks name their keys
             problems.append(str(e["msg"]).removeprefix("Value error, "))
+        elif e["type"] == "finite_number":
+            problems.append(f"'{key}': must be a finite number (got {e.get('input')!r}; a number beyond ±1.8e308, such as 1e400, reads as infinite)")
         else:
             given = e.get("input")
             shown = f" (got {given!r})" if not isinstance(given, dict) else ""

@@ -363,6 +363,22 @@ def test_subprocess_meaningless_counts_are_refused_in_one_line(tmp_path, argv, f
     assert proc.stdout == b""
 
 
+@pytest.mark.parametrize(
+    "argv, fragments",
+    [
+        (["serve", "--threads", "-3"], ["syntaxnmt: error: serve: argument --threads: -3: give 0 or more (see `syntaxnmt serve --help`)"]),
+        (["serve", "--threads", "two"], ["serve: argument --threads: 'two' is not a whole number"]),
+        (["trian", "x.yaml"], ["argument COMMAND: invalid choice: 'trian'", "(see `syntaxnmt --help`)"]),
+        (["translate", "--beam"], ["translate: argument --beam: expected one argument"]),
+    ],
+)
+def test_command_line_mistakes_are_one_line(capsys, argv, fragments):
+    """argparse printed its usage and then its error; ``serve --threads -3`` reached torch and a traceback (issue 25)."""
+    code, out, err = run_cli(capsys, *argv)
+    assert_one_line_error(code, err, *fragments)
+    assert out == ""
+
+
 def test_subprocess_version():
     from syntaxnmt.cli import package_version
 

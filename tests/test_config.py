@@ -383,3 +383,40 @@ def test_max_len_must_fit_the_position_table():
 def test_shared_embedding_needs_a_joint_vocabulary():
     with pytest.raises(UserError, match=r"model\.tie_embeddings=all.*data\.joint_vocab"):
         load_config(None, ["--model.tie_embeddings=all", "--data.joint_vocab=false"])
+
+
+# ---------------------------------------------------------------- non-finite numbers, seeds (issue 25)
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("--train.lr=1e400", "train.lr"),  # beyond a float: reads as inf (it trained 60 updates at loss nan)
+        ("--model.dropout=.nan", "model.dropout"),
+        ("--train.adam_betas=[0.9, .inf]", "train.adam_betas.1"),
+        ("--decode.length_penalty=-.inf", "decode.length_penalty"),
+        ("--train.alignment.guided_weight=.inf", "train.alignment.guided_weight"),
+    ],
+)
+def test_non_finite_numbers_are_refused_naming_their_key(override, key):
+    with pytest.raises(UserError, match=rf"'{re.escape(key)}': must be a finite number \(got -?(inf|nan)"):
+        load_config(None, [override])
+
+
+def test_non_finite_number_in_a_file_names_the_file_and_key(tmp_path):
+    path = write_yaml(tmp_path / "exp.yaml", "train:\n  lr: 1.0e+400\n")
+    with pytest.raises(UserError, match=r"exp\.yaml: 'train\.lr': must be a finite number \(got inf"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32])
+def test_seed_must_be_one_numpy_takes(seed):
+    with pytest.raises(UserError, match=r"'seed'"):
+        load_config(None, [f"--seed={seed}"])
+    assert load_config(None, ["--seed=0"]).seed == 0 and load_config(None, [f"--seed={2**32 - 1}"]).seed == 2**32 - 1
+
+
+def test_max_nonfinite_is_a_count():
+    assert load_config(None).train.max_nonfinite == 0
+    with pytest.raises(UserError, match=r"train\.max_nonfinite"):
+        load_config(None, ["--train.max_nonfinite=-1"])

@@ -11,6 +11,7 @@ Reproducibility: eflomal 2.0 seeds its samplers from ``/dev/urandom`` and has no
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import tempfile
 import warnings
@@ -91,12 +92,28 @@ def run_eflomal(
                 links_filename_rev=str(rev_path),
                 quiet=True,
             )
-        except (subprocess.CalledProcessError, OSError, ValueError) as e:
-            raise UserError(f"eflomal failed: {e}") from None
+        except (subprocess.CalledProcessError, OSError, ValueError) as e:  # named without eflomal's temporary files
+            raise UserError(f"eflomal failed ({_failure(e)}) aligning {len(src_lines)} sentence pairs") from None
         directions = {name: _read_links(path, src_tokens, tgt_tokens) for name, path in (("forward", fwd_path), ("reverse", rev_path))}
     if symmetrize in DIRECTIONS:
         return directions[symmetrize]
     return [symmetrize_links(f, r, symmetrize) for f, r in zip(directions["forward"], directions["reverse"])]
+
+
+def _failure(e: Exception) -> str:
+    """Why eflomal failed, without the paths of the temporary files it was given (its command line
+    names them, and they are gone by the time the user reads the message)."""
+    if isinstance(e, subprocess.CalledProcessError):
+        code = e.returncode
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exit status {code}"
+    if isinstance(e, OSError):
+        return e.strerror or type(e).__name__
+    return str(e)
 
 
 def _read_links(path: Path, src_tokens: list[list[str]], tgt_tokens: list[list[str]]) -> list[Links]:

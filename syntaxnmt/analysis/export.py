@@ -30,6 +30,8 @@ Python API (``syntaxnmt attention``, ``plot``, ``analyze-heads`` and the web vie
 from __future__ import annotations
 
 import json
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -410,8 +412,15 @@ def read_attention(path: str | Path) -> tuple[dict, list[SentenceAttention]]:
         raise UserError(f"{jsonl}:1: not a syntaxnmt attention export (no header with format {FORMAT!r})")
     if not npz.is_file():
         raise UserError(f"{npz}: the arrays of {jsonl} are missing")
-    with np.load(npz) as arrays:
-        out = [_sentence_from_record(_json_line(jsonl, n, line), arrays, f"{jsonl}:{n}") for n, line in enumerate(lines[1:], start=2)]
+    try:
+        arrays = np.load(npz, allow_pickle=False)
+        if not isinstance(arrays, np.lib.npyio.NpzFile):
+            raise ValueError("not an .npz archive")
+        with arrays:  # the arrays are read one by one, so damage may show at any of them
+            out = [_sentence_from_record(_json_line(jsonl, n, line), arrays, f"{jsonl}:{n}") for n, line in enumerate(lines[1:], start=2)]
+    except (zipfile.BadZipFile, zlib.error, OSError, ValueError, EOFError) as e:  # cut short or damaged
+        reason = "not an .npz archive" if "pickled" in str(e) else (str(e).split(". ")[0].strip()[:200] or type(e).__name__)
+        raise UserError(f"{npz}: the attention arrays are damaged ({reason}): write them again with `syntaxnmt attention`") from None
     return header, out
 
 

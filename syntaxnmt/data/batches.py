@@ -22,6 +22,23 @@ from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import BOS, EOS, PAD, TAG_NAMES, Batch, FeatureSpec, SourceFeatures
 from syntaxnmt.textio import atomic_write
 
+REBUILD = "re-run `syntaxnmt prepare --force`"  # what an error about a damaged prepared corpus tells the user
+
+
+def _load_array(path: Path, mmap: bool) -> np.ndarray:
+    """An integer ``.npy`` array of the prepared corpus; a missing, cut short or foreign file is a
+    :class:`UserError` naming it (NumPy's own errors name no file)."""
+    try:
+        array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except FileNotFoundError:
+        raise UserError(f"{path}: missing from the prepared corpus: {REBUILD}") from None
+    except (OSError, ValueError, EOFError) as e:
+        reason = "not a NumPy array file" if "pickled" in str(e) else (str(e).split(". ")[0].strip()[:200] or type(e).__name__)
+        raise UserError(f"{path}: the prepared corpus is damaged ({reason}): {REBUILD}") from None
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in "iu":
+        raise UserError(f"{path}: the prepared corpus is damaged (not an integer array): {REBUILD}")
+    return array
+
 
 class RaggedArray:
     """A list of 1-D integer arrays stored flat (``<prefix>.data.npy``) with offsets (``<prefix>.offsets.npy``)."""
@@ -40,7 +57,19 @@ class RaggedArray:
 
     @classmethod
     def load(cls, prefix: str | Path) -> "RaggedArray":
-        return cls(np.load(f"{prefix}.data.npy", mmap_mode="r"), np.load(f"{prefix}.offsets.npy"))
+        """The arrays saved at ``prefix`` (the data memory-mapped). A damaged pair -- a file cut
+        short or unreadable, offsets that do not run from 0 up to the data's length -- is a
+        :class:`UserError` naming the file and saying how to rebuild the prepared corpus."""
+        data_path, offsets_path = Path(f"{prefix}.data.npy"), Path(f"{prefix}.offsets.npy")
+        data, offsets = _load_array(data_path, mmap=True), _load_array(offsets_path, mmap=False)
+        problem = None
+        if offsets.ndim != 1 or len(offsets) == 0 or offsets[0] != 0 or bool(np.any(np.diff(offsets) < 0)):
+            problem = f"{offsets_path.name} does not hold increasing offsets from 0"
+        elif data.ndim != 1 or offsets[-1] != len(data):
+            problem = f"{offsets_path.name} ends at {int(offsets[-1])} but {data_path.name} holds {len(data)} ids"
+        if problem:
+            raise UserError(f"{prefix}: the prepared corpus is damaged ({problem}): {REBUILD}")
+        return cls(data, offsets)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -71,8 +100,11 @@ class Split:
         suffix = ".offsets.npy"
         names = [p.name[len(name) + 1 : -len(suffix)] for p in directory.glob(f"{name}.*{suffix}")]
         fields = {f: RaggedArray.load(directory / f"{name}.{f}") for f in names}
-        if "src" not in fields or "tgt" not in fields or len({len(a) for a in fields.values()}) != 1:
-            raise UserError(f"{directory}: the prepared split {name} is incomplete (run prepare --force)")
+        missing = [f for f in ("src", "tgt") if f not in fields]
+        counts = {f: len(a) for f, a in sorted(fields.items())}
+        if missing or len(set(counts.values())) != 1:
+            reason = f"no {' or '.join(f'{name}.{f}' for f in missing)} arrays" if missing else f"its fields hold different sentence counts: {counts}"
+            raise UserError(f"{directory}: the prepared split {name} is incomplete ({reason}): {REBUILD}")
         return cls(name, fields)
 
     def swapped(self) -> "Split":

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from syntaxnmt.config import Config, DataConfig
 from syntaxnmt.data.annotations import annotate
-from syntaxnmt.data.batches import RaggedArray, Split
+from syntaxnmt.data.batches import REBUILD, RaggedArray, Split
 from syntaxnmt.data.corpus import ParallelText, length_filter, read_parallel
 from syntaxnmt.data.documents import SEP, read_doc_ids
 from syntaxnmt.data.features import TagVocab
@@ -93,9 +93,37 @@ def tokenizers_from_assets(cfg: Config, assets: dict) -> Tokenizers:
     return _tokenizers(cfg, assets["spm_src"], assets["spm_tgt"], tags)
 
 
+def _read_json(path: Path) -> object:
+    """The JSON document of a file of the prepared corpus; a damaged one (not UTF-8 or not JSON:
+    a write cut short, a disk error) is a :class:`UserError` that says how to rebuild the corpus."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        where = f":{e.lineno}" if isinstance(e, json.JSONDecodeError) else ""
+        reason = e.msg if isinstance(e, json.JSONDecodeError) else "not UTF-8"
+        raise UserError(f"{path}{where}: the prepared corpus is damaged ({reason}): {REBUILD}") from None
+
+
+def read_meta(prepared: Path) -> dict | None:
+    """The prepared corpus's ``meta.json`` (None when there is none); a damaged one -- not JSON, or
+    without its ``data_config`` and ``counts`` -- is a :class:`UserError` naming it."""
+    path = prepared / META
+    if not path.is_file():
+        return None
+    meta = _read_json(path)
+    if not isinstance(meta, dict) or not all(isinstance(meta.get(k), dict) for k in ("data_config", "counts")) or not isinstance(meta.get("inputs", {}), dict):
+        raise UserError(f"{path}: the prepared corpus is damaged (no data_config and counts in it): {REBUILD}")
+    return meta
+
+
 def _read_tag_vocab(prepared: Path) -> TagVocab | None:
     path = prepared / TAGS
-    return TagVocab(json.loads(path.read_text())) if path.is_file() else None
+    if not path.is_file():
+        return None
+    itos = _read_json(path)
+    if not isinstance(itos, dict):
+        raise UserError(f"{path}: the prepared corpus is damaged (not a table of tag sets): {REBUILD}")
+    return TagVocab(itos)
 
 
 def load_tag_vocab(cfg: Config) -> TagVocab | None:
@@ -180,8 +208,8 @@ def stale_reason(cfg: Config) -> str | None:
     tags = _read_tag_vocab(cfg.prepared_dir)
     if tags is not None and tags.problem():
         return tags.problem()
-    meta = cfg.prepared_dir / META
-    stored = json.loads(meta.read_text()).get("inputs") if meta.is_file() else None
+    meta = read_meta(cfg.prepared_dir)
+    stored = meta.get("inputs") if meta is not None else None
     if stored is not None:
         current = input_digests(cfg.data)
         changed = [k for k in _INPUT_KEYS if stored.get(k) != current.get(k)]
@@ -191,10 +219,10 @@ def stale_reason(cfg: Config) -> str | None:
 
 
 def is_prepared(cfg: Config) -> bool:
-    meta = cfg.prepared_dir / META
-    if not meta.is_file() or stale_reason(cfg):
+    meta = read_meta(cfg.prepared_dir)
+    if meta is None or stale_reason(cfg):
         return False
-    stored = _absolute_paths(json.loads(meta.read_text())["data_config"])
+    stored = _absolute_paths(meta["data_config"])
     current = _fingerprint(cfg.data)
     # A key added to DataConfig after the cache was built does not invalidate it at its default.
     defaults = DataConfig().model_dump(mode="json")
@@ -346,11 +374,15 @@ def prepare(cfg: Config, force: bool = False, log=print) -> dict:
     """Build (or reuse) the prepared corpus of ``cfg``; returns the counts written to ``meta.json``."""
     d = cfg.data
     out = cfg.prepared_dir
-    if not force and is_prepared(cfg):
-        log(f"prepared corpus up to date in {out}")
-        return json.loads((out / META).read_text())["counts"]
-    if (out / META).is_file() and stale_reason(cfg):
-        log(f"rebuilding the prepared corpus in {out}: {stale_reason(cfg)}")
+    if not force:  # with --force a damaged cache is not read: it is rebuilt
+        if is_prepared(cfg):
+            load_tokenizers(cfg)  # a damaged file of the cache is an error here, not a silent "up to date"
+            for split in ("train", "dev"):
+                Split.load(out, split)
+            log(f"prepared corpus up to date in {out}")
+            return read_meta(out)["counts"]
+        if (out / META).is_file() and stale_reason(cfg):
+            log(f"rebuilding the prepared corpus in {out}: {stale_reason(cfg)}")
     for key in ("train_src", "train_tgt", "dev_src", "dev_tgt"):
         if not getattr(d, key):
             raise UserError(f"data.{key} is not set in the config")

@@ -39,15 +39,18 @@ def train_sentencepiece(
     model_path = Path(model_path)
     model_path.parent.mkdir(parents=True, exist_ok=True)
     spm.set_random_generator_seed(seed)
-    with tempfile.TemporaryDirectory(dir=model_path.parent, prefix=temporary_prefix(model_path), suffix=".tmp") as tmp:
-        prefix = os.path.join(tmp, "spm")
-        try:
-            _train(sentences, prefix, vocab_size, model_type, character_coverage, max_sentences, symbols)
-        except RuntimeError as e:  # e.g. fewer pieces than the corpus has characters
-            reason = str(e).split("] ")[-1].strip()
-            raise UserError(f"data.vocab_size {vocab_size}: SentencePiece cannot build this vocabulary ({reason or e}; see also data.spm_character_coverage)") from None
-        os.replace(prefix + ".model", model_path)
-        shutil.move(prefix + ".vocab", model_path.with_suffix(".vocab"))
+    try:
+        with tempfile.TemporaryDirectory(dir=model_path.parent, prefix=temporary_prefix(model_path), suffix=".tmp") as tmp:
+            prefix = os.path.join(tmp, "spm")
+            try:
+                _train(sentences, prefix, vocab_size, model_type, character_coverage, max_sentences, symbols)
+            except RuntimeError as e:  # e.g. fewer pieces than the corpus has characters
+                reason = str(e).split("] ")[-1].strip()
+                raise UserError(f"data.vocab_size {vocab_size}: SentencePiece cannot build this vocabulary ({reason or e}; see also data.spm_character_coverage)") from None
+            os.replace(prefix + ".model", model_path)
+            shutil.move(prefix + ".vocab", model_path.with_suffix(".vocab"))
+    except OSError as e:  # a full disk: name the model file, not the scratch folder it is written in
+        raise UserError(f"{model_path}: cannot write ({e.strerror or type(e).__name__})") from None
     return model_path
 
 
@@ -83,7 +86,11 @@ class Tokenizer:
         elif Path(spm_model).suffix == ".words" and Path(spm_model).is_file():  # data.vocab: word
             self.sp = WordProcessor(spm_model)
         elif Path(spm_model).is_file():
-            self.sp = spm.SentencePieceProcessor(model_file=str(spm_model))
+            try:
+                self.sp = spm.SentencePieceProcessor(model_file=str(spm_model))
+            except RuntimeError as e:  # a damaged file of the prepared corpus
+                reason = str(e).strip().removesuffix(f" from {spm_model}")[:200]
+                raise UserError(f"{spm_model}: not a readable SentencePiece model ({reason}): re-run `syntaxnmt prepare --force`") from None
         else:
             raise UserError(f"{spm_model}: SentencePiece model not found (run `syntaxnmt prepare` first)")
         self.lang = lang

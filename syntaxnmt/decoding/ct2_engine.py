@@ -40,7 +40,11 @@ class CT2Engine:
         path = Path(path)
         if path.is_file():  # a checkpoint: export it to a temporary folder first
             self._tmp = tempfile.TemporaryDirectory(prefix="syntaxnmt-ct2-")
-            path = export_ct2(path, Path(self._tmp.name) / "model")
+            scratch = Path(self._tmp.name) / "model"
+            try:
+                path = export_ct2(path, scratch)
+            except UserError as e:  # named after the user's checkpoint, not the scratch folder
+                raise UserError(f"{path}: converting it for CTranslate2: {str(e).replace(str(scratch), 'a temporary folder')}") from None
         meta = path / CONFIG_FILE
         if not meta.is_file():
             raise UserError(f"{path}: not a syntaxnmt CTranslate2 export (no {CONFIG_FILE}; run `syntaxnmt export-ct2`)")

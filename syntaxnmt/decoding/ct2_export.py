@@ -212,8 +212,11 @@ def export_ct2(checkpoint: str | Path, out: str | Path, quantization: str = "flo
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=temporary_prefix(out), suffix=".tmp"))
     old = None
     try:
-        write_export(model, cfg, toks, tmp, quantization)
-        write_marker(tmp, MARKER, WRITTEN_BY, checkpoint=str(Path(checkpoint).absolute()), quantization=quantization)
+        try:
+            write_export(model, cfg, toks, tmp, quantization)
+            write_marker(tmp, MARKER, WRITTEN_BY, checkpoint=str(Path(checkpoint).absolute()), quantization=quantization)
+        except OSError as e:  # a full disk: name the folder asked for, not the temporary one the export is built in
+            raise UserError(f"{given}: cannot write the export ({e.strerror or type(e).__name__})") from None
         if out.exists() and any(out.iterdir()):  # an earlier export (checked above): moved aside, removed once replaced
             old = Path(tempfile.mkdtemp(dir=out.parent, prefix=temporary_prefix(out), suffix=".tmp"))
             out.rename(old)

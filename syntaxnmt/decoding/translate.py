@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from syntaxnmt.checkpoint import load_model_checkpoint
+from syntaxnmt.checkpoint import load_model_checkpoint, load_weights
 from syntaxnmt.config import Config, DecodeConfig, config_from_dict
 from syntaxnmt.data.annotations import spacy_parser
 from syntaxnmt.data.batches import context_batch, make_batch
@@ -43,7 +43,7 @@ def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module,
             raise UserError(f"{path} holds no tokenizers (an older checkpoint): it needs its prepared corpus, run from the folder it was trained in ({e})") from None
     model = build_model(cfg, **toks.vocab_sizes())
     model.document_context = document_context(cfg, toks.src, toks.tgt)
-    model.load_state_dict(state["model"])
+    load_weights(model, state["model"], path, "the model of its own stored config: a damaged checkpoint, or weights put beside another model's config")
     return model.to(device).eval(), cfg, toks
 
 

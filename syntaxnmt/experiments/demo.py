@@ -2,18 +2,23 @@
 
 Generates the synthetic language pair (see :mod:`syntaxnmt.data.synthetic`), prepares it, trains a
 small Transformer within a time budget, translates the test split with beam search and prints
-sacreBLEU. Re-running continues the previous training run in the same folder.
+sacreBLEU. Re-running continues the previous training run in the same folder while its time
+budget (``--minutes``, the total training time) allows, and says so when that run is finished; a
+run that ends before the learning-rate warm-up does gets a warning saying how to continue.
 """
 
 from __future__ import annotations
 
+import math
 import shutil
+import sys
 import time
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
+from syntaxnmt.checkpoint import load_checkpoint
 from syntaxnmt.config import Config, load_config
 from syntaxnmt.data.prepare import prepare
 from syntaxnmt.data.synthetic import write_corpus
@@ -22,6 +27,7 @@ from syntaxnmt.errors import UserError
 from syntaxnmt.metrics import score
 from syntaxnmt.runtime import resolve_device
 from syntaxnmt.textio import holds_marker, read_lines, refuse_protected_folder, write_lines, write_marker
+from syntaxnmt.training.loop import Progress
 from syntaxnmt.training.train import train
 
 DEMO_CONFIG = """\
@@ -89,10 +95,52 @@ def refuse_to_remove(directory: Path) -> None:
         )
 
 
+def updates_needed(cfg: Config) -> int:
+    """The updates below which the demo's test BLEU says little: the end of the learning-rate
+    warm-up (``train.warmup_steps``, 300 in the demo's config).
+
+    Why there: until then the inverse-square-root schedule (Vaswani et al. 2017, Eq. 3) has not
+    reached its peak rate, so the model has had a small part of the training a default run gets
+    (the 4-minute budget ends near update 600 on a quiet 2-core machine, docs/robustness.md) and
+    its score is still climbing steeply from zero: a run on a busy machine stopped at update 23
+    with BLEU 0.06 and one at update 95 with BLEU 4.29 (issues 25 and 26). It follows the config,
+    so a ``--train.warmup_steps`` override moves it."""
+    return max(1, cfg.train.warmup_steps)
+
+
+def finished_training(progress: dict, cfg: Config) -> tuple[str, str] | None:
+    """Why the saved ``progress`` of the demo's run (its ``last.pt``) leaves nothing to train with
+    ``cfg``, as (``early stopping`` or ``max_minutes``, a description), or None."""
+    t, step = cfg.train, progress.get("step", 0)
+    if t.patience and progress.get("bad_validations", 0) >= t.patience:
+        return "early stopping", f"early stopping at update {step} ({t.patience} validations without improvement)"
+    if t.max_minutes and progress.get("train_seconds", 0.0) >= 60 * t.max_minutes:
+        return "max_minutes", f"its {t.max_minutes:g}-minute training budget was spent at update {step}"
+    return None
+
+
+def warn_if_undertrained(directory: Path, cfg: Config, progress: Progress, bleu: float) -> None:
+    """One line on stderr when the run ended below :func:`updates_needed`, saying how to go on."""
+    needed = updates_needed(cfg)
+    if progress.step >= needed:
+        return
+    seconds_per_update = progress.train_seconds / max(progress.step, 1)
+    minutes = max(math.ceil(needed * seconds_per_update / 60), math.floor(cfg.train.max_minutes) + 1)
+    tqdm.write(
+        f"syntaxnmt: warning: the demo trained {progress.step} update{'s' if progress.step != 1 else ''}, fewer than the {needed} it needs for a meaningful score "
+        f"(the end of its learning-rate warm-up), so BLEU {bleu:.2f} says little; continue the run with "
+        f"`syntaxnmt demo --dir {directory} --minutes {minutes}` (--minutes is the total training time: about {needed} updates at this machine's speed), "
+        "or start over with --fresh",
+        file=sys.stderr,
+    )
+
+
 def run_demo(directory: Path, minutes: float = 4.0, overrides: list[str] | None = None, fresh: bool = False, log=tqdm.write) -> float:
     """Run the demo; returns the test BLEU. Training stops at the time budget with a validation,
     so there is a ``best.pt`` to translate with however slow the machine (docs/robustness.md);
-    ``log`` writes above the progress bars."""
+    ``log`` writes above the progress bars. A re-run continues the run in ``directory`` while its
+    budget (``minutes``, the total training time) allows; one that finds its training finished
+    says so, and a run that ends below :func:`updates_needed` ends with a warning."""
     if fresh and (directory.exists() or directory.is_symlink()):
         refuse_to_remove(directory)
         shutil.rmtree(directory)
@@ -106,7 +154,17 @@ def run_demo(directory: Path, minutes: float = 4.0, overrides: list[str] | None 
         log(f"synthetic corpus in {directory / 'corpus'} ({sizes} pairs; trees in *.conllu, gold alignments in *.align)")
     cfg = demo_config(directory, minutes, overrides)
     prepare(cfg, log=log)
-    train(cfg, resume=True, log=log)
+    last = Path(cfg.work_dir) / "last.pt"
+    saved = load_checkpoint(last).get("progress") if last.is_file() else None
+    done = finished_training(saved, cfg) if saved else None
+    if done:
+        further = "--fresh starts over" if done[0] == "early stopping" else f"--minutes M (above {minutes:g}: the total training time) trains it further, --fresh starts over"
+        log(f"the demo's training in {cfg.work_dir} is finished ({done[1]}): translating with it again; {further}")
+    if done and done[0] == "early stopping":  # resuming would train on past the early stop
+        progress = Progress(**saved)
+    else:  # with the budget spent this trains no further, but validates an update left unvalidated
+        progress = train(cfg, resume=True, log=log)
+    run_cfg = cfg
 
     device = resolve_device(cfg.train.device)
     work = Path(cfg.work_dir)
@@ -123,4 +181,5 @@ def run_demo(directory: Path, minutes: float = 4.0, overrides: list[str] | None 
     for src, hyp, ref in list(zip(sources, hyps, refs))[:3]:
         log(f"  src: {src}\n  hyp: {hyp}\n  ref: {ref}")
     log(f"demo finished in {time.perf_counter() - t0:.0f} s; translations in {directory / 'test.hyp'}")
+    warn_if_undertrained(directory, run_cfg, progress, result.bleu)
     return result.bleu

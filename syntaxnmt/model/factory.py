@@ -10,6 +10,8 @@ predictor of ``train.alignment.fertility`` and the classifiers of ``train.multit
 
 from __future__ import annotations
 
+import re
+
 from torch import nn
 
 from syntaxnmt.config import Config, ModelConfig
@@ -27,15 +29,36 @@ def build_model(cfg: Config | ModelConfig, src_vocab: int, tgt_vocab: int, **tag
     :class:`~syntaxnmt.config.ModelConfig` alone, the encoder-decoder only. ``tag_sizes`` are the
     sizes of the tag sets the model may embed or predict (``upos``, ``xpos``, ``deprel``, ``bie``)."""
     model_cfg = cfg.model if isinstance(cfg, Config) else cfg
-    if model_cfg.arch == "transformer":
-        model = Transformer(model_cfg, src_vocab, tgt_vocab, **tag_sizes)
-    elif model_cfg.arch == "rnn":
-        model = RNNModel(model_cfg, src_vocab, tgt_vocab)
-    else:
-        raise ValueError(f"unknown architecture {model_cfg.arch}")
-    if isinstance(cfg, Config):
-        attach_multitask(attach_fertility(model, cfg), cfg, tag_sizes)
+    try:
+        if model_cfg.arch == "transformer":
+            model = Transformer(model_cfg, src_vocab, tgt_vocab, **tag_sizes)
+        elif model_cfg.arch == "rnn":
+            model = RNNModel(model_cfg, src_vocab, tgt_vocab)
+        else:
+            raise ValueError(f"unknown architecture {model_cfg.arch}")
+        if isinstance(cfg, Config):
+            attach_multitask(attach_fertility(model, cfg), cfg, tag_sizes)
+    except (RuntimeError, MemoryError) as e:
+        if isinstance(e, RuntimeError) and not _ALLOCATION_FAILED.search(str(e)):
+            raise
+        raise UserError(f"the model of this config cannot be allocated ({_allocation_reason(e)}): {_sizes(model_cfg, src_vocab, tgt_vocab)}; reduce them") from None
     return model
+
+
+_ALLOCATION_FAILED = re.compile(r"can't allocate memory|not enough memory|out of memory|tried to allocate", re.IGNORECASE)
+
+
+def _allocation_reason(e: BaseException) -> str:
+    """What could not be allocated, from PyTorch's message (``... tried to allocate N bytes``)."""
+    m = re.search(r"tried to allocate (\d+) bytes", str(e))
+    return f"one tensor needs {int(m.group(1)) / 2**30:,.1f} GiB" if m else type(e).__name__
+
+
+def _sizes(m: ModelConfig, src_vocab: int, tgt_vocab: int) -> str:
+    """The config keys that set the size of a model's tensors, with their values (for messages)."""
+    keys = ("d_model", "ffn_dim", "enc_layers", "dec_layers") if m.arch == "transformer" else ("d_model", "rnn.hidden", "rnn.embed_dim", "rnn.attention_dim", "rnn.enc_layers", "rnn.dec_layers")
+    values = [(k, getattr(m.rnn, k[4:]) if k.startswith("rnn.") else getattr(m, k)) for k in keys]
+    return ", ".join(f"model.{k} {v}" for k, v in values) + f", vocabularies of {src_vocab} and {tgt_vocab} (data.vocab_size)"
 
 
 def attach_fertility(model: nn.Module, cfg: Config) -> nn.Module:

@@ -40,7 +40,7 @@ from syntaxnmt.training import loop
 from syntaxnmt.training.alignment import alignment_attention, trace_bonus, word_masks
 from syntaxnmt.training.loop import Progress
 from syntaxnmt.training.optim import build_optimizer
-from syntaxnmt.training.step import accumulate, apply_gradients, forward_loss, training_objectives
+from syntaxnmt.training.step import accumulate, apply_gradients, forward_loss, skip_nonfinite, training_objectives
 from syntaxnmt.training.train import Run, set_matmul_precision, start, tensorboard_writer, validate_and_record
 
 DIRECTIONS = ("forward", "reverse")
@@ -68,7 +68,8 @@ def joint_update(models, optimizers, split: Split, group, cfg: Config, device: t
     """One update of both models on the batches ``group`` with the shared step
     (:mod:`syntaxnmt.training.step`): each direction's forward loss, the symmetry bonus between
     their cross-attentions (Cohn et al. 2016, Sec. 3.4), one backward pass, then each model's
-    clipped optimizer step. Returns the summed losses (device tensors) and token counts."""
+    clipped optimizer step (skipped for both, with ``train.max_nonfinite`` > 0, when a loss or
+    gradient is not finite). Returns the summed losses (device tensors) and token counts."""
     t = cfg.train.for_device(device.type)
     gamma = t.alignment.symmetry_weight
     rev_split = split.swapped()
@@ -94,6 +95,8 @@ def joint_update(models, optimizers, split: Split, group, cfg: Config, device: t
             bonus = trace_bonus(alignment_attention(outs[0], t.alignment), alignment_attention(outs[1], t.alignment), src_mask, tgt_mask, reduction="sum")
         accumulate(stats, {"bonus": bonus.detach()})
         (total - gamma * bonus / n_tgt).backward()
+    if t.max_nonfinite and skip_nonfinite(models, stats):  # both directions skip together
+        return {"skipped": 1, "tokens": n_tgt, "src_tokens": n_src}
     for model, (opt, sched) in zip(models, optimizers):
         apply_gradients(model, opt, sched, t)
     return {**stats, "tokens": n_tgt, "src_tokens": n_src}

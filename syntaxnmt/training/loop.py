@@ -10,6 +10,7 @@ data order, time, tokens) is saved with every checkpoint, so an interrupted run 
 
 from __future__ import annotations
 
+import math
 import random
 import signal
 import time
@@ -22,8 +23,8 @@ from tqdm.auto import tqdm
 
 from syntaxnmt.config import TrainConfig
 from syntaxnmt.data.batches import TokenBatchSampler
-from syntaxnmt.errors import Interrupted
-from syntaxnmt.training.distributed import World, broadcast_flag
+from syntaxnmt.errors import Interrupted, UserError
+from syntaxnmt.training.distributed import World, broadcast_flag, sum_across
 
 
 @dataclass
@@ -141,42 +142,58 @@ def run(task: Task, t: TrainConfig, sampler: TokenBatchSampler, log: Callable, *
 
     Every stop but a signal ends with a validation of the last update (unless it was just
     validated), so a time budget always leaves a ``best.pt``, however slow the machine; a run
-    resumed with its time budget spent validates and stops without training further."""
+    resumed with its time budget spent validates and stops without training further.
+
+    A loss that is not finite stops training with a :class:`~syntaxnmt.errors.UserError`
+    (``train.max_nonfinite``): the loop looks at the summed losses when it logs, and before it
+    validates or saves, so no checkpoint is written from a diverged model and no update waits for
+    the device. With ``max_nonfinite`` N > 0 the update itself skips a non-finite step
+    (:func:`~syntaxnmt.training.step.skip_nonfinite`) and N + 1 skipped in a row stop training."""
     prog = task.progress
     stream = sampler.stream(prog.epoch, prog.batch_pos, t.max_epochs)
     bar = Budget(t, prog, desc, disable=not world.is_main)
     window: dict[str, float] = {}
     window_start = time.perf_counter()
+    watch = Divergence(task, t, world, prog.step + 1)
     session_start = time.perf_counter() - prog.train_seconds
     result = LoopResult("max_minutes" if bar.spent() else "max_steps")
-    with StopFlag() as stop:
-        while prog.step < t.max_steps and result.stop_reason != "max_minutes":
-            group = [b for _, b in zip(range(t.accum_steps), stream)]
-            if len(group) < t.accum_steps:
-                result.stop_reason = "max_epochs"
-                break
-            stats = task.update([idx for _, _, idx in group], prog.step)
-            last_epoch, last_pos, _ = group[-1]
-            prog.step, prog.epoch, prog.batch_pos = prog.step + 1, last_epoch, last_pos + 1
-            prog.train_seconds = time.perf_counter() - session_start
-            prog.train_tokens += int(stats["tokens"])
-            for k, v in stats.items():
-                window[k] = window.get(k, 0.0) + v
-            bar.advance()
-            if prog.step % t.log_every == 0 or prog.step == 1:
-                _log_window(task, window, time.perf_counter() - window_start, prog, bar, writer)
-                window, window_start = {}, time.perf_counter()
-            if broadcast_flag(world, stop.requested or bar.spent()):  # every rank stops at the same update
-                result = LoopResult("interrupted" if stop.requested else "max_minutes", stop.signal)
-                break
-            if prog.step % t.valid_every == 0:
-                if world.is_main:
-                    prog.validated_step = prog.step
-                    task.validate()
-                if broadcast_flag(world, bool(t.patience) and task.bad_validations >= t.patience):
-                    result.stop_reason = "early stopping"
+    try:
+        with StopFlag() as stop:
+            while prog.step < t.max_steps and result.stop_reason != "max_minutes":
+                group = [b for _, b in zip(range(t.accum_steps), stream)]
+                if len(group) < t.accum_steps:
+                    result.stop_reason = "max_epochs"
                     break
-    bar.close()
+                stats = task.update([idx for _, _, idx in group], prog.step)
+                last_epoch, last_pos, _ = group[-1]
+                prog.step, prog.epoch, prog.batch_pos = prog.step + 1, last_epoch, last_pos + 1
+                prog.train_seconds = time.perf_counter() - session_start
+                if stats.get("skipped"):
+                    watch.skipped(prog.step, log)
+                else:
+                    watch.in_a_row = 0
+                    prog.train_tokens += int(stats["tokens"])
+                    for k, v in stats.items():
+                        window[k] = window.get(k, 0.0) + v
+                bar.advance()
+                if prog.step % t.log_every == 0 or prog.step == 1:
+                    figures = watch.check(window, prog.step)
+                    _log_window(figures, window, time.perf_counter() - window_start, prog, bar, writer)
+                    window, window_start, watch.window_first = {}, time.perf_counter(), prog.step + 1
+                if broadcast_flag(world, stop.requested or bar.spent()):  # every rank stops at the same update
+                    result = LoopResult("interrupted" if stop.requested else "max_minutes", stop.signal)
+                    break
+                if prog.step % t.valid_every == 0:
+                    watch.check(window, prog.step)
+                    if world.is_main:
+                        prog.validated_step = prog.step
+                        task.validate()
+                    if broadcast_flag(world, bool(t.patience) and task.bad_validations >= t.patience):
+                        result.stop_reason = "early stopping"
+                        break
+    finally:
+        bar.close()
+    watch.check(window, prog.step)  # before the last save
     prog.stop_reason = result.stop_reason
     if world.is_main:
         if result.stop_reason == "interrupted":
@@ -185,6 +202,43 @@ def run(task: Task, t: TrainConfig, sampler: TokenBatchSampler, log: Callable, *
             prog.validated_step = prog.step
             task.validate()
     return result
+
+
+class Divergence:
+    """Watches for a training loss that is not finite (``train.max_nonfinite``, docs/robustness.md).
+
+    :meth:`check` reads the losses summed since the last log line -- a sum holds NaN or inf when
+    any of its updates did -- at the moments the loop reads the device anyway (logging, before a
+    validation or a save); :meth:`skipped` counts the updates that the step skipped itself."""
+
+    def __init__(self, task: Task, t: TrainConfig, world: World, window_first: int):
+        self.task, self.t, self.world = task, t, world
+        self.window_first = window_first  # the first update of the current window
+        self.in_a_row = 0
+
+    def check(self, window: dict, step: int) -> dict[str, float]:
+        """The window's per-token figures (``task.summarize``); a :class:`UserError` on every rank
+        when one of them is not finite."""
+        figures = self.task.summarize(window) if window else {}
+        bad = {k: v for k, v in figures.items() if not math.isfinite(v)}
+        if sum_across(self.world, float(bool(bad))) > 0:
+            where = f"of update {step}" if self.window_first >= step else f"summed over updates {self.window_first}-{step}"
+            shown = ", ".join(f"{k} {v}" for k, v in bad.items()) or "on another process"
+            raise UserError(
+                f"training diverged: the loss {where} is not finite ({shown}); no checkpoint was written from it. "
+                f"Lower train.lr ({self.t.lr:g}) or raise train.warmup_steps ({self.t.warmup_steps}); train.max_nonfinite N skips up to N such updates in a row"
+            )
+        return figures
+
+    def skipped(self, step: int, log: Callable) -> None:
+        """The update ``step`` was skipped (a non-finite loss or gradient); too many in a row stop training."""
+        self.in_a_row += 1
+        log(f"update {step}: the loss or gradients are not finite: update skipped ({self.in_a_row} in a row, train.max_nonfinite {self.t.max_nonfinite})")
+        if self.in_a_row > self.t.max_nonfinite:
+            raise UserError(
+                f"training diverged: the loss or gradients were not finite in {self.in_a_row} updates in a row (updates {step - self.in_a_row + 1}-{step}), "
+                f"more than train.max_nonfinite {self.t.max_nonfinite}; they were skipped, so the checkpoints hold finite weights. Lower train.lr ({self.t.lr:g}) or raise train.warmup_steps ({self.t.warmup_steps})"
+            )
 
 
 class Budget:
@@ -229,8 +283,7 @@ def raise_if_interrupted(result: LoopResult, saved: str) -> None:
         raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name}: {saved} saved; continue with --resume")
 
 
-def _log_window(task: Task, window: dict[str, float], elapsed: float, prog: Progress, bar: Budget, writer) -> None:
-    figures = task.summarize(window)
+def _log_window(figures: dict[str, float], window: dict[str, float], elapsed: float, prog: Progress, bar: Budget, writer) -> None:
     tok_s = window.get("tokens", 0.0) / max(elapsed, 1e-9)
     bar.show({**{k: f"{v:.3f}" if abs(v) >= 0.01 else f"{v:.2e}" for k, v in figures.items()}, "tok_s": f"{tok_s:.0f}", "ep": str(prog.epoch)})
     if writer:

@@ -78,7 +78,9 @@ def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainCon
     The loss is normalized by the target tokens of the whole group -- over all ranks in distributed
     training, where DDP averages the gradients -- so accumulating k batches equals one batch k times
     larger, and N ranks equal one process accumulating N times more. With ``graphed`` (CUDA
-    graphs) the forward and backward passes are replayed from captured graphs.
+    graphs) the forward and backward passes are replayed from captured graphs. With
+    ``train.max_nonfinite`` > 0 an update whose loss or gradients are not finite is skipped and
+    returns ``{"skipped": 1, "tokens": ...}`` only.
     """
     n_tokens = sum(int(split["tgt"].lengths[idx].sum()) + len(idx) for idx in group)
     scale = world.size / sum_across(world, n_tokens)
@@ -98,8 +100,27 @@ def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainCon
                 loss, logs = forward_loss(model, batch.to(device), t, objectives, step, static=bool(t.shape_bucket) and not static_cpu)
                 (loss * scale).backward()
         accumulate(stats, logs)
+    if t.max_nonfinite and skip_nonfinite([raw], stats, world):
+        return {"skipped": 1, "tokens": n_tokens}
     apply_gradients(model, opt, sched, t)
     return {**stats, "tokens": n_tokens}
+
+
+def all_finite(models, logs: dict) -> bool:
+    """Whether an update's logged loss terms and every gradient of ``models`` are finite. It reads
+    the device (one sync), so only training that skips such updates asks (``train.max_nonfinite`` > 0)."""
+    parts = [v.detach() for v in logs.values() if isinstance(v, torch.Tensor)]
+    grads = [p.grad for m in models for p in m.parameters() if p.grad is not None]
+    if grads:
+        parts.append(torch.nn.utils.get_total_norm(grads))
+    return bool(torch.stack([torch.isfinite(v).all() for v in parts]).all()) if parts else True
+
+
+def skip_nonfinite(models, logs: dict, world: World = World()) -> bool:
+    """Whether to skip an update because its loss or gradients are not finite on some rank: the
+    caller then steps no optimizer or schedule, so the weights stay as they were (the next update
+    zeroes the gradients). The loop counts skipped updates: ``train.max_nonfinite`` in a row are allowed."""
+    return sum_across(world, float(not all_finite(models, logs))) > 0
 
 
 def accumulate(stats: dict, logs: dict) -> None:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from syntaxnmt.checkpoint import load_model_checkpoint, save_checkpoint
+from syntaxnmt.checkpoint import load_model_checkpoint, load_weights, nonfinite_weight, save_checkpoint
 from syntaxnmt.config import Config, TrainConfig
 from syntaxnmt.data.batches import Split, TokenBatchSampler, bucket_batches, collate
 from syntaxnmt.data.documents import document_context
@@ -76,6 +76,8 @@ def validate_and_record(model, cfg: Config, dev: Split, refs: list[str], tgt_tok
     whether the result is the best so far."""
     metric = cfg.train.early_stopping_metric if cfg.train.valid_bleu else "loss"
     result = validate(model, cfg, dev, refs, tgt_tok, device)
+    if not math.isfinite(result["loss"]):  # never a "new best" from a diverged model
+        raise UserError(f"training diverged: the dev loss is {result['loss']} at update {prog.step}; no checkpoint was written from it (lower train.lr, or see train.max_nonfinite)")
     is_best = improved(metric, result[metric], prog.best)
     if is_best:
         prog.best, prog.bad_validations = result[metric], 0
@@ -98,6 +100,28 @@ def check_dev_lengths(cfg: Config, dev: Split) -> None:
         raise UserError(f"{cfg.data.dev_src}: a dev pair has a sentence of {longest} subwords, more than model.max_positions {m.max_positions} holds with its end symbol: raise model.max_positions")
 
 
+RESUMABLE_MODEL_KEYS = frozenset({"dropout", "attention_dropout"})
+"""``model`` keys a resumed run may change: regularizers of training, not the function the model computes."""
+
+
+def _flatten(tree: Mapping, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        out.update(_flatten(value, name + ".") if isinstance(value, Mapping) else {name: value})
+    return out
+
+
+def changed_model_keys(stored: Mapping, cfg: Config) -> list[tuple[str, object, object]]:
+    """The ``model`` keys (dotted, below ``model``) whose value in ``cfg`` differs from the one in
+    ``stored`` (the config dict of a checkpoint), as (key, stored value, new value). A head count
+    changes no weight shape, so only this comparison finds it; keys the stored config lacks (an
+    older version's) and :data:`RESUMABLE_MODEL_KEYS` are left out."""
+    old = _flatten(stored.get("model") or {}) if isinstance(stored, Mapping) else {}
+    new = _flatten(cfg.model.model_dump(mode="json"))
+    return [(k, old[k], v) for k, v in new.items() if k in old and old[k] != v and k not in RESUMABLE_MODEL_KEYS]
+
+
 class Run:
     """The files of one model's run in ``work_dir``: ``last.pt``, ``best.pt``, ``config.yaml``."""
 
@@ -108,7 +132,12 @@ class Run:
         self.assets = assets  # the tokenizers, stored in every checkpoint (prepare.tokenizer_assets)
 
     def save(self, model, opt, sched, prog: Progress, is_best: bool = False, periodic: bool = False) -> None:
-        """``periodic``: also keep the weights among the last ``train.keep_checkpoints`` (a validation)."""
+        """``periodic``: also keep the weights among the last ``train.keep_checkpoints`` (a validation).
+        Weights with NaN or inf are never written (a :class:`UserError`): a diverged run keeps its
+        last finite checkpoints."""
+        bad = nonfinite_weight(model.state_dict())
+        if bad is not None:
+            raise UserError(f"training diverged: the weights are not finite after update {prog.step} ({bad} holds NaN or inf); {self.last} was not written (lower train.lr, or see train.max_nonfinite)")
         state = {"config": self.cfg.model_dump(mode="json"), "model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "progress": asdict(prog), "rng": loop.rng_state()}
         if self.assets is not None:
             state["assets"] = self.assets
@@ -119,12 +148,18 @@ class Run:
             keep_periodic(self.work, state, prog.step, self.cfg.train.keep_checkpoints)
 
     def restore(self, model, opt, sched) -> tuple[Progress, dict]:
-        """Load ``last.pt`` into the model and optimizer; returns the progress and the RNG state."""
+        """Load ``last.pt`` into the model and optimizer; returns the progress and the RNG state.
+        A config whose model differs from the run's (a changed size or head count) is refused,
+        naming the keys, before any weight is loaded."""
         state = load_model_checkpoint(self.last)
         missing = [k for k in ("optimizer", "scheduler", "progress", "rng") if k not in state]
         if missing:
             raise UserError(f"{self.last}: not a training checkpoint (no {', '.join(map(repr, missing))}): it cannot be resumed")
-        model.load_state_dict(state["model"])
+        changed = changed_model_keys(state["config"], self.cfg)
+        if changed:
+            shown = "; ".join(f"model.{key} {old} in the run, {new} in the config" for key, old, new in changed[:3])
+            raise UserError(f"{self.last}: --resume continues a run with the model it was trained with, but the config changes it ({shown}): restore those values (the run's config is {self.work / 'config.yaml'}) or choose another work_dir")
+        load_weights(model, state["model"], self.last, "the model of this config (--resume continues a run with the model it was trained with)")
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
         return Progress(**state["progress"]), state["rng"]

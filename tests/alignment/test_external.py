@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import subprocess
 
 import pytest
 
@@ -92,3 +93,19 @@ def test_eflomal_missing(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_eflomal)
     with pytest.raises(UserError, match="eflomal is not installed; install it with `pip install eflomal`"):
         run_eflomal(["a b"], ["x y"])
+
+
+@pytest.mark.parametrize("returncode, reason", [(-9, "killed by SIGKILL"), (1, "exit status 1")])
+def test_eflomal_failure_names_no_temporary_file(monkeypatch, returncode, reason):
+    """eflomal's command line names the temporary files it was given, gone by the time the user
+    reads the error (issue 25: "some errors name internal temp files")."""
+    _require_eflomal()
+    import eflomal
+
+    def fail(self, *args, **kwargs):
+        raise subprocess.CalledProcessError(returncode, ["eflomal", "-s", "/tmp/tmpk2j3h4", "-t", "/tmp/tmpq9w8e7", "-f", "/tmp/syntaxnmt-eflomal-x/forward.links"])
+
+    monkeypatch.setattr(eflomal.Aligner, "align", fail)
+    with pytest.raises(UserError) as info:
+        run_eflomal(["a b", "c"], ["x y", "z"])
+    assert str(info.value) == f"eflomal failed ({reason}) aligning 2 sentence pairs"

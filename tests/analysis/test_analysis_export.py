@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import zipfile
 
 import numpy as np
 import pytest
@@ -198,6 +199,37 @@ def test_files_are_readable_with_numpy_and_json(corpus, parsed_prepared_dir, tmp
     assert header2 == header and len(back) == len(got)
     assert back[3].src_words == got[3].src_words and back[3].parse == got[3].parse
     np.testing.assert_array_equal(back[3].decoder, got[3].decoder)
+
+
+def _damage_member(path, member: str = "s0_cross.npy") -> None:
+    """Flip bytes inside one compressed array of an ``.npz`` (a member that reading does load)."""
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo(member)
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra) + 8  # into the compressed data
+    data = bytearray(path.read_bytes())
+    for k in range(start, start + 16):
+        data[k] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        (lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]), "File is not a zip file"),
+        (lambda p: p.write_bytes(b""), "No data left in file"),
+        (_damage_member, ""),  # a damaged member: zlib's or zipfile's own words
+        (lambda p: np.save(p.open("wb"), np.zeros(3)), "not an .npz archive"),
+    ],
+)
+def test_damaged_arrays_of_an_export_are_one_line(capsys, corpus, parsed_prepared_dir, tmp_path, damage, reason):
+    """A truncated ``OUT.npz`` ended ``syntaxnmt plot -a OUT`` in a traceback (issue 25)."""
+    _, model, cfg, toks, _ = load_tiny("transformer", corpus, parsed_prepared_dir, tmp_path)
+    got = attention_for_sentences(model, cfg, toks, read_lines(corpus["dev"]["src"])[:12], device=CPU)
+    _, npz = write_attention(tmp_path / "att", got)
+    damage(npz)
+    code, _, err = run_cli(capsys, "plot", "-a", tmp_path / "att", "--sentences", "11", "-o", tmp_path / "fig.png")
+    assert_one_line_error(code, err, f"{npz}: the attention arrays are damaged ({reason}", "write them again with `syntaxnmt attention`")
+    assert not (tmp_path / "fig.png").exists()
 
 
 def test_attention_command(capsys, corpus, parsed_prepared_dir, tmp_path):

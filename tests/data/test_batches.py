@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from syntaxnmt.data.batches import RaggedArray, Split, TokenBatchSampler, bucket_batches, collate, make_batch, pad_sequences
+from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import BOS, EOS, PAD
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -38,6 +39,34 @@ def test_ragged_array_round_trip(tmp_path):
     assert len(arr) == 4
     assert [arr[i].tolist() for i in range(4)] == seqs
     assert arr.lengths.tolist() == [3, 0, 1, 50]
+
+
+def _cut(path, keep: int) -> None:
+    path.write_bytes(path.read_bytes()[:keep])
+
+
+@pytest.mark.parametrize(
+    "damage, fragment",
+    [
+        (lambda p: _cut(p.with_name("x.data.npy"), 150), "x.data.npy: the prepared corpus is damaged (mmap length is greater than file size)"),
+        (lambda p: _cut(p.with_name("x.offsets.npy"), 140), "x.offsets.npy: the prepared corpus is damaged (Failed to read all data for array)"),
+        (lambda p: p.with_name("x.offsets.npy").write_bytes(b""), "x.offsets.npy: the prepared corpus is damaged (No data left in file)"),
+        (lambda p: p.with_name("x.data.npy").write_bytes(b"\x80\x04garbage"), "x.data.npy: the prepared corpus is damaged (not a NumPy array file)"),
+        (lambda p: np.save(p.with_name("x.data.npy"), np.arange(10, dtype=np.int32)), "x: the prepared corpus is damaged (x.offsets.npy ends at 54 but x.data.npy holds 10 ids)"),
+        (lambda p: np.save(p.with_name("x.offsets.npy"), np.array([0, 5, 3, 54])), "x: the prepared corpus is damaged (x.offsets.npy does not hold increasing offsets from 0)"),
+        (lambda p: np.save(p.with_name("x.data.npy"), np.zeros(54)), "x.data.npy: the prepared corpus is damaged (not an integer array)"),
+        (lambda p: p.with_name("x.data.npy").unlink(), "x.data.npy: missing from the prepared corpus"),
+    ],
+)
+def test_damaged_ragged_array_is_a_user_error_naming_the_file(tmp_path, damage, fragment):
+    """Only the inputs of the prepared corpus are hashed: a cache file cut short or damaged ended
+    in NumPy's traceback (or, worse, was read with offsets past its data) -- issue 25."""
+    RaggedArray.save(tmp_path / "x", [[5, 6, 7], [], [8], list(range(100, 150))])
+    damage(tmp_path / "x")
+    with pytest.raises(UserError) as info:
+        RaggedArray.load(tmp_path / "x")
+    message = str(info.value)
+    assert message.startswith(str(tmp_path)) and fragment in message and message.endswith("re-run `syntaxnmt prepare --force`"), message
 
 
 # ---------------------------------------------------------------- bucket_batches

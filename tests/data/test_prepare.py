@@ -9,9 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from conftest import deep_merge, quiet, tiny_tree
+from test_cli import assert_one_line_error, run_cli
 
 import syntaxnmt.data.prepare as prepare_mod
+import syntaxnmt.data.subwords as subwords
 from syntaxnmt.config import load_config
 from syntaxnmt.data.batches import RaggedArray
 from syntaxnmt.data.prepare import is_prepared, load_split, load_tokenizers, prepare, spm_paths
@@ -404,3 +407,50 @@ def test_corpus_with_the_old_broken_tag_vocabulary_is_rebuilt(corpus, tmp_path):
     prepare(cfg, log=messages.append)
     assert any("rebuilding" in m and "POS" in m for m in messages)
     assert "NOUN" in json.loads(path.read_text())["upos"] and is_prepared(cfg)
+
+
+# ---------------------------------------------------------------- a damaged cache (issue 25)
+
+
+DAMAGES = {
+    "meta.json not JSON": (lambda d: (d / "meta.json").write_text('{"data_config": {', encoding="utf-8"), "meta.json:1: the prepared corpus is damaged (Expecting property name"),
+    "meta.json a list": (lambda d: (d / "meta.json").write_text("[1, 2]", encoding="utf-8"), "meta.json: the prepared corpus is damaged (no data_config and counts in it)"),
+    "meta.json not UTF-8": (lambda d: (d / "meta.json").write_bytes(b"\xff\xfe{"), "meta.json: the prepared corpus is damaged (not UTF-8)"),
+    "array cut short": (lambda d: (d / "train.tgt.data.npy").write_bytes((d / "train.tgt.data.npy").read_bytes()[:400]), "train.tgt.data.npy: the prepared corpus is damaged (mmap length is greater than file size)"),
+    "SentencePiece model": (lambda d: (d / "spm.joint.model").write_bytes(b"garbage"), "spm.joint.model: not a readable SentencePiece model"),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_damaged_cache_is_one_line_saying_prepare_force_rebuilds_it(capsys, corpus, tmp_path, damage):
+    """The cache key covers the input files, not the cache's own files: a corrupt ``meta.json`` or
+    a truncated array ended in a traceback. Now every command that reads the cache names the file
+    and says how to rebuild it; ``prepare`` without --force refuses too (it does not silently
+    rebuild a damaged cache), and ``prepare --force`` rebuilds it."""
+    cfg = _cfg(corpus, tmp_path)
+    prepare(cfg, log=quiet)
+    expected = {name: arr[len(arr) - 1].tolist() for name, arr in _arrays(cfg.prepared_dir).items()}
+    change, fragment = DAMAGES[damage]
+    change(cfg.prepared_dir)
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")), encoding="utf-8")
+    for command in (["train", path], ["prepare", path]):
+        code, _, err = run_cli(capsys, *command)
+        assert_one_line_error(code, err, f"{cfg.prepared_dir}/{fragment}", "re-run `syntaxnmt prepare --force`")
+    assert not (Path(cfg.work_dir) / "last.pt").exists()
+    code, _, err = run_cli(capsys, "prepare", path, "--force")
+    assert code == 0, err
+    assert {name: arr[len(arr) - 1].tolist() for name, arr in _arrays(cfg.prepared_dir).items()} == expected
+    assert len(load_split(cfg, "train")) == _meta(cfg)["counts"]["train_kept"]
+
+
+def test_failed_sentencepiece_write_names_the_model_file_not_its_scratch_folder(tmp_path, monkeypatch):
+    """SentencePiece writes into a temporary folder beside the model; a full disk named that folder (issue 25)."""
+    def full_disk(sentences, prefix, *args):
+        raise OSError(28, "No space left on device", f"{prefix}.model")
+
+    monkeypatch.setattr(subwords, "_train", full_disk)
+    with pytest.raises(UserError) as info:
+        train_sentencepiece(["a b c"], tmp_path / "spm.joint.model", vocab_size=20)
+    assert str(info.value) == f"{tmp_path / 'spm.joint.model'}: cannot write (No space left on device)"
+    assert list(tmp_path.iterdir()) == []

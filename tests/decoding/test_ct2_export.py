@@ -9,10 +9,13 @@ import sys
 
 import pytest
 
+import syntaxnmt.decoding.ct2_export as ct2_export
 from syntaxnmt.checkpoint import save_checkpoint
 from syntaxnmt.data.prepare import load_tokenizers
+from syntaxnmt.decoding.ct2_engine import CT2Engine
 from syntaxnmt.decoding.ct2_export import CONFIG_FILE, MARKER, SOURCE_TOKENIZER, TARGET_TOKENIZER, export_ct2, unsupported
 from syntaxnmt.decoding.translate import checkpoint_path
+from syntaxnmt.errors import UserError
 from syntaxnmt.model import build_model
 from tests.conftest import parsed_data
 
@@ -107,3 +110,19 @@ def test_not_an_export_is_refused(tmp_path):
     r = syntaxnmt("translate", "--checkpoint", str(tmp_path / "dir"), "--engine", "ctranslate2")
     assert r.returncode == 2
     assert r.stderr == f"syntaxnmt: error: {tmp_path / 'dir'}: not a syntaxnmt CTranslate2 export (no {CONFIG_FILE}; run `syntaxnmt export-ct2`)\n"
+
+
+def test_a_failed_write_names_the_folder_asked_for_not_its_temporary(trained_run, tmp_path, monkeypatch):
+    """The export is built in a temporary folder beside ``-o``; a full disk named that folder (issue 25)."""
+    def full_disk(model, cfg, toks, out, quantization="float32"):
+        raise OSError(28, "No space left on device", str(out / "model.bin"))
+
+    monkeypatch.setattr(ct2_export, "write_export", full_disk)
+    ckpt = checkpoint_path(trained_run, "best")
+    with pytest.raises(UserError) as info:
+        export_ct2(ckpt, tmp_path / "out")
+    assert str(info.value) == f"{tmp_path / 'out'}: cannot write the export (No space left on device)"
+    assert list(tmp_path.iterdir()) == []  # no temporary folder left
+    with pytest.raises(UserError) as info:  # translate --engine ctranslate2 --checkpoint X.pt converts X.pt in a scratch folder
+        CT2Engine(ckpt)
+    assert str(info.value) == f"{ckpt}: converting it for CTranslate2: a temporary folder: cannot write the export (No space left on device)"

@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import yaml
 from conftest import tiny_tree, untrained_checkpoint
+from test_cli import assert_one_line_error, run_cli
 
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.cli import main
@@ -119,3 +120,24 @@ def test_over_long_line_is_cut_with_a_warning_naming_it(make_config, corpus, tmp
     warnings = [line for line in proc.stderr.decode().splitlines() if "warning" in line]
     assert len(warnings) == 1 and warnings[0].startswith(f"syntaxnmt: warning: {src}:2: ")
     assert warnings[0].endswith("subwords, only the first 22 are translated (the model's max_positions)")
+
+
+# ---------------------------------------------------------------- weights of another model (issue 25)
+
+
+def test_weights_of_another_architecture_are_one_line_errors(capsys, trained_run, tmp_path):
+    """A checkpoint whose weights do not fit the model of its stored config (put beside another
+    model's config, or damaged) ended in PyTorch's ``size mismatch`` / ``Missing key(s)`` traceback."""
+    state = load_checkpoint(f"{trained_run.work_dir}/best.pt")
+    cases = {
+        "bigger.pt": (lambda s: s["config"]["model"].update(ffn_dim=128), "encoder.0.ffn.fc1.weight is [64, 32] in the checkpoint, [128, 32] in the model"),
+        "rnn.pt": (lambda s: s["config"]["model"].update(arch="rnn"), "missing: "),
+        "fewer.pt": (lambda s: s["model"].pop("decoder.0.ffn.fc2.weight"), "missing: decoder.0.ffn.fc2.weight"),
+    }
+    for name, (change, fragment) in cases.items():
+        broken = {**state, "config": yaml.safe_load(yaml.safe_dump(state["config"])), "model": dict(state["model"])}
+        change(broken)
+        save_checkpoint(tmp_path / name, broken)
+        code, out, err = run_cli(capsys, "translate", "--checkpoint", tmp_path / name, "-i", "/dev/null", "--device", "cpu")
+        line = assert_one_line_error(code, err, f"{tmp_path / name}: its weights do not fit the model of its own stored config", fragment)
+        assert out == "", line

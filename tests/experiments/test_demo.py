@@ -1,27 +1,67 @@
-"""Tests for ``syntaxnmt demo``: it ends with a BLEU however little training its budget allows."""
+"""Tests for ``syntaxnmt demo``: it ends with a BLEU however little training its budget allows,
+warns when that is too little to mean much, and says so when a re-run finds its training finished."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from syntaxnmt.cli import main
+from test_cli import run_cli
+
+from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.data.synthetic import write_corpus
 
 TINY = ["--model.d_model=32", "--model.heads=2", "--model.ffn_dim=64", "--model.enc_layers=1", "--model.dec_layers=1", "--train.threads=1", "--train.tensorboard=false", "--decode.beam_size=2"]
+WARNING = re.compile(
+    r"syntaxnmt: warning: the demo trained (\d+) updates?, fewer than the 300 it needs for a meaningful score \(the end of its learning-rate warm-up\), "
+    r"so BLEU \d+\.\d\d says little; continue the run with `syntaxnmt demo --dir (\S+) --minutes (\d+)` \(--minutes is the total training time: "
+    r"about 300 updates at this machine's speed\), or start over with --fresh"
+)
 
 
-def test_demo_on_a_slow_machine_prints_a_bleu_and_a_rerun_recovers(tmp_path, capsys):
+def _demo(capsys, directory: Path, *argv: str) -> tuple[str, list[str]]:
+    """Run the demo; (stdout, its warnings on stderr)."""
+    code, out, err = run_cli(capsys, "demo", "--dir", directory, *argv, *TINY)
+    assert code == 0, err
+    return out, [line for line in err.splitlines() if line.startswith("syntaxnmt: warning:")]
+
+
+def test_demo_on_a_slow_machine_prints_a_bleu_warns_and_a_rerun_says_it_is_finished(tmp_path, capsys):
     """A budget far too short for the first validation (update 200), as on a machine many times
-    slower than a quiet one: the demo still translates and scores, and running it again (budget
-    spent) does the same without training further."""
+    slower than a quiet one: the demo still translates and scores, and warns that its score says
+    little; running it again (budget spent) says the training is finished, trains no further, and
+    scores again."""
     directory = tmp_path / "demo"
     write_corpus(directory / "corpus", n_train=300, n_dev=20, n_test=10, seed=1)  # the demo reuses a corpus it finds
     for run in range(2):
-        main(["demo", "--dir", str(directory), "--minutes", "0.001", *TINY])
-        out = capsys.readouterr().out
+        out, warnings = _demo(capsys, directory, "--minutes", "0.001")
         assert "test (10 sentences, beam 2): BLEU = " in out, out
-        assert re.search(r"stopped \(max_minutes\) at update \d+,", out), out  # 1 or 2 updates: the clock decides
+        steps = re.search(r"stopped \(max_minutes\) at update (\d+),", out)  # 1 or 2 updates: the clock decides
+        assert steps, out
         assert ("resumed" in out) == (run == 1)
+        finished = f"the demo's training in {directory}/run is finished (its 0.001-minute training budget was spent at update {steps.group(1)})"
+        assert (finished in out) == (run == 1), out
+        assert len(warnings) == 1 and WARNING.fullmatch(warnings[0]), warnings
+        trained, where, minutes = WARNING.fullmatch(warnings[0]).groups()
+        assert trained == steps.group(1) and where == str(directory) and int(minutes) >= 1
     assert len((directory / "test.hyp").read_text(encoding="utf-8").splitlines()) == 10
     assert Path(directory / "run" / "best.pt").is_file()
+
+
+def test_a_run_stopped_early_is_not_trained_further_and_enough_updates_give_no_warning(tmp_path, capsys):
+    """A re-run after early stopping says so and does not resume (training would go on to the
+    next validation); the threshold follows ``train.warmup_steps``, and a run that reaches it
+    gets no warning."""
+    directory = tmp_path / "demo"
+    write_corpus(directory / "corpus", n_train=300, n_dev=20, n_test=10, seed=1)
+    fast = ["--train.warmup_steps=2", "--train.max_steps=3", "--train.valid_every=3"]
+    out, warnings = _demo(capsys, directory, *fast)
+    assert "stopped (max_steps) at update 3" in out and warnings == []
+    last = directory / "run" / "last.pt"
+    state = load_checkpoint(last)
+    state["progress"]["bad_validations"] = 5  # as a run early stopping ended (demo patience 5)
+    save_checkpoint(last, state)
+    out, warnings = _demo(capsys, directory, "--train.warmup_steps=2", "--train.max_steps=10", "--train.valid_every=3")
+    assert f"the demo's training in {directory}/run is finished (early stopping at update 3 (5 validations without improvement)): translating with it again; --fresh starts over" in out
+    assert "resumed" not in out and "test (10 sentences, beam 2): BLEU = " in out and warnings == []
+    assert load_checkpoint(last)["progress"]["step"] == 3

@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from syntaxnmt.config import ModelConfig
+from syntaxnmt.config import ModelConfig, load_config
 from syntaxnmt.data.batches import make_batch
+from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import BOS, PAD
+from syntaxnmt.model import build_model
 from syntaxnmt.model.attention import AttentionExtension
 from syntaxnmt.model.transformer import Transformer, sinusoidal_table
 
@@ -190,3 +192,10 @@ def test_training_on_packed_rows_equals_every_row(norm, need_weights):
     torch.testing.assert_close(e1, e0)
     for a, b in zip(g0, g1):
         torch.testing.assert_close(b, a)
+
+
+@pytest.mark.parametrize("model, key", [({"ffn_dim": 10**12}, "model.ffn_dim 1000000000000"), ({"arch": "rnn", "rnn": {"hidden": 10**9}}, "model.rnn.hidden 1000000000")])
+def test_a_model_too_large_to_allocate_is_a_user_error_naming_its_sizes(model, key):
+    """An absurd size failed with PyTorch's allocation traceback (issue 25)."""
+    with pytest.raises(UserError, match=r"the model of this config cannot be allocated \(one tensor needs [\d,.]+ GiB\): .*" + key.replace(".", r"\.")):
+        build_model(load_config(None, {"model": model}), 200, 200)

@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
 from conftest import quiet
+from test_cli import run_cli
 
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.config import CPU_SHAPE_BUCKET, TrainConfig, load_config
+from syntaxnmt.data.prepare import load_split, load_tokenizers
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD
+from syntaxnmt.model import build_model
+from syntaxnmt.textio import read_lines
+from syntaxnmt.training import joint
+from syntaxnmt.training import step as step_module
+from syntaxnmt.training.joint import train_joint
+from syntaxnmt.training.loop import Progress
 from syntaxnmt.training.losses import label_smoothed_nll
 from syntaxnmt.training.optim import build_optimizer, inverse_sqrt
-from syntaxnmt.training.train import train
+from syntaxnmt.training.train import Run, train, validate_and_record
 
 
 def _params(work_dir, name: str = "last.pt") -> dict:
@@ -344,3 +354,144 @@ def test_rerun_recovers_a_run_that_stopped_without_best_checkpoint(make_config):
     save_checkpoint(work / "last.pt", state)
     prog = train(cfg, resume=True, log=quiet)
     assert prog.step == 1 and (work / "best.pt").is_file()
+
+
+# ---------------------------------------------------------------- non-finite losses (issue 25)
+
+
+def _train_cli(capsys, cfg, tmp_path, *argv) -> tuple[int, str]:
+    """``syntaxnmt train`` on ``cfg`` written to a YAML file: (exit status, its last stderr line)."""
+    path = tmp_path / f"{Path(cfg.work_dir).name}.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")), encoding="utf-8")
+    code, _, err = run_cli(capsys, "train", path, *argv)
+    assert "Traceback" not in err
+    return code, err.strip().splitlines()[-1] if err.strip() else ""
+
+
+def _poison(monkeypatch, from_update: int, to_update: int = 10**9, module=None) -> None:
+    """Make the training loss NaN in the updates ``from_update``..``to_update`` (1-based), as a
+    diverged model gives: the gradients turn NaN too. ``module``: the one whose ``forward_loss``
+    is replaced (the update step's by default)."""
+    module = module or step_module
+    real = step_module.forward_loss
+
+    def forward_loss(model, batch, t, objectives=(), step=0, **kw):
+        loss, logs, *rest = real(model, batch, t, objectives, step, **kw)
+        if from_update <= int(step) + 1 <= to_update:
+            loss = loss * float("nan")
+            logs = {**logs, "loss": logs["loss"] * float("nan")}
+        return (loss, logs, *rest)
+
+    monkeypatch.setattr(module, "forward_loss", forward_loss)
+
+
+def test_a_diverged_run_stops_in_one_line_and_writes_no_checkpoint(capsys, make_config, tmp_path):
+    """``train.lr`` 1e30 trained 60 updates at loss nan, saved a "new best" and exited 0."""
+    cfg = make_config({"train": {"lr": 1e30, "max_steps": 30, "valid_every": 10, "log_every": 5}})
+    code, last = _train_cli(capsys, cfg, tmp_path)
+    assert code == 2
+    assert re.fullmatch(r"syntaxnmt: error: training diverged: the loss (of update 1|summed over updates \d+-\d+) is not finite \(loss nan\); no checkpoint was written from it\. Lower train\.lr \(1e\+30\).*", last), last
+    assert not (Path(cfg.work_dir) / "last.pt").exists() and not (Path(cfg.work_dir) / "best.pt").exists()
+
+
+def test_divergence_after_a_validation_keeps_the_finite_checkpoints(make_config, monkeypatch):
+    """The loss turns NaN after update 4 was validated and saved: the loop finds it when it logs
+    (update 6), before the next validation, so last.pt and best.pt still hold update 4."""
+    _poison(monkeypatch, from_update=5)
+    cfg = make_config({"train": {"max_steps": 12, "valid_every": 4, "log_every": 3}})
+    with pytest.raises(UserError, match=r"the loss summed over updates 4-6 is not finite \(loss nan\)"):
+        train(cfg, log=quiet)
+    for name in ("last.pt", "best.pt"):
+        state = _params(cfg.work_dir, name)  # load_checkpoint refuses NaN weights
+        assert state["progress"]["step"] == 4, name
+
+
+def test_max_nonfinite_skips_that_many_updates_in_a_row(make_config, monkeypatch):
+    """``train.max_nonfinite: 1``: one NaN update is skipped (no optimizer or schedule step) and
+    training goes on; two in a row stop it."""
+    _poison(monkeypatch, from_update=3, to_update=3)
+    messages = []
+    cfg = make_config({"train": {"max_steps": 6, "valid_every": 6, "max_nonfinite": 1}})
+    assert train(cfg, log=messages.append).step == 6
+    assert "update 3: the loss or gradients are not finite: update skipped (1 in a row, train.max_nonfinite 1)" in messages
+    state = _params(cfg.work_dir)  # finite weights (load_checkpoint checks)
+    assert state["scheduler"]["last_epoch"] == 5  # six updates, one skipped
+    assert all(int(s["step"]) == 5 for s in state["optimizer"]["state"].values())
+
+    _poison(monkeypatch, from_update=3, to_update=4)
+    cfg = make_config({"train": {"max_steps": 6, "valid_every": 2, "max_nonfinite": 1}})
+    with pytest.raises(UserError, match=r"not finite in 2 updates in a row \(updates 3-4\), more than train\.max_nonfinite 1"):
+        train(cfg, log=quiet)
+    assert _params(cfg.work_dir)["progress"]["step"] == 2
+
+
+def test_train_joint_stops_on_a_non_finite_loss_and_skips_with_max_nonfinite(make_config, monkeypatch):
+    cfg = make_config({"train": {"lr": 1e30, "max_steps": 8, "valid_every": 4, "log_every": 2}})
+    with pytest.raises(UserError, match=r"training diverged: the loss (of update \d+|summed over updates \d+-\d+) is not finite \((fwd nan|rev nan|bonus nan)"):
+        train_joint(cfg, log=quiet)
+    assert not list(Path(cfg.work_dir).rglob("*.pt"))
+
+    _poison(monkeypatch, from_update=2, to_update=2, module=joint)
+    messages = []
+    cfg = make_config({"train": {"max_steps": 4, "valid_every": 4, "max_nonfinite": 1}})
+    assert train_joint(cfg, log=messages.append).step == 4
+    assert any(m.startswith("update 2: the loss or gradients are not finite: update skipped") for m in messages)
+    for direction in ("forward", "reverse"):  # both directions skipped the same update
+        assert load_checkpoint(Path(cfg.work_dir) / direction / "last.pt")["scheduler"]["last_epoch"] == 3
+
+
+def test_non_finite_weights_are_never_saved_nor_validated_as_best(make_config):
+    cfg = make_config()
+    toks = load_tokenizers(cfg)
+    model = build_model(cfg, **toks.vocab_sizes())
+    opt, sched = build_optimizer(model, cfg.train)
+    with torch.no_grad():
+        model.state_dict()["encoder.0.ffn.fc1.weight"][0, 0] = float("nan")
+    prog = Progress(step=7)
+    with pytest.raises(UserError, match=r"training diverged: the weights are not finite after update 7 \(.* holds NaN or inf\)"):
+        Run(cfg).save(model, opt, sched, prog, is_best=True)
+    assert not Path(cfg.work_dir).exists() or not any(Path(cfg.work_dir).iterdir())
+    dev = load_split(cfg, "dev")
+    with pytest.raises(UserError, match=r"training diverged: the dev loss is nan at update 7"):
+        validate_and_record(model, cfg, dev, read_lines(cfg.prepared_dir / "dev.ref"), toks.tgt, torch.device("cpu"), prog, quiet)
+    assert prog.best is None
+
+
+def test_absurd_model_size_is_one_line_naming_the_key(capsys, make_config, tmp_path):
+    cfg = make_config()
+    code, last = _train_cli(capsys, cfg, tmp_path, "--model.ffn_dim=1000000000000")
+    assert code == 2 and last.startswith("syntaxnmt: error: the model of this config cannot be allocated (one tensor needs ")
+    assert "model.ffn_dim 1000000000000" in last
+
+
+# ---------------------------------------------------------------- resuming with another model (issue 25)
+
+
+@pytest.mark.parametrize("override, shown", [({"heads": 2}, "model.heads 4 in the run, 2 in the config"), ({"ffn_dim": 128}, "model.ffn_dim 64 in the run, 128 in the config")])
+def test_resume_with_a_changed_model_is_refused_naming_the_key(capsys, make_config, tmp_path, override, shown):
+    """A changed head count changes no weight shape: it was resumed silently; a changed size ended in
+    PyTorch's ``size mismatch`` traceback."""
+    cfg = make_config({"train": {"max_steps": 2, "valid_every": 2}})
+    train(cfg, log=quiet)
+    before = (Path(cfg.work_dir) / "last.pt").read_bytes()
+    changed = make_config({"model": override, "train": {"max_steps": 4, "valid_every": 2}}, work_dir=Path(cfg.work_dir))
+    code, last = _train_cli(capsys, changed, tmp_path, "--resume")
+    assert code == 2 and last.startswith(f"syntaxnmt: error: {cfg.work_dir}/last.pt: --resume continues a run with the model it was trained with"), last
+    assert shown in last and f"{cfg.work_dir}/config.yaml" in last
+    assert (Path(cfg.work_dir) / "last.pt").read_bytes() == before
+    # A regularizer may change: dropout is not the model's function.
+    assert train(make_config({"model": {"dropout": 0.3}, "train": {"max_steps": 4, "valid_every": 2}}, work_dir=Path(cfg.work_dir)), resume=True, log=quiet).step == 4
+
+
+def test_resume_with_weights_of_another_shape_is_refused(make_config):
+    """Weights that do not fit the config's model (here: a stored config that claims another size
+    than its weights have) are named, not PyTorch's ``size mismatch`` traceback."""
+    cfg = make_config({"train": {"max_steps": 2, "valid_every": 2}})
+    train(cfg, log=quiet)
+    last = Path(cfg.work_dir) / "last.pt"
+    state = load_checkpoint(last)
+    name = "encoder.0.ffn.fc1.weight"
+    state["model"][name] = torch.zeros([s + 1 for s in state["model"][name].shape])
+    save_checkpoint(last, state)
+    with pytest.raises(UserError, match=rf"last\.pt: its weights do not fit the model of this config .*\({re.escape(name)} is \[\d+, \d+\] in the checkpoint, \[\d+, \d+\] in the model\)"):
+        train(make_config({"train": {"max_steps": 4, "valid_every": 2}}, work_dir=Path(cfg.work_dir)), resume=True, log=quiet)
