@@ -1,0 +1,156 @@
+"""The synthetic discourse study of docs/documents.md (issue 21): sentence-level, concatenation
+(2-to-1, 2-to-2) and HAN models on the synthetic document corpus, scored by contrastive accuracy
+per phenomenon x distance under the three context controls, with test BLEU and training cost.
+
+    python benchmarks/discourse_study.py --work runs/discourse --seeds 1 2 3 [--steps 3000] [--write docs/documents.md]
+    python benchmarks/discourse_study.py --work /tmp/d --quick          # a smoke run (minutes, meaningless figures)
+
+Every system of a seed shares the prepared corpus; HAN is fine-tuned from the sentence model of its
+seed (train.init_from, Miculicich et al. 2018's two-stage recipe) for the same number of updates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from syntaxnmt.config import load_config
+from syntaxnmt.data.contrastive import read_contrastive
+from syntaxnmt.data.discourse import write_documents
+from syntaxnmt.decoding.scoring import CONTEXT_MODES, score_contrastive
+from syntaxnmt.decoding.translate import load_model, translate_lines
+from syntaxnmt.experiments.sets import write_section
+from syntaxnmt.metrics import corpus_bleu
+from syntaxnmt.textio import atomic_write_text, read_lines
+from syntaxnmt.training.train import train
+
+SYSTEMS = {
+    "sentence": {"kind": "none"},
+    "concat 2-to-1": {"kind": "concat", "sentences": 1, "side": "source"},
+    "concat 2-to-2": {"kind": "concat", "sentences": 1, "side": "both"},
+    "HAN (k = 3)": {"kind": "han", "sentences": 3, "side": "source"},
+}
+
+
+def config(work: Path, corpus: dict, system: str, seed: int, steps: int, quick: bool):
+    slug = system.split()[0].lower() + ("-2to2" if "2-to-2" in system else "")
+    tree = {
+        "name": f"discourse-{slug}",
+        "work_dir": str(work / f"{slug}-seed{seed}"),
+        "seed": seed,
+        "data": {
+            "train_src": str(corpus["train"]["src"]),
+            "train_tgt": str(corpus["train"]["tgt"]),
+            "dev_src": str(corpus["dev"]["src"]),
+            "dev_tgt": str(corpus["dev"]["tgt"]),
+            "train_docs": str(corpus["train"]["docs"]),
+            "dev_docs": str(corpus["dev"]["docs"]),
+            "src_lang": "en",
+            "tgt_lang": "syn",
+            "vocab_size": 400,
+            "joint_vocab": True,
+            "prepared_dir": str(work / "prepared"),
+        },
+        "model": {"d_model": 64 if quick else 128, "heads": 4, "ffn_dim": 256, "enc_layers": 2, "dec_layers": 2, "dropout": 0.1, "tie_embeddings": "all", "context": SYSTEMS[system]},
+        "train": {"max_tokens": 2048, "lr": 2e-3, "warmup_steps": 100 if quick else 300, "max_steps": steps, "valid_every": max(steps // 4, 1), "valid_max_sentences": 200, "tensorboard": False, "device": "cpu"},
+        "decode": {"beam_size": 4, "batch_size": 100},
+    }
+    if SYSTEMS[system]["kind"] == "han":
+        tree["train"]["init_from"] = str(work / f"sentence-seed{seed}" / "best.pt")
+    return load_config(None, tree)
+
+
+def run_system(cfg, corpus: dict, items, log) -> dict:
+    done = Path(cfg.work_dir) / "result.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    progress = train(cfg, log=log)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    device = torch.device("cpu")
+    model, mcfg, toks = load_model(Path(cfg.work_dir) / "best.pt", device)
+    src, ref, docs = read_lines(corpus["test"]["src"]), read_lines(corpus["test"]["tgt"]), read_lines(corpus["test"]["docs"])
+    t1 = time.perf_counter()
+    hyps = [nb[0][0] for nb in translate_lines(model, mcfg, toks, src, mcfg.decode, device, docs=docs)]
+    decode_s = time.perf_counter() - t1
+    result = {
+        "updates": progress.step,
+        "train_wall_s": wall,
+        "train_cpu_s": cpu,
+        "ms_per_update": 1000 * wall / max(progress.step, 1),
+        "bleu": corpus_bleu(hyps, [ref]),
+        "decode_sent_per_s": len(src) / decode_s,
+        "contrastive": {mode: score_contrastive(model, toks, items, device, context=mode).as_json() for mode in CONTEXT_MODES},
+    }
+    atomic_write_text(done, json.dumps(result, indent=1))
+    return result
+
+
+def mean_sd(values: list[float]) -> str:
+    return f"{statistics.mean(values):.1f}" + (f" ± {statistics.stdev(values):.1f}" if len(values) > 1 else "")
+
+
+def table(results: dict[str, list[dict]], items) -> str:
+    cells = sorted({f"{it.phenomenon} / distance {it.distance}" for it in items})
+    head = ["system", "context", "all", *cells, "BLEU", "ms/update", "sent/s (docs)"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for system, runs in results.items():
+        for mode in CONTEXT_MODES:
+            acc = [100 * r["contrastive"][mode]["accuracy"] for r in runs]
+            per = [mean_sd([100 * r["contrastive"][mode]["cells"][c]["accuracy"] for r in runs]) for c in cells]
+            extra = [mean_sd([r["bleu"] for r in runs]), f"{statistics.mean(r['ms_per_update'] for r in runs):.0f}", f"{statistics.mean(r['decode_sent_per_s'] for r in runs):.0f}"] if mode == "true" else ["", "", ""]
+            rows.append("| " + " | ".join([system if mode == "true" else "", mode, mean_sd(acc), *per, *extra]) + " |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work", default="runs/discourse")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--steps", type=int, default=3000, help="updates per system (HAN: fine-tuning updates)")
+    ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of: " + ", ".join(SYSTEMS))
+    ap.add_argument("--quick", action="store_true", help="a tiny corpus and model: a smoke run")
+    ap.add_argument("--write", help="write the table as a section of this Markdown file (e.g. docs/documents.md)")
+    args = ap.parse_args()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+    work = Path(args.work)
+    sizes = dict(n_train_docs=60, n_dev_docs=4, n_test_docs=24) if args.quick else {}
+    corpus = write_documents(work / "corpus", seed=1, **sizes) if not (work / "corpus" / "contrastive.json").is_file() else {
+        s: {k: work / "corpus" / f"{s}.{k}" for k in ("src", "tgt", "docs")} | ({"contrastive": work / "corpus" / "contrastive.json"} if s == "test" else {}) for s in ("train", "dev", "test")
+    }
+    items = read_contrastive(corpus["test"]["contrastive"])
+    steps = 40 if args.quick else args.steps
+    chosen = [s.strip() for s in args.systems.split(",")]
+    if "HAN (k = 3)" in chosen and "sentence" not in chosen:
+        chosen.insert(0, "sentence")
+    load0 = os.getloadavg()
+    results: dict[str, list[dict]] = {s: [] for s in chosen}
+    for seed in args.seeds:
+        for system in chosen:
+            cfg = config(work, corpus, system, seed, steps, args.quick)
+            print(f"== {system}, seed {seed}", file=sys.stderr, flush=True)
+            results[system].append(run_system(cfg, corpus, items, log=lambda *a, **k: None))
+    text = table(results, items)
+    load1 = os.getloadavg()
+    caption = (
+        f"Contrastive accuracy (%) on {len(items)} items of the synthetic discourse test set by phenomenon and distance "
+        f"(chance 50 in every cell by construction), mean ± sd over seeds {', '.join(map(str, args.seeds))}; rows per system: "
+        f"the true context and the two controls (`other-document`, `none`). {steps} updates per system (HAN: fine-tuned from the sentence model "
+        f"for {steps} more). BLEU: sacreBLEU on the test documents translated with `--docs`, beam 4. "
+        f"Command: `python benchmarks/discourse_study.py --work {args.work} --seeds {' '.join(map(str, args.seeds))} --steps {args.steps}`; "
+        f"load average {load0[0]:.1f} before, {load1[0]:.1f} after, {os.cpu_count()} cores."
+    )
+    print(caption + "\n\n" + text)
+    if args.write:
+        write_section(Path(args.write), "discourse-study", "## Results on the synthetic discourse corpus\n\n" + caption + "\n\n" + text + "\n")
+
+
+if __name__ == "__main__":
+    main()
