@@ -345,6 +345,14 @@ def model_info(model, cfg: Config) -> dict:
     info["syntax"] = cfg.model.syntax.model_dump(mode="json")
     a = cfg.train.alignment
     info["guided_alignment"] = {"weight": a.guided_weight, "layer": a.layer, "head": a.head} if a.guided_weight > 0 else None
+    lisa = cfg.train.multitask.lisa
+    info["supervised_heads"] = (
+        {"layers": sorted(layer % cfg.model.enc_layers for layer in lisa.layers), "heads": list(lisa.heads), "weight": lisa.weight, "inject_parse": lisa.inject_parse}
+        if lisa.weight > 0 and cfg.model.arch == "transformer"
+        else None
+    )
+    m, window = cfg.model, cfg.model.rnn.local_window if cfg.model.arch == "rnn" else 0
+    info["cross_attention"] = {"normalizer": m.attention_normalizer, "hard": m.hard_attention, "local_window": window or None, "rows_sum_to_one": not window}
     return info
 
 
