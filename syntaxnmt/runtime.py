@@ -1,5 +1,5 @@
 """The process around a command: exit codes and signals (:func:`run_command`), the device
-(:func:`resolve_device`) and CPU memory settings.
+(:func:`resolve_device`), CPU threads (:func:`set_threads`) and CPU memory settings.
 
 Training allocates and frees tensors of tens to hundreds of MB every update (the logits of a
 4k-token batch over an 8k vocabulary take 131 MB). glibc's malloc serves blocks that large with
@@ -52,6 +52,16 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"device {name!r}: this machine has no CUDA GPU that torch can use (try cpu)")
     return device
+
+
+def set_threads(n: int | None) -> None:
+    """``--threads N``: the CPU threads torch computes with (None: torch's default, one per core).
+    On a shared machine fewer threads than cores avoid threads spinning against each other."""
+    if n is None:
+        return
+    if n < 1:
+        raise UserError(f"--threads {n}: give at least 1")
+    torch.set_num_threads(n)
 
 
 def _raise_interrupted(signum, frame) -> None:

@@ -128,13 +128,14 @@ def parsed_prepared_dir(corpus, tmp_path_factory) -> Path:
 
 
 def untrained_checkpoint(cfg: Config, path: Path, seed: int = 0) -> Path:
-    """A checkpoint of a freshly initialized model of ``cfg`` (what ``load_model`` reads), no training."""
+    """A checkpoint of a freshly initialized model of ``cfg`` (what ``load_model`` reads: with the
+    modules its training attaches, e.g. multi-task classifiers), no training."""
     from syntaxnmt.checkpoint import save_checkpoint
     from syntaxnmt.data.prepare import feature_vocab_sizes, load_tokenizers
     from syntaxnmt.model import build_model
 
     toks = load_tokenizers(cfg)
     torch.manual_seed(seed)
-    model = build_model(cfg.model, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg))
+    model = build_model(cfg, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg))
     save_checkpoint(path, {"config": cfg.model_dump(mode="json"), "model": model.state_dict()})
     return path

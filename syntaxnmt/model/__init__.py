@@ -7,7 +7,7 @@ score functions and the attention normalizers, ``heads`` the auxiliary modules o
 ``outputs`` what a model returns.
 """
 
-from syntaxnmt.model.factory import build_model
+from syntaxnmt.model.factory import build_model, set_hard_attention
 from syntaxnmt.model.outputs import average_heads, layer_head
 
-__all__ = ["build_model", "average_heads", "layer_head"]
+__all__ = ["build_model", "set_hard_attention", "average_heads", "layer_head"]

@@ -19,8 +19,9 @@ from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import FeatureSpec
 from syntaxnmt.model.heads import BiaffineParser, Fertility, Tagger
 from syntaxnmt.model.rnn import RNNModel
+from syntaxnmt.model.rnn_scores import Attention as RNNAttention
 from syntaxnmt.model.syntax_attention import ParentAttention
-from syntaxnmt.model.transformer import Transformer
+from syntaxnmt.model.transformer import DecoderLayer, Transformer
 
 
 def build_model(cfg: Config | ModelConfig, src_vocab: int, tgt_vocab: int, **tag_sizes: int) -> nn.Module:
@@ -96,4 +97,22 @@ def attach_multitask(model: nn.Module, cfg: Config, tag_sizes: dict[str, int]) -
         for layer in mt.lisa.layers:
             model.encoder[layer].self_attn.extensions.append(ParentAttention(mt.lisa.heads))
         model.feature_spec = model.feature_spec.union(FeatureSpec(parent=True))
+    return model
+
+
+def set_hard_attention(model: nn.Module, mode: str) -> nn.Module:
+    """Switch a built model's one-hot cross-attention (``model.hard_attention``) after loading:
+    ``decode`` hardens the cross-attention of every Transformer decoder layer (the RNN decoder's
+    attention) in evaluation mode, ``none`` keeps it soft. A decode-time choice: the weights do
+    not depend on it (``train`` also changes training, so a loaded model takes it only as
+    trained). Every sub-model is switched (the members of an ensemble); ``cfg.hard_attention`` follows."""
+    if mode not in ("none", "decode", "train"):
+        raise ValueError(f"unknown hard_attention mode {mode!r}")
+    for m in model.modules():
+        if isinstance(getattr(m, "cfg", None), ModelConfig):
+            m.cfg = m.cfg.model_copy(update={"hard_attention": mode})
+        if isinstance(m, DecoderLayer):
+            m.cross_attn.hard = mode
+        elif isinstance(m, RNNAttention):
+            m.hard = mode
     return model

@@ -26,14 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from syntaxnmt.analysis.export import attention_for_sentences
+from syntaxnmt.api import Translator
 from syntaxnmt.data.annotations import spacy_parser
-from syntaxnmt.decoding.translate import load_model, translate_lines
 from syntaxnmt.errors import UserError
-from syntaxnmt.runtime import resolve_device
 from syntaxnmt.serving.worker import BatchingWorker
 
 WEB_DIR = Path(__file__).parent / "web"
@@ -67,8 +64,9 @@ def finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-class Translator:
-    """A checkpoint's model with its tokenizers and, when available, a spaCy parser for the page.
+class ServedModel:
+    """A checkpoint's :class:`syntaxnmt.api.Translator` and, when available, a spaCy parser for the
+    page: the server translates through the Python API, as ``syntaxnmt translate`` does.
 
     Not thread-safe: call it from one thread (the server's worker).
     """
@@ -77,10 +75,21 @@ class Translator:
         self.checkpoint = Path(checkpoint)
         if not self.checkpoint.is_file():
             raise UserError(f"{checkpoint}: no such checkpoint")
-        self.device = resolve_device(device)
-        self.model, cfg, self.toks = load_model(self.checkpoint, self.device)
-        self.cfg, self.parser_name = serving_config(cfg, self.model.feature_spec.needs_parse, parser)
+        self.translator = Translator.from_checkpoint(self.checkpoint, device=device)
+        self.translator.cfg, self.parser_name = serving_config(self.translator.cfg, self.model.feature_spec.needs_parse, parser)
         self.parser()  # a missing pipeline is an error at start-up, not at the first request
+
+    @property
+    def cfg(self):
+        return self.translator.cfg
+
+    @property
+    def model(self):
+        return self.translator.model
+
+    @property
+    def device(self):
+        return self.translator.device
 
     def handle(self, key: Hashable, sentences: list[str]) -> list:
         """The worker's handler: ``key`` is ``(kind, beam)``, kind ``translate`` or ``attention``."""
@@ -93,34 +102,27 @@ class Translator:
 
     def translate(self, sentences: Sequence[str], beam: int) -> list[tuple[str, float | None]]:
         """(translation, score) per sentence; an empty sentence translates to ``""`` (score 0)."""
-        out: list[tuple[str, float | None]] = [("", 0.0)] * len(sentences)
-        todo = [i for i, s in enumerate(sentences) if s.strip()]
-        if todo:
-            results = translate_lines(self.model, self.cfg, self.toks, [sentences[i] for i in todo], self.cfg.decode, self.device, beam=beam)
-            for i, nbest in zip(todo, results):
-                text, score = nbest[0]
-                out[i] = (text, finite(score))
-        return out
+        return [(t.text, finite(t.score)) for t in self.translator.translate(sentences, beam=beam, nbest=1)]
 
     def attention(self, sentences: Sequence[str], beam: int) -> list[tuple[str, float | None, dict | None]]:
         """(translation, score, attention record) per sentence; the record is None for an empty one.
 
         The translation and score are those of :meth:`translate` (asking for the weights changes
-        nothing); the weights are read by force-decoding that output
-        (:func:`syntaxnmt.analysis.export.attention_for_sentences`).
+        nothing); the weights are read by force-decoding that output (:meth:`syntaxnmt.api.Translator.translate`
+        with ``attention=True``).
         """
-        out: list[tuple[str, float | None, dict | None]] = [(t, s, None) for t, s in self.translate(sentences, beam)]
-        todo = [i for i, s in enumerate(sentences) if s.strip()]
+        results = self.translator.translate(sentences, beam=beam, nbest=1, attention=True)
+        todo = [i for i, r in enumerate(results) if r.attention is not None]
+        out: list[tuple[str, float | None, dict | None]] = [(r.text, finite(r.score), None) for r in results]
         if not todo:
             return out
-        lines = [sentences[i] for i in todo]
-        records = attention_for_sentences(self.model, self.cfg, self.toks, lines, device=self.device, beam=beam)
+        records = [results[i].attention.members[0] for i in todo]
         if self.model.feature_spec.needs_parse:
             trees, origin = [r.parse for r in records], f"the model's own parse ({self.parser_name})"
         elif self.parser() is not None:
-            trees, origin = self.parser().parse(lines), f"parsed by spaCy {self.parser_name} (the model does not read it)"
+            trees, origin = self.parser().parse([sentences[i] for i in todo]), f"parsed by spaCy {self.parser_name} (the model does not read it)"
         else:
-            trees, origin = [None] * len(lines), None
+            trees, origin = [None] * len(todo), None
         for i, rec, tree in zip(todo, records, trees):
             out[i] = (out[i][0], out[i][1], attention_json(rec, tree, origin if tree is not None else None))
         return out
@@ -293,7 +295,7 @@ def _check_limits(req, limits: Limits) -> None:
         raise HTTPException(422, f"beam: {req.beam} is out of range (1 to {limits.max_beam})")
 
 
-def create_app(checkpoint: str | Path, *, device: str = "cpu", parser: str | None = "auto", limits: Limits = Limits(), max_batch: int = 64, translator: Translator | None = None):
+def create_app(checkpoint: str | Path, *, device: str = "cpu", parser: str | None = "auto", limits: Limits = Limits(), max_batch: int = 64, translator: ServedModel | None = None):
     """The FastAPI app serving ``checkpoint`` (or an already loaded ``translator``)."""
     from fastapi import FastAPI  # deferred: the web stack loads only for serve
     from fastapi.responses import FileResponse, JSONResponse  # deferred: the web stack loads only for serve
@@ -301,7 +303,7 @@ def create_app(checkpoint: str | Path, *, device: str = "cpu", parser: str | Non
 
 
     limits.check()
-    translator = translator or Translator(checkpoint, device, parser)
+    translator = translator or ServedModel(checkpoint, device, parser)
     worker = BatchingWorker(translator.handle, max_batch=max(max_batch, limits.max_sentences))
 
     @asynccontextmanager
@@ -358,15 +360,14 @@ def check_port_free(host: str, port: int) -> None:
             raise UserError(f"cannot listen on {host}:{port}: {e.strerror}") from None
 
 
-def serve(checkpoint: str | Path, *, host: str = "127.0.0.1", port: int = 8000, device: str = "auto", parser: str | None = "auto", limits: Limits = Limits(), threads: int = 0) -> None:
-    """Load the model and serve it with uvicorn until interrupted."""
+def serve(checkpoint: str | Path, *, host: str = "127.0.0.1", port: int = 8000, device: str = "auto", parser: str | None = "auto", limits: Limits = Limits()) -> None:
+    """Load the model and serve it with uvicorn until interrupted (torch's threads: ``--threads``,
+    :func:`syntaxnmt.runtime.set_threads`)."""
     import uvicorn  # deferred: the web stack loads only for serve
 
     limits.check()
     if not 0 <= port <= 65535:
         raise UserError(f"--port must be 0 to 65535, got {port}")
-    if threads:
-        torch.set_num_threads(threads)
     check_port_free(host, port)
     app = create_app(checkpoint, device=device, parser=parser, limits=limits)
     print(f"syntaxnmt: serving {checkpoint} on http://{host}:{port}/ (Ctrl-C stops)", flush=True)

@@ -265,3 +265,52 @@ def test_align_supports_models_with_source_features(capsys, corpus, parsed_prepa
         assert all(i < len(s.split()) for i, _ in pairs)
     code, _, err = run_cli(capsys, "align", "--checkpoint", path, "--src", src, "--tgt", tgt)
     assert_one_line_error(code, err, "--src-conllu")
+
+
+# ---------------------------------------------------------------- what the header says about the weights
+
+
+def test_local_p_rows_do_not_sum_to_one_and_the_header_says_so(capsys, corpus, parsed_prepared_dir, tmp_path, monkeypatch):
+    """Luong's local-p weights are the window's softmax times a Gaussian, not renormalized: rows
+    sum to less than 1, and the export's header says so (docs/attention.md); softmax rows sum to 1."""
+    monkeypatch.setitem(MODELS, "local", {"model": {"arch": "rnn", "rnn": {"hidden": 16, "attention_dim": 16, "decoder": "luong", "local_window": 2}}})
+    src, tgt = corpus["test"]["src"], corpus["test"]["tgt"]
+    for name, sums_to_one in (("local", False), ("rnn", True), ("transformer", True)):
+        *_, path = load_tiny(name, corpus, parsed_prepared_dir, tmp_path)
+        code, _, err = run_cli(capsys, "attention", "--checkpoint", path, "-i", src, "--ref", tgt, "--sentences", "0-4", "-o", tmp_path / name, "--device", "cpu")
+        assert code == 0, err
+        header, got = read_attention(tmp_path / name)
+        assert header["cross_attention"]["rows_sum_to_one"] is sums_to_one
+        assert header["cross_attention"]["local_window"] == (2 if name == "local" else None)
+        sums = np.concatenate([s.cross.sum(-1).ravel() for s in got])
+        if sums_to_one:
+            np.testing.assert_allclose(sums, 1.0, atol=1e-4)
+        else:
+            assert sums.max() <= 1 + 1e-5 and sums.min() < 0.95
+
+
+def test_lisa_and_injected_heads_are_marked(capsys, corpus, parsed_prepared_dir, tmp_path, monkeypatch):
+    """A multi-task model's LISA heads are named in the export's header and the analyze-heads
+    report; with inject_parse their weights are the parse's one-hot parent, marked as injected."""
+    src, conllu = corpus["test"]["src"], corpus["test"]["conllu"]
+    for inject in (False, True):
+        name = f"lisa-{inject}"
+        lisa = {"weight": 1.0, "layer": 1, "heads": [0, 2], "inject_parse": inject}
+        monkeypatch.setitem(MODELS, name, {"model": {"enc_layers": 2}, "train": {"multitask": {"lisa": lisa}}})
+        *_, path = load_tiny(name, corpus, parsed_prepared_dir, tmp_path)
+        code, _, err = run_cli(capsys, "attention", "--checkpoint", path, "-i", src, "--src-conllu", conllu, "--sentences", "0-3", "-o", tmp_path / name, "--device", "cpu")
+        assert code == 0, err
+        header, got = read_attention(tmp_path / name)
+        assert header["supervised_heads"] == {"layers": [1], "heads": [0, 2], "weight": 1.0, "inject_parse": inject}
+        one_hot_parent = all(
+            np.array_equal(s.word_level("encoder")[1, 0, : len(s.parse.words), : len(s.parse.words)].argmax(-1), [h - 1 if h else i for i, h in enumerate(s.parse.heads)])
+            and np.allclose(s.encoder[1, 0].max(-1), 1.0)
+            for s in got
+        )
+        assert one_hot_parent is inject
+        code, report, err = run_cli(capsys, "analyze-heads", "--checkpoint", path, "-i", src, "--src-conllu", conllu, "--sentences", "0-9", "-o", tmp_path / f"{name}-report", "--device", "cpu")
+        assert code == 0, err
+        mark = "injected parse" if inject else "LISA-supervised"
+        assert f"| 1 | 0 | {mark} |" in report and f"| 1 | 2 | {mark} |" in report and "| 1 | 1 | – |" in report
+        if inject:
+            assert "| 1 | 0 | injected parse | 100.0 |" in report

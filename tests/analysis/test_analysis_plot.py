@@ -51,14 +51,33 @@ def test_arcs_and_alignment_links_are_drawn(corpus, parsed_prepared_dir, tmp_pat
     n_arcs = sum(h != 0 for h in parse.heads)
     for words in (True, False):
         fig = attention_figure(s, "cross", layer=0, head=None, words=words, links=(sure, set()))
-        assert len(fig.axes) == 4  # a 2 x 2 grid
+        assert len(fig.axes) == 5  # a 2 x 2 grid and the colour bar
+        assert fig.axes[-1].get_ylabel() == "attention weight" and fig.axes[-1].get_ylim() == (0.0, 1.0)
         ax = fig.axes[0]
         assert sum(isinstance(p, Arc) for p in ax.patches) == n_arcs
         assert {t.get_text() for t in ax.texts} >= set(parse.deprel) - {"root"}
         cells = len(sure) if words else len(words_to_subwords(sure, s.src_word_of_piece[:-1], s.tgt_word_of_piece[:-1]))
         assert sum(isinstance(p, Rectangle) for p in ax.patches) == cells
     fig = attention_figure(s, "decoder", layer=-1, head=1)  # target side: no source arcs
-    assert len(fig.axes) == 1 and not any(isinstance(p, Arc) for p in fig.axes[0].patches)
+    assert len(fig.axes) == 2 and not any(isinstance(p, Arc) for p in fig.axes[0].patches)
+
+
+def test_arc_labels_are_legible_and_never_overlap(corpus, parsed_prepared_dir, tmp_path):
+    """On every test sentence, word and subword level, no two dependency labels' drawn boxes
+    overlap (adjacent arcs once printed "amodnsubj"), and they are as large as the tick labels' 8 pt."""
+    _, model, cfg, toks, _ = load_tiny("transformer", corpus, parsed_prepared_dir, tmp_path)
+    lines, parses = read_lines(corpus["test"]["src"])[:8], read_conllu(corpus["test"]["conllu"])[:8]
+    for s in attention_for_sentences(model, cfg, toks, lines, parses=parses, device=CPU):
+        labels = [d for d, h in zip(s.parse.deprel, s.parse.heads) if h]
+        for words in (True, False):
+            fig = attention_figure(s, "encoder", layer=-1, head=0, words=words)
+            fig.canvas.draw()
+            texts = [t for t in fig.axes[0].texts if t.get_text() in labels]
+            assert sorted(t.get_text() for t in texts) == sorted(labels)
+            assert min(t.get_fontsize() for t in texts) >= 8
+            boxes = [t.get_window_extent() for t in texts]
+            overlaps = [(texts[a].get_text(), texts[b].get_text()) for a in range(len(boxes)) for b in range(a + 1, len(boxes)) if boxes[a].overlaps(boxes[b])]
+            assert overlaps == [], (s.source, words)
 
 
 def test_plot_errors(capsys, corpus, parsed_prepared_dir, tmp_path):

@@ -280,3 +280,15 @@ def test_twins_at_distance_4_look_the_same_through_a_window_of_3(items):
         else:
             assert (view(a, "context_tgt") == view(b, "context_tgt")) == (distance == 4)
     assert seen == set(CELLS)
+
+
+def test_the_synthetic_command_writes_the_discourse_corpus(tmp_path, capsys):
+    from test_cli import assert_one_line_error, run_cli
+
+    code, _, err = run_cli(capsys, "synthetic", "--documents", "-o", tmp_path / "d", "--train", 6, "--dev", 2, "--test", 4, "--seed", 3)
+    assert code == 0, err
+    for split in ("train", "dev", "test"):
+        assert len((tmp_path / "d" / f"{split}.src").read_text().splitlines()) == len((tmp_path / "d" / f"{split}.docs").read_text().splitlines()) > 0
+    assert (tmp_path / "d" / "contrastive.json").is_file()
+    code, _, err = run_cli(capsys, "synthetic", "--documents", "-o", tmp_path / "e", "--test", 3)
+    assert_one_line_error(code, err, "--test 3", "even number")

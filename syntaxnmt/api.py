@@ -1,0 +1,299 @@
+"""The Python API: translate and score sentences with a trained checkpoint or an ensemble
+(:class:`Translator`); ``syntaxnmt translate`` and ``syntaxnmt serve`` run through it.
+
+    import syntaxnmt
+    translator = syntaxnmt.Translator.from_checkpoint("runs/x/best.pt")   # a file, a run folder, or several: an ensemble
+    results = translator.translate(["the dog sees a cat ."], beam=5, nbest=2, alignments=True, attention=True)
+    scored = translator.score(["the dog sees a cat ."], ["le chien voit un chat ."])
+
+Every result is a :class:`Translation`: the text, its score (log P / lp(y), the search's ranking
+score) and total log-probability, the n-best :class:`Candidate` list, and on request the word
+alignment and the cross-attention (:class:`Attention`) of the best translation, read by
+force-decoding it as ``syntaxnmt align`` and ``syntaxnmt attention`` read them. Options are those
+of ``syntaxnmt translate``: the ``decode`` keys (``beam_size``, ``length_penalty``, ...), and at
+loading the decode-time model options ``hard_attention`` (``decode`` or ``none``) and
+``spacy_pipeline`` (:data:`syntaxnmt.decoding.translate.TRANSLATE_TIME_KEYS`). Mistakes raise
+:class:`syntaxnmt.errors.UserError` with the message the command line prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from syntaxnmt.alignment.extract import alignment_from_attention
+from syntaxnmt.analysis.export import (
+    EncodedSource,
+    SentenceAttention,
+    Target,
+    attention_of_targets,
+    encode_sources,
+    output_target,
+    reference_target,
+    unit_labels,
+    word_level,
+)
+from syntaxnmt.config import Config, DecodeConfig, merge_trees
+from syntaxnmt.data.links import subwords_to_words
+from syntaxnmt.data.prepare import Tokenizers
+from syntaxnmt.decoding.ensemble import load_ensemble
+from syntaxnmt.decoding.translate import (
+    apply_translation_config,
+    checkpoint_file,
+    load_model,
+    normalized_score,
+    score_ids,
+    translate_outputs,
+    translation_config,
+)
+from syntaxnmt.errors import UserError
+from syntaxnmt.model.outputs import layer_head
+from syntaxnmt.runtime import resolve_device, set_threads
+
+__all__ = ["Attention", "Candidate", "Translation", "Translator"]
+
+LOAD_OPTIONS = {"hard_attention": "model", "spacy_pipeline": "data"}
+"""Options of :meth:`Translator.from_checkpoint` beside the ``decode`` keys: their config section."""
+
+
+@dataclass
+class Candidate:
+    """One entry of an n-best list."""
+
+    text: str
+    score: float
+    """log P(y|x) / lp(y): the score the search ranks by (``decode.length_penalty``; 0 = log P)."""
+    log_prob: float
+    """log P(y|x), the end of sentence included."""
+
+
+@dataclass
+class Attention:
+    """The cross-attention of a sentence pair: ``weights`` (target units x source units) at the word
+    level (pieces combined as :func:`syntaxnmt.analysis.export.word_level` does; every row sums to 1
+    except with RNN local-p attention), rows labelled by ``target`` and columns by ``source`` (their
+    words, then ``</s>``). A single model's weights are those ``syntaxnmt align`` reads (its
+    ``train.alignment`` layer and head, by default the mean of every layer and head); an ensemble's
+    are the mean over its members of each member's mean over layers and heads. ``members`` holds
+    every weight of every member (encoder, decoder and cross-attention, every layer and head, at
+    the subword level: :class:`syntaxnmt.analysis.export.SentenceAttention`)."""
+
+    source: list[str]
+    target: list[str]
+    weights: np.ndarray
+    members: list[SentenceAttention] = field(repr=False)
+
+
+@dataclass
+class Translation:
+    """The result for one source sentence: the best translation (``text``, ``score``, ``log_prob``),
+    the n-best list (best first), and when asked for, the word ``alignment`` -- links ``(i, j)``
+    from source word i to target word j, 0-based over ``attention.source`` / ``attention.target``
+    (argmax of every target piece, as ``syntaxnmt align``) -- and the ``attention``. Both are of
+    the best translation; an empty source line gets an empty translation (score 0) and neither.
+    ``forced``: the text is a given reference (:meth:`Translator.score`)."""
+
+    source: str
+    text: str
+    score: float
+    log_prob: float
+    nbest: list[Candidate]
+    alignment: list[tuple[int, int]] | None = None
+    attention: Attention | None = None
+    forced: bool = False
+
+
+def option_tree(options: dict[str, Any], allow_load: bool = True) -> dict:
+    """Flat options (``beam_size=5``, ``hard_attention="decode"``) as the nested config overrides
+    of :func:`~syntaxnmt.decoding.translate.translation_config`; an unknown name is a UserError."""
+    tree: dict = {}
+    for name, value in options.items():
+        if name in DecodeConfig.model_fields:
+            section = "decode"
+        elif allow_load and name in LOAD_OPTIONS:
+            section = LOAD_OPTIONS[name]
+        else:
+            known = ", ".join([*DecodeConfig.model_fields, *(LOAD_OPTIONS if allow_load else ())])
+            where = "" if allow_load else " (hard_attention and spacy_pipeline are given to from_checkpoint)"
+            raise UserError(f"unknown option {name!r}{where}: the options are {known}")
+        tree.setdefault(section, {})[name] = value
+    return tree
+
+
+class Translator:
+    """A loaded checkpoint (or ensemble) with its tokenizers, translating and scoring lists of
+    sentences. Not thread-safe: call it from one thread (the server calls it from its worker)."""
+
+    def __init__(self, model: torch.nn.Module, cfg: Config, toks: Tokenizers, device: torch.device, checkpoints: Sequence[Path] = ()):
+        self.model, self.cfg, self.toks, self.device = model, cfg, toks, device
+        self.checkpoints = list(checkpoints)
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        *checkpoints: str | Path | Sequence[str | Path],
+        device: str | torch.device = "auto",
+        threads: int | None = None,
+        overrides: dict | None = None,
+        **options: Any,
+    ) -> "Translator":
+        """Load a checkpoint file or a run folder (its ``best.pt``, else ``last.pt``); several
+        (or one list of them): an ensemble averaging their log-probabilities. Checkpoints carry
+        their tokenizers, so any working folder will do. ``device``: ``auto``, ``cpu``, ``cuda``;
+        ``threads``: torch's CPU threads (for the whole process). ``options``: defaults of the
+        ``decode`` keys, ``hard_attention`` and ``spacy_pipeline``; ``overrides``: the same as
+        nested sections (``{"decode": {"beam_size": 3}}``, as ``--decode.beam_size=3``)."""
+        paths = [Path(p) for c in checkpoints for p in ([c] if isinstance(c, (str, Path)) else c)]
+        if not paths:
+            raise UserError("give at least one checkpoint")
+        set_threads(threads)
+        dev = device if isinstance(device, torch.device) else resolve_device(device)
+        files = [checkpoint_file(p) for p in paths]
+        model, cfg, toks = load_ensemble(files, dev) if len(files) > 1 else load_model(files[0], dev)
+        cfg = translation_config(cfg, merge_trees(option_tree(options), overrides or {}))
+        return cls(apply_translation_config(model, cfg), cfg, toks, dev, files)
+
+    # ------------------------------------------------------------ options
+
+    @property
+    def decode(self) -> DecodeConfig:
+        """The search settings: the checkpoint's ``decode`` section with the options given at loading."""
+        return self.cfg.decode
+
+    @property
+    def members(self) -> list[torch.nn.Module]:
+        """The models: the ensemble's members, or the one model."""
+        return list(getattr(self.model, "models", [self.model]))
+
+    def decode_options(self, beam: int | None = None, **options: Any) -> DecodeConfig:
+        """:attr:`decode` with ``beam`` (the beam size) and other ``decode`` keys given for one call, validated."""
+        if beam is not None:
+            options["beam_size"] = beam
+        if not options:
+            return self.decode
+        return translation_config(self.cfg, option_tree(options, allow_load=False)).decode
+
+    # ------------------------------------------------------------ translating
+
+    def translate(
+        self,
+        sentences: Sequence[str],
+        *,
+        beam: int | None = None,
+        nbest: int | None = None,
+        alignments: bool = False,
+        attention: bool = False,
+        src_conllu: str | None = None,
+        docs: Sequence[str] | None = None,
+        source_name: str = "<input>",
+        progress: bool = False,
+        **options: Any,
+    ) -> list[Translation]:
+        """Translate raw sentences (one :class:`Translation` each, in order) with beam search of
+        ``beam`` (default: ``decode.beam_size``; 1 = greedy) and the ``nbest`` best candidates
+        (default ``decode.nbest``); ``alignments`` / ``attention``: also the word alignment and the
+        cross-attention of each best translation. ``src_conllu``: the parses of the non-empty
+        sentences (CoNLL-U), for models that use trees or tags. ``docs``: a document id per sentence,
+        read by a context model (docs/documents.md). ``options``: other ``decode`` keys
+        for this call (``length_penalty=0.6``, ``unk_replace="copy"``, ...)."""
+        lines = _sentences(sentences, "sentences")
+        decode = self.decode_options(beam, **options)
+        nbest = decode.nbest if nbest is None else nbest
+        if nbest < 1:
+            raise UserError(f"nbest {nbest}: give at least 1")
+        if nbest > decode.beam_size:
+            raise UserError(f"nbest {nbest} is larger than the beam size {decode.beam_size}")
+        outputs = translate_outputs(self.model, self.cfg, self.toks, lines, decode, self.device, conllu=src_conllu, source_name=source_name, docs=docs, nbest=nbest, progress=progress)
+        results = [
+            Translation(line, nb[0].text, nb[0].score, nb[0].log_prob, [Candidate(o.text, o.score, o.log_prob) for o in nb])
+            for line, nb in zip(lines, outputs)
+        ]
+        if alignments or attention:
+            kept = [k for k, line in enumerate(lines) if line.strip()]
+            src = self._encode([lines[k] for k in kept], src_conllu, source_name)
+            tgt = [output_target(self.toks.tgt, outputs[k][0].tokens, outputs[k][0].text) for k in kept]
+            self._attach(results, kept, src, tgt, decode, alignments, attention, forced=False)
+        return results
+
+    def score(
+        self,
+        sources: Sequence[str],
+        references: Sequence[str],
+        *,
+        alignments: bool = False,
+        attention: bool = False,
+        src_conllu: str | None = None,
+        source_name: str = "<input>",
+        **options: Any,
+    ) -> list[Translation]:
+        """Score given translations: ``log P(reference | source)`` by force-decoding each reference
+        (its words after the model's normalization, each encoded on its own as ``syntaxnmt
+        align`` and ``attention --ref`` encode them), and the score log P / lp(y) the search would
+        rank it by (``decode.length_penalty``; the coverage penalty is not added). An ensemble
+        scores with the distribution it searches with. ``alignments`` / ``attention`` as in
+        :meth:`translate`, of each reference; ``src_conllu`` holds one parse per source line."""
+        src_lines, refs = _sentences(sources, "sources"), _sentences(references, "references")
+        if len(src_lines) != len(refs):
+            raise UserError(f"{len(src_lines)} sources but {len(refs)} references: give one reference per source")
+        decode = self.decode_options(None, **options)
+        src = self._encode(src_lines, src_conllu, source_name)
+        tgt = [reference_target(self.toks.tgt, ref) for ref in refs]
+        spec = self.model.feature_spec
+        log_probs = score_ids(self.model, [s.ids for s in src], [t[0] for t in tgt], self.device, batch_size=decode.batch_size, annotations=[s.annotation for s in src] if spec else None)
+        results = []
+        for line, ref, t, lp in zip(src_lines, refs, tgt, log_probs):
+            score = normalized_score(lp, len(t[0]), decode)
+            results.append(Translation(line, ref, score, lp, [Candidate(ref, score, lp)], forced=True))
+        if alignments or attention:
+            self._attach(results, list(range(len(results))), src, tgt, decode, alignments, attention, forced=True)
+        return results
+
+    # ------------------------------------------------------------ weights
+
+    def _encode(self, lines: list[str], conllu: str | None, source_name: str) -> list[EncodedSource]:
+        """The sources as the model read them in :meth:`translate` (a CoNLL-U file counts only for
+        a model of a parsed corpus, as in ``syntaxnmt translate``)."""
+        uses_parses = self.cfg.data.annotate != "none" or self.model.feature_spec.needs_parse
+        return encode_sources(self.model, self.cfg, self.toks, lines, conllu if uses_parses else None, False, source_name)
+
+    def _attach(self, results: list[Translation], kept: list[int], src: list[EncodedSource], tgt: list[Target], decode: DecodeConfig, alignments: bool, attention: bool, *, forced: bool) -> None:
+        """Force-decode every member on ``tgt`` and attach the alignments / attention to ``results[kept]``."""
+        if not kept:
+            return
+        lines = [results[k].source for k in kept]
+        per_member = [attention_of_targets(m, self.toks, lines, src, tgt, self.device, forced=forced, batch_size=decode.batch_size) for m in self.members]
+        a = self.cfg.train.alignment
+        layer, head = (layer_head(a.layer), layer_head(a.head)) if len(self.members) == 1 else (None, None)
+        for n, k in enumerate(kept):
+            records = [member[n] for member in per_member]
+            pieces = np.mean([_cross(r.cross, layer, head) for r in records], axis=0)
+            rec = records[0]
+            if alignments:
+                t, s = len(rec.tgt_word_of_piece) - 1, len(rec.src_word_of_piece) - 1  # without </s>
+                links = alignment_from_attention(pieces[:t, :s])
+                results[k].alignment = sorted(subwords_to_words(links, rec.src_word_of_piece[:-1], rec.tgt_word_of_piece[:-1]))
+            if attention:
+                rows, cols = rec.axes("cross")
+                results[k].attention = Attention(
+                    source=unit_labels(*cols), target=unit_labels(*rows), weights=word_level(pieces, rec.tgt_word_of_piece, rec.src_word_of_piece), members=records
+                )
+
+
+def _cross(cross: np.ndarray, layer: int | None, head: int | None) -> np.ndarray:
+    """One (T, S) matrix of (L, H, T, S) cross-attention: a layer / head, or the mean (None)."""
+    layers = cross if layer is None else cross[[layer]]
+    return (layers.mean(1) if head is None else layers[:, head]).mean(0)
+
+
+def _sentences(sentences: Sequence[str], what: str) -> list[str]:
+    if isinstance(sentences, str):
+        raise TypeError(f"{what}: give a list of strings (one sentence each), not a string")
+    lines = list(sentences)
+    bad = [type(s).__name__ for s in lines if not isinstance(s, str)]
+    if bad:
+        raise TypeError(f"{what}: every sentence must be a string (got {bad[0]})")
+    return lines
