@@ -217,8 +217,9 @@ def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: 
     lines = section_heading(spec.title or spec.name, spec.description)
     lines += [
         f"Seeds: {', '.join(map(str, seeds))}. BLEU: mean ± sd over seeds (sacreBLEU 13a, cased); chrF: mean over seeds. "
-        + statistics_caption(spec.baseline, "seed", spec.bootstrap, spec.shuffles, len(seeds))
-        + f" dev BLEU: the best greedy dev BLEU of each run "
+        + statistics_caption(spec.baseline, spec.bootstrap, spec.shuffles, one_seed=len(seeds) == 1)
+        + f" p, sentence bootstrap: paired bootstrap resampling ({spec.bootstrap} samples, two-sided) of the sentences of all "
+        f"seeds' outputs pooled; it resamples fixed outputs and does not measure training variance. dev BLEU: the best greedy dev BLEU of each run "
         f"(that checkpoint decodes the test sets), the figure to choose systems by. Overrides: `{' '.join(spec.overrides) or 'none'}`. tok/s and time/update are "
         f"wall-clock figures of the training runs, disturbed by any other load on the machine (controlled "
         f"step-time measurements: `benchmarks/syntax_overhead.py`, docs/benchmarks.md).",
@@ -257,19 +258,17 @@ def seed_cells(baseline: Sequence[np.ndarray], system: Sequence[np.ndarray], boo
     return {"spread": spread, "p": cell, "aso": aso}
 
 
-def statistics_caption(baseline: str, pairs: str, bootstrap: int, shuffles: int, n_seeds: int) -> str:
-    """What the seed-aware columns of a table are, for its caption (``pairs``: what is paired, e.g. ``seed``)."""
-    one = " With one seed it is the ordinary paired test of that seed's outputs." if n_seeds == 1 else ""
+def statistics_caption(baseline: str, bootstrap: int, shuffles: int, one_seed: bool = False, metric: str = "BLEU") -> str:
+    """What the seed-aware columns of a table (:func:`seed_cells`) are, for its caption."""
+    one = " With one seed it is the ordinary paired test of that seed's outputs." if one_seed else ""
     return (
         f"s_sel / s_opt (Clark et al. 2011): the test-set standard deviation (bootstrap, {bootstrap} resamples of the test "
         f"sentences, averaged over seeds) and the standard deviation over seeds. p vs {baseline}: approximate randomization "
-        f"({shuffles} shuffles, two-sided) stratified over {pairs} pairs -- sentence swaps only between {pairs} k of the system and "
-        f"{pairs} k of {baseline}, the mean BLEU over {pairs}s as statistic (MultEval's test); * = p < 0.05, with the direction.{one} "
-        f"ASO ε_min vs {baseline} (three seeds or more): Almost Stochastic Order of the per-seed BLEU (Dror et al. 2019; 1000 "
+        f"({shuffles} shuffles, two-sided) stratified over seed pairs -- sentence swaps only between seed k of the system and "
+        f"seed k of {baseline}, the mean {metric} over seeds as statistic (MultEval's test); * = p < 0.05, with the direction.{one} "
+        f"ASO ε_min vs {baseline} (three seeds or more): Almost Stochastic Order of the per-seed {metric} (Dror et al. 2019; 1000 "
         f"bootstrap iterations, confidence 0.95) -- below 0.5 the system is almost stochastically better than {baseline}, 0 "
-        f"better at every quantile, 1 worse. p, sentence bootstrap: paired bootstrap resampling ({bootstrap} samples, "
-        f"two-sided) of the sentences of all seeds' outputs pooled; it resamples fixed outputs and does not measure "
-        f"training variance."
+        f"better at every quantile, 1 worse."
     )
 
 
