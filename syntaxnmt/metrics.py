@@ -324,13 +324,34 @@ Metric = Callable[[np.ndarray], np.ndarray]
 """A corpus score from summed sentence statistics ``(..., K) -> (...)``, vectorised over the leading axes."""
 
 
+class ReferenceScorer:
+    """BLEU's sentence statistics and chrF of many outputs against one test set's reference streams,
+    which sacreBLEU preprocesses once (the metrics cache them, as in its ``--paired-bs``)."""
+
+    def __init__(self, refs: Sequence[Sequence[str]]):
+        if not refs:
+            raise ValueError("at least one reference stream is required")
+        self.refs = [list(r) for r in refs]
+        self._bleu = BLEU(references=self.refs, force=True)
+        self._chrf = CHRF(references=self.refs)
+
+    def bleu_statistics(self, hyps: Sequence[str]) -> np.ndarray:
+        """sacreBLEU's sentence-level sufficient statistics of BLEU (13a, cased, as :func:`score`):
+        one row per sentence, ``[hyp_len, ref_len, correct_1..4, total_1..4]``. Their column sums
+        give corpus BLEU (:func:`bleu_from_statistics`), so resampled or shuffled corpora cost a sum each."""
+        _check_streams(hyps, self.refs)
+        stats = self._bleu._extract_corpus_statistics(list(hyps), None)
+        return np.asarray(stats, dtype=np.float64).reshape(len(hyps), 2 + 2 * BLEU_ORDER)
+
+    def chrf(self, hyps: Sequence[str]) -> float:
+        """Corpus chrF2, as :func:`score`."""
+        _check_streams(hyps, self.refs)
+        return float(self._chrf.corpus_score(list(hyps), None).score)
+
+
 def bleu_statistics(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> np.ndarray:
-    """sacreBLEU's sentence-level sufficient statistics of BLEU (13a, cased, as :func:`score`): one
-    row per sentence, ``[hyp_len, ref_len, correct_1..4, total_1..4]``. Their column sums give
-    corpus BLEU (:func:`bleu_from_statistics`), so resampled or shuffled corpora cost a sum each."""
-    _check_streams(hyps, refs)
-    stats = BLEU(force=True)._extract_corpus_statistics(list(hyps), [list(r) for r in refs])
-    return np.asarray(stats, dtype=np.float64).reshape(len(hyps), 2 + 2 * BLEU_ORDER)
+    """:meth:`ReferenceScorer.bleu_statistics` of one output (many outputs of one test set: a :class:`ReferenceScorer`)."""
+    return ReferenceScorer(refs).bleu_statistics(hyps)
 
 
 def bleu_from_statistics(stats: np.ndarray) -> np.ndarray:
@@ -388,11 +409,31 @@ def stratified_approximate_randomization(
         size = min(chunk, n_shuffles - start)
         delta = np.zeros(size)
         for k in range(runs):
-            swap = rng.random((size, n), dtype=np.float32) < 0.5
+            # One fair coin per sentence: the bits of random bytes.
+            swap = np.unpackbits(rng.integers(0, 256, size=(size, (n + 7) // 8), dtype=np.uint8), axis=1, count=n)
             moved = swap.astype(np.float32) @ diff[k]  # (size, K)
             delta += metric(sys_sum[k] + moved) - metric(base_sum[k] - moved)
         at_least += int(np.count_nonzero(np.abs(delta / runs) >= abs(observed) - tolerance))
     return (at_least + 1) / (n_shuffles + 1)
+
+
+def paired_bootstrap_p(baseline: np.ndarray, system: np.ndarray, n_samples: int = 1000, seed: int = 12345) -> float:
+    """The BLEU p-value of :func:`paired_bootstrap` (sacreBLEU's ``--paired-bs``, Koehn 2004) from
+    sentence statistics ``(N, 10)``: the same resamples (``numpy.random.default_rng(seed)``), the
+    same statistic and the same degenerate case, vectorised (a test pins the equality)."""
+    base, sys_ = np.asarray(baseline, dtype=np.float32), np.asarray(system, dtype=np.float32)
+    if base.shape != sys_.shape or base.ndim != 2 or len(base) == 0:
+        raise ValueError(f"baseline statistics {base.shape} and system statistics {sys_.shape}: expected equal (sentences, 10)")
+    n = len(base)
+    idx = np.random.default_rng(seed).choice(n, size=(n_samples, n), replace=True)
+    counts = np.bincount((idx + n * np.arange(n_samples)[:, None]).ravel(), minlength=n_samples * n).reshape(n_samples, n).astype(np.float32)
+    base_score, sys_score = float(bleu_from_statistics(base.sum(0))), float(bleu_from_statistics(sys_.sum(0)))
+    sample_diffs = np.abs(bleu_from_statistics(counts @ sys_) - bleu_from_statistics(counts @ base))
+    centred = sample_diffs - sample_diffs.mean()
+    p = (int(np.sum(centred > abs(base_score - sys_score))) + 1) / (n_samples + 1)
+    if sys_score == base_score and p <= 1.0 / (n_samples + 1) + 1e-12:
+        return 1.0  # as :func:`_p_value`
+    return p
 
 
 def selection_sd(stats: np.ndarray, metric: Metric = bleu_from_statistics, n_samples: int = 1000, seed: int = 12345, chunk: int = 200) -> float:
@@ -405,10 +446,14 @@ def selection_sd(stats: np.ndarray, metric: Metric = bleu_from_statistics, n_sam
         raise ValueError(f"n_samples must be at least 2, got {n_samples}")
     rng = np.random.default_rng(seed)
     n = len(stats)
+    table = stats.astype(np.float32)  # integer counts: exact
     scores = []
     for start in range(0, n_samples, chunk):
-        idx = rng.integers(0, n, size=(min(chunk, n_samples - start), n))
-        scores.append(metric(stats[idx].sum(1)))
+        size = min(chunk, n_samples - start)
+        idx = rng.integers(0, n, size=(size, n))
+        # How often each sentence is drawn in each resample, then the resampled sums as one product.
+        counts = np.bincount((idx + n * np.arange(size)[:, None]).ravel(), minlength=size * n).reshape(size, n)
+        scores.append(metric(counts.astype(np.float32) @ table))
     return float(np.std(np.concatenate(scores), ddof=1))
 
 

@@ -18,6 +18,7 @@ import sacrebleu
 from syntaxnmt.errors import UserError
 from syntaxnmt.metrics import (
     Comparison,
+    ReferenceScorer,
     Scores,
     aso_epsilon_min,
     aso_violation_ratio,
@@ -27,6 +28,7 @@ from syntaxnmt.metrics import (
     evaluate_report,
     load_eval_files,
     paired_bootstrap,
+    paired_bootstrap_p,
     score,
     seed_statistics,
     selection_sd,
@@ -310,6 +312,23 @@ def test_bleu_from_statistics_is_sacrebleu_corpus_bleu():
     # Two reference streams.
     stats2 = bleu_statistics(hyps[:50], [refs[:50], hyps[:50]])
     assert bleu_from_statistics(stats2.sum(0)) == pytest.approx(sacrebleu.metrics.BLEU(force=True).corpus_score(hyps[:50], [refs[:50], hyps[:50]]).score)
+
+
+def test_test_set_scorer_and_the_vectorised_sentence_bootstrap_are_sacrebleus():
+    """The tables score many outputs against one test set (references processed once) and compute
+    the sentence bootstrap from the statistics: the same figures as score() and paired_bootstrap()."""
+    refs, good, poor = _corpus(120)
+    scorer = ReferenceScorer([refs])
+    for hyps in (good, poor):
+        assert bleu_from_statistics(scorer.bleu_statistics(hyps).sum(0)) == pytest.approx(score(hyps, [refs], force=True).bleu, abs=1e-9)
+        assert scorer.chrf(hyps) == score(hyps, [refs], force=True).chrf
+    for n_samples, seed in ((1000, 12345), (200, 7)):
+        for a, b in ((poor, good), (good, poor), (good, [h if i % 7 else p for i, (h, p) in enumerate(zip(good, poor))])):
+            expected = paired_bootstrap(a, b, [refs], n_samples=n_samples, seed=seed, force=True).bleu_p_value
+            assert paired_bootstrap_p(scorer.bleu_statistics(a), scorer.bleu_statistics(b), n_samples, seed) == expected
+    assert paired_bootstrap_p(scorer.bleu_statistics(good), scorer.bleu_statistics(good)) == 1.0
+    with pytest.raises(ValueError, match="reference stream"):
+        scorer.bleu_statistics(good[:10])
 
 
 def test_approximate_randomization_identical_systems_give_one():

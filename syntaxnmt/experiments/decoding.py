@@ -37,9 +37,9 @@ from syntaxnmt.decoding.ensemble import load_ensemble
 from syntaxnmt.decoding.translate import encode_source_lines, load_model, parser_words, translate_ids
 from syntaxnmt.decoding.unk import translations_with_replacement
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments.sets import direction_mark, load_set, markdown_table, read_set_file, section_heading, seed_cells, set_runs, statistics_caption, write_section
+from syntaxnmt.experiments.sets import load_set, markdown_table, read_set_file, section_heading, seed_cells, sentence_bootstrap_cell, set_runs, statistics_caption, write_section
 from syntaxnmt.inputs import UNK
-from syntaxnmt.metrics import bleu_statistics, paired_bootstrap, score
+from syntaxnmt.metrics import ReferenceScorer, bleu_from_statistics, score
 from syntaxnmt.runtime import resolve_device
 from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
 
@@ -170,6 +170,11 @@ def _pairs(first: dict, other: dict) -> list[tuple]:
 
 def _table(spec: DecodeSet, results: dict, tests: dict, path) -> str:
     first = next(iter(results))
+    scorers = {t: ReferenceScorer([ref]) for t, (_, ref) in tests.items()}
+    for by_test in results.values():
+        for t, outputs in by_test.items():
+            for r in outputs.values():
+                r["stats"] = scorers[t].bleu_statistics(r["hyps"])
     head = ["row", "checkpoint(s)", "decoding"]
     for t in tests:
         head += [f"{t} BLEU", "chrF", "s_sel / s_opt", f"p vs '{first}'", f"ASO ε_min vs '{first}'", f"p, sentence bootstrap vs '{first}'", "<unk> in output", "replaced → in reference", "decode time"]
@@ -182,26 +187,22 @@ def _table(spec: DecodeSet, results: dict, tests: dict, path) -> str:
         else:
             seeds = f"seeds {'+'.join(map(str, row.seeds))} (ensemble)" if len(row.seeds) > 1 else f"seed {row.seeds[0]}"
         cells = [label, f"{ckpt}, {seeds}", ", ".join(f"{k}={v}" for k, v in row.decode.items() if k != "unk_dictionary") or "–"]
-        for t, (_, ref) in tests.items():
+        for t in tests:
             outputs = by_test[t]
-            scores = [score(r["hyps"], [ref], force=True) for r in outputs.values()]
-            bleus = [sc.bleu for sc in scores]
+            bleus = [float(bleu_from_statistics(r["stats"].sum(0))) for r in outputs.values()]  # = sacreBLEU's corpus BLEU
             bleu = f"{statistics.mean(bleus):.2f}" + (f" ± {statistics.stdev(bleus):.2f}" if len(bleus) > 1 else "")
-            chrf = f"{statistics.mean(sc.chrf for sc in scores):.2f}"
+            chrf = f"{statistics.mean(scorers[t].chrf(r['hyps']) for r in outputs.values()):.2f}"
             pairs = _pairs(results[first][t], outputs)
-            base_stats = [bleu_statistics(results[first][t][a]["hyps"], [ref]) for a, _ in pairs]
-            own_stats = [bleu_statistics(outputs[b]["hyps"], [ref]) for _, b in pairs]
+            base_stats = [results[first][t][a]["stats"] for a, _ in pairs]
+            own_stats = [outputs[b]["stats"] for _, b in pairs]
             if label == first or not pairs:
-                own = seed_cells([], [bleu_statistics(r["hyps"], [ref]) for r in outputs.values()], spec.bootstrap, spec.shuffles, is_baseline=True)
+                own = seed_cells([], [r["stats"] for r in outputs.values()], spec.bootstrap, spec.shuffles, is_baseline=True)
                 boot = "–"
             else:
                 own = seed_cells(base_stats, own_stats, spec.bootstrap, spec.shuffles)
                 if not (row.per_seed and spec.rows[first].per_seed):
                     own["aso"] = "–"  # ASO compares per-seed score distributions: both rows need their seeds
-                base_all = [h for a, _ in pairs for h in results[first][t][a]["hyps"]]
-                own_all = [h for _, b in pairs for h in outputs[b]["hyps"]]
-                cmp = paired_bootstrap(base_all, own_all, [ref * len(pairs)], n_samples=spec.bootstrap, force=True)
-                boot = f"{cmp.bleu_p_value:.3f}" + direction_mark(cmp.bleu_p_value, cmp.system_bleu.score - cmp.baseline_bleu.score)
+                boot = sentence_bootstrap_cell(base_stats, own_stats, spec.bootstrap)
             unk = sum(r["unk"] for r in outputs.values())
             fixed = f"{sum(r['correct'] for r in outputs.values())} / {unk}" if all("correct" in r for r in outputs.values()) else "–"
             seconds = sum(r["seconds"] for r in outputs.values())

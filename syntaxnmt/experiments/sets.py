@@ -36,7 +36,7 @@ from syntaxnmt.checkpoint import load_model_checkpoint
 from syntaxnmt.config import Config, expand_env, load_config, read_yaml_file
 from syntaxnmt.decoding.translate import load_model, translate_lines
 from syntaxnmt.errors import UserError
-from syntaxnmt.metrics import SIGNIFICANCE_LEVEL, Metric, aso_epsilon_min, bleu_from_statistics, bleu_statistics, paired_bootstrap, score, seed_statistics, stratified_approximate_randomization
+from syntaxnmt.metrics import SIGNIFICANCE_LEVEL, Metric, ReferenceScorer, aso_epsilon_min, bleu_from_statistics, paired_bootstrap_p, seed_statistics, stratified_approximate_randomization
 from syntaxnmt.runtime import resolve_device
 from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
 from syntaxnmt.training.train import train
@@ -183,8 +183,9 @@ def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: 
     base = records[spec.baseline]
     base_step = statistics.mean(r["train_seconds"] / max(r["steps"], 1) for r in base.values())
     tests = list(spec.test_sets)
+    scorers = {t: ReferenceScorer([refs[t]]) for t in tests}
     hyps = {label: {t: {s: read_lines(runs[s]["hyps"][t]) for s in seeds} for t in tests} for label, runs in records.items()}
-    stats = {label: {t: [bleu_statistics(by_test[t][s], [refs[t]]) for s in seeds] for t in tests} for label, by_test in hyps.items()}
+    stats = {label: {t: [scorers[t].bleu_statistics(by_test[t][s]) for s in seeds] for t in tests} for label, by_test in hyps.items()}
     head = ["system", "params", "dev BLEU"] + [f"{t} BLEU" for t in tests] + [f"{t} chrF" for t in tests] + [f"{t} s_sel / s_opt" for t in tests]
     head += [f"p vs {spec.baseline} ({t})" for t in tests] + [f"ASO ε_min vs {spec.baseline} ({t})" for t in tests] + [f"p, sentence bootstrap ({t})" for t in tests]
     head += ["updates", "train tok/s", "time/update (rel.)"]
@@ -193,22 +194,15 @@ def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: 
         cells = [label, f"{runs[seeds[0]]['params'] / 1e6:.2f}M", dev_bleu_cell(runs, seeds)]
         bleu_cells, chrf_cells, spread_cells, p_cells, aso_cells, boot_cells = [], [], [], [], [], []
         for t in tests:
-            scores = [score(hyps[label][t][s], [refs[t]], force=True) for s in seeds]
-            bleus = [sc.bleu for sc in scores]
+            bleus = [float(bleu_from_statistics(st.sum(0))) for st in stats[label][t]]  # = sacreBLEU's corpus BLEU
             std = f" ± {statistics.stdev(bleus):.2f}" if len(bleus) > 1 else ""
             bleu_cells.append(f"{statistics.mean(bleus):.2f}{std}")
-            chrf_cells.append(f"{statistics.mean(sc.chrf for sc in scores):.2f}")
+            chrf_cells.append(f"{statistics.mean(scorers[t].chrf(hyps[label][t][s]) for s in seeds):.2f}")
             cmp = seed_cells(stats[spec.baseline][t], stats[label][t], spec.bootstrap, spec.shuffles, is_baseline=label == spec.baseline)
             spread_cells.append(cmp["spread"])
             p_cells.append(cmp["p"])
             aso_cells.append(cmp["aso"])
-            if label == spec.baseline:
-                boot_cells.append("–")
-            else:
-                sys_all = [h for s in seeds for h in hyps[label][t][s]]
-                base_all = [h for s in seeds for h in hyps[spec.baseline][t][s]]
-                boot = paired_bootstrap(base_all, sys_all, [refs[t] * len(seeds)], n_samples=spec.bootstrap, force=True)
-                boot_cells.append(f"{boot.bleu_p_value:.3f}" + direction_mark(boot.bleu_p_value, boot.system_bleu.score - boot.baseline_bleu.score))
+            boot_cells.append("–" if label == spec.baseline else sentence_bootstrap_cell(stats[spec.baseline][t], stats[label][t], spec.bootstrap))
         step = statistics.mean(r["train_seconds"] / max(r["steps"], 1) for r in runs.values())
         updates = statistics.mean(r["steps"] for r in runs.values())
         known = [r["train_tokens"] / max(r["train_seconds"], 1e-9) for r in runs.values() if r.get("train_tokens")]
@@ -227,6 +221,14 @@ def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: 
         *markdown_table(head, rows),
     ]
     return "\n".join(lines) + "\n"
+
+
+def sentence_bootstrap_cell(baseline: Sequence[np.ndarray], system: Sequence[np.ndarray], bootstrap: int) -> str:
+    """The sentence-level paired bootstrap (sacreBLEU's ``--paired-bs``) of the outputs of all seed
+    pairs pooled -- every (sentence, seed) one item -- with the direction of a significant difference."""
+    base_all, sys_all = np.concatenate(baseline), np.concatenate(system)
+    p = paired_bootstrap_p(base_all, sys_all, bootstrap)
+    return f"{p:.3f}" + direction_mark(p, float(bleu_from_statistics(sys_all.sum(0)) - bleu_from_statistics(base_all.sum(0))))
 
 
 def direction_mark(p: float, difference: float) -> str:
