@@ -172,13 +172,38 @@ def set_runs(path: str | Path, spec: ExperimentSet, labels: list[str], seeds: li
     return runs
 
 
+def control_pairs(runs: Sequence[Run]) -> dict[str, str]:
+    """Control arm -> its variant, among the systems of ``runs``: an arm (``data.structure_control``
+    set, :mod:`syntaxnmt.data.controls`) controls the system whose config is the arm's with the
+    control off (names and work_dirs aside)."""
+    def key(cfg: Config) -> str:
+        tree = cfg.model_dump(mode="json")
+        tree.pop("name", None)
+        tree.pop("work_dir", None)
+        tree["data"]["structure_control"] = "none"
+        return json.dumps(tree, sort_keys=True)
+
+    first = {}
+    for run in runs:
+        first.setdefault(run.label, run.cfg)
+    plain = {key(cfg): label for label, cfg in first.items() if cfg.data.structure_control == "none"}
+    return {label: plain[key(cfg)] for label, cfg in first.items() if cfg.data.structure_control != "none" and key(cfg) in plain}
+
+
 def is_finished(cfg: Config, spec: ExperimentSet) -> bool:
     """Whether a run has trained (``done.json``) and translated every test set."""
     work = Path(cfg.work_dir)
     return (work / "done.json").is_file() and all((work / f"{name}.hyp").is_file() for name in spec.test_sets)
 
 
-def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: list[int]) -> str:
+def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: list[int], controls: dict[str, str] | None = None) -> str:
+    """The set's Markdown section. ``controls`` (control arm -> variant, :func:`control_pairs`): with
+    any pair among the systems, a column tests each variant against its control arm(s) over the
+    seed pairs."""
+    controls = {arm: variant for arm, variant in (controls or {}).items() if arm in records and variant in records}
+    arms_of: dict[str, list[str]] = {}
+    for arm, variant in controls.items():
+        arms_of.setdefault(variant, []).append(arm)
     refs = {name: read_lines(t.ref) for name, t in spec.test_sets.items()}
     base = records[spec.baseline]
     base_step = statistics.mean(r["train_seconds"] / max(r["steps"], 1) for r in base.values())
@@ -187,12 +212,13 @@ def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: 
     hyps = {label: {t: {s: read_lines(runs[s]["hyps"][t]) for s in seeds} for t in tests} for label, runs in records.items()}
     stats = {label: {t: [scorers[t].bleu_statistics(by_test[t][s]) for s in seeds] for t in tests} for label, by_test in hyps.items()}
     head = ["system", "params", "dev BLEU"] + [f"{t} BLEU" for t in tests] + [f"{t} chrF" for t in tests] + [f"{t} s_sel / s_opt" for t in tests]
-    head += [f"p vs {spec.baseline} ({t})" for t in tests] + [f"ASO ε_min vs {spec.baseline} ({t})" for t in tests] + [f"p, sentence bootstrap ({t})" for t in tests]
-    head += ["updates", "train tok/s", "time/update (rel.)"]
+    head += [f"p vs {spec.baseline} ({t})" for t in tests] + [f"ASO ε_min vs {spec.baseline} ({t})" for t in tests]
+    head += [f"p vs own control ({t})" for t in tests] if controls else []
+    head += [f"p, sentence bootstrap ({t})" for t in tests] + ["updates", "train tok/s", "time/update (rel.)"]
     rows = []
     for label, runs in records.items():
         cells = [label, f"{runs[seeds[0]]['params'] / 1e6:.2f}M", dev_bleu_cell(runs, seeds)]
-        bleu_cells, chrf_cells, spread_cells, p_cells, aso_cells, boot_cells = [], [], [], [], [], []
+        bleu_cells, chrf_cells, spread_cells, p_cells, aso_cells, control_cells, boot_cells = [], [], [], [], [], [], []
         for t in tests:
             bleus = [float(bleu_from_statistics(st.sum(0))) for st in stats[label][t]]  # = sacreBLEU's corpus BLEU
             std = f" ± {statistics.stdev(bleus):.2f}" if len(bleus) > 1 else ""
@@ -203,15 +229,24 @@ def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: 
             p_cells.append(cmp["p"])
             aso_cells.append(cmp["aso"])
             boot_cells.append("–" if label == spec.baseline else sentence_bootstrap_cell(stats[spec.baseline][t], stats[label][t], spec.bootstrap))
+            versus = [(arm, seed_cells(stats[arm][t], stats[label][t], spec.bootstrap, spec.shuffles)["p"]) for arm in arms_of.get(label, [])]
+            control_cells.append("; ".join(p if len(versus) == 1 else f"{p} ({arm})" for arm, p in versus) or "–")
         step = statistics.mean(r["train_seconds"] / max(r["steps"], 1) for r in runs.values())
         updates = statistics.mean(r["steps"] for r in runs.values())
         known = [r["train_tokens"] / max(r["train_seconds"], 1e-9) for r in runs.values() if r.get("train_tokens")]
         tok_s = f"{statistics.mean(known):.0f}" if known else "–"
-        rows.append(cells + bleu_cells + chrf_cells + spread_cells + p_cells + aso_cells + boot_cells + [f"{updates:.0f}", tok_s, f"{step / base_step:.2f}×"])
+        rows.append(cells + bleu_cells + chrf_cells + spread_cells + p_cells + aso_cells + (control_cells if controls else []) + boot_cells + [f"{updates:.0f}", tok_s, f"{step / base_step:.2f}×"])
     lines = section_heading(spec.title or spec.name, spec.description)
     lines += [
         f"Seeds: {', '.join(map(str, seeds))}. BLEU: mean ± sd over seeds (sacreBLEU 13a, cased); chrF: mean over seeds. "
         + statistics_caption(spec.baseline, spec.bootstrap, spec.shuffles, one_seed=len(seeds) == 1)
+        + (
+            " p vs own control: the same test of a variant against its random-structure control arm "
+            f"({', '.join(f'{arm} for {variant}' for arm, variant in controls.items())}; data.structure_control, "
+            "docs/syntax.md): a variant helps only if it beats both the baseline and its control."
+            if controls
+            else ""
+        )
         + f" p, sentence bootstrap: paired bootstrap resampling ({spec.bootstrap} samples, two-sided) of the sentences of all "
         f"seeds' outputs pooled; it resamples fixed outputs and does not measure training variance. dev BLEU: the best greedy dev BLEU of each run "
         f"(that checkpoint decodes the test sets), the figure to choose systems by. Overrides: `{' '.join(spec.overrides) or 'none'}`. tok/s and time/update are "

@@ -8,14 +8,17 @@ run records and hypothesis files instead of training.
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import deep_merge, tiny_tree
+from conftest import deep_merge, parsed_data, tiny_tree
 
 from syntaxnmt.decoding.translate import load_model
 from syntaxnmt.errors import UserError
@@ -605,3 +608,76 @@ def test_multi30k_gpu_set_is_the_syntax_set_at_the_recipe_budget(monkeypatch):
     # The parses folder can be moved.
     monkeypatch.setenv("SYNTAXNMT_PARSES", "/elsewhere")
     assert load_set(RECIPES / "syntax-gpu.set.yaml").test_sets["test_2017_mscoco"].conllu == "/elsewhere/test_2017_mscoco.en.conllu.gz"
+
+
+CONTROLS = {
+    "+ input features, random-tree control": "+ input features",
+    "+ tree distance, random-tree control": "+ tree distance",
+    "+ parent-scaled, random-tree control": "+ parent-scaled",
+    "MTL LISA head, random-tree control": "MTL LISA head",
+    "combined, random-tree control": "combined",
+}
+
+
+@pytest.mark.parametrize("name", ["study-cpu.set.yaml", "study-gpu.set.yaml"])
+def test_multi30k_study_sets_carry_the_random_tree_controls(monkeypatch, name):
+    """Each study set has the random-tree control arm of input features, tree distance,
+    parent-scaled, MTL LISA and combined: the variant's config with data.structure_control on (so
+    the same model, parameters and budget), its corpus cached beside the variant's."""
+    from syntaxnmt.experiments.sets import control_pairs, set_runs
+
+    monkeypatch.delenv("SYNTAXNMT_PARSES", raising=False)
+    spec = load_set(RECIPES / name)
+    runs = set_runs(RECIPES / name, spec, list(spec.configs), [1])
+    assert control_pairs(runs) == CONTROLS
+    cfg = {run.label: run.cfg for run in runs}
+    for arm, variant in CONTROLS.items():
+        assert cfg[arm].data.structure_control == "random-tree" and cfg[variant].data.structure_control == "none"
+        assert cfg[arm].model == cfg[variant].model and cfg[arm].train == cfg[variant].train and cfg[arm].decode == cfg[variant].decode
+        assert cfg[arm].prepared_dir == Path(f"{cfg[variant].prepared_dir}-random-tree")
+        assert cfg[arm].work_dir != cfg[variant].work_dir
+    assert sum(c.data.structure_control != "none" for c in cfg.values()) == len(CONTROLS)
+
+
+def test_make_table_tests_a_variant_against_its_control(tmp_path):
+    spec = _spec(tmp_path, configs={"base": "b.yaml", "sys": "s.yaml", "sys, control": "c.yaml"})
+    drop = [lambda r: r.replace("the", "a"), lambda r: " ".join(r.split()[:-1])]
+    base = {s: [drop[s - 1](r) for r in REFS] for s in (1, 2)}
+    control = {s: [base[s][i] if i % 3 else r for i, r in enumerate(REFS)] for s in (1, 2)}
+    system = {s: [base[s][i] if i == 0 else r for i, r in enumerate(REFS)] for s in (1, 2)}
+    records = _fake_records(tmp_path, REFS, {"base": base, "sys": system, "sys, control": control}, {"base": 1.0, "sys": 1.0, "sys, control": 1.0})
+    section = make_table(spec, records, [1, 2], {"sys, control": "sys", "missing": "sys"})
+    rows = _rows(section)
+    assert rows[0][8] == "p vs own control (test)" and rows[0][9] == "p, sentence bootstrap (test)"
+    by_label = {row[0]: row for row in rows[1:]}
+    stats = {label: np.stack([bleu_statistics(read_lines(records[label][s]["hyps"]["test"]), [REFS]) for s in (1, 2)]) for label in records}
+    assert float(by_label["sys"][8].split()[0]) == pytest.approx(stratified_approximate_randomization(stats["sys, control"], stats["sys"], n_shuffles=spec.shuffles), abs=5e-5)
+    assert by_label["base"][8] == by_label["sys, control"][8] == "–"
+    assert "p vs own control" in section and "sys, control for sys" in section
+    # Without control arms among the systems, no such column.
+    assert "own control" not in make_table(spec, {k: records[k] for k in ("base", "sys")}, [1, 2], {"sys, control": "sys"})
+
+
+def test_select_on_dev_ranks_variants_and_adds_their_controls(corpus, tmp_path):
+    """benchmarks/gpu/select_on_dev.py: control arms are not ranked; each chosen variant brings its control."""
+    base = deep_merge(tiny_tree(corpus, tmp_path / "runs" / "base"), {"data": parsed_data(corpus)})
+    trees = {
+        "b.yaml": base,
+        "v1.yaml": deep_merge(base, {"work_dir": str(tmp_path / "runs" / "v1"), "model": {"syntax": {"relations": [["tree_distance"] * 4]}}}),
+        "v2.yaml": deep_merge(base, {"work_dir": str(tmp_path / "runs" / "v2"), "model": {"syntax": {"input_features": ["upos"]}}}),
+    }
+    trees["v1-ctl.yaml"] = deep_merge(trees["v1.yaml"], {"work_dir": str(tmp_path / "runs" / "v1-ctl"), "data": {"structure_control": "random-tree"}})
+    for file, tree in trees.items():
+        _write_yaml(tmp_path / file, tree)
+    path = _write_yaml(tmp_path / "s.set.yaml", _set_tree(configs={"baseline": "b.yaml", "v1": "v1.yaml", "v2": "v2.yaml", "v1 control": "v1-ctl.yaml"}, seeds=[1]))
+    for name, best in (("base", 10.0), ("v1", 12.0), ("v2", 11.0), ("v1-ctl", 20.0)):
+        done = tmp_path / "runs" / f"{name}-seed1" / "done.json"
+        done.parent.mkdir(parents=True)
+        done.write_text(json.dumps({"best": best}))
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "select_on_dev.py"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run([sys.executable, str(script), str(path), "--top", "1"], capture_output=True, text=True, env=env, timeout=120, check=True)
+    assert out.stdout.strip() == "v1,v1 control"
+    assert "v1 control" not in out.stderr  # not ranked
+    out = subprocess.run([sys.executable, str(script), str(path), "--top", "2"], capture_output=True, text=True, env=env, timeout=120, check=True)
+    assert out.stdout.strip() == "v1,v1 control,v2"
