@@ -76,6 +76,12 @@ class DataConfig(_Section):
     dev_conllu: str = ""
     bad_tree: Literal["fail", "skip"] = "fail"
     """A sentence whose tree is invalid: stop with an error, or skip it and count it."""
+    structure_control: Literal["none", "random-tree", "shuffled-labels", "shuffled-tags"] = "none"
+    """A control arm (``syntaxnmt.data.controls``): every parse -- in training and at test time --
+    replaced by a random projective tree over the same words (``random-tree``), or with its
+    dependency labels (``shuffled-labels``) or POS tags (``shuffled-tags``) permuted by a random
+    bijection drawn per sentence; the same for a sentence in every run. Its prepared corpus is
+    cached in ``<prepared_dir>-<control>``."""
     train_align: str = ""
     """Word alignments of the training corpus for guided alignment (Pharaoh ``i-j``, 0-indexed, one
     line per line of ``train_src``, over the words the model sees); ``syntaxnmt align-external`` writes one."""
@@ -654,10 +660,16 @@ class Config(_Section):
         needs = self.model.syntax.parsed_features()
         if self.data.annotate == "none" and needs:
             raise ValueError(f"model.syntax uses {', '.join(needs)}, which come from parses: set data.annotate (spacy or conllu)")
+        if self.data.annotate == "none" and self.data.structure_control != "none":
+            raise ValueError(f"data.structure_control {self.data.structure_control} changes parses: set data.annotate (spacy or conllu)")
 
     @property
     def prepared_dir(self) -> Path:
-        return Path(self.data.prepared_dir or os.path.join(self.work_dir, "data"))
+        """``data.prepared_dir`` (default ``<work_dir>/data``); a control arm's corpus (``data.structure_control``)
+        beside it in ``<prepared_dir>-<control>``, so that a set's variant and its control never share one folder."""
+        folder = self.data.prepared_dir or os.path.join(self.work_dir, "data")
+        control = self.data.structure_control
+        return Path(f"{folder.rstrip('/' + os.sep) or folder}-{control}" if control != "none" else folder)
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)

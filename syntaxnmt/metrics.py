@@ -1,8 +1,18 @@
-"""Evaluation with sacreBLEU: BLEU, chrF, their signatures, and paired bootstrap resampling.
+"""Evaluation with sacreBLEU: BLEU, chrF, their signatures, paired bootstrap resampling, and
+statistics over training seeds.
 
-Everything is computed by sacreBLEU's own API (``sacrebleu.metrics.BLEU``/``CHRF`` and
+Scores are computed by sacreBLEU's own API (``sacrebleu.metrics.BLEU``/``CHRF`` and
 ``sacrebleu.significance.PairedTest``, the code behind ``sacrebleu --paired-bs``); this
-module only validates inputs, reads files and formats the report.
+module validates inputs, reads files and formats the report.
+
+The statistics over seeds (:func:`seed_statistics`, :func:`stratified_approximate_randomization`,
+:func:`aso_epsilon_min`) follow Clark, Dyer, Lavie & Smith (ACL 2011, "Better Hypothesis Testing
+for Statistical Machine Translation: Controlling for Optimizer Instability"): the spread of a
+system's score over training runs (s_opt), the test-set spread (s_sel, bootstrap), and
+approximate randomization stratified over paired runs; and Dror, Shlomov & Reichart (ACL 2019,
+"Deep Dominance"): Almost Stochastic Order over the per-seed scores. They work on sentence-level
+sufficient statistics (:func:`bleu_statistics`), summed and scored with numpy, vectorised over
+shuffles and resamples.
 
 Hypotheses and references are detokenized text. ``refs`` is always a list of reference
 *streams*: ``refs[k][i]`` is the k-th reference of line ``i``, as in ``sacrebleu.corpus_bleu``.
@@ -11,10 +21,12 @@ Hypotheses and references are detokenized text. ``refs`` is always a list of ref
 from __future__ import annotations
 
 import os
+import statistics
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
+import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest, Result
 
@@ -302,3 +314,215 @@ def evaluate_report(hyp: str, refs: list[str], compare: str | None = None, n_boo
         )
         lines += ["", *_format_comparison(cmp)]
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- statistics over training seeds
+
+BLEU_ORDER = 4
+_LOG_ZERO = -9999999999.0  # sacreBLEU's log of a zero precision (``sacrebleu.utils.my_log``)
+Metric = Callable[[np.ndarray], np.ndarray]
+"""A corpus score from summed sentence statistics ``(..., K) -> (...)``, vectorised over the leading axes."""
+
+
+class ReferenceScorer:
+    """BLEU's sentence statistics and chrF of many outputs against one test set's reference streams,
+    which sacreBLEU preprocesses once (the metrics cache them, as in its ``--paired-bs``)."""
+
+    def __init__(self, refs: Sequence[Sequence[str]]):
+        if not refs:
+            raise ValueError("at least one reference stream is required")
+        self.refs = [list(r) for r in refs]
+        self._bleu = BLEU(references=self.refs, force=True)
+        self._chrf = CHRF(references=self.refs)
+
+    def bleu_statistics(self, hyps: Sequence[str]) -> np.ndarray:
+        """sacreBLEU's sentence-level sufficient statistics of BLEU (13a, cased, as :func:`score`):
+        one row per sentence, ``[hyp_len, ref_len, correct_1..4, total_1..4]``. Their column sums
+        give corpus BLEU (:func:`bleu_from_statistics`), so resampled or shuffled corpora cost a sum each."""
+        _check_streams(hyps, self.refs)
+        stats = self._bleu._extract_corpus_statistics(list(hyps), None)
+        return np.asarray(stats, dtype=np.float64).reshape(len(hyps), 2 + 2 * BLEU_ORDER)
+
+    def chrf(self, hyps: Sequence[str]) -> float:
+        """Corpus chrF2, as :func:`score`."""
+        _check_streams(hyps, self.refs)
+        return float(self._chrf.corpus_score(list(hyps), None).score)
+
+
+def bleu_statistics(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> np.ndarray:
+    """:meth:`ReferenceScorer.bleu_statistics` of one output (many outputs of one test set: a :class:`ReferenceScorer`)."""
+    return ReferenceScorer(refs).bleu_statistics(hyps)
+
+
+def bleu_from_statistics(stats: np.ndarray) -> np.ndarray:
+    """Corpus BLEU (0-100) of summed statistics ``(..., 10)``: sacreBLEU's ``BLEU.compute_bleu``
+    with its corpus defaults (exponential smoothing, no effective order), vectorised."""
+    stats = np.asarray(stats, dtype=np.float64)
+    sys_len, ref_len = stats[..., 0], stats[..., 1]
+    correct, total = stats[..., 2 : 2 + BLEU_ORDER], stats[..., 2 + BLEU_ORDER :]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        bp = np.where(sys_len < ref_len, np.where(sys_len > 0, np.exp(1.0 - ref_len / sys_len), 0.0), 1.0)
+        counted = np.cumprod(total > 0, axis=-1).astype(bool)  # sacreBLEU stops at the first order with no n-gram
+        zero = (correct == 0) & counted
+        smooth = 2.0 ** np.cumsum(zero, axis=-1)  # 'exp' smoothing: 1/2, 1/4, ... matches for empty orders
+        precision = np.where(counted, np.where(zero, 100.0 / (smooth * total), 100.0 * correct / total), 0.0)
+        log_p = np.where(precision > 0, np.log(precision), _LOG_ZERO)
+    return np.where(correct.sum(-1) > 0, bp * np.exp(log_p.mean(-1)), 0.0)
+
+
+def _replicates(stats: np.ndarray, name: str) -> np.ndarray:
+    stats = np.asarray(stats, dtype=np.float64)
+    if stats.ndim == 2:
+        stats = stats[None]
+    if stats.ndim != 3 or stats.shape[0] == 0 or stats.shape[1] == 0:
+        raise ValueError(f"{name}: expected (runs, sentences, statistics), got shape {stats.shape}")
+    return stats
+
+
+def stratified_approximate_randomization(
+    baseline: np.ndarray, system: np.ndarray, metric: Metric = bleu_from_statistics, n_shuffles: int = 10_000, seed: int = 12345, chunk: int = 500
+) -> float:
+    """Two-sided p-value of approximate randomization stratified over paired runs (Noreen 1989;
+    Riezler & Maxwell 2005; Clark et al. 2011, Sec. 4: MultEval's test).
+
+    ``baseline`` and ``system`` are sentence statistics ``(R, N, K)`` of R paired runs (run k of
+    the system with run k of the baseline: the same seed) on the same N test sentences, or
+    ``(N, K)`` for one pair. The statistic is the mean over runs of ``metric(system_k)`` minus
+    that of the baseline. Each shuffle swaps, for every sentence of every pair independently with
+    probability 1/2, the two systems' outputs of that pair (a sentence never moves to another
+    run); p = (1 + #{|shuffled| >= |observed|}) / (1 + n_shuffles). Identical systems give 1.
+    Vectorised: the shuffled sums of a chunk of shuffles are one matrix product per run.
+    """
+    base, sys_ = _replicates(baseline, "baseline"), _replicates(system, "system")
+    if base.shape != sys_.shape:
+        raise ValueError(f"baseline statistics {base.shape} and system statistics {sys_.shape} differ in shape")
+    if n_shuffles < 1:
+        raise ValueError(f"n_shuffles must be positive, got {n_shuffles}")
+    runs, n = base.shape[:2]
+    base_sum, sys_sum = base.sum(1), sys_.sum(1)  # (R, K)
+    observed = float(np.mean(metric(sys_sum)) - np.mean(metric(base_sum)))
+    diff = (base - sys_).astype(np.float32)  # what a sentence swap adds to the system (integer counts: exact in float32)
+    tolerance = 1e-9 * max(1.0, abs(observed))
+    rng = np.random.default_rng(seed)
+    at_least = 0
+    for start in range(0, n_shuffles, chunk):
+        size = min(chunk, n_shuffles - start)
+        delta = np.zeros(size)
+        for k in range(runs):
+            # One fair coin per sentence: the bits of random bytes.
+            swap = np.unpackbits(rng.integers(0, 256, size=(size, (n + 7) // 8), dtype=np.uint8), axis=1, count=n)
+            moved = swap.astype(np.float32) @ diff[k]  # (size, K)
+            delta += metric(sys_sum[k] + moved) - metric(base_sum[k] - moved)
+        at_least += int(np.count_nonzero(np.abs(delta / runs) >= abs(observed) - tolerance))
+    return (at_least + 1) / (n_shuffles + 1)
+
+
+def paired_bootstrap_p(baseline: np.ndarray, system: np.ndarray, n_samples: int = 1000, seed: int = 12345) -> float:
+    """The BLEU p-value of :func:`paired_bootstrap` (sacreBLEU's ``--paired-bs``, Koehn 2004) from
+    sentence statistics ``(N, 10)``: the same resamples (``numpy.random.default_rng(seed)``), the
+    same statistic and the same degenerate case, vectorised (a test pins the equality)."""
+    base, sys_ = np.asarray(baseline, dtype=np.float32), np.asarray(system, dtype=np.float32)
+    if base.shape != sys_.shape or base.ndim != 2 or len(base) == 0:
+        raise ValueError(f"baseline statistics {base.shape} and system statistics {sys_.shape}: expected equal (sentences, 10)")
+    n = len(base)
+    idx = np.random.default_rng(seed).choice(n, size=(n_samples, n), replace=True)
+    counts = np.bincount((idx + n * np.arange(n_samples)[:, None]).ravel(), minlength=n_samples * n).reshape(n_samples, n).astype(np.float32)
+    base_score, sys_score = float(bleu_from_statistics(base.sum(0))), float(bleu_from_statistics(sys_.sum(0)))
+    sample_diffs = np.abs(bleu_from_statistics(counts @ sys_) - bleu_from_statistics(counts @ base))
+    centred = sample_diffs - sample_diffs.mean()
+    p = (int(np.sum(centred > abs(base_score - sys_score))) + 1) / (n_samples + 1)
+    if sys_score == base_score and p <= 1.0 / (n_samples + 1) + 1e-12:
+        return 1.0  # as :func:`_p_value`
+    return p
+
+
+def selection_sd(stats: np.ndarray, metric: Metric = bleu_from_statistics, n_samples: int = 1000, seed: int = 12345, chunk: int = 200) -> float:
+    """The test-set standard deviation of one run's corpus score: the sd over ``n_samples``
+    bootstrap resamples of its N sentences (s_sel of Clark et al. 2011 for one replicate)."""
+    stats = np.asarray(stats, dtype=np.float64)
+    if stats.ndim != 2 or len(stats) == 0:
+        raise ValueError(f"expected (sentences, statistics), got shape {stats.shape}")
+    if n_samples < 2:
+        raise ValueError(f"n_samples must be at least 2, got {n_samples}")
+    rng = np.random.default_rng(seed)
+    n = len(stats)
+    table = stats.astype(np.float32)  # integer counts: exact
+    scores = []
+    for start in range(0, n_samples, chunk):
+        size = min(chunk, n_samples - start)
+        idx = rng.integers(0, n, size=(size, n))
+        # How often each sentence is drawn in each resample, then the resampled sums as one product.
+        counts = np.bincount((idx + n * np.arange(size)[:, None]).ravel(), minlength=size * n).reshape(size, n)
+        scores.append(metric(counts.astype(np.float32) @ table))
+    return float(np.std(np.concatenate(scores), ddof=1))
+
+
+@dataclass
+class SeedStatistics:
+    """One system's corpus score over training seeds (Clark et al. 2011, Sec. 3)."""
+
+    scores: list[float]
+    """The corpus score of each seed's output."""
+    mean: float
+    s_opt: float | None
+    """Standard deviation of the per-seed scores (n - 1 in the denominator); None with one seed."""
+    s_sel: float
+    """Test-set standard deviation (bootstrap over the test sentences), averaged over the seeds."""
+
+
+def seed_statistics(per_seed: Sequence[np.ndarray], metric: Metric = bleu_from_statistics, n_bootstrap: int = 1000, seed: int = 12345) -> SeedStatistics:
+    """Mean, s_opt and s_sel of a system from the sentence statistics of each seed's output."""
+    if not per_seed:
+        raise ValueError("no runs")
+    scores = [float(metric(np.asarray(s, dtype=np.float64).sum(0))) for s in per_seed]
+    s_sel = statistics.mean(selection_sd(s, metric, n_bootstrap, seed) for s in per_seed)
+    return SeedStatistics(scores, statistics.mean(scores), statistics.stdev(scores) if len(scores) > 1 else None, s_sel)
+
+
+def _violation_ratios(a: np.ndarray, b: np.ndarray, grid: int) -> np.ndarray:
+    """ε_W2 of Dror et al. (2019, Eq. 4; del Barrio et al. 2018) for sorted samples ``a`` (..., n)
+    and ``b`` (..., m): the share of the squared Wasserstein-2 distance between the empirical
+    quantile functions F_a^-1 and F_b^-1 on the set where A's quantile is below B's (where
+    "A is stochastically at least as large as B" is violated). The integral over t in (0, 1) is the
+    midpoint rule on ``grid`` cells; 0.5 when the two distributions are equal."""
+    t = (np.arange(grid) + 0.5) / grid
+    qa = a[..., np.ceil(t * a.shape[-1]).astype(int) - 1]  # F^-1(t) = the ceil(t n)-th smallest
+    qb = b[..., np.ceil(t * b.shape[-1]).astype(int) - 1]
+    gap = (qb - qa) ** 2
+    total = gap.sum(-1)
+    violated = np.where(qa < qb, gap, 0.0).sum(-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(total > 0, violated / total, 0.5)
+
+
+def aso_violation_ratio(scores_a: Sequence[float], scores_b: Sequence[float], dt: float = 0.005) -> float:
+    """The point estimate ε_W2(F_a, F_b) of :func:`aso_epsilon_min` (0: A better in every quantile, 1: worse in every one)."""
+    a, b = np.sort(np.asarray(scores_a, dtype=np.float64)), np.sort(np.asarray(scores_b, dtype=np.float64))
+    return float(_violation_ratios(a, b, round(1 / dt)))
+
+
+def aso_epsilon_min(scores_a: Sequence[float], scores_b: Sequence[float], confidence: float = 0.95, n_bootstrap: int = 1000, dt: float = 0.005, seed: int = 12345) -> float:
+    """ε_min of the Almost Stochastic Order test (Dror, Shlomov & Reichart 2019, Sec. 3, after del
+    Barrio, Cuesta-Albertos & Matrán 2018): an upper confidence bound on the violation ratio
+    ε_W2(F_a, F_b) of "A's scores (higher is better) stochastically dominate B's".
+
+    ε_min = ε̂ + Φ^-1(confidence) σ̂ sqrt((n + m) / (n m)), clipped to [0, 1], where σ̂ is the
+    standard deviation of sqrt(n m / (n + m)) (ε* - ε̂) over ``n_bootstrap`` resamples (with
+    replacement) of both score lists. Below 0.5: A is almost stochastically better than B; near 0:
+    better at every quantile. Written from the papers (the ``deepsig`` package computes the same
+    statistic; it is GPL-3.0 and needs pandas, so it is not a dependency here).
+    """
+    a, b = np.sort(np.asarray(scores_a, dtype=np.float64)), np.sort(np.asarray(scores_b, dtype=np.float64))
+    if len(a) == 0 or len(b) == 0:
+        raise ValueError("both score lists must be non-empty")
+    if not 0.5 <= confidence < 1.0:
+        raise ValueError(f"confidence must be in [0.5, 1), got {confidence}")
+    grid = round(1 / dt)
+    n, m = len(a), len(b)
+    estimate = float(_violation_ratios(a, b, grid))
+    rng = np.random.default_rng(seed)
+    boot_a = np.sort(rng.choice(a, size=(n_bootstrap, n)), axis=1)
+    boot_b = np.sort(rng.choice(b, size=(n_bootstrap, m)), axis=1)
+    const = np.sqrt(n * m / (n + m))
+    sigma = float(np.std(const * (_violation_ratios(boot_a, boot_b, grid) - estimate)))
+    return float(np.clip(estimate + statistics.NormalDist().inv_cdf(confidence) * sigma / const, 0.0, 1.0))

@@ -1,17 +1,39 @@
-"""Tests for syntaxnmt.metrics (sacreBLEU BLEU/chrF, signatures, file checks, paired bootstrap)."""
+"""Tests for syntaxnmt.metrics (sacreBLEU BLEU/chrF, signatures, file checks, paired bootstrap, and the
+statistics over training seeds: BLEU from sufficient statistics, stratified approximate
+randomization, s_sel / s_opt, Almost Stochastic Order)."""
 
 from __future__ import annotations
 
 import gzip
+import itertools
 import os
 import random
+import statistics
 from pathlib import Path
 
+import numpy as np
 import pytest
 import sacrebleu
 
 from syntaxnmt.errors import UserError
-from syntaxnmt.metrics import Comparison, Scores, corpus_bleu, evaluate_report, load_eval_files, paired_bootstrap, score
+from syntaxnmt.metrics import (
+    Comparison,
+    ReferenceScorer,
+    Scores,
+    aso_epsilon_min,
+    aso_violation_ratio,
+    bleu_from_statistics,
+    bleu_statistics,
+    corpus_bleu,
+    evaluate_report,
+    load_eval_files,
+    paired_bootstrap,
+    paired_bootstrap_p,
+    score,
+    seed_statistics,
+    selection_sd,
+    stratified_approximate_randomization,
+)
 
 WORDS = "the a cat dog sat on mat house red blue green big small runs quickly near old tree".split()
 
@@ -258,3 +280,143 @@ def test_evaluate_report_with_compare(tmp_path):
     assert "chrF: the difference is not significant" in same
     with pytest.raises(UserError):
         evaluate_report(hyp, [ref], compare=cmp, n_bootstrap=0)
+
+
+# ---------------------------------------------------------------- statistics over training seeds
+
+
+def _mean(stats: np.ndarray) -> np.ndarray:
+    """The metric of hand-made sentence scores: statistics ``[score, 1]`` per sentence, their mean."""
+    return stats[..., 0] / stats[..., 1]
+
+
+def _scored(scores: np.ndarray) -> np.ndarray:
+    return np.stack([scores, np.ones_like(scores)], axis=-1)
+
+
+def test_bleu_from_statistics_is_sacrebleu_corpus_bleu():
+    """Every subset of sentences (short ones included: orders without n-grams, no match, empty
+    hypotheses) scores what sacreBLEU's corpus_score gives."""
+    rng = random.Random(3)
+    refs = [" ".join(rng.choices(WORDS, k=rng.randint(1, 12))) for _ in range(200)]
+    hyps = [" ".join(w if rng.random() < 0.6 else rng.choice(WORDS) for w in r.split()[: rng.randint(0, 12)]) for r in refs]
+    stats = bleu_statistics(hyps, [refs])
+    assert stats.shape == (200, 10)
+    for _ in range(300):
+        idx = rng.sample(range(200), rng.choice([1, 2, 3, 10, 200]))
+        expected = sacrebleu.metrics.BLEU(force=True).corpus_score([hyps[i] for i in idx], [[refs[i] for i in idx]]).score
+        assert bleu_from_statistics(stats[idx].sum(0)) == pytest.approx(expected, abs=1e-9)
+    # Vectorised over leading axes.
+    sums = np.stack([stats[:100].sum(0), stats[100:].sum(0)])
+    assert bleu_from_statistics(sums).shape == (2,)
+    # Two reference streams.
+    stats2 = bleu_statistics(hyps[:50], [refs[:50], hyps[:50]])
+    assert bleu_from_statistics(stats2.sum(0)) == pytest.approx(sacrebleu.metrics.BLEU(force=True).corpus_score(hyps[:50], [refs[:50], hyps[:50]]).score)
+
+
+def test_test_set_scorer_and_the_vectorised_sentence_bootstrap_are_sacrebleus():
+    """The tables score many outputs against one test set (references processed once) and compute
+    the sentence bootstrap from the statistics: the same figures as score() and paired_bootstrap()."""
+    refs, good, poor = _corpus(120)
+    scorer = ReferenceScorer([refs])
+    for hyps in (good, poor):
+        assert bleu_from_statistics(scorer.bleu_statistics(hyps).sum(0)) == pytest.approx(score(hyps, [refs], force=True).bleu, abs=1e-9)
+        assert scorer.chrf(hyps) == score(hyps, [refs], force=True).chrf
+    for n_samples, seed in ((1000, 12345), (200, 7)):
+        for a, b in ((poor, good), (good, poor), (good, [h if i % 7 else p for i, (h, p) in enumerate(zip(good, poor))])):
+            expected = paired_bootstrap(a, b, [refs], n_samples=n_samples, seed=seed, force=True).bleu_p_value
+            assert paired_bootstrap_p(scorer.bleu_statistics(a), scorer.bleu_statistics(b), n_samples, seed) == expected
+    assert paired_bootstrap_p(scorer.bleu_statistics(good), scorer.bleu_statistics(good)) == 1.0
+    with pytest.raises(ValueError, match="reference stream"):
+        scorer.bleu_statistics(good[:10])
+
+
+def test_approximate_randomization_identical_systems_give_one():
+    rng = np.random.default_rng(0)
+    runs = _scored(rng.normal(20, 5, size=(3, 200)))
+    assert stratified_approximate_randomization(runs, runs.copy(), _mean, n_shuffles=2000) == 1.0
+    refs, good, _ = _corpus(80)
+    bleu = np.stack([bleu_statistics(good, [refs])] * 2)
+    assert stratified_approximate_randomization(bleu, bleu.copy(), n_shuffles=500) == 1.0
+
+
+def test_approximate_randomization_constant_shift_is_significant():
+    """A shift of 0.5 on every sentence of every seed (sentence sd 5, 3 seeds x 200 sentences)."""
+    rng = np.random.default_rng(1)
+    base = rng.normal(20, 5, size=(3, 200))
+    p = stratified_approximate_randomization(_scored(base), _scored(base + 0.5), _mean, n_shuffles=10_000)
+    assert p < 0.01
+    assert p == pytest.approx(1 / 10_001)  # no shuffle reaches a difference of 0.5: swaps only cancel it
+    # The direction does not matter (two-sided), and a smaller shift in noisier runs is not found.
+    assert stratified_approximate_randomization(_scored(base + 0.5), _scored(base), _mean, n_shuffles=2000) == pytest.approx(1 / 2001)
+    other = base + rng.normal(0, 5, size=base.shape)
+    assert stratified_approximate_randomization(_scored(base), _scored(other + 0.05), _mean, n_shuffles=2000) > 0.05
+
+
+def test_approximate_randomization_matches_the_exact_stratified_test():
+    """Two seeds x 4 sentences: all 2^8 within-pair swaps enumerated give the exact p-value."""
+    base = np.array([[1.0, 4.0, 2.0, 7.0], [3.0, 0.0, 5.0, 1.0]])
+    sys_ = np.array([[2.0, 6.0, 2.5, 7.0], [3.5, 2.0, 5.0, 4.0]])
+    observed = abs(sys_.mean() - base.mean())
+    hits = 0
+    for swaps in itertools.product([False, True], repeat=8):
+        m = np.array(swaps).reshape(2, 4)
+        s, b = np.where(m, base, sys_), np.where(m, sys_, base)
+        hits += abs(s.mean(1).mean() - b.mean(1).mean()) >= observed - 1e-12
+    exact = hits / 256
+    approx = stratified_approximate_randomization(_scored(base), _scored(sys_), _mean, n_shuffles=40_000, seed=7)
+    assert 0.02 < exact < 0.5
+    assert approx == pytest.approx(exact, abs=0.01)
+    # Deterministic for a seed; a single pair is accepted as (N, K).
+    assert stratified_approximate_randomization(_scored(base), _scored(sys_), _mean, n_shuffles=500, seed=3) == stratified_approximate_randomization(_scored(base), _scored(sys_), _mean, n_shuffles=500, seed=3)
+    assert 0 < stratified_approximate_randomization(_scored(base[0]), _scored(sys_[0]), _mean, n_shuffles=500) <= 1
+    with pytest.raises(ValueError, match="shape"):
+        stratified_approximate_randomization(_scored(base), _scored(sys_[:1]), _mean)
+
+
+def test_approximate_randomization_on_bleu_of_replicates():
+    refs, good, poor = _corpus(150)
+    base = np.stack([bleu_statistics(poor, [refs]), bleu_statistics(_corpus(150, seed=5)[2], [refs])])
+    better = np.stack([bleu_statistics(good, [refs]), bleu_statistics(_corpus(150, seed=5)[1], [refs])])
+    assert stratified_approximate_randomization(base, better, n_shuffles=1000) < 0.01
+
+
+def test_s_opt_is_the_sd_of_per_seed_bleu_and_s_sel_the_bootstrap_sd():
+    refs = _corpus(120)[0]
+    outputs = [_corpus(120, seed=s)[1] for s in (11, 12, 13)]
+    # _corpus(seed) draws new references too: score every output against the same ones.
+    stats = [bleu_statistics(o, [refs]) for o in outputs]
+    result = seed_statistics(stats, n_bootstrap=300)
+    bleus = [score(o, [refs], force=True).bleu for o in outputs]
+    assert result.scores == pytest.approx(bleus)
+    assert result.mean == pytest.approx(statistics.mean(bleus))
+    assert result.s_opt == pytest.approx(statistics.stdev(bleus))
+    assert result.s_sel == pytest.approx(statistics.mean(selection_sd(s, n_samples=300) for s in stats))
+    assert seed_statistics(stats[:1], n_bootstrap=50).s_opt is None
+    # s_sel of a mean over N sentences of sd 4: about 4 / sqrt(N).
+    scores = np.random.default_rng(2).normal(0, 4, size=400)
+    assert selection_sd(_scored(scores), _mean, n_samples=2000) == pytest.approx(np.std(scores) / 20, rel=0.1)
+    # A test set of one sentence repeated has no test-set variance.
+    assert selection_sd(np.repeat(stats[0][:1], 50, axis=0), n_samples=100) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_aso_known_cases():
+    # Every score of A above every score of B: A dominates, no violation at all.
+    assert aso_violation_ratio([30, 31, 32], [20, 21, 22]) == 0.0
+    assert aso_epsilon_min([30, 31, 32], [20, 21, 22]) == 0.0
+    assert aso_epsilon_min([20, 21, 22], [30, 31, 32]) == 1.0
+    # The violation ratio of A ~ N(0, 1) against B ~ N(c, 2^2): the quantiles differ by c + z_t, so
+    # eps = E[(Z + c)^2; Z > -c] / E[(Z + c)^2] = (c phi(c) + (1 + c^2) Phi(c)) / (1 + c^2).
+    c, normal = 0.3, statistics.NormalDist()
+    exact = (c * normal.pdf(c) + (1 + c * c) * normal.cdf(c)) / (1 + c * c)
+    # Samples: the two distributions' quantiles at (i + 0.5) / n (random draws are noisy in the tails).
+    z = np.array([normal.inv_cdf((i + 0.5) / 4000) for i in range(4000)])
+    assert aso_violation_ratio(z, c + 2 * z, dt=0.0001) == pytest.approx(exact, abs=0.003)
+    assert aso_violation_ratio(z, 0.5 + z) == 1.0 and aso_violation_ratio(z + 0.5, z) == 0.0  # a shift: total order
+    rng = np.random.default_rng(4)
+    # Symmetry of the estimate; eps_min is an upper confidence bound on it.
+    a, b = rng.normal(1, 1, 8), rng.normal(0, 1, 8)
+    assert aso_violation_ratio(a, b) + aso_violation_ratio(b, a) == pytest.approx(1.0)
+    assert aso_violation_ratio(a, b) <= aso_epsilon_min(a, b) <= 1.0
+    assert aso_epsilon_min(a, b, seed=9) == aso_epsilon_min(a, b, seed=9)
+    assert aso_violation_ratio([1, 2, 3], [1, 2, 3]) == 0.5  # equal distributions: no order

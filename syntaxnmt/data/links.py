@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -175,6 +176,27 @@ def aer(sure_list: Sequence[Links], possible_list: Sequence[Links], hyp_list: Se
     recall = a_s / n_s if n_s else 1.0
     error = 1.0 - (a_s + a_p) / (n_a + n_s) if n_a + n_s else 0.0
     return AERResult(error, precision, recall)
+
+
+def aer_statistics(sure_list: Sequence[Links], possible_list: Sequence[Links], hyp_list: Sequence[Links]) -> np.ndarray:
+    """The sentence-level counts behind :func:`aer`, one row per sentence: ``[|A|, |S|, |A ∩ S|,
+    |A ∩ P|]`` (P := P ∪ S). Their column sums give the corpus figures (:func:`aer_from_statistics`),
+    so resampling and shuffling tests cost a sum each (:mod:`syntaxnmt.metrics`)."""
+    if not len(sure_list) == len(possible_list) == len(hyp_list):
+        raise ValueError(f"aer: {len(sure_list)} sure, {len(possible_list)} possible and {len(hyp_list)} hypothesis alignments")
+    rows = []
+    for s, p, a in zip(sure_list, possible_list, hyp_list):
+        s, a = set(s), set(a)
+        rows.append([len(a), len(s), len(a & s), len(a & (set(p) | s))])
+    return np.asarray(rows, dtype=np.float64).reshape(len(rows), 4)
+
+
+def aer_from_statistics(stats: np.ndarray) -> np.ndarray:
+    """AER in % of summed :func:`aer_statistics` ``(..., 4)``, vectorised (0 when both sets are empty, as :func:`aer`)."""
+    stats = np.asarray(stats, dtype=np.float64)
+    n_a, n_s, a_s, a_p = (stats[..., i] for i in range(4))
+    den = n_a + n_s
+    return 100.0 * np.where(den > 0, 1.0 - (a_s + a_p) / np.where(den > 0, den, 1.0), 0.0)
 
 
 def aer_files(

@@ -6,7 +6,8 @@ built from; a cache built from a different data config is rebuilt, an identical 
 Each split stores ``src`` and ``tgt`` (subword ids) and ``src_word`` (the word index of every
 source piece). With ``data.annotate`` the source side is parsed first; the model then sees the
 parser's words (joined by spaces, no Moses tokenization), and the split also stores the words'
-``heads``, ``upos``, ``xpos`` and ``deprel`` (tag ids from ``tags.json``). With
+``heads``, ``upos``, ``xpos`` and ``deprel`` (tag ids from ``tags.json``) -- with
+``data.structure_control``, the parses of the control (:mod:`syntaxnmt.data.controls`). With
 ``data.train_align`` the train split also stores ``tgt_word`` (the word index of every target
 piece) and ``align``: the word links projected onto subwords, flattened ``i0 j0 i1 j1 ...``.
 """
@@ -27,6 +28,7 @@ from tqdm.auto import tqdm
 from syntaxnmt.config import Config, DataConfig
 from syntaxnmt.data.annotations import annotate
 from syntaxnmt.data.batches import REBUILD, RaggedArray, Split
+from syntaxnmt.data.controls import apply_controls
 from syntaxnmt.data.corpus import ParallelText, length_filter, read_parallel
 from syntaxnmt.data.documents import SEP, read_doc_ids
 from syntaxnmt.data.features import TagVocab
@@ -396,8 +398,12 @@ def prepare(cfg: Config, force: bool = False, log=print) -> dict:
     train, dev, train_parses, dev_parses, bad = _read_splits(cfg, log)
     tags = None
     if train_parses is not None:
-        tags = TagVocab.from_parses(train_parses)
+        tags = TagVocab.from_parses(train_parses)  # the real inventories: the controls permute them
         atomic_write_text(out / TAGS, json.dumps(tags.itos, indent=1, ensure_ascii=False))
+        if d.structure_control != "none":
+            log(f"structure control {d.structure_control}: the parses of the train and dev splits replaced (syntaxnmt.data.controls)")
+            train_parses = apply_controls(train_parses, d.structure_control, tags)
+            dev_parses = apply_controls(dev_parses, d.structure_control, tags)
     else:
         (out / TAGS).unlink(missing_ok=True)
 

@@ -16,6 +16,7 @@ from syntaxnmt.checkpoint import load_model_checkpoint, load_weights
 from syntaxnmt.config import Config, DecodeConfig, config_from_dict, merge_trees
 from syntaxnmt.data.annotations import spacy_parser
 from syntaxnmt.data.batches import context_batch, make_batch
+from syntaxnmt.data.controls import apply_controls
 from syntaxnmt.data.documents import doc_index, document_context, previous_sentences
 from syntaxnmt.data.features import SourceAnnotation
 from syntaxnmt.data.prepare import Tokenizers, load_tag_vocab, load_tokenizers, parse_source, tokenizers_from_assets
@@ -192,10 +193,13 @@ def source_parses(cfg: Config, lines: Sequence[str], conllu: str | None = None, 
 
 def parse_annotations(cfg: Config, parses: Sequence, word_of_piece: Sequence[Sequence[int]], tags=None) -> list[SourceAnnotation]:
     """Source annotations (tree and tag ids) of parsed sentences whose pieces belong to ``word_of_piece``;
-    ``tags``: the model's tag vocabularies (:attr:`Tokenizers.tags`; default: the prepared corpus's)."""
+    ``tags``: the model's tag vocabularies (:attr:`Tokenizers.tags`; default: the prepared corpus's).
+    A control arm's model (``data.structure_control``) reads the parses as its training did
+    (:mod:`syntaxnmt.data.controls`): the same random tree or bijection for the same sentence."""
     tags = tags if tags is not None else load_tag_vocab(cfg)
     if tags is None:
         raise UserError(f"{cfg.prepared_dir}: the prepared corpus has no tag vocabulary (tags.json)")
+    parses = apply_controls(parses, cfg.data.structure_control, tags)
     return [
         SourceAnnotation(np.asarray(w, dtype=np.int64), np.asarray(p.heads, dtype=np.int64), {t: tags.encode(t, getattr(p, t)) for t in TAG_NAMES})
         for p, w in zip(parses, word_of_piece)

@@ -10,29 +10,38 @@ with the layer/head the system was trained to align with (``train.alignment``), 
 layers and heads averaged. A joint system also gets a row for its two directions symmetrized, and
 eflomal run on the training corpus plus the test pairs is the external reference. The table
 replaces the set's section of a Markdown file (:func:`syntaxnmt.experiments.sets.write_section`).
+
+With ``seeds``, every system trains once per seed (in ``<work_dir>-seed<S>``, as experiment sets do)
+and its rows give BLEU and AER as mean ± sd over the seeds, with the seed-aware statistics of
+:func:`syntaxnmt.experiments.sets.seed_cells` against the first system (s_sel / s_opt, approximate
+randomization stratified over seed pairs, ASO ε_min with three seeds or more), for AER on its
+sentence-level counts (:func:`syntaxnmt.data.links.aer_statistics`). Without ``seeds`` each
+config trains once in its own ``work_dir`` with its own seed, as before.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PositiveInt
 
 from syntaxnmt.alignment.external import align_external, run_eflomal
 from syntaxnmt.alignment.extract import model_alignments
 from syntaxnmt.config import Config, config_from_dict, load_config
 from syntaxnmt.data.corpus import read_parallel
-from syntaxnmt.data.links import aer, read_alignments
+from syntaxnmt.data.links import aer, aer_from_statistics, aer_statistics, read_alignments
 from syntaxnmt.data.prepare import model_words
 from syntaxnmt.data.synthetic import write_corpus
 from syntaxnmt.decoding.translate import load_model, translate_lines
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments.sets import markdown_table, read_set_file, section_heading, write_section
-from syntaxnmt.metrics import score
+from syntaxnmt.experiments.sets import markdown_table, read_set_file, section_heading, seed_cells, statistics_caption, write_section
+from syntaxnmt.metrics import bleu_from_statistics, bleu_statistics
 from syntaxnmt.runtime import resolve_device
 from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
 from syntaxnmt.training.joint import train_joint
@@ -72,10 +81,18 @@ class AlignmentSet(BaseModel):
     command: str = ""
     """The command that produces the table (printed under it)."""
     output: str = "docs/results.md"
+    seeds: list[int] = []
+    """Train every system once per seed (``<work_dir>-seed<S>``); empty: once, in its ``work_dir`` with its ``seed``."""
+    bootstrap: PositiveInt = 1000
+    """Resamples of the test-set spread s_sel."""
+    shuffles: PositiveInt = 10_000
+    """Shuffles of the approximate randomization test over seed pairs."""
 
 
 def load_alignment_set(path: str | Path) -> AlignmentSet:
     spec = read_set_file(path, AlignmentSet)
+    if len(set(spec.seeds)) < len(spec.seeds):
+        raise UserError(f"{path}: seeds {spec.seeds} name a seed twice")
     for label, variant in spec.decode_variants.items():
         if variant.system not in spec.configs:
             raise UserError(f"{path}: decode variant '{label}' names an unknown system '{variant.system}'")
@@ -109,19 +126,43 @@ def _checkpoints(cfg: Config, joint: bool) -> tuple[Path, Path | None]:
     return (work / "forward" / "best.pt", work / "reverse" / "best.pt") if joint else (work / "best.pt", None)
 
 
-def _bleu(checkpoint: Path, test: AlignmentTestSet, hyp_path: Path, decode: dict, device) -> float:
+def _bleu(checkpoint: Path, test: AlignmentTestSet, hyp_path: Path, decode: dict, device) -> np.ndarray:
+    """The sentence statistics of BLEU (:func:`syntaxnmt.metrics.bleu_statistics`) of the test translation."""
     if not hyp_path.is_file():
         model, cfg, toks = load_model(checkpoint, device)
         options = config_from_dict({"decode": {**cfg.decode.model_dump(), **decode}}, source=f"{checkpoint} decode options").decode
         with torch.inference_mode():
             out = translate_lines(model, cfg, toks, read_lines(test.src), options, device)
         write_lines(hyp_path, [nb[0][0] for nb in out])
-    return score(read_lines(hyp_path), [read_lines(test.ref)], force=True).bleu
+    return bleu_statistics(read_lines(hyp_path), [read_lines(test.ref)])
 
 
 def _aer(gold, hyp) -> tuple[float, float, float]:
     r = aer([s for s, _ in gold], [p for _, p in gold], hyp)
     return 100 * r.aer, 100 * r.precision, 100 * r.recall
+
+
+def _aer_run(gold, hyp) -> dict:
+    """AER, precision and recall (%) of one run's links, with their sentence counts."""
+    own = _aer(gold, hyp)
+    return {"aer": own[0], "precision": own[1], "recall": own[2], "stats": aer_statistics([s for s, _ in gold], [p for _, p in gold], hyp)}
+
+
+def _seed_configs(label: str, rel: str, spec: AlignmentSet, base_dir: Path) -> dict[int | None, Config]:
+    """The runs of one system: one per seed of the set (``<work_dir>-seed<S>``), or its config as it is."""
+    if not spec.seeds:
+        return {None: load_config(base_dir / rel, spec.overrides)}
+    work = load_config(base_dir / rel, spec.overrides).work_dir
+    return {seed: load_config(base_dir / rel, spec.overrides + [f"--seed={seed}", f"--work_dir={json.dumps(f'{work}-seed{seed}')}"]) for seed in spec.seeds}
+
+
+def _mean_sd(values: list[float], digits: int) -> str:
+    return f"{statistics.mean(values):.{digits}f}" + (f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else "")
+
+
+def _neg_aer(stats: np.ndarray) -> np.ndarray:
+    """-AER: the seed-aware tests read higher as better."""
+    return -aer_from_statistics(stats)
 
 
 def run_alignment_set(path: str | Path, output: str | None = None, log=print) -> str:
@@ -137,42 +178,57 @@ def run_alignment_set(path: str | Path, output: str | None = None, log=print) ->
     src_lines, tgt_lines = read_lines(test.src), read_lines(test.ref)
     gold = read_alignments(test.align, test.one_indexed, [len(x.split()) for x in src_lines], [len(x.split()) for x in tgt_lines])
     device = resolve_device("cpu")
-    head = ["system", "alignment read from", "updates", "train time", "test BLEU (beam)", "AER", "precision", "recall", "AER (all layers+heads averaged)"]
-    rows, configs = [], {}
+    rows: list[dict] = []  # label, where, runs: [{steps, seconds, bleu: stats, aer: {...}, avg_aer}]
+    configs = {}
     for label, rel in spec.configs.items():
-        cfg = load_config(base_dir / rel, spec.overrides)
-        configs[label] = cfg
-        record = _train(label, cfg, log)
-        forward, reverse = _checkpoints(cfg, record["joint"])
-        work = Path(cfg.work_dir)
-        bleu = _bleu(forward, test, work / "test.hyp", {}, device)
-        a = cfg.train.alignment
+        runs = _seed_configs(label, rel, spec, base_dir)
+        configs[label] = next(iter(runs.values()))
+        main, sym = [], []
+        for seed, cfg in runs.items():
+            name = label if seed is None else f"{label} seed {seed}"
+            record = _train(name, cfg, log)
+            forward, reverse = _checkpoints(cfg, record["joint"])
+            work = Path(cfg.work_dir)
+            run = {"steps": record["steps"], "seconds": record["train_seconds"], "bleu": _bleu(forward, test, work / "test.hyp", {}, device)}
+            run["aer"] = _aer_run(gold, model_alignments(forward, src_lines, tgt_lines, device))
+            run["avg_aer"] = _aer(gold, model_alignments(forward, src_lines, tgt_lines, device, layer="average", head="average"))[0]
+            main.append(run)
+            if reverse is not None:
+                sym.append({
+                    "aer": _aer_run(gold, model_alignments(forward, src_lines, tgt_lines, device, reverse_checkpoint=reverse)),
+                    "avg_aer": _aer(gold, model_alignments(forward, src_lines, tgt_lines, device, reverse_checkpoint=reverse, layer="average", head="average"))[0],
+                })
+        a = configs[label].train.alignment
         where = "all layers+heads" if a.layer == "average" and a.head == "average" else f"layer {a.layer}, head {a.head}"
-        own = _aer(gold, model_alignments(forward, src_lines, tgt_lines, device))
-        avg = _aer(gold, model_alignments(forward, src_lines, tgt_lines, device, layer="average", head="average"))
-        rows.append([label, where, str(record["steps"]), f"{record['train_seconds']:.0f} s", f"{bleu:.2f}", *(f"{x:.1f}" for x in own), f"{avg[0]:.1f}"])
-        if reverse is not None:
-            sym = _aer(gold, model_alignments(forward, src_lines, tgt_lines, device, reverse_checkpoint=reverse))
-            avg_sym = _aer(gold, model_alignments(forward, src_lines, tgt_lines, device, reverse_checkpoint=reverse, layer="average", head="average"))
-            rows.append([f"{label}, both directions (gdfa)", where, "", "", "", *(f"{x:.1f}" for x in sym), f"{avg_sym[0]:.1f}"])
+        rows.append({"label": label, "where": where, "runs": main})
+        if sym:
+            rows.append({"label": f"{label}, both directions (gdfa)", "where": where, "runs": sym})
     for label, variant in spec.decode_variants.items():
-        cfg = configs[variant.system]
         slug = "-".join(f"{k}{v}" for k, v in sorted(variant.decode.items()))
-        forward, _ = _checkpoints(cfg, cfg.train.alignment.symmetry_weight > 0)
-        bleu = _bleu(forward, test, Path(cfg.work_dir) / f"test.{slug}.hyp", variant.decode, device)
+        runs = []
+        for cfg in _seed_configs(variant.system, spec.configs[variant.system], spec, base_dir).values():
+            forward, _ = _checkpoints(cfg, cfg.train.alignment.symmetry_weight > 0)
+            runs.append({"bleu": _bleu(forward, test, Path(cfg.work_dir) / f"test.{slug}.hyp", variant.decode, device)})
         options = ", ".join(f"{k}={v}" for k, v in variant.decode.items())
-        rows.append([label, f"(decoding: {options})", "", "", f"{bleu:.2f}", "", "", "", ""])
+        rows.append({"label": label, "where": f"(decoding: {options})", "runs": runs})
+    first = rows[0]
+    head = ["system", "alignment read from", "updates", "train time", "test BLEU (beam)", "BLEU s_sel / s_opt", f"BLEU p vs {first['label']}", f"BLEU ASO ε_min vs {first['label']}"]
+    head += ["AER", "precision", "recall", "AER s_sel / s_opt", f"AER p vs {first['label']}", f"AER ASO ε_min vs {first['label']}", "AER (all layers+heads averaged)"]
+    table = [_row_cells(row, first, spec) for row in rows]
     if spec.eflomal_baseline:
-        rows.append(_eflomal_row(configs[next(iter(configs))], src_lines, tgt_lines, gold, log))
+        table.append(_eflomal_row(configs[next(iter(configs))], src_lines, tgt_lines, gold, log))
     minutes, cpu_minutes = (time.perf_counter() - t0) / 60, (_cpu_seconds() - cpu0) / 60
+    seeds = f"Seeds: {', '.join(map(str, spec.seeds))} (AER, precision, recall and BLEU: mean ± sd over seeds). " if spec.seeds else "One run per system, with its config's seed. "
     lines = section_heading(spec.title or spec.name, spec.description)
     lines += [
         f"Command: `{spec.command or 'syntaxnmt align-experiment ' + str(path)}` (data, eflomal, training and "
         f"evaluation: {cpu_minutes:.1f} min of CPU time, {minutes:.1f} min wall clock on a shared 2-core machine). "
         f"AER/precision/recall in % against the {len(gold)} gold test alignments (attention argmax: one link per target word, "
-        f"read while force-decoding the reference); BLEU: sacreBLEU on the detokenized test output. One seed.",
+        f"read while force-decoding the reference); BLEU: sacreBLEU on the detokenized test output. {seeds}"
+        + statistics_caption(first["label"], spec.bootstrap, spec.shuffles, one_seed=len(spec.seeds) <= 1, metric="BLEU (AER)")
+        + " For AER lower is better: 'better' and ε_min are read that way.",
         "",
-        *markdown_table(head, rows),
+        *markdown_table(head, table),
     ]
     section = "\n".join(lines) + "\n"
     target = Path(output or spec.output)
@@ -180,6 +236,27 @@ def run_alignment_set(path: str | Path, output: str | None = None, log=print) ->
     log(section)
     log(f"results written to {target}")
     return section
+
+
+def _row_cells(row: dict, first: dict, spec: AlignmentSet) -> list[str]:
+    """One table row: the means over seeds and the seed-aware cells against the first system."""
+    runs, base = row["runs"], first["runs"]
+    is_first = row is first
+    cells = [row["label"], row["where"]]
+    cells += [_mean_sd([r["steps"] for r in runs], 0), f"{statistics.mean(r['seconds'] for r in runs):.0f} s"] if "steps" in runs[0] else ["", ""]
+    if "bleu" in runs[0]:
+        bleu = seed_cells([r["bleu"] for r in base], [r["bleu"] for r in runs], spec.bootstrap, spec.shuffles, is_baseline=is_first)
+        cells += [_mean_sd([float(bleu_from_statistics(r["bleu"].sum(0))) for r in runs], 2), bleu["spread"], bleu["p"], bleu["aso"]]
+    else:
+        cells += ["", "", "", ""]
+    if "aer" in runs[0]:
+        stats = [r["aer"]["stats"] for r in runs]
+        cmp = seed_cells([r["aer"]["stats"] for r in base], stats, spec.bootstrap, spec.shuffles, is_baseline=is_first, metric=_neg_aer, digits=1)
+        cells += [_mean_sd([r["aer"][k] for r in runs], 1) for k in ("aer", "precision", "recall")]
+        cells += [cmp["spread"], cmp["p"], cmp["aso"], _mean_sd([r["avg_aer"] for r in runs], 1)]
+    else:
+        cells += ["", "", "", "", "", "", ""]
+    return cells
 
 
 def _eflomal_row(cfg: Config, src_lines: list[str], tgt_lines: list[str], gold, log) -> list[str]:
@@ -190,4 +267,4 @@ def _eflomal_row(cfg: Config, src_lines: list[str], tgt_lines: list[str], gold, 
     links = run_eflomal(src_text + src_lines, tgt_text + tgt_lines)[len(src_text) :]
     seconds = time.perf_counter() - t0
     log(f"eflomal on {len(src_text)} + {len(src_lines)} pairs in {seconds:.0f} s")
-    return ["eflomal (gdfa), training corpus + test pairs", "IBM1+HMM+fertility", "", f"{seconds:.0f} s", "", *(f"{x:.1f}" for x in _aer(gold, links)), ""]
+    return ["eflomal (gdfa), training corpus + test pairs", "IBM1+HMM+fertility", "", f"{seconds:.0f} s", "", "", "", "", *(f"{x:.1f}" for x in _aer(gold, links)), "", "", "", ""]

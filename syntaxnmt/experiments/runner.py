@@ -29,7 +29,7 @@ from syntaxnmt.config import Config, config_from_dict
 from syntaxnmt.data.prepare import prepare
 from syntaxnmt.data.synthetic import write_corpus
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments.sets import ExperimentSet, Run, is_finished, load_set, make_table, run_config, set_runs, write_section
+from syntaxnmt.experiments.sets import ExperimentSet, Run, control_pairs, is_finished, load_set, make_table, run_config, set_runs, write_section
 from syntaxnmt.runtime import run_command
 
 TAIL_LINES = 15
@@ -244,7 +244,7 @@ def run_set(path: str | Path, seeds: list[int] | None = None, only: list[str] | 
     records: dict[str, dict[int, dict]] = {label: {} for label in labels}
     for run in runs:
         records[run.label][run.seed] = run_config(run.label, run.cfg, spec, log)
-    section = make_table(spec, records, seeds)
+    section = make_table(spec, records, seeds, control_pairs(runs))
     target = Path(output or spec.output)
     write_section(target, spec.name, section)
     log(section)

@@ -3,16 +3,20 @@
 A set file lists labelled configs (one is the baseline), the seeds, overrides applied to every
 run, and the test sets. Every (config, seed) run trains in ``<work_dir>[-<tag>]-seed<S>`` (resuming an
 interrupted run, skipping a finished one), translates each test set with its best checkpoint and
-scores it with sacreBLEU. The table -- BLEU mean ± std over seeds, chrF, the paired-bootstrap
-p-value against the baseline, and the cost of an update relative to the baseline -- replaces the
-set's section of a Markdown file (``docs/results.md`` by default).
+scores it with sacreBLEU. The table -- BLEU mean ± sd over seeds, chrF, the test-set and
+between-seed standard deviations (s_sel, s_opt), the p-value of approximate randomization
+stratified over seed pairs against the baseline, the ASO ε_min of the per-seed scores (three seeds
+or more), the sentence-level paired bootstrap, and the cost of an update relative to the baseline --
+replaces the set's section of a Markdown file (``docs/results.md`` by default). The statistics are
+those of :mod:`syntaxnmt.metrics` (Clark et al. 2011; Dror et al. 2019); :func:`seed_cells` makes
+them for the decoding and alignment tables too.
 
 With ``--jobs N`` the unfinished runs train and translate in N worker processes first
 (:mod:`syntaxnmt.experiments.runner`); the records and the table are then made here, as after sequential runs.
 
-The p-value compares the seed-matched outputs of all seeds at once: the hypotheses of seeds
-1..N are concatenated (and the references repeated), so every (sentence, seed) pair is one
-item of the paired bootstrap resampling.
+The sentence bootstrap compares the seed-matched outputs of all seeds at once: the hypotheses of
+seeds 1..N are concatenated (and the references repeated), so every (sentence, seed) pair is one
+item of the resampling -- it resamples fixed outputs and does not measure training variance.
 """
 
 from __future__ import annotations
@@ -22,16 +26,17 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Sequence
 
+import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 
 from syntaxnmt.checkpoint import load_model_checkpoint
 from syntaxnmt.config import Config, expand_env, load_config, read_yaml_file
 from syntaxnmt.decoding.translate import load_model, translate_lines
 from syntaxnmt.errors import UserError
-from syntaxnmt.metrics import paired_bootstrap, score
+from syntaxnmt.metrics import SIGNIFICANCE_LEVEL, Metric, ReferenceScorer, aso_epsilon_min, bleu_from_statistics, paired_bootstrap_p, seed_statistics, stratified_approximate_randomization
 from syntaxnmt.runtime import resolve_device
 from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
 from syntaxnmt.training.train import train
@@ -53,7 +58,8 @@ class ExperimentSet(BaseModel):
     baseline: str
     configs: dict[str, str]
     """Label -> config path (relative to the set file)."""
-    seeds: Annotated[list[int], Field(min_length=1)] = [1]
+    seeds: Annotated[list[int], Field(min_length=1)] = [1, 2, 3]
+    """Three by default: the fewest replicates Clark et al. (2011) advise, and the fewest for ASO."""
     overrides: list[str] = []
     """``--section.key=value`` overrides applied to every run (e.g. a time budget)."""
     tag: str = ""
@@ -64,7 +70,10 @@ class ExperimentSet(BaseModel):
     """If set, the built-in synthetic corpus is generated in this folder first (if missing)."""
     synthetic_sizes: tuple[int, int, int] = (20000, 500, 500)
     output: str = "docs/results.md"
-    bootstrap: int = 1000
+    bootstrap: PositiveInt = 1000
+    """Resamples of the sentence-level paired bootstrap and of the test-set spread s_sel."""
+    shuffles: PositiveInt = 10_000
+    """Shuffles of the approximate randomization test over seed pairs."""
 
 
 def read_set_file(path: str | Path, model: type[BaseModel]):
@@ -163,47 +172,83 @@ def set_runs(path: str | Path, spec: ExperimentSet, labels: list[str], seeds: li
     return runs
 
 
+def control_pairs(runs: Sequence[Run]) -> dict[str, str]:
+    """Control arm -> its variant, among the systems of ``runs``: an arm (``data.structure_control``
+    set, :mod:`syntaxnmt.data.controls`) controls the system whose config is the arm's with the
+    control off (names and work_dirs aside)."""
+    def key(cfg: Config) -> str:
+        tree = cfg.model_dump(mode="json")
+        tree.pop("name", None)
+        tree.pop("work_dir", None)
+        tree["data"]["structure_control"] = "none"
+        return json.dumps(tree, sort_keys=True)
+
+    first = {}
+    for run in runs:
+        first.setdefault(run.label, run.cfg)
+    plain = {key(cfg): label for label, cfg in first.items() if cfg.data.structure_control == "none"}
+    return {label: plain[key(cfg)] for label, cfg in first.items() if cfg.data.structure_control != "none" and key(cfg) in plain}
+
+
 def is_finished(cfg: Config, spec: ExperimentSet) -> bool:
     """Whether a run has trained (``done.json``) and translated every test set."""
     work = Path(cfg.work_dir)
     return (work / "done.json").is_file() and all((work / f"{name}.hyp").is_file() for name in spec.test_sets)
 
 
-def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: list[int]) -> str:
+def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: list[int], controls: dict[str, str] | None = None) -> str:
+    """The set's Markdown section. ``controls`` (control arm -> variant, :func:`control_pairs`): with
+    any pair among the systems, a column tests each variant against its control arm(s) over the
+    seed pairs."""
+    controls = {arm: variant for arm, variant in (controls or {}).items() if arm in records and variant in records}
+    arms_of: dict[str, list[str]] = {}
+    for arm, variant in controls.items():
+        arms_of.setdefault(variant, []).append(arm)
     refs = {name: read_lines(t.ref) for name, t in spec.test_sets.items()}
     base = records[spec.baseline]
     base_step = statistics.mean(r["train_seconds"] / max(r["steps"], 1) for r in base.values())
     tests = list(spec.test_sets)
-    head = ["system", "params", "dev BLEU"] + [f"{t} BLEU" for t in tests] + [f"{t} chrF" for t in tests] + [f"p vs {spec.baseline} ({t})" for t in tests] + ["updates", "train tok/s", "time/update (rel.)"]
+    scorers = {t: ReferenceScorer([refs[t]]) for t in tests}
+    hyps = {label: {t: {s: read_lines(runs[s]["hyps"][t]) for s in seeds} for t in tests} for label, runs in records.items()}
+    stats = {label: {t: [scorers[t].bleu_statistics(by_test[t][s]) for s in seeds] for t in tests} for label, by_test in hyps.items()}
+    head = ["system", "params", "dev BLEU"] + [f"{t} BLEU" for t in tests] + [f"{t} chrF" for t in tests] + [f"{t} s_sel / s_opt" for t in tests]
+    head += [f"p vs {spec.baseline} ({t})" for t in tests] + [f"ASO ε_min vs {spec.baseline} ({t})" for t in tests]
+    head += [f"p vs own control ({t})" for t in tests] if controls else []
+    head += [f"p, sentence bootstrap ({t})" for t in tests] + ["updates", "train tok/s", "time/update (rel.)"]
     rows = []
     for label, runs in records.items():
         cells = [label, f"{runs[seeds[0]]['params'] / 1e6:.2f}M", dev_bleu_cell(runs, seeds)]
-        bleu_cells, chrf_cells, p_cells = [], [], []
+        bleu_cells, chrf_cells, spread_cells, p_cells, aso_cells, control_cells, boot_cells = [], [], [], [], [], [], []
         for t in tests:
-            hyps = {s: read_lines(runs[s]["hyps"][t]) for s in seeds}
-            scores = [score(hyps[s], [refs[t]], force=True) for s in seeds]
-            bleus = [sc.bleu for sc in scores]
+            bleus = [float(bleu_from_statistics(st.sum(0))) for st in stats[label][t]]  # = sacreBLEU's corpus BLEU
             std = f" ± {statistics.stdev(bleus):.2f}" if len(bleus) > 1 else ""
             bleu_cells.append(f"{statistics.mean(bleus):.2f}{std}")
-            chrf_cells.append(f"{statistics.mean(sc.chrf for sc in scores):.2f}")
-            if label == spec.baseline:
-                p_cells.append("–")
-            else:
-                sys_all = [h for s in seeds for h in hyps[s]]
-                base_all = [h for s in seeds for h in read_lines(base[s]["hyps"][t])]
-                cmp = paired_bootstrap(base_all, sys_all, [refs[t] * len(seeds)], n_samples=spec.bootstrap, force=True)
-                direction = "" if not cmp.bleu_significant else " * (better)" if cmp.system_bleu.score > cmp.baseline_bleu.score else " * (worse)"
-                p_cells.append(f"{cmp.bleu_p_value:.3f}{direction}")
+            chrf_cells.append(f"{statistics.mean(scorers[t].chrf(hyps[label][t][s]) for s in seeds):.2f}")
+            cmp = seed_cells(stats[spec.baseline][t], stats[label][t], spec.bootstrap, spec.shuffles, is_baseline=label == spec.baseline)
+            spread_cells.append(cmp["spread"])
+            p_cells.append(cmp["p"])
+            aso_cells.append(cmp["aso"])
+            boot_cells.append("–" if label == spec.baseline else sentence_bootstrap_cell(stats[spec.baseline][t], stats[label][t], spec.bootstrap))
+            versus = [(arm, seed_cells(stats[arm][t], stats[label][t], spec.bootstrap, spec.shuffles)["p"]) for arm in arms_of.get(label, [])]
+            control_cells.append("; ".join(p if len(versus) == 1 else f"{p} ({arm})" for arm, p in versus) or "–")
         step = statistics.mean(r["train_seconds"] / max(r["steps"], 1) for r in runs.values())
         updates = statistics.mean(r["steps"] for r in runs.values())
         known = [r["train_tokens"] / max(r["train_seconds"], 1e-9) for r in runs.values() if r.get("train_tokens")]
         tok_s = f"{statistics.mean(known):.0f}" if known else "–"
-        rows.append(cells + bleu_cells + chrf_cells + p_cells + [f"{updates:.0f}", tok_s, f"{step / base_step:.2f}×"])
+        rows.append(cells + bleu_cells + chrf_cells + spread_cells + p_cells + aso_cells + (control_cells if controls else []) + boot_cells + [f"{updates:.0f}", tok_s, f"{step / base_step:.2f}×"])
     lines = section_heading(spec.title or spec.name, spec.description)
     lines += [
-        f"Seeds: {', '.join(map(str, seeds))} (BLEU: mean ± std over seeds; sacreBLEU 13a, cased). "
-        f"p: paired bootstrap resampling ({spec.bootstrap} samples) of all seeds' outputs against the "
-        f"baseline's (two-sided), * = p < 0.05 with the direction of the difference. dev BLEU: the best greedy dev BLEU of each run "
+        f"Seeds: {', '.join(map(str, seeds))}. BLEU: mean ± sd over seeds (sacreBLEU 13a, cased); chrF: mean over seeds. "
+        + statistics_caption(spec.baseline, spec.bootstrap, spec.shuffles, one_seed=len(seeds) == 1)
+        + (
+            " p vs own control: the same test of a variant against its random-structure control arm "
+            f"({', '.join(f'{arm} for {variant}' for arm, variant in controls.items())}; data.structure_control, "
+            "docs/syntax.md): a variant helps only if it beats both the baseline and its control."
+            if controls
+            else ""
+        )
+        + f" p, sentence bootstrap: paired bootstrap resampling ({spec.bootstrap} samples, two-sided) of the sentences of all "
+        f"seeds' outputs pooled; it resamples fixed outputs and does not measure training variance. dev BLEU: the best greedy dev BLEU of each run "
         f"(that checkpoint decodes the test sets), the figure to choose systems by. Overrides: `{' '.join(spec.overrides) or 'none'}`. tok/s and time/update are "
         f"wall-clock figures of the training runs, disturbed by any other load on the machine (controlled "
         f"step-time measurements: `benchmarks/syntax_overhead.py`, docs/benchmarks.md).",
@@ -211,6 +256,57 @@ def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: 
         *markdown_table(head, rows),
     ]
     return "\n".join(lines) + "\n"
+
+
+def sentence_bootstrap_cell(baseline: Sequence[np.ndarray], system: Sequence[np.ndarray], bootstrap: int) -> str:
+    """The sentence-level paired bootstrap (sacreBLEU's ``--paired-bs``) of the outputs of all seed
+    pairs pooled -- every (sentence, seed) one item -- with the direction of a significant difference."""
+    base_all, sys_all = np.concatenate(baseline), np.concatenate(system)
+    p = paired_bootstrap_p(base_all, sys_all, bootstrap)
+    return f"{p:.3f}" + direction_mark(p, float(bleu_from_statistics(sys_all.sum(0)) - bleu_from_statistics(base_all.sum(0))))
+
+
+def direction_mark(p: float, difference: float) -> str:
+    """`` * (better)`` / `` * (worse)`` for a difference significant at p < 0.05, else nothing."""
+    if p >= SIGNIFICANCE_LEVEL:
+        return ""
+    return " * (better)" if difference > 0 else " * (worse)"
+
+
+def seed_cells(baseline: Sequence[np.ndarray], system: Sequence[np.ndarray], bootstrap: int, shuffles: int, *, is_baseline: bool = False, metric: Metric = bleu_from_statistics, digits: int = 2) -> dict[str, str]:
+    """The seed-aware cells of one system on one test set, from the sentence statistics of each
+    seed's output (``baseline[k]`` and ``system[k]``: seed k of each, the same sentences):
+
+    * ``spread``: ``s_sel / s_opt`` -- the test-set sd (bootstrap of the sentences, averaged over
+      seeds) and the sd of the per-seed scores (Clark et al. 2011); ``–`` for s_opt with one seed;
+    * ``p``: approximate randomization stratified over the seed pairs (``shuffles`` shuffles), with
+      the direction of a difference significant at p < 0.05; ``–`` for the baseline itself;
+    * ``aso``: ε_min of "the system's per-seed scores almost stochastically dominate the
+      baseline's" (Dror et al. 2019), with three seeds or more; else ``–``.
+    """
+    own = seed_statistics(system, metric, bootstrap)
+    spread = f"{own.s_sel:.{digits}f} / " + (f"{own.s_opt:.{digits}f}" if own.s_opt is not None else "–")
+    if is_baseline:
+        return {"spread": spread, "p": "–", "aso": "–"}
+    base_scores = [float(metric(np.asarray(b).sum(0))) for b in baseline]
+    p = stratified_approximate_randomization(np.stack(baseline), np.stack(system), metric, n_shuffles=shuffles)
+    cell = f"{p:.4f}" + direction_mark(p, own.mean - statistics.mean(base_scores))
+    aso = f"{aso_epsilon_min(own.scores, base_scores):.2f}" if len(own.scores) >= 3 and len(base_scores) >= 3 else "–"
+    return {"spread": spread, "p": cell, "aso": aso}
+
+
+def statistics_caption(baseline: str, bootstrap: int, shuffles: int, one_seed: bool = False, metric: str = "BLEU") -> str:
+    """What the seed-aware columns of a table (:func:`seed_cells`) are, for its caption."""
+    one = " With one seed it is the ordinary paired test of that seed's outputs." if one_seed else ""
+    return (
+        f"s_sel / s_opt (Clark et al. 2011): the test-set standard deviation (bootstrap, {bootstrap} resamples of the test "
+        f"sentences, averaged over seeds) and the standard deviation over seeds. p vs {baseline}: approximate randomization "
+        f"({shuffles} shuffles, two-sided) stratified over seed pairs -- sentence swaps only between seed k of the system and "
+        f"seed k of {baseline}, the mean {metric} over seeds as statistic (MultEval's test); * = p < 0.05, with the direction.{one} "
+        f"ASO ε_min vs {baseline} (three seeds or more): Almost Stochastic Order of the per-seed {metric} (Dror et al. 2019; 1000 "
+        f"bootstrap iterations, confidence 0.95) -- below 0.5 the system is almost stochastically better than {baseline}, 0 "
+        f"better at every quantile, 1 worse."
+    )
 
 
 def dev_bleu_cell(runs: dict[int, dict], seeds: list[int]) -> str:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from syntaxnmt.data.links import AERResult, aer, aer_files, format_links, parse_links, read_alignments, read_bitext, subwords_to_words, word_ids_from_pieces, words_to_subwords, write_alignments
+from syntaxnmt.data.links import AERResult, aer, aer_files, aer_from_statistics, aer_statistics, format_links, parse_links, read_alignments, read_bitext, subwords_to_words, word_ids_from_pieces, words_to_subwords, write_alignments
 from syntaxnmt.errors import UserError
 
 # Real data: ${SYNTAXNMT_DATA}, by default ../shared/data beside the repository (as in the recipes).
@@ -135,6 +135,21 @@ def test_aer_empty():
     assert aer([{(0, 0)}], [{(0, 0)}], [set()]) == AERResult(1.0, 1.0, 0.0)
     with pytest.raises(ValueError):
         aer([set()], [set()], [])
+
+
+def test_aer_statistics_sum_to_the_corpus_aer():
+    """The sentence counts behind aer(): [|A|, |S|, |A∩S|, |A∩P|] per sentence, summed for any subset."""
+    s1 = {(0, 0), (1, 1)}
+    p1 = s1 | {(1, 2), (2, 2)}
+    a1 = {(0, 0), (1, 2), (2, 3)}
+    sure, possible, hyp = [s1, {(0, 0)}, set(), {(1, 1)}], [p1, {(0, 0)}, set(), set()], [a1, {(0, 0)}, set(), {(0, 1)}]
+    stats = aer_statistics(sure, possible, hyp)
+    assert stats.tolist() == [[3, 2, 1, 2], [1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 0, 0]]
+    for subset in ([0], [0, 1], [2], [0, 1, 2, 3], [1, 3]):
+        expected = aer([sure[i] for i in subset], [possible[i] for i in subset], [hyp[i] for i in subset]).aer
+        assert aer_from_statistics(stats[subset].sum(0)) == pytest.approx(100 * expected)
+    with pytest.raises(ValueError):
+        aer_statistics([set()], [set()], [])
 
 
 def test_aer_files(tmp_path):

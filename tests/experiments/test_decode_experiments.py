@@ -1,17 +1,22 @@
 """Tests for syntaxnmt.experiments.decoding: one tiny word-vocabulary system trained with two seeds,
-decoded as it is, with unknown-word replacement, averaged checkpoints, an ensemble and GNMT's
-length penalty; the table lands in a Markdown file."""
+decoded as it is, with unknown-word replacement, averaged checkpoints, an ensemble, GNMT's
+length penalty and each seed on its own (with the seed-aware statistics); the table lands in a
+Markdown file."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
+import numpy as np
+import pytest
 import torch
 import yaml
 from conftest import deep_merge, tiny_tree
 
 from syntaxnmt.cli import main
 from syntaxnmt.experiments.runner import run_set
+from syntaxnmt.metrics import bleu_statistics, score, stratified_approximate_randomization
 from syntaxnmt.textio import read_lines, write_lines
 
 torch.set_num_threads(1)
@@ -40,6 +45,8 @@ def test_a_decoding_set_tabulates_every_row(corpus, tmp_path):
         "gnmt": {"system": "word", "decode": {"length_penalty_type": "gnmt", "length_penalty": 0.6}},
         "last": {"system": "word", "checkpoint": "last"},
         "ensemble": {"system": "word", "seeds": [1, 2]},
+        "each seed": {"system": "word", "seeds": [1, 2], "per_seed": True},
+        "each seed, copied": {"system": "word", "seeds": [1, 2], "per_seed": True, "decode": {"unk_replace": "copy"}},
     }
     out = tmp_path / "decoding.md"
     _yaml(tmp_path / "d.yaml", {"name": "tiny-decoding", "systems": "systems.set.yaml", "rows": rows, "output": str(out)})
@@ -52,11 +59,29 @@ def test_a_decoding_set_tabulates_every_row(corpus, tmp_path):
     assert [line.split(" | ")[0][2:] for line in table] == list(rows)
     cells = {line.split(" | ")[0][2:]: line.split(" | ") for line in table}
     assert "average of the last 2, seed 1" in cells["plain"][1] and "seeds 1+2 (ensemble)" in cells["ensemble"][1] and "last, seed 1" in cells["last"][1]
-    n_unk = int(cells["plain"][6])
-    assert cells["copy"][6] == str(n_unk) and cells["copy"][7].endswith(f"/ {n_unk}")  # every <unk> replaced
+    n_unk = int(cells["plain"][9])
+    assert cells["copy"][9] == str(n_unk) and cells["copy"][10].endswith(f"/ {n_unk}")  # every <unk> replaced
     work = tmp_path / "runs" / "word-seed1"
     assert (work / "averaged-last2.pt").is_file()
     hyps = read_lines(work / "test.tiny-decoding.copy.hyp")
     assert len(hyps) == 6 and not any("<unk>" in h for h in hyps)
     plain = read_lines(work / "test.tiny-decoding.plain.hyp")
     assert n_unk > 0 and sum(h.split().count("<unk>") for h in plain) == n_unk  # 2 words per language: unknowns abound
+
+    # Each seed decoded on its own: one hypothesis file per seed's run, BLEU mean ± sd over them,
+    # s_opt the sd, and the tests against the first row (one output, paired with each seed).
+    assert "seeds 1, 2 (each alone)" in cells["each seed"][1]
+    per_seed = [read_lines(tmp_path / "runs" / f"word-seed{s}" / "test.tiny-decoding.each-seed.hyp") for s in (1, 2)]
+    bleus = [score(h, [ref], force=True).bleu for h in per_seed]
+    assert cells["each seed"][3] == f"{statistics.mean(bleus):.2f} ± {statistics.stdev(bleus):.2f}"
+    assert cells["each seed"][5].split(" / ")[1] == f"{statistics.stdev(bleus):.2f}"
+    first = bleu_statistics(plain, [ref])
+    p = stratified_approximate_randomization(np.stack([first, first]), np.stack([bleu_statistics(h, [ref]) for h in per_seed]))
+    assert float(cells["each seed"][6].split()[0]) == pytest.approx(p, abs=5e-5)
+    assert cells["each seed"][7] == "–" and cells["plain"][6] == cells["plain"][8] == "–"  # ASO: 3 seeds per row; the first row is the reference
+    assert cells["each seed"][8] != "–"
+    copied = [read_lines(tmp_path / "runs" / f"word-seed{s}" / "test.tiny-decoding.each-seed-copied.hyp") for s in (1, 2)]
+    unk = sum(h.split().count("<unk>") for hyps in per_seed for h in hyps)
+    assert unk > 0 and cells["each seed"][9] == str(unk) and cells["each seed, copied"][10].endswith(f"/ {unk}")
+    assert not any("<unk>" in h for hyps in copied for h in hyps)
+    assert "stratified over seed pairs" in text

@@ -8,19 +8,23 @@ run records and hypothesis files instead of training.
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import deep_merge, tiny_tree
+from conftest import deep_merge, parsed_data, tiny_tree
 
 from syntaxnmt.decoding.translate import load_model
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.runner import run_set
 from syntaxnmt.experiments.sets import ExperimentSet, load_set, make_table, markdown_table, read_set_file, write_section
-from syntaxnmt.metrics import score
+from syntaxnmt.metrics import aso_epsilon_min, bleu_statistics, score, selection_sd, stratified_approximate_randomization
 from syntaxnmt.textio import read_lines, write_lines
 
 torch.set_num_threads(1)
@@ -114,7 +118,8 @@ def test_test_set_paths_expand_environment_variables(tmp_path, monkeypatch):
     assert spec.test_sets["b"].ref == "plain/b.ref"
     assert spec.test_sets["b"].conllu == ""
     # Defaults of the set file itself.
-    assert spec.seeds == [1] and spec.tag == "" and spec.output == "docs/results.md"
+    assert spec.seeds == [1, 2, 3] and spec.tag == "" and spec.output == "docs/results.md"
+    assert spec.bootstrap == 1000 and spec.shuffles == 10_000
 
 
 def test_unset_variable_without_default_is_a_user_error(tmp_path, monkeypatch):
@@ -209,10 +214,12 @@ def test_run_set_trains_translates_and_replaces_its_section(tiny_set, tmp_path):
     assert section.startswith("### Tiny syntax set\n\nTwo tiny configs.\n")
     table = [line for line in section.splitlines() if line.startswith("|")]
     assert len(table) == 4
-    assert table[0].startswith("| system | params | dev BLEU | tiny BLEU | tiny chrF | p vs baseline (tiny) |")
+    assert table[0].startswith("| system | params | dev BLEU | tiny BLEU | tiny chrF | tiny s_sel / s_opt | p vs baseline (tiny) | ASO ε_min vs baseline (tiny) | p, sentence bootstrap (tiny) |")
     base_row, linear_row = (line.split(" | ") for line in table[2:])
     assert base_row[0] == "| baseline" and linear_row[0] == "| linear"
-    assert base_row[5] == "–" and linear_row[5] != "–"
+    assert base_row[6] == base_row[8] == "–" and linear_row[6] != "–" and linear_row[8] != "–"
+    assert base_row[7] == linear_row[7] == "–"  # ASO needs three seeds
+    assert base_row[5].endswith(" / –")  # one seed: no s_opt
     assert base_row[-1] == "1.00× |"
     # The params column counts the model's parameters (tied ones once); relation embeddings add some.
     n_params = {label: sum(p.numel() for p in load_model(runs / f"{label}-seed1" / "best.pt", torch.device("cpu"))[0].parameters()) for label in ("baseline", "linear")}
@@ -277,6 +284,19 @@ def test_run_set_with_jobs_gives_the_sequential_results(tiny_set, tmp_path):
             assert not (seq / "train.log").exists()
     assert _table_without_wall_clock(parallel) == _table_without_wall_clock(sequential)
     assert len([line for line in parallel.splitlines() if line.startswith("| ")]) == 3
+    # A 2-seed set writes the seed-aware columns: s_opt is the sd of the seeds' BLEU on their
+    # hypothesis files, the baseline has no p-values, the variant has both (ASO needs 3 seeds).
+    head, base_row, linear_row = _rows(sequential)
+    assert head[5:9] == ["tiny s_sel / s_opt", "p vs baseline (tiny)", "ASO ε_min vs baseline (tiny)", "p, sentence bootstrap (tiny)"]
+    refs = read_lines(tmp_path / "test" / "t.ref")
+    for row, label in ((base_row, "baseline"), (linear_row, "linear")):
+        bleus = [score(read_lines(runs / f"{label}-seq-seed{s}" / "tiny.hyp"), [refs], force=True).bleu for s in seeds]
+        assert row[3] == f"{statistics.mean(bleus):.2f} ± {statistics.stdev(bleus):.2f}"
+        assert row[5].split(" / ")[1] == f"{statistics.stdev(bleus):.2f}"
+        assert row[7] == "–"
+    assert base_row[6] == base_row[8] == "–"
+    assert 0.0 < float(linear_row[6].split()[0]) <= 1.0 and 0.0 < float(linear_row[8].split()[0]) <= 1.0
+    assert "Seeds: 1, 2." in sequential and "stratified over seed pairs" in sequential
     # The parent only collected the finished runs.
     assert sum("trained already" in m for m in logs) == 4 and not any("training in" in m for m in logs)
     # A second call finds every run finished and starts no worker.
@@ -438,7 +458,7 @@ REFS = [
 def _spec(tmp_path: Path, **extra) -> ExperimentSet:
     ref = tmp_path / "test.ref"
     write_lines(ref, REFS)
-    tree = {"name": "t", "baseline": "base", "configs": {"base": "b.yaml", "sys": "s.yaml"}, "test_sets": {"test": {"src": str(ref), "ref": str(ref)}}, "bootstrap": 100}
+    tree = {"name": "t", "baseline": "base", "configs": {"base": "b.yaml", "sys": "s.yaml"}, "test_sets": {"test": {"src": str(ref), "ref": str(ref)}}, "bootstrap": 100, "shuffles": 200}
     tree.update(extra)
     return ExperimentSet.model_validate(tree)
 
@@ -457,7 +477,7 @@ def test_make_table_two_seeds_mean_std_and_baseline_row(tmp_path):
     section = make_table(spec, records, [1, 2])
     rows = _rows(section)
     head, base_row, sys_row = rows[0], rows[1], rows[2]
-    assert head == ["system", "params", "dev BLEU", "test BLEU", "test chrF", "p vs base (test)", "updates", "train tok/s", "time/update (rel.)"]
+    assert head == ["system", "params", "dev BLEU", "test BLEU", "test chrF", "test s_sel / s_opt", "p vs base (test)", "ASO ε_min vs base (test)", "p, sentence bootstrap (test)", "updates", "train tok/s", "time/update (rel.)"]
     assert base_row[0] == "base" and sys_row[0] == "sys"
     assert base_row[1] == "2.50M"
     assert base_row[2] == "25.00 ± 7.07" and sys_row[2] == "40.00 ± 7.07"  # best dev BLEU of seeds 1 and 2
@@ -466,12 +486,22 @@ def test_make_table_two_seeds_mean_std_and_baseline_row(tmp_path):
         assert row[3] == f"{statistics.mean(bleus):.2f} ± {statistics.stdev(bleus):.2f}"
         chrfs = [score(systems[label][s], [REFS], force=True).chrf for s in (1, 2)]
         assert row[4] == f"{statistics.mean(chrfs):.2f}"
-    assert base_row[5] == "–"
-    assert sys_row[5] != "–" and 0.0 <= float(sys_row[5].split()[0]) <= 1.0
-    assert base_row[6] == sys_row[6] == "100"
-    assert base_row[7] == "5000" and sys_row[7] == "2000"
-    assert base_row[8] == "1.00×" and sys_row[8] == "2.50×"
-    assert "Seeds: 1, 2" in section and "Overrides: `none`" in section
+        # s_opt is the sd of the per-seed BLEU; s_sel the bootstrap sd of a seed's test set, averaged.
+        s_sel, s_opt = row[5].split(" / ")
+        assert s_opt == f"{statistics.stdev(bleus):.2f}"
+        assert s_sel == f"{statistics.mean(selection_sd(bleu_statistics(systems[label][s], [REFS]), n_samples=spec.bootstrap) for s in (1, 2)):.2f}"
+    assert base_row[6] == base_row[8] == "–"
+    for cell in (sys_row[6], sys_row[8]):
+        assert cell != "–" and 0.0 < float(cell.split()[0]) <= 1.0
+    # The seed-aware p: approximate randomization over the pairs (seed 1, seed 1), (seed 2, seed 2).
+    pairs = [np.stack([bleu_statistics(systems[label][s], [REFS]) for s in (1, 2)]) for label in ("base", "sys")]
+    assert float(sys_row[6].split()[0]) == pytest.approx(stratified_approximate_randomization(*pairs, n_shuffles=spec.shuffles), abs=5e-5)
+    assert base_row[7] == sys_row[7] == "–"  # two seeds: no ASO
+    assert base_row[9] == sys_row[9] == "100"
+    assert base_row[10] == "5000" and sys_row[10] == "2000"
+    assert base_row[11] == "1.00×" and sys_row[11] == "2.50×"
+    assert "Seeds: 1, 2." in section and "Overrides: `none`" in section
+    assert "approximate randomization (200 shuffles, two-sided) stratified over seed pairs" in section and "Clark et al. 2011" in section
     assert section.startswith("### t\n\n")
 
 
@@ -482,8 +512,10 @@ def test_make_table_one_seed_has_no_std(tmp_path):
     rows = _rows(section)
     assert rows[1][3] == rows[2][3] == "100.00"
     assert "±" not in rows[1][3] + rows[2][3]
-    # Identical outputs: never significant.
-    assert rows[1][5] == "–" and "*" not in rows[2][5]
+    # Identical outputs: never significant (approximate randomization: p = 1 exactly).
+    assert rows[1][6] == rows[1][8] == "–" and "*" not in rows[2][8]
+    assert rows[2][6] == "1.0000"
+    assert rows[1][5] == rows[2][5] == "0.00 / –"  # every sentence perfect: no test-set spread; one seed: no s_opt
     assert section.startswith("### One seed\n") and "Overrides: `--train.threads=1`" in section
 
 
@@ -495,9 +527,10 @@ def test_make_table_significant_difference_is_starred(tmp_path):
     bad = [f"nothing {i} matches" for i in range(40)]
     records = _fake_records(tmp_path, refs, {"base": {1: bad}, "sys": {1: refs}}, {"base": 1.0, "sys": 1.0})
     rows = _rows(make_table(spec, records, [1]))
-    assert rows[2][5].endswith(" * (better)") and float(rows[2][5].split()[0]) < 0.05
+    for col in (6, 8):  # approximate randomization and the sentence bootstrap
+        assert rows[2][col].endswith(" * (better)") and float(rows[2][col].split()[0]) < 0.05
     worse = _rows(make_table(spec, _fake_records(tmp_path, refs, {"base": {1: refs}, "sys": {1: bad}}, {"base": 1.0, "sys": 1.0}), [1]))
-    assert worse[2][5].endswith(" * (worse)")
+    assert worse[2][6].endswith(" * (worse)") and worse[2][8].endswith(" * (worse)")
 
 
 def test_make_table_without_train_tokens(tmp_path):
@@ -506,7 +539,23 @@ def test_make_table_without_train_tokens(tmp_path):
     for runs in records.values():
         del runs[1]["train_tokens"]  # done.json of runs from before tok/s was recorded
     rows = _rows(make_table(spec, records, [1]))
-    assert rows[1][7] == rows[2][7] == "–"
+    assert rows[1][10] == rows[2][10] == "–"
+
+
+def test_make_table_three_seeds_has_the_aso_column(tmp_path):
+    """With three seeds the ASO ε_min of the per-seed BLEU appears; a system better on every seed,
+    on every sentence of it, is significant by both tests."""
+    spec = _spec(tmp_path)
+    drop = [lambda r: r.replace("the", "a"), lambda r: " ".join(r.split()[:-1]), lambda r: " ".join(r.split()[1:])]
+    base = {s: [drop[s - 1](r) for r in REFS] for s in (1, 2, 3)}
+    better = {s: [base[s][i] if i == s else r for i, r in enumerate(REFS)] for s in (1, 2, 3)}  # one sentence of the baseline's, the others perfect
+    records = _fake_records(tmp_path, REFS, {"base": base, "sys": better}, {"base": 1.0, "sys": 1.0})
+    rows = _rows(make_table(spec, records, [1, 2, 3]))
+    per_seed = {label: [score(by_seed[s], [REFS], force=True).bleu for s in (1, 2, 3)] for label, by_seed in (("base", base), ("sys", better))}
+    assert rows[2][7] == f"{aso_epsilon_min(per_seed['sys'], per_seed['base']):.2f}"
+    assert rows[1][7] == "–"
+    assert min(per_seed["sys"]) > max(per_seed["base"]) and rows[2][7] == "0.00"  # better on every seed: no violation
+    assert rows[2][6].endswith(" * (better)")
 
 
 def test_markdown_table():
@@ -559,3 +608,76 @@ def test_multi30k_gpu_set_is_the_syntax_set_at_the_recipe_budget(monkeypatch):
     # The parses folder can be moved.
     monkeypatch.setenv("SYNTAXNMT_PARSES", "/elsewhere")
     assert load_set(RECIPES / "syntax-gpu.set.yaml").test_sets["test_2017_mscoco"].conllu == "/elsewhere/test_2017_mscoco.en.conllu.gz"
+
+
+CONTROLS = {
+    "+ input features, random-tree control": "+ input features",
+    "+ tree distance, random-tree control": "+ tree distance",
+    "+ parent-scaled, random-tree control": "+ parent-scaled",
+    "MTL LISA head, random-tree control": "MTL LISA head",
+    "combined, random-tree control": "combined",
+}
+
+
+@pytest.mark.parametrize("name", ["study-cpu.set.yaml", "study-gpu.set.yaml"])
+def test_multi30k_study_sets_carry_the_random_tree_controls(monkeypatch, name):
+    """Each study set has the random-tree control arm of input features, tree distance,
+    parent-scaled, MTL LISA and combined: the variant's config with data.structure_control on (so
+    the same model, parameters and budget), its corpus cached beside the variant's."""
+    from syntaxnmt.experiments.sets import control_pairs, set_runs
+
+    monkeypatch.delenv("SYNTAXNMT_PARSES", raising=False)
+    spec = load_set(RECIPES / name)
+    runs = set_runs(RECIPES / name, spec, list(spec.configs), [1])
+    assert control_pairs(runs) == CONTROLS
+    cfg = {run.label: run.cfg for run in runs}
+    for arm, variant in CONTROLS.items():
+        assert cfg[arm].data.structure_control == "random-tree" and cfg[variant].data.structure_control == "none"
+        assert cfg[arm].model == cfg[variant].model and cfg[arm].train == cfg[variant].train and cfg[arm].decode == cfg[variant].decode
+        assert cfg[arm].prepared_dir == Path(f"{cfg[variant].prepared_dir}-random-tree")
+        assert cfg[arm].work_dir != cfg[variant].work_dir
+    assert sum(c.data.structure_control != "none" for c in cfg.values()) == len(CONTROLS)
+
+
+def test_make_table_tests_a_variant_against_its_control(tmp_path):
+    spec = _spec(tmp_path, configs={"base": "b.yaml", "sys": "s.yaml", "sys, control": "c.yaml"})
+    drop = [lambda r: r.replace("the", "a"), lambda r: " ".join(r.split()[:-1])]
+    base = {s: [drop[s - 1](r) for r in REFS] for s in (1, 2)}
+    control = {s: [base[s][i] if i % 3 else r for i, r in enumerate(REFS)] for s in (1, 2)}
+    system = {s: [base[s][i] if i == 0 else r for i, r in enumerate(REFS)] for s in (1, 2)}
+    records = _fake_records(tmp_path, REFS, {"base": base, "sys": system, "sys, control": control}, {"base": 1.0, "sys": 1.0, "sys, control": 1.0})
+    section = make_table(spec, records, [1, 2], {"sys, control": "sys", "missing": "sys"})
+    rows = _rows(section)
+    assert rows[0][8] == "p vs own control (test)" and rows[0][9] == "p, sentence bootstrap (test)"
+    by_label = {row[0]: row for row in rows[1:]}
+    stats = {label: np.stack([bleu_statistics(read_lines(records[label][s]["hyps"]["test"]), [REFS]) for s in (1, 2)]) for label in records}
+    assert float(by_label["sys"][8].split()[0]) == pytest.approx(stratified_approximate_randomization(stats["sys, control"], stats["sys"], n_shuffles=spec.shuffles), abs=5e-5)
+    assert by_label["base"][8] == by_label["sys, control"][8] == "–"
+    assert "p vs own control" in section and "sys, control for sys" in section
+    # Without control arms among the systems, no such column.
+    assert "own control" not in make_table(spec, {k: records[k] for k in ("base", "sys")}, [1, 2], {"sys, control": "sys"})
+
+
+def test_select_on_dev_ranks_variants_and_adds_their_controls(corpus, tmp_path):
+    """benchmarks/gpu/select_on_dev.py: control arms are not ranked; each chosen variant brings its control."""
+    base = deep_merge(tiny_tree(corpus, tmp_path / "runs" / "base"), {"data": parsed_data(corpus)})
+    trees = {
+        "b.yaml": base,
+        "v1.yaml": deep_merge(base, {"work_dir": str(tmp_path / "runs" / "v1"), "model": {"syntax": {"relations": [["tree_distance"] * 4]}}}),
+        "v2.yaml": deep_merge(base, {"work_dir": str(tmp_path / "runs" / "v2"), "model": {"syntax": {"input_features": ["upos"]}}}),
+    }
+    trees["v1-ctl.yaml"] = deep_merge(trees["v1.yaml"], {"work_dir": str(tmp_path / "runs" / "v1-ctl"), "data": {"structure_control": "random-tree"}})
+    for file, tree in trees.items():
+        _write_yaml(tmp_path / file, tree)
+    path = _write_yaml(tmp_path / "s.set.yaml", _set_tree(configs={"baseline": "b.yaml", "v1": "v1.yaml", "v2": "v2.yaml", "v1 control": "v1-ctl.yaml"}, seeds=[1]))
+    for name, best in (("base", 10.0), ("v1", 12.0), ("v2", 11.0), ("v1-ctl", 20.0)):
+        done = tmp_path / "runs" / f"{name}-seed1" / "done.json"
+        done.parent.mkdir(parents=True)
+        done.write_text(json.dumps({"best": best}))
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "select_on_dev.py"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run([sys.executable, str(script), str(path), "--top", "1"], capture_output=True, text=True, env=env, timeout=120, check=True)
+    assert out.stdout.strip() == "v1,v1 control"
+    assert "v1 control" not in out.stderr  # not ranked
+    out = subprocess.run([sys.executable, str(script), str(path), "--top", "2"], capture_output=True, text=True, env=env, timeout=120, check=True)
+    assert out.stdout.strip() == "v1,v1 control,v2"
