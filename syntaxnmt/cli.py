@@ -100,6 +100,7 @@ def cmd_align(args, extra) -> None:
         normalize=args.normalize,
         batch_size=args.batch_size,
         src_conllu=args.src_conllu,
+        shift=args.shift,
     )
     out = [format_links(x) for x in links]
     _write_output(args.output, out)
@@ -415,6 +416,7 @@ def _alignment_commands(sub) -> None:
     s.add_argument("--head", help="head or 'average' (default: the model's train.alignment.head)")
     s.add_argument("--method", choices=["argmax", "threshold"], default="argmax", help="one link per target word (argmax) or all weights >= --threshold")
     s.add_argument("--threshold", type=float, default=0.5)
+    s.add_argument("--shift", action="store_true", help="Shift-Att (Chen et al. 2020): read each target word's attention at the step where it is the decoder input, not where it is predicted")
     s.add_argument("--reverse-checkpoint", help="a target->source model: align both directions and symmetrize")
     s.add_argument("--symmetrize", default="grow-diag-final-and", help="with --reverse-checkpoint: gdfa (default), intersection, union, grow-diag, grow-diag-final")
     s.add_argument("--normalize", action="store_true", help="apply the model's lowercasing and Moses tokenization first (links then index those tokens)")

@@ -51,6 +51,48 @@ def alignment_from_attention(weights, method: str = "argmax", threshold: float =
     raise UserError(f"unknown attention alignment method {method!r}; choose one of {', '.join(ATTENTION_METHODS)}")
 
 
+def force_decode(model, batch):
+    """The model output of ``batch`` with its reference forced, with every attention weight:
+    eval mode, no gradients, the model's mode restored."""
+    if batch.tgt_out is None:
+        raise ValueError("force decoding needs a batch with reference targets")
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return model(batch, need_weights=True)
+    finally:
+        model.train(was_training)
+
+
+def attention_links(
+    attn: torch.Tensor,
+    src_lens: Sequence[int],
+    tgt_lens: Sequence[int],
+    shift: bool = False,
+    method: str = "argmax",
+    threshold: float = 0.5,
+) -> list[Links]:
+    """Piece links ``(source piece, target piece)`` of every sentence of a (B, T, S) attention.
+
+    ``src_lens``/``tgt_lens`` count real pieces, without EOS. Target piece ``t`` is read from
+    row ``t`` (the decoder step that *predicts* it) or, with ``shift`` (Shift-Att, Chen et al.
+    2020, "Accurate Word Alignment Induction from Neural Machine Translation", EMNLP, Sec. 3),
+    from row ``t + 1`` (the step where it is the decoder *input*; row ``T`` predicts EOS). The
+    source EOS column and padding are cut off before links are chosen.
+    """
+    start = 1 if shift else 0
+    w = _to_numpy(attn)
+    return [alignment_from_attention(w[b, start : start + n_tgt, :n_src], method, threshold) for b, (n_src, n_tgt) in enumerate(zip(src_lens, tgt_lens))]
+
+
+def piece_lengths(batch) -> tuple[list[int], list[int]]:
+    """Real source and target pieces per sentence of a batch with references (EOS left out)."""
+    src = [max(n - 1, 0) for n in batch.src.ne(PAD).sum(dim=1).tolist()]
+    tgt = [max(n - 1, 0) for n in batch.tgt_out.ne(PAD).sum(dim=1).tolist()]
+    return src, tgt
+
+
 def extract_alignments(
     model,
     batch,
@@ -58,33 +100,21 @@ def extract_alignments(
     head: int | None = None,
     method: str = "argmax",
     threshold: float = 0.5,
+    shift: bool = False,
 ) -> list[Links]:
     """Subword links per sentence from the cross-attention when force-decoding the reference.
 
     Runs ``model(batch, need_weights=True)`` in eval mode without gradients (restoring the
     model's mode), picks/averages layers and heads with :func:`average_heads` and reads links with
-    :func:`alignment_from_attention`. Rows are target positions of ``batch.tgt_out`` (the token
-    each decoder position predicts); the EOS row, the source EOS column and padding are cut off
-    *before* links are chosen, so with ``argmax`` each target subword gets exactly one link to a
-    real source subword. Links are ``(source piece, target piece)``, 0-indexed, without BOS/EOS.
+    :func:`attention_links`: rows are target positions of ``batch.tgt_out`` (the token each
+    decoder position predicts; with ``shift`` the next row, where it is the input); the EOS row,
+    the source EOS column and padding are cut off *before* links are chosen, so with ``argmax``
+    each target subword gets exactly one link to a real source subword. Links are
+    ``(source piece, target piece)``, 0-indexed, without BOS/EOS.
     """
-    if batch.tgt_out is None:
-        raise ValueError("extract_alignments needs a batch with reference targets")
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            out = model(batch, need_weights=True)
-    finally:
-        model.train(was_training)
+    out = force_decode(model, batch)
     attn = average_heads(out.cross_attention, layer, head).float().cpu()  # (B, T, S)
-    src_lens = batch.src.ne(PAD).sum(dim=1).tolist()
-    tgt_lens = batch.tgt_out.ne(PAD).sum(dim=1).tolist()
-    links = []
-    for b in range(attn.size(0)):
-        n_src, n_tgt = max(src_lens[b] - 1, 0), max(tgt_lens[b] - 1, 0)  # minus EOS
-        links.append(alignment_from_attention(attn[b, :n_tgt, :n_src], method, threshold))
-    return links
+    return attention_links(attn, *piece_lengths(batch), shift, method, threshold)
 
 def encode_words(tok: Tokenizer, lines: Sequence[str], normalize: bool = False) -> tuple[list[list[int]], list[list[int]]]:
     """Subword ids and the word index of every piece of whitespace-tokenized lines (see the module docstring)."""
@@ -104,6 +134,7 @@ def attention_alignments(
     threshold: float = 0.5,
     batch_size: int = 64,
     annotations: Sequence[SourceAnnotation] | None = None,
+    shift: bool = False,
 ) -> list[Links]:
     """Word links ``(source word, target word)`` of every pair from ``model``'s cross-attention.
 
@@ -127,7 +158,7 @@ def attention_alignments(
         idx = order[start : start + batch_size].tolist()
         anns = [annotations[i] for i in idx] if spec else None
         batch = make_batch([np.asarray(src_ids[i], dtype=np.int64) for i in idx], [np.asarray(tgt_ids[i], dtype=np.int64) for i in idx], idx, anns, spec).to(device)
-        for i, links in zip(idx, extract_alignments(model, batch, layer, head, method, threshold)):
+        for i, links in zip(idx, extract_alignments(model, batch, layer, head, method, threshold, shift)):
             out[i] = subwords_to_words(links, src_words[i], tgt_words[i])
     return out
 
@@ -175,10 +206,12 @@ def model_alignments(
     normalize: bool = False,
     batch_size: int = 64,
     src_conllu: str | None = None,
+    shift: bool = False,
 ) -> list[Links]:
     """Word alignments of line pairs from a source→target model (and a target→source one, symmetrized).
 
-    ``layer``/``head`` default to each model's ``train.alignment`` setting (the supervised head).
+    ``layer``/``head`` default to each model's ``train.alignment`` setting (the supervised head);
+    ``shift`` reads both directions Shift-Att's way (:func:`attention_links`).
     A source→target model with source features gets them as ``translate`` builds them (parses
     from ``src_conllu`` or the config's parser); a target→source one with features is refused.
     """
@@ -206,6 +239,7 @@ def model_alignments(
                 threshold=threshold,
                 batch_size=batch_size,
                 annotations=source_annotations(model, cfg, a, source[1], src_conllu, tags=toks.tags),
+                shift=shift,
             )
         )
     if len(directions) == 1:

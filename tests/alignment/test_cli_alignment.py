@@ -161,3 +161,16 @@ def test_train_joint_and_symmetrized_align(capsys, corpus, shared_prepared_dir, 
         results[name] = [s for s, _ in read_alignments(out)]
     assert all(i <= f for i, f in zip(results["inter"], results["fwd"]))
     assert all(i <= g for i, g in zip(results["inter"], results["gdfa"]))
+    # --shift reads both directions Shift-Att's way before they are symmetrized.
+    for name, ckpt, a, b, extra in (
+        ("fwd-shift", fwd, src, tgt, []),
+        ("rev-shift", rev, tgt, src, []),
+        ("inter-shift", fwd, src, tgt, ["--reverse-checkpoint", rev, "--symmetrize", "intersection"]),
+    ):
+        out = tmp_path / f"{name}.align"
+        code, _, err = run_cli(capsys, "align", "--checkpoint", ckpt, "--src", a, "--tgt", b, "-o", out, "--shift", *extra)
+        assert code == 0, err
+        results[name] = [s for s, _ in read_alignments(out)]
+    assert results["fwd-shift"] != results["fwd"]
+    expected = [f & {(i, j) for j, i in r} for f, r in zip(results["fwd-shift"], results["rev-shift"])]
+    assert any(expected) and results["inter-shift"] == expected
