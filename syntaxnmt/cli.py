@@ -9,12 +9,14 @@ mistake prints one line ``syntaxnmt: error: ...`` and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from syntaxnmt.alignment.external import align_external
 from syntaxnmt.alignment.extract import model_alignments
 from syntaxnmt.alignment.lexicon import build_lexicon
+from syntaxnmt.alignment.sweep import align_sweep
 from syntaxnmt.analysis.export import export_attention
 from syntaxnmt.analysis.heads import analyze_models
 from syntaxnmt.analysis.plot import load_for_plot, plot_sentences, read_link_file
@@ -37,7 +39,7 @@ from syntaxnmt.metrics import evaluate_report
 from syntaxnmt.model.linear import configure
 from syntaxnmt.runtime import resolve_device, run_command
 from syntaxnmt.serving.server import Limits, serve
-from syntaxnmt.textio import package_version, read_lines, write_lines
+from syntaxnmt.textio import atomic_write_text, package_version, read_lines, write_lines
 from syntaxnmt.training.joint import train_joint
 from syntaxnmt.training.train import train
 
@@ -104,6 +106,19 @@ def cmd_align(args, extra) -> None:
     )
     out = [format_links(x) for x in links]
     _write_output(args.output, out)
+
+
+def cmd_align_sweep(args, extra) -> None:
+    path = _checkpoint_arg(args, extra)
+    if not args.config:
+        _no_overrides(extra)
+    result = align_sweep(
+        path, read_lines(args.src), read_lines(args.tgt), args.gold, resolve_device(args.device), one_indexed_gold=args.one_indexed_gold,
+        method=args.method, threshold=args.threshold, normalize=args.normalize, batch_size=args.batch_size, src_conllu=args.src_conllu,
+    )
+    if args.output:
+        atomic_write_text(args.output, json.dumps(result.to_json(), indent=1) + "\n")
+    print(result.table())
 
 
 def cmd_align_experiment(args, extra) -> None:
@@ -426,6 +441,23 @@ def _alignment_commands(sub) -> None:
     s.add_argument("--device", default="auto")
     _trust_flag(s)
     s.set_defaults(func=cmd_align)
+
+    s = sub.add_parser("align-sweep", help="AER of every cross-attention layer x head, the averages, unshifted and shifted (Shift-Att), from one force-decoding pass; names the best")
+    s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
+    s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
+    s.add_argument("--src", required=True, help="source sentences, tokenized like the training text (the gold links index their words)")
+    s.add_argument("--tgt", required=True, help="target sentences (the reference the model is forced to decode)")
+    s.add_argument("--gold", required=True, help="gold alignments of the pairs (Pharaoh: i-j sure, ipj possible)")
+    s.add_argument("--one-indexed-gold", action="store_true", help="the gold file counts from 1 (e.g. the Hansards and WPT sets)")
+    s.add_argument("--method", choices=["argmax", "threshold"], default="argmax", help="one link per target word (argmax) or all weights >= --threshold")
+    s.add_argument("--threshold", type=float, default=0.5)
+    s.add_argument("--normalize", action="store_true", help="apply the model's lowercasing and Moses tokenization first (the gold links then index those tokens)")
+    s.add_argument("--src-conllu", help="parses of --src (CoNLL-U) for models that use trees or tags")
+    s.add_argument("-o", "--output", help="also write every reading's figures and the best as JSON")
+    s.add_argument("--batch-size", type=int, default=64, help="sentence pairs per batch")
+    s.add_argument("--device", default="auto")
+    _trust_flag(s)
+    s.set_defaults(func=cmd_align_sweep)
 
     s = sub.add_parser("aer", help="alignment error rate, precision and recall of Pharaoh alignments against gold")
     s.add_argument("--gold", required=True, help="gold alignments: i-j sure, ipj possible links")

@@ -6,6 +6,7 @@ conventions in :mod:`syntaxnmt.alignment`). Subword links are projected back to 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -23,6 +24,29 @@ from syntaxnmt.errors import UserError
 from syntaxnmt.model.outputs import average_heads, layer_head
 
 ATTENTION_METHODS = ("argmax", "threshold")
+
+
+@dataclass(frozen=True)
+class AttentionReading:
+    """Which cross-attention is read as alignment, and at which decoder step.
+
+    ``layer``/``head``: a decoder layer / head (negative counts from the end) or None for the
+    average; ``shift``: Shift-Att's step (:func:`attention_links`).
+    """
+
+    layer: int | None = None
+    head: int | None = None
+    shift: bool = False
+
+    @property
+    def label(self) -> str:
+        layer = "all layers" if self.layer is None else f"layer {self.layer}"
+        head = "heads averaged" if self.head is None else f"head {self.head}"
+        return f"{layer}, {head}" + (", shifted" if self.shift else "")
+
+    def attention(self, out) -> torch.Tensor:
+        """The (B, T, S) attention this reading takes from a model output (called with ``need_weights``)."""
+        return average_heads(out.cross_attention, self.layer, self.head)
 
 
 def _to_numpy(weights) -> np.ndarray:
@@ -112,9 +136,14 @@ def extract_alignments(
     each target subword gets exactly one link to a real source subword. Links are
     ``(source piece, target piece)``, 0-indexed, without BOS/EOS.
     """
-    out = force_decode(model, batch)
-    attn = average_heads(out.cross_attention, layer, head).float().cpu()  # (B, T, S)
-    return attention_links(attn, *piece_lengths(batch), shift, method, threshold)
+    return readings_links(force_decode(model, batch), batch, [AttentionReading(layer, head, shift)], method, threshold)[0]
+
+
+def readings_links(out, batch, readings: Sequence[AttentionReading], method: str = "argmax", threshold: float = 0.5) -> list[list[Links]]:
+    """Piece links of every sentence of ``batch`` for each of ``readings`` of one force-decoding
+    output ``out`` (:func:`force_decode`): one list per reading."""
+    lengths = piece_lengths(batch)
+    return [attention_links(r.attention(out).float().cpu(), *lengths, r.shift, method, threshold) for r in readings]
 
 def encode_words(tok: Tokenizer, lines: Sequence[str], normalize: bool = False) -> tuple[list[list[int]], list[list[int]]]:
     """Subword ids and the word index of every piece of whitespace-tokenized lines (see the module docstring)."""
@@ -142,6 +171,24 @@ def attention_alignments(
     ``annotations`` (one per source, see :func:`source_annotations`) are required when the model
     uses source features.
     """
+    reading = AttentionReading(layer, head, shift)
+    return readings_alignments(model, src, tgt, device, [reading], method=method, threshold=threshold, batch_size=batch_size, annotations=annotations)[0]
+
+
+def readings_alignments(
+    model: torch.nn.Module,
+    src: tuple[list[list[int]], list[list[int]]],
+    tgt: tuple[list[list[int]], list[list[int]]],
+    device: torch.device,
+    readings: Sequence[AttentionReading],
+    *,
+    method: str = "argmax",
+    threshold: float = 0.5,
+    batch_size: int = 64,
+    annotations: Sequence[SourceAnnotation] | None = None,
+) -> list[list[Links]]:
+    """:func:`attention_alignments` for several readings of one force-decoding pass: the word
+    links of every pair, one list per reading (each batch is force-decoded once)."""
     (src_ids, src_words), (tgt_ids, tgt_words) = src, tgt
     if len(src_ids) != len(tgt_ids):
         raise UserError(f"{len(src_ids)} source sentences but {len(tgt_ids)} target sentences")
@@ -153,13 +200,14 @@ def attention_alignments(
         if max(len(s), len(t)) >= limit:
             raise UserError(f"sentence pair {k} has {max(len(s), len(t))} subwords: more than the model's {limit - 1} positions")
     order = np.argsort([len(s) + len(t) for s, t in zip(src_ids, tgt_ids)], kind="stable")
-    out: list[Links] = [set() for _ in src_ids]
+    out: list[list[Links]] = [[set() for _ in src_ids] for _ in readings]
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size].tolist()
         anns = [annotations[i] for i in idx] if spec else None
         batch = make_batch([np.asarray(src_ids[i], dtype=np.int64) for i in idx], [np.asarray(tgt_ids[i], dtype=np.int64) for i in idx], idx, anns, spec).to(device)
-        for i, links in zip(idx, extract_alignments(model, batch, layer, head, method, threshold, shift)):
-            out[i] = subwords_to_words(links, src_words[i], tgt_words[i])
+        for per_reading, links in zip(out, readings_links(force_decode(model, batch), batch, readings, method, threshold)):
+            for i, sentence in zip(idx, links):
+                per_reading[i] = subwords_to_words(sentence, src_words[i], tgt_words[i])
     return out
 
 
@@ -189,6 +237,19 @@ def _spec(value: str | int | None, default) -> int | None:
         return layer_head(value)
     except ValueError:
         raise UserError(f"--layer/--head takes an integer or 'average' (got {value!r})") from None
+
+
+def configured_reading(cfg, layer: str | int | None = None, head: str | int | None = None, shift: bool = False) -> AttentionReading:
+    """The reading of ``--layer``/``--head`` (None: the model's ``train.alignment`` setting, the supervised head)."""
+    a = cfg.train.alignment
+    return AttentionReading(_spec(layer, a.layer), _spec(head, a.head), shift)
+
+
+def encode_pairs(model, cfg, toks, src_lines: Sequence[str], tgt_lines: Sequence[str], normalize: bool = False, src_conllu: str | None = None, source_name: str = "--src"):
+    """``(source, target, annotations)`` of whitespace-tokenized line pairs as :func:`readings_alignments` reads them."""
+    source = encode_words(toks.src, src_lines, normalize)
+    annotations = source_annotations(model, cfg, src_lines, source[1], src_conllu, source_name, tags=toks.tags)
+    return source, encode_words(toks.tgt, tgt_lines, normalize), annotations
 
 
 def model_alignments(
@@ -223,25 +284,11 @@ def model_alignments(
         if path is None:
             continue
         model, cfg, toks = load_model(path, device)
-        a_cfg = cfg.train.alignment
-        source = encode_words(toks.src, a, normalize)
         if directions and model.feature_spec:
             raise UserError(f"{path}: the target->source model uses source features ({', '.join(sorted(model.feature_spec.names))}); --reverse-checkpoint supports models without them")
-        directions.append(
-            attention_alignments(
-                model,
-                source,
-                encode_words(toks.tgt, b, normalize),
-                device,
-                layer=_spec(layer, a_cfg.layer),
-                head=_spec(head, a_cfg.head),
-                method=method,
-                threshold=threshold,
-                batch_size=batch_size,
-                annotations=source_annotations(model, cfg, a, source[1], src_conllu, tags=toks.tags),
-                shift=shift,
-            )
-        )
+        source, target, annotations = encode_pairs(model, cfg, toks, a, b, normalize, src_conllu)
+        reading = configured_reading(cfg, layer, head, shift)
+        directions.append(readings_alignments(model, source, target, device, [reading], method=method, threshold=threshold, batch_size=batch_size, annotations=annotations)[0])
     if len(directions) == 1:
         return directions[0]
     forward, reverse = directions
