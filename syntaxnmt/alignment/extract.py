@@ -31,22 +31,36 @@ class AttentionReading:
     """Which cross-attention is read as alignment, and at which decoder step.
 
     ``layer``/``head``: a decoder layer / head (negative counts from the end) or None for the
-    average; ``shift``: Shift-Att's step (:func:`attention_links`).
+    average; ``shift``: Shift-Att's step (:func:`attention_links`); ``full_context``: the
+    supervised layer's extra pass without the causal mask (``train.alignment.full_context``;
+    ``layer`` is then that layer's index, for the label only).
     """
 
     layer: int | None = None
     head: int | None = None
     shift: bool = False
+    full_context: bool = False
 
     @property
     def label(self) -> str:
-        layer = "all layers" if self.layer is None else f"layer {self.layer}"
+        layer = "all layers" if self.layer is None else f"layer {self.layer}" + (" full context" if self.full_context else "")
         head = "heads averaged" if self.head is None else f"head {self.head}"
         return f"{layer}, {head}" + (", shifted" if self.shift else "")
 
     def attention(self, out) -> torch.Tensor:
-        """The (B, T, S) attention this reading takes from a model output (called with ``need_weights``)."""
-        return average_heads(out.cross_attention, self.layer, self.head)
+        """The (B, T, S) attention this reading takes from a model output (called with ``need_weights``).
+
+        A model with leaky attention (``train.alignment.leaky``) gives the leak slot a share of
+        its supervised attention: every row is renormalized over the real source positions."""
+        if self.full_context:
+            if out.alignment_attention is None:
+                raise UserError("this model has no full-context alignment pass (train.alignment.full_context): read its layers with --layer")
+            layers, layer = [out.alignment_attention], None
+        else:
+            layers, layer = out.cross_attention, self.layer
+        if out.alignment_leak is not None:
+            layers = [w / w.sum(dim=-1, keepdim=True).clamp_min(1e-12) for w in layers]
+        return average_heads(layers, layer, self.head)
 
 
 def _to_numpy(weights) -> np.ndarray:
@@ -240,9 +254,12 @@ def _spec(value: str | int | None, default) -> int | None:
 
 
 def configured_reading(cfg, layer: str | int | None = None, head: str | int | None = None, shift: bool = False) -> AttentionReading:
-    """The reading of ``--layer``/``--head`` (None: the model's ``train.alignment`` setting, the supervised head)."""
+    """The reading of ``--layer``/``--head`` (None: the model's ``train.alignment`` setting, the
+    supervised head). Without ``layer``, a model trained with ``full_context`` is read from its
+    full-context pass, as it was supervised; an explicit ``layer`` reads the model's own pass."""
     a = cfg.train.alignment
-    return AttentionReading(_spec(layer, a.layer), _spec(head, a.head), shift)
+    full_context = a.full_context and layer is None
+    return AttentionReading(_spec(layer, a.layer), _spec(head, a.head), shift, full_context)
 
 
 def encode_pairs(model, cfg, toks, src_lines: Sequence[str], tgt_lines: Sequence[str], normalize: bool = False, src_conllu: str | None = None, source_name: str = "--src"):

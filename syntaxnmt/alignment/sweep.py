@@ -28,11 +28,15 @@ def attention_shape(model) -> tuple[int, int]:
 
 
 def sweep_readings(model) -> list[AttentionReading]:
-    """Every layer x head, each layer averaged, all averaged; unshifted, then the same shifted."""
+    """Every layer x head, each layer averaged, all averaged, and a model's full-context pass
+    (``train.alignment.full_context``: each head and their average); unshifted, then the same shifted."""
     n_layers, n_heads = attention_shape(model)
     plain = [AttentionReading(layer, head) for layer in range(n_layers) for head in [*range(n_heads), None]]
     plain.append(AttentionReading(None, None))
-    return plain + [AttentionReading(r.layer, r.head, True) for r in plain]
+    ap = getattr(model, "alignment_pass", None)
+    if ap is not None and ap.full_context:
+        plain += [AttentionReading(ap.layer, head, full_context=True) for head in [*range(n_heads), None]]
+    return plain + [AttentionReading(r.layer, r.head, True, r.full_context) for r in plain]
 
 
 @dataclass
@@ -49,7 +53,7 @@ class SweepResult:
 
     def table(self) -> str:
         """A Markdown table: one row per layer/head, the unshifted and shifted reading side by side, and the best readings named."""
-        by_key = {(r.layer, r.head, r.shift): res for r, res in self.rows}
+        by_key = {(r.layer, r.head, r.full_context, r.shift): res for r, res in self.rows}
         lines = [
             f"AER / precision / recall (%) of argmax links against the gold alignments, {self.sentences} sentence pairs",
             "",
@@ -59,8 +63,8 @@ class SweepResult:
         for r, res in self.rows:
             if r.shift:
                 continue
-            shifted = by_key[(r.layer, r.head, True)]
-            cells = ["average" if r.layer is None else str(r.layer), "average" if r.head is None else str(r.head)]
+            shifted = by_key[(r.layer, r.head, r.full_context, True)]
+            cells = ["average" if r.layer is None else f"{r.layer}" + (" (full context)" if r.full_context else ""), "average" if r.head is None else str(r.head)]
             cells += [f"{100 * x:.2f}" for x in (res.aer, res.precision, res.recall, shifted.aer, shifted.precision, shifted.recall)]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
@@ -73,16 +77,16 @@ class SweepResult:
         """Every reading's figures (fractions), and the best one."""
 
         def row(r: AttentionReading, res: AERResult) -> dict:
-            return {"layer": r.layer, "head": r.head, "shift": r.shift, "label": r.label, "options": _options(r), "aer": res.aer, "precision": res.precision, "recall": res.recall}
+            return {"layer": r.layer, "head": r.head, "shift": r.shift, "full_context": r.full_context, "label": r.label, "options": _options(r), "aer": res.aer, "precision": res.precision, "recall": res.recall}
 
         return {"sentences": self.sentences, "readings": [row(*x) for x in self.rows], "best": row(*self.best()), "best_unshifted": row(*self.best(False)), "best_shifted": row(*self.best(True))}
 
 
 def _options(r: AttentionReading) -> str:
-    """The ``syntaxnmt align`` options of a reading."""
-    layer = "average" if r.layer is None else r.layer
+    """The ``syntaxnmt align`` options of a reading (the full-context pass is what ``align`` reads without ``--layer``)."""
+    layer = "" if r.full_context else "--layer " + ("average" if r.layer is None else str(r.layer)) + " "
     head = "average" if r.head is None else r.head
-    return f"--layer {layer} --head {head}" + (" --shift" if r.shift else "")
+    return f"{layer}--head {head}" + (" --shift" if r.shift else "")
 
 
 def align_sweep(
