@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from syntaxnmt.alignment.external import align_external
-from syntaxnmt.alignment.extract import model_alignments
+from syntaxnmt.alignment.extract import alignments_for_translations, check_reading, configured_reading, model_alignments
 from syntaxnmt.alignment.lexicon import build_lexicon
 from syntaxnmt.alignment.sweep import align_sweep
 from syntaxnmt.analysis.export import export_attention
@@ -143,10 +143,22 @@ def _read_input(path: str | None) -> list[str]:
     return lines
 
 
+def _aligning(args, paths: list[Path]) -> bool:
+    """Whether ``translate`` aligns its output (``--alignments``); refuses what it cannot align before any work."""
+    if not args.alignments:
+        if args.align_layer is not None or args.align_head is not None or args.align_shift:
+            raise UserError("--align-layer/--align-head/--align-shift choose the attention of --alignments: give --alignments FILE")
+        return False
+    if args.engine == "ctranslate2" or len(paths) > 1 or args.docs:
+        raise UserError("--alignments reads one PyTorch model's attention: give one --checkpoint, --engine torch and no --docs")
+    return True
+
+
 def cmd_translate(args, extra) -> None:
     if args.nbest < 1:
         raise UserError(f"--nbest {args.nbest}: give at least 1")
     paths = [_checkpoint_arg(argparse.Namespace(config=args.config, checkpoint=c), extra) for c in args.checkpoint]
+    aligning = _aligning(args, paths)
     device = resolve_device(args.device)
     if args.engine == "ctranslate2":
         if args.docs:
@@ -159,6 +171,7 @@ def cmd_translate(args, extra) -> None:
         model, cfg, toks = load_ensemble(paths, device)
     else:
         model, cfg, toks = load_model(paths[0], device)
+    reading = check_reading(model, configured_reading(cfg, args.align_layer, args.align_head, args.align_shift)) if aligning else None
     decode = cfg.decode
     overrides = parse_overrides(extra).get("decode", {})
     if args.beam is not None:
@@ -179,6 +192,9 @@ def cmd_translate(args, extra) -> None:
     else:
         docs = read_lines(args.docs) if args.docs else None
         results = translate_lines(model, cfg, toks, lines, decode, device, docs=docs, **kw)
+    if aligning:
+        links = alignments_for_translations(model, cfg, toks, lines, [[text for text, _ in nb] for nb in results], device, reading=reading, batch_size=decode.batch_size, conllu=args.src_conllu, source_name=kw["source_name"])
+        write_lines(args.alignments, [format_links(x) for nb in links for x in nb])
     if nbest == 1:
         out = [nb[0][0] for nb in results]
     else:
@@ -379,6 +395,10 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--docs", help="document ids of the input (one per line): a context model (model.context) reads each line's previous lines")
     s.add_argument("--device", default="auto")
     s.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch", help="ctranslate2: search with CTranslate2 (--checkpoint: a `syntaxnmt export-ct2` folder, or a checkpoint exported on the fly); docs/deployment.md")
+    s.add_argument("--alignments", metavar="FILE", help="also write Pharaoh word links between each input line and its translation (one line per output line; n-best: per hypothesis); docs/alignment.md")
+    s.add_argument("--align-layer", help="with --alignments: decoder layer or 'average' (default: the model's train.alignment.layer)")
+    s.add_argument("--align-head", help="with --alignments: head or 'average' (default: the model's train.alignment.head)")
+    s.add_argument("--align-shift", action="store_true", help="with --alignments: read Shift-Att's step (as align --shift)")
     _trust_flag(s)
     s.set_defaults(func=cmd_translate)
 

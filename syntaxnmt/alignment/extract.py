@@ -6,6 +6,7 @@ conventions in :mod:`syntaxnmt.alignment`). Subword links are projected back to 
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -22,6 +23,7 @@ from syntaxnmt.data.subwords import PAD, Tokenizer
 from syntaxnmt.decoding.translate import load_model, parse_annotations, source_parses
 from syntaxnmt.errors import UserError
 from syntaxnmt.model.outputs import average_heads, layer_head
+from syntaxnmt.model.transformer import Transformer
 
 ATTENTION_METHODS = ("argmax", "threshold")
 
@@ -90,17 +92,20 @@ def alignment_from_attention(weights, method: str = "argmax", threshold: float =
 
 
 def force_decode(model, batch):
-    """The model output of ``batch`` with its reference forced, with every attention weight:
-    eval mode, no gradients, the model's mode restored."""
+    """The model output of ``batch`` with its reference forced, with its cross-attention weights
+    (a Transformer's self-attentions keep their fused kernel): eval mode, no gradients, the
+    model's mode restored."""
     if batch.tgt_out is None:
         raise ValueError("force decoding needs a batch with reference targets")
     was_training = model.training
-    model.eval()
+    if was_training:
+        model.eval()
     try:
         with torch.no_grad():
-            return model(batch, need_weights=True)
+            return model(batch, need_weights=True, self_weights=False) if isinstance(model, Transformer) else model(batch, need_weights=True)
     finally:
-        model.train(was_training)
+        if was_training:
+            model.train()
 
 
 def attention_links(
@@ -253,6 +258,22 @@ def _spec(value: str | int | None, default) -> int | None:
         raise UserError(f"--layer/--head takes an integer or 'average' (got {value!r})") from None
 
 
+def attention_shape(model) -> tuple[int, int]:
+    """(decoder layers, heads) of a model's cross-attention (an RNN model has one of each)."""
+    cfg = model.cfg
+    return (cfg.dec_layers, cfg.heads) if cfg.arch == "transformer" else (1, 1)
+
+
+def check_reading(model, reading: AttentionReading) -> AttentionReading:
+    """``reading`` if the model has its layer and head, else a :class:`UserError` (before any work is done)."""
+    n_layers, n_heads = attention_shape(model)
+    if reading.layer is not None and not -n_layers <= reading.layer < n_layers:
+        raise UserError(f"alignment layer {reading.layer} out of range: the model has {n_layers} decoder layers")
+    if reading.head is not None and not -n_heads <= reading.head < n_heads:
+        raise UserError(f"alignment head {reading.head} out of range: the model has {n_heads} heads")
+    return reading
+
+
 def configured_reading(cfg, layer: str | int | None = None, head: str | int | None = None, shift: bool = False) -> AttentionReading:
     """The reading of ``--layer``/``--head`` (None: the model's ``train.alignment`` setting, the
     supervised head). Without ``layer``, a model trained with ``full_context`` is read from its
@@ -310,3 +331,74 @@ def model_alignments(
         return directions[0]
     forward, reverse = directions
     return [symmetrize_links(f, {(i, j) for j, i in r}, method_sym) for f, r in zip(forward, reverse)]
+
+
+def alignments_for_translations(
+    model,
+    cfg,
+    toks,
+    sources: Sequence[str],
+    translations: Sequence[Sequence[str]],
+    device: torch.device,
+    *,
+    reading: AttentionReading | None = None,
+    method: str = "argmax",
+    threshold: float = 0.5,
+    batch_size: int = 64,
+    conllu: str | None = None,
+    source_name: str = "<input>",
+) -> list[list[Links]]:
+    """Word links between every source line and each of its translations (an n-best list per line).
+
+    ``reading`` defaults to the model's ``train.alignment`` layer/head (:func:`configured_reading`:
+    the supervised head, its full-context pass for a ``full_context`` model). Each (source,
+    translation) pair is force-decoded in batches and read as :func:`model_alignments` reads it
+    with ``normalize``: the links index the whitespace tokens of the lines after the model's
+    lowercasing and Moses step (for a model without Moses: of the lines themselves), so they equal
+    ``syntaxnmt align --normalize --src SOURCES --tgt TRANSLATIONS`` with the same reading. An
+    empty line or translation gets no links; a pair longer than the model's positions neither,
+    with a warning naming the line. ``conllu``: the parses of the non-empty source lines, for a
+    model with source features (as ``translate`` takes them). This is the one function the
+    ``translate --alignments`` command (and a server) calls after search.
+    """
+    if len(sources) != len(translations):
+        raise ValueError(f"{len(sources)} sources but {len(translations)} n-best lists")
+    reading = check_reading(model, reading or configured_reading(cfg))
+    out: list[list[Links]] = [[set() for _ in nbest] for nbest in translations]
+    kept = [n for n, line in enumerate(sources) if line.strip()]
+    if not kept:
+        return out
+    src_lines = [toks.src.normalize(sources[n]) for n in kept]
+    source = encode_words(toks.src, src_lines)
+    annotations = source_annotations(model, cfg, [sources[n] for n in kept], source[1], conllu, source_name, tags=toks.tags)
+    limit = model.cfg.max_positions - 1
+    pairs: list[tuple[int, int, int]] = []  # (line, hypothesis, index among kept)
+    for k, n in enumerate(kept):
+        for h, text in enumerate(translations[n]):
+            if text.strip():
+                pairs.append((n, h, k))
+    tgt = encode_words(toks.tgt, [translations[n][h] for n, h, _ in pairs], normalize=True)
+    usable = []
+    for p, (n, h, k) in enumerate(pairs):
+        if max(len(source[0][k]), len(tgt[0][p])) >= limit:
+            print(f"syntaxnmt: warning: {source_name}:{n + 1}: too long to align with the model's {limit - 1} positions; no links written", file=sys.stderr)
+        else:
+            usable.append(p)
+    if not usable:
+        return out
+    ks = [pairs[p][2] for p in usable]
+    links = readings_alignments(
+        model,
+        ([source[0][k] for k in ks], [source[1][k] for k in ks]),
+        ([tgt[0][p] for p in usable], [tgt[1][p] for p in usable]),
+        device,
+        [reading],
+        method=method,
+        threshold=threshold,
+        batch_size=batch_size,
+        annotations=[annotations[k] for k in ks] if annotations is not None else None,
+    )[0]
+    for p, sentence in zip(usable, links):
+        n, h, _ = pairs[p]
+        out[n][h] = sentence
+    return out

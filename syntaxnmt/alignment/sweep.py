@@ -15,16 +15,10 @@ from typing import Sequence
 
 import torch
 
-from syntaxnmt.alignment.extract import AttentionReading, encode_pairs, readings_alignments
+from syntaxnmt.alignment.extract import AttentionReading, attention_shape, encode_pairs, readings_alignments
 from syntaxnmt.data.links import AERResult, aer, read_alignments
 from syntaxnmt.decoding.translate import load_model
 from syntaxnmt.errors import UserError
-
-
-def attention_shape(model) -> tuple[int, int]:
-    """(decoder layers, heads) of a model's cross-attention (an RNN model has one of each)."""
-    cfg = model.cfg
-    return (cfg.dec_layers, cfg.heads) if cfg.arch == "transformer" else (1, 1)
 
 
 def sweep_readings(model) -> list[AttentionReading]:

@@ -243,7 +243,7 @@ class Transformer(nn.Module):
             states = states.index_copy(0, rows, self.enc_norm(x).to(states.dtype))
         return states.view(b, k, sc, -1), pad.view(b, k, sc)
 
-    def decode(self, tgt_in: Tensor, enc: EncoderOutput, need_weights: bool = False) -> tuple[Tensor, list[Tensor], list[Tensor], Tensor | None, Tensor | None]:
+    def decode(self, tgt_in: Tensor, enc: EncoderOutput, need_weights: bool = False, self_weights: bool = True) -> tuple[Tensor, list[Tensor], list[Tensor], Tensor | None, Tensor | None]:
         """Final decoder states (B, T, D), normalized, before the output layer; cross- and
         self-attention weights per layer on request, and with them the supervised layer's
         full-context cross-attention (B, H, T, S) of a model with ``alignment_pass.full_context``
@@ -258,12 +258,12 @@ class Transformer(nn.Module):
             if need_weights and ap is not None and ap.full_context and i == ap.layer:
                 aligned, leak = split_leak(layer.full_context_attention(y, pad, enc.hidden, enc.pad_mask, rows, memory_rows, leak=ap.leaky), ap.leaky)
             leaky = ap is not None and ap.leak_in_translation(i)
-            y, w, ws = layer(y, enc.hidden, enc.pad_mask, need_weights=need_weights, self_weights=need_weights, rows=rows, memory_rows=memory_rows, leak=leaky)
+            y, w, ws = layer(y, enc.hidden, enc.pad_mask, need_weights=need_weights, self_weights=need_weights and self_weights, rows=rows, memory_rows=memory_rows, leak=leaky)
             w, layer_leak = split_leak(w, leaky)
             leak = layer_leak if layer_leak is not None else leak
             cross.append(w)
             own.append(ws)
-        return self.dec_norm(y), (cross if need_weights else []), (own if need_weights else []), aligned, leak
+        return self.dec_norm(y), (cross if need_weights else []), (own if need_weights and self_weights else []), aligned, leak
 
     def compute_rows(self, pad: Tensor) -> Tensor | None:
         """The rows the position-wise products compute in training on CPU (:func:`packed_rows`); None: all of them."""
@@ -271,9 +271,12 @@ class Transformer(nn.Module):
             return None
         return packed_rows(pad, self.pack_granule)
 
-    def forward(self, batch: Batch, need_weights: bool = False, encoder_weights: Collection[int] = ()) -> ModelOutput:
-        enc = self.encode(batch, need_weights, encoder_weights)
-        states, cross, own, aligned, leak = self.decode(batch.tgt_in, enc, need_weights)
+    def forward(self, batch: Batch, need_weights: bool = False, encoder_weights: Collection[int] = (), self_weights: bool = True) -> ModelOutput:
+        """The output of a whole batch; ``need_weights``: with every attention's weights, or with
+        the cross-attention's only when ``self_weights`` is False (the self-attentions then keep
+        the fused kernel)."""
+        enc = self.encode(batch, need_weights and self_weights, encoder_weights)
+        states, cross, own, aligned, leak = self.decode(batch.tgt_in, enc, need_weights, self_weights)
         return ModelOutput(states, self.output, enc, cross, own, aligned, leak)
 
     # --- incremental decoding -------------------------------------------------------------
