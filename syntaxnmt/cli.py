@@ -16,6 +16,7 @@ from pathlib import Path
 from syntaxnmt.alignment.external import align_external
 from syntaxnmt.alignment.extract import alignments_for_translations, check_reading, configured_reading, model_alignments
 from syntaxnmt.alignment.lexicon import build_lexicon
+from syntaxnmt.alignment.markup import parse_markup, transfer_to_translations
 from syntaxnmt.alignment.sweep import align_sweep
 from syntaxnmt.analysis.export import export_attention
 from syntaxnmt.analysis.heads import analyze_models
@@ -144,13 +145,13 @@ def _read_input(path: str | None) -> list[str]:
 
 
 def _aligning(args, paths: list[Path]) -> bool:
-    """Whether ``translate`` aligns its output (``--alignments``); refuses what it cannot align before any work."""
-    if not args.alignments:
+    """Whether ``translate`` aligns its output (``--alignments``, ``--markup``); refuses what it cannot align before any work."""
+    if not (args.alignments or args.markup):
         if args.align_layer is not None or args.align_head is not None or args.align_shift:
-            raise UserError("--align-layer/--align-head/--align-shift choose the attention of --alignments: give --alignments FILE")
+            raise UserError("--align-layer/--align-head/--align-shift choose the attention of --alignments or --markup: give one of them")
         return False
     if args.engine == "ctranslate2" or len(paths) > 1 or args.docs:
-        raise UserError("--alignments reads one PyTorch model's attention: give one --checkpoint, --engine torch and no --docs")
+        raise UserError("--alignments and --markup read one PyTorch model's attention: give one --checkpoint, --engine torch and no --docs")
     return True
 
 
@@ -183,6 +184,9 @@ def cmd_translate(args, extra) -> None:
     # Validated like a config (an unknown key or a wrong type is a UserError naming decode.<key>).
     decode = config_from_dict({"decode": {**decode.model_dump(), **overrides}}, source="translate options").decode
     lines = _read_input(args.input)
+    marked = [parse_markup(line, f"{args.input or '<stdin>'}:{n}") for n, line in enumerate(lines, start=1)] if args.markup else None
+    if marked is not None:
+        lines = [" ".join(m.text.split()) for m in marked]
     nbest = args.nbest
     if nbest > decode.beam_size:
         raise UserError(f"--nbest {nbest} is larger than the beam size {decode.beam_size}")
@@ -194,7 +198,10 @@ def cmd_translate(args, extra) -> None:
         results = translate_lines(model, cfg, toks, lines, decode, device, docs=docs, **kw)
     if aligning:
         links = alignments_for_translations(model, cfg, toks, lines, [[text for text, _ in nb] for nb in results], device, reading=reading, batch_size=decode.batch_size, conllu=args.src_conllu, source_name=kw["source_name"])
-        write_lines(args.alignments, [format_links(x) for nb in links for x in nb])
+        if args.alignments:
+            write_lines(args.alignments, [format_links(x) for nb in links for x in nb])
+        if marked is not None:
+            results = transfer_to_translations(marked, results, links, toks.src.normalize, toks.tgt.normalize)
     if nbest == 1:
         out = [nb[0][0] for nb in results]
     else:
@@ -396,9 +403,10 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--device", default="auto")
     s.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch", help="ctranslate2: search with CTranslate2 (--checkpoint: a `syntaxnmt export-ct2` folder, or a checkpoint exported on the fly); docs/deployment.md")
     s.add_argument("--alignments", metavar="FILE", help="also write Pharaoh word links between each input line and its translation (one line per output line; n-best: per hypothesis); docs/alignment.md")
-    s.add_argument("--align-layer", help="with --alignments: decoder layer or 'average' (default: the model's train.alignment.layer)")
-    s.add_argument("--align-head", help="with --alignments: head or 'average' (default: the model's train.alignment.head)")
-    s.add_argument("--align-shift", action="store_true", help="with --alignments: read Shift-Att's step (as align --shift)")
+    s.add_argument("--markup", action="store_true", help="the input holds inline tags (<b>, <a href=...>, <br/>): translate the text without them and put them around the aligned output words; docs/alignment.md")
+    s.add_argument("--align-layer", help="with --alignments/--markup: decoder layer or 'average' (default: the model's train.alignment.layer)")
+    s.add_argument("--align-head", help="with --alignments/--markup: head or 'average' (default: the model's train.alignment.head)")
+    s.add_argument("--align-shift", action="store_true", help="with --alignments/--markup: read Shift-Att's step (as align --shift)")
     _trust_flag(s)
     s.set_defaults(func=cmd_translate)
 
