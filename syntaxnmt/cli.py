@@ -1,6 +1,6 @@
 """The ``syntaxnmt`` command line: prepare, train, translate, evaluate, serve, demo, word
-alignment (align-external, align, aer, train-joint) and attention analysis (attention, plot,
-analyze-heads).
+alignment (align-external, align, align-sweep, aer, train-joint) and attention analysis (attention,
+plot, analyze-heads).
 
 Config values can be overridden after the config path with ``--section.key=value``. A user
 mistake prints one line ``syntaxnmt: error: ...`` and exits with status 2.
