@@ -1,6 +1,6 @@
-"""The ``syntaxnmt`` command line: prepare, train, translate, evaluate, serve, demo, synthetic,
-word alignment (align-external, align, aer, train-joint) and attention analysis (attention, plot,
-analyze-heads).
+"""The ``syntaxnmt`` command line: prepare, train, translate, score, evaluate, serve, demo,
+synthetic, word alignment (align-external, align, align-sweep, aer, train-joint) and attention
+analysis (attention, plot, analyze-heads).
 
 Config values can be overridden after the config path with ``--section.key=value``. A user
 mistake prints one line ``syntaxnmt: error: ...`` and exits with status 2.
@@ -14,8 +14,10 @@ import sys
 from pathlib import Path
 
 from syntaxnmt.alignment.external import align_external
-from syntaxnmt.alignment.extract import model_alignments
+from syntaxnmt.alignment.extract import alignments_for_translations, check_reading, configured_reading, model_alignments
 from syntaxnmt.alignment.lexicon import build_lexicon
+from syntaxnmt.alignment.markup import parse_markup, transfer_to_translations
+from syntaxnmt.alignment.sweep import align_sweep
 from syntaxnmt.analysis.export import export_attention
 from syntaxnmt.analysis.heads import analyze_models
 from syntaxnmt.analysis.plot import load_for_plot, plot_sentences, read_link_file
@@ -128,9 +130,23 @@ def cmd_align(args, extra) -> None:
         normalize=args.normalize,
         batch_size=args.batch_size,
         src_conllu=args.src_conllu,
+        shift=args.shift,
     )
     out = [format_links(x) for x in links]
     _write_output(args.output, out)
+
+
+def cmd_align_sweep(args, extra) -> None:
+    path = _checkpoint_arg(args, extra)
+    if not args.config:
+        _no_overrides(extra)
+    result = align_sweep(
+        path, read_lines(args.src), read_lines(args.tgt), args.gold, resolve_device(args.device), one_indexed_gold=args.one_indexed_gold,
+        method=args.method, threshold=args.threshold, normalize=args.normalize, batch_size=args.batch_size, src_conllu=args.src_conllu,
+    )
+    if args.output:
+        atomic_write_text(args.output, json.dumps(result.to_json(), indent=1) + "\n")
+    print(result.table())
 
 
 def cmd_align_experiment(args, extra) -> None:
@@ -155,10 +171,22 @@ def _read_input(path: str | None) -> list[str]:
     return lines
 
 
+def _aligning(args, paths: list[Path]) -> bool:
+    """Whether ``translate`` aligns its output (``--alignments``, ``--markup``); refuses what it cannot align before any work."""
+    if not (args.alignments or args.markup):
+        if args.align_layer is not None or args.align_head is not None or args.align_shift:
+            raise UserError("--align-layer/--align-head/--align-shift choose the attention of --alignments FILE or --markup: give one of them")
+        return False
+    if args.engine == "ctranslate2" or len(paths) > 1 or args.docs:
+        raise UserError("--alignments reads one PyTorch model's attention (so does --markup): give one --checkpoint, --engine torch and no --docs")
+    return True
+
+
 def cmd_translate(args, extra) -> None:
     if args.nbest is not None and args.nbest < 1:
         raise UserError(f"--nbest {args.nbest}: give at least 1")
     paths = [_checkpoint_arg(argparse.Namespace(config=args.config, checkpoint=c), extra) for c in args.checkpoint]
+    aligning = _aligning(args, paths)
     overrides = parse_overrides(extra)
     if args.config:
         overrides.pop("work_dir", None)  # it located the checkpoints (--checkpoint best|last)
@@ -180,15 +208,26 @@ def cmd_translate(args, extra) -> None:
     else:
         translator = Translator.from_checkpoint(paths, device=args.device, overrides=overrides)
         decode = translator.decode
+    reading = check_reading(translator.model, configured_reading(translator.cfg, args.align_layer, args.align_head, args.align_shift)) if aligning else None
     nbest = decode.nbest if args.nbest is None else args.nbest
     if nbest > decode.beam_size:
         raise UserError(f"--nbest {nbest} is larger than the beam size {decode.beam_size}")
     lines = _read_input(args.input)
+    marked = [parse_markup(line, f"{args.input or '<stdin>'}:{n}") for n, line in enumerate(lines, start=1)] if args.markup else None
+    if marked is not None:
+        lines = [" ".join(m.text.split()) for m in marked]
     kw = dict(source_name=args.input or "<stdin>", progress=sys.stderr.isatty() or args.output is not None)
     if args.engine == "ctranslate2":  # empty lines stay empty, as with the torch engine
         results = without_empty_lines(lines, lambda kept, _numbers: engine.translate_lines(kept, decode, conllu=args.src_conllu, nbest=nbest, **kw))
     else:
         results = [[(c.text, c.score) for c in t.nbest] for t in translator.translate(lines, nbest=nbest, src_conllu=args.src_conllu, docs=read_lines(args.docs) if args.docs else None, **kw)]
+    if aligning:
+        model, cfg, toks = translator.model, translator.cfg, translator.toks
+        links = alignments_for_translations(model, cfg, toks, lines, [[text for text, _ in nb] for nb in results], translator.device, reading=reading, batch_size=decode.batch_size, conllu=args.src_conllu, source_name=kw["source_name"])
+        if args.alignments:
+            write_lines(args.alignments, [format_links(x) for nb in links for x in nb])
+        if marked is not None:
+            results = transfer_to_translations(marked, results, links, toks.src.normalize, toks.tgt.normalize)
     if args.nbest is None and nbest == 1:
         out = [nb[0][0] for nb in results]
     else:  # --nbest N (1 too) or decode.nbest > 1: every candidate with its score
@@ -449,6 +488,11 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--docs", help="document ids of the input (one per line): a context model (model.context) reads each line's previous lines")
     s.add_argument("--device", default="auto")
     s.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch", help="ctranslate2: search with CTranslate2 (--checkpoint: a `syntaxnmt export-ct2` folder, or a checkpoint exported on the fly); docs/deployment.md")
+    s.add_argument("--alignments", metavar="FILE", help="also write Pharaoh word links between each input line and its translation (one line per output line; n-best: per hypothesis); docs/alignment.md")
+    s.add_argument("--markup", action="store_true", help="the input holds inline tags (<b>, <a href=...>, <br/>): translate the text without them and put them around the aligned output words; docs/alignment.md")
+    s.add_argument("--align-layer", help="with --alignments/--markup: decoder layer or 'average' (default: the model's train.alignment.layer)")
+    s.add_argument("--align-head", help="with --alignments/--markup: head or 'average' (default: the model's train.alignment.head)")
+    s.add_argument("--align-shift", action="store_true", help="with --alignments/--markup: read Shift-Att's step (as align --shift)")
     _threads_flag(s)
     _trust_flag(s)
     s.set_defaults(func=cmd_translate)
@@ -502,6 +546,7 @@ def _alignment_commands(sub) -> None:
     s.add_argument("--head", help="head or 'average' (default: the model's train.alignment.head)")
     s.add_argument("--method", choices=["argmax", "threshold"], default="argmax", help="one link per target word (argmax) or all weights >= --threshold")
     s.add_argument("--threshold", type=float, default=0.5)
+    s.add_argument("--shift", action="store_true", help="Shift-Att (Chen et al. 2020): read each target word's attention at the step where it is the decoder input, not where it is predicted")
     s.add_argument("--reverse-checkpoint", help="a target->source model: align both directions and symmetrize")
     s.add_argument("--symmetrize", default="grow-diag-final-and", help="with --reverse-checkpoint: gdfa (default), intersection, union, grow-diag, grow-diag-final")
     s.add_argument("--normalize", action="store_true", help="apply the model's lowercasing and Moses tokenization first (links then index those tokens)")
@@ -512,6 +557,23 @@ def _alignment_commands(sub) -> None:
     _threads_flag(s)
     _trust_flag(s)
     s.set_defaults(func=cmd_align)
+
+    s = sub.add_parser("align-sweep", help="AER of every cross-attention layer x head, the averages, unshifted and shifted (Shift-Att), from one force-decoding pass; names the best")
+    s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
+    s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
+    s.add_argument("--src", required=True, help="source sentences, tokenized like the training text (the gold links index their words)")
+    s.add_argument("--tgt", required=True, help="target sentences (the reference the model is forced to decode)")
+    s.add_argument("--gold", required=True, help="gold alignments of the pairs (Pharaoh: i-j sure, ipj possible)")
+    s.add_argument("--one-indexed-gold", action="store_true", help="the gold file counts from 1 (e.g. the Hansards and WPT sets)")
+    s.add_argument("--method", choices=["argmax", "threshold"], default="argmax", help="one link per target word (argmax) or all weights >= --threshold")
+    s.add_argument("--threshold", type=float, default=0.5)
+    s.add_argument("--normalize", action="store_true", help="apply the model's lowercasing and Moses tokenization first (the gold links then index those tokens)")
+    s.add_argument("--src-conllu", help="parses of --src (CoNLL-U) for models that use trees or tags")
+    s.add_argument("-o", "--output", help="also write every reading's figures and the best as JSON")
+    s.add_argument("--batch-size", type=int, default=64, help="sentence pairs per batch")
+    s.add_argument("--device", default="auto")
+    _trust_flag(s)
+    s.set_defaults(func=cmd_align_sweep)
 
     s = sub.add_parser("aer", help="alignment error rate, precision and recall of Pharaoh alignments against gold")
     s.add_argument("--gold", required=True, help="gold alignments: i-j sure, ipj possible links")

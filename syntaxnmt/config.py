@@ -321,10 +321,20 @@ class AlignmentConfig(_Section):
     guided_decay: str = "constant"
     """Schedule of λ: ``constant``, ``linear:N``, ``exp:R`` or ``step:N`` (see ``syntaxnmt.training.losses.decay``)."""
     layer: AlignmentSpec = "average"
-    """Decoder layer whose cross-attention is supervised and read as alignment (negative counts from the
-    end; Garg et al. 2019 use the penultimate, -2), or ``average``."""
+    """Decoder layer whose cross-attention is supervised and read as alignment, or ``average``. Layers
+    are the model's decoder blocks (self-attention, cross-attention, feed-forward), counted from 0 or,
+    negative, from the end: -1 is the last block and -2 the penultimate one (Garg et al. 2019's
+    choice), in pre- and post-norm models alike (the final LayerNorm of a pre-norm decoder is not a layer)."""
     head: AlignmentSpec = "average"
     """Head of that layer (Garg et al. 2019 supervise one head), or ``average``."""
+    full_context: bool = False
+    """Full target context (Garg et al. 2019, Sec. 4): the terms read the supervised layer's cross-attention
+    from an extra pass through that layer without the causal mask (its queries from the layer's input states
+    of the whole target); the translation pass is unchanged. Needs one ``layer`` and ``guided_weight``."""
+    leaky: bool = False
+    """Leaky attention (Mask-Align, Chen, Sun & Liu 2021): the supervised head(s) get a learned extra key/value
+    slot that target words without a reference link are trained to attend to; readings renormalize over the
+    real source positions. Needs one ``layer``, ``guided_weight`` and the softmax normalizer."""
     coverage_weight: float = 0.0
     """Weight of the coverage regularizer Σ_j (f_j - Σ_i α_ij)² (Tu et al. 2016; Cohn et al. 2016), f_j = 1 without fertility."""
     fertility: bool = False
@@ -344,7 +354,17 @@ class AlignmentConfig(_Section):
             raise ValueError("fertility is trained through the coverage term: set coverage_weight > 0")
         if self.max_fertility <= 0:
             raise ValueError("max_fertility must be positive")
+        for key in ("full_context", "leaky"):
+            if getattr(self, key) and self.layer == "average":
+                raise ValueError(f"{key} supervises one decoder layer: set train.alignment.layer (e.g. -2)")
+            if getattr(self, key) and self.guided_weight <= 0:
+                raise ValueError(f"{key} changes what guided alignment trains: set guided_weight > 0")
         return self
+
+    @property
+    def alignment_pass(self) -> bool:
+        """Whether the model computes its supervised attention in a special way (``full_context``, ``leaky``)."""
+        return self.full_context or self.leaky
 
     @property
     def enabled(self) -> bool:
@@ -611,6 +631,10 @@ class Config(_Section):
         for key, value, n in (("layer", a.layer, n_layers), ("head", a.head, n_heads)):
             if value != "average" and not -n <= value < n:
                 raise ValueError(f"train.alignment.{key} {value} out of range: the model has {n} cross-attention {key}s")
+        if a.alignment_pass and m.arch != "transformer":
+            raise ValueError("train.alignment.full_context and leaky are built into the Transformer decoder: use model.arch transformer")
+        if a.leaky and (m.attention_normalizer != "softmax" or m.hard_attention != "none"):
+            raise ValueError("train.alignment.leaky needs softmax cross-attention (model.attention_normalizer softmax, hard_attention none)")
         if a.guided_weight > 0 and not self.data.train_align:
             raise ValueError("train.alignment.guided_weight needs data.train_align (word alignments of the training corpus)")
         if self.decode.coverage_penalty < 0:

@@ -14,5 +14,7 @@ row ``t`` is the decoder position that *predicts* target token ``tgt_out[t]``, s
 row ``t`` to column ``s`` is the link ``(s, t)`` between source token ``src[s]`` and target
 token ``tgt_out[t]``. The last non-padding source position is EOS and ``tgt_out`` ends with EOS;
 :func:`~syntaxnmt.alignment.extract.extract_alignments` drops both (and padding) before choosing
-links, so every link joins two real subwords.
+links, so every link joins two real subwords. Shift-Att (Chen et al. 2020) reads target token
+``tgt_out[t]`` from row ``t + 1`` instead, the step where it is the decoder's input
+(``tgt_in[t + 1]``).
 """

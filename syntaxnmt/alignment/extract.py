@@ -6,6 +6,8 @@ conventions in :mod:`syntaxnmt.alignment`). Subword links are projected back to 
 
 from __future__ import annotations
 
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -21,8 +23,46 @@ from syntaxnmt.data.subwords import PAD, Tokenizer
 from syntaxnmt.decoding.translate import load_model, parse_annotations, source_parses
 from syntaxnmt.errors import UserError
 from syntaxnmt.model.outputs import average_heads, layer_head
+from syntaxnmt.model.transformer import Transformer
 
 ATTENTION_METHODS = ("argmax", "threshold")
+
+
+@dataclass(frozen=True)
+class AttentionReading:
+    """Which cross-attention is read as alignment, and at which decoder step.
+
+    ``layer``/``head``: a decoder layer / head (negative counts from the end) or None for the
+    average; ``shift``: Shift-Att's step (:func:`attention_links`); ``full_context``: the
+    supervised layer's extra pass without the causal mask (``train.alignment.full_context``;
+    ``layer`` is then that layer's index, for the label only).
+    """
+
+    layer: int | None = None
+    head: int | None = None
+    shift: bool = False
+    full_context: bool = False
+
+    @property
+    def label(self) -> str:
+        layer = "all layers" if self.layer is None else f"layer {self.layer}" + (" full context" if self.full_context else "")
+        head = "heads averaged" if self.head is None else f"head {self.head}"
+        return f"{layer}, {head}" + (", shifted" if self.shift else "")
+
+    def attention(self, out) -> torch.Tensor:
+        """The (B, T, S) attention this reading takes from a model output (called with ``need_weights``).
+
+        A model with leaky attention (``train.alignment.leaky``) gives the leak slot a share of
+        its supervised attention: every row is renormalized over the real source positions."""
+        if self.full_context:
+            if out.alignment_attention is None:
+                raise UserError("this model has no full-context alignment pass (train.alignment.full_context): read its layers with --layer")
+            layers, layer = [out.alignment_attention], None
+        else:
+            layers, layer = out.cross_attention, self.layer
+        if out.alignment_leak is not None:
+            layers = [w / w.sum(dim=-1, keepdim=True).clamp_min(1e-12) for w in layers]
+        return average_heads(layers, layer, self.head)
 
 
 def _to_numpy(weights) -> np.ndarray:
@@ -51,6 +91,51 @@ def alignment_from_attention(weights, method: str = "argmax", threshold: float =
     raise UserError(f"unknown attention alignment method {method!r}; choose one of {', '.join(ATTENTION_METHODS)}")
 
 
+def force_decode(model, batch):
+    """The model output of ``batch`` with its reference forced, with its cross-attention weights
+    (a Transformer's self-attentions keep their fused kernel): eval mode, no gradients, the
+    model's mode restored."""
+    if batch.tgt_out is None:
+        raise ValueError("force decoding needs a batch with reference targets")
+    was_training = model.training
+    if was_training:
+        model.eval()
+    try:
+        with torch.no_grad():
+            return model(batch, need_weights=True, self_weights=False) if isinstance(model, Transformer) else model(batch, need_weights=True)
+    finally:
+        if was_training:
+            model.train()
+
+
+def attention_links(
+    attn: torch.Tensor,
+    src_lens: Sequence[int],
+    tgt_lens: Sequence[int],
+    shift: bool = False,
+    method: str = "argmax",
+    threshold: float = 0.5,
+) -> list[Links]:
+    """Piece links ``(source piece, target piece)`` of every sentence of a (B, T, S) attention.
+
+    ``src_lens``/``tgt_lens`` count real pieces, without EOS. Target piece ``t`` is read from
+    row ``t`` (the decoder step that *predicts* it) or, with ``shift`` (Shift-Att, Chen et al.
+    2020, "Accurate Word Alignment Induction from Neural Machine Translation", EMNLP, Sec. 3),
+    from row ``t + 1`` (the step where it is the decoder *input*; row ``T`` predicts EOS). The
+    source EOS column and padding are cut off before links are chosen.
+    """
+    start = 1 if shift else 0
+    w = _to_numpy(attn)
+    return [alignment_from_attention(w[b, start : start + n_tgt, :n_src], method, threshold) for b, (n_src, n_tgt) in enumerate(zip(src_lens, tgt_lens))]
+
+
+def piece_lengths(batch) -> tuple[list[int], list[int]]:
+    """Real source and target pieces per sentence of a batch with references (EOS left out)."""
+    src = [max(n - 1, 0) for n in batch.src.ne(PAD).sum(dim=1).tolist()]
+    tgt = [max(n - 1, 0) for n in batch.tgt_out.ne(PAD).sum(dim=1).tolist()]
+    return src, tgt
+
+
 def extract_alignments(
     model,
     batch,
@@ -58,33 +143,26 @@ def extract_alignments(
     head: int | None = None,
     method: str = "argmax",
     threshold: float = 0.5,
+    shift: bool = False,
 ) -> list[Links]:
     """Subword links per sentence from the cross-attention when force-decoding the reference.
 
     Runs ``model(batch, need_weights=True)`` in eval mode without gradients (restoring the
     model's mode), picks/averages layers and heads with :func:`average_heads` and reads links with
-    :func:`alignment_from_attention`. Rows are target positions of ``batch.tgt_out`` (the token
-    each decoder position predicts); the EOS row, the source EOS column and padding are cut off
-    *before* links are chosen, so with ``argmax`` each target subword gets exactly one link to a
-    real source subword. Links are ``(source piece, target piece)``, 0-indexed, without BOS/EOS.
+    :func:`attention_links`: rows are target positions of ``batch.tgt_out`` (the token each
+    decoder position predicts; with ``shift`` the next row, where it is the input); the EOS row,
+    the source EOS column and padding are cut off *before* links are chosen, so with ``argmax``
+    each target subword gets exactly one link to a real source subword. Links are
+    ``(source piece, target piece)``, 0-indexed, without BOS/EOS.
     """
-    if batch.tgt_out is None:
-        raise ValueError("extract_alignments needs a batch with reference targets")
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            out = model(batch, need_weights=True)
-    finally:
-        model.train(was_training)
-    attn = average_heads(out.cross_attention, layer, head).float().cpu()  # (B, T, S)
-    src_lens = batch.src.ne(PAD).sum(dim=1).tolist()
-    tgt_lens = batch.tgt_out.ne(PAD).sum(dim=1).tolist()
-    links = []
-    for b in range(attn.size(0)):
-        n_src, n_tgt = max(src_lens[b] - 1, 0), max(tgt_lens[b] - 1, 0)  # minus EOS
-        links.append(alignment_from_attention(attn[b, :n_tgt, :n_src], method, threshold))
-    return links
+    return readings_links(force_decode(model, batch), batch, [AttentionReading(layer, head, shift)], method, threshold)[0]
+
+
+def readings_links(out, batch, readings: Sequence[AttentionReading], method: str = "argmax", threshold: float = 0.5) -> list[list[Links]]:
+    """Piece links of every sentence of ``batch`` for each of ``readings`` of one force-decoding
+    output ``out`` (:func:`force_decode`): one list per reading."""
+    lengths = piece_lengths(batch)
+    return [attention_links(r.attention(out).float().cpu(), *lengths, r.shift, method, threshold) for r in readings]
 
 def encode_words(tok: Tokenizer, lines: Sequence[str], normalize: bool = False) -> tuple[list[list[int]], list[list[int]]]:
     """Subword ids and the word index of every piece of whitespace-tokenized lines (see the module docstring)."""
@@ -104,6 +182,7 @@ def attention_alignments(
     threshold: float = 0.5,
     batch_size: int = 64,
     annotations: Sequence[SourceAnnotation] | None = None,
+    shift: bool = False,
 ) -> list[Links]:
     """Word links ``(source word, target word)`` of every pair from ``model``'s cross-attention.
 
@@ -111,6 +190,24 @@ def attention_alignments(
     ``annotations`` (one per source, see :func:`source_annotations`) are required when the model
     uses source features.
     """
+    reading = AttentionReading(layer, head, shift)
+    return readings_alignments(model, src, tgt, device, [reading], method=method, threshold=threshold, batch_size=batch_size, annotations=annotations)[0]
+
+
+def readings_alignments(
+    model: torch.nn.Module,
+    src: tuple[list[list[int]], list[list[int]]],
+    tgt: tuple[list[list[int]], list[list[int]]],
+    device: torch.device,
+    readings: Sequence[AttentionReading],
+    *,
+    method: str = "argmax",
+    threshold: float = 0.5,
+    batch_size: int = 64,
+    annotations: Sequence[SourceAnnotation] | None = None,
+) -> list[list[Links]]:
+    """:func:`attention_alignments` for several readings of one force-decoding pass: the word
+    links of every pair, one list per reading (each batch is force-decoded once)."""
     (src_ids, src_words), (tgt_ids, tgt_words) = src, tgt
     if len(src_ids) != len(tgt_ids):
         raise UserError(f"{len(src_ids)} source sentences but {len(tgt_ids)} target sentences")
@@ -122,13 +219,14 @@ def attention_alignments(
         if max(len(s), len(t)) >= limit:
             raise UserError(f"sentence pair {k} has {max(len(s), len(t))} subwords: more than the model's {limit - 1} positions")
     order = np.argsort([len(s) + len(t) for s, t in zip(src_ids, tgt_ids)], kind="stable")
-    out: list[Links] = [set() for _ in src_ids]
+    out: list[list[Links]] = [[set() for _ in src_ids] for _ in readings]
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size].tolist()
         anns = [annotations[i] for i in idx] if spec else None
         batch = make_batch([np.asarray(src_ids[i], dtype=np.int64) for i in idx], [np.asarray(tgt_ids[i], dtype=np.int64) for i in idx], idx, anns, spec).to(device)
-        for i, links in zip(idx, extract_alignments(model, batch, layer, head, method, threshold)):
-            out[i] = subwords_to_words(links, src_words[i], tgt_words[i])
+        for per_reading, links in zip(out, readings_links(force_decode(model, batch), batch, readings, method, threshold)):
+            for i, sentence in zip(idx, links):
+                per_reading[i] = subwords_to_words(sentence, src_words[i], tgt_words[i])
     return out
 
 
@@ -160,6 +258,38 @@ def _spec(value: str | int | None, default) -> int | None:
         raise UserError(f"--layer/--head takes an integer or 'average' (got {value!r})") from None
 
 
+def attention_shape(model) -> tuple[int, int]:
+    """(decoder layers, heads) of a model's cross-attention (an RNN model has one of each)."""
+    cfg = model.cfg
+    return (cfg.dec_layers, cfg.heads) if cfg.arch == "transformer" else (1, 1)
+
+
+def check_reading(model, reading: AttentionReading) -> AttentionReading:
+    """``reading`` if the model has its layer and head, else a :class:`UserError` (before any work is done)."""
+    n_layers, n_heads = attention_shape(model)
+    if reading.layer is not None and not -n_layers <= reading.layer < n_layers:
+        raise UserError(f"alignment layer {reading.layer} out of range: the model has {n_layers} decoder layers")
+    if reading.head is not None and not -n_heads <= reading.head < n_heads:
+        raise UserError(f"alignment head {reading.head} out of range: the model has {n_heads} heads")
+    return reading
+
+
+def configured_reading(cfg, layer: str | int | None = None, head: str | int | None = None, shift: bool = False) -> AttentionReading:
+    """The reading of ``--layer``/``--head`` (None: the model's ``train.alignment`` setting, the
+    supervised head). Without ``layer``, a model trained with ``full_context`` is read from its
+    full-context pass, as it was supervised; an explicit ``layer`` reads the model's own pass."""
+    a = cfg.train.alignment
+    full_context = a.full_context and layer is None
+    return AttentionReading(_spec(layer, a.layer), _spec(head, a.head), shift, full_context)
+
+
+def encode_pairs(model, cfg, toks, src_lines: Sequence[str], tgt_lines: Sequence[str], normalize: bool = False, src_conllu: str | None = None, source_name: str = "--src"):
+    """``(source, target, annotations)`` of whitespace-tokenized line pairs as :func:`readings_alignments` reads them."""
+    source = encode_words(toks.src, src_lines, normalize)
+    annotations = source_annotations(model, cfg, src_lines, source[1], src_conllu, source_name, tags=toks.tags)
+    return source, encode_words(toks.tgt, tgt_lines, normalize), annotations
+
+
 def model_alignments(
     checkpoint: str | Path,
     src_lines: Sequence[str],
@@ -175,10 +305,12 @@ def model_alignments(
     normalize: bool = False,
     batch_size: int = 64,
     src_conllu: str | None = None,
+    shift: bool = False,
 ) -> list[Links]:
     """Word alignments of line pairs from a source→target model (and a target→source one, symmetrized).
 
-    ``layer``/``head`` default to each model's ``train.alignment`` setting (the supervised head).
+    ``layer``/``head`` default to each model's ``train.alignment`` setting (the supervised head);
+    ``shift`` reads both directions Shift-Att's way (:func:`attention_links`).
     A source→target model with source features gets them as ``translate`` builds them (parses
     from ``src_conllu`` or the config's parser); a target→source one with features is refused.
     """
@@ -190,25 +322,83 @@ def model_alignments(
         if path is None:
             continue
         model, cfg, toks = load_model(path, device)
-        a_cfg = cfg.train.alignment
-        source = encode_words(toks.src, a, normalize)
         if directions and model.feature_spec:
             raise UserError(f"{path}: the target->source model uses source features ({', '.join(sorted(model.feature_spec.names))}); --reverse-checkpoint supports models without them")
-        directions.append(
-            attention_alignments(
-                model,
-                source,
-                encode_words(toks.tgt, b, normalize),
-                device,
-                layer=_spec(layer, a_cfg.layer),
-                head=_spec(head, a_cfg.head),
-                method=method,
-                threshold=threshold,
-                batch_size=batch_size,
-                annotations=source_annotations(model, cfg, a, source[1], src_conllu, tags=toks.tags),
-            )
-        )
+        source, target, annotations = encode_pairs(model, cfg, toks, a, b, normalize, src_conllu)
+        reading = configured_reading(cfg, layer, head, shift)
+        directions.append(readings_alignments(model, source, target, device, [reading], method=method, threshold=threshold, batch_size=batch_size, annotations=annotations)[0])
     if len(directions) == 1:
         return directions[0]
     forward, reverse = directions
     return [symmetrize_links(f, {(i, j) for j, i in r}, method_sym) for f, r in zip(forward, reverse)]
+
+
+def alignments_for_translations(
+    model,
+    cfg,
+    toks,
+    sources: Sequence[str],
+    translations: Sequence[Sequence[str]],
+    device: torch.device,
+    *,
+    reading: AttentionReading | None = None,
+    method: str = "argmax",
+    threshold: float = 0.5,
+    batch_size: int = 64,
+    conllu: str | None = None,
+    source_name: str = "<input>",
+) -> list[list[Links]]:
+    """Word links between every source line and each of its translations (an n-best list per line).
+
+    ``reading`` defaults to the model's ``train.alignment`` layer/head (:func:`configured_reading`:
+    the supervised head, its full-context pass for a ``full_context`` model). Each (source,
+    translation) pair is force-decoded in batches and read as :func:`model_alignments` reads it
+    with ``normalize``: the links index the whitespace tokens of the lines after the model's
+    lowercasing and Moses step (for a model without Moses: of the lines themselves), so they equal
+    ``syntaxnmt align --normalize --src SOURCES --tgt TRANSLATIONS`` with the same reading. An
+    empty line or translation gets no links; a pair longer than the model's positions neither,
+    with a warning naming the line. ``conllu``: the parses of the non-empty source lines, for a
+    model with source features (as ``translate`` takes them). This is the one function the
+    ``translate --alignments`` command (and a server) calls after search.
+    """
+    if len(sources) != len(translations):
+        raise ValueError(f"{len(sources)} sources but {len(translations)} n-best lists")
+    reading = check_reading(model, reading or configured_reading(cfg))
+    out: list[list[Links]] = [[set() for _ in nbest] for nbest in translations]
+    kept = [n for n, line in enumerate(sources) if line.strip()]
+    if not kept:
+        return out
+    src_lines = [toks.src.normalize(sources[n]) for n in kept]
+    source = encode_words(toks.src, src_lines)
+    annotations = source_annotations(model, cfg, [sources[n] for n in kept], source[1], conllu, source_name, tags=toks.tags)
+    limit = model.cfg.max_positions - 1
+    pairs: list[tuple[int, int, int]] = []  # (line, hypothesis, index among kept)
+    for k, n in enumerate(kept):
+        for h, text in enumerate(translations[n]):
+            if text.strip():
+                pairs.append((n, h, k))
+    tgt = encode_words(toks.tgt, [translations[n][h] for n, h, _ in pairs], normalize=True)
+    usable = []
+    for p, (n, h, k) in enumerate(pairs):
+        if max(len(source[0][k]), len(tgt[0][p])) >= limit:
+            print(f"syntaxnmt: warning: {source_name}:{n + 1}: too long to align with the model's {limit - 1} positions; no links written", file=sys.stderr)
+        else:
+            usable.append(p)
+    if not usable:
+        return out
+    ks = [pairs[p][2] for p in usable]
+    links = readings_alignments(
+        model,
+        ([source[0][k] for k in ks], [source[1][k] for k in ks]),
+        ([tgt[0][p] for p in usable], [tgt[1][p] for p in usable]),
+        device,
+        [reading],
+        method=method,
+        threshold=threshold,
+        batch_size=batch_size,
+        annotations=[annotations[k] for k in ks] if annotations is not None else None,
+    )[0]
+    for p, sentence in zip(usable, links):
+        n, h, _ = pairs[p]
+        out[n][h] = sentence
+    return out

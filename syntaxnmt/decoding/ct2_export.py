@@ -50,6 +50,9 @@ def unsupported(model: nn.Module, cfg: Config) -> str | None:
         return f"model.attention_normalizer {cfg.model.attention_normalizer} (CTranslate2's attention is softmax)"
     if cfg.model.hard_attention != "none":
         return f"model.hard_attention {cfg.model.hard_attention} (one-hot cross-attention)"
+    a = cfg.train.alignment
+    if a.leaky and not a.full_context:
+        return "a leak slot in the cross-attention (train.alignment.leaky without full_context)"
     syn = cfg.model.syntax
     kinds = {k for row in syn.relations for k in row if k != "none"}
     tree = sorted(kinds - {"linear"})

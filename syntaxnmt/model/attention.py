@@ -49,6 +49,28 @@ class AttentionExtension(nn.Module):
         return out
 
 
+class LeakSlot(nn.Module):
+    """A learned extra key/value position that the queries of some heads may attend to (leaky
+    attention of Mask-Align, Chen, Sun & Liu 2021, "Mask-Align: Self-Supervised Neural Word
+    Alignment", ACL): per head, a key k_leak and a value v_leak (d_head each). A head's weights are
+    the softmax over the real keys and the leak, so attention the real positions do not deserve can
+    go to the leak instead of piling on punctuation or EOS. The value starts at 0 (attending to the
+    leak adds nothing at first)."""
+
+    def __init__(self, heads: int, d_head: int, head: int | None = None):
+        """``head``: the one head with a leak (None: every head)."""
+        super().__init__()
+        self.key = nn.Parameter(torch.randn(heads, d_head) * d_head**-0.5)
+        self.value = nn.Parameter(torch.zeros(heads, d_head))
+        mask = torch.ones(heads, dtype=torch.bool) if head is None else torch.arange(heads) == head % heads
+        self.register_buffer("heads", mask, persistent=False)
+
+    def scores(self, q: Tensor) -> Tensor:
+        """Scores (B, H, Tq, 1) of queries ``q`` (B, H, Tq, d) for the leak; -inf for heads without it."""
+        s = torch.einsum("bhqd,hd->bhq", q, self.key.to(q.dtype))[..., None] / math.sqrt(q.size(-1))
+        return s.masked_fill(~self.heads[None, :, None, None], float("-inf"))
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention for self- and cross-attention, with an optional key/value cache.
 
@@ -69,6 +91,7 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = Linear(d_model, d_model, bias=bias)
         self.out_proj = Linear(d_model, d_model, bias=bias)
         self.extensions = nn.ModuleList(extensions)
+        self.leak: LeakSlot | None = None  # set by train.alignment.leaky (syntaxnmt.model.factory)
 
     def _split(self, x: Tensor) -> Tensor:
         b, t, _ = x.shape
@@ -93,8 +116,12 @@ class MultiHeadAttention(nn.Module):
         features: SourceFeatures | None = None,
         rows: Tensor | None = None,
         kv_rows: Tensor | None = None,
+        leak: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Return the attention output (B, Tq, D) and, if ``need_weights``, the weights (B, H, Tq, Tk).
+
+        ``leak``: the heads of :attr:`leak` (a :class:`LeakSlot`) also attend to its slot; the
+        weights then have one more column, the leak's, last (B, H, Tq, Tk + 1).
 
         ``rows`` (``kv_rows``): flat indices of the query (key/value) positions the projections
         compute, the others get zeros (:mod:`syntaxnmt.model.packing`; ``kv_rows`` defaults to
@@ -122,11 +149,12 @@ class MultiHeadAttention(nn.Module):
         # fused kernel's per-call overhead (about 2x at beam search's shapes).
         single_query_cpu = q.size(2) == 1 and q.device.type == "cpu"
         plain = self.normalizer == "softmax" and self.hard == "none"
-        if not self.extensions and not need_weights and not single_query_cpu and plain:
+        leak_slot = self.leak if leak else None
+        if not self.extensions and not need_weights and not single_query_cpu and plain and leak_slot is None:
             out = self._fused(q, k, v, key_padding_mask, causal)
             weights = None
         else:
-            out, weights = self._explicit(q, k, v, key_padding_mask, causal, features or SourceFeatures())
+            out, weights = self._explicit(q, k, v, key_padding_mask, causal, features or SourceFeatures(), leak_slot)
         b, _, tq, _ = out.shape
         out = out.transpose(1, 2).reshape(b, tq, self.d_model)
         return on_rows(self.out_proj, out, rows), weights
@@ -142,7 +170,7 @@ class MultiHeadAttention(nn.Module):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask & ~future, dropout_p=p)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
 
-    def _explicit(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool, features: SourceFeatures) -> tuple[Tensor, Tensor]:
+    def _explicit(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool, features: SourceFeatures, leak: LeakSlot | None = None) -> tuple[Tensor, Tensor]:
         for ext in self.extensions:
             q, k = ext.queries_keys(q, k, features)
         scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.d_head)
@@ -154,9 +182,16 @@ class MultiHeadAttention(nn.Module):
             tq, tk = scores.shape[-2:]
             future = torch.ones(tq, tk, dtype=torch.bool, device=scores.device).triu(tk - tq + 1)
             scores = scores.masked_fill(future, float("-inf"))
+        if leak is not None:
+            scores = torch.cat([scores, leak.scores(q)], dim=-1)
         weights = attention_weights(scores, None, self.normalizer, self.hard, self.training)
         dropped = dropout(weights, self.dropout, self.training)
-        out = torch.matmul(dropped, v)
+        if leak is not None:
+            tk = k.size(2)
+            out = torch.matmul(dropped[..., :tk], v) + dropped[..., tk:] * leak.value.to(v.dtype)[None, :, None, :]
+            dropped = dropped[..., :tk]
+        else:
+            out = torch.matmul(dropped, v)
         for ext in self.extensions:
             out = ext.values(out, dropped, features)
         return out, weights

@@ -4,8 +4,9 @@
 attention export, CTranslate2 export and the server, so a checkpoint always loads into the model
 that wrote it: the encoder-decoder of ``model.arch`` (:class:`~syntaxnmt.model.transformer.Transformer`
 or :class:`~syntaxnmt.model.rnn.RNNModel`) plus the modules its training attaches -- the fertility
-predictor of ``train.alignment.fertility`` and the classifiers of ``train.multitask``
-(:mod:`syntaxnmt.model.heads`).
+predictor of ``train.alignment.fertility``, the classifiers of ``train.multitask``
+(:mod:`syntaxnmt.model.heads`) and the supervised alignment attention of
+``train.alignment.full_context``/``leaky``.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from torch import nn
 from syntaxnmt.config import Config, ModelConfig
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import FeatureSpec
+from syntaxnmt.model.attention import LeakSlot
 from syntaxnmt.model.heads import BiaffineParser, Fertility, Tagger
 from syntaxnmt.model.rnn import RNNModel
 from syntaxnmt.model.rnn_scores import Attention as RNNAttention
 from syntaxnmt.model.syntax_attention import ParentAttention
-from syntaxnmt.model.transformer import DecoderLayer, Transformer
+from syntaxnmt.model.transformer import AlignmentPass, DecoderLayer, Transformer
 
 
 def build_model(cfg: Config | ModelConfig, src_vocab: int, tgt_vocab: int, **tag_sizes: int) -> nn.Module:
@@ -38,11 +40,27 @@ def build_model(cfg: Config | ModelConfig, src_vocab: int, tgt_vocab: int, **tag
         else:
             raise ValueError(f"unknown architecture {model_cfg.arch}")
         if isinstance(cfg, Config):
-            attach_multitask(attach_fertility(model, cfg), cfg, tag_sizes)
+            attach_multitask(attach_alignment_pass(attach_fertility(model, cfg), cfg), cfg, tag_sizes)
     except (RuntimeError, MemoryError) as e:
         if isinstance(e, RuntimeError) and not _ALLOCATION_FAILED.search(str(e)):
             raise
         raise UserError(f"the model of this config cannot be allocated ({_allocation_reason(e)}): {_sizes(model_cfg, src_vocab, tgt_vocab)}; reduce them") from None
+    return model
+
+
+def attach_alignment_pass(model: nn.Module, cfg: Config) -> nn.Module:
+    """Set ``model.alignment_pass`` (:class:`~syntaxnmt.model.transformer.AlignmentPass`) for
+    ``train.alignment.full_context``/``leaky``, and give the supervised layer's cross-attention a
+    :class:`~syntaxnmt.model.attention.LeakSlot` (on the supervised head, or on every head of the
+    layer with ``head: average``). A negative ``layer`` counts the decoder blocks from the end."""
+    a = cfg.train.alignment
+    if not a.alignment_pass or model.alignment_pass is not None:
+        return model
+    layer = int(a.layer) % len(model.decoder)
+    model.alignment_pass = AlignmentPass(layer, a.full_context, a.leaky)
+    if a.leaky:
+        attn = model.decoder[layer].cross_attn
+        attn.leak = LeakSlot(attn.heads, attn.d_head, None if a.head == "average" else int(a.head))
     return model
 
 

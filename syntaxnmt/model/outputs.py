@@ -33,6 +33,8 @@ class ModelOutput:
     encoder: EncoderOutput
     cross_attention: list[Tensor] = field(default_factory=list)  # per decoder layer (B, H, T, S), on request
     decoder_self_attention: list[Tensor] = field(default_factory=list)  # per decoder layer (B, H, T, T), on request
+    alignment_attention: Tensor | None = None  # (B, H, T, S): the supervised layer's full-context pass (train.alignment.full_context), on request
+    alignment_leak: Tensor | None = None  # (B, H, T): the leak slot's weights in the supervised attention (train.alignment.leaky), on request
 
     @property
     def logits(self) -> Tensor:

@@ -8,6 +8,7 @@ values (self-attention grows its cache; cross-attention projects the encoder out
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Collection
 
 import torch
@@ -117,16 +118,51 @@ class DecoderLayer(nn.Module):
         self.ffn = FeedForward(cfg)
         self.res_self, self.res_cross, self.res_ffn = Residual(cfg), Residual(cfg), Residual(cfg)
 
-    def forward(self, y: Tensor, memory: Tensor, memory_mask: Tensor, cache: dict | None = None, need_weights: bool = False, self_weights: bool = False, rows: Tensor | None = None, memory_rows: Tensor | None = None) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    def forward(self, y: Tensor, memory: Tensor, memory_mask: Tensor, cache: dict | None = None, need_weights: bool = False, self_weights: bool = False, rows: Tensor | None = None, memory_rows: Tensor | None = None, leak: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Output, cross-attention weights (``need_weights``) and self-attention weights
         (``self_weights``); ``rows``/``memory_rows``: the position-wise products compute only
-        those rows of ``y``/``memory`` (:mod:`syntaxnmt.model.packing`)."""
+        those rows of ``y``/``memory`` (:mod:`syntaxnmt.model.packing`); ``leak``: the
+        cross-attention's leak slot is on (``train.alignment.leaky``)."""
         self_cache = cache.setdefault("self", {}) if cache is not None else None
         cross_cache = cache.setdefault("cross", {}) if cache is not None else None
         y, ws = self.res_self(y, lambda h: self.self_attn(h, causal=True, cache=self_cache, need_weights=self_weights, rows=rows))
-        y, w = self.res_cross(y, lambda h: self.cross_attn(h, memory, key_padding_mask=memory_mask, cache=cross_cache, static_kv=True, need_weights=need_weights, rows=rows, kv_rows=memory_rows))
+        y, w = self.res_cross(y, lambda h: self.cross_attn(h, memory, key_padding_mask=memory_mask, cache=cross_cache, static_kv=True, need_weights=need_weights, rows=rows, kv_rows=memory_rows, leak=leak))
         y, _ = self.res_ffn(y, lambda h: (self.ffn(h, rows), None))
         return y, w, ws
+
+    def full_context_attention(self, y: Tensor, tgt_pad: Tensor, memory: Tensor, memory_mask: Tensor, rows: Tensor | None = None, memory_rows: Tensor | None = None, leak: bool = False) -> Tensor:
+        """Cross-attention weights (B, H, T, S) of an extra pass through this layer whose
+        self-attention sees the whole target (Garg et al. 2019, Sec. 4): ``y`` (B, T, D) are the
+        layer's input states of the causal pass, ``tgt_pad`` (B, T) is True at target padding
+        (hidden from the unmasked self-attention). The pass's output is not used: only its
+        attention, the one the alignment terms supervise."""
+        h, _ = self.res_self(y, lambda x: self.self_attn(x, key_padding_mask=tgt_pad, rows=rows))
+        _, w = self.res_cross(h, lambda x: self.cross_attn(x, memory, key_padding_mask=memory_mask, need_weights=True, rows=rows, kv_rows=memory_rows, leak=leak))
+        return w
+
+
+def split_leak(weights: Tensor | None, leak: bool) -> tuple[Tensor | None, Tensor | None]:
+    """Cross-attention weights with a leak column last (``leak``) -> (real keys (B, H, T, S), leak (B, H, T))."""
+    if weights is None or not leak:
+        return weights, None
+    return weights[..., :-1], weights[..., -1]
+
+
+@dataclass(frozen=True)
+class AlignmentPass:
+    """How a model computes the cross-attention its alignment terms supervise (``train.alignment``
+    with ``full_context`` or ``leaky``; set by :func:`syntaxnmt.model.build_model`)."""
+
+    layer: int
+    """The supervised decoder layer, 0-based (``train.alignment.layer`` counted from the end when negative)."""
+    full_context: bool
+    """An extra pass through that layer without the causal mask gives the supervised attention."""
+    leaky: bool
+    """The supervised attention has a leak slot (in the extra pass with ``full_context``, else in the model's own pass)."""
+
+    def leak_in_translation(self, layer: int) -> bool:
+        """Whether decoder layer ``layer``'s own (translation) pass uses the leak slot."""
+        return self.leaky and not self.full_context and layer == self.layer
 
 
 class Transformer(nn.Module):
@@ -140,6 +176,7 @@ class Transformer(nn.Module):
     """
 
     pack_granule: int = 128
+    alignment_pass: AlignmentPass | None = None
 
     def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, **tag_vocabs: int):
         super().__init__()
@@ -206,17 +243,27 @@ class Transformer(nn.Module):
             states = states.index_copy(0, rows, self.enc_norm(x).to(states.dtype))
         return states.view(b, k, sc, -1), pad.view(b, k, sc)
 
-    def decode(self, tgt_in: Tensor, enc: EncoderOutput, need_weights: bool = False) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+    def decode(self, tgt_in: Tensor, enc: EncoderOutput, need_weights: bool = False, self_weights: bool = True) -> tuple[Tensor, list[Tensor], list[Tensor], Tensor | None, Tensor | None]:
         """Final decoder states (B, T, D), normalized, before the output layer; cross- and
-        self-attention weights per layer on request."""
+        self-attention weights per layer on request, and with them the supervised layer's
+        full-context cross-attention (B, H, T, S) of a model with ``alignment_pass.full_context``
+        and the leak weights (B, H, T) of the supervised attention of a leaky one."""
         y = self.tgt_embed(tgt_in)
         cross, own = [], []
-        rows, memory_rows = self.compute_rows(tgt_in.eq(PAD)), self.compute_rows(enc.pad_mask)
-        for layer in self.decoder:
-            y, w, ws = layer(y, enc.hidden, enc.pad_mask, need_weights=need_weights, self_weights=need_weights, rows=rows, memory_rows=memory_rows)
+        pad = tgt_in.eq(PAD)
+        rows, memory_rows = self.compute_rows(pad), self.compute_rows(enc.pad_mask)
+        ap = self.alignment_pass
+        aligned = leak = None
+        for i, layer in enumerate(self.decoder):
+            if need_weights and ap is not None and ap.full_context and i == ap.layer:
+                aligned, leak = split_leak(layer.full_context_attention(y, pad, enc.hidden, enc.pad_mask, rows, memory_rows, leak=ap.leaky), ap.leaky)
+            leaky = ap is not None and ap.leak_in_translation(i)
+            y, w, ws = layer(y, enc.hidden, enc.pad_mask, need_weights=need_weights, self_weights=need_weights and self_weights, rows=rows, memory_rows=memory_rows, leak=leaky)
+            w, layer_leak = split_leak(w, leaky)
+            leak = layer_leak if layer_leak is not None else leak
             cross.append(w)
             own.append(ws)
-        return self.dec_norm(y), (cross if need_weights else []), (own if need_weights else [])
+        return self.dec_norm(y), (cross if need_weights else []), (own if need_weights and self_weights else []), aligned, leak
 
     def compute_rows(self, pad: Tensor) -> Tensor | None:
         """The rows the position-wise products compute in training on CPU (:func:`packed_rows`); None: all of them."""
@@ -224,10 +271,13 @@ class Transformer(nn.Module):
             return None
         return packed_rows(pad, self.pack_granule)
 
-    def forward(self, batch: Batch, need_weights: bool = False, encoder_weights: Collection[int] = ()) -> ModelOutput:
-        enc = self.encode(batch, need_weights, encoder_weights)
-        states, cross, own = self.decode(batch.tgt_in, enc, need_weights)
-        return ModelOutput(states, self.output, enc, cross, own)
+    def forward(self, batch: Batch, need_weights: bool = False, encoder_weights: Collection[int] = (), self_weights: bool = True) -> ModelOutput:
+        """The output of a whole batch; ``need_weights``: with every attention's weights, or with
+        the cross-attention's only when ``self_weights`` is False (the self-attentions then keep
+        the fused kernel)."""
+        enc = self.encode(batch, need_weights and self_weights, encoder_weights)
+        states, cross, own, aligned, leak = self.decode(batch.tgt_in, enc, need_weights, self_weights)
+        return ModelOutput(states, self.output, enc, cross, own, aligned, leak)
 
     # --- incremental decoding -------------------------------------------------------------
     def init_state(self, enc: EncoderOutput) -> DecoderState:
@@ -237,8 +287,11 @@ class Transformer(nn.Module):
         """Log-probabilities (N, V) of the next token given the previous one ``tokens`` (N,)."""
         y = self.tgt_embed(tokens[:, None], offset=state.step)
         w = None
-        for layer, cache in zip(self.decoder, state.caches):
-            y, w, _ = layer(y, state.encoder.hidden, state.encoder.pad_mask, cache=cache, need_weights=need_weights)
+        ap = self.alignment_pass
+        for i, (layer, cache) in enumerate(zip(self.decoder, state.caches)):
+            leaky = ap is not None and ap.leak_in_translation(i)
+            y, w, _ = layer(y, state.encoder.hidden, state.encoder.pad_mask, cache=cache, need_weights=need_weights, leak=leaky)
+            w = split_leak(w, leaky)[0]
         logits = self.output(self.dec_norm(y[:, 0]))
         state.step += 1
         state.last_cross_attention = w[:, :, 0].mean(1) if need_weights else None

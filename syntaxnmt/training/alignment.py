@@ -78,6 +78,24 @@ def guided_alignment_loss(
     return _reduce(cross / t_y, reduction)
 
 
+def leak_loss(leak: Tensor, ref: Tensor, tgt_pad_mask: Tensor | None = None, reduction: str = "mean", eps: float = 1e-9) -> Tensor:
+    """The leak term of leaky attention (``train.alignment.leaky``), per sentence::
+
+        -Σ_{i unlinked} log λ_i
+
+    ``leak`` λ (B, T): the weight target position i gives the leak slot (:class:`~syntaxnmt.model.attention.LeakSlot`;
+    Chen, Sun & Liu 2021, "Mask-Align"). ``ref`` (B, T, S): the reference alignment; the
+    non-padding target positions without a reference link (unaligned words, EOS) are trained to
+    attend to the leak, as linked ones are trained to attend to their source words by
+    :func:`guided_alignment_loss`. Summed, not divided by T_y (``AlignmentObjective`` adds it to
+    T_y · G)."""
+    unlinked = ref.sum(dim=-1).eq(0)
+    if tgt_pad_mask is not None:
+        unlinked = unlinked & ~tgt_pad_mask
+    per_sentence = -(torch.log(leak.clamp_min(eps)) * unlinked.to(leak.dtype)).sum(dim=1)
+    return _reduce(per_sentence, reduction)
+
+
 # --------------------------------------------------------------------------------------
 # Coverage and fertility (Tu et al. 2016; Cohn et al. 2016)
 # --------------------------------------------------------------------------------------
@@ -151,7 +169,11 @@ def trace_bonus(
 #   :func:`attach_fertility` adds to the model (so it is trained, checkpointed and loaded with it).
 #
 # α is one (B, T, S) matrix per batch: ``train.alignment.layer``/``head`` of the cross-attention
-# that ``model(batch, need_weights=True)`` returns (:func:`~syntaxnmt.model.outputs.average_heads`).
+# that ``model(batch, need_weights=True)`` returns (:func:`~syntaxnmt.model.outputs.average_heads`),
+# or with ``full_context`` (Garg et al. 2019, Sec. 4) that head of the extra pass through the
+# supervised layer without the causal mask (``ModelOutput.alignment_attention``). With ``leaky``
+# (Mask-Align) the guided term also trains the target positions without a link to attend to the
+# leak slot (:func:`leak_loss`).
 # Coverage and the symmetry bonus (:mod:`syntaxnmt.training.joint`) leave out EOS and padding on both sides;
 # guided alignment only sees linked positions. The sum over sentences is normalized by the update's
 # target tokens together with the translation loss (:func:`syntaxnmt.training.step.update`).
@@ -163,8 +185,22 @@ def word_masks(src: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def alignment_attention(out, cfg: AlignmentConfig) -> Tensor:
-    """The (B, T, S) attention the terms read from a model output (called with ``need_weights=True``)."""
+    """The (B, T, S) attention the terms read from a model output (called with ``need_weights=True``):
+    ``layer``/``head`` of the cross-attention or, with ``full_context``, ``head`` of the supervised
+    layer's full-context pass. A leaky head's rows keep the leak's share out (they sum to 1 - λ_i)."""
+    if cfg.full_context:
+        if out.alignment_attention is None:
+            raise ValueError("train.alignment.full_context: the model output has no full-context attention (a model built without it?)")
+        return average_heads([out.alignment_attention], None, layer_head(cfg.head))
     return average_heads(out.cross_attention, layer_head(cfg.layer), layer_head(cfg.head))
+
+
+def alignment_leak(out, cfg: AlignmentConfig) -> Tensor:
+    """The (B, T) leak weights of the supervised attention of a leaky model (heads as ``head``)."""
+    if out.alignment_leak is None:
+        raise ValueError("train.alignment.leaky: the model output has no leak weights (a model built without them?)")
+    head = layer_head(cfg.head)
+    return out.alignment_leak.mean(dim=1) if head is None else out.alignment_leak[:, head]
 
 
 class AlignmentObjective(AuxiliaryObjective):
@@ -189,6 +225,8 @@ class AlignmentObjective(AuxiliaryObjective):
             tgt_pad = batch.tgt_out.eq(PAD)
             g = guided_alignment_loss(attn, batch.alignment, batch.src_pad_mask, tgt_pad, reduction="none")
             terms["guided"] = (g * (~tgt_pad).sum(1)).sum()  # T_y · G per sentence
+            if a.leaky:
+                terms["guided"] = terms["guided"] + leak_loss(alignment_leak(out, a), batch.alignment, tgt_pad, reduction="sum")
         if a.coverage_weight > 0:
             src_mask, tgt_mask = word_masks(batch.src, batch.tgt_out)
             fertility = model.fertility(out.encoder.hidden, src_mask) if a.fertility else None

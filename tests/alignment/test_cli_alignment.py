@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import yaml
 from conftest import deep_merge, tiny_tree
 from test_cli import assert_one_line_error, run_cli, write_lines
 
-from syntaxnmt.data.links import aer, read_alignments
+from syntaxnmt.data.links import aer, format_links, read_alignments, subwords_to_words
 
 # ---------------------------------------------------------------- aer
 
@@ -161,3 +162,82 @@ def test_train_joint_and_symmetrized_align(capsys, corpus, shared_prepared_dir, 
         results[name] = [s for s, _ in read_alignments(out)]
     assert all(i <= f for i, f in zip(results["inter"], results["fwd"]))
     assert all(i <= g for i, g in zip(results["inter"], results["gdfa"]))
+    # --shift reads both directions Shift-Att's way before they are symmetrized.
+    for name, ckpt, a, b, extra in (
+        ("fwd-shift", fwd, src, tgt, []),
+        ("rev-shift", rev, tgt, src, []),
+        ("inter-shift", fwd, src, tgt, ["--reverse-checkpoint", rev, "--symmetrize", "intersection"]),
+    ):
+        out = tmp_path / f"{name}.align"
+        code, _, err = run_cli(capsys, "align", "--checkpoint", ckpt, "--src", a, "--tgt", b, "-o", out, "--shift", *extra)
+        assert code == 0, err
+        results[name] = [s for s, _ in read_alignments(out)]
+    assert results["fwd-shift"] != results["fwd"]
+    expected = [f & {(i, j) for j, i in r} for f, r in zip(results["fwd-shift"], results["rev-shift"])]
+    assert any(expected) and results["inter-shift"] == expected
+
+
+# ---------------------------------------------------------------- full-context and leaky heads, self-training
+
+
+def test_align_reads_the_full_context_pass_as_trained(capsys, make_config, corpus, tmp_path):
+    import torch
+
+    from syntaxnmt.alignment.extract import attention_links
+    from syntaxnmt.checkpoint import save_checkpoint
+    from syntaxnmt.data.batches import make_batch
+    from syntaxnmt.data.prepare import load_tokenizers
+    from syntaxnmt.decoding.translate import load_model
+    from syntaxnmt.model import build_model
+
+    cfg = make_config({"data": {"train_align": str(corpus["train"]["align"])}, "model": {"dec_layers": 2}, "train": {"alignment": {"guided_weight": 1.0, "layer": -2, "head": 1, "full_context": True, "leaky": True}}})
+    toks = load_tokenizers(cfg)
+    torch.manual_seed(3)
+    ckpt = tmp_path / "full.pt"  # an untrained model with its full-context pass and leak slot
+    save_checkpoint(ckpt, {"config": cfg.model_dump(mode="json"), "model": build_model(cfg, len(toks.src), len(toks.tgt)).state_dict()})
+    src, tgt = corpus["test"]["src"], corpus["test"]["tgt"]
+    code, default, err = run_cli(capsys, "align", "--checkpoint", ckpt, "--src", src, "--tgt", tgt)
+    assert code == 0, err
+    # By hand: head 1 of the full-context pass, renormalized without the leak, argmax per target piece.
+    model, _, toks = load_model(ckpt, torch.device("cpu"))
+    src_lines, tgt_lines = src.read_text().splitlines(), tgt.read_text().splitlines()
+    s_ids, s_words = toks.src.encode_words([x.split() for x in src_lines])
+    t_ids, t_words = toks.tgt.encode_words([x.split() for x in tgt_lines])
+    with torch.no_grad():
+        out = model(make_batch(s_ids, t_ids, range(len(s_ids))), need_weights=True)
+    w = out.alignment_attention[:, 1]
+    assert torch.all(out.alignment_leak[:, 1] > 0)
+    pieces = attention_links(w / w.sum(-1, keepdim=True), [len(x) for x in s_ids], [len(x) for x in t_ids])
+    expected = [format_links(subwords_to_words(p, sw, tw)) for p, sw, tw in zip(pieces, s_words, t_words)]
+    assert default.splitlines() == expected
+    # --layer reads the model's own (causal) pass instead.
+    code, causal, err = run_cli(capsys, "align", "--checkpoint", ckpt, "--src", src, "--tgt", tgt, "--layer", "0", "--head", "1")
+    assert code == 0 and causal != default, err
+    # The sweep has the full-context readings too, named with the options that reproduce them.
+    code, out_text, err = run_cli(capsys, "align-sweep", "--checkpoint", ckpt, "--src", src, "--tgt", tgt, "--gold", corpus["test"]["align"], "-o", tmp_path / "s.json")
+    assert code == 0, err
+    rows = [r for r in json.loads((tmp_path / "s.json").read_text())["readings"] if r["full_context"]]
+    assert [(r["head"], r["shift"]) for r in rows] == [(h, s) for s in (False, True) for h in (0, 1, 2, 3, None)]
+    assert rows[1]["options"] == "--head 1" and "| 0 (full context) | 1 |" in out_text
+
+
+def test_self_training_links_load_as_train_align(capsys, trained_run, corpus, tmp_path):
+    """The self-training recipe: the model's own shifted links of its training corpus become data.train_align."""
+    from conftest import deep_merge, quiet, tiny_tree
+
+    from syntaxnmt.config import load_config
+    from syntaxnmt.data.prepare import load_split, prepare
+
+    links = tmp_path / "self.align"
+    code, _, err = run_cli(capsys, "align", "--checkpoint", Path(trained_run.work_dir) / "best.pt", "--src", corpus["train"]["src"], "--tgt", corpus["train"]["tgt"], "--shift", "-o", links)
+    assert code == 0, err
+    tree = deep_merge(tiny_tree(corpus, tmp_path / "self", tmp_path / "prepared"), {"data": {"train_align": str(links)}, "train": {"alignment": {"guided_weight": 1.0, "layer": -1, "head": 0}}})
+    cfg = load_config(None, tree)
+    prepare(cfg, log=quiet)
+    split = load_split(cfg, "train")
+    written = read_alignments(links)
+    assert len(written) == len(corpus["train"]["src"].read_text().splitlines()) and all(s for s, _ in written)
+    lines = [int(x) for x in (tmp_path / "prepared" / "train.lines").read_text().split()]
+    for k in range(len(split)):  # the prepared subword links are the model's word links
+        pieces = {tuple(x) for x in split["align"][k].reshape(-1, 2).tolist()}
+        assert subwords_to_words(pieces, split["src_word"][k], split["tgt_word"][k]) == written[lines[k] - 1][0]

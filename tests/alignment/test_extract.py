@@ -74,3 +74,62 @@ def test_extract_alignments_tiny_transformer():
         model.eval()
         attn = average_heads(model(batch, need_weights=True).cross_attention)
     assert links[1] == {(int(attn[1, j, :2].argmax()), j) for j in range(5)}
+
+
+# ---- Shift-Att ------------------------------------------------------------------------
+
+
+def _diagonal_attention() -> torch.Tensor:
+    """One sentence of 3 source and 3 target pieces (+ EOS on both sides): every decoder step
+    attends to the source piece of the token it is *given* (row t looks at source t - 1, row 0 at
+    the source EOS column), as trained attention often does."""
+    w = torch.full((1, 4, 4), 0.01)  # rows: steps predicting y0, y1, y2, EOS; columns: x0, x1, x2, EOS
+    for row, col in ((0, 3), (1, 0), (2, 1), (3, 2)):
+        w[0, row, col] = 0.97
+    return w
+
+
+def test_shifted_reading_picks_the_input_step():
+    from syntaxnmt.alignment.extract import attention_links
+
+    w = _diagonal_attention()
+    # Unshifted: row t (predicting y_t) with the source EOS column cut off.
+    assert attention_links(w, [3], [3]) == [{(0, 0), (0, 1), (1, 2)}]
+    # Shift-Att: y_t is read at row t + 1, the step where it is the decoder input -- the diagonal.
+    assert attention_links(w, [3], [3], shift=True) == [{(0, 0), (1, 1), (2, 2)}]
+    assert attention_links(w, [3], [3], shift=True, method="threshold", threshold=0.5) == [{(0, 0), (1, 1), (2, 2)}]
+    # A shorter second sentence in the batch: its rows past its EOS row are never read.
+    batch = torch.cat([w, torch.zeros(1, 4, 4)])
+    batch[1, 1, 1] = batch[1, 2, 0] = 1.0  # sentence 2: 2 source pieces, 1 target piece; row 2 is padding
+    assert attention_links(batch, [3, 2], [3, 1], shift=True)[1] == {(1, 0)}
+    assert attention_links(batch, [3, 2], [3, 1])[1] == {(0, 0)}  # row 0 is all zero: the first column
+
+
+class _FixedAttention(torch.nn.Module):
+    """A stand-in model whose force-decoding returns given cross-attention weights (per layer)."""
+
+    def __init__(self, layers: list[torch.Tensor]):
+        super().__init__()
+        self.layers = layers
+
+    def forward(self, batch, need_weights=False):
+        from syntaxnmt.model.outputs import EncoderOutput, ModelOutput
+
+        assert need_weights
+        return ModelOutput(torch.zeros(1), lambda x: x, EncoderOutput(torch.zeros(1), torch.zeros(1)), cross_attention=self.layers)
+
+
+def test_extract_alignments_shift_on_every_layer_and_head():
+    from syntaxnmt.data.batches import make_batch
+
+    w = _diagonal_attention()[0]  # (T, S)
+    flipped = w.flip(1).roll(-1, dims=1)  # another head: the mirror image over x2..x0
+    layer0 = torch.stack([flipped, w])[None]  # (1, H=2, T, S): head 1 is the diagonal one
+    layer1 = torch.stack([w, flipped])[None]  # head 0 is
+    model = _FixedAttention([layer0, layer1])
+    batch = make_batch([[5, 6, 7]], [[8, 9, 10]], [0])
+    assert extract_alignments(model, batch, layer=0, head=1, shift=True) == [{(0, 0), (1, 1), (2, 2)}]
+    assert extract_alignments(model, batch, layer=-1, head=0, shift=True) == [{(0, 0), (1, 1), (2, 2)}]
+    assert extract_alignments(model, batch, layer=1, head=0) == [{(0, 0), (0, 1), (1, 2)}]
+    mirrored = {(2 - i, j) for i, j in {(0, 0), (1, 1), (2, 2)}}
+    assert extract_alignments(model, batch, layer=1, head=1, shift=True) == [mirrored]

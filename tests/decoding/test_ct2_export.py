@@ -54,10 +54,13 @@ def test_tree_relation_model_refused_in_one_line(make_config, corpus, parsed_pre
         ({"hard_attention": "decode"}, {}, "model.hard_attention decode"),
         ({"syntax": {"relations": [["linear"] * 4]}, "positions": "none"}, {}, None),
         ({}, {"multitask": {"pos": {"weight": 1.0}, "parse": {"weight": 1.0}}}, None),  # training-only classifiers
+        ({}, {"alignment": {"guided_weight": 1.0, "layer": 0, "head": 0, "leaky": True}}, "a leak slot in the cross-attention"),
+        ({}, {"alignment": {"guided_weight": 1.0, "layer": 0, "head": 0, "leaky": True, "full_context": True}}, None),  # the leak is in the alignment pass only
     ],
 )
 def test_what_ctranslate2_cannot_represent(make_config, corpus, parsed_prepared_dir, model, train, refused):
-    cfg = make_config({"data": parsed_data(corpus), "model": model, "train": train}, prepared_dir=parsed_prepared_dir)
+    align = {"train_align": str(corpus["train"]["align"])} if "alignment" in train else {}
+    cfg = make_config({"data": {**parsed_data(corpus), **align}, "model": model, "train": train}, prepared_dir=parsed_prepared_dir)
     why = unsupported(model_of(cfg), cfg)
     assert why == refused if refused is None else why.startswith(refused)
 

@@ -20,7 +20,7 @@ from syntaxnmt.decoding.search import beam_search
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import BOS, EOS, PAD
 from syntaxnmt.model import build_model
-from syntaxnmt.training.alignment import AlignmentObjective, alignment_attention, alignment_objective, coverage_loss, word_masks
+from syntaxnmt.training.alignment import AlignmentObjective, alignment_attention, alignment_objective, coverage_loss, guided_alignment_loss, leak_loss, word_masks
 from syntaxnmt.training.optim import build_optimizer
 from syntaxnmt.training.step import update
 
@@ -210,6 +210,58 @@ def test_terms_work_for_the_rnn_family(aligned_config):
     assert set(terms) == {"guided", "coverage"} and all(torch.isfinite(v) for v in terms.values())
     sum(terms.values()).backward()
     assert model.fertility.proj.weight.grad is not None
+
+
+# ---------------------------------------------------------------- full context and leaky attention
+
+
+def test_leak_loss_by_hand():
+    leak = torch.tensor([[0.5, 0.1, 0.25, 0.9]])
+    ref = torch.zeros(1, 4, 3)
+    ref[0, 1, 2] = 1.0  # position 1 is linked; 0 and 2 are not; 3 is padding
+    pad = torch.tensor([[False, False, False, True]])
+    assert leak_loss(leak, ref, pad, reduction="sum").item() == pytest.approx(-math.log(0.5) - math.log(0.25))
+
+
+def test_guided_term_reads_the_full_context_pass_and_the_leak(aligned_config):
+    cfg = aligned_config({"guided_weight": 1.0, "layer": -1, "head": 2, "full_context": True, "leaky": True}, model={"dec_layers": 2})
+    torch.manual_seed(0)
+    model = _model(cfg).train()
+    batch = collate(load_split(cfg, "train"), list(range(6)), alignment=True)
+    out = model(batch, need_weights=True)
+    a = cfg.train.alignment
+    assert model.alignment_pass.layer == 1
+    attn = alignment_attention(out, a)
+    assert torch.equal(attn, out.alignment_attention[:, 2])
+    tgt_pad = batch.tgt_out.eq(PAD)
+    g = guided_alignment_loss(attn, batch.alignment, batch.src_pad_mask, tgt_pad, reduction="none")
+    by_hand = (g * (~tgt_pad).sum(1)).sum() + leak_loss(out.alignment_leak[:, 2], batch.alignment, tgt_pad, reduction="sum")
+    term = AlignmentObjective(a).terms(model, batch, out)["guided"]
+    assert term.item() == pytest.approx(by_hand.item(), rel=1e-6)
+    # The term trains the supervised layer's attention (its self-attention too: the unmasked pass),
+    # the leak and the layers below; the pass's output is not fed on (no gradient to the layer's
+    # feed-forward block or the final norm).
+    term.backward()
+    layer = model.decoder[1]
+    assert layer.self_attn.q_proj.weight.grad.abs().sum() > 0 and layer.cross_attn.leak.key.grad.abs().sum() > 0
+    assert model.decoder[0].ffn.fc1.weight.grad.abs().sum() > 0
+    assert layer.ffn.fc1.weight.grad is None and model.dec_norm.weight.grad is None
+
+
+def test_full_context_leaky_training_lowers_the_guided_term(aligned_config):
+    cfg = aligned_config({"guided_weight": 5.0, "layer": 0, "head": 0, "full_context": True, "leaky": True}, train={"lr": 5e-3})
+    torch.manual_seed(1)
+    model = _model(cfg)
+    opt, sched = build_optimizer(model, cfg.train)
+    split = load_split(cfg, "train")
+    objective = alignment_objective(cfg)
+    rng = np.random.default_rng(1)
+    guided = []
+    for step in range(30):
+        group = [rng.choice(len(split), 48, replace=False)]
+        stats = update(model, opt, sched, split, group, cfg.train, torch.device("cpu"), [objective], step)
+        guided.append(float(stats["guided"]) / stats["tokens"])
+    assert np.mean(guided[-5:]) < 0.85 * np.mean(guided[:5]), guided
 
 
 # ---------------------------------------------------------------- coverage penalty in beam search
