@@ -35,7 +35,7 @@ from syntaxnmt.experiments.demo import run_demo
 from syntaxnmt.experiments.runner import run_set
 from syntaxnmt.metrics import evaluate_report
 from syntaxnmt.model.linear import configure
-from syntaxnmt.runtime import resolve_device, run_command
+from syntaxnmt.runtime import configure_threads, resolve_device, run_command
 from syntaxnmt.serving.server import Limits, serve
 from syntaxnmt.textio import package_version, read_lines, write_lines
 from syntaxnmt.training.joint import train_joint
@@ -70,12 +70,17 @@ def cmd_prepare(args, extra) -> None:
     prepare(_config(args, extra), force=args.force)
 
 
+def _with_threads(args, extra: list[str]) -> list[str]:
+    """``--threads N`` of a training command as the config override ``--train.threads=N``."""
+    return [*extra, f"--train.threads={args.threads}"] if args.threads else extra
+
+
 def cmd_train(args, extra) -> None:
-    train(_config(args, extra), resume=args.resume)
+    train(_config(args, _with_threads(args, extra)), resume=args.resume)
 
 
 def cmd_train_joint(args, extra) -> None:
-    train_joint(_config(args, extra), resume=args.resume)
+    train_joint(_config(args, _with_threads(args, extra)), resume=args.resume)
 
 
 def cmd_align_external(args, extra) -> None:
@@ -281,11 +286,16 @@ def cmd_serve(args, extra) -> None:
     if not args.config:
         _no_overrides(extra)
     limits = Limits(args.max_sentences, args.max_chars, args.max_beam, args.max_attention_sentences)
-    serve(path, host=args.host, port=args.port, device=args.device, parser=args.parser, limits=limits, threads=args.threads)
+    serve(path, host=args.host, port=args.port, device=args.device, parser=args.parser, limits=limits, threads=args.threads or 0)
 
 
 def cmd_demo(args, extra) -> None:
-    run_demo(Path(args.dir), minutes=args.minutes, overrides=extra, fresh=args.fresh)
+    run_demo(Path(args.dir), minutes=args.minutes, overrides=_with_threads(args, extra), fresh=args.fresh)
+
+
+def _threads_flag(s: argparse.ArgumentParser, what: str = "") -> None:
+    """``--threads N``: torch CPU threads of the command (:func:`syntaxnmt.runtime.configure_threads`)."""
+    s.add_argument("--threads", type=int, help=f"torch CPU threads{what} (default: every core, fewer when other processes keep cores busy; docs/benchmarks.md)")
 
 
 def _trust_flag(s: argparse.ArgumentParser) -> None:
@@ -316,12 +326,14 @@ def _training_commands(sub) -> None:
     s = sub.add_parser("train", help="train the model of a config")
     s.add_argument("config")
     s.add_argument("--resume", action="store_true", help="continue from <work_dir>/last.pt")
+    _threads_flag(s, ", as --train.threads=N")
     _trust_flag(s)
     s.set_defaults(func=cmd_train)
 
     s = sub.add_parser("train-joint", help="train a source->target and a target->source model jointly (bilingual symmetry)")
     s.add_argument("config")
     s.add_argument("--resume", action="store_true", help="continue from <work_dir>/{forward,reverse}/last.pt")
+    _threads_flag(s, ", as --train.threads=N")
     _trust_flag(s)
     s.set_defaults(func=cmd_train_joint)
 
@@ -345,6 +357,7 @@ def _training_commands(sub) -> None:
     s.add_argument("--dir", default="syntaxnmt-demo", help="where the corpus and the run go (default: ./syntaxnmt-demo)")
     s.add_argument("--minutes", type=float, default=4.0, help="training time budget (default: 4)")
     s.add_argument("--fresh", action="store_true", help="discard a previous demo run in --dir (only a folder the demo wrote)")
+    _threads_flag(s, " for training and translating")
     _trust_flag(s)
     s.set_defaults(func=cmd_demo)
 
@@ -508,7 +521,7 @@ def _serving_commands(sub) -> None:
     s.add_argument("--max-chars", type=int, default=1000, help="characters per sentence (default: 1000; more: 413)")
     s.add_argument("--max-beam", type=int, default=16, help="largest beam a request may ask for (default: 16; more: 422)")
     s.add_argument("--max-attention-sentences", type=int, default=8, help="sentences per request that asks for attention weights (default: 8)")
-    s.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's)")
+    _threads_flag(s)
     s.add_argument("--device", default="auto")
     _trust_flag(s)
     s.set_defaults(func=cmd_serve)
@@ -533,9 +546,11 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(args, extra: list[str]) -> None:
-    """Run the command: a bad SYNTAXNMT_ONEDNN_LINEAR is a user error before any work, and
+    """Run the command: a bad SYNTAXNMT_ONEDNN_LINEAR is a user error before any work, torch's CPU
+    threads follow the thread policy (the command's ``--threads`` when it has one), and
     ``--trust-checkpoint`` holds for the command's duration when given."""
     configure()
+    configure_threads(getattr(args, "threads", None))
     if not getattr(args, "trust_checkpoint", False):
         return args.func(args, extra)
     with trusting_checkpoints():
