@@ -8,15 +8,18 @@ or by default the demo's small Transformer trained for ``--minutes`` on the synt
 ``--dir``, trained once and reused), then sends the requests from one asyncio client (httpx),
 at most C in flight, each with sentences drawn in turn from the synthetic test and dev splits.
 Prints the errors (must be 0), sentences whose answers differed between requests (must be 0),
-the latency of a request (p50, p95, p99, max) and the throughput in sentences/s.
+the latency of a request (p50, p95, p99, max) and the throughput in sentences/s, and the machine
+(``syntaxnmt.runtime.machine_info``, load average before and after); all also go to ``--json``
+(default benchmarks/out/serve_load.json). The server runs as the ``syntaxnmt`` command does
+(passive OpenMP waiting, the thread policy unless ``--threads``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
-import platform
 import signal
 import socket
 import statistics
@@ -28,6 +31,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import httpx
+
+from syntaxnmt.runtime import machine_info, machine_summary, with_load_after
+from syntaxnmt.textio import atomic_write_text
 
 
 def default_checkpoint(directory: Path, minutes: float, threads: int) -> Path:
@@ -151,7 +157,8 @@ def main() -> None:
     ap.add_argument("--sentences-per-request", type=int, default=1)
     ap.add_argument("--beam", type=int, help="beam size (default: the model's)")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads of the server and of training the default model (0: torch's default)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads of the server and of training the default model (0: the thread policy of the syntaxnmt command)")
+    ap.add_argument("--json", default="benchmarks/out/serve_load.json", help="figures and the machine record")
     args = ap.parse_args()
 
     directory = Path(args.dir)
@@ -163,6 +170,7 @@ def main() -> None:
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    machine = machine_info()
     proc = start_server(checkpoint, port, args.device, args.threads)
     try:
         info = wait_ready(url, proc)
@@ -173,10 +181,11 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+    with_load_after(machine)
 
     n_sent = sum(len(b["sentences"]) for b in bodies)
     print(f"server: {checkpoint} on {info['device']} ({info['arch']}, {info['encoder_layers']}+{info['decoder_layers']} layers), beam {args.beam or info['beam']}, threads {args.threads or 'default'}")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs visible")
+    print(machine_summary(machine) + f" (server threads: {args.threads or 'the thread policy'})")
     print(f"requests: {len(bodies)} ({n_sent} sentences, {k} per request), {args.concurrency} concurrent")
     print(f"errors: {len(errors)}" + (f" (first: {errors[0]})" if errors else ""))
     print(f"inconsistent answers: {inconsistent(bodies, answers)}")
@@ -185,6 +194,15 @@ def main() -> None:
     batches = after["batches"] - before["batches"]
     print(f"server batches: {batches} (mean {(after['items'] - before['items']) / max(batches, 1):.1f} sentences, {(after['jobs'] - before['jobs']) / max(batches, 1):.1f} requests)")
     print(f"throughput: {n_sent / wall:.1f} sentences/s ({len(bodies) / wall:.1f} requests/s, {wall:.1f} s)")
+    doc = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "checkpoint": str(checkpoint),
+        "server": info, "beam": args.beam or info["beam"], "threads": args.threads or "the thread policy", "requests": len(bodies), "sentences": n_sent,
+        "concurrency": args.concurrency, "errors": len(errors), "inconsistent": inconsistent(bodies, answers),
+        "latency_ms": {"p50": percentile(ms, 50), "p95": percentile(ms, 95), "p99": percentile(ms, 99), "max": max(ms)},
+        "sentences_per_s": n_sent / wall, "requests_per_s": len(bodies) / wall, "seconds": wall, "machine": machine,
+    }
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.json, json.dumps(doc, indent=1))
     sys.exit(1 if errors else 0)
 
 
