@@ -20,7 +20,7 @@ from syntaxnmt.data.synthetic import write_corpus
 from syntaxnmt.decoding.translate import load_model, translate_lines
 from syntaxnmt.errors import UserError
 from syntaxnmt.metrics import score
-from syntaxnmt.runtime import resolve_device
+from syntaxnmt.runtime import describe_threads, resolve_device
 from syntaxnmt.textio import holds_marker, read_lines, refuse_protected_folder, write_lines, write_marker
 from syntaxnmt.training.train import train
 
@@ -106,7 +106,7 @@ def run_demo(directory: Path, minutes: float = 4.0, overrides: list[str] | None 
         log(f"synthetic corpus in {directory / 'corpus'} ({sizes} pairs; trees in *.conllu, gold alignments in *.align)")
     cfg = demo_config(directory, minutes, overrides)
     prepare(cfg, log=log)
-    train(cfg, resume=True, log=log)
+    progress = train(cfg, resume=True, log=log)
 
     device = resolve_device(cfg.train.device)
     work = Path(cfg.work_dir)
@@ -123,4 +123,9 @@ def run_demo(directory: Path, minutes: float = 4.0, overrides: list[str] | None 
     for src, hyp, ref in list(zip(sources, hyps, refs))[:3]:
         log(f"  src: {src}\n  hyp: {hyp}\n  ref: {ref}")
     log(f"demo finished in {time.perf_counter() - t0:.0f} s; translations in {directory / 'test.hyp'}")
+    if progress.stop_reason == "max_minutes":  # a slow or busy machine trains fewer updates in the budget
+        log(
+            f"training stopped at the time budget ({minutes:g} min: {progress.step} updates, {describe_threads()}); more training translates better: "
+            f"`syntaxnmt demo --dir {directory} --minutes {2 * minutes:g}` continues this run for {minutes:g} more minutes"
+        )
     return result.bleu

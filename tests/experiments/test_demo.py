@@ -23,5 +23,6 @@ def test_demo_on_a_slow_machine_prints_a_bleu_and_a_rerun_recovers(tmp_path, cap
         assert "test (10 sentences, beam 2): BLEU = " in out, out
         assert re.search(r"stopped \(max_minutes\) at update \d+,", out), out  # 1 or 2 updates: the clock decides
         assert ("resumed" in out) == (run == 1)
+        assert f"`syntaxnmt demo --dir {directory} --minutes 0.002` continues this run" in out, out  # how to train more
     assert len((directory / "test.hyp").read_text(encoding="utf-8").splitlines()) == 10
     assert Path(directory / "run" / "best.pt").is_file()
