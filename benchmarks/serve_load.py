@@ -185,7 +185,8 @@ def main() -> None:
 
     n_sent = sum(len(b["sentences"]) for b in bodies)
     print(f"server: {checkpoint} on {info['device']} ({info['arch']}, {info['encoder_layers']}+{info['decoder_layers']} layers), beam {args.beam or info['beam']}, threads {args.threads or 'default'}")
-    print(machine_summary(machine) + f" (server threads: {args.threads or 'the thread policy'})")
+    server_threads = args.threads or "the thread policy's"
+    print(machine_summary(machine) + f" (this script's; the server runs as `python -m syntaxnmt serve`, with the command's OpenMP defaults and {server_threads} threads)")
     print(f"requests: {len(bodies)} ({n_sent} sentences, {k} per request), {args.concurrency} concurrent")
     print(f"errors: {len(errors)}" + (f" (first: {errors[0]})" if errors else ""))
     print(f"inconsistent answers: {inconsistent(bodies, answers)}")

@@ -84,7 +84,7 @@ def _cpu_jiffies(cpus: Collection[int]) -> tuple[int, int] | None:
         return None
     busy = total = 0
     for line in lines:
-        name, *fields = line.split()
+        name, *fields = line.split() or [""]
         if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
             user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in (fields + ["0"] * 8)[:8])
             busy += user + nice + system + irq + softirq + steal
@@ -195,14 +195,15 @@ def _config_version(pattern: str, text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _openmp_runtime() -> str | None:
-    """The OpenMP library this process has loaded (libgomp, libiomp5, libomp), from /proc/self/maps."""
+def _openmp_runtimes() -> list[str]:
+    """The OpenMP libraries this process has loaded (libgomp, libiomp5, libomp), each as
+    ``folder/file`` (e.g. ``lib/libgomp.so.1`` of torch; other packages may bring their own)."""
     try:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
-        return None
-    m = re.search(r"/(lib(?:gomp|iomp5|omp)[^/\s]*\.so[^/\s]*)$", maps, re.MULTILINE)
-    return m.group(1) if m else None
+        return []
+    found = re.findall(r"\s(/\S*/lib(?:gomp|iomp5|omp)\b[^/\s]*\.so[^/\s]*)$", maps, re.MULTILINE)
+    return sorted({"/".join(Path(p).parts[-3 if Path(p).parent.name in ("lib", "lib64") else -2 :]) for p in found})
 
 
 def _cpu_quota() -> float | None:
@@ -242,7 +243,7 @@ def machine_info() -> dict:
         "onednn": _config_version(r"(?:MKL-DNN|oneDNN) v([\w.]+)", config) if torch.backends.mkldnn.is_available() else None,
         "mkl": _config_version(r"Math Kernel Library Version ([\w.]+)", config) if torch.backends.mkl.is_available() else None,
         "openmp": _config_version(r"OpenMP (\d+)", config),
-        "openmp_runtime": _openmp_runtime(),
+        "openmp_runtimes": _openmp_runtimes(),
         "torch_threads": torch.get_num_threads(),
         "thread_policy": _threads_note or None,
         "env": {k: os.environ.get(k) for k in THREAD_VARIABLES},
@@ -254,6 +255,15 @@ def with_load_after(info: dict) -> dict:
     """``info`` with the load average now as ``load_average_after`` (at the end of a benchmark)."""
     info["load_average_after"] = load_average()
     return info
+
+
+def _openmp_shown(info: dict) -> str:
+    """torch's OpenMP library, and how many other copies are loaded."""
+    libs = info.get("openmp_runtimes") or []
+    ours = [lib for lib in libs if lib.startswith("torch/")] or libs[:1]
+    shown = ours[0] if ours else info.get("openmp") or "-"
+    others = len(libs) - len(ours[:1])
+    return shown + (f" (+{others} other cop{'y' if others == 1 else 'ies'})" if others > 0 else "")
 
 
 def machine_summary(info: dict) -> str:
@@ -269,7 +279,7 @@ def machine_summary(info: dict) -> str:
     after = f", after {load('load_average_after')}" if "load_average_after" in info else ""
     return (
         f"machine: {info['cpu']}, {cores}; ISA {isa} (torch kernels {info['torch_cpu_capability']}); "
-        f"torch {info['torch']}, oneDNN {info['onednn'] or '-'}, MKL {info['mkl'] or '-'}, OpenMP {info['openmp_runtime'] or info['openmp'] or '-'}\n"
+        f"torch {info['torch']}, oneDNN {info['onednn'] or '-'}, MKL {info['mkl'] or '-'}, OpenMP {_openmp_shown(info)}\n"
         f"threads: torch {info['torch_threads']}" + (f" {info['thread_policy']}" if info.get("thread_policy") else "") + f", {env}; "
         f"load average (1/5/15 min) before {load('load_average_before')}{after}"
     )

@@ -75,6 +75,7 @@ def test_machine_info_holds_the_cpu_the_libraries_the_threads_and_the_load():
     assert info["onednn"] is None or info["onednn"][0].isdigit()
     assert (info["onednn"] is not None) == torch.backends.mkldnn.is_available()
     assert info["mkl"] is None or info["mkl"][0].isdigit()
+    assert isinstance(info["openmp_runtimes"], list) and all(isinstance(lib, str) and "omp" in lib for lib in info["openmp_runtimes"])
     assert set(info["env"]) == set(runtime.THREAD_VARIABLES)
     assert info["env"]["OMP_NUM_THREADS"] == os.environ.get("OMP_NUM_THREADS")
     for key in ("load_average_before", "load_average_after"):
