@@ -141,6 +141,7 @@ def measure_syntaxnmt(cfg: str, test_src: Path, updates: int, warmup: int, setti
     d = sbs._result_line(dlog)
     return {
         "train_tok_s": t["train_tok_s"], "decode_sent_s": d["decode_sent_s_own_timer"], "sentences": d["sentences"],
+        "threads": str(t["torch_threads"]) if t["torch_threads"] == d["torch_threads"] else f"{t['torch_threads']}/{d['torch_threads']}",
         "train_threads": t["threads"], "decode_threads": d["threads"], "omp_wait_policy": d.get("omp_wait_policy"),
     }
 
@@ -153,8 +154,8 @@ def measure_peer(work: Path, pieces: Path, test: str, n_test: int, updates: int,
     res = kit.run(1)
     if res["hyp_lengths"] != [sbs.FORCE_LEN]:
         raise sbs.Failure(f"onmt: hypothesis lengths {res['hyp_lengths']}, expected all {sbs.FORCE_LEN}")
-    threads = setting if setting.isdigit() else "torch's default"
-    return {"train_tok_s": res["train_tok_s"], "decode_sent_s": res["decode_sent_s"], "sentences": res["sentences"], "train_threads": threads, "decode_threads": threads}
+    threads = setting if setting.isdigit() else "torch's"
+    return {"train_tok_s": res["train_tok_s"], "decode_sent_s": res["decode_sent_s"], "sentences": res["sentences"], "threads": threads}
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -182,13 +183,13 @@ def summarize(measurements: list[dict], toolkits: list[str], settings: list[str]
     def get(t: str, s: str, c: str, k: str) -> float | None:
         return medians.get(f"{t}/{s}/{c}", {}).get(k)
 
-    lines = [f"{'toolkit':<18}{'setting':<9}" + "".join(f"{c + ' ' + what:>18}" for what in ("train tok/s", "decode tok/s") for c in conditions)
-             + ("".join(f"{'busy/quiet ' + w:>19}" for w in ("train", "decode")) if len(conditions) == 2 else "") + "  threads (syntaxnmt: train; per condition)"]
+    lines = [f"{'toolkit':<18}{'setting':<9}" + "".join(f"{c + ' ' + what:>20}" for what in ("train tok/s", "decode tok/s") for c in conditions)
+             + ("".join(f"{'busy/quiet ' + w:>19}" for w in ("train", "decode")) if len(conditions) == 2 else "") + "  threads (train/decode if they differ)"]
     for t in toolkits:
         for s in settings:
             if t != "syntaxnmt" and s == "torch":
                 continue
-            row = f"{NAMES[t]:<18}{s:<9}" + "".join(f"{fmt(get(t, s, c, k)):>18}" for k in ("train_tok_s", "decode_tok_s") for c in conditions)
+            row = f"{NAMES[t]:<18}{s:<9}" + "".join(f"{fmt(get(t, s, c, k)):>20}" for k in ("train_tok_s", "decode_tok_s") for c in conditions)
             if len(conditions) == 2:
                 row += "".join(f"{fmt(ratio(get(t, s, 'busy', k), get(t, s, 'quiet', k)), '.2f'):>19}" for k in ("train_tok_s", "decode_tok_s"))
             row += "  " + "; ".join(f"{c}: {get(t, s, c, 'threads') or '-'}" for c in conditions)
@@ -200,7 +201,8 @@ def summarize(measurements: list[dict], toolkits: list[str], settings: list[str]
                 continue
             for c in conditions:
                 ratios[f"{s}/{c}"] = {k: ratio(get("syntaxnmt", s, c, k), get("onmt", s, c, k)) for k in ("train_tok_s", "decode_tok_s")}
-                lines.append(f"syntaxnmt/OpenNMT-py, {s}, {c}: train x{fmt(ratios[f'{s}/{c}']['train_tok_s'], '.2f')}, decode x{fmt(ratios[f'{s}/{c}']['decode_tok_s'], '.2f')}")
+                shown = {k: "-" if v is None else f"x{v:.2f}" for k, v in ratios[f"{s}/{c}"].items()}
+                lines.append(f"syntaxnmt/OpenNMT-py, {s}, {c}: train {shown['train_tok_s']}, decode {shown['decode_tok_s']}")
     targets: dict = {}
     for k in ("train_tok_s", "decode_tok_s"):
         what = k.split("_")[0]
@@ -338,14 +340,12 @@ def main() -> int:
                         wall = time.perf_counter() - t0
                         busy1 = competitor.cpu_seconds() if competitor else None
                         entry |= res | {
-                            "decode_tok_s": res["decode_sent_s"] * sbs.FORCE_LEN,
-                            "threads": res["train_threads"] if res["train_threads"] == res["decode_threads"] else f"{res['train_threads']} / {res['decode_threads']}",
-                            "seconds": wall, "load_average_after": load_average(),
+                            "decode_tok_s": res["decode_sent_s"] * sbs.FORCE_LEN, "seconds": wall, "load_average_after": load_average(),
                             "competitor_core_share": None if busy0 is None or busy1 is None else (busy1 - busy0) / wall,
                         }
                         measurements.append(entry)
                         log(f"  train {entry['train_tok_s']:.0f} tok/s, decode {entry['decode_tok_s']:.0f} tok/s ({entry['decode_sent_s']:.1f} sent/s), "
-                            f"threads {entry['threads']}, load {before[0] if before else '?'} -> {entry['load_average_after'][0] if entry['load_average_after'] else '?'}"
+                            f"threads {entry['threads']}" + (f" [{entry['train_threads']}]" if "train_threads" in entry else "") + ", load {before[0] if before else '?'} -> {entry['load_average_after'][0] if entry['load_average_after'] else '?'}"
                             + (f", competitor {entry['competitor_core_share']:.2f} core" if entry["competitor_core_share"] is not None else ""))
             finally:
                 if competitor:
