@@ -19,7 +19,9 @@ from what the arithmetic allows on this machine. It trains the side-by-side mode
 
 ``tokens / product time`` is the speed the update would have if everything else (attention,
 layer norm, dropout, the optimizer, Python) were free. With ``--peer-json`` (the side-by-side
-results), the fastest peer's training tokens/s is printed beside it.
+results), the fastest peer's training tokens/s is printed beside it. The figures and the machine
+(``syntaxnmt.runtime.machine_info``, load average before and after) also go to ``--json``
+(default benchmarks/out/cpu_floor.json).
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from syntaxnmt.data.batches import TokenBatchSampler, round_up  # noqa: E402
 from syntaxnmt.config import load_config  # noqa: E402
-from syntaxnmt.runtime import keep_freed_memory  # noqa: E402
+from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after  # noqa: E402
+from syntaxnmt.textio import atomic_write_text  # noqa: E402
 from syntaxnmt.training.distributed import World  # noqa: E402
 from syntaxnmt.training.loop import seed_everything  # noqa: E402
 from syntaxnmt.model import linear as linear_module  # noqa: E402
@@ -117,11 +120,13 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--peer-json", default="benchmarks/out/side_by_side.json")
     ap.add_argument("--profile", type=int, default=0, help="also print the torch.profiler table of this many more updates")
+    ap.add_argument("--json", default="benchmarks/out/cpu_floor.json", help="figures and the machine record")
     args = ap.parse_args()
     if not linear_module.enabled():
         sys.exit("cpu_floor: oneDNN linears are off (SYNTAXNMT_ONEDNN_LINEAR=0 or no oneDNN): nothing to record")
     keep_freed_memory()
     torch.set_num_threads(args.threads)
+    machine = machine_info()
     cfg = load_config(args.config)
     seed_everything(cfg.seed)
     task = SingleModel(cfg, World(), torch.device("cpu"), log=lambda *a, **k: None)
@@ -145,8 +150,12 @@ def main() -> int:
           f"{len(products) // args.updates} products, {gflop / args.updates:.1f} GFLOP per update at {gflop / product_s:.0f} GFLOP/s")
     print(f"speed if all else were free: {tokens / product_s:7.0f} target tok/s ({update_s / product_s:.2f}x today's)")
     lens = task.split["src"].lengths, task.split["tgt"].lengths
+    figures = {"updates": args.updates, "threads": torch.get_num_threads(), "tokens_per_update": tokens / args.updates, "update_ms": update_s / args.updates * 1000,
+               "train_tok_s": tokens / update_s, "product_ms": product_s / args.updates * 1000, "products_per_update": len(products) // args.updates,
+               "gflop_per_update": gflop / args.updates, "gflop_s": gflop / product_s, "tok_s_if_only_products": tokens / product_s, "real_over_padded": {}}
     for multiple in sorted({0, task.t.shape_bucket}):
         fs, ft = padding(*lens, t.max_tokens, cfg.seed, multiple)
+        figures["real_over_padded"][f"shape_bucket {multiple}"] = {"source": fs, "target": ft}
         print(f"real tokens / padded positions, {'per-batch shapes' if multiple <= 1 else f'bucketed shapes (shape_bucket {multiple})'}: source {fs:.3f}, target {ft:.3f}")
     peer = fastest_peer(Path(args.peer_json))
     if peer:
@@ -161,6 +170,12 @@ def main() -> int:
             for g in more:
                 task.update(g, 0)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
+    with_load_after(machine)
+    print(machine_summary(machine))
+    doc = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "config": args.config,
+           **figures, "fastest_peer": dict(zip(("toolkit", "train_tok_s"), peer)) if peer else None, "machine": machine}
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.json, json.dumps(doc, indent=1))
     return 0
 
 

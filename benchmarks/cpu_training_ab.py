@@ -16,21 +16,27 @@ of the process (with ``--threads 1`` the latter holds up on a loaded machine). V
 - a ``-nopack`` suffix: the position-wise products also on the padding rows
   (``Transformer.pack_granule = 0``; the default computes them on the real rows only,
   :mod:`syntaxnmt.model.packing`).
+
+The figures and the machine (``syntaxnmt.runtime.machine_info``, load average before and after)
+also go to ``--json`` (default benchmarks/out/cpu_training_ab.json).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
 from syntaxnmt.data.batches import TokenBatchSampler
 from syntaxnmt.config import load_config
-from syntaxnmt.runtime import keep_freed_memory
+from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after
+from syntaxnmt.textio import atomic_write_text
 from syntaxnmt.training.distributed import World
 from syntaxnmt.training.loop import seed_everything
 from syntaxnmt.model import linear as fast_linear
@@ -73,10 +79,12 @@ def main() -> int:
     ap.add_argument("--updates", type=int, default=5, help="timed updates per variant and round")
     ap.add_argument("--warmup", type=int, default=3, help="untimed updates per variant first")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default; 1 holds up better on a loaded machine)")
+    ap.add_argument("--json", default="benchmarks/out/cpu_training_ab.json", help="figures and the machine record")
     args, overrides = ap.parse_known_args()
     keep_freed_memory()
     if args.threads:
         torch.set_num_threads(args.threads)
+    machine = machine_info()
     variants = [Variant(v.strip(), args.config, overrides) for v in args.variants.split(",")]
     for v in variants:
         v.run(args.warmup)
@@ -94,6 +102,14 @@ def main() -> int:
     for name, xs in rates.items():
         med, med_cpu = statistics.median(xs), statistics.median(per_cpu[name])
         print(f"  {name:<16} {med:8.0f} tok/s x{med / base:.2f}   {med_cpu:8.0f} tok/CPU s x{med_cpu / base_cpu:.2f}   (rounds: {', '.join(f'{x:.0f}' for x in xs)})")
+    with_load_after(machine)
+    print(machine_summary(machine))
+    doc = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "config": args.config,
+           "rounds": args.rounds, "updates": args.updates, "warmup": args.warmup, "threads": torch.get_num_threads(),
+           "variants": {n: {"tok_s": rates[n], "tok_per_cpu_s": per_cpu[n], "median_tok_s": statistics.median(rates[n]), "median_tok_per_cpu_s": statistics.median(per_cpu[n])} for n in rates},
+           "machine": machine}
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.json, json.dumps(doc, indent=1))
     return 0
 
 

@@ -12,14 +12,16 @@ search settings (``decode`` of the checkpoint's config, ``--beam``), after an un
 ``--repeats`` times in a rotating order, so that a busy machine slows all of them alike; the
 table gives the median sentences/s (and the range), corpus BLEU of the detokenized output, and
 how many sentences are word-for-word ours. ``--root`` is the folder that relative paths in the
-checkpoint's stored config start from (e.g. the repository the run was trained in).
+checkpoint's stored config start from (e.g. the repository the run was trained in). The figures
+and the machine (``syntaxnmt.runtime.machine_info``, load average before and after) also go to
+``--json`` (default benchmarks/out/ct2_decode.json).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -28,11 +30,11 @@ from pathlib import Path
 
 import torch
 
-from syntaxnmt.runtime import keep_freed_memory
+from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after
 from syntaxnmt.decoding.ct2_engine import CT2Engine
 from syntaxnmt.decoding.ct2_export import export_ct2
 from syntaxnmt.metrics import score
-from syntaxnmt.textio import read_lines
+from syntaxnmt.textio import atomic_write_text, read_lines
 from syntaxnmt.decoding.translate import encode_source_lines, load_model, translate_ids
 
 
@@ -59,13 +61,15 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=100, help="sentences each engine translates untimed first")
     ap.add_argument("--limit", type=int, default=0, help="only the first N sentences (quick checks)")
+    ap.add_argument("--json", default="benchmarks/out/ct2_decode.json", help="figures and the machine record")
     args = ap.parse_args()
+    json_path = Path(args.json).resolve()
     checkpoint, src, ref = (Path(p).resolve() for p in (args.checkpoint, args.test_src, args.test_ref))
     if args.root:
         os.chdir(args.root)
     keep_freed_memory()
     torch.set_num_threads(args.threads)
-    load_before = os.getloadavg()
+    machine = machine_info()
     with tempfile.TemporaryDirectory() as tmp:
         runs, model, cfg, toks = engines(checkpoint, Path(tmp), args.threads)
         decode = cfg.decode.model_copy(update={"beam_size": args.beam})
@@ -84,20 +88,28 @@ def main() -> None:
                     hyps = runs[name](sources, decode, anns)
                 speeds[name].append(len(sources) / (time.perf_counter() - start))
                 outputs.setdefault(name, [toks.tgt.decode(nb[0].tokens) for nb in hyps])
-    load_after = os.getloadavg()
+    with_load_after(machine)
     ours = outputs[names[0]]
     base = statistics.median(speeds[names[0]])
     print(f"| engine | sentences/s (median of {args.repeats}; range) | vs ours | BLEU | same output as ours |")
     print("|---|---|---|---|---|")
+    rows = {}
     for name in names:
         s = speeds[name]
         bleu = score(outputs[name], [refs])
         same = sum(a == b for a, b in zip(outputs[name], ours))
+        rows[name] = {"sent_s": s, "median_sent_s": statistics.median(s), "vs_ours": statistics.median(s) / base, "bleu": bleu.bleu, "same_as_ours": same}
         print(f"| {name} | {statistics.median(s):.1f} ({min(s):.1f}-{max(s):.1f}) | {statistics.median(s) / base:.2f}x | {bleu.bleu:.2f} | {same}/{len(ours)} |")
     print()
+    ct2_version = __import__("ctranslate2").__version__
     print(f"{len(sources)} sentences of {src.name}, beam {args.beam}, length penalty {decode.length_penalty}, batch {decode.batch_size}, {args.threads} threads; "
-          f"{checkpoint}; torch {torch.__version__}, ctranslate2 {__import__('ctranslate2').__version__}; {platform.processor() or platform.machine()} {os.cpu_count()} cores; "
-          f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after; {bleu.bleu_signature}")
+          f"{checkpoint}; ctranslate2 {ct2_version}; {bleu.bleu_signature}")
+    print(machine_summary(machine))
+    doc = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "checkpoint": str(checkpoint),
+           "sentences": len(sources), "beam": args.beam, "batch": decode.batch_size, "threads": args.threads, "repeats": args.repeats,
+           "ctranslate2": ct2_version, "bleu_signature": bleu.bleu_signature, "engines": rows, "machine": machine}
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(json_path, json.dumps(doc, indent=1))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ Data (``${SYNTAXNMT_DATA:-../shared/data}``): Multi30k ``train.{en,fr}.gz`` (29,
    test_2016_flickr English->French (lowercased and Moses-tokenized like the training corpus,
    beam 5) and scores it with sacreBLEU (13a, on that tokenized lowercased text).
 
-Prints the AER/precision/recall of each; ``--output`` also writes them as JSON.
+Prints the AER/precision/recall of each and the machine (``syntaxnmt.runtime.machine_info``, load
+average before and after); ``--output`` also writes them as JSON.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import torch
 from syntaxnmt.data.links import aer, read_alignments, read_bitext
 from syntaxnmt.config import load_config
 from syntaxnmt.errors import UserError
+from syntaxnmt.runtime import machine_info, machine_summary, with_load_after
 from syntaxnmt.textio import read_lines, write_lines
 
 DATA = Path(os.environ.get("SYNTAXNMT_DATA", "../shared/data"))
@@ -187,6 +189,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not (gold_dir / "enfr.gold").is_file() or not (DATA / "multi30k" / "train.fr.gz").is_file():
         sys.exit(f"hansards_aer: the shared data is missing under {DATA} (set SYNTAXNMT_DATA)")
     t_start = time.perf_counter()
+    machine = machine_info() | {"training_threads": args.threads}
     work = Path(args.work)
     gold_src, gold_tgt = read_bitext(gold_dir / "enfr.src-tgt")
     gold = read_alignments(gold_dir / "enfr.gold", one_indexed=True, src_lengths=[len(s) for s in gold_src], tgt_lengths=[len(t) for t in gold_tgt])
@@ -207,6 +210,7 @@ def main(argv: list[str] | None = None) -> dict:
     for normalizer in args.normalizers.split(","):
         results.update(model_rows(work, normalizer, args, test_en, test_fr, gold, log))
     results["total_minutes"] = (time.perf_counter() - t_start) / 60
+    results["machine"] = with_load_after(machine)
 
     print(f"\nEnglish-French Hansards, {n_gold} test pairs; both aligners saw {len(train_en)} tokenized pairs (Multi30k + test)")
     for key, value in results.items():
@@ -219,6 +223,7 @@ def main(argv: list[str] | None = None) -> dict:
     for key, value in results.items():
         if key.startswith("test_2016_flickr BLEU"):
             print(f"{key:<72} BLEU {value['bleu']:6.2f} chrF {value['chrf']:6.2f}")
+    print(machine_summary(machine) + f" (training threads: {args.threads})")
     if args.output:
         Path(args.output).write_text(json.dumps(results, indent=2))
     return results

@@ -10,7 +10,8 @@ updates, the resident set size (VmRSS) and its peak so far (VmHWM), in MB. Varia
 ``cpu_training_ab.py``: ``bucketN`` (static shapes, oneDNN linears: the CPU default with N=4),
 ``dynamic-onednn`` (every batch its own shape, oneDNN linears), ``dynamic-mkl``, ``bucketN-mkl``.
 The summary gives each variant's peak after 10% of its updates and at the end: flat means the
-two are about equal.
+two are about equal. The JSON also holds the machine (``syntaxnmt.runtime.machine_info``, load
+average before and after).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cpu_training_ab import Variant  # noqa: E402
 
-from syntaxnmt.runtime import keep_freed_memory  # noqa: E402
+from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after  # noqa: E402
 from syntaxnmt.textio import atomic_write_text  # noqa: E402
 
 
@@ -73,13 +74,14 @@ def main() -> int:
         name, updates = args.one.split(":")
         print("RESULT " + json.dumps(one(name, args.config, int(updates), args.every, overrides)))
         return 0
-    results = []
+    results, machine = [], machine_info()
     for spec in args.variants.split(","):
         cmd = [sys.executable, __file__, "--config", args.config, "--every", str(args.every), "--threads", str(args.threads), "--one", spec.strip(), *overrides]
         out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True).stdout
         results.append(json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:]))
         print(summary(results[-1]), flush=True)
-    doc = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "results": results}
+    print(machine_summary(with_load_after(machine)) + f" (variants' threads: {args.threads or 'torch default'})")
+    doc = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "results": results, "machine": machine}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.json, json.dumps(doc, indent=1))
     print(f"results: {args.json}")

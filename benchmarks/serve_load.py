@@ -19,14 +19,17 @@ that the budget admits (the 413's ``work`` and ``max_work`` tell how many), and,
 ``--heavy-clients`` clients sending one-sentence requests back to back (at most
 ``--heavy-max-requests``). Prints what the heavy request got, and the small requests' errors and
 latency: their p95 must stay under 2 s.
+Also the machine (``syntaxnmt.runtime.machine_info``, load average before and after); all go to ``--json``
+(default benchmarks/out/serve_load.json). The server runs as the ``syntaxnmt`` command does
+(passive OpenMP waiting, the thread policy unless ``--threads``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
-import platform
 import signal
 import socket
 import statistics
@@ -38,6 +41,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import httpx
+
+from syntaxnmt.runtime import machine_info, machine_summary, with_load_after
+from syntaxnmt.textio import atomic_write_text
 
 
 def default_checkpoint(directory: Path, minutes: float, threads: int) -> Path:
@@ -240,9 +246,9 @@ def main() -> None:
     ap.add_argument("--case", choices=["load", "heavy", "both"], default="both", help="the load test, the heavy-request case, or both (default)")
     ap.add_argument("--heavy-clients", type=int, default=8, help="clients sending one-sentence requests beside the heavy request")
     ap.add_argument("--heavy-max-requests", type=int, default=2000, help="at most this many small requests in the heavy case")
+    ap.add_argument("--json", default="benchmarks/out/serve_load.json", help="figures and the machine record")
     args = ap.parse_args()
 
-    load_at_start = os.getloadavg()[0]
     directory = Path(args.dir)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the server (finally) on kill too
     checkpoint = Path(args.checkpoint) if args.checkpoint else default_checkpoint(directory, args.minutes, args.threads)
@@ -252,6 +258,7 @@ def main() -> None:
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    machine = machine_info()
     proc = start_server(checkpoint, port, args.device, args.threads)
     heavy = None
     try:
@@ -268,9 +275,11 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+    with_load_after(machine)
 
     print(f"server: {checkpoint} on {info['device']} ({info['arch']}, {info['encoder_layers']}+{info['decoder_layers']} layers), beam {args.beam or info['beam']}, threads {args.threads or 'default'}")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs visible, load average {load_at_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
+    server_threads = args.threads or "the thread policy's"
+    print(machine_summary(machine) + f" (this script's; the server runs as `python -m syntaxnmt serve`, with the command's OpenMP defaults and {server_threads} threads)")
     ok = True
     if heavy is not None:
         ok = print_heavy(heavy, args.heavy_clients)
@@ -286,6 +295,15 @@ def main() -> None:
     batches = after["batches"] - before["batches"]
     print(f"server batches: {batches} (mean {(after['items'] - before['items']) / max(batches, 1):.1f} sentences, {(after['jobs'] - before['jobs']) / max(batches, 1):.1f} requests)")
     print(f"throughput: {n_sent / wall:.1f} sentences/s ({len(bodies) / wall:.1f} requests/s, {wall:.1f} s)")
+    doc = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "checkpoint": str(checkpoint),
+        "server": info, "beam": args.beam or info["beam"], "threads": args.threads or "the thread policy", "requests": len(bodies), "sentences": n_sent,
+        "concurrency": args.concurrency, "errors": len(errors), "inconsistent": inconsistent(bodies, answers),
+        "latency_ms": {"p50": percentile(ms, 50), "p95": percentile(ms, 95), "p99": percentile(ms, 99), "max": max(ms)},
+        "sentences_per_s": n_sent / wall, "requests_per_s": len(bodies) / wall, "seconds": wall, "machine": machine,
+    }
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.json, json.dumps(doc, indent=1))
     sys.exit(1 if errors or not ok else 0)
 
 

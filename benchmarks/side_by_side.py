@@ -24,6 +24,11 @@ Same data, same model, same measurements for every toolkit (method: docs/benchma
   wall clock of the whole command (start-up and model loading included). Hypothesis lengths are
   checked.
 - Memory: peak resident set size (max RSS, from wait4) of the training and of the decoding process.
+- Threads: ``--threads T`` sets OMP_NUM_THREADS/MKL_NUM_THREADS for every toolkit; without it each
+  runs as its users get it: the peers with torch's default, syntaxnmt as its command does
+  (passive OpenMP waiting and the thread policy, docs/benchmarks.md "Thread policy").
+- The machine: ``syntaxnmt.runtime.machine_info`` (CPU, instruction-set flags, torch/oneDNN/MKL,
+  thread settings, load average before and after the run) in the results file and the output.
 
 Each toolkit runs in its own process, one after another, round-robin over --repeats rounds;
 medians are reported with the ratios syntaxnmt/peer. Results and the exact command go to
@@ -41,7 +46,6 @@ import argparse
 import datetime as _dt
 import json
 import os
-import platform
 import re
 import shlex
 import shutil
@@ -52,6 +56,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from syntaxnmt.runtime import THREAD_VARIABLES, machine_info, machine_summary, with_load_after
 from syntaxnmt.textio import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -653,18 +658,19 @@ class Syntaxnmt(Toolkit):
         cfg = str(self.root.parent / "syntaxnmt.yaml")
         tlog = run_dir / "train.log"
         cmd = [sys.executable, script, "train", "--config", cfg, "--updates", str(self.updates - SKIP_UPDATES), "--warmup", str(SKIP_UPDATES)]
-        res = run_measured(cmd, tlog, self.env, ROOT)
+        env = {**self.env, "PYTHONPATH": str(ROOT)}  # this checkout's syntaxnmt
+        res = run_measured(cmd, tlog, env, ROOT)
         check_rc(res, "syntaxnmt training", tlog)
         t = _result_line(tlog)
         test_src = self.pieces / f"test{TINY_SENTENCES}.raw.en" if self.tiny else Path(os.environ["SYNTAXNMT_DATA"]) / "multi30k" / "test_2016_flickr.en.gz"
         dlog = run_dir / "decode.log"
         cmd = [sys.executable, script, "decode", "--config", cfg, "--test-src", str(test_src), "--beam", str(BEAM), "--force-length", str(FORCE_LEN)]
-        dres = run_measured(cmd, dlog, self.env, ROOT)
+        dres = run_measured(cmd, dlog, env, ROOT)
         check_rc(dres, "syntaxnmt decoding", dlog)
         d = _result_line(dlog)
         clog = run_dir / "check.log"
         cmd[2] = "check"
-        run_quiet(cmd, clog, self.env, ROOT, "syntaxnmt length check")
+        run_quiet(cmd, clog, env, ROOT, "syntaxnmt length check")
         d.update(_result_line(clog))
         if d["sentences"] != self.n_test:
             raise Failure(f"syntaxnmt decoded {d['sentences']} sentences, expected {self.n_test}")
@@ -673,7 +679,7 @@ class Syntaxnmt(Toolkit):
             "train_peak_mb": res["peak_mb"], "train_wall_s": res["wall_s"], "params": t["params"],
             "decode_sent_s": d["decode_sent_s_own_timer"], "decode_sent_s_wall": self.n_test / dres["wall_s"],
             "decode_peak_mb": dres["peak_mb"], "hyp_lengths": d["hyp_lengths_checked"], "sentences": d["sentences"],
-            "torch_threads": d["torch_threads"],
+            "torch_threads": d["torch_threads"], "threads": d.get("threads"), "omp_wait_policy": d.get("omp_wait_policy"),
         }
 
 
@@ -797,6 +803,7 @@ def main() -> int:
     env = clean_env(args.threads)
     command = shlex.join([Path(sys.executable).name, *sys.argv])
     t_start = time.perf_counter()
+    machine = machine_info()
 
     peers = [t for t in toolkits if t in PEERS]
     if peers and not args.no_install:
@@ -844,9 +851,9 @@ def main() -> int:
                 f"peak RSS {res['train_peak_mb']:.0f}/{res['decode_peak_mb']:.0f} MB, {res['params']:,} params, {res['seconds']:.0f} s"
             )
 
-    this_run = {"command": command, "date": _dt.datetime.now().isoformat(timespec="seconds"), "toolkits": toolkits,
-                "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "python": platform.python_version(),
-                            "load_average_at_end": os.getloadavg(), "threads": args.threads or "torch default"}}
+    # The thread variables every toolkit's process started with (not this one's).
+    machine = with_load_after(machine) | {"threads": args.threads or "each toolkit's default", "env": {k: env.get(k) for k in THREAD_VARIABLES}}
+    this_run = {"command": command, "date": _dt.datetime.now().isoformat(timespec="seconds"), "toolkits": toolkits, "machine": machine}
     for res in runs:
         res["date"] = this_run["date"]
     setting = {"tiny": args.tiny, "updates": args.updates, "seed": SEED, "vocab": VOCAB, "layers": LAYERS, "d_model": D_MODEL, "heads": HEADS,
@@ -862,6 +869,7 @@ def main() -> int:
           f"{TINY_SENTENCES if args.tiny else data['test_sentences']} sentences, medians of {args.repeats} round(s)")
     for line in lines:
         print(line)
+    print(machine_summary(machine))
     for t in merged:
         if t not in toolkits:
             dates = sorted({r.get("date", "?") for r in runs if r["toolkit"] == t})

@@ -7,15 +7,18 @@ Training: target tokens/s over ``--updates`` updates after ``--warmup`` untimed 
 recipe's batches (prepared corpus required: ``syntaxnmt prepare CONFIG``). Decoding: beam-5
 sentences/s over the 1,000 sentences of test_2016_flickr (the trained checkpoint if given, else
 the freshly initialised model; ``--force-length N`` makes every hypothesis exactly N subwords, so
-briefly trained models are compared fairly).
+briefly trained models are compared fairly). The figures and the machine they were measured on
+(``syntaxnmt.runtime.machine_info``, load average before and after) also go to ``--json``
+(default benchmarks/out/speed.json).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import platform
 import resource
+import sys
 import time
 from pathlib import Path
 
@@ -23,11 +26,11 @@ import numpy as np
 import torch
 
 from syntaxnmt.config import load_config
-from syntaxnmt.runtime import keep_freed_memory
+from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after
 from syntaxnmt.model import build_model
 from syntaxnmt.data.prepare import feature_vocab_sizes, load_tokenizers
 from syntaxnmt.data.batches import TokenBatchSampler
-from syntaxnmt.textio import read_lines
+from syntaxnmt.textio import atomic_write_text, read_lines
 from syntaxnmt.training.loop import seed_everything
 from syntaxnmt.training.distributed import World
 from syntaxnmt.errors import UserError
@@ -97,6 +100,7 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--skip-training", action="store_true")
     ap.add_argument("--skip-decoding", action="store_true")
+    ap.add_argument("--json", default="benchmarks/out/speed.json", help="results and the machine record")
     args, overrides = ap.parse_known_args()
     if args.updates < 1 or args.warmup < 0 or args.beam < 1 or args.force_length < 0:
         raise UserError("--updates and --beam must be at least 1, --warmup and --force-length at least 0")
@@ -105,6 +109,7 @@ def main() -> None:
     device = resolve_device(args.device)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
+    machine = machine_info()
     data = os.environ.get("SYNTAXNMT_DATA", "../shared/data")
     test_src = Path(args.test_src or f"{data}/multi30k/test_2016_flickr.en.gz")
     train_tps = float("nan") if args.skip_training else measure_training(cfg, device, args.updates, args.warmup)
@@ -114,11 +119,21 @@ def main() -> None:
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if device.type == "cuda":
         peak_mb = torch.cuda.max_memory_allocated() / 2**20
+    with_load_after(machine)
     print(
         f"{cfg.name}: train {train_tps:.0f} tgt tok/s ({args.updates} updates, max_tokens {cfg.train.max_tokens}, {settings}) | "
         f"decode beam {args.beam}: {sent_s:.1f} sent/s ({n} sentences{f', forced length {args.force_length}' if args.force_length else ''}) | "
-        f"peak {'GPU memory' if device.type == 'cuda' else 'RSS'} {peak_mb:.0f} MB | {device} threads {torch.get_num_threads()} | torch {torch.__version__} | {platform.processor() or platform.machine()} {os.cpu_count()} cores"
+        f"peak {'GPU memory' if device.type == 'cuda' else 'RSS'} {peak_mb:.0f} MB | {device} threads {torch.get_num_threads()}"
     )
+    print(machine_summary(machine))
+    result = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "config": cfg.name,
+        "train_tok_s": None if args.skip_training else train_tps, "updates": args.updates, "max_tokens": cfg.train.max_tokens, "settings": settings,
+        "decode_sent_s": None if args.skip_decoding else sent_s, "sentences": n, "beam": args.beam, "force_length": args.force_length,
+        "peak_mb": peak_mb, "device": str(device), "threads": torch.get_num_threads(), "machine": machine,
+    }
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.json, json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

@@ -14,19 +14,26 @@ the baseline's median. Prints one line per variant.
 ``--decode N``: then each (briefly trained) model translates the first N dev sentences with beam 5,
 every hypothesis forced to 20 subwords, in ``--rounds`` interleaved rounds; the median sentences/s
 is printed relative to the baseline's (models with source features get the dev parses).
+
+The figures and the machine (``syntaxnmt.runtime.machine_info``, load average before and after)
+also go to ``--json`` (default benchmarks/out/syntax_overhead.json).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 from syntaxnmt.data.batches import TokenBatchSampler
 from syntaxnmt.config import load_config
-from syntaxnmt.runtime import keep_freed_memory
+from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after
+from syntaxnmt.textio import atomic_write_text
 from syntaxnmt.training.optim import build_optimizer
 from syntaxnmt.data.prepare import load_split, load_tokenizers
 from syntaxnmt.training.loop import seed_everything
@@ -55,10 +62,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--decode", type=int, default=0, help="also time the translation of this many dev sentences")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--json", default="benchmarks/out/syntax_overhead.json", help="figures and the machine record")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     keep_freed_memory()  # as the syntaxnmt command does
+    machine = machine_info()
     device = torch.device("cpu")
     runs = []
     for path in args.configs:
@@ -77,16 +86,26 @@ def main() -> None:
             if u >= args.warmup:
                 r["times"].append(time.perf_counter() - t0)
     base = statistics.median(runs[0]["times"])
-    for r in runs:
+    rows = []
+    for path, r in zip(args.configs, runs):
         med = statistics.median(r["times"])
         n_params = sum(p.numel() for p in r["model"].parameters())
+        rows.append({"config": path, "name": r["cfg"].name, "s_per_update": med, "vs_baseline": med / base, "params": n_params})
         print(f"{r['cfg'].name}: {med:.3f} s/update (median of {args.updates}), {med / base:.3f}x baseline, {n_params / 1e6:.2f}M params, threads {torch.get_num_threads()}")
     if args.decode:
-        time_decoding(runs, args.decode, args.rounds, device)
+        for row, (sent_s, rel) in zip(rows, time_decoding(runs, args.decode, args.rounds, device)):
+            row |= {"decode_sent_s": sent_s, "decode_vs_baseline": rel}
+    with_load_after(machine)
+    print(machine_summary(machine))
+    doc = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "updates": args.updates,
+           "threads": torch.get_num_threads(), "decode_sentences": args.decode, "rounds": args.rounds, "configs": rows, "machine": machine}
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.json, json.dumps(doc, indent=1))
 
 
-def time_decoding(runs: list[dict], n: int, rounds: int, device: torch.device) -> None:
-    """Interleaved rounds of translating the first ``n`` dev sentences (beam 5, forced length 20)."""
+def time_decoding(runs: list[dict], n: int, rounds: int, device: torch.device) -> list[tuple[float, float]]:
+    """Interleaved rounds of translating the first ``n`` dev sentences (beam 5, forced length 20):
+    (median sentences/s, relative to the baseline) of each run."""
     for r in runs:
         dev = load_split(r["cfg"], "dev")
         r["sources"] = [dev["src"][i] for i in range(min(n, len(dev)))]
@@ -101,9 +120,12 @@ def time_decoding(runs: list[dict], n: int, rounds: int, device: torch.device) -
                 translate_ids(r["model"], r["sources"], r["decode"], device, annotations=r["annotations"])
             r["speeds"].append(len(r["sources"]) / (time.perf_counter() - t0))
     base = statistics.median(runs[0]["speeds"])
+    out = []
     for r in runs:
         med = statistics.median(r["speeds"])
+        out.append((med, med / base))
         print(f"{r['cfg'].name}: decode {med:.1f} sent/s (beam 5, length 20, {len(r['sources'])} dev sentences, median of {rounds}), {med / base:.3f}x baseline")
+    return out
 
 
 if __name__ == "__main__":

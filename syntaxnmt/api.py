@@ -52,7 +52,7 @@ from syntaxnmt.decoding.translate import (
 )
 from syntaxnmt.errors import UserError
 from syntaxnmt.model.outputs import layer_head
-from syntaxnmt.runtime import resolve_device, set_threads
+from syntaxnmt.runtime import configure_threads, resolve_device
 
 __all__ = ["Attention", "Candidate", "Translation", "Translator"]
 
@@ -150,7 +150,8 @@ class Translator:
         paths = [Path(p) for c in checkpoints for p in ([c] if isinstance(c, (str, Path)) else c)]
         if not paths:
             raise UserError("give at least one checkpoint")
-        set_threads(threads)
+        if threads is not None:
+            configure_threads(threads)
         dev = device if isinstance(device, torch.device) else resolve_device(device)
         files = [checkpoint_file(p) for p in paths]
         model, cfg, toks = load_ensemble(files, dev) if len(files) > 1 else load_model(files[0], dev)

@@ -43,7 +43,7 @@ from syntaxnmt.experiments.demo import run_demo
 from syntaxnmt.experiments.runner import run_set
 from syntaxnmt.metrics import evaluate_report
 from syntaxnmt.model.linear import configure
-from syntaxnmt.runtime import resolve_device, run_command, set_threads
+from syntaxnmt.runtime import configure_threads, resolve_device, run_command
 from syntaxnmt.serving.server import Limits, serve
 from syntaxnmt.textio import atomic_write_text, package_version, read_lines, write_lines
 from syntaxnmt.training.joint import train_joint
@@ -100,12 +100,17 @@ def cmd_prepare(args, extra) -> None:
     prepare(_config(args, extra), force=args.force)
 
 
+def _with_threads(args, extra: list[str]) -> list[str]:
+    """``--threads N`` of a training command as the config override ``--train.threads=N``."""
+    return [*extra, f"--train.threads={args.threads}"] if args.threads else extra
+
+
 def cmd_train(args, extra) -> None:
-    train(_config(args, extra), resume=args.resume)
+    train(_config(args, _with_threads(args, extra)), resume=args.resume)
 
 
 def cmd_train_joint(args, extra) -> None:
-    train_joint(_config(args, extra), resume=args.resume)
+    train_joint(_config(args, _with_threads(args, extra)), resume=args.resume)
 
 
 def cmd_align_external(args, extra) -> None:
@@ -380,13 +385,13 @@ def cmd_synthetic(args, extra) -> None:
 
 
 def cmd_demo(args, extra) -> None:
-    run_demo(Path(args.dir), minutes=args.minutes, overrides=extra, fresh=args.fresh)
+    run_demo(Path(args.dir), minutes=args.minutes, overrides=_with_threads(args, extra), fresh=args.fresh)
 
 
-def _threads_flag(s: argparse.ArgumentParser) -> None:
-    """``--threads N`` for a command that computes with torch (:func:`syntaxnmt.runtime.set_threads`,
-    applied before the command runs); training takes ``--train.threads``."""
-    s.add_argument("--threads", type=int, help="torch CPU threads (default: torch's, one per core; on a shared machine give fewer)")
+def _threads_flag(s: argparse.ArgumentParser, what: str = "") -> None:
+    """``--threads N``: torch CPU threads of the command (:func:`syntaxnmt.runtime.configure_threads`)."""
+    s.add_argument("--threads", type=int, help=f"torch CPU threads{what} (default: every core, fewer when other processes keep cores busy; docs/benchmarks.md)")
+
 
 
 def _trust_flag(s: argparse.ArgumentParser) -> None:
@@ -426,12 +431,14 @@ def _training_commands(sub) -> None:
     s = sub.add_parser("train", help="train the model of a config")
     s.add_argument("config")
     s.add_argument("--resume", action="store_true", help="continue from <work_dir>/last.pt")
+    _threads_flag(s, ", as --train.threads=N")
     _trust_flag(s)
     s.set_defaults(func=cmd_train)
 
     s = sub.add_parser("train-joint", help="train a source->target and a target->source model jointly (bilingual symmetry)")
     s.add_argument("config")
     s.add_argument("--resume", action="store_true", help="continue from <work_dir>/{forward,reverse}/last.pt")
+    _threads_flag(s, ", as --train.threads=N")
     _trust_flag(s)
     s.set_defaults(func=cmd_train_joint)
 
@@ -456,6 +463,7 @@ def _training_commands(sub) -> None:
     s.add_argument("--dir", default="syntaxnmt-demo", help="where the corpus and the run go (default: ./syntaxnmt-demo)")
     s.add_argument("--minutes", type=float, default=4.0, help="training time budget (default: 4)")
     s.add_argument("--fresh", action="store_true", help="discard a previous demo run in --dir (only a folder the demo wrote)")
+    _threads_flag(s, " for training and translating")
     _trust_flag(s)
     s.set_defaults(func=cmd_demo)
 
@@ -688,10 +696,11 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(args, extra: list[str]) -> None:
-    """Run the command: a bad SYNTAXNMT_ONEDNN_LINEAR is a user error before any work, and
+    """Run the command: a bad SYNTAXNMT_ONEDNN_LINEAR is a user error before any work, torch's CPU
+    threads follow the thread policy (the command's ``--threads`` when it has one), and
     ``--trust-checkpoint`` holds for the command's duration when given."""
     configure()
-    set_threads(getattr(args, "threads", None))
+    configure_threads(getattr(args, "threads", None))
     if not getattr(args, "trust_checkpoint", False):
         return args.func(args, extra)
     with trusting_checkpoints():

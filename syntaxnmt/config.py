@@ -527,7 +527,7 @@ class TrainConfig(_Section):
     ``syntaxnmt average-checkpoints`` (0 = off)."""
     tensorboard: bool = True
     threads: NonNegativeInt = 0
-    """torch CPU threads (0 = torch's default)."""
+    """torch CPU threads (0: the command's thread policy, :func:`syntaxnmt.runtime.configure_threads`: every core, fewer when other processes keep cores busy)."""
     device: str = "auto"
     """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``."""
     precision: Literal["auto", "fp32", "tf32", "bf16"] = "auto"

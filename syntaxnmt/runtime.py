@@ -1,20 +1,39 @@
 """The process around a command: exit codes and signals (:func:`run_command`), the device
-(:func:`resolve_device`), CPU threads (:func:`set_threads`) and CPU memory settings.
+(:func:`resolve_device`), CPU memory settings, CPU threads (:func:`configure_threads`) and the
+machine's description for benchmarks (:func:`machine_info`).
 
 Training allocates and frees tensors of tens to hundreds of MB every update (the logits of a
 4k-token batch over an 8k vocabulary take 131 MB). glibc's malloc serves blocks that large with
 ``mmap`` and unmaps them on ``free``, so every update pays for page faults on freshly mapped
 memory -- on a 2-core machine more than the log-softmax itself. :func:`keep_freed_memory` raises
 the mmap and trim thresholds (``mallopt``), so freed blocks stay in the heap and are reused.
+
+CPU threads (:func:`configure_threads`, docs/benchmarks.md "Thread policy"): a command uses every
+core it may run on, minus the cores other processes keep busy, and at least one. torch's
+threads meet at a barrier after every parallel operation: when another process holds one of the
+cores, every barrier waits for the thread it preempted, so two threads beside one busy process can
+be several times slower than one thread. The other load is the smaller of the 1-minute load
+average (scaled to this process's cores) and the cores that other processes kept busy over a
+tenth of a second now (``/proc/stat``): the first alone still counts a run that has just ended,
+the second alone a burst. A count the user gives (``--threads``, ``train.threads``,
+``OMP_NUM_THREADS``) wins. The other half of the policy, passive OpenMP waiting, must be set
+before torch loads its OpenMP runtime: ``syntaxnmt/__main__.py`` does it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import math
+import os
+import platform
+import re
 import signal
 import sys
-from typing import Callable
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Collection, Mapping
 
 import torch
 
@@ -40,6 +59,232 @@ def keep_freed_memory() -> bool:
     return ok
 
 
+def cpu_cores() -> int:
+    """The CPU cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def load_average() -> list[float] | None:
+    """The 1-, 5- and 15-minute load averages (None where the system has none)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _cpu_jiffies(cpus: Collection[int]) -> tuple[int, int] | None:
+    """(busy, total) clock ticks of ``cpus`` since boot, from /proc/stat; iowait counts as idle and
+    steal (time the hypervisor gave to another machine) as busy."""
+    try:
+        lines = Path("/proc/stat").read_text().splitlines()
+    except OSError:
+        return None
+    busy = total = 0
+    for line in lines:
+        name, *fields = line.split() or [""]
+        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+            user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in (fields + ["0"] * 8)[:8])
+            busy += user + nice + system + irq + softirq + steal
+            total += user + nice + system + idle + iowait + irq + softirq + steal
+    return (busy, total) if total else None
+
+
+def busy_cores(seconds: float = 0.1, cpus: Collection[int] | None = None) -> float | None:
+    """How many of ``cpus`` (default: those this process may run on) other processes keep busy:
+    their busy share over the next ``seconds``, times their number, less this process's own CPU
+    time; None where /proc/stat cannot be read."""
+    if cpus is None:
+        try:
+            cpus = os.sched_getaffinity(0)
+        except AttributeError:
+            return None
+    before, own, start = _cpu_jiffies(cpus), time.process_time(), time.perf_counter()
+    time.sleep(seconds)
+    after, own, wall = _cpu_jiffies(cpus), time.process_time() - own, time.perf_counter() - start
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    share = (after[0] - before[0]) / (after[1] - before[1])
+    return max(0.0, share * len(cpus) - own / wall)
+
+
+def policy_threads(cores: int, other_load: float) -> int:
+    """Threads for a machine with ``cores`` cores of which other processes keep ``other_load``
+    busy: the free cores, rounded to the nearest whole core (halves up), at least one."""
+    return max(1, min(cores, cores - math.floor(other_load + 0.5)))
+
+
+def other_load(cores: int) -> tuple[float, str]:
+    """The cores' worth of work other processes are running now, and how it was measured: the
+    smaller of the 1-minute load average (scaled from all CPUs to this process's ``cores``) and
+    :func:`busy_cores`, measured only when the load average alone would take a core away."""
+    avg = load_average()
+    if avg is None:
+        busy = busy_cores()
+        return (0.0, "no load average") if busy is None else (busy, f"{busy:.1f} cores busy now")
+    scaled = avg[0] * cores / (os.cpu_count() or cores)
+    if policy_threads(cores, scaled) == cores:
+        return scaled, f"load average {avg[0]:.2f}"
+    busy = busy_cores()
+    if busy is None:
+        return scaled, f"load average {avg[0]:.2f}"
+    return min(scaled, busy), f"load average {avg[0]:.2f}, {busy:.1f} cores busy now"
+
+
+_threads_note = ""
+
+
+def configure_threads(requested: int | None = None, *, environ: Mapping[str, str] = os.environ, cores: int | None = None, load: float | None = None) -> int:
+    """Set torch's CPU threads for a command and return them. ``requested`` (``--threads N``,
+    ``train.threads``; None or 0: not given) wins; else a valid ``OMP_NUM_THREADS`` in ``environ``; else
+    :func:`policy_threads` of ``cores`` (default :func:`cpu_cores`) and the other processes' load
+    (default :func:`other_load`; ``cores`` and ``load`` are given by tests)."""
+    global _threads_note
+    if requested is not None and requested < 0:
+        raise UserError(f"--threads {requested}: give at least 1 (or 0 for the default)")
+    omp = environ.get("OMP_NUM_THREADS", "").strip()
+    if requested:
+        threads, _threads_note = requested, "as requested"
+    elif omp.isdigit() and int(omp) > 0:
+        threads, _threads_note = int(omp), "from OMP_NUM_THREADS"
+    else:
+        cores = cores or cpu_cores()
+        measured, how = (load, f"other load {load:.1f}") if load is not None else other_load(cores)
+        threads = policy_threads(cores, measured)
+        _threads_note = f"of {cores} cores" + ("" if threads == cores else f" (busy machine: {how}; --threads N to choose)")
+    torch.set_num_threads(threads)
+    return threads
+
+
+def describe_threads() -> str:
+    """torch's CPU threads now and why, for a command's log: ``2 threads of 2 cores``, ``1 thread
+    of 2 cores (busy machine: ...)``, ``3 threads as requested``."""
+    n = torch.get_num_threads()
+    return f"{n} thread{'s' if n != 1 else ''}" + (f" {_threads_note}" if _threads_note else "")
+
+
+ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
+
+
+@lru_cache(maxsize=1)
+def _cpuinfo() -> tuple[str | None, frozenset[str], int | None]:
+    """(model name, flags, physical cores) from /proc/cpuinfo (None, empty, None where absent)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return None, frozenset(), None
+    model, flags, cores, physical = None, frozenset(), set(), "0"
+    for line in text.splitlines():
+        key, _, value = (part.strip() for part in line.partition(":"))
+        if key in ("model name", "Hardware", "cpu model") and model is None:
+            model = value
+        elif key in ("flags", "Features") and not flags:
+            flags = frozenset(value.split())
+        elif key == "physical id":
+            physical = value
+        elif key == "core id":
+            cores.add((physical, value))
+    return model, flags, len(cores) or None
+
+
+def _config_version(pattern: str, text: str) -> str | None:
+    m = re.search(pattern, text)
+    return m.group(1) if m else None
+
+
+def _openmp_runtimes() -> list[str]:
+    """The OpenMP libraries this process has loaded (libgomp, libiomp5, libomp), each as
+    ``folder/file`` (e.g. ``lib/libgomp.so.1`` of torch; other packages may bring their own)."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return []
+    found = re.findall(r"\s(/\S*/lib(?:gomp|iomp5|omp)\b[^/\s]*\.so[^/\s]*)$", maps, re.MULTILINE)
+    return sorted({"/".join(Path(p).parts[-3 if Path(p).parent.name in ("lib", "lib64") else -2 :]) for p in found})
+
+
+def _cpu_quota() -> float | None:
+    """The cgroup v2 CPU limit in cores (``cpu.max``), None when unlimited or unknown."""
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        return None
+
+
+def machine_info() -> dict:
+    """What a benchmark figure depends on, as JSON-ready values: the CPU (model, logical CPUs,
+    those usable by this process, physical cores, cgroup quota, the instruction-set flags of
+    :data:`ISA_FLAGS` and any ``amx_*``, the kernels torch dispatches to), torch and its oneDNN,
+    MKL and OpenMP, the thread settings (torch's threads, :data:`THREAD_VARIABLES`, the thread
+    policy's reason) and the load average when called (``load_average_before``; a benchmark adds
+    ``load_average_after`` with :func:`with_load_after`)."""
+    model, flags, physical = _cpuinfo()
+    config = torch.__config__.show()
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    return {
+        "cpu": model or platform.processor() or platform.machine(),
+        "arch": platform.machine(),
+        "logical_cpus": os.cpu_count(),
+        "usable_cpus": usable,
+        "physical_cores": physical,
+        "cpu_quota": _cpu_quota(),
+        "isa": {f: f in flags for f in [*ISA_FLAGS, *sorted(f for f in flags if f.startswith("amx_") and f not in ISA_FLAGS)]},
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "python": platform.python_version(),
+        "os": platform.platform(),
+        "torch": torch.__version__,
+        "onednn": _config_version(r"(?:MKL-DNN|oneDNN) v([\w.]+)", config) if torch.backends.mkldnn.is_available() else None,
+        "mkl": _config_version(r"Math Kernel Library Version ([\w.]+)", config) if torch.backends.mkl.is_available() else None,
+        "openmp": _config_version(r"OpenMP (\d+)", config),
+        "openmp_runtimes": _openmp_runtimes(),
+        "torch_threads": torch.get_num_threads(),
+        "thread_policy": _threads_note or None,
+        "env": {k: os.environ.get(k) for k in THREAD_VARIABLES},
+        "load_average_before": load_average(),
+    }
+
+
+def with_load_after(info: dict) -> dict:
+    """``info`` with the load average now as ``load_average_after`` (at the end of a benchmark)."""
+    info["load_average_after"] = load_average()
+    return info
+
+
+def _openmp_shown(info: dict) -> str:
+    """torch's OpenMP library, and how many other copies are loaded."""
+    libs = info.get("openmp_runtimes") or []
+    ours = [lib for lib in libs if lib.startswith("torch/")] or libs[:1]
+    shown = ours[0] if ours else info.get("openmp") or "-"
+    others = len(libs) - len(ours[:1])
+    return shown + (f" (+{others} other cop{'y' if others == 1 else 'ies'})" if others > 0 else "")
+
+
+def machine_summary(info: dict) -> str:
+    """:func:`machine_info` in two lines for a benchmark's printed table."""
+    isa = " ".join(f for f, present in info["isa"].items() if present) or "none of " + ", ".join(ISA_FLAGS[:4])
+    cores = f"{info['logical_cpus']} CPUs ({info['usable_cpus']} usable" + (f", {info['physical_cores']} physical cores" if info.get("physical_cores") else "") + (f", quota {info['cpu_quota']:g}" if info.get("cpu_quota") else "") + ")"
+    env = ", ".join(f"{k} {v if v is not None else 'unset'}" for k, v in info["env"].items() if v is not None or k in THREAD_VARIABLES[:3])
+
+    def load(key: str) -> str:
+        avg = info.get(key)
+        return "/".join(f"{x:.2f}" for x in avg) if avg else "?"
+
+    after = f", after {load('load_average_after')}" if "load_average_after" in info else ""
+    return (
+        f"machine: {info['cpu']}, {cores}; ISA {isa} (torch kernels {info['torch_cpu_capability']}); "
+        f"torch {info['torch']}, oneDNN {info['onednn'] or '-'}, MKL {info['mkl'] or '-'}, OpenMP {_openmp_shown(info)}\n"
+        f"threads: torch {info['torch_threads']}" + (f" {info['thread_policy']}" if info.get("thread_policy") else "") + f", {env}; "
+        f"load average (1/5/15 min) before {load('load_average_before')}{after}"
+    )
+
+
 def resolve_device(name: str) -> torch.device:
     """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``; anything else, or CUDA on a
     machine without it, is a user error."""
@@ -52,16 +297,6 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"device {name!r}: this machine has no CUDA GPU that torch can use (try cpu)")
     return device
-
-
-def set_threads(n: int | None) -> None:
-    """``--threads N``: the CPU threads torch computes with (None: torch's default, one per core).
-    On a shared machine fewer threads than cores avoid threads spinning against each other."""
-    if n is None:
-        return
-    if n < 1:
-        raise UserError(f"--threads {n}: give at least 1")
-    torch.set_num_threads(n)
 
 
 def _raise_interrupted(signum, frame) -> None:

@@ -7,6 +7,7 @@ one-layer Transformer with d_model 32, so a training run of a few dozen updates 
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ N_TRAIN, N_DEV, N_TEST = 600, 30, 30
 # The models here are tiny: one thread is as fast, and several threads on a busy machine spin
 # against each other (a search that takes 10 ms on one thread can take seconds on two).
 torch.set_num_threads(1)
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # which the commands run in-process keep (runtime.configure_threads)
 
 
 def quiet(*_args, **_kwargs) -> None:

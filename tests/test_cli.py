@@ -321,9 +321,10 @@ COMPUTING = {
 
 @pytest.mark.parametrize("command", list(COMPUTING))
 def test_commands_that_compute_take_threads(capsys, command):
-    """One shared --threads: 0 is refused before any work; N sets torch's threads."""
-    code, _, err = run_cli(capsys, command, *COMPUTING[command], "--threads", "0")
-    assert_one_line_error(code, err, "--threads 0: give at least 1")
+    """One shared --threads (syntaxnmt.runtime.configure_threads): a negative count is refused
+    before any work; 0 means the default thread policy; N sets torch's threads."""
+    code, _, err = run_cli(capsys, command, *COMPUTING[command], "--threads", "-1")
+    assert_one_line_error(code, err, "--threads -1: give at least 1 (or 0 for the default)")
 
 
 def test_threads_set_torchs_threads(capsys, monkeypatch, trained_run):
@@ -438,7 +439,7 @@ def test_subprocess_meaningless_counts_are_refused_in_one_line(tmp_path, argv, f
 @pytest.mark.parametrize(
     "argv, fragments",
     [
-        (["serve", "--threads", "-3"], ["syntaxnmt: error: --threads -3: give at least 1"]),
+        (["serve", "--threads", "-3"], ["syntaxnmt: error: --threads -3: give at least 1 (or 0 for the default)"]),
         (["serve", "--threads", "two"], ["serve: argument --threads: invalid int value: 'two'"]),
         (["trian", "x.yaml"], ["argument COMMAND: invalid choice: 'trian'", "(see `syntaxnmt --help`)"]),
         (["translate", "--beam"], ["translate: argument --beam: expected one argument"]),

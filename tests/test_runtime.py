@@ -1,13 +1,18 @@
-"""The process around a command: glibc memory settings, the device, exit codes."""
+"""The process around a command: glibc memory settings, the device, CPU threads, the machine record."""
 
+import json
+import os
 import subprocess
 import sys
 
 import pytest
 import torch
+from test_cli import run_cli, subprocess_env
 
+from syntaxnmt import runtime
+from syntaxnmt.__main__ import openmp_defaults
 from syntaxnmt.errors import UserError
-from syntaxnmt.runtime import keep_freed_memory, resolve_device
+from syntaxnmt.runtime import ISA_FLAGS, busy_cores, configure_threads, describe_threads, keep_freed_memory, machine_info, machine_summary, policy_threads, resolve_device, with_load_after
 
 # Allocate and free a 32 MB block 10 times, then print the minor page faults it caused. With glibc's
 # defaults the block is mmap-ed and unmapped every time (every page faults anew); with
@@ -51,3 +56,121 @@ def test_resolve_device():
     if not torch.cuda.is_available():
         with pytest.raises(UserError, match="no CUDA GPU"):
             resolve_device("cuda")
+
+
+# ---------------------------------------------------------------- the machine record
+
+
+def test_machine_info_holds_the_cpu_the_libraries_the_threads_and_the_load():
+    info = with_load_after(machine_info())
+    assert isinstance(info["cpu"], str) and info["cpu"]
+    assert isinstance(info["logical_cpus"], int) and 1 <= info["usable_cpus"] <= info["logical_cpus"]
+    assert info["physical_cores"] is None or 1 <= info["physical_cores"] <= info["logical_cpus"]
+    assert list(info["isa"])[: len(ISA_FLAGS)] == list(ISA_FLAGS) and all(isinstance(v, bool) for v in info["isa"].values())
+    assert all(k in ISA_FLAGS or k.startswith("amx_") for k in info["isa"])
+    if sys.platform.startswith("linux") and info["arch"] == "x86_64":  # flags read from /proc/cpuinfo
+        assert info["isa"]["avx2"] or info["torch_cpu_capability"] in ("DEFAULT", "NO AVX")
+        assert info["isa"]["avx512f"] or info["torch_cpu_capability"] != "AVX512"
+    assert info["torch"] == torch.__version__ and info["torch_threads"] == torch.get_num_threads()
+    assert info["onednn"] is None or info["onednn"][0].isdigit()
+    assert (info["onednn"] is not None) == torch.backends.mkldnn.is_available()
+    assert info["mkl"] is None or info["mkl"][0].isdigit()
+    assert isinstance(info["openmp_runtimes"], list) and all(isinstance(lib, str) and "omp" in lib for lib in info["openmp_runtimes"])
+    assert set(info["env"]) == set(runtime.THREAD_VARIABLES)
+    assert info["env"]["OMP_NUM_THREADS"] == os.environ.get("OMP_NUM_THREADS")
+    for key in ("load_average_before", "load_average_after"):
+        assert info[key] is None or (len(info[key]) == 3 and all(isinstance(x, float) and x >= 0 for x in info[key]))
+    assert json.loads(json.dumps(info)) == info  # goes into a benchmark's JSON as it is
+    text = machine_summary(info)
+    assert info["cpu"] in text and f"torch {torch.__version__}" in text and "before" in text and "after" in text
+
+
+# ---------------------------------------------------------------- the thread policy
+
+
+@pytest.fixture
+def restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize(
+    "cores, load, threads",
+    [(2, 0.0, 2), (2, 0.49, 2), (2, 0.5, 1), (2, 1.3, 1), (2, 2.0, 1), (2, 7.5, 1), (1, 0.0, 1), (1, 3.0, 1), (16, 3.6, 12), (16, 0.2, 16), (8, 8.4, 1)],
+)
+def test_the_policy_leaves_the_cores_other_processes_use(cores, load, threads):
+    assert policy_threads(cores, load) == threads
+
+
+def test_configure_threads_follows_the_policy_and_says_why(restore_threads):
+    assert configure_threads(None, environ={}, cores=2, load=1.2) == 1
+    assert torch.get_num_threads() == 1
+    assert describe_threads().startswith("1 thread of 2 cores (busy machine: other load 1.2; --threads N to choose)")
+    assert configure_threads(0, environ={}, cores=2, load=0.1) == 2  # 0: not given
+    assert torch.get_num_threads() == 2 and describe_threads() == "2 threads of 2 cores"
+
+
+def test_a_requested_count_wins_over_the_load_and_over_omp_num_threads(restore_threads):
+    assert configure_threads(3, environ={"OMP_NUM_THREADS": "1"}, cores=2, load=5.0) == 3
+    assert torch.get_num_threads() == 3 and describe_threads() == "3 threads as requested"
+    assert configure_threads(None, environ={"OMP_NUM_THREADS": "2"}, cores=2, load=5.0) == 2  # the user's environment
+    assert configure_threads(None, environ={"OMP_NUM_THREADS": "many"}, cores=4, load=1.0) == 3  # not a count: the policy
+    with pytest.raises(UserError, match=r"--threads -1: give at least 1"):
+        configure_threads(-1)
+
+
+def test_busy_cores_sees_a_busy_process():
+    spin = subprocess.Popen([sys.executable, "-c", "import time\nend = time.monotonic() + 20\nwhile time.monotonic() < end: pass"])
+    try:
+        busy = busy_cores(0.5)
+    finally:
+        spin.kill()
+        spin.wait()
+    if busy is None:
+        pytest.skip("no /proc/stat")
+    assert 0.6 <= busy <= len(os.sched_getaffinity(0)) + 0.1
+
+
+def test_train_threads_as_requested_or_by_the_policy(capsys, make_config, tmp_path, monkeypatch, restore_threads):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(runtime, "cpu_cores", lambda: 2)
+    monkeypatch.setattr(runtime, "other_load", lambda cores: (1.0, "fake load"))
+    path = tmp_path / "exp.yaml"
+    make_config({"train": {"max_steps": 1, "valid_every": 1}}).save(path)
+    code, out, err = run_cli(capsys, "train", path)
+    assert code == 0, err
+    assert "device cpu, 1 thread of 2 cores (busy machine: fake load; --threads N to choose)" in out + err
+    code, out, err = run_cli(capsys, "train", path, "--resume", "--train.max_steps=2", "--threads", "2")
+    assert code == 0, err
+    assert "device cpu, 2 threads as requested" in out + err and torch.get_num_threads() == 2
+    code, out, err = run_cli(capsys, "train", path, "--resume", "--train.max_steps=3", "--train.threads=3")
+    assert code == 0, err
+    assert "device cpu, 3 threads as requested" in out + err and torch.get_num_threads() == 3
+
+
+# ---------------------------------------------------------------- passive OpenMP waiting, set before torch loads
+
+
+def test_openmp_defaults_keep_what_the_user_set():
+    assert openmp_defaults({}) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert openmp_defaults({"OMP_WAIT_POLICY": ""}) == {"OMP_WAIT_POLICY": "PASSIVE"}  # empty: unset
+    assert openmp_defaults({"OMP_WAIT_POLICY": "ACTIVE"}) == {}
+    assert openmp_defaults({"GOMP_SPINCOUNT": "300000"}) == {}
+
+
+def _openmp_display(argv: list[str], **env: str) -> str:
+    """libgomp's settings as it read them when torch loaded it (OMP_DISPLAY_ENV=verbose)."""
+    environ = {k: v for k, v in subprocess_env().items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env={**environ, "OMP_DISPLAY_ENV": "verbose", **env}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    if "OPENMP DISPLAY ENVIRONMENT" not in proc.stderr or "GOMP_SPINCOUNT" not in proc.stderr:
+        pytest.skip("torch's OpenMP runtime is not libgomp")
+    return proc.stderr
+
+
+def test_the_command_makes_openmp_threads_wait_passively_unless_the_user_chose():
+    assert "GOMP_SPINCOUNT = '300000'" in _openmp_display(["-c", "import torch"])  # torch alone: spin ~3 ms at every barrier
+    shown = _openmp_display(["-m", "syntaxnmt", "--version"])
+    assert "OMP_WAIT_POLICY = 'PASSIVE'" in shown and "GOMP_SPINCOUNT = '0'" in shown and "300000" not in shown
+    assert "OMP_WAIT_POLICY = 'ACTIVE'" in _openmp_display(["-m", "syntaxnmt", "--version"], OMP_WAIT_POLICY="ACTIVE")

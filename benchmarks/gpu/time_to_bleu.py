@@ -6,7 +6,9 @@ every ``--every`` updates until sacreBLEU reaches ``--target``; prints one line 
 
 The clock is the training time only (CUDA-synchronized; checks are not counted); the wall time
 with the checks is printed too. A benchmark, so it reads the test set at every check: nothing is
-chosen on it. Results go to ``--json`` (default benchmarks/out/time_to_bleu.json).
+chosen on it. Results go to ``--json`` (default benchmarks/out/time_to_bleu.json), with the machine
+(``syntaxnmt.runtime.machine_info``: the CPU, torch, threads, load average before and after; the
+GPU under ``device``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from syntaxnmt.data.prepare import is_prepared, prepare
 from syntaxnmt.textio import atomic_write_text, read_lines
 from syntaxnmt.training.train import SingleModel
 from syntaxnmt.decoding.translate import translate_ids
-from syntaxnmt.runtime import resolve_device
+from syntaxnmt.runtime import machine_info, machine_summary, resolve_device, with_load_after
 
 
 def test_bleu(task: SingleModel, sources: list[np.ndarray], refs: list[str]) -> float:
@@ -78,6 +80,7 @@ def main() -> None:
     ap.add_argument("--json", default="benchmarks/out/time_to_bleu.json")
     args, overrides = ap.parse_known_args()
     data = os.environ.get("SYNTAXNMT_DATA", "../shared/data")
+    machine = machine_info()
     try:
         cfg = load_config(args.config, overrides)
         device = resolve_device(args.device)
@@ -93,10 +96,12 @@ def main() -> None:
         "target": args.target,
         "reached": reached,
         "checks": checks,
+        "machine": with_load_after(machine),
     }
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.json, json.dumps(summary, indent=1))
     print(f"time to BLEU {args.target}: " + (f"{reached['train_seconds']} s of training ({reached['updates']} updates, {reached['wall_seconds']} s with the checks)" if reached else "not reached"))
+    print(f"device: {summary['device']}; " + machine_summary(machine))
 
 
 if __name__ == "__main__":

@@ -12,12 +12,22 @@ source lines of ``--test-src``, timed around the search only; freshly initialise
 the work done). Training and decoding run in separate processes, like the peers', so that the
 caller measures the peak memory and the whole-command time of each. ``check`` (not timed) decodes
 the first 20 sentences the same way and reports the hypothesis lengths, to verify the forced length.
+
+Threads as with the ``syntaxnmt`` command: its OpenMP defaults are set before torch loads (passive
+waiting, ``syntaxnmt/__main__.py``), and ``--threads`` goes to ``runtime.configure_threads``
+(``policy``, the default: ``OMP_NUM_THREADS`` if set, else the thread policy; ``N``: N threads;
+``torch``: torch's default threads, left alone -- start the process with ``GOMP_SPINCOUNT=300000``
+to keep libgomp's own waiting as well, i.e. syntaxnmt before the thread policy).
 """
 
 from __future__ import annotations
 
+import syntaxnmt.__main__  # noqa: F401  (first: the command's OpenMP defaults, set before torch loads)
+
+# isort: split
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -29,7 +39,7 @@ import speed  # noqa: E402
 
 from syntaxnmt.data.batches import TokenBatchSampler  # noqa: E402
 from syntaxnmt.config import load_config  # noqa: E402
-from syntaxnmt.runtime import keep_freed_memory  # noqa: E402
+from syntaxnmt.runtime import configure_threads, describe_threads, keep_freed_memory  # noqa: E402
 from syntaxnmt.model import build_model  # noqa: E402
 from syntaxnmt.data.prepare import feature_vocab_sizes, load_split, load_tokenizers  # noqa: E402
 from syntaxnmt.data.subwords import BOS, EOS, PAD  # noqa: E402
@@ -86,12 +96,15 @@ def main() -> int:
     ap.add_argument("--beam", type=int, default=5)
     ap.add_argument("--force-length", type=int, default=20)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", default="policy", help="policy (as the syntaxnmt command), N, or torch (torch's default, left alone)")
     args = ap.parse_args()
+    if args.threads not in ("policy", "torch") and not args.threads.isdigit():
+        ap.error(f"--threads {args.threads!r}: policy, torch or a number")
     cfg = load_config(args.config, [])
     keep_freed_memory()  # as the syntaxnmt command does
     device = resolve_device(args.device)
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
+    if args.threads != "torch":
+        configure_threads(int(args.threads) if args.threads.isdigit() else cfg.train.threads or None)
     if args.what == "train":
         res = train(cfg, device, args.updates, args.warmup)
     elif args.what == "decode":
@@ -99,6 +112,8 @@ def main() -> int:
     else:
         res = check(cfg, device, Path(args.test_src), args.beam, args.force_length)
     res["torch_threads"] = torch.get_num_threads()
+    res["threads"] = describe_threads() if args.threads != "torch" else f"{torch.get_num_threads()} (torch's default)"
+    res["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
     res["torch"] = torch.__version__
     print("RESULT " + json.dumps(res))
     return 0

@@ -30,7 +30,7 @@ from syntaxnmt.data.prepare import prepare
 from syntaxnmt.data.synthetic import write_corpus
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.sets import ExperimentSet, Run, control_pairs, is_finished, load_set, make_table, run_config, set_runs, write_section
-from syntaxnmt.runtime import run_command
+from syntaxnmt.runtime import cpu_cores, run_command
 
 TAIL_LINES = 15
 POLL_SECONDS = 1.0
@@ -51,14 +51,6 @@ class _Active:
     proc: subprocess.Popen
     log: IO[bytes]
     start: float = field(default_factory=time.perf_counter)
-
-
-def cpu_cores() -> int:
-    """The CPU cores this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def worker_threads(cfg: Config, jobs: int, cores: int | None = None) -> int:

@@ -29,7 +29,7 @@ from syntaxnmt.decoding.translate import translate_ids
 from syntaxnmt.errors import UserError
 from syntaxnmt.metrics import corpus_bleu
 from syntaxnmt.model import build_model
-from syntaxnmt.runtime import keep_freed_memory, resolve_device
+from syntaxnmt.runtime import configure_threads, describe_threads, keep_freed_memory, resolve_device
 from syntaxnmt.textio import read_lines, remove_stale_temporaries, write_lines
 from syntaxnmt.training import loop
 from syntaxnmt.training.cuda_graphs import GraphedStep
@@ -245,7 +245,7 @@ def start(cfg: Config, resume: bool, log: Callable) -> bool:
         resume = False
     loop.seed_everything(cfg.seed)
     if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
+        configure_threads(cfg.train.threads)
     keep_freed_memory()
     return resume
 
@@ -297,7 +297,7 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
         task.run.work.mkdir(parents=True, exist_ok=True)
         cfg.save(task.run.work / "config.yaml")
     n_params = sum(p.numel() for p in task.raw.parameters())
-    log(f"{cfg.name}: {n_params / 1e6:.2f}M parameters, {len(task.split)} training pairs, device {device}" + (f", {world.size} processes" if world.distributed else ""))
+    log(f"{cfg.name}: {n_params / 1e6:.2f}M parameters, {len(task.split)} training pairs, device {device}" + (f", {describe_threads()}" if device.type == "cpu" else "") + (f", {world.size} processes" if world.distributed else ""))
     task.distribute()
     sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, num_shards=world.size, shard=world.rank, multiple=task.t.shape_bucket)
     result = loop.run(task, t, sampler, log, world=world, writer=writer)
