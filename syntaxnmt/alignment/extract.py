@@ -20,7 +20,7 @@ from syntaxnmt.data.batches import make_batch
 from syntaxnmt.data.features import SourceAnnotation
 from syntaxnmt.data.links import Links, subwords_to_words
 from syntaxnmt.data.subwords import PAD, Tokenizer
-from syntaxnmt.decoding.translate import load_model, parse_annotations, source_parses
+from syntaxnmt.decoding.translate import check_forced_pairs, load_model, parse_annotations, source_parses
 from syntaxnmt.errors import UserError
 from syntaxnmt.model.outputs import average_heads, layer_head
 from syntaxnmt.model.transformer import Transformer
@@ -211,13 +211,8 @@ def readings_alignments(
     (src_ids, src_words), (tgt_ids, tgt_words) = src, tgt
     if len(src_ids) != len(tgt_ids):
         raise UserError(f"{len(src_ids)} source sentences but {len(tgt_ids)} target sentences")
+    check_forced_pairs(model, src_ids, tgt_ids, annotations, "sentence pair", "the source must be annotated (give --src-conllu)")
     spec = model.feature_spec
-    if spec and annotations is None:
-        raise UserError(f"this model uses source features ({', '.join(sorted(spec.names))}): the source must be annotated (give --src-conllu)")
-    limit = model.cfg.max_positions - 1
-    for k, (s, t) in enumerate(zip(src_ids, tgt_ids), start=1):
-        if max(len(s), len(t)) >= limit:
-            raise UserError(f"sentence pair {k} has {max(len(s), len(t))} subwords: more than the model's {limit - 1} positions")
     order = np.argsort([len(s) + len(t) for s, t in zip(src_ids, tgt_ids)], kind="stable")
     out: list[list[Links]] = [[set() for _ in src_ids] for _ in readings]
     for start in range(0, len(order), batch_size):

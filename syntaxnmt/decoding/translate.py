@@ -320,6 +320,18 @@ def translate_lines(model, cfg: Config, toks: Tokenizers, lines: Sequence[str], 
 # ---------------------------------------------------------------- scoring given targets
 
 
+def check_forced_pairs(model, sources: Sequence, targets: Sequence, annotations=None, what: str = "sentence", annotate_hint: str = "the input must be annotated") -> None:
+    """What force-decoding (scoring, alignment) needs: annotations for a model with source
+    features, and no sentence longer than the model's positions; else a one-line error."""
+    spec = model.feature_spec
+    if spec and annotations is None:
+        raise UserError(f"this model uses source features ({', '.join(sorted(spec.names))}): {annotate_hint}")
+    limit = model.cfg.max_positions - 2
+    for k, (src, tgt) in enumerate(zip(sources, targets), start=1):
+        if max(len(src), len(tgt)) > limit:
+            raise UserError(f"{what} {k} has {max(len(src), len(tgt))} subwords: more than the model's {limit} positions")
+
+
 def _members(model) -> list[torch.nn.Module]:
     """The models of an ensemble (:class:`syntaxnmt.decoding.ensemble.Ensemble`), or the model itself."""
     return list(getattr(model, "models", [model]))
@@ -333,13 +345,8 @@ def score_ids(model, sources: Sequence[np.ndarray], targets: Sequence[Sequence[i
     mean log-probability, renormalized at every position (:mod:`syntaxnmt.decoding.ensemble`)."""
     if len(sources) != len(targets):
         raise UserError(f"{len(sources)} sources but {len(targets)} targets")
+    check_forced_pairs(model, sources, targets, annotations)
     spec = model.feature_spec
-    if spec and annotations is None:
-        raise UserError(f"this model uses source features ({', '.join(sorted(spec.names))}): the input must be annotated")
-    limit = model.cfg.max_positions - 2
-    for k, (src, tgt) in enumerate(zip(sources, targets), start=1):
-        if max(len(src), len(tgt)) > limit:
-            raise UserError(f"sentence {k} has {max(len(src), len(tgt))} subwords: more than the model's {limit} positions")
     members = _members(model)
     was_training = [m.training for m in members]
     for m in members:

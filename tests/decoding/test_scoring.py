@@ -45,12 +45,13 @@ def test_target_nll_is_the_sum_of_the_token_log_probabilities(trained_run):
     for pair, value in zip(pairs, nll):
         src, tgt = toks.src.encode(pair.src), toks.tgt.encode(pair.tgt)
         batch = make_batch([src], None, [0])
-        state = model.init_state(model.encode(batch))
-        total, prev = 0.0, BOS
-        for token in tgt + [EOS]:
-            logp, state = model.step(torch.tensor([prev]), state)
-            total -= float(logp[0, token])
-            prev = token
+        with torch.no_grad():
+            state = model.init_state(model.encode(batch))
+            total, prev = 0.0, BOS
+            for token in tgt + [EOS]:
+                logp, state = model.step(torch.tensor([prev]), state)
+                total -= float(logp[0, token])
+                prev = token
         assert value == pytest.approx(total, rel=1e-4)
         assert math.isfinite(value) and value > 0
 

@@ -131,8 +131,9 @@ def test_collate_builds_the_reference_only_when_asked(aligned_config, shared_pre
 # ---------------------------------------------------------------- training terms
 
 
-def test_guided_loss_decreases_in_training(aligned_config):
-    cfg = aligned_config({"guided_weight": 5.0, "layer": 0, "head": 0}, train={"lr": 5e-3})
+@pytest.mark.parametrize("extra", [{}, {"full_context": True, "leaky": True}], ids=["causal", "full-context-leaky"])
+def test_guided_loss_decreases_in_training(aligned_config, extra):
+    cfg = aligned_config({"guided_weight": 5.0, "layer": 0, "head": 0, **extra}, train={"lr": 5e-3})
     torch.manual_seed(1)
     model = _model(cfg)
     opt, sched = build_optimizer(model, cfg.train)
@@ -246,22 +247,6 @@ def test_guided_term_reads_the_full_context_pass_and_the_leak(aligned_config):
     assert layer.self_attn.q_proj.weight.grad.abs().sum() > 0 and layer.cross_attn.leak.key.grad.abs().sum() > 0
     assert model.decoder[0].ffn.fc1.weight.grad.abs().sum() > 0
     assert layer.ffn.fc1.weight.grad is None and model.dec_norm.weight.grad is None
-
-
-def test_full_context_leaky_training_lowers_the_guided_term(aligned_config):
-    cfg = aligned_config({"guided_weight": 5.0, "layer": 0, "head": 0, "full_context": True, "leaky": True}, train={"lr": 5e-3})
-    torch.manual_seed(1)
-    model = _model(cfg)
-    opt, sched = build_optimizer(model, cfg.train)
-    split = load_split(cfg, "train")
-    objective = alignment_objective(cfg)
-    rng = np.random.default_rng(1)
-    guided = []
-    for step in range(30):
-        group = [rng.choice(len(split), 48, replace=False)]
-        stats = update(model, opt, sched, split, group, cfg.train, torch.device("cpu"), [objective], step)
-        guided.append(float(stats["guided"]) / stats["tokens"])
-    assert np.mean(guided[-5:]) < 0.85 * np.mean(guided[:5]), guided
 
 
 # ---------------------------------------------------------------- coverage penalty in beam search
