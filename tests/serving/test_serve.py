@@ -518,21 +518,26 @@ def test_serve_on_a_busy_port_is_a_one_line_error(capsys, checkpoint):
     assert assert_one_line_error(code, err).startswith(f"syntaxnmt: error: cannot listen on 127.0.0.1:{port}")
 
 
+def wait_until_up(proc: subprocess.Popen, url: str, seconds: float = 60) -> float:
+    """Wait for a `syntaxnmt serve` process to answer /health; returns the deadline it had."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return deadline
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline, "the server did not come up"
+        time.sleep(0.2)
+
+
 def test_syntaxnmt_serve_answers_http(checkpoint, test_sentences):
     port = free_port()
     cmd = [sys.executable, "-m", "syntaxnmt", "serve", "--checkpoint", str(checkpoint), "--port", str(port), "--parser", "none", "--device", "cpu", "--threads", "1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "the server did not come up"
-            time.sleep(0.2)
+        wait_until_up(proc, url)
         r = httpx.post(f"{url}/translate", json={"sentences": test_sentences[:2], "beam": 2}, timeout=30)
         assert r.status_code == 200 and len(r.json()["translations"]) == 2
         assert httpx.post(f"{url}/translate", content=b"{oops", headers={"content-type": "application/json"}).status_code == 400
@@ -573,15 +578,7 @@ def test_sigterm_stops_a_busy_server_with_exit_143(untrained):
 
     client = threading.Thread(target=heavy_request)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "the server did not come up"
-            time.sleep(0.2)
+        deadline = wait_until_up(proc, url)
         client.start()
         while httpx.get(f"{url}/health", timeout=5).json()["served"]["batches"] == 0:  # the search has started
             assert time.monotonic() < deadline
