@@ -61,17 +61,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"syntaxnmt: error: {command + ': ' if command else ''}{message} (see `{self.prog} --help`)\n")
 
 
-def non_negative_int(text: str) -> int:
-    """An argparse ``type``: a whole number >= 0 (``--threads``, where 0 is torch's default)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value}: give 0 or more")
-    return value
-
-
 def _config(args, extra: list[str]):
     return load_config(args.config, extra)
 

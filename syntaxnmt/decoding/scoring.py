@@ -18,8 +18,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from syntaxnmt.data.batches import context_batch, make_batch
+from syntaxnmt.data.batches import context_batch
 from syntaxnmt.data.contrastive import ContrastiveItem, chance
+from syntaxnmt.decoding.translate import score_ids
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD
 
@@ -42,24 +43,24 @@ def target_nll(model, toks, pairs: Sequence[ScoredPair], device: torch.device, b
 
     A 2-to-2 concatenation model reads the context translations before a separator in the target:
     only the current sentence's tokens count."""
-    model.eval()
     context = getattr(model, "document_context", None)
+    encode = lambda tok, text: np.asarray(tok.encode(text), dtype=np.int64)  # noqa: E731
+    if context is None:  # a sentence-level model: the scoring of syntaxnmt.decoding.translate
+        src, tgt = [encode(toks.src, p.src) for p in pairs], [encode(toks.tgt, p.tgt) for p in pairs]
+        return [-x for x in score_ids(model, src, tgt, device, batch_size=batch_size)]
+    model.eval()
     out: list[float] = []
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start : start + batch_size]
-        src = [np.asarray(toks.src.encode(p.src), dtype=np.int64) for p in chunk]
-        tgt = [np.asarray(toks.tgt.encode(p.tgt), dtype=np.int64) for p in chunk]
-        if context is None:
-            batch = make_batch(src, tgt, range(len(chunk)))
-            prefix = [0] * len(chunk)
-        else:
-            src_ctx = [[np.asarray(toks.src.encode(s), dtype=np.int64) for s in p.context_src] for p in chunk]
-            tgt_ctx = [[np.asarray(toks.tgt.encode(s), dtype=np.int64) for s in p.context_tgt] for p in chunk]
-            if context.concat_target and any(len(a) != len(b) for a, b in zip(src_ctx, tgt_ctx)):
-                raise UserError("a 2-to-2 model scores with the translations of the context sentences: give as many as source sentences")
-            batch = context_batch(context, src, tgt, range(len(chunk)), src_ctx, tgt_ctx)
-            prefix = [len(context.concatenate(c, t)) - len(t) if context.concat_target else 0 for c, t in zip(tgt_ctx, tgt)]
-        batch = batch.to(device)
+        src = [encode(toks.src, p.src) for p in chunk]
+        tgt = [encode(toks.tgt, p.tgt) for p in chunk]
+        src_ctx = [[encode(toks.src, s) for s in p.context_src] for p in chunk]
+        tgt_ctx = [[encode(toks.tgt, s) for s in p.context_tgt] for p in chunk]
+        if context.concat_target and any(len(a) != len(b) for a, b in zip(src_ctx, tgt_ctx)):
+            raise UserError("a 2-to-2 model scores with the translations of the context sentences: give as many as source sentences")
+        batch = context_batch(context, src, tgt, range(len(chunk)), src_ctx, tgt_ctx).to(device)
+        # 2-to-2: the context translations and their separators come first and do not count
+        prefix = [sum(len(s) + 1 for s in c[: context.sentences]) if context.concat_target else 0 for c in tgt_ctx]
         logits = model(batch).logits.float()
         nll = F.cross_entropy(logits.transpose(1, 2), batch.tgt_out, ignore_index=PAD, reduction="none")  # (B, T)
         for b, skip in enumerate(prefix):
