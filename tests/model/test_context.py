@@ -274,7 +274,8 @@ def _spy_on_context(model) -> dict[int, list[list[int]]]:
     return seen
 
 
-def test_a_target_side_han_model_translates_documents_from_its_own_translations(corpus, docs_files, tmp_path, capsys):
+@pytest.mark.parametrize("side", ["target", "both"])
+def test_a_target_side_han_model_translates_documents_from_its_own_translations(corpus, docs_files, tmp_path, capsys, side):
     from test_cli import run_cli
 
     from syntaxnmt.decoding.scoring import ScoredPair, target_nll
@@ -283,7 +284,7 @@ def test_a_target_side_han_model_translates_documents_from_its_own_translations(
     from syntaxnmt.inputs import BOS
     from syntaxnmt.textio import read_lines
 
-    cfg = _train(corpus, docs_files, tmp_path / "han-target", {"kind": "han", "sentences": 2, "side": "target"}, max_steps=6)
+    cfg = _train(corpus, docs_files, tmp_path / "han-target", {"kind": "han", "sentences": 2, "side": side}, max_steps=6)
     lines = read_lines(corpus["test"]["src"])[:6]
     docs = read_lines(docs_files["test"])[:6]  # two documents of three lines
     src, docs_file = tmp_path / "test.src", tmp_path / "test.docs"
