@@ -18,9 +18,11 @@ class EncoderOutput:
     pad_mask: Tensor  # (B, S), True at padding
     self_attention: list[Tensor | None] = field(default_factory=list)  # per layer (B, H, S, S), on request (None: a layer not requested)
     layers: list[Tensor] = field(default_factory=list)  # per layer, its output states (B, S, D) (before the final norm)
+    target_context: tuple[Tensor, Tensor] | None = None  # target-side HAN: decoder states (B, k, Tc, D) of the previous target sentences and their padding (B, k, Tc)
 
     def index_select(self, index: Tensor) -> "EncoderOutput":
-        return EncoderOutput(self.hidden.index_select(0, index), self.pad_mask.index_select(0, index))
+        ctx = None if self.target_context is None else tuple(t.index_select(0, index) for t in self.target_context)
+        return EncoderOutput(self.hidden.index_select(0, index), self.pad_mask.index_select(0, index), target_context=ctx)
 
 
 @dataclass
