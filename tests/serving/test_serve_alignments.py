@@ -200,7 +200,7 @@ def test_markup_is_that_of_translate_markup(capsys, client, checkpoint, test_sen
 
 
 def test_malformed_markup_is_422_with_the_message_of_translate_markup(capsys, client, checkpoint, tmp_path):
-    cases = [("a <b>b", "<b> is never closed"), ("a < b", "'<' at column 3 starts no tag"), ("a </i> b", "</i> at column 3 closes no open tag"), ("<b><i>a</b></i>", "closes <i> (tags must nest)")]
+    cases = [("a <b>b", "<b> is never closed"), ("a < b", "'<' at column 3 starts no tag"), ("a </i> b", "</i> at column 3 closes no open tag"), ("<b><i>a</b></i>", "</b> at column 8 closes <i> (tags must nest)")]
     for line, message in cases:
         code, _, err = run_cli(capsys, "translate", "--checkpoint", checkpoint, "-i", write_lines(tmp_path / "bad.txt", ["fine", line]), "--markup")
         assert code == 2 and message in err
