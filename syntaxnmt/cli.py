@@ -209,7 +209,7 @@ def cmd_translate(args, extra) -> None:
     lines = _read_input(args.input)
     marked = [parse_markup(line, f"{args.input or '<stdin>'}:{n}") for n, line in enumerate(lines, start=1)] if args.markup else None
     if marked is not None:
-        lines = [" ".join(m.text.split()) for m in marked]
+        lines = [m.plain for m in marked]
     kw = dict(source_name=args.input or "<stdin>", progress=sys.stderr.isatty() or args.output is not None)
     if args.engine == "ctranslate2":  # empty lines stay empty, as with the torch engine
         results = without_empty_lines(lines, lambda kept, _numbers: engine.translate_lines(kept, decode, conllu=args.src_conllu, nbest=nbest, **kw))
