@@ -255,12 +255,14 @@ def shape_bucket(batch: Batch, max_tokens: int, multiple: int) -> tuple[int, int
     return max(len(batch), max_tokens // length), length
 
 
-def pad_batch(batch: Batch, rows: int, length: int) -> Batch:
+def pad_batch(batch: Batch, rows: int, length: int, context_length: int | None = None) -> Batch:
     """``batch`` padded to ``rows`` sentences of ``length`` positions on both sides (a static shape).
 
     Padding is invisible to the loss: padded positions are PAD (masked keys, no target), and an
     added row is a sentence holding only EOS, with no target token, so that its attention has one
     key to attend to (a row of masked keys would give NaN) and it adds nothing to the loss.
+    The context rows of a HAN batch come along (an added sentence has none), their length padded
+    to ``context_length`` when given.
     """
     b, s, t = len(batch), batch.src.size(1), batch.tgt_out.size(1)
     if rows < b or length < max(s, t):
@@ -291,10 +293,15 @@ def pad_batch(batch: Batch, rows: int, length: int) -> Batch:
     if batch.alignment is not None:
         alignment = batch.alignment.new_zeros(rows, length, length)
         alignment[:b, :t, :s] = batch.alignment
+    context = None
+    if batch.context is not None:
+        k, sc = batch.context.shape[1:]
+        context = batch.context.new_full((rows, k, max(sc, context_length or 0)), PAD)
+        context[:b, :, :sc] = batch.context
     ids = torch.cat([batch.ids, batch.ids.new_full((rows - b,), -1)])
-    # The document context of a HAN model: an added row has none (rows of padding).
-    grow_rows = lambda x: None if x is None else torch.cat([x, x.new_full((rows - b,) + tuple(x.shape[1:]), PAD)])  # noqa: E731
-    return Batch(src, tgt_in, grow(batch.tgt_out), ids, features, alignment, grow_rows(batch.context), grow_rows(batch.context_tgt))
+    # The previous target sentences of a target-side HAN model: an added row has none (rows of padding).
+    context_tgt = None if batch.context_tgt is None else torch.cat([batch.context_tgt, batch.context_tgt.new_full((rows - b,) + tuple(batch.context_tgt.shape[1:]), PAD)])
+    return Batch(src, tgt_in, grow(batch.tgt_out), ids, features, alignment, context, context_tgt)
 
 
 def bucket_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, rng: np.random.Generator | None, multiple: int = 0) -> list[np.ndarray]:

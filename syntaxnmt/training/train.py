@@ -184,8 +184,14 @@ class SingleModel:
         self.progress = Progress()
         self.t = t = cfg.train.for_device(device.type, world.size)  # the automatic settings decided
         set_matmul_precision(t, device)
-        if cfg.train.cuda_graphs and not t.cuda_graphs:
-            log(f"train.cuda_graphs: off ({'several processes' if world.distributed else 'not a CUDA device'})")
+        off = None if t.cuda_graphs else "several processes" if world.distributed else "not a CUDA device"
+        if t.cuda_graphs and cfg.model.context.kind == "han":
+            # The context rows of a HAN batch are no graph input, and encode_context picks the
+            # sentences present (a data-dependent shape): HAN trains without graphs.
+            self.t = t = t.model_copy(update={"cuda_graphs": False})
+            off = "a HAN model reads a varying number of context sentences"
+        if cfg.train.cuda_graphs and off:
+            log(f"train.cuda_graphs: off ({off})")
         self.graphed = GraphedStep(self.raw, lambda batch, step: forward_loss(self.raw, batch, t, self.objectives, step, static=True)) if t.cuda_graphs else None
 
     @property

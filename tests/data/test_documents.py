@@ -124,3 +124,50 @@ def test_a_concat_batch_holds_the_previous_sentences_and_the_separator(corpus, d
 def test_a_context_model_needs_document_ids(corpus, tmp_path):
     with pytest.raises(UserError, match="needs the document ids of the corpus: set data.train_docs and data.dev_docs"):
         load_config(None, deep_merge(tiny_tree(corpus, tmp_path), {"model": {"context": {"kind": "han"}}}))
+
+
+def test_static_shapes_keep_the_context_rows():
+    """``pad_batch`` (train.shape_bucket) carries a HAN batch's context; added sentences have none."""
+    from syntaxnmt.data.batches import make_batch, pad_batch
+
+    batch = make_batch([np.array([5, 6]), np.array([7])], [np.array([8]), np.array([9])], [0, 1], context=[[np.array([10, 11, 12])], []], context_size=2)
+    padded = pad_batch(batch, 4, 8, context_length=8)
+    assert padded.context.shape == (4, 2, 8)
+    assert padded.context[0, 0].tolist() == [10, 11, 12, EOS] + [PAD] * 4
+    assert padded.context[0, 1].eq(PAD).all() and padded.context[1:].eq(PAD).all()
+
+
+def test_training_batches_of_a_han_model_reach_its_context(corpus, doc_corpus, tmp_path):
+    """Issue 21: through the path training takes (sampler, ``training_batch`` with the CPU defaults,
+    bucketed static shapes included), every sentence brings its previous sentences, and one update
+    gives every parameter of the HAN block a gradient."""
+    from syntaxnmt.data.batches import TokenBatchSampler
+    from syntaxnmt.model import build_model
+    from syntaxnmt.training.step import forward_loss, training_batch
+
+    cfg = doc_config(corpus, doc_corpus, tmp_path, {"kind": "han", "sentences": 2})
+    prepare(cfg, log=quiet)
+    split, toks = load_split(cfg, "train"), load_tokenizers(cfg)
+    context = document_context(cfg, toks.src, toks.tgt)
+    t = cfg.train.for_device("cpu")
+    assert t.shape_bucket  # the default on CPU: static shapes
+    sampler = TokenBatchSampler(split["src"].lengths, split["tgt"].lengths, 256, cfg.seed, multiple=t.shape_bucket)
+    checked = 0
+    for _, idx in sampler.iterate(0):
+        batch = training_batch(split, idx, None, t, (), context)
+        assert batch.context is not None and batch.context.size(0) == len(batch)
+        for row, i in enumerate(idx):
+            for j in range(2):
+                before = int(i) - 1 - j
+                if before >= 4 * (int(i) // 4):
+                    expected = np.append(split["src"][before], EOS).tolist()
+                    assert batch.context[row, j, : len(expected)].tolist() == expected
+                    checked += 1
+                else:
+                    assert batch.context[row, j].eq(PAD).all()
+    assert checked > len(split)  # most sentences have two previous ones (documents of 4)
+    model = build_model(cfg, **toks.vocab_sizes()).train()
+    loss, _ = forward_loss(model, batch, t)
+    loss.backward()
+    for name, p in model.han.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name

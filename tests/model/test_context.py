@@ -72,6 +72,60 @@ def test_gradients_reach_the_context_states():
     assert ctx.grad[0, 0, :3].abs().sum() > 0 and ctx.grad[0, 0, 3:].abs().sum() == 0
 
 
+def _toy(n: int, rng):
+    """Sentences of words 4-9 whose translation is the sentence and 12 or 13: 12 when the previous
+    sentence holds the marker 10, 13 when it holds 11 (a rule only the context decides)."""
+    import numpy as np
+
+    src, tgt, ctx = [], [], []
+    for _ in range(n):
+        marker = int(rng.integers(2))
+        previous = rng.integers(4, 10, int(rng.integers(3, 6)))
+        previous = np.insert(previous, int(rng.integers(len(previous) + 1)), 10 + marker)
+        current = rng.integers(4, 10, int(rng.integers(2, 5)))
+        src.append(current), ctx.append([previous]), tgt.append(np.append(current, 12 + marker))
+    return src, tgt, ctx
+
+
+def test_a_tiny_han_model_learns_a_rule_only_the_previous_sentence_decides():
+    """Issue 21: trained on the batches training reads (static shapes on CPU), HAN learns to read
+    the previous sentence; without it (what a sentence-level model sees) it is back at chance."""
+    import numpy as np
+
+    from syntaxnmt.config import ModelConfig, TrainConfig
+    from syntaxnmt.data.batches import make_batch, pad_batch, round_up, shape_bucket
+    from syntaxnmt.model import build_model
+    from syntaxnmt.training.step import forward_loss
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    cfg = ModelConfig(d_model=32, heads=4, ffn_dim=64, enc_layers=1, dec_layers=1, dropout=0.0, context={"kind": "han", "sentences": 2})
+    t = TrainConfig(max_tokens=512, label_smoothing=0.0)
+    model = build_model(cfg, 16, 16)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(120):
+        src, tgt, ctx = _toy(32, rng)
+        batch = make_batch(src, tgt, range(len(src)), context=ctx, context_size=2)
+        batch = pad_batch(batch, *shape_bucket(batch, t.max_tokens, 4), context_length=int(round_up(batch.context.size(2), 4)))
+        loss, _ = forward_loss(model, batch, t)
+        opt.zero_grad()
+        (loss / batch.n_tgt_tokens).backward()
+        opt.step()
+    model.eval()
+    src, tgt, ctx = _toy(400, np.random.default_rng(1))
+    truth = torch.tensor([int(y[-1]) - 12 for y in tgt])
+
+    def accuracy(contexts) -> float:
+        batch = make_batch(src, tgt, range(len(src)), context=contexts, context_size=2)
+        with torch.no_grad():
+            out = model(batch)
+            last = out.states[torch.arange(len(src)), torch.tensor([len(s) for s in src])]
+            return float((out.project(last)[:, 12:14].argmax(-1) == truth).float().mean())
+
+    assert accuracy(ctx) >= 0.95
+    assert accuracy([[] for _ in src]) <= 0.6  # the current sentence alone: chance (400 items, 50 % ± 5)
+
+
 # ---------------------------------------------------------------- end to end
 
 
