@@ -36,11 +36,13 @@ SYSTEMS = {
     "concat 2-to-1": {"kind": "concat", "sentences": 1, "side": "source"},
     "concat 2-to-2": {"kind": "concat", "sentences": 1, "side": "both"},
     "HAN (k = 3)": {"kind": "han", "sentences": 3, "side": "source"},
+    "HAN (k = 3), both sides": {"kind": "han", "sentences": 3, "side": "both"},
 }
+SLUGS = {"sentence": "sentence", "concat 2-to-1": "concat", "concat 2-to-2": "concat-2to2", "HAN (k = 3)": "han", "HAN (k = 3), both sides": "han-both"}
 
 
 def config(work: Path, corpus: dict, system: str, seed: int, steps: int, quick: bool):
-    slug = system.split()[0].lower() + ("-2to2" if "2-to-2" in system else "")
+    slug = SLUGS[system]
     tree = {
         "name": f"discourse-{slug}",
         "work_dir": str(work / f"{slug}-seed{seed}"),
@@ -115,7 +117,7 @@ def main() -> None:
     ap.add_argument("--work", default="runs/discourse")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--steps", type=int, default=3000, help="updates per system (HAN: fine-tuning updates)")
-    ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of: " + ", ".join(SYSTEMS))
+    ap.add_argument("--systems", default=";".join(SYSTEMS), help="the systems to run, their labels joined by ';' (default all): " + "; ".join(SYSTEMS))
     ap.add_argument("--quick", action="store_true", help="a tiny corpus and model: a smoke run")
     ap.add_argument("--write", help="write the table as a section of this Markdown file (e.g. docs/documents.md)")
     args = ap.parse_args()
@@ -127,8 +129,12 @@ def main() -> None:
     }
     items = read_contrastive(corpus["test"]["contrastive"])
     steps = 40 if args.quick else args.steps
-    chosen = [s.strip() for s in args.systems.split(",")]
-    if "HAN (k = 3)" in chosen and "sentence" not in chosen:
+    asked = [s.strip() for s in args.systems.split(";")]  # ';': the labels hold commas
+    unknown = [s for s in asked if s not in SYSTEMS]
+    if unknown:
+        ap.error(f"unknown system(s) {unknown}: choose from {'; '.join(SYSTEMS)}")
+    chosen = [s for s in SYSTEMS if s in asked]
+    if any(SYSTEMS[s]["kind"] == "han" for s in chosen) and "sentence" not in chosen:
         chosen.insert(0, "sentence")
     load0 = os.getloadavg()
     results: dict[str, list[dict]] = {s: [] for s in chosen}
