@@ -15,10 +15,16 @@ from typing import Sequence
 
 import torch
 
-from syntaxnmt.alignment.extract import AttentionReading, attention_shape, encode_pairs, readings_alignments
-from syntaxnmt.data.links import AERResult, aer, read_alignments
+from syntaxnmt.alignment.extract import AttentionReading, attention_shape, encode_pairs, model_alignments, readings_alignments
+from syntaxnmt.alignment.symmetrize import symmetrization
+from syntaxnmt.alignment.symmetrize import symmetrize as symmetrize_links
+from syntaxnmt.config import Config
+from syntaxnmt.data.corpus import read_parallel
+from syntaxnmt.data.links import AERResult, Links, aer, format_links, read_alignments
+from syntaxnmt.data.prepare import model_words
 from syntaxnmt.decoding.translate import load_model
 from syntaxnmt.errors import UserError
+from syntaxnmt.textio import write_lines
 
 
 def sweep_readings(model) -> list[AttentionReading]:
@@ -96,20 +102,82 @@ def align_sweep(
     normalize: bool = False,
     batch_size: int = 64,
     src_conllu: str | None = None,
+    transpose_gold: bool = False,
 ) -> SweepResult:
     """AER of every reading of :func:`sweep_readings` of the model ``checkpoint`` on the line pairs,
     against the Pharaoh file ``gold`` (one line per pair, links over the pairs' whitespace tokens;
-    possible links ``ipj`` count as possible). The model force-decodes every batch once."""
+    possible links ``ipj`` count as possible). The model force-decodes every batch once.
+    ``transpose_gold``: ``gold`` links ``tgt_lines``' words to ``src_lines``' (a target->source
+    model swept on the source->target gold file, for :func:`self_training_alignments`)."""
     if len(src_lines) != len(tgt_lines):
         raise UserError(f"{len(src_lines)} source lines but {len(tgt_lines)} target lines: the files must be line-aligned")
     model, cfg, toks = load_model(checkpoint, device)
     source, target, annotations = encode_pairs(model, cfg, toks, src_lines, tgt_lines, normalize, src_conllu)
     src_lengths = [len((toks.src.normalize(line) if normalize else line).split()) for line in src_lines]
     tgt_lengths = [len((toks.tgt.normalize(line) if normalize else line).split()) for line in tgt_lines]
-    reference = read_alignments(gold, one_indexed_gold, src_lengths, tgt_lengths)
+    if transpose_gold:
+        reference = [(_transposed(s), _transposed(p)) for s, p in read_alignments(gold, one_indexed_gold, tgt_lengths, src_lengths)]
+    else:
+        reference = read_alignments(gold, one_indexed_gold, src_lengths, tgt_lengths)
     if not reference:
         raise UserError(f"{gold}: no sentence pairs to score")
     readings = sweep_readings(model)
     links = readings_alignments(model, source, target, device, readings, method=method, threshold=threshold, batch_size=batch_size, annotations=annotations)
     sure, possible = [s for s, _ in reference], [p for _, p in reference]
     return SweepResult([(r, aer(sure, possible, hyp)) for r, hyp in zip(readings, links)], len(reference))
+
+
+def _transposed(links: Links) -> Links:
+    return {(j, i) for i, j in links}
+
+
+def reading_options(r: AttentionReading) -> dict:
+    """The ``layer``/``head``/``shift`` arguments of :func:`syntaxnmt.alignment.extract.model_alignments`
+    that read ``r`` (a full-context reading: no layer, as ``align`` reads that pass)."""
+    layer = None if r.full_context else ("average" if r.layer is None else r.layer)
+    return {"layer": layer, "head": "average" if r.head is None else r.head, "shift": r.shift}
+
+
+def self_training_alignments(
+    cfg: Config,
+    forward: str | Path,
+    reverse: str | Path,
+    dev: tuple[Sequence[str], Sequence[str], str | Path, bool],
+    output: str | Path,
+    device: torch.device,
+    *,
+    symmetrize: str = "grow-diag-final-and",
+    batch_size: int = 64,
+    log=print,
+) -> dict:
+    """Guidance for self-training (Zenkel et al. 2020; Chen et al. 2020, Shift-AET): a model's own
+    symmetrized Shift-Att alignments of the training corpus of ``cfg``, written to ``output`` in the
+    layout of ``align-external`` (one line per line of ``data.train_src``, empty for pairs
+    ``prepare`` drops), so it loads as ``data.train_align``.
+
+    ``forward``/``reverse``: source->target and target->source checkpoints (the reverse one
+    trained on the swapped sides). Each direction is read with its best *shifted* reading by
+    :func:`align_sweep` on ``dev = (src lines, tgt lines, gold Pharaoh file, one-indexed)``
+    (source->target gold; transposed for the reverse model), the two are symmetrized
+    (``symmetrize``, grow-diag-final-and by default). Returns the chosen readings and their dev AER.
+    """
+    d = cfg.data
+    if d.annotate != "none":
+        raise UserError("self-training alignments read the training text's own words: not for a config with data.annotate")
+    dev_src, dev_tgt, gold, one_indexed = dev
+    chosen, links = {}, {}
+    text = read_parallel(d.train_src, d.train_tgt)
+    src_text, tgt_text = model_words(cfg, text, None)
+    for name, path, dev_pair, train_pair in (("forward", forward, (dev_src, dev_tgt), (src_text, tgt_text)), ("reverse", reverse, (dev_tgt, dev_src), (tgt_text, src_text))):
+        reading, result = align_sweep(path, *dev_pair, gold, device, one_indexed_gold=one_indexed, batch_size=batch_size, transpose_gold=name == "reverse").best(shift=True)
+        chosen[name] = {"reading": reading.label, "options": _options(reading), "dev_aer": result.aer, "dev_precision": result.precision, "dev_recall": result.recall}
+        log(f"self-training labels, {name} model {path}: {reading.label} (dev {result})")
+        links[name] = model_alignments(path, *train_pair, device, batch_size=batch_size, **reading_options(reading))
+    fwd, rev = links["forward"], links["reverse"]
+    method = symmetrization(symmetrize)
+    lines = [""] * text.counts["read"]
+    for line_number, f, r in zip(text.line_numbers, fwd, rev):
+        lines[line_number - 1] = format_links(symmetrize_links(f, _transposed(r), method))
+    write_lines(output, lines)
+    log(f"self-training alignments of {len(src_text)} pairs ({method}) written to {output}")
+    return chosen

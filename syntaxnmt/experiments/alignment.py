@@ -11,6 +11,13 @@ layers and heads averaged. A joint system also gets a row for its two directions
 eflomal run on the training corpus plus the test pairs is the external reference. The table
 replaces the set's section of a Markdown file (:func:`syntaxnmt.experiments.sets.write_section`).
 
+``readings`` add rows that read a trained system's attention another way, without training again:
+Shift-Att's step (``shift``, Chen et al. 2020) and a fixed layer/head, or the best reading of
+``align-sweep`` on the set's ``dev`` split with gold links (chosen on dev, scored on test).
+``self_training`` makes a system's ``data.train_align`` from a trained teacher's own symmetrized
+shifted alignments (a target->source twin of the teacher is trained for it; Zenkel et al. 2020,
+Shift-AET) instead of eflomal's.
+
 With ``seeds``, every system trains once per seed (in ``<work_dir>-seed<S>``, as experiment sets do)
 and its rows give BLEU and AER as mean ± sd over the seeds, with the seed-aware statistics of
 :func:`syntaxnmt.experiments.sets.seed_cells` against the first system (s_sel / s_opt, approximate
@@ -26,13 +33,15 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, PositiveInt
 
 from syntaxnmt.alignment.external import align_external, run_eflomal
-from syntaxnmt.alignment.extract import model_alignments
+from syntaxnmt.alignment.extract import AttentionReading, model_alignments
+from syntaxnmt.alignment.sweep import align_sweep, reading_options, self_training_alignments
 from syntaxnmt.config import Config, config_from_dict, load_config
 from syntaxnmt.data.corpus import read_parallel
 from syntaxnmt.data.links import aer, aer_from_statistics, aer_statistics, read_alignments
@@ -65,6 +74,26 @@ class DecodeVariant(BaseModel):
     """``decode`` keys overriding the system's (e.g. ``coverage_penalty: 0.2``)."""
 
 
+class ReadingVariant(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    system: str
+    """Label of a trained config whose (forward) model is read."""
+    shift: bool = False
+    """Shift-Att: read every target word at the step where it is the decoder input."""
+    layer: int | Literal["average"] | None = None
+    head: int | Literal["average"] | None = None
+    """Both given: that reading; neither: the best reading (with this ``shift``) of ``align-sweep`` on the set's ``dev`` split."""
+
+
+class SelfTraining(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    teacher: str
+    """Label of an earlier config: its model's shifted alignments are the guidance."""
+    reverse: str
+    """Config (relative to the set file) of the teacher's target->source twin (sides swapped), trained for the labels only."""
+    symmetrize: str = "grow-diag-final-and"
+
+
 class AlignmentSet(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -75,6 +104,12 @@ class AlignmentSet(BaseModel):
     decode_variants: dict[str, DecodeVariant] = {}
     overrides: list[str] = []
     test: AlignmentTestSet
+    dev: AlignmentTestSet | None = None
+    """Pairs with gold links to choose readings on (``readings`` without layer/head, ``self_training``)."""
+    readings: dict[str, ReadingVariant] = {}
+    """Extra rows: a trained system's attention read another way (no training)."""
+    self_training: dict[str, SelfTraining] = {}
+    """System label -> its teacher: the system's ``data.train_align`` is written from the teacher's alignments."""
     synthetic_corpus: str = ""
     synthetic_sizes: tuple[int, int, int] = (20000, 500, 500)
     eflomal_baseline: bool = True
@@ -96,6 +131,21 @@ def load_alignment_set(path: str | Path) -> AlignmentSet:
     for label, variant in spec.decode_variants.items():
         if variant.system not in spec.configs:
             raise UserError(f"{path}: decode variant '{label}' names an unknown system '{variant.system}'")
+    for label, reading in spec.readings.items():
+        if reading.system not in spec.configs:
+            raise UserError(f"{path}: reading '{label}' names an unknown system '{reading.system}'")
+        if (reading.layer is None) != (reading.head is None):
+            raise UserError(f"{path}: reading '{label}' gives only one of layer/head: give both, or neither to choose them on the dev split")
+        if reading.layer is None and spec.dev is None:
+            raise UserError(f"{path}: reading '{label}' chooses its layer/head on the dev split: give dev (src, ref, align)")
+    labels = list(spec.configs)
+    for label, st in spec.self_training.items():
+        if label not in spec.configs:
+            raise UserError(f"{path}: self_training names an unknown system '{label}'")
+        if st.teacher not in spec.configs or labels.index(st.teacher) >= labels.index(label):
+            raise UserError(f"{path}: self_training '{label}': the teacher '{st.teacher}' must be a system listed before it")
+        if spec.dev is None:
+            raise UserError(f"{path}: self_training '{label}' chooses the teacher's readings on the dev split: give dev (src, ref, align)")
     return spec
 
 
@@ -149,11 +199,19 @@ def _aer_run(gold, hyp) -> dict:
 
 
 def _seed_configs(label: str, rel: str, spec: AlignmentSet, base_dir: Path) -> dict[int | None, Config]:
-    """The runs of one system: one per seed of the set (``<work_dir>-seed<S>``), or its config as it is."""
+    """The runs of one system: one per seed of the set (``<work_dir>-seed<S>``), or its config as it is.
+    A self-trained system's labels (and their prepared corpus) are per seed too (``-seed<S>``)."""
     if not spec.seeds:
         return {None: load_config(base_dir / rel, spec.overrides)}
-    work = load_config(base_dir / rel, spec.overrides).work_dir
-    return {seed: load_config(base_dir / rel, spec.overrides + [f"--seed={seed}", f"--work_dir={json.dumps(f'{work}-seed{seed}')}"]) for seed in spec.seeds}
+    cfg = load_config(base_dir / rel, spec.overrides)
+
+    def seeded(seed: int) -> list[str]:
+        extra = [f"--seed={seed}", f"--work_dir={json.dumps(f'{cfg.work_dir}-seed{seed}')}"]
+        if label in spec.self_training:
+            extra += [f"--data.{key}={json.dumps(f'{getattr(cfg.data, key)}-seed{seed}')}" for key in ("train_align", "prepared_dir")]
+        return extra
+
+    return {seed: load_config(base_dir / rel, spec.overrides + seeded(seed)) for seed in spec.seeds}
 
 
 def _mean_sd(values: list[float], digits: int) -> str:
@@ -179,15 +237,19 @@ def run_alignment_set(path: str | Path, output: str | None = None, log=print) ->
     gold = read_alignments(test.align, test.one_indexed, [len(x.split()) for x in src_lines], [len(x.split()) for x in tgt_lines])
     device = resolve_device("cpu")
     rows: list[dict] = []  # label, where, runs: [{steps, seconds, bleu: stats, aer: {...}, avg_aer}]
-    configs = {}
+    configs, forwards, main_runs = {}, {}, {}
     for label, rel in spec.configs.items():
         runs = _seed_configs(label, rel, spec, base_dir)
         configs[label] = next(iter(runs.values()))
         main, sym = [], []
-        for seed, cfg in runs.items():
+        forwards[label] = []
+        for k, (seed, cfg) in enumerate(runs.items()):
             name = label if seed is None else f"{label} seed {seed}"
+            if label in spec.self_training:
+                _self_labels(label, cfg, spec, base_dir, seed, forwards[spec.self_training[label].teacher][k], device, log)
             record = _train(name, cfg, log)
             forward, reverse = _checkpoints(cfg, record["joint"])
+            forwards[label].append(forward)
             work = Path(cfg.work_dir)
             run = {"steps": record["steps"], "seconds": record["train_seconds"], "bleu": _bleu(forward, test, work / "test.hyp", {}, device)}
             run["aer"] = _aer_run(gold, model_alignments(forward, src_lines, tgt_lines, device))
@@ -200,9 +262,14 @@ def run_alignment_set(path: str | Path, output: str | None = None, log=print) ->
                 })
         a = configs[label].train.alignment
         where = "all layers+heads" if a.layer == "average" and a.head == "average" else f"layer {a.layer}, head {a.head}"
+        where += " (full-context pass)" if a.full_context else ""
+        where += ", leaky" if a.leaky else ""
+        main_runs[label] = main
         rows.append({"label": label, "where": where, "runs": main})
         if sym:
             rows.append({"label": f"{label}, both directions (gdfa)", "where": where, "runs": sym})
+    for label, reading in spec.readings.items():
+        rows.append(_reading_row(label, reading, spec.dev, forwards[reading.system], main_runs[reading.system], src_lines, tgt_lines, gold, device, log))
     for label, variant in spec.decode_variants.items():
         slug = "-".join(f"{k}{v}" for k, v in sorted(variant.decode.items()))
         runs = []
@@ -238,6 +305,39 @@ def run_alignment_set(path: str | Path, output: str | None = None, log=print) ->
     return section
 
 
+def _reading_row(label: str, variant: ReadingVariant, dev: AlignmentTestSet | None, forwards: list[Path], system_runs: list[dict], src_lines, tgt_lines, gold, device, log) -> dict:
+    """A row that reads each (seed's) model of ``variant.system`` another way; its BLEU is the model's own."""
+    runs, wheres = [], []
+    for forward, system_run in zip(forwards, system_runs):
+        if variant.layer is None:
+            reading, result = align_sweep(forward, read_lines(dev.src), read_lines(dev.ref), dev.align, device, one_indexed_gold=dev.one_indexed).best(shift=variant.shift)
+            log(f"[{label}] {forward}: best {'shifted' if variant.shift else 'unshifted'} reading on dev: {reading.label} ({result})")
+            wheres.append(f"{reading.label} (best on dev)")
+        else:
+            reading = AttentionReading(*(None if x == "average" else x for x in (variant.layer, variant.head)), variant.shift)
+            wheres.append(reading.label)
+        links = model_alignments(forward, src_lines, tgt_lines, device, **reading_options(reading))
+        runs.append({"bleu": system_run["bleu"], "aer": _aer_run(gold, links)})
+    return {"label": label, "where": "; ".join(dict.fromkeys(wheres)), "runs": runs}
+
+
+def _self_labels(label: str, cfg: Config, spec: AlignmentSet, base_dir: Path, seed: int | None, teacher: Path, device, log) -> None:
+    """Write a self-trained system's ``data.train_align`` (unless it exists) from its teacher's
+    checkpoint ``teacher`` and the teacher's target->source twin (trained here, once per seed)."""
+    if not cfg.data.train_align:
+        raise UserError(f"{cfg.work_dir}: the self-trained system '{label}' needs data.train_align (where its teacher's alignments go)")
+    output = Path(cfg.data.train_align)
+    if output.is_file():
+        return
+    st = spec.self_training[label]
+    reverse_cfg = _seed_configs(f"{st.teacher} (reverse)", st.reverse, spec, base_dir)[seed]
+    _train(f"{st.teacher} (reverse)" + ("" if seed is None else f" seed {seed}"), reverse_cfg, log)
+    dev = spec.dev
+    output.parent.mkdir(parents=True, exist_ok=True)
+    dev_pairs = (read_lines(dev.src), read_lines(dev.ref), dev.align, dev.one_indexed)
+    self_training_alignments(cfg, teacher, Path(reverse_cfg.work_dir) / "best.pt", dev_pairs, output, device, symmetrize=st.symmetrize, log=log)
+
+
 def _row_cells(row: dict, first: dict, spec: AlignmentSet) -> list[str]:
     """One table row: the means over seeds and the seed-aware cells against the first system."""
     runs, base = row["runs"], first["runs"]
@@ -253,7 +353,7 @@ def _row_cells(row: dict, first: dict, spec: AlignmentSet) -> list[str]:
         stats = [r["aer"]["stats"] for r in runs]
         cmp = seed_cells([r["aer"]["stats"] for r in base], stats, spec.bootstrap, spec.shuffles, is_baseline=is_first, metric=_neg_aer, digits=1)
         cells += [_mean_sd([r["aer"][k] for r in runs], 1) for k in ("aer", "precision", "recall")]
-        cells += [cmp["spread"], cmp["p"], cmp["aso"], _mean_sd([r["avg_aer"] for r in runs], 1)]
+        cells += [cmp["spread"], cmp["p"], cmp["aso"], _mean_sd([r["avg_aer"] for r in runs], 1) if "avg_aer" in runs[0] else ""]
     else:
         cells += ["", "", "", "", "", "", ""]
     return cells

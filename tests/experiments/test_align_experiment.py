@@ -13,6 +13,8 @@ from conftest import deep_merge, tiny_tree
 from test_cli import assert_one_line_error, run_cli
 
 from syntaxnmt.alignment.extract import model_alignments
+from syntaxnmt.alignment.sweep import align_sweep, reading_options
+from syntaxnmt.alignment.symmetrize import symmetrize
 from syntaxnmt.data.links import aer, read_alignments
 from syntaxnmt.metrics import score
 from syntaxnmt.textio import read_lines
@@ -106,3 +108,75 @@ def test_a_decode_variant_of_an_unknown_system_is_a_one_line_error(corpus, tmp_p
     path, _ = _write_set(tmp_path, corpus, variant_system="nonexistent")
     code, _, err = run_cli(capsys, "align-experiment", path)
     assert_one_line_error(code, err, "names an unknown system 'nonexistent'")
+
+
+def test_align_experiment_full_context_leaky_self_training_and_readings(corpus, tmp_path, capsys):
+    """A guided full-context + leaky system, a self-trained one (its labels: the plain model's own
+    shifted alignments, symmetrized with its reverse twin's), and extra rows that read the plain
+    model again (a fixed shifted layer/head; the best shifted reading on the dev split), each scored
+    on test like ``align --shift --layer L --head H`` and with the plain model's BLEU."""
+    corpus_dir = corpus["train"]["src"].parent
+    base = deep_merge(tiny_tree(corpus, tmp_path / "plain", tmp_path / "data"), {"data": {"joint_vocab": True}, "model": {"dec_layers": 2}})
+    guided = {"guided_weight": 1.0, "layer": -2, "head": 0, "full_context": True}
+    leaky = deep_merge(base, {"work_dir": str(tmp_path / "leaky"), "data": {"train_align": str(corpus_dir / "train.align"), "prepared_dir": str(tmp_path / "data-gold")}, "train": {"alignment": {**guided, "leaky": True}}})
+    reverse = deep_merge(base, {"work_dir": str(tmp_path / "reverse"), "data": {"prepared_dir": str(tmp_path / "data-reverse"), "src_lang": "syn", "tgt_lang": "en"}})
+    for key, side in (("train_src", "tgt"), ("train_tgt", "src")):
+        reverse["data"][key] = str(corpus["train"][side])
+        reverse["data"][key.replace("train", "dev")] = str(corpus["dev"][side])
+    labels = tmp_path / "self.train.align"
+    self_trained = deep_merge(base, {"work_dir": str(tmp_path / "self"), "data": {"train_align": str(labels), "prepared_dir": str(tmp_path / "data-self")}, "train": {"alignment": guided}})
+    for name, tree in (("plain", base), ("leaky", leaky), ("reverse", reverse), ("self", self_trained)):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(tree))
+    split = lambda s: {"src": str(corpus_dir / f"{s}.src"), "ref": str(corpus_dir / f"{s}.tgt"), "align": str(corpus_dir / f"{s}.align")}  # noqa: E731
+    spec = {
+        "name": "tiny-align-issue22",
+        "configs": {"plain": "plain.yaml", "guided full leaky": "leaky.yaml", "self": "self.yaml"},
+        "self_training": {"self": {"teacher": "plain", "reverse": "reverse.yaml"}},
+        "readings": {"plain, layer 0 head 1 shifted": {"system": "plain", "shift": True, "layer": 0, "head": 1}, "plain, best shifted on dev": {"system": "plain", "shift": True}},
+        "dev": split("dev"),
+        "test": split("test"),
+        "eflomal_baseline": True,
+        "output": str(tmp_path / "results.md"),
+    }
+    path = tmp_path / "align.set.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    code, out, err = run_cli(capsys, "align-experiment", path)
+    assert code == 0, err[-2000:]
+    rows = _rows((tmp_path / "results.md").read_text())
+    assert {"plain", "guided full leaky", "self", "plain, layer 0 head 1 shifted", "plain, best shifted on dev"} <= set(rows), sorted(rows)
+    assert any(label.startswith("eflomal") for label in rows)
+    assert rows["guided full leaky"][1] == "layer -2, head 0 (full-context pass), leaky"
+    assert int(rows["guided full leaky"][2]) == int(rows["self"][2]) == 12
+
+    cpu = torch.device("cpu")
+    src, ref = read_lines(corpus_dir / "test.src"), read_lines(corpus_dir / "test.tgt")
+    gold = read_alignments(corpus_dir / "test.align", False, [len(x.split()) for x in src], [len(x.split()) for x in ref])
+
+    def aer_cell(links) -> str:
+        return f"{100 * aer([s for s, _ in gold], [p for _, p in gold], links).aer:.1f}"
+
+    plain = tmp_path / "plain" / "best.pt"
+    assert rows["plain, layer 0 head 1 shifted"][8] == aer_cell(model_alignments(plain, src, ref, cpu, layer=0, head=1, shift=True))
+    best, _ = align_sweep(plain, read_lines(corpus_dir / "dev.src"), read_lines(corpus_dir / "dev.tgt"), corpus_dir / "dev.align", cpu).best(shift=True)
+    assert best.shift and rows["plain, best shifted on dev"][1] == f"{best.label} (best on dev)"
+    assert rows["plain, best shifted on dev"][8] == aer_cell(model_alignments(plain, src, ref, cpu, **reading_options(best)))
+    for label in ("plain, layer 0 head 1 shifted", "plain, best shifted on dev"):
+        assert rows[label][4] == rows["plain"][4]  # the plain model's BLEU
+
+    # The self-trained system's labels: the plain model's and its reverse twin's best shifted
+    # readings on dev, over the training corpus, symmetrized with grow-diag-final-and.
+    train_src, train_tgt = read_lines(corpus["train"]["src"]), read_lines(corpus["train"]["tgt"])
+    rev = tmp_path / "reverse" / "best.pt"
+    rev_best, _ = align_sweep(rev, read_lines(corpus_dir / "dev.tgt"), read_lines(corpus_dir / "dev.src"), corpus_dir / "dev.align", cpu, transpose_gold=True).best(shift=True)
+    forward = model_alignments(plain, train_src, train_tgt, cpu, **reading_options(best))
+    backward = model_alignments(rev, train_tgt, train_src, cpu, **reading_options(rev_best))
+    expected = [symmetrize(f, {(i, j) for j, i in r}, "grow-diag-final-and") for f, r in zip(forward, backward)]
+    written = read_alignments(labels, False, [len(x.split()) for x in train_src], [len(x.split()) for x in train_tgt])
+    assert [s for s, _ in written] == expected and sum(map(len, expected)) > len(expected)
+    assert "self-training labels, reverse model" in out + err
+
+
+def test_a_reading_with_only_a_layer_is_a_one_line_error(corpus, tmp_path, capsys):
+    path, _ = _write_set(tmp_path, corpus, readings={"half": {"system": "plain", "layer": 0}})
+    code, _, err = run_cli(capsys, "align-experiment", path)
+    assert_one_line_error(code, err, "reading 'half' gives only one of layer/head")
