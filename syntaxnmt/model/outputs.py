@@ -13,11 +13,26 @@ from syntaxnmt.errors import UserError
 
 
 @dataclass
+class ContextAttention:
+    """HAN's weights for one batch (:class:`syntaxnmt.model.context.HierarchicalContext`), on
+    request: ``word`` (B, k, H, S, Sc) word-level attention of each current token over each previous
+    sentence's pieces, ``sentence`` (B, H, S, k) sentence-level attention over the k previous
+    sentences (nearest first), ``gate`` (B, S) the gate λ_t averaged over the model dimensions.
+    A missing previous sentence gets zero weight in both; a sentence without context has all-zero
+    weights and gate 0 (its states are left unchanged)."""
+
+    word: Tensor
+    sentence: Tensor
+    gate: Tensor
+
+
+@dataclass
 class EncoderOutput:
     hidden: Tensor  # (B, S, D)
     pad_mask: Tensor  # (B, S), True at padding
     self_attention: list[Tensor | None] = field(default_factory=list)  # per layer (B, H, S, S), on request (None: a layer not requested)
     layers: list[Tensor] = field(default_factory=list)  # per layer, its output states (B, S, D) (before the final norm)
+    context_attention: ContextAttention | None = None  # HAN's weights over the previous sentences, on request
 
     def index_select(self, index: Tensor) -> "EncoderOutput":
         return EncoderOutput(self.hidden.index_select(0, index), self.pad_mask.index_select(0, index))

@@ -222,9 +222,10 @@ class Transformer(nn.Module):
             weights.append(w)
             states.append(x)
         hidden = self.enc_norm(x)
+        context_attention = None
         if self.han is not None and batch.context is not None:
-            hidden = self.han(hidden, *self.encode_context(batch.context), need_weights=need_weights)
-        return EncoderOutput(hidden, pad_mask, weights if need_weights or wanted else [], states)
+            hidden, context_attention = self.han(hidden, *self.encode_context(batch.context), need_weights=need_weights)
+        return EncoderOutput(hidden, pad_mask, weights if need_weights or wanted else [], states, context_attention)
 
     def encode_context(self, context: Tensor) -> tuple[Tensor, Tensor]:
         """Encoder states (B, k, Sc, D) of the previous sentences (B, k, Sc) and their padding mask;
