@@ -29,11 +29,14 @@ from syntaxnmt.alignment.extract import alignment_from_attention
 from syntaxnmt.analysis.export import (
     EncodedSource,
     SentenceAttention,
+    SentenceContext,
     Target,
     attention_of_targets,
+    context_targets,
     encode_sources,
     output_target,
     reference_target,
+    sentence_contexts,
     unit_labels,
     word_level,
 )
@@ -199,7 +202,9 @@ class Translator:
         (default ``decode.nbest``); ``alignments`` / ``attention``: also the word alignment and the
         cross-attention of each best translation. ``src_conllu``: the parses of the non-empty
         sentences (CoNLL-U), for models that use trees or tags. ``docs``: a document id per sentence,
-        read by a context model (docs/documents.md). ``options``: other ``decode`` keys
+        read by a context model (docs/documents.md); with ``attention`` its weights are those of
+        the model reading the context (a concatenation model's source columns include it, HAN's
+        weights are in ``attention.members``). ``options``: other ``decode`` keys
         for this call (``length_penalty=0.6``, ``unk_replace="copy"``, ...)."""
         lines = _sentences(sentences, "sentences")
         decode = self.decode_options(beam, **options)
@@ -215,9 +220,15 @@ class Translator:
         ]
         if alignments or attention:
             kept = [k for k, line in enumerate(lines) if line.strip()]
+            contexts = None if docs is None else sentence_contexts(self.members[0], self.cfg, self.toks, lines, docs, kept, source_name=source_name)
+            if contexts is not None and alignments:
+                raise UserError("alignments of a context model read with docs are not supported yet (ask for attention, or leave out docs)")
+            dc = getattr(self.members[0], "document_context", None)
+            if contexts is not None and dc.concat_target:  # 2-to-2: the model's own translation of the context is part of what it read
+                contexts = [SentenceContext(c.lines, c.sources, context_targets(self.toks.tgt, outputs[k][0].context_tokens or [], dc.sep)) for c, k in zip(contexts, kept)]
             src = self._encode([lines[k] for k in kept], src_conllu, source_name)
             tgt = [output_target(self.toks.tgt, outputs[k][0].tokens, outputs[k][0].text) for k in kept]
-            self._attach(results, kept, src, tgt, decode, alignments, attention, forced=False)
+            self._attach(results, kept, src, tgt, decode, alignments, attention, forced=False, contexts=contexts)
         return results
 
     def score(
@@ -261,12 +272,14 @@ class Translator:
         uses_parses = self.cfg.data.annotate != "none" or self.model.feature_spec.needs_parse
         return encode_sources(self.model, self.cfg, self.toks, lines, conllu if uses_parses else None, False, source_name)
 
-    def _attach(self, results: list[Translation], kept: list[int], src: list[EncodedSource], tgt: list[Target], decode: DecodeConfig, alignments: bool, attention: bool, *, forced: bool) -> None:
-        """Force-decode every member on ``tgt`` and attach the alignments / attention to ``results[kept]``."""
+    def _attach(
+        self, results: list[Translation], kept: list[int], src: list[EncodedSource], tgt: list[Target], decode: DecodeConfig, alignments: bool, attention: bool, *, forced: bool, contexts: list[SentenceContext] | None = None
+    ) -> None:
+        """Force-decode every member on ``tgt`` (with their document ``contexts``) and attach the alignments / attention to ``results[kept]``."""
         if not kept:
             return
         lines = [results[k].source for k in kept]
-        per_member = [attention_of_targets(m, self.toks, lines, src, tgt, self.device, forced=forced, batch_size=decode.batch_size) for m in self.members]
+        per_member = [attention_of_targets(m, self.toks, lines, src, tgt, self.device, forced=forced, batch_size=decode.batch_size, contexts=contexts) for m in self.members]
         a = self.cfg.train.alignment
         layer, head = (layer_head(a.layer), layer_head(a.head)) if len(self.members) == 1 else (None, None)
         for n, k in enumerate(kept):
