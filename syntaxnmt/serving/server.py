@@ -327,7 +327,9 @@ class TranslateRequest(BaseModel):
 
     @field_validator("sentences")
     @classmethod
-    def unicode_text(cls, sentences: list[str]) -> list[str]:
+    def unicode_text(cls, sentences: list[str] | None) -> list[str]:
+        if sentences is None:  # left out is fine, null is not
+            raise ValueError("give a list of strings, not null")
         for i, s in enumerate(sentences):
             try:
                 s.encode("utf-8")
@@ -337,7 +339,9 @@ class TranslateRequest(BaseModel):
 
     @field_validator("documents")
     @classmethod
-    def documents_text(cls, documents: list[list[str]]) -> list[list[str]]:
+    def documents_text(cls, documents: list[list[str]] | None) -> list[list[str]]:
+        if documents is None:
+            raise ValueError("give a list of documents (lists of strings), not null")
         for d, doc in enumerate(documents):
             if not doc:
                 raise ValueError(f"document {d} is empty: give every document at least one sentence")

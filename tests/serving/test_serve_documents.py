@@ -129,6 +129,8 @@ def test_documents_count_every_sentence_against_the_limits(han_client, documents
         ({"documents": ["a b"]}, "documents.0: Input should be a valid list"),
         ({"documents": [["a", 3]]}, "documents.0.1: Input should be a valid string"),
         ({"documents": [["\ud800"]]}, "sentence 0 of document 0 is not valid Unicode"),
+        ({"documents": None}, "documents: Value error, give a list of documents (lists of strings), not null"),
+        ({"sentences": None}, "sentences: Value error, give a list of strings, not null"),
     ],
 )
 def test_malformed_document_requests_are_422(han_client, body, message):
