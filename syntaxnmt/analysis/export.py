@@ -25,6 +25,13 @@ Python API (``syntaxnmt attention``, ``plot``, ``analyze-heads`` and the web vie
   ``OUT.jsonl`` (a header line, then one JSON object per sentence: tokens, words, parse, array
   shapes) and ``OUT.npz`` (arrays ``s{i}_{kind}`` and ``s{i}_{kind}_words`` for kind in
   encoder/decoder/cross), readable with ``json`` and ``numpy`` alone.
+* Context models (docs/documents.md): with the document ids (``docs`` / ``--docs``,
+  :func:`sentence_contexts`) the model reads each sentence's previous sentences as ``translate
+  --docs`` does. A concatenation model's source (and 2-to-2 target) is the joined sequence, its
+  first ``src_context`` (``tgt_context``) pieces the context; a HAN model adds its weights as
+  its forward pass returns them (:class:`syntaxnmt.model.outputs.ContextAttention`):
+  ``han_sentence`` (H, S, k) over the previous sentences, ``han_word`` (k, H, S, Sc) over their
+  pieces, ``han_gate`` (S,) the mean gate λ of each source piece.
 """
 
 from __future__ import annotations

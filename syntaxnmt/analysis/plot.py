@@ -9,6 +9,9 @@ them: an arc from the head word to the dependent (a triangle marks the dependent
 label at its top (arcs are stacked so that no two labels overlap). A colour bar gives the scale
 (white 0, dark blue 1). On cross-attention, word links (gold or extracted Pharaoh alignments) are
 outlined: sure links solid, possible links dashed. PNG, SVG or PDF by the output's suffix.
+For a HAN model read with its document, a panel beside the heads shows HAN's sentence-level
+weights (source tokens x previous sentences, the mean of the heads) and the gate λ of each token;
+for a concatenation model the context's rows and columns are greyed out.
 """
 
 from __future__ import annotations
@@ -299,6 +302,8 @@ def load_for_plot(
     """The selected sentences (input line numbers ``sentences``) from an export or computed by a checkpoint."""
     if bool(attention) == bool(checkpoint):
         raise UserError("give an attention export (-a OUT) or a --checkpoint with -i SRC")
+    if attention and docs:
+        raise UserError("--docs goes with --checkpoint and -i SRC (an export holds the context it was computed with)")
     if attention:
         header, exported = read_attention(attention)
         lines = header.get("lines") or list(range(len(exported)))

@@ -2,7 +2,8 @@
 
 - ``POST /translate`` ``{"sentences": [...], "beam": 5, "attention": false}`` ->
   ``{"translations": [...], "scores": [...]}``, plus ``"attention"`` (per sentence: pieces, the
-  source parse and the attention weights) when asked;
+  source parse and the attention weights) when asked; ``{"documents": [[...], ...]}`` translates
+  each document in order with its context (``Translator.translate(docs=...)``), answers nested alike;
 - ``GET /health``: the model, the parser and the limits;
 - ``GET /``: a page that translates a sentence and draws the source's dependency tree and an
   attention heatmap (``syntaxnmt/serving/web/``).

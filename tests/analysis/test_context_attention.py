@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 from conftest import deep_merge, quiet, tiny_tree
-from test_cli import run_cli
+from test_cli import assert_one_line_error, run_cli
 
 from syntaxnmt.analysis.export import read_attention
 from syntaxnmt.analysis.plot import attention_figure
@@ -122,6 +122,8 @@ def test_plot_draws_han_panel(han, doc_corpus, tmp_path, capsys):
     # The same with the weights computed on the fly (--checkpoint -i --docs).
     code, _, err = run_cli(capsys, "plot", "--checkpoint", han, "-i", doc_corpus["src"], "--docs", doc_corpus["docs"], "--sentences", "3", "-o", tmp_path / "direct.png")
     assert code == 0, err and (tmp_path / "direct.png").read_bytes()[:4] == b"\x89PNG"
+    code, _, err = run_cli(capsys, "plot", "-a", tmp_path / "att", "--docs", doc_corpus["docs"], "--sentences", "3", "-o", tmp_path / "x.png")
+    assert_one_line_error(code, err, "--docs goes with --checkpoint")
     _, (s,) = read_attention(tmp_path / "att")
     fig = attention_figure(s, "cross", -1, 0, True)
     panel = next(ax for ax in fig.axes if ax.get_title().startswith("HAN"))
@@ -171,3 +173,14 @@ def test_concat_export_marks_the_context(corpus, doc_corpus, tmp_path, capsys, s
     assert shaded and np.isclose(shaded[0].get_x() + shaded[0].get_width(), s.context_units("source", True) - 0.5)
     code, _, err = run_cli(capsys, "plot", "-a", tmp_path / "att", "--sentences", str(_positions().index(1)), "-o", tmp_path / "c.png")
     assert code == 0, err and (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_bad_doc_id_file_is_a_one_line_error(han, doc_corpus, tmp_path, capsys):
+    short = tmp_path / "short.docs"
+    short.write_text("\n".join(read_lines(doc_corpus["docs"])[:-1]) + "\n")
+    code, _, err = run_cli(capsys, "attention", "--checkpoint", han, "-i", doc_corpus["src"], "--docs", short, "-o", tmp_path / "att")
+    assert_one_line_error(code, err, f"{sum(DOC_SIZES) - 1} document ids for {sum(DOC_SIZES)} lines of {doc_corpus['src']}")
+    split = tmp_path / "split.docs"
+    split.write_text("\n".join(["a", "b", "a"] + ["c"] * (sum(DOC_SIZES) - 3)) + "\n")
+    code, _, err = run_cli(capsys, "attention", "--checkpoint", han, "-i", doc_corpus["src"], "--docs", split, "-o", tmp_path / "att")
+    assert_one_line_error(code, err, ":3: document 'a' continues after another document began")
