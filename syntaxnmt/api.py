@@ -9,7 +9,9 @@
 Every result is a :class:`Translation`: the text, its score (log P / lp(y), the search's ranking
 score) and total log-probability, the n-best :class:`Candidate` list, and on request the word
 alignment and the cross-attention (:class:`Attention`) of the best translation, read by
-force-decoding it as ``syntaxnmt align`` and ``syntaxnmt attention`` read them. Options are those
+force-decoding it: the alignment as ``syntaxnmt translate --alignments`` reads it (one model,
+:func:`syntaxnmt.alignment.extract.alignments_for_translations`), the attention as ``syntaxnmt
+attention`` reads it. Options are those
 of ``syntaxnmt translate``: the ``decode`` keys (``beam_size``, ``length_penalty``, ...), and at
 loading the decode-time model options ``hard_attention`` (``decode`` or ``none``) and
 ``spacy_pipeline`` (:data:`syntaxnmt.decoding.translate.TRANSLATE_TIME_KEYS`). Mistakes raise
@@ -25,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from syntaxnmt.alignment.extract import alignment_from_attention
+from syntaxnmt.alignment.extract import alignments_for_translations
 from syntaxnmt.analysis.export import (
     EncodedSource,
     SentenceAttention,
@@ -41,7 +43,6 @@ from syntaxnmt.analysis.export import (
     word_level,
 )
 from syntaxnmt.config import Config, DecodeConfig, merge_trees
-from syntaxnmt.data.links import subwords_to_words
 from syntaxnmt.data.prepare import Tokenizers
 from syntaxnmt.decoding.ensemble import load_ensemble
 from syntaxnmt.decoding.translate import (
@@ -79,8 +80,9 @@ class Attention:
     """The cross-attention of a sentence pair: ``weights`` (target units x source units) at the word
     level (pieces combined as :func:`syntaxnmt.analysis.export.word_level` does; every row sums to 1
     except with RNN local-p attention), rows labelled by ``target`` and columns by ``source`` (their
-    words, then ``</s>``). A single model's weights are those ``syntaxnmt align`` reads (its
-    ``train.alignment`` layer and head, by default the mean of every layer and head); an ensemble's
+    words, then ``</s>``). A single model's weights are its ``train.alignment`` layer and head of
+    the translation pass (by default the mean of every layer and head; a ``full_context`` model's
+    alignment pass is not among them: :attr:`Translation.alignment` reads it); an ensemble's
     are the mean over its members of each member's mean over layers and heads. ``members`` holds
     every weight of every member (encoder, decoder and cross-attention, every layer and head, at
     the subword level: :class:`syntaxnmt.analysis.export.SentenceAttention`)."""
@@ -94,11 +96,17 @@ class Attention:
 @dataclass
 class Translation:
     """The result for one source sentence: the best translation (``text``, ``score``, ``log_prob``),
-    the n-best list (best first), and when asked for, the word ``alignment`` -- links ``(i, j)``
-    from source word i to target word j, 0-based over ``attention.source`` / ``attention.target``
-    (argmax of every target piece, as ``syntaxnmt align``) -- and the ``attention``. Both are of
-    the best translation; an empty source line gets an empty translation (score 0) and neither.
-    ``forced``: the text is a given reference (:meth:`Translator.score`)."""
+    the n-best list (best first), and when asked for, the word ``alignment`` and the ``attention``,
+    both of the best translation; an empty source line gets an empty translation (score 0) and
+    neither. ``forced``: the text is a given reference (:meth:`Translator.score`).
+
+    ``alignment``: sorted links ``(i, j)`` from source word i to target word j, 0-based over
+    ``alignment_words`` -- the whitespace tokens of ``source`` and ``text`` after the model's
+    lowercasing and Moses step (for a model without Moses, their own tokens) -- exactly the links
+    ``syntaxnmt translate --alignments`` writes for this pair (the model's configured reading:
+    ``train.alignment.layer``/``head``, the full-context pass of a ``full_context`` model; every
+    target word's pieces link by argmax). These words can differ from ``attention.source`` /
+    ``attention.target`` (the model's pieces joined into words)."""
 
     source: str
     text: str
@@ -106,6 +114,8 @@ class Translation:
     log_prob: float
     nbest: list[Candidate]
     alignment: list[tuple[int, int]] | None = None
+    alignment_words: tuple[list[str], list[str]] | None = None
+    """The source and target words ``alignment`` indexes (with ``alignment``)."""
     attention: Attention | None = None
     forced: bool = False
 
@@ -199,7 +209,8 @@ class Translator:
     ) -> list[Translation]:
         """Translate raw sentences (one :class:`Translation` each, in order) with beam search of
         ``beam`` (default: ``decode.beam_size``; 1 = greedy) and the ``nbest`` best candidates
-        (default ``decode.nbest``); ``alignments`` / ``attention``: also the word alignment and the
+        (default ``decode.nbest``); ``alignments`` / ``attention``: also the word alignment
+        (:class:`Translation`; one model and no ``docs``, as ``translate --alignments``) and the
         cross-attention of each best translation. ``src_conllu``: the parses of the non-empty
         sentences (CoNLL-U), for models that use trees or tags. ``docs``: a document id per sentence,
         read by a context model (docs/documents.md); with ``attention`` its weights are those of
@@ -207,6 +218,8 @@ class Translator:
         weights are in ``attention.members``). ``options``: other ``decode`` keys
         for this call (``length_penalty=0.6``, ``unk_replace="copy"``, ...)."""
         lines = _sentences(sentences, "sentences")
+        if alignments:
+            self.check_aligning(docs)
         decode = self.decode_options(beam, **options)
         nbest = decode.nbest if nbest is None else nbest
         if nbest < 1:
@@ -218,17 +231,17 @@ class Translator:
             Translation(line, nb[0].text, nb[0].score, nb[0].log_prob, [Candidate(o.text, o.score, o.log_prob) for o in nb])
             for line, nb in zip(lines, outputs)
         ]
-        if alignments or attention:
+        if alignments:
+            self._align(results, src_conllu, source_name, decode)
+        if attention:
             kept = [k for k, line in enumerate(lines) if line.strip()]
             contexts = None if docs is None else sentence_contexts(self.members[0], self.cfg, self.toks, lines, docs, kept, source_name=source_name)
-            if contexts is not None and alignments:
-                raise UserError("alignments of a context model read with docs are not supported yet (ask for attention, or leave out docs)")
             dc = getattr(self.members[0], "document_context", None)
             if contexts is not None and dc.concat_target:  # 2-to-2: the model's own translation of the context is part of what it read
                 contexts = [SentenceContext(c.lines, c.sources, context_targets(self.toks.tgt, outputs[k][0].context_tokens or [], dc.sep)) for c, k in zip(contexts, kept)]
             src = self._encode([lines[k] for k in kept], src_conllu, source_name)
             tgt = [output_target(self.toks.tgt, outputs[k][0].tokens, outputs[k][0].text) for k in kept]
-            self._attach(results, kept, src, tgt, decode, alignments, attention, forced=False, contexts=contexts)
+            self._attach(results, kept, src, tgt, decode, forced=False, contexts=contexts)
         return results
 
     def score(
@@ -247,10 +260,13 @@ class Translator:
         align`` and ``attention --ref`` encode them), and the score log P / lp(y) the search would
         rank it by (``decode.length_penalty``; the coverage penalty is not added). An ensemble
         scores with the distribution it searches with. ``alignments`` / ``attention`` as in
-        :meth:`translate`, of each reference; ``src_conllu`` holds one parse per source line."""
+        :meth:`translate`, of each reference (the alignment of a pair is that of ``syntaxnmt align
+        --normalize``); ``src_conllu`` holds one parse per source line."""
         src_lines, refs = _sentences(sources, "sources"), _sentences(references, "references")
         if len(src_lines) != len(refs):
             raise UserError(f"{len(src_lines)} sources but {len(refs)} references: give one reference per source")
+        if alignments:
+            self.check_aligning(None)
         decode = self.decode_options(None, **options)
         src = self._encode(src_lines, src_conllu, source_name)
         tgt = [reference_target(self.toks.tgt, ref) for ref in refs]
@@ -260,8 +276,10 @@ class Translator:
         for line, ref, t, lp in zip(src_lines, refs, tgt, log_probs):
             score = normalized_score(lp, len(t[0]), decode)
             results.append(Translation(line, ref, score, lp, [Candidate(ref, score, lp)], forced=True))
-        if alignments or attention:
-            self._attach(results, list(range(len(results))), src, tgt, decode, alignments, attention, forced=True)
+        if alignments:
+            self._align(results, src_conllu, source_name, decode)
+        if attention:
+            self._attach(results, list(range(len(results))), src, tgt, decode, forced=True)
         return results
 
     # ------------------------------------------------------------ weights
@@ -272,10 +290,23 @@ class Translator:
         uses_parses = self.cfg.data.annotate != "none" or self.model.feature_spec.needs_parse
         return encode_sources(self.model, self.cfg, self.toks, lines, conllu if uses_parses else None, False, source_name)
 
-    def _attach(
-        self, results: list[Translation], kept: list[int], src: list[EncodedSource], tgt: list[Target], decode: DecodeConfig, alignments: bool, attention: bool, *, forced: bool, contexts: list[SentenceContext] | None = None
-    ) -> None:
-        """Force-decode every member on ``tgt`` (with their document ``contexts``) and attach the alignments / attention to ``results[kept]``."""
+    def check_aligning(self, docs: Sequence[str] | None) -> None:
+        """Refuse alignments where ``translate --alignments`` refuses them, before any work."""
+        if len(self.members) > 1 or docs is not None:
+            raise UserError("alignments read one model's attention, without document context (as translate --alignments): load one checkpoint and give no docs (an ensemble's averaged attention: attention=True)")
+
+    def _align(self, results: list[Translation], conllu: str | None, source_name: str, decode: DecodeConfig) -> None:
+        """Attach the word alignment of every result's text to its non-empty source, read as
+        ``translate --alignments`` reads it (:func:`~syntaxnmt.alignment.extract.alignments_for_translations`)."""
+        sources = [r.source for r in results]
+        links = alignments_for_translations(self.model, self.cfg, self.toks, sources, [[r.text] for r in results], self.device, batch_size=decode.batch_size, conllu=conllu, source_name=source_name)
+        for r, (pair,) in zip(results, links):
+            if r.source.strip():
+                r.alignment = sorted(pair)
+                r.alignment_words = (self.toks.src.normalize(r.source).split(), self.toks.tgt.normalize(r.text).split())
+
+    def _attach(self, results: list[Translation], kept: list[int], src: list[EncodedSource], tgt: list[Target], decode: DecodeConfig, *, forced: bool, contexts: list[SentenceContext] | None = None) -> None:
+        """Force-decode every member on ``tgt`` (with their document ``contexts``) and attach the attention to ``results[kept]``."""
         if not kept:
             return
         lines = [results[k].source for k in kept]
@@ -285,16 +316,10 @@ class Translator:
         for n, k in enumerate(kept):
             records = [member[n] for member in per_member]
             pieces = np.mean([_cross(r.cross, layer, head) for r in records], axis=0)
-            rec = records[0]
-            if alignments:
-                t, s = len(rec.tgt_word_of_piece) - 1, len(rec.src_word_of_piece) - 1  # without </s>
-                links = alignment_from_attention(pieces[:t, :s])
-                results[k].alignment = sorted(subwords_to_words(links, rec.src_word_of_piece[:-1], rec.tgt_word_of_piece[:-1]))
-            if attention:
-                rows, cols = rec.axes("cross")
-                results[k].attention = Attention(
-                    source=unit_labels(*cols), target=unit_labels(*rows), weights=word_level(pieces, rec.tgt_word_of_piece, rec.src_word_of_piece), members=records
-                )
+            rows, cols = records[0].axes("cross")
+            results[k].attention = Attention(
+                source=unit_labels(*cols), target=unit_labels(*rows), weights=word_level(pieces, records[0].tgt_word_of_piece, records[0].src_word_of_piece), members=records
+            )
 
 
 def _cross(cross: np.ndarray, layer: int | None, head: int | None) -> np.ndarray:

@@ -209,7 +209,7 @@ def cmd_translate(args, extra) -> None:
     lines = _read_input(args.input)
     marked = [parse_markup(line, f"{args.input or '<stdin>'}:{n}") for n, line in enumerate(lines, start=1)] if args.markup else None
     if marked is not None:
-        lines = [" ".join(m.text.split()) for m in marked]
+        lines = [m.plain for m in marked]
     kw = dict(source_name=args.input or "<stdin>", progress=sys.stderr.isatty() or args.output is not None)
     if args.engine == "ctranslate2":  # empty lines stay empty, as with the torch engine
         results = without_empty_lines(lines, lambda kept, _numbers: engine.translate_lines(kept, decode, conllu=args.src_conllu, nbest=nbest, **kw))
@@ -327,7 +327,7 @@ def cmd_experiment(args, extra) -> None:
     if args.n_seeds is not None and args.n_seeds < 1:
         raise UserError(f"--n-seeds {args.n_seeds}: give at least 1")
     seeds = args.seeds or (list(range(1, args.n_seeds + 1)) if args.n_seeds else None)
-    run_set(args.set, seeds=seeds, only=args.only.split(",") if args.only else None, output=args.output, jobs=args.jobs)
+    run_set(args.set, seeds=seeds, only=args.only, output=args.output, jobs=args.jobs)
 
 
 def cmd_decode_experiment(args, extra) -> None:
@@ -435,7 +435,8 @@ def _training_commands(sub) -> None:
     s.add_argument("set", help="experiment set YAML (e.g. recipes/multi30k/syntax.set.yaml)")
     s.add_argument("--n-seeds", type=int, help="use seeds 1..N (default: the set's seeds)")
     s.add_argument("--seeds", type=int, nargs="+", help="explicit seeds")
-    s.add_argument("--only", help="comma-separated labels to run (the baseline always runs)")
+    s.add_argument("--only", action="append", metavar="LABELS", help="run only these systems (the baseline always runs): a label, or labels separated by commas; "
+                   "a label holding a comma is recognised as a whole ('+ input features, random-tree control'); give --only several times for several values")
     s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
     s.add_argument("--jobs", type=int, default=1, help="run N (config, seed) runs at once in worker processes sharing the GPU or the CPU cores, each logging to <work_dir>/train.log (default 1: one by one, in this process)")
     _trust_flag(s)

@@ -108,8 +108,10 @@ class ContextConfig(_Section):
       the last encoder layer: for each token, word-level attention over each previous source
       sentence's encoder states gives one summary per sentence, sentence-level attention over the
       summaries, a feed-forward layer, and a gate λ = σ(W[h; d]) mixing them: LayerNorm((1-λ)h + λd).
-      ``side: source`` only (the target-side HAN of the paper reads the decoder states of the
-      previous translations; not built yet).
+      ``side: target`` puts the same block (its own parameters) after the last decoder layer: each
+      decoder state attends over the decoder states of the k previous target sentences (the
+      paper's "HAN decoder", Sec. 2.3; the references in training and scoring, the model's own
+      translations when decoding a document); ``side: both`` uses both blocks.
     """
 
     kind: Literal["none", "concat", "han"] = "none"
@@ -119,8 +121,6 @@ class ContextConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> "ContextConfig":
-        if self.kind == "han" and self.side != "source":
-            raise ValueError(f"model.context.side {self.side}: HAN reads source context only in this version (side: source)")
         if self.kind == "concat" and self.side == "target":
             raise ValueError("model.context.side target: concatenation is 2-to-1 (side: source) or 2-to-2 (side: both)")
         return self

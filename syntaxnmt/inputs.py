@@ -115,6 +115,7 @@ class Batch:
     features: SourceFeatures = field(default_factory=SourceFeatures)
     alignment: Tensor | None = None  # (B, T, S), only for guided alignment
     context: Tensor | None = None  # (B, k, Sc) previous source sentences (nearest first, EOS-ended, PAD rows where missing), HAN models only
+    context_tgt: Tensor | None = None  # (B, k, Tc) their target sentences (BOS-started decoder inputs, PAD rows where missing), target-side HAN only
 
     @property
     def src_pad_mask(self) -> Tensor:
@@ -130,4 +131,4 @@ class Batch:
 
     def to(self, device: torch.device | str) -> "Batch":
         move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
-        return replace(self, src=move(self.src), tgt_in=move(self.tgt_in), tgt_out=move(self.tgt_out), features=self.features.to(device), alignment=move(self.alignment), context=move(self.context))
+        return replace(self, src=move(self.src), tgt_in=move(self.tgt_in), tgt_out=move(self.tgt_out), features=self.features.to(device), alignment=move(self.alignment), context=move(self.context), context_tgt=move(self.context_tgt))

@@ -1,7 +1,9 @@
 """The public Python API (``syntaxnmt.Translator``), through its public names only: the README's
 lines run, translations and n-best scores are those of ``syntaxnmt translate``, a reference's score
-is the log-probability the search gave the same output, alignments and attention of Transformer,
-RNN and ensembles, options honoured or refused, and ``import syntaxnmt`` stays cheap."""
+is the log-probability the search gave the same output, alignments those ``syntaxnmt translate
+--alignments`` writes (a plain and a full-context model; refused for an ensemble, as there),
+attention of Transformer, RNN and ensembles, options honoured or refused, and ``import syntaxnmt``
+stays cheap."""
 
 from __future__ import annotations
 
@@ -13,10 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import untrained_checkpoint
-from test_cli import NBEST_LINE, run_cli, subprocess_env
+from conftest import deep_merge, tiny_tree, untrained_checkpoint
+from test_cli import NBEST_LINE, run_cli, subprocess_env, write_lines
 
 import syntaxnmt
+from syntaxnmt.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,9 +71,11 @@ def test_the_readmes_python_lines_run(best, tmp_path, monkeypatch):
     assert att.weights.shape == (len(att.target), len(att.source))
     assert att.source[-1] == "</s>" and att.target[-1] == "</s>"
     np.testing.assert_allclose(att.weights.sum(1), 1.0, atol=1e-4)
-    assert result.alignment and all(0 <= i < len(att.source) - 1 and 0 <= j < len(att.target) - 1 for i, j in result.alignment)
+    src_words, tgt_words = result.alignment_words
+    assert result.alignment and all(0 <= i < len(src_words) and 0 <= j < len(tgt_words) for i, j in result.alignment)
     assert scored.forced and scored.text == "aru ie ga aru akai onna wo taberu ." and scored.log_prob < 0
     assert scored.alignment and scored.attention is None
+    assert scored.alignment_words == ("a house eats a red woman .".split(), "aru ie ga aru akai onna wo taberu .".split())
 
 
 def test_translations_and_scores_are_those_of_the_translate_command(best, sources, capsys, monkeypatch, tmp_path):
@@ -97,12 +102,13 @@ def test_scores_of_given_references(best, sources, references, rnn_checkpoint):
     by_family = {}
     for name, paths in (("transformer", [best]), ("rnn", [rnn_checkpoint]), ("ensemble", [best, rnn_checkpoint])):
         translator = syntaxnmt.Translator.from_checkpoint(paths, device="cpu", length_penalty=0.6)
-        scored = translator.score(sources, references, attention=True, alignments=True)
+        scored = translator.score(sources, references, attention=True, alignments=name != "ensemble")
         for s, ref in zip(scored, references):
             assert s.forced and s.text == ref and s.nbest[0].text == ref and s.attention.members[0].forced
             n = len(s.attention.members[0].tgt_pieces)  # the reference's pieces and </s>
             assert s.log_prob < 0 and s.score == pytest.approx(s.log_prob / n**0.6)
-            assert {j for _, j in s.alignment} == set(range(len(ref.split())))
+            if name != "ensemble":
+                assert {j for _, j in s.alignment} == set(range(len(ref.split())))
         by_family[name] = [s.log_prob for s in scored]
     assert by_family["transformer"] != by_family["rnn"]
     one = syntaxnmt.Translator.from_checkpoint([best, best], device="cpu").score(sources, references)
@@ -113,7 +119,8 @@ def test_scores_of_given_references(best, sources, references, rnn_checkpoint):
 def test_alignments_and_attention_of_every_family(family, best, rnn_checkpoint, sources):
     paths = {"transformer": [best], "rnn": [rnn_checkpoint], "ensemble": [best, rnn_checkpoint]}[family]
     translator = syntaxnmt.Translator.from_checkpoint(paths, device="cpu")
-    results = translator.translate(sources[:3] + [""], beam=2, nbest=2, alignments=True, attention=True)
+    aligning = family != "ensemble"
+    results = translator.translate(sources[:3] + [""], beam=2, nbest=2, alignments=aligning, attention=True)
     empty = results[-1]
     assert (empty.text, empty.score, empty.alignment, empty.attention) == ("", 0.0, None, None)
     for r in results[:-1]:
@@ -127,9 +134,67 @@ def test_alignments_and_attention_of_every_family(family, best, rnn_checkpoint, 
         rows = np.array([np.bincount(units, weights=row, minlength=len(att.source)) for units, row in [(_units(att.members[0].src_word_of_piece), p) for p in pieces]])
         by_target = np.array([rows[_units(att.members[0].tgt_word_of_piece) == u].mean(0) for u in range(len(att.target))])
         np.testing.assert_allclose(att.weights, by_target, atol=1e-5)
-        # every target word gets a link (argmax of each of its pieces), to a real source word
-        assert {j for _, j in r.alignment} == set(range(len(att.target) - 1))
-        assert all(0 <= i < len(att.source) - 1 for i, _ in r.alignment)
+        if aligning:  # every target word gets a link (argmax of each of its pieces), to a real source word
+            src_words, tgt_words = r.alignment_words
+            assert {j for _, j in r.alignment} == set(range(len(tgt_words)))
+            assert all(0 <= i < len(src_words) for i, _ in r.alignment)
+    if not aligning:  # as translate --alignments, alignments read one model
+        with pytest.raises(syntaxnmt.UserError, match="alignments read one model's attention"):
+            translator.translate(sources[:1], alignments=True)
+        with pytest.raises(syntaxnmt.UserError, match="load one checkpoint"):
+            translator.score(sources[:1], sources[:1], alignments=True)
+
+
+@pytest.fixture(scope="module")
+def aligned_checkpoints(corpus, shared_prepared_dir, tmp_path_factory) -> dict[str, Path]:
+    """Untrained models whose translations have many words: a plain one (the mean of every layer
+    and head read as alignment) and one with a full-context alignment pass and a leak slot (its
+    layer 0, head 1, read from that pass)."""
+    tmp = tmp_path_factory.mktemp("api_alignments")
+    plain = load_config(None, tiny_tree(corpus, tmp / "plain", shared_prepared_dir))
+    aligned = {
+        "data": {"train_align": str(corpus["train"]["align"])},
+        "model": {"dec_layers": 2},
+        "train": {"alignment": {"guided_weight": 1.0, "layer": -2, "head": 1, "full_context": True, "leaky": True}},
+    }
+    full = load_config(None, deep_merge(tiny_tree(corpus, tmp / "full", shared_prepared_dir), aligned))
+    return {"plain": untrained_checkpoint(plain, tmp / "plain.pt", seed=1), "full_context": untrained_checkpoint(full, tmp / "full.pt", seed=3)}
+
+
+def _links(line: str) -> list[tuple[int, int]]:
+    return [(int(i), int(j)) for i, j in (link.split("-") for link in line.split())]
+
+
+@pytest.mark.parametrize("model", ["plain", "full_context"])
+def test_alignments_are_those_of_translate_alignments(model, aligned_checkpoints, corpus, capsys, tmp_path):
+    """Beam 3, batches of 2, an empty line among them: the API's links of every translation (and of
+    the same pairs scored) are the lines ``translate --alignments`` writes; another reading of the
+    attention (for the full-context model: its translation pass, same layer and head) differs."""
+    ckpt = aligned_checkpoints[model]
+    lines = corpus["test"]["src"].read_text(encoding="utf-8").splitlines()[:7]
+    lines.insert(3, "")
+    src = write_lines(tmp_path / "in.txt", lines)
+    translator = syntaxnmt.Translator.from_checkpoint(ckpt, device="cpu")
+    results = translator.translate(lines, beam=3, batch_size=2, alignments=True)
+    other = {"plain": ["--align-head", "0"], "full_context": ["--align-layer", "0", "--align-head", "1"]}[model]
+    written = {}
+    for name, options in (("configured", []), ("other", other)):
+        path = tmp_path / f"{name}.align"
+        code, out, err = run_cli(capsys, "translate", "--checkpoint", ckpt, "-i", src, "--beam", "3", "--batch-size", "2", "--alignments", path, *options)
+        assert code == 0, err
+        assert out.splitlines() == [r.text for r in results]
+        written[name] = [_links(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert sum(len(r.text.split()) > 1 for r in results) >= 4  # what makes the comparison worth making
+    assert [r.alignment or [] for r in results] == written["configured"]
+    assert written["other"] != written["configured"]
+    assert results[3].alignment is None and results[3].alignment_words is None
+    assert all(r.alignment for k, r in enumerate(results) if k != 3)
+    for r in results[:3] + results[4:]:
+        src_words, tgt_words = r.alignment_words
+        assert {j for _, j in r.alignment} == set(range(len(tgt_words))) and all(0 <= i < len(src_words) for i, _ in r.alignment)
+    scored = translator.score(lines, [r.text for r in results], alignments=True, batch_size=2)
+    assert [s.alignment for s in scored] == [r.alignment for r in results]
+    assert [s.alignment_words for s in scored] == [r.alignment_words for r in results]
 
 
 def _units(word_of_piece: list[int]) -> np.ndarray:

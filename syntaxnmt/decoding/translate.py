@@ -127,6 +127,7 @@ def translate_ids(
     nbest: int = 1,
     annotations: Sequence[SourceAnnotation] | None = None,
     contexts: Sequence[Sequence[np.ndarray]] | None = None,
+    previous: np.ndarray | None = None,
     progress: bool = False,
 ) -> list[list[Hypothesis]]:
     """Search every source (subword ids, no EOS) in batches of similar length; results in input order.
@@ -134,41 +135,70 @@ def translate_ids(
     ``annotations`` (one per source) are required when the model uses source features.
     ``contexts`` (one list per source: the previous source sentences of its document, nearest
     first) are read by a context model (``model.document_context``); a 2-to-2 model's output keeps
-    the sentence after its last separator.
+    the sentence after its last separator. ``previous`` (N, k): the positions among ``sources`` of
+    those sentences, nearest first, -1 where there are fewer (``contexts`` is made from it when
+    not given). A target-side HAN model needs it: it reads its own translations of the previous
+    sentences, so the documents are translated in order -- the first sentence of every document
+    in one pass, then the second sentences, and so on, each pass batched across documents.
     """
     beam = decode.beam_size if beam is None else beam
     spec = model.feature_spec
     if spec and annotations is None:
         raise UserError(f"this model uses source features ({', '.join(sorted(spec.names))}): the input must be annotated")
-    max_pos = model.cfg.max_positions - 2
+    if contexts is None and previous is not None:
+        contexts = [[sources[j] for j in row if j >= 0] for row in previous]
     context = getattr(model, "document_context", None) if contexts is not None else None
-    order = np.argsort([len(s) for s in sources], kind="stable")[::-1]
     results: list[list[Hypothesis]] = [None] * len(sources)  # type: ignore[list-item]
+    own = context is not None and context.han_target  # the context translations are the model's own
+    if own and previous is None:
+        raise ValueError("a target-side HAN model translates documents in order: give the positions of the previous sentences (previous=)")
     model.eval()
     with tqdm(total=len(sources), desc="translate", unit="sent", disable=not progress, leave=False) as bar:
-        for start in range(0, len(order), decode.batch_size):
-            idx = order[start : start + decode.batch_size]
-            anns = [_truncate(annotations[i], max_pos) for i in idx] if spec else None
-            if context is not None:
-                batch = context_batch(context, [sources[i][:max_pos] for i in idx], None, idx.tolist(), [[c[:max_pos] for c in contexts[i]] for i in idx])
-                if context.kind == "concat":
-                    batch.src = batch.src[:, -(max_pos + 1) :]  # a long context is cut from the left; the current sentence stays
-                batch = batch.to(device)
-            else:
-                batch = make_batch([sources[i][:max_pos] for i in idx], None, idx.tolist(), anns, spec).to(device)
-            src_lens = batch.src.ne(0).sum(1) - 1
-            max_len = max_output_lengths(src_lens, decode.max_len_a, decode.max_len_b, max_pos)
-            hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty, decode.length_penalty_type)
-            if decode.unk_replace != "none":
-                locate_unknown_words(model, batch, hyps, decode)
-            if context is not None and context.concat_target:
-                for h in (h for nb in hyps for h in nb):
-                    current = context.current_part(h.tokens)
-                    h.context_tokens, h.tokens = h.tokens[: len(h.tokens) - len(current)], current
-            for i, h in zip(idx, hyps):
-                results[i] = h
-            bar.update(len(idx))
+        for wave in _document_waves(previous, len(sources)) if own else [np.arange(len(sources))]:
+            _translate_wave(model, sources, wave, results, decode, device, beam, nbest, annotations, contexts, previous if own else None, bar)
     return results
+
+
+def _document_waves(previous: np.ndarray, n: int) -> list[np.ndarray]:
+    """The sentences grouped by their position in their document (0: first sentences), from the
+    positions of their previous sentences (``previous[:, 0]``: the one just before, -1 at a start)."""
+    depth = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        j = int(previous[i, 0]) if previous.shape[1] else -1
+        depth[i] = 0 if j < 0 else depth[j] + 1  # j < i: the previous sentences come first
+    return [np.flatnonzero(depth == d) for d in range(int(depth.max()) + 1 if n else 0)]
+
+
+def _translate_wave(model, sources, wave: np.ndarray, results: list, decode: DecodeConfig, device, beam: int, nbest: int, annotations, contexts, previous: np.ndarray | None, bar) -> None:
+    """Search the sources ``wave`` (indices into ``sources``) into ``results``, batched by length;
+    with ``previous``, each reads the best translations (in ``results``) of its previous sentences."""
+    spec = model.feature_spec
+    max_pos = model.cfg.max_positions - 2
+    context = getattr(model, "document_context", None) if contexts is not None else None
+    order = wave[np.argsort([len(sources[i]) for i in wave], kind="stable")[::-1]]
+    for start in range(0, len(order), decode.batch_size):
+        idx = order[start : start + decode.batch_size]
+        anns = [_truncate(annotations[i], max_pos) for i in idx] if spec else None
+        if context is not None:
+            tgt_ctx = [[np.asarray(results[j][0].tokens, dtype=np.int64) for j in previous[i] if j >= 0] for i in idx] if previous is not None else None
+            batch = context_batch(context, [sources[i][:max_pos] for i in idx], None, idx.tolist(), [[c[:max_pos] for c in contexts[i]] for i in idx], tgt_ctx)
+            if context.kind == "concat":
+                batch.src = batch.src[:, -(max_pos + 1) :]  # a long context is cut from the left; the current sentence stays
+            batch = batch.to(device)
+        else:
+            batch = make_batch([sources[i][:max_pos] for i in idx], None, idx.tolist(), anns, spec).to(device)
+        src_lens = batch.src.ne(0).sum(1) - 1
+        max_len = max_output_lengths(src_lens, decode.max_len_a, decode.max_len_b, max_pos)
+        hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty, decode.length_penalty_type)
+        if decode.unk_replace != "none":
+            locate_unknown_words(model, batch, hyps, decode)
+        if context is not None and context.concat_target:
+            for h in (h for nb in hyps for h in nb):
+                current = context.current_part(h.tokens)
+                h.context_tokens, h.tokens = h.tokens[: len(h.tokens) - len(current)], current
+        for i, h in zip(idx, hyps):
+            results[i] = h
+        bar.update(len(idx))
 
 
 def _truncate(ann: SourceAnnotation, max_pieces: int) -> SourceAnnotation:
@@ -306,7 +336,9 @@ def translate_outputs(model, cfg: Config, toks: Tokenizers, lines: Sequence[str]
     if docs is not None and context is not None:
         previous = previous_sentences(doc_index(docs, f"{source_name} (document ids)"), context.sentences)
         contexts = [[sources[j] for j in row if j >= 0] for row in previous]
-    hyps = translate_ids(model, sources, decode, device, annotations=annotations, contexts=contexts, **kw)
+    else:
+        previous = None
+    hyps = translate_ids(model, sources, decode, device, annotations=annotations, contexts=contexts, previous=previous, **kw)
     if decode.unk_replace != "none":
         words = parser_words(cfg, lines, conllu, source_name)
         texts = translations_with_replacement(toks, lines, sources, hyps, decode, words)

@@ -29,7 +29,7 @@ from syntaxnmt.config import Config, config_from_dict
 from syntaxnmt.data.prepare import prepare
 from syntaxnmt.data.synthetic import write_corpus
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments.sets import ExperimentSet, Run, control_pairs, is_finished, load_set, make_table, run_config, set_runs, write_section
+from syntaxnmt.experiments.sets import ExperimentSet, Run, control_pairs, is_finished, load_set, make_table, run_config, select_labels, set_runs, write_section
 from syntaxnmt.runtime import cpu_cores, run_command
 
 TAIL_LINES = 15
@@ -210,12 +210,11 @@ def run_set(path: str | Path, seeds: list[int] | None = None, only: list[str] | 
 
     ``jobs`` > 1 trains and translates the unfinished runs in that many worker processes first
     (:mod:`syntaxnmt.experiments.runner`); the records and the table are then made here, as for ``jobs`` = 1.
+    ``only``: the ``--only`` values (labels, or comma-separated labels: :func:`select_labels`); the baseline always runs.
     """
     spec = load_set(path)
     seeds = seeds or spec.seeds
-    unknown = [x for x in only or [] if x not in spec.configs]
-    if unknown:
-        raise UserError(f"{path}: no system named {', '.join(map(repr, unknown))} (systems: {', '.join(spec.configs)})")
+    only = select_labels(only, list(spec.configs), str(path)) if only else None
     if jobs < 1:
         raise UserError(f"--jobs must be at least 1, got {jobs}")
     labels = [k for k in spec.configs if not only or k in only or k == spec.baseline]

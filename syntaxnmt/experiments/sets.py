@@ -98,6 +98,36 @@ def load_set(path: str | Path) -> ExperimentSet:
     return spec
 
 
+def select_labels(selection: Sequence[str], labels: Sequence[str], where: str) -> list[str]:
+    """The systems named by ``--only`` values (each given once or several times), in the order given.
+
+    A value is one label, or labels separated by commas; a label may itself hold a comma (``"+ input
+    features, random-tree control"``), so the comma-separated pieces are re-joined into the longest
+    run of pieces that forms a known label. A name that is no label is a :class:`UserError` listing the systems.
+    """
+    known = {label.strip(): label for label in labels}
+    chosen: list[str] = []
+    unknown: list[str] = []
+    for value in selection:
+        if value.strip() in known:
+            chosen.append(known[value.strip()])
+            continue
+        pieces = value.split(",")
+        i = 0
+        while i < len(pieces):
+            end = next((j for j in range(len(pieces), i, -1) if ",".join(pieces[i:j]).strip() in known), None)
+            if end is None:
+                if pieces[i].strip():  # "a,,b" or a trailing comma names nothing more
+                    unknown.append(pieces[i].strip())
+                i += 1
+            else:
+                chosen.append(known[",".join(pieces[i:end]).strip()])
+                i = end
+    if unknown:
+        raise UserError(f"{where}: no system named {', '.join(map(repr, unknown))} (systems: {'; '.join(labels)})")
+    return list(dict.fromkeys(chosen))
+
+
 def run_config(label: str, cfg: Config, spec: ExperimentSet, log) -> dict:
     """Train (or resume, or skip when finished) and translate every test set; returns the run's record."""
     work = Path(cfg.work_dir)

@@ -13,6 +13,13 @@ sentences (the same encoder):
 Padding of a context sentence gets no word-level weight, a missing sentence (the document has
 fewer than k before this one) no sentence-level weight; a sentence with no context at all keeps
 h_t unchanged -- exactly the sentence-level model's state.
+
+The same block (a second instance, its own parameters) is the paper's "HAN decoder" (Sec. 2.3,
+``side: target | both``): h_t is then the final state of the decoder at target position t and C_j
+the decoder states of the j-th previous target sentence, teacher-forced (the reference in
+training, the model's own translation when decoding a document). h_t is only the query, so
+position t reads nothing of the current sentence beyond its own state and incremental decoding
+gives what a full pass gives (:meth:`syntaxnmt.model.transformer.Transformer.read_target_context`).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from syntaxnmt.model.outputs import ContextAttention
 
 
 class HierarchicalContext(nn.Module):
-    """The HAN block on top of the encoder (see the module docstring)."""
+    """The HAN block on top of the encoder or of the decoder (see the module docstring)."""
 
     def __init__(self, d_model: int, heads: int, ffn_dim: int, dropout: float = 0.1):
         super().__init__()
@@ -38,8 +45,8 @@ class HierarchicalContext(nn.Module):
         self.norm = nn.LayerNorm(d_model)
 
     def forward(self, h: Tensor, ctx: Tensor, ctx_pad: Tensor, need_weights: bool = False) -> tuple[Tensor, ContextAttention | None]:
-        """``h`` (B, S, D) current states; ``ctx`` (B, k, Sc, D) encoder states of the previous
-        sentences (nearest first) with ``ctx_pad`` (B, k, Sc) True at padding and in missing sentences.
+        """``h`` (B, S, D) current states; ``ctx`` (B, k, Sc, D) encoder (or decoder) states of the
+        previous sentences (nearest first) with ``ctx_pad`` (B, k, Sc) True at padding and in missing sentences.
 
         Returns h~ and, with ``need_weights`` (as the attention layers return theirs), the
         word-level and sentence-level weights and the gate (:class:`ContextAttention`)."""

@@ -32,10 +32,12 @@ class EncoderOutput:
     pad_mask: Tensor  # (B, S), True at padding
     self_attention: list[Tensor | None] = field(default_factory=list)  # per layer (B, H, S, S), on request (None: a layer not requested)
     layers: list[Tensor] = field(default_factory=list)  # per layer, its output states (B, S, D) (before the final norm)
+    target_context: tuple[Tensor, Tensor] | None = None  # target-side HAN: decoder states (B, k, Tc, D) of the previous target sentences and their padding (B, k, Tc)
     context_attention: ContextAttention | None = None  # HAN's weights over the previous sentences, on request
 
     def index_select(self, index: Tensor) -> "EncoderOutput":
-        return EncoderOutput(self.hidden.index_select(0, index), self.pad_mask.index_select(0, index))
+        ctx = None if self.target_context is None else tuple(t.index_select(0, index) for t in self.target_context)
+        return EncoderOutput(self.hidden.index_select(0, index), self.pad_mask.index_select(0, index), target_context=ctx)
 
 
 @dataclass
@@ -50,6 +52,7 @@ class ModelOutput:
     decoder_self_attention: list[Tensor] = field(default_factory=list)  # per decoder layer (B, H, T, T), on request
     alignment_attention: Tensor | None = None  # (B, H, T, S): the supervised layer's full-context pass (train.alignment.full_context), on request
     alignment_leak: Tensor | None = None  # (B, H, T): the leak slot's weights in the supervised attention (train.alignment.leaky), on request
+    target_context_attention: ContextAttention | None = None  # the target-side HAN's weights over the previous target sentences (S = T, Sc = Tc), on request
 
     @property
     def logits(self) -> Tensor:

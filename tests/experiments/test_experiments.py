@@ -408,6 +408,59 @@ def test_empty_seed_list_and_unknown_system_are_user_errors(tmp_path):
         run_set(path, only=["combined"])
 
 
+COMMA_LABELS = {"baseline": "b.yaml", "+ input features": "f.yaml", "+ input features, random-tree control": "fc.yaml", "combined": "c.yaml"}
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        # comma-separated, with a label that holds a comma (the form of docs/syntax.md and select_on_dev.py)
+        (["--only", "+ input features,+ input features, random-tree control"], ["baseline", "+ input features", "+ input features, random-tree control"]),
+        # the control alone: not split into "+ input features" and " random-tree control"
+        (["--only", "+ input features, random-tree control"], ["baseline", "+ input features, random-tree control"]),
+        # the option given several times, each value one label or a list
+        (["--only", "combined", "--only", "+ input features, random-tree control"], ["baseline", "+ input features, random-tree control", "combined"]),
+        (["--only", "combined,+ input features", "--only", "combined"], ["baseline", "+ input features", "combined"]),
+    ],
+)
+def test_experiment_only_accepts_labels_with_commas(tmp_path, monkeypatch, capsys, argv, expected):
+    """``syntaxnmt experiment --only``: the systems that train are those named, a label's comma kept."""
+    from test_cli import run_cli
+
+    import syntaxnmt.experiments.runner as experiments  # run_set calls run_config from there
+
+    trained = []
+
+    def fake_run_config(label, cfg, spec, log):
+        trained.append(label)
+        hyp = Path(cfg.work_dir) / "test.hyp"
+        hyp.parent.mkdir(parents=True, exist_ok=True)
+        write_lines(hyp, ["a b c"])
+        return {"steps": 1, "train_seconds": 1.0, "train_tokens": 3, "best": 0.0, "hyps": {"test": str(hyp)}, "params": 10}
+
+    monkeypatch.setattr(experiments, "run_config", fake_run_config)
+    write_lines(tmp_path / "t.src", ["x y z"])
+    write_lines(tmp_path / "t.ref", ["a b c"])
+    for file in COMMA_LABELS.values():
+        _write_yaml(tmp_path / file, {"work_dir": str(tmp_path / "runs" / file)})
+    path = _write_yaml(tmp_path / "c.set.yaml", _set_tree(configs=COMMA_LABELS, seeds=[1], test_sets={"test": {"src": str(tmp_path / "t.src"), "ref": str(tmp_path / "t.ref")}}, output=str(tmp_path / "r.md")))
+    code, out, err = run_cli(capsys, "experiment", path, *argv)
+    assert code == 0, err
+    assert trained == expected  # in the set's order, each once
+    table = [row[0] for row in _rows((tmp_path / "r.md").read_text(encoding="utf-8"))[1:]]
+    assert table == expected
+
+
+def test_experiment_only_with_an_unknown_label_is_one_line(tmp_path, capsys):
+    from test_cli import assert_one_line_error, run_cli
+
+    path = _write_yaml(tmp_path / "c.set.yaml", _set_tree(configs=COMMA_LABELS))
+    code, _, err = run_cli(capsys, "experiment", path, "--only", "+ input features, tree control,combined")
+    assert_one_line_error(code, err, str(path), "no system named 'tree control'", "+ input features, random-tree control")
+    code, out, _ = run_cli(capsys, "experiment", "--help")
+    assert code == 0 and "several times" in " ".join(out.split())
+
+
 def test_work_dir_with_hash_keeps_its_seed_suffix(tmp_path, monkeypatch):
     """The per-seed work_dir goes through the override parser as a quoted string."""
     import syntaxnmt.experiments.runner as experiments  # run_set calls run_config from there
@@ -637,6 +690,33 @@ def test_multi30k_study_sets_carry_the_random_tree_controls(monkeypatch, name):
         assert cfg[arm].prepared_dir == Path(f"{cfg[variant].prepared_dir}-random-tree")
         assert cfg[arm].work_dir != cfg[variant].work_dir
     assert sum(c.data.structure_control != "none" for c in cfg.values()) == len(CONTROLS)
+
+
+def test_multi30k_french_study_set_is_the_english_recipe_on_french(monkeypatch):
+    """recipes/multi30k-fr-en/study-cpu.set.yaml: baseline, input features and its random-tree control,
+    seeds 1-3, the English CPU study's overrides; the French source parsed by fr_core_news_sm, the
+    English target; the same models as the English study's systems of the same name."""
+    from syntaxnmt.experiments.sets import control_pairs, set_runs
+
+    monkeypatch.setenv("SYNTAXNMT_DATA", "/data")
+    path = RECIPES.parent / "multi30k-fr-en" / "study-cpu.set.yaml"
+    french, english = load_set(path), load_set(RECIPES / "study-cpu.set.yaml")
+    assert list(french.configs) == ["baseline", "+ input features", "+ input features, random-tree control"]
+    assert french.seeds == [1, 2, 3] and french.overrides == english.overrides and french.tag == english.tag
+    assert {name: (t.src, t.ref) for name, t in french.test_sets.items()} == {
+        name: (f"/data/multi30k/{name}.fr.gz", f"/data/multi30k/{name}.en.gz") for name in ("test_2016_flickr", "test_2017_flickr")
+    }
+    runs = set_runs(path, french, list(french.configs), french.seeds)
+    assert control_pairs(runs) == {"+ input features, random-tree control": "+ input features"}
+    assert len({r.cfg.work_dir for r in runs}) == 9 and all(r.cfg.work_dir.startswith("runs/multi30k-fr-en/") for r in runs)
+    english_runs = {r.label: r.cfg for r in set_runs(RECIPES / "study-cpu.set.yaml", english, list(french.configs), [1])}
+    for run in runs:
+        d = run.cfg.data
+        assert (d.src_lang, d.tgt_lang, d.annotate, d.spacy_pipeline) == ("fr", "en", "spacy", "fr_core_news_sm")
+        assert (d.train_src, d.train_tgt, d.dev_src, d.dev_tgt) == tuple(f"/data/multi30k/{f}" for f in ("train.fr.gz", "train.en.gz", "val.fr.gz", "val.en.gz"))
+        assert run.cfg.model == english_runs[run.label].model and run.cfg.train.max_steps == 800
+        assert d.structure_control == english_runs[run.label].data.structure_control
+    assert {str(r.cfg.prepared_dir) for r in runs} == {"runs/multi30k-fr-en/data-spacy-bpe8k", "runs/multi30k-fr-en/data-spacy-bpe8k-random-tree"}
 
 
 def test_make_table_tests_a_variant_against_its_control(tmp_path):

@@ -144,3 +144,188 @@ def test_a_concat_2_to_2_model_outputs_the_current_sentence_only(corpus, docs_fi
     code, out, err = run_cli(capsys, "translate", "--checkpoint", f"{cfg.work_dir}/best.pt", "-i", src, "--docs", docs)
     assert code == 0, err
     assert len(out.splitlines()) == 3 and "<sep>" not in out
+
+
+# ---------------------------------------------------------------- target side (the HAN decoder)
+
+V = 24
+
+
+def _context_model(side: str = "target", seed: int = 0, tie: str = "decoder"):
+    from syntaxnmt.config import ModelConfig
+    from syntaxnmt.model import build_model
+
+    torch.manual_seed(seed)
+    cfg = ModelConfig(d_model=16, heads=4, ffn_dim=32, enc_layers=1, dec_layers=2, dropout=0.0, tie_embeddings=tie, context={"kind": "han", "sentences": 2, "side": side})
+    return build_model(cfg, V, V).eval()
+
+
+def _doc_batch():
+    """Three sentences: with two previous sentences (the second of them short), with one, at a document start."""
+    import numpy as np
+
+    from syntaxnmt.data.batches import make_batch
+
+    a = lambda *x: np.array(x, dtype=np.int64)  # noqa: E731
+    src = [a(5, 6, 7), a(8, 9), a(10, 11, 12, 13)]
+    tgt = [a(14, 15, 16), a(17, 18, 19, 20), a(21, 5)]
+    ctx_src = [[a(6, 6), a(7, 8, 9)], [a(11, 12, 13)], []]
+    ctx_tgt = [[a(9, 10, 11, 12), a(13)], [a(22, 23)], []]
+    return make_batch(src, tgt, [0, 1, 2], context=ctx_src, context_size=2, context_tgt=ctx_tgt)
+
+
+def _gold_log_probs(model, batch):
+    from syntaxnmt.inputs import PAD
+
+    lp = torch.log_softmax(model(batch).logits.float(), dim=-1)
+    return lp.gather(-1, batch.tgt_out[..., None]).squeeze(-1).masked_fill(batch.tgt_out.eq(PAD), 0.0)
+
+
+def test_the_target_side_block_has_its_own_parameters_and_side_both_has_two():
+    assert _context_model("target").han is None and _context_model("target").han_target is not None
+    both = _context_model("both")
+    assert both.han is not None and both.han_target is not None and both.han is not both.han_target
+    assert _context_model("source").han_target is None
+
+
+@pytest.mark.parametrize("side", ["target", "both"])
+def test_a_document_start_gives_exactly_the_sentence_models_output(side):
+    """Two-stage training: a context model holding a sentence model's weights (its HAN blocks as
+    initialized) gives that model's logits wherever there is no previous sentence."""
+    from syntaxnmt.config import ModelConfig
+    from syntaxnmt.model import build_model
+
+    model = _context_model(side)
+    sentence = build_model(ModelConfig(d_model=16, heads=4, ffn_dim=32, enc_layers=1, dec_layers=2, dropout=0.0), V, V).eval()
+    missing = model.load_state_dict(sentence.state_dict(), strict=False).missing_keys
+    assert missing and all(k.startswith(("han.", "han_target.")) for k in missing)
+    batch = _doc_batch()
+    with torch.no_grad():
+        with_context, alone = model(batch).logits, sentence(batch).logits
+    torch.testing.assert_close(with_context[2], alone[2], rtol=0, atol=0)
+    assert not torch.allclose(with_context[0], alone[0]) and not torch.allclose(with_context[1], alone[1])
+
+
+def test_target_context_padding_and_missing_sentences_get_no_weight():
+    from syntaxnmt.inputs import PAD
+
+    model = _context_model("target")
+    batch = _doc_batch()
+    with torch.no_grad():
+        result = model(batch, need_weights=True)
+        out, weights = result.logits, result.target_context_attention  # the decoder-side block's, on the decoder output
+        assert result.encoder.context_attention is None  # side: target has no encoder-side block
+        word, sentence, gate = weights.word, weights.sentence, weights.gate
+        # row 0's second previous sentence is BOS + 1 token: the other positions are padding
+        assert word.shape[:2] == (3, 2) and word[0, 1, :, :, 2:].abs().max() == 0
+        assert sentence[1, :, :, 1].abs().max() == 0  # row 1 has one previous sentence
+        torch.testing.assert_close(sentence[0].sum(-1), torch.ones_like(sentence[0].sum(-1)))
+        assert gate.shape == batch.tgt_in.shape and gate[2].abs().max() == 0  # row 2 starts its document: gate shut
+        assert bool(((gate[0] > 0) & (gate[0] < 1)).all())
+        # More padding on the context sentences changes nothing.
+        longer = _doc_batch()
+        longer.context_tgt = torch.cat([longer.context_tgt, torch.full((3, 2, 3), PAD)], dim=-1)
+        torch.testing.assert_close(model(longer).logits, out)
+
+
+def test_the_target_side_block_is_causal_and_incremental_decoding_gives_the_forced_scores():
+    """Position t reads the previous sentences and its own decoder state only: a changed later
+    target token changes nothing before it, and decoding step by step (the state expanded over a
+    beam of 2, as beam search does) gives the teacher-forced log-probabilities."""
+    model = _context_model("both")
+    batch = _doc_batch()
+    with torch.no_grad():
+        full = model(batch).logits
+        changed = _doc_batch()
+        changed.tgt_in[0, 3] = 7
+        torch.testing.assert_close(model(changed).logits[0, :3], full[0, :3], rtol=0, atol=0)
+        assert not torch.allclose(model(changed).logits[0, 3], full[0, 3])
+        forced = _gold_log_probs(model, batch)
+        beam = 2
+        enc = model.encode(batch)
+        state = model.init_state(enc.index_select(torch.arange(3).repeat_interleave(beam)))
+        steps = []
+        for t in range(batch.tgt_in.size(1)):
+            log_probs, state = model.step(batch.tgt_in[:, t].repeat_interleave(beam), state)
+            steps.append(log_probs.view(3, beam, -1))
+            if t == 1:  # beams swapped across sentences (sources not kept): the state follows
+                index = torch.arange(3 * beam).view(3, beam).flip(1).reshape(-1)
+                state = model.reorder_state(state, index, sources_kept=False)
+        stepped = torch.stack(steps, dim=2)  # (3, beam, T, V)
+    gold = stepped.gather(-1, batch.tgt_out[:, None, :, None].expand(3, beam, -1, 1)).squeeze(-1)
+    gold = gold.masked_fill(batch.tgt_out.eq(0)[:, None], 0.0)
+    torch.testing.assert_close(gold, forced[:, None].expand_as(gold), rtol=1e-5, atol=1e-5)
+
+
+def test_gradients_reach_the_target_block_and_the_decoder_through_the_context():
+    model = _context_model("target", tie="none").train()
+    batch = _doc_batch()
+    model(batch).logits.logsumexp(-1).sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.han_target.parameters())
+    embed = model.tgt_embed.tokens.weight.grad
+    assert embed[22].abs().sum() > 0 and embed[10].abs().sum() > 0  # tokens read only as context translations
+    assert embed[4].abs().sum() == 0  # a token nobody reads
+
+
+def _spy_on_context(model) -> dict[int, list[list[int]]]:
+    """Record, per sentence id, the target context sentences (without padding) every batch gives the model."""
+    from syntaxnmt.inputs import PAD
+
+    seen: dict[int, list[list[int]]] = {}
+    encode = model.encode
+
+    def spy(batch, *args, **kwargs):
+        if batch.context_tgt is not None:
+            for row, i in enumerate(batch.ids.tolist()):
+                seen[i] = [[t for t in r.tolist() if t != PAD] for r in batch.context_tgt[row]]
+                seen[i] = [r for r in seen[i] if r]
+        return encode(batch, *args, **kwargs)
+
+    model.encode = spy
+    return seen
+
+
+@pytest.mark.parametrize("side", ["target", "both"])
+def test_a_target_side_han_model_translates_documents_from_its_own_translations(corpus, docs_files, tmp_path, capsys, side):
+    from test_cli import run_cli
+
+    from syntaxnmt.decoding.scoring import ScoredPair, target_nll
+    from syntaxnmt.decoding.translate import load_model, translate_outputs
+    from syntaxnmt.errors import UserError
+    from syntaxnmt.inputs import BOS
+    from syntaxnmt.textio import read_lines
+
+    cfg = _train(corpus, docs_files, tmp_path / "han-target", {"kind": "han", "sentences": 2, "side": side}, max_steps=6)
+    lines = read_lines(corpus["test"]["src"])[:6]
+    docs = read_lines(docs_files["test"])[:6]  # two documents of three lines
+    src, docs_file = tmp_path / "test.src", tmp_path / "test.docs"
+    src.write_text("".join(f"{line}\n" for line in lines))
+    docs_file.write_text("".join(f"{d}\n" for d in docs))
+    code, with_docs, err = run_cli(capsys, "translate", "--checkpoint", f"{cfg.work_dir}/best.pt", "-i", src, "--docs", docs_file)
+    assert code == 0, err
+    code, without, err = run_cli(capsys, "translate", "--checkpoint", f"{cfg.work_dir}/best.pt", "-i", src)
+    assert code == 0, err
+    assert len(with_docs.splitlines()) == 6
+    assert [with_docs.splitlines()[i] for i in (0, 3)] == [without.splitlines()[i] for i in (0, 3)]  # document starts
+
+    # The context translations the model reads are its own previous outputs, nearest first.
+    model, mcfg, toks = load_model(f"{cfg.work_dir}/best.pt", torch.device("cpu"))
+    seen = _spy_on_context(model)
+    outs = translate_outputs(model, mcfg, toks, lines, mcfg.decode, torch.device("cpu"), docs=docs)
+    assert "\n".join(o[0].text for o in outs) == with_docs.rstrip("\n")
+    for i in range(6):
+        position = i % 3
+        expected = [[BOS, *outs[i - 1 - j][0].tokens] for j in range(min(position, 2))]
+        assert seen.get(i, []) == expected, i
+
+    # Scoring reads the given (reference) translations of the context instead.
+    refs = read_lines(corpus["test"]["tgt"])[:6]
+    seen.clear()
+    pair = ScoredPair(lines[2], refs[2], [lines[1], lines[0]], [refs[1], refs[0]])
+    nll = target_nll(model, toks, [pair], torch.device("cpu"))
+    assert seen[0] == [[BOS, *toks.tgt.encode(refs[1])], [BOS, *toks.tgt.encode(refs[0])]]
+    other = target_nll(model, toks, [ScoredPair(lines[2], refs[2], [lines[1], lines[0]], [refs[4], refs[3]])], torch.device("cpu"))
+    alone = target_nll(model, toks, [ScoredPair(lines[2], refs[2])], torch.device("cpu"))
+    assert nll != other and nll != alone  # the target context changes the score
+    with pytest.raises(UserError, match="target-side HAN model scores with the translations of the context sentences"):
+        target_nll(model, toks, [ScoredPair(lines[2], refs[2], [lines[1]], [])], torch.device("cpu"))

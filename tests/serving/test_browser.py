@@ -196,6 +196,47 @@ def test_the_page_checks_its_input_and_shows_the_servers_errors(server, browser)
     assert error(browser).text == "Translation failed: beam: 99 is out of range (1 to 16)"
 
 
+def test_keep_markup_and_show_alignments(server, browser, corpus):
+    """The two checkboxes send ``markup`` and ``alignments``: the tag comes back in the
+    translation (shown as text), and the links are listed over the words they join."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    words = corpus["test"]["src"].read_text(encoding="utf-8").splitlines()[0].split()
+    sentence = f"<b>{words[0]}</b> " + " ".join(words[1:])
+    translate_on_page(browser, server, sentence)
+    for box in ("markup", "show-alignments"):
+        assert not browser.find_element(By.ID, box).is_selected()  # off by default
+    WebDriverWait(browser, 60).until(lambda d: d.find_element(By.ID, "translation").text.strip())
+    assert "<b>" not in browser.find_element(By.ID, "translation").text  # without markup the tags are words
+    assert not browser.find_element(By.ID, "alignment-section").is_displayed()
+
+    browser.find_element(By.ID, "markup").click()
+    browser.find_element(By.ID, "show-alignments").click()
+    browser.find_element(By.ID, "translate").click()
+    WebDriverWait(browser, 60).until(lambda d: "</b>" in d.find_element(By.ID, "translation").text)
+    api = httpx.post(f"{server}/translate", json={"sentences": [sentence], "markup": True, "alignments": True}, timeout=60).json()
+    assert browser.find_element(By.ID, "translation").text == api["translations"][0].strip()
+    assert api["translations"][0].count("<b>") == api["translations"][0].count("</b>") == 1
+
+    WebDriverWait(browser, 10).until(lambda d: d.find_element(By.ID, "alignment-section").is_displayed())
+    aligned = api["alignment_words"][0]
+    assert [w.text for w in browser.find_elements(By.CSS_SELECTOR, "#alignment-source .aw")] == aligned["source"] == words
+    assert [w.text for w in browser.find_elements(By.CSS_SELECTOR, "#alignment-target .aw")] == aligned["target"]
+    pairs = [tuple(map(int, link.split("-"))) for link in api["alignments"][0].split()]
+    assert pairs
+    listed = [li.get_attribute("title") for li in browser.find_elements(By.CSS_SELECTOR, "#alignment-links li")]
+    assert listed == [f"{i}-{j}" for i, j in pairs]
+    # pointing at a source word lights up the target words it is linked to
+    i = pairs[0][0]
+    ActionChains(browser).move_to_element(browser.find_elements(By.CSS_SELECTOR, "#alignment-source .aw")[i]).perform()
+    lit = [k for k, w in enumerate(browser.find_elements(By.CSS_SELECTOR, "#alignment-target .aw")) if "linked" in w.get_attribute("class")]
+    assert lit == sorted(j for s, j in pairs if s == i)
+    severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert severe == []
+
+
 def test_chromium_is_found_where_the_test_looks():
     """Keeps the paths honest: when Debian's packages are installed, they are where the test looks."""
     for name, path in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER)):

@@ -267,7 +267,7 @@ class FailingTranslator:
 
     cfg = SimpleNamespace(decode=SimpleNamespace(beam_size=2))
 
-    def work(self, sentences, beam, attention=False):
+    def work(self, sentences, beam, attention=False, aligned=False):
         return [beam] * len(sentences)
 
     def handle(self, key, sentences, checkpoint):

@@ -22,15 +22,25 @@ LIMITS = Limits(max_sentences=8, max_chars=200, max_beam=6, max_attention_senten
 
 @pytest.fixture(scope="module")
 def han_checkpoint(corpus, tmp_path_factory) -> str:
+    return _train_han(corpus, tmp_path_factory, "source")
+
+
+@pytest.fixture(scope="module")
+def han_both_checkpoint(corpus, tmp_path_factory) -> str:
+    """HAN on both sides: the decoder also reads its own translations of the previous sentences."""
+    return _train_han(corpus, tmp_path_factory, "both")
+
+
+def _train_han(corpus, tmp_path_factory, side: str) -> str:
     from syntaxnmt.training.train import train
 
-    work = tmp_path_factory.mktemp("serve_han")
+    work = tmp_path_factory.mktemp(f"serve_han_{side}")
     docs = {}
     for split in ("train", "dev"):
         n = len(read_lines(corpus[split]["src"]))
         docs[split] = work / f"{split}.docs"
         docs[split].write_text("".join(f"{split}{i // 3}\n" for i in range(n)))
-    tree = deep_merge(tiny_tree(corpus, work / "run", work / "prepared"), {"data": {"train_docs": str(docs["train"]), "dev_docs": str(docs["dev"])}, "model": {"context": {"kind": "han", "sentences": 2}}, "train": {"max_steps": 6}})
+    tree = deep_merge(tiny_tree(corpus, work / "run", work / "prepared"), {"data": {"train_docs": str(docs["train"]), "dev_docs": str(docs["dev"])}, "model": {"context": {"kind": "han", "sentences": 2, "side": side}}, "train": {"max_steps": 6}})
     cfg = load_config(None, tree)
     train(cfg, log=quiet)
     return f"{cfg.work_dir}/best.pt"
@@ -137,3 +147,38 @@ def test_malformed_document_requests_are_422(han_client, body, message):
     r = post(han_client, body)  # json.dumps escapes the lone surrogate as \ud800
     assert r.status_code == 422, r.text
     assert message in r.json()["error"], r.json()["error"]
+
+
+def test_a_target_side_han_model_translates_documents_in_order_from_its_own_translations(han_both_checkpoint, documents):
+    """The same call as translate --docs: each sentence reads the model's translations of the
+    previous ones (the first sentence of a document reads nothing and is as when sent alone)."""
+    with TestClient(create_app(han_both_checkpoint, device="cpu", parser="none", limits=LIMITS)) as client:
+        body = post(client, {"documents": documents, "beam": 2}).json()
+        flat = [s for doc in documents for s in doc]
+        ids = [f"doc{n}" for n, doc in enumerate(documents) for _ in doc]
+        expected = Translator.from_checkpoint(han_both_checkpoint, device="cpu").translate(flat, beam=2, docs=ids)
+        scores = [s for doc in body["scores"] for s in doc]
+        assert [t for doc in body["translations"] for t in doc] == [t.text for t in expected]
+        assert scores == pytest.approx([t.score for t in expected], abs=1e-5)
+        alone = post(client, {"sentences": flat, "beam": 2}).json()["scores"]
+        assert all(alone[i] == pytest.approx(scores[i], abs=1e-5) for i in (0, 3, 4))
+        assert any(alone[i] != pytest.approx(scores[i], abs=1e-5) for i in (1, 2, 5))
+        served = client.app.state.translator
+        together, apart = served.documents(documents, 2), [served.documents([doc], 2)[0] for doc in documents]
+        assert [[t for t, _ in doc] for doc in together] == [[t for t, _ in doc] for doc in apart]
+        assert [s for doc in together for _, s in doc] == pytest.approx([s for doc in apart for _, s in doc], abs=1e-5)  # padding: float noise
+        # Its weights would be read without its previous translations: refused, not made up.
+        r = post(client, {"documents": documents[:1], "beam": 1, "attention": True})
+        assert r.status_code == 422 and "not supported yet for a target-side HAN model" in r.json()["error"]
+
+
+@pytest.mark.parametrize("flags", [{"alignments": True}, {"markup": True}, {"alignments": True, "markup": True}])
+def test_documents_with_alignments_or_markup_are_refused_as_the_python_api_refuses_them(han_client, han_checkpoint, documents, flags):
+    from syntaxnmt.errors import UserError
+
+    with pytest.raises(UserError) as refused:
+        Translator.from_checkpoint(han_checkpoint, device="cpu").translate(documents[0], docs=["d"] * len(documents[0]), alignments=True)
+    r = post(han_client, {"documents": documents, "beam": 1, **flags})
+    assert r.status_code == 422, r.text
+    expected = str(refused.value) if "alignments" in flags else f"markup is put back through the alignments: {refused.value}"
+    assert r.json()["error"] == expected

@@ -1,5 +1,7 @@
 // syntaxnmt's page: translate a sentence with POST /translate (attention: true), then draw the
-// source's dependency tree and a heatmap of one attention layer and head, as SVG. No libraries.
+// source's dependency tree and a heatmap of one attention layer and head, as SVG; on request
+// keep the sentence's inline tags (markup: true) and list the word alignment (alignments: true).
+// No libraries.
 "use strict";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
@@ -275,7 +277,10 @@ async function translate(event) {
     const response = await fetch("/translate", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ sentences: [sentence], beam: Number($("beam").value) || undefined, attention: true }),
+      body: JSON.stringify({
+        sentences: [sentence], beam: Number($("beam").value) || undefined, attention: true,
+        markup: $("markup").checked, alignments: $("show-alignments").checked,
+      }),
     });
     const body = await response.json().catch(() => ({ error: `HTTP ${response.status}` }));
     if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
@@ -288,11 +293,60 @@ async function translate(event) {
   }
 }
 
+// ------------------------------------------------------------------ word alignment
+// links: Pharaoh "i-j ..." between words.source[i] and words.target[j] (the words without tags,
+// as the model normalized them); a word's links light up while the pointer is over it.
+
+function wordSpans(box, words, side) {
+  box.innerHTML = "";
+  words.forEach((w, k) => {
+    if (k) box.appendChild(document.createTextNode(" "));
+    const span = document.createElement("span");
+    span.className = "aw";
+    span.dataset.side = side;
+    span.dataset.index = String(k);
+    span.textContent = w;
+    box.appendChild(span);
+  });
+}
+
+function showAlignment(links, words) {
+  $("alignment-section").hidden = links === null;
+  if (links === null) return;
+  const pairs = links.split(" ").filter(Boolean).map((l) => l.split("-").map(Number));
+  wordSpans($("alignment-source"), words.source, "s");
+  wordSpans($("alignment-target"), words.target, "t");
+  const list = $("alignment-links");
+  list.innerHTML = "";
+  for (const [i, j] of pairs) {
+    const li = document.createElement("li");
+    li.textContent = `${words.source[i]} → ${words.target[j]}`;
+    li.title = `${i}-${j}`;
+    list.appendChild(li);
+  }
+  $("alignment-note").textContent = pairs.length
+    ? `${pairs.length} links (${links}); point at a word to see the words it is linked to`
+    : "no links";
+  const spans = [...document.querySelectorAll("#alignment-section .aw")];
+  const at = (side, k) => spans.find((s) => s.dataset.side === side && Number(s.dataset.index) === k);
+  for (const span of spans) {
+    const k = Number(span.dataset.index), source = span.dataset.side === "s";
+    span.addEventListener("mouseenter", () => {
+      span.classList.add("hovered");
+      for (const [i, j] of pairs) {
+        if (source ? i === k : j === k) at(source ? "t" : "s", source ? j : i).classList.add("linked");
+      }
+    });
+    span.addEventListener("mouseleave", () => spans.forEach((s) => s.classList.remove("hovered", "linked")));
+  }
+}
+
 function show(body) {
-  $("translation").textContent = body.translations[0];
+  $("translation").textContent = body.translations[0]; // tags kept by markup are shown as text
   const score = body.scores[0];
   $("score").textContent = score === null ? "n/a" : score.toFixed(3);
   $("result").hidden = false;
+  showAlignment(body.alignments ? body.alignments[0] : null, body.alignment_words ? body.alignment_words[0] : null);
   const att = body.attention ? body.attention[0] : null;
   current = att;
   const parse = att ? att.parse : null;
@@ -311,7 +365,8 @@ async function loadInfo() {
     const parser = info.parser ? `trees: ${info.parser}` : "no parser (no trees)";
     $("model-info").textContent =
       `${info.checkpoint} · ${info.arch}, ${info.encoder_layers}+${info.decoder_layers} layers, ${info.heads} heads` +
-      (info.syntax_features.length ? ` · syntax: ${info.syntax_features.join(", ")}` : "") + ` · ${parser} · ${info.device}`;
+      (info.syntax_features.length ? ` · syntax: ${info.syntax_features.join(", ")}` : "") + ` · ${parser} · ${info.device}` +
+      (info.alignment ? ` · alignment: ${info.alignment}` : "");
     $("beam").value = info.beam;
     $("beam").max = info.limits.max_beam;
     $("source").maxLength = info.limits.max_chars;
