@@ -31,11 +31,14 @@ from syntaxnmt.alignment.extract import alignments_for_translations
 from syntaxnmt.analysis.export import (
     EncodedSource,
     SentenceAttention,
+    SentenceContext,
     Target,
     attention_of_targets,
+    context_targets,
     encode_sources,
     output_target,
     reference_target,
+    sentence_contexts,
     unit_labels,
     word_level,
 )
@@ -210,11 +213,13 @@ class Translator:
         (:class:`Translation`; one model and no ``docs``, as ``translate --alignments``) and the
         cross-attention of each best translation. ``src_conllu``: the parses of the non-empty
         sentences (CoNLL-U), for models that use trees or tags. ``docs``: a document id per sentence,
-        read by a context model (docs/documents.md). ``options``: other ``decode`` keys
+        read by a context model (docs/documents.md); with ``attention`` its weights are those of
+        the model reading the context (a concatenation model's source columns include it, HAN's
+        weights are in ``attention.members``). ``options``: other ``decode`` keys
         for this call (``length_penalty=0.6``, ``unk_replace="copy"``, ...)."""
         lines = _sentences(sentences, "sentences")
         if alignments:
-            self._check_aligning(docs)
+            self.check_aligning(docs)
         decode = self.decode_options(beam, **options)
         nbest = decode.nbest if nbest is None else nbest
         if nbest < 1:
@@ -230,9 +235,13 @@ class Translator:
             self._align(results, src_conllu, source_name, decode)
         if attention:
             kept = [k for k, line in enumerate(lines) if line.strip()]
+            contexts = None if docs is None else sentence_contexts(self.members[0], self.cfg, self.toks, lines, docs, kept, source_name=source_name)
+            dc = getattr(self.members[0], "document_context", None)
+            if contexts is not None and dc.concat_target:  # 2-to-2: the model's own translation of the context is part of what it read
+                contexts = [SentenceContext(c.lines, c.sources, context_targets(self.toks.tgt, outputs[k][0].context_tokens or [], dc.sep)) for c, k in zip(contexts, kept)]
             src = self._encode([lines[k] for k in kept], src_conllu, source_name)
             tgt = [output_target(self.toks.tgt, outputs[k][0].tokens, outputs[k][0].text) for k in kept]
-            self._attach(results, kept, src, tgt, decode, forced=False)
+            self._attach(results, kept, src, tgt, decode, forced=False, contexts=contexts)
         return results
 
     def score(
@@ -257,7 +266,7 @@ class Translator:
         if len(src_lines) != len(refs):
             raise UserError(f"{len(src_lines)} sources but {len(refs)} references: give one reference per source")
         if alignments:
-            self._check_aligning(None)
+            self.check_aligning(None)
         decode = self.decode_options(None, **options)
         src = self._encode(src_lines, src_conllu, source_name)
         tgt = [reference_target(self.toks.tgt, ref) for ref in refs]
@@ -281,7 +290,7 @@ class Translator:
         uses_parses = self.cfg.data.annotate != "none" or self.model.feature_spec.needs_parse
         return encode_sources(self.model, self.cfg, self.toks, lines, conllu if uses_parses else None, False, source_name)
 
-    def _check_aligning(self, docs: Sequence[str] | None) -> None:
+    def check_aligning(self, docs: Sequence[str] | None) -> None:
         """Refuse alignments where ``translate --alignments`` refuses them, before any work."""
         if len(self.members) > 1 or docs is not None:
             raise UserError("alignments read one model's attention, without document context (as translate --alignments): load one checkpoint and give no docs (an ensemble's averaged attention: attention=True)")
@@ -296,12 +305,12 @@ class Translator:
                 r.alignment = sorted(pair)
                 r.alignment_words = (self.toks.src.normalize(r.source).split(), self.toks.tgt.normalize(r.text).split())
 
-    def _attach(self, results: list[Translation], kept: list[int], src: list[EncodedSource], tgt: list[Target], decode: DecodeConfig, *, forced: bool) -> None:
-        """Force-decode every member on ``tgt`` and attach the attention to ``results[kept]``."""
+    def _attach(self, results: list[Translation], kept: list[int], src: list[EncodedSource], tgt: list[Target], decode: DecodeConfig, *, forced: bool, contexts: list[SentenceContext] | None = None) -> None:
+        """Force-decode every member on ``tgt`` (with their document ``contexts``) and attach the attention to ``results[kept]``."""
         if not kept:
             return
         lines = [results[k].source for k in kept]
-        per_member = [attention_of_targets(m, self.toks, lines, src, tgt, self.device, forced=forced, batch_size=decode.batch_size) for m in self.members]
+        per_member = [attention_of_targets(m, self.toks, lines, src, tgt, self.device, forced=forced, batch_size=decode.batch_size, contexts=contexts) for m in self.members]
         a = self.cfg.train.alignment
         layer, head = (layer_head(a.layer), layer_head(a.head)) if len(self.members) == 1 else (None, None)
         for n, k in enumerate(kept):

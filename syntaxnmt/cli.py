@@ -278,7 +278,7 @@ def cmd_attention(args, extra) -> None:
         _no_overrides(extra)
     jsonl, npz, n = export_attention(
         path, args.input, args.output, ref=args.ref, conllu=args.src_conllu, sentences=args.sentences,
-        parse=args.parse, beam=args.beam, batch_size=args.batch_size, device=resolve_device(args.device),
+        parse=args.parse, beam=args.beam, batch_size=args.batch_size, device=resolve_device(args.device), docs=args.docs,
     )
     print(f"attention of {n} sentences written to {jsonl} and {npz}", file=sys.stderr)
 
@@ -289,7 +289,7 @@ def cmd_plot(args, extra) -> None:
         raise UserError(f"--head takes a head index or 'all' (got {args.head!r})")
     sentences, lines = load_for_plot(
         attention=args.attention, checkpoint=args.checkpoint, src=args.input, ref=args.ref, conllu=args.src_conllu,
-        parse=args.parse, beam=args.beam, sentences=args.sentences, device=resolve_device(args.device),
+        parse=args.parse, beam=args.beam, sentences=args.sentences, device=resolve_device(args.device), docs=args.docs,
     )
     links = read_link_file(args.align, args.one_indexed_align, lines)
     head = None if args.head == "all" else int(args.head)
@@ -599,6 +599,7 @@ def _analysis_commands(sub) -> None:
     s.add_argument("--src-conllu", help="parses of the input (CoNLL-U): attached to the export, and used by models with trees or tags")
     s.add_argument("--parse", action="store_true", help="without --src-conllu: parse the input as the corpus was (data.annotate, e.g. spaCy)")
     s.add_argument("--sentences", help="0-based line numbers to export, e.g. 0,3,10-12 (default: all)")
+    s.add_argument("--docs", help="document ids of the input (one per line): a context model reads each line's previous lines, and HAN's weights are exported (docs/documents.md)")
     s.add_argument("--beam", type=int, default=1, help="beam size of the translation (default 1: greedy)")
     s.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
     s.add_argument("-o", "--output", required=True, help="writes OUT.jsonl (tokens, words, parse) and OUT.npz (weights); see docs/attention.md")
@@ -614,6 +615,7 @@ def _analysis_commands(sub) -> None:
     s.add_argument("--ref", help="with --checkpoint: references to force-decode (default: the model's translation)")
     s.add_argument("--src-conllu", help="with --checkpoint: parses of the input (CoNLL-U), drawn as arcs")
     s.add_argument("--parse", action="store_true", help="with --checkpoint: parse the input as the corpus was (data.annotate)")
+    s.add_argument("--docs", help="with --checkpoint: document ids of the input, read by a context model (HAN's weights get a panel of their own)")
     s.add_argument("--beam", type=int, default=1, help="with --checkpoint: beam size of the translation (default 1)")
     s.add_argument("--sentences", default="0", help="0-based input line numbers, e.g. 0,3,10-12 (default: 0)")
     s.add_argument("--kind", choices=["encoder", "decoder", "cross"], default="cross", help="which attention (default: cross)")

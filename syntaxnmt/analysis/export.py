@@ -25,6 +25,13 @@ Python API (``syntaxnmt attention``, ``plot``, ``analyze-heads`` and the web vie
   ``OUT.jsonl`` (a header line, then one JSON object per sentence: tokens, words, parse, array
   shapes) and ``OUT.npz`` (arrays ``s{i}_{kind}`` and ``s{i}_{kind}_words`` for kind in
   encoder/decoder/cross), readable with ``json`` and ``numpy`` alone.
+* Context models (docs/documents.md): with the document ids (``docs`` / ``--docs``,
+  :func:`sentence_contexts`) the model reads each sentence's previous sentences as ``translate
+  --docs`` does. A concatenation model's source (and 2-to-2 target) is the joined sequence, its
+  first ``src_context`` (``tgt_context``) pieces the context; a HAN model adds its weights as
+  its forward pass returns them (:class:`syntaxnmt.model.outputs.ContextAttention`):
+  ``han_sentence`` (H, S, k) over the previous sentences, ``han_word`` (k, H, S, Sc) over their
+  pieces, ``han_gate`` (S,) the mean gate λ of each source piece.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from tqdm.auto import tqdm
 from syntaxnmt.config import Config
 from syntaxnmt.data.annotations import Parse, annotate
 from syntaxnmt.data.batches import make_batch
+from syntaxnmt.data.documents import doc_index, previous_sentences
 from syntaxnmt.data.features import SourceAnnotation
 from syntaxnmt.data.links import WORD_BOUNDARY, word_ids_from_pieces
 from syntaxnmt.data.prepare import Tokenizers
@@ -53,6 +61,8 @@ from syntaxnmt.textio import atomic_write, iter_lines, read_lines, write_lines
 
 FORMAT, VERSION = "syntaxnmt-attention", 1
 KINDS = ("encoder", "decoder", "cross")
+HAN_KINDS = ("han_word", "han_sentence", "han_gate")
+"""HAN's arrays (``model.context.kind: han``): word-level, sentence-level weights and the gate."""
 BOS_PIECE, EOS_PIECE = "<s>", "</s>"
 
 
@@ -125,6 +135,14 @@ class SentenceAttention:
     encoder: np.ndarray | None  # (L_enc, H, S, S); None for RNN models
     decoder: np.ndarray | None  # (L_dec, H, T, T); None for RNN models
     cross: np.ndarray  # (L_dec, H, T, S); RNN: (1, 1, T, S)
+    # Document context (docs/documents.md), for a context model given the document ids:
+    context_sources: list[str] | None = None  # the previous sentences it read, nearest first
+    src_context: int = 0  # concat: the first src_context source pieces are context (separators included)
+    tgt_context: int = 0  # 2-to-2: the first tgt_context target pieces are context
+    context_pieces: list[list[str]] | None = None  # HAN: each previous sentence's pieces, then "</s>"
+    han_word: np.ndarray | None = None  # HAN: (k, H, S, Sc) word-level weights over each previous sentence's pieces
+    han_sentence: np.ndarray | None = None  # HAN: (H, S, k) sentence-level weights over the previous sentences
+    han_gate: np.ndarray | None = None  # HAN: (S,) the gate λ of each source piece, mean over dimensions
 
     @property
     def decoder_input_pieces(self) -> list[str]:
@@ -149,6 +167,24 @@ class SentenceAttention:
         w = self.weights(kind)
         (_, q, _), (_, k, _) = self.axes(kind)
         return None if w is None else word_level(w, q, k)
+
+    def han_word_level(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """HAN's sentence weights (H, U, k) and gate (U,) per source unit: the mean over a word's pieces."""
+        if self.han_sentence is None:
+            return None
+        k = self.han_sentence.shape[-1]
+        sentence = word_level(self.han_sentence, self.src_word_of_piece, [-1] * k)
+        gate = word_level(self.han_gate[:, None], self.src_word_of_piece, [-1])[:, 0]
+        return sentence, gate
+
+    def context_units(self, side: str, words: bool) -> int:
+        """How many leading rows/columns of the ``side`` (``source``, ``target`` or
+        ``decoder_input``) axis are context (concatenation models): pieces, or units with ``words``."""
+        n = {"source": self.src_context, "target": self.tgt_context, "decoder_input": self.tgt_context + (1 if self.tgt_context else 0)}[side]
+        wop = {"source": self.src_word_of_piece, "target": self.tgt_word_of_piece, "decoder_input": self.decoder_input_word_of_piece}[side]
+        if not n or not words:
+            return n
+        return int(word_units(wop)[0][n]) if n < len(wop) else int(word_units(wop)[0][-1]) + 1
 
     def labels(self, kind: str, words: bool = False) -> tuple[list[str], list[str]]:
         """Row and column labels of ``kind``: pieces, or word units with ``words``."""
@@ -238,10 +274,30 @@ def _layers(weights: list[torch.Tensor], b: int, q: int, k: int) -> np.ndarray |
     return torch.stack([w[b, :, :q, :k] for w in weights]).float().cpu().numpy()
 
 
+def _han(weights, b: int, s: int, sc: int) -> dict[str, np.ndarray]:
+    """Row ``b`` of HAN's weights (:class:`~syntaxnmt.model.outputs.ContextAttention`), unpadded."""
+    return {
+        "han_word": weights.word[b, :, :, :s, :sc].float().cpu().numpy(),
+        "han_sentence": weights.sentence[b, :, :s].float().cpu().numpy(),
+        "han_gate": weights.gate[b, :s].float().cpu().numpy(),
+    }
+
+
 @torch.no_grad()
-def force_decode(model, sources: Sequence[EncodedSource], targets: Sequence[Sequence[int]], device: torch.device, batch_size: int = 32, progress: bool = False) -> list[dict[str, np.ndarray | None]]:
-    """Encoder, decoder and cross-attention weights while the model reads ``targets`` (teacher forcing)."""
+def force_decode(
+    model,
+    sources: Sequence[EncodedSource],
+    targets: Sequence[Sequence[int]],
+    device: torch.device,
+    batch_size: int = 32,
+    progress: bool = False,
+    contexts: Sequence[Sequence[np.ndarray]] | None = None,
+) -> list[dict[str, np.ndarray | None]]:
+    """Encoder, decoder and cross-attention weights while the model reads ``targets`` (teacher
+    forcing); with ``contexts`` (a HAN model: each sentence's previous source sentences, nearest
+    first) HAN's weights too (``han_word``, ``han_sentence``, ``han_gate``)."""
     spec = model.feature_spec
+    k = model.document_context.sentences if contexts is not None else 0
     order = np.argsort([len(s.ids) + len(t) for s, t in zip(sources, targets)], kind="stable")
     out: list[dict] = [{}] * len(sources)
     was_training = model.training
@@ -251,7 +307,8 @@ def force_decode(model, sources: Sequence[EncodedSource], targets: Sequence[Sequ
             for start in range(0, len(order), batch_size):
                 idx = order[start : start + batch_size].tolist()
                 anns = [sources[i].annotation for i in idx] if spec else None
-                batch = make_batch([sources[i].ids for i in idx], [np.asarray(targets[i], dtype=np.int64) for i in idx], idx, anns, spec)
+                ctx = [contexts[i] for i in idx] if contexts is not None else None
+                batch = make_batch([sources[i].ids for i in idx], [np.asarray(targets[i], dtype=np.int64) for i in idx], idx, anns, spec, context=ctx, context_size=k)
                 res = model(batch.to(device), need_weights=True)
                 for b, i in enumerate(idx):
                     s, t = len(sources[i].ids) + 1, len(targets[i]) + 1
@@ -260,10 +317,61 @@ def force_decode(model, sources: Sequence[EncodedSource], targets: Sequence[Sequ
                         "decoder": _layers(getattr(res, "decoder_self_attention", []), b, t, t),
                         "cross": _layers(res.cross_attention, b, t, s),
                     }
+                    if res.encoder.context_attention is not None:
+                        out[i].update(_han(res.encoder.context_attention, b, s, max((len(c) + 1 for c in contexts[i]), default=1)))
                 bar.update(len(idx))
     finally:
         model.train(was_training)
     return out
+
+
+@dataclass
+class SentenceContext:
+    """What a context model reads beside one sentence: its previous source sentences (``lines``,
+    encoded as ``sources``; nearest first, at most k) and, for a 2-to-2 model, the target side
+    of that context (``targets``, nearest first: the references of the previous lines, or what
+    the model wrote before the current sentence)."""
+
+    lines: list[str]
+    sources: list[EncodedSource]
+    targets: list["Target"] | None = None
+
+
+def sentence_contexts(
+    model, cfg: Config, toks: Tokenizers, lines: Sequence[str], docs: Sequence[str], keep: Sequence[int], refs: Sequence[str] | None = None, source_name: str = "<input>"
+) -> list[SentenceContext] | None:
+    """The :class:`SentenceContext` of the lines ``keep`` (0-based) of a document file: ``lines``
+    all of its lines, ``docs`` a document id per line, ``refs`` the references (line-aligned).
+    Blank lines are nobody's context, as in ``syntaxnmt translate --docs``. None for a
+    sentence-level model."""
+    dc = getattr(model, "document_context", None)
+    if dc is None:
+        return None
+    if len(docs) != len(lines):
+        raise UserError(f"{len(docs)} document ids for {len(lines)} lines of {source_name} (give one id per line)")
+    filled = [n for n, line in enumerate(lines) if line.strip()]
+    row_of = {n: r for r, n in enumerate(filled)}
+    previous = previous_sentences(doc_index([docs[n] for n in filled], f"{source_name} (document ids)"), dc.sentences)
+    before = {n: ([filled[j] for j in previous[row_of[n]] if j >= 0] if n in row_of else []) for n in keep}
+    needed = sorted({m for prev in before.values() for m in prev})
+    encoded = dict(zip(needed, encode_sources(model, cfg, toks, [lines[m] for m in needed], source_name=source_name)))
+    return [
+        SentenceContext([lines[m] for m in before[n]], [encoded[m] for m in before[n]], None if refs is None else [reference_target(toks.tgt, refs[m]) for m in before[n]])
+        for n in keep
+    ]
+
+
+def context_targets(tok: Tokenizer, tokens: Sequence[int], sep: int) -> list["Target"]:
+    """The sentences a 2-to-2 model wrote before the current one (its output up to the last
+    separator), nearest first."""
+    parts, current = [], []
+    for t in tokens:
+        if t == sep:
+            parts.append(current)
+            current = []
+        else:
+            current.append(t)
+    return [output_target(tok, p) for p in reversed(parts)]
 
 
 def attention_for_sentences(
@@ -281,21 +389,35 @@ def attention_for_sentences(
     progress: bool = False,
     source_name: str = "<input>",
     parses: Sequence[Parse] | None = None,
+    contexts: Sequence[SentenceContext] | None = None,
 ) -> list[SentenceAttention]:
     """Every attention weight of ``model`` for each source line (see the module docstring).
-    ``parses`` (one per line, e.g. from :func:`read_inputs`) can replace ``conllu``."""
+    ``parses`` (one per line, e.g. from :func:`read_inputs`) can replace ``conllu``; ``contexts``
+    (one per line, :func:`sentence_contexts`): a context model reads them, as ``translate --docs``."""
     if refs is not None and len(refs) != len(sources):
         raise UserError(f"{len(sources)} source lines but {len(refs)} references: the files must be line-aligned")
+    _check_target_side(getattr(model, "document_context", None) if contexts is not None else None)
     src = encode_sources(model, cfg, toks, sources, conllu, parse, source_name, parses)
     if refs is None:
         _check_lengths(model, src, None)
         anns = [s.annotation for s in src] if model.feature_spec else None
         decode = cfg.decode.model_copy(update={"batch_size": batch_size})
-        hyps = translate_ids(model, [s.ids for s in src], decode, device, beam=beam, annotations=anns, progress=progress)
+        ctx_ids = None if contexts is None else [[c.ids for c in ctx.sources] for ctx in contexts]
+        hyps = translate_ids(model, [s.ids for s in src], decode, device, beam=beam, annotations=anns, contexts=ctx_ids, progress=progress)
         tgt = [output_target(toks.tgt, h[0].tokens) for h in hyps]
+        dc = getattr(model, "document_context", None)
+        if contexts is not None and dc is not None and dc.concat_target:
+            contexts = [SentenceContext(c.lines, c.sources, context_targets(toks.tgt, h[0].context_tokens or [], dc.sep)) for c, h in zip(contexts, hyps)]
     else:
         tgt = [reference_target(toks.tgt, ref) for ref in refs]
-    return attention_of_targets(model, toks, sources, src, tgt, device, forced=refs is not None, batch_size=batch_size, progress=progress)
+    return attention_of_targets(model, toks, sources, src, tgt, device, forced=refs is not None, batch_size=batch_size, progress=progress, contexts=contexts)
+
+
+def _check_target_side(dc) -> None:
+    """Refuse the weights of a target-side HAN model read with its documents: its decoder reads
+    the translations of the previous sentences, which the forced pass here does not give it."""
+    if dc is not None and dc.han_target:
+        raise UserError("attention with document context is not supported yet for a target-side HAN model (model.context.side: target or both): read it without docs")
 
 
 Target = tuple[list[int], list[str], list[int], list[str], str]
@@ -313,28 +435,82 @@ def reference_target(tok: Tokenizer, line: str) -> Target:
     return (*target_from_reference(tok, line), line)
 
 
-def attention_of_targets(model, toks: Tokenizers, lines: Sequence[str], src: Sequence[EncodedSource], tgt: Sequence[Target], device: torch.device, *, forced: bool, batch_size: int = 32, progress: bool = False) -> list[SentenceAttention]:
+def _join(sep: int, parts: Sequence[tuple[Sequence[int], Sequence[int], Sequence[str]]]) -> tuple[list[int], list[int], list[str], int]:
+    """Sentences (ids, word of each piece, words; oldest first, the current one last) joined as a
+    concatenation model reads them (:meth:`DocumentContext.concatenate`): ids, word of each piece
+    (-1 for a separator), words, and how many pieces come before the current sentence."""
+    ids: list[int] = []
+    wop: list[int] = []
+    words: list[str] = []
+    for n, (i, w, ws) in enumerate(parts):
+        if n:
+            ids.append(sep)
+            wop.append(-1)
+        ids += [int(x) for x in i]
+        wop += [x + len(words) if x >= 0 else -1 for x in w]
+        words += list(ws)
+    return ids, wop, words, len(ids) - len(parts[-1][0])
+
+
+def attention_of_targets(
+    model,
+    toks: Tokenizers,
+    lines: Sequence[str],
+    src: Sequence[EncodedSource],
+    tgt: Sequence[Target],
+    device: torch.device,
+    *,
+    forced: bool,
+    batch_size: int = 32,
+    progress: bool = False,
+    contexts: Sequence[SentenceContext] | None = None,
+) -> list[SentenceAttention]:
     """Every attention weight of ``model`` while it reads the given targets (force-decoding), one
     :class:`SentenceAttention` per source line. ``forced``: the targets are given references (not
-    the model's output)."""
+    the model's output). ``contexts`` (one per line): a context model reads them -- a
+    concatenation model's source (and 2-to-2 target) is then the joined sequence, its first
+    ``src_context`` (``tgt_context``) pieces the context; a HAN model adds its weights."""
+    dc = getattr(model, "document_context", None) if contexts is not None else None
+    _check_target_side(dc)
+    n_src = n_tgt = [0] * len(src)
+    han_ctx = None
+    if dc is not None and dc.kind == "concat":
+        joined = [_join(dc.sep, [(p.ids, p.word_of_piece, p.words) for p in reversed(c.sources[: dc.sentences])] + [(s.ids, s.word_of_piece, s.words)]) for s, c in zip(src, contexts)]
+        src = [EncodedSource(np.asarray(ids, dtype=np.int64), words, wop, None, None) for ids, wop, words, _ in joined]
+        n_src = [n for *_, n in joined]
+        if dc.concat_target:
+            joined_tgt = [_join(dc.sep, [(t[0], t[2], t[3]) for t in reversed((c.targets or [])[: dc.sentences])] + [(cur[0], cur[2], cur[3])]) for cur, c in zip(tgt, contexts)]
+            tgt = [(ids, [toks.tgt.id_to_piece(i) for i in ids], wop, words, cur[4]) for (ids, wop, words, _), cur in zip(joined_tgt, tgt)]
+            n_tgt = [n for *_, n in joined_tgt]
+    elif dc is not None and dc.kind == "han":
+        han_ctx = [[p.ids for p in c.sources[: dc.sentences]] for c in contexts]
     _check_lengths(model, src, [t[0] for t in tgt])
-    weights = force_decode(model, src, [t[0] for t in tgt], device, batch_size, progress)
-    return [
-        SentenceAttention(
-            source=line,
-            translation=text,
-            forced=forced,
-            src_pieces=[toks.src.id_to_piece(int(i)) for i in s.ids] + [EOS_PIECE],
-            src_words=s.words,
-            src_word_of_piece=s.word_of_piece + [-1],
-            tgt_pieces=pieces + [EOS_PIECE],
-            tgt_words=words,
-            tgt_word_of_piece=list(wop) + [-1],
-            parse=s.parse,
-            **w,
+    weights = force_decode(model, src, [t[0] for t in tgt], device, batch_size, progress, contexts=han_ctx)
+    out = []
+    for n, (line, s, (_, pieces, wop, words, text), w) in enumerate(zip(lines, src, tgt, weights)):
+        extra: dict = {}
+        if dc is not None:
+            k = dc.sentences
+            extra = {"context_sources": contexts[n].lines[:k], "src_context": n_src[n], "tgt_context": n_tgt[n]}
+            if han_ctx is not None:
+                extra["context_pieces"] = [[toks.src.id_to_piece(int(i)) for i in c] + [EOS_PIECE] for c in han_ctx[n]]
+        out.append(
+            SentenceAttention(
+                source=line,
+                translation=text,
+                forced=forced,
+                src_pieces=[toks.src.id_to_piece(int(i)) for i in s.ids] + [EOS_PIECE],
+                src_words=s.words,
+                src_word_of_piece=s.word_of_piece + [-1],
+                tgt_pieces=pieces + [EOS_PIECE],
+                tgt_words=words,
+                tgt_word_of_piece=list(wop) + [-1],
+                parse=s.parse,
+                **w,
+                **extra,
+            )
         )
-        for line, s, (_, pieces, wop, words, text), w in zip(lines, src, tgt, weights)
-    ]
+    return out
 
 
 def model_info(model, cfg: Config) -> dict:
@@ -393,7 +569,11 @@ def sentence_record(index: int, s: SentenceAttention) -> dict:
         "tgt_units": s.labels("cross", words=True)[0],
         "decoder_input_units": s.labels("decoder", words=True)[0],
         "parse": _parse_json(s.parse),
-        "shapes": {k: (list(getattr(s, k).shape) if getattr(s, k) is not None else None) for k in KINDS},
+        "shapes": {k: (list(getattr(s, k).shape) if getattr(s, k) is not None else None) for k in KINDS + HAN_KINDS},
+        "context_sources": s.context_sources,
+        "src_context": s.src_context,
+        "tgt_context": s.tgt_context,
+        "context_pieces": s.context_pieces,
     }
 
 
@@ -406,6 +586,10 @@ def write_attention(out: str | Path, sentences: Sequence[SentenceAttention], inf
             if getattr(s, kind) is not None:
                 arrays[f"s{i}_{kind}"] = getattr(s, kind).astype(np.float32)
                 arrays[f"s{i}_{kind}_words"] = s.word_level(kind)
+        if s.han_sentence is not None:
+            for kind in HAN_KINDS:
+                arrays[f"s{i}_{kind}"] = getattr(s, kind).astype(np.float32)
+            arrays[f"s{i}_han_sentence_words"], arrays[f"s{i}_han_gate_words"] = s.han_word_level()
     header = {"format": FORMAT, "version": VERSION, "sentences": len(sentences), "arrays": npz.name, **(info or {})}
     atomic_write(npz, lambda f: np.savez_compressed(f, **arrays))
     write_lines(jsonl, [json.dumps(header, ensure_ascii=False)] + [json.dumps(sentence_record(i, s), ensure_ascii=False) for i, s in enumerate(sentences)])
@@ -427,9 +611,10 @@ def _sentence_from_record(rec: dict, arrays, where: str) -> SentenceAttention:
         p = rec["parse"]
         parse = Parse(p["words"], p["upos"], p.get("xpos", ["_"] * len(p["words"])), p["heads"], p["deprel"]) if p else None
         i = rec["index"]
-        got = {k: (arrays[f"s{i}_{k}"] if rec["shapes"][k] is not None else None) for k in KINDS}
+        got = {k: (arrays[f"s{i}_{k}"] if rec["shapes"].get(k) is not None else None) for k in KINDS + HAN_KINDS}
         fields = ("source", "translation", "forced", "src_pieces", "src_words", "src_word_of_piece", "tgt_pieces", "tgt_words", "tgt_word_of_piece")
-        return SentenceAttention(**{f: rec[f] for f in fields}, parse=parse, **got)
+        context = {f: rec.get(f, default) for f, default in (("context_sources", None), ("src_context", 0), ("tgt_context", 0), ("context_pieces", None))}
+        return SentenceAttention(**{f: rec[f] for f in fields}, parse=parse, **got, **context)
     except KeyError as e:
         raise UserError(f"{where}: missing {e.args[0]!r}") from None
 
@@ -490,11 +675,24 @@ def read_inputs(src: str, ref: str | None = None, conllu: str | None = None, sen
     return pick(lines), pick(refs), pick(parses), keep
 
 
-def export_attention(checkpoint: str | Path, src: str, out: str | Path, *, ref: str | None = None, conllu: str | None = None, sentences: str | None = None, parse: bool = False, beam: int = 1, batch_size: int = 32, device: torch.device) -> tuple[Path, Path, int]:
-    """``syntaxnmt attention``: load the model, compute every weight of the selected sentences, write the export."""
+def read_contexts(model, cfg: Config, toks: Tokenizers, src: str, docs: str | None, keep: Sequence[int], ref: str | None = None) -> list[SentenceContext] | None:
+    """The document context of the selected lines ``keep`` of ``src`` from the doc-id file ``docs``
+    (:func:`sentence_contexts`); None without ``docs`` or for a sentence-level model."""
+    if not docs:
+        return None
+    return sentence_contexts(model, cfg, toks, read_lines(src), read_lines(docs), keep, read_lines(ref) if ref else None, src)
+
+
+def export_attention(
+    checkpoint: str | Path, src: str, out: str | Path, *, ref: str | None = None, conllu: str | None = None, sentences: str | None = None, parse: bool = False, beam: int = 1, batch_size: int = 32, device: torch.device, docs: str | None = None
+) -> tuple[Path, Path, int]:
+    """``syntaxnmt attention``: load the model, compute every weight of the selected sentences, write the export.
+    ``docs``: the doc-id file of ``src``, read by a context model (docs/documents.md)."""
     model, cfg, toks = load_model(checkpoint, device)
     lines, refs, parses, keep = read_inputs(src, ref, conllu, sentences)
-    result = attention_for_sentences(model, cfg, toks, lines, refs=refs, device=device, beam=beam, parse=parse, batch_size=batch_size, progress=True, source_name=src, parses=parses)
+    contexts = read_contexts(model, cfg, toks, src, docs, keep, ref)
+    result = attention_for_sentences(model, cfg, toks, lines, refs=refs, device=device, beam=beam, parse=parse, batch_size=batch_size, progress=True, source_name=src, parses=parses, contexts=contexts)
     info = {"checkpoint": str(checkpoint), "source_file": str(src), "reference_file": ref, "lines": keep, "target": "reference" if ref else "translation", "beam": None if ref else beam, **model_info(model, cfg)}
+    info["context"] = {**cfg.model.context.model_dump(mode="json"), "docs_file": docs} if cfg.model.context.kind != "none" else None
     jsonl, npz = write_attention(out, result, info)
     return jsonl, npz, len(result)

@@ -9,6 +9,9 @@ them: an arc from the head word to the dependent (a triangle marks the dependent
 label at its top (arcs are stacked so that no two labels overlap). A colour bar gives the scale
 (white 0, dark blue 1). On cross-attention, word links (gold or extracted Pharaoh alignments) are
 outlined: sure links solid, possible links dashed. PNG, SVG or PDF by the output's suffix.
+For a HAN model read with its document, a panel beside the heads shows HAN's sentence-level
+weights (source tokens x previous sentences, the mean of the heads) and the gate λ of each token;
+for a concatenation model the context's rows and columns are greyed out.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from syntaxnmt.analysis.export import SentenceAttention, attention_for_sentences, check_kind, parse_selection, read_attention, read_inputs, word_units
+from syntaxnmt.analysis.export import SentenceAttention, attention_for_sentences, check_kind, parse_selection, read_attention, read_contexts, read_inputs, word_units
 from syntaxnmt.data.links import Links, read_alignments, words_to_subwords
 from syntaxnmt.decoding.translate import load_model
 from syntaxnmt.errors import UserError
@@ -161,6 +164,47 @@ def heatmap(ax, s: SentenceAttention, kind: str, layer: int, head: int, words: b
         ax.spines[side].set_visible(False)
     if links is not None and kind == "cross":
         mark_links(ax, links[0], links[1], row_wop, col_wop, words)
+    shade_context(ax, s, kind, words, len(rows), len(cols))
+    return image
+
+
+CONTEXT_SIDES = {"encoder": ("source", "source"), "decoder": ("decoder_input", "decoder_input"), "cross": ("target", "source")}
+"""The (row, column) axis of each attention, for :meth:`SentenceAttention.context_units`."""
+
+
+def shade_context(ax, s: SentenceAttention, kind: str, words: bool, n_rows: int, n_cols: int) -> None:
+    """Grey out the rows and columns of a concatenation model's context (before the current
+    sentence's first piece), so the current sentence's weights stand out."""
+    row_side, col_side = CONTEXT_SIDES[kind]
+    cols, rows = s.context_units(col_side, words), s.context_units(row_side, words)
+    if cols:
+        ax.axvspan(-0.5, cols - 0.5, color="0.45", alpha=0.22, lw=0)
+        ax.axvline(cols - 0.5, color="0.3", lw=1.0, ls=":")
+    if rows:
+        ax.axhspan(-0.5, rows - 0.5, color="0.45", alpha=0.22, lw=0)
+        ax.axhline(rows - 0.5, color="0.3", lw=1.0, ls=":")
+
+
+def han_panel(ax, s: SentenceAttention, words: bool, fontsize: float = 9):
+    """HAN's sentence-level weights (source tokens x previous sentences, the mean of the heads)
+    and, in the last column, the gate λ of each token; returns the image."""
+    if words:
+        sentence, gate = s.han_word_level()
+    else:
+        sentence, gate = s.han_sentence, s.han_gate
+    matrix = np.concatenate([sentence.mean(0), gate[:, None]], axis=1)
+    rows = s.labels("encoder", words)[0]
+    k = sentence.shape[-1]
+    present = len(s.context_sources or [])
+    cols = [f"-{j + 1}" + ("" if j < present else " (none)") for j in range(k)] + ["gate λ"]
+    image = ax.imshow(matrix, cmap="Blues", vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
+    ax.axvline(k - 0.5, color="white", lw=3)
+    ax.set_xticks(range(k + 1))
+    ax.set_yticks(range(len(rows)))
+    ax.set_xticklabels(cols, rotation=90, fontsize=fontsize)
+    ax.set_yticklabels(rows, fontsize=fontsize)
+    ax.tick_params(length=0)
+    ax.set_title(f"HAN: previous sentences\n(mean of heads), mean gate {float(gate.mean()):.2f}", fontsize=9)
     return image
 
 
@@ -183,8 +227,18 @@ def attention_figure(s: SentenceAttention, kind: str = "cross", layer: int = -1,
     cols_grid = min(len(heads), 2 if len(heads) <= 4 else 4)
     grid_rows = math.ceil(len(heads) / cols_grid)
     arcs = 0.4 * len(cols) if s.parse is not None and kind != "decoder" else 0
-    size = (max(3.0, CELL * len(cols) + 1.2) * cols_grid + 0.8, max(2.5, CELL * (len(rows) + arcs) + 1.2) * grid_rows)
-    fig, axes = plt.subplots(grid_rows, cols_grid, figsize=size, squeeze=False)
+    han = s.han_sentence is not None
+    head_width = max(3.0, CELL * len(cols) + 1.2)
+    han_width = max(2.5, CELL * (s.han_sentence.shape[-1] + 1) + 2.0) if han else 0.0
+    han_rows = len(s.labels("encoder", words)[0]) if han else 0
+    size = (head_width * cols_grid + han_width + 0.8, max(2.5, CELL * (max(len(rows), han_rows) + arcs) + 1.2) * grid_rows)
+    ratios = [head_width] * cols_grid + ([han_width] if han else [])
+    fig, grid = plt.subplots(grid_rows, cols_grid + han, figsize=size, squeeze=False, gridspec_kw={"width_ratios": ratios})
+    axes = grid[:, :cols_grid]
+    if han:  # HAN's weights over the previous sentences: a panel of their own, beside the first row
+        han_panel(grid[0, -1], s, words)
+        for ax in grid[1:, -1]:
+            ax.axis("off")
     image = None
     for k, ax in enumerate(axes.flat):
         if k >= len(heads):
@@ -242,10 +296,14 @@ def plot_sentences(sentences: Sequence[SentenceAttention], lines: Sequence[int],
     return paths
 
 
-def load_for_plot(*, attention: str | None, checkpoint: str | None, src: str | None, ref: str | None, conllu: str | None, parse: bool, beam: int, sentences: str | None, device) -> tuple[list[SentenceAttention], list[int]]:
+def load_for_plot(
+    *, attention: str | None, checkpoint: str | None, src: str | None, ref: str | None, conllu: str | None, parse: bool, beam: int, sentences: str | None, device, docs: str | None = None
+) -> tuple[list[SentenceAttention], list[int]]:
     """The selected sentences (input line numbers ``sentences``) from an export or computed by a checkpoint."""
     if bool(attention) == bool(checkpoint):
         raise UserError("give an attention export (-a OUT) or a --checkpoint with -i SRC")
+    if attention and docs:
+        raise UserError("--docs goes with --checkpoint and -i SRC (an export holds the context it was computed with)")
     if attention:
         header, exported = read_attention(attention)
         lines = header.get("lines") or list(range(len(exported)))
@@ -260,7 +318,8 @@ def load_for_plot(*, attention: str | None, checkpoint: str | None, src: str | N
 
     model, cfg, toks = load_model(checkpoint, device)
     lines, refs, parses, keep = read_inputs(src, ref, conllu, sentences)
-    got = attention_for_sentences(model, cfg, toks, lines, refs=refs, device=device, beam=beam, parse=parse, source_name=src, parses=parses)
+    contexts = read_contexts(model, cfg, toks, src, docs, keep, ref)
+    got = attention_for_sentences(model, cfg, toks, lines, refs=refs, device=device, beam=beam, parse=parse, source_name=src, parses=parses, contexts=contexts)
     return got, keep
 
 

@@ -74,6 +74,7 @@ class Hypothesis:
     score: float  # normalized log-probability used for ranking
     log_prob: float  # total log-probability, EOS included
     unk_sources: list[int] | None = None  # most attended source piece of each <unk> (decode.unk_replace)
+    context_tokens: list[int] | None = None  # 2-to-2: what the model wrote before ``tokens`` (the context's translation and separators)
 
 
 def max_output_length(src_lengths: Tensor, a: float, b: int, limit: int) -> int:

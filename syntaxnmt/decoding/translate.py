@@ -194,7 +194,8 @@ def _translate_wave(model, sources, wave: np.ndarray, results: list, decode: Dec
             locate_unknown_words(model, batch, hyps, decode)
         if context is not None and context.concat_target:
             for h in (h for nb in hyps for h in nb):
-                h.tokens = context.current_part(h.tokens)
+                current = context.current_part(h.tokens)
+                h.context_tokens, h.tokens = h.tokens[: len(h.tokens) - len(current)], current
         for i, h in zip(idx, hyps):
             results[i] = h
         bar.update(len(idx))
@@ -306,6 +307,7 @@ class Output:
     score: float
     log_prob: float
     tokens: list[int]
+    context_tokens: list[int] | None = None  # 2-to-2: the context part the model wrote before ``tokens``
 
 
 def translate_outputs(model, cfg: Config, toks: Tokenizers, lines: Sequence[str], decode: DecodeConfig, device: torch.device, *, conllu: str | None = None, source_name: str = "<input>", line_numbers: Sequence[int] | None = None, docs: Sequence[str] | None = None, **kw) -> list[list[Output]]:
@@ -340,8 +342,8 @@ def translate_outputs(model, cfg: Config, toks: Tokenizers, lines: Sequence[str]
     if decode.unk_replace != "none":
         words = parser_words(cfg, lines, conllu, source_name)
         texts = translations_with_replacement(toks, lines, sources, hyps, decode, words)
-        return [[Output(text, h.score, h.log_prob, h.tokens) for (text, _), h in zip(tnb, nb)] for tnb, nb in zip(texts, hyps)]
-    return [[Output(toks.tgt.decode(h.tokens), h.score, h.log_prob, h.tokens) for h in nb] for nb in hyps]
+        return [[Output(text, h.score, h.log_prob, h.tokens, h.context_tokens) for (text, _), h in zip(tnb, nb)] for tnb, nb in zip(texts, hyps)]
+    return [[Output(toks.tgt.decode(h.tokens), h.score, h.log_prob, h.tokens, h.context_tokens) for h in nb] for nb in hyps]
 
 
 def translate_lines(model, cfg: Config, toks: Tokenizers, lines: Sequence[str], decode: DecodeConfig, device: torch.device, **kw) -> list[list[tuple[str, float]]]:

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from syntaxnmt.model.attention import MultiHeadAttention
 from syntaxnmt.model.dropout import Dropout
 from syntaxnmt.model.linear import Linear
+from syntaxnmt.model.outputs import ContextAttention
 
 
 class HierarchicalContext(nn.Module):
@@ -42,14 +43,13 @@ class HierarchicalContext(nn.Module):
         self.ffn = nn.Sequential(Linear(d_model, ffn_dim), nn.ReLU(), Dropout(dropout), Linear(ffn_dim, d_model))
         self.gate = Linear(2 * d_model, d_model)
         self.norm = nn.LayerNorm(d_model)
-        self.last_weights: tuple[Tensor, Tensor] | None = None  # (word, sentence) weights of the last call with need_weights
 
-    def forward(self, h: Tensor, ctx: Tensor, ctx_pad: Tensor, need_weights: bool = False) -> Tensor:
+    def forward(self, h: Tensor, ctx: Tensor, ctx_pad: Tensor, need_weights: bool = False) -> tuple[Tensor, ContextAttention | None]:
         """``h`` (B, S, D) current states; ``ctx`` (B, k, Sc, D) encoder (or decoder) states of the
         previous sentences (nearest first) with ``ctx_pad`` (B, k, Sc) True at padding and in missing sentences.
 
-        With ``need_weights`` the word-level weights (B, k, H, S, Sc) and sentence-level weights
-        (B, H, S, k) are kept in :attr:`last_weights` (for ``syntaxnmt attention``)."""
+        Returns h~ and, with ``need_weights`` (as the attention layers return theirs), the
+        word-level and sentence-level weights and the gate (:class:`ContextAttention`)."""
         b, s, d = h.shape
         k, sc = ctx.shape[1], ctx.shape[2]
         present = ~ctx_pad.all(-1)  # (B, k): the sentence exists
@@ -67,10 +67,12 @@ class HierarchicalContext(nn.Module):
         d_t = self.ffn(context.view(b, s, d))
         gate = torch.sigmoid(self.gate(torch.cat([h, d_t], dim=-1)))
         out = self.norm((1 - gate) * h + gate * d_t)
-        if need_weights:
-            self.last_weights = (w_word.view(b, k, -1, s, sc), w_sent.view(b, s, -1, k).transpose(1, 2))
         has_context = present.any(-1)[:, None, None]
-        return torch.where(has_context, out, h)
+        weights = None
+        if need_weights:  # a sentence without context keeps h: zero weights, gate 0
+            sentence = w_sent.view(b, s, -1, k).transpose(1, 2) * has_context[..., None]
+            weights = ContextAttention(w_word.view(b, k, -1, s, sc) * present[:, :, None, None, None], sentence, gate.mean(-1) * has_context[..., 0])
+        return torch.where(has_context, out, h), weights
 
     def gate_values(self, h: Tensor, d_t: Tensor) -> Tensor:
         """λ of Eq. 4 for states ``h`` and context vectors ``d_t`` (for tests and analysis)."""

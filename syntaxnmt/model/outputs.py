@@ -13,12 +13,27 @@ from syntaxnmt.errors import UserError
 
 
 @dataclass
+class ContextAttention:
+    """HAN's weights for one batch (:class:`syntaxnmt.model.context.HierarchicalContext`), on
+    request: ``word`` (B, k, H, S, Sc) word-level attention of each current token over each previous
+    sentence's pieces, ``sentence`` (B, H, S, k) sentence-level attention over the k previous
+    sentences (nearest first), ``gate`` (B, S) the gate λ_t averaged over the model dimensions.
+    A missing previous sentence gets zero weight in both; a sentence without context has all-zero
+    weights and gate 0 (its states are left unchanged)."""
+
+    word: Tensor
+    sentence: Tensor
+    gate: Tensor
+
+
+@dataclass
 class EncoderOutput:
     hidden: Tensor  # (B, S, D)
     pad_mask: Tensor  # (B, S), True at padding
     self_attention: list[Tensor | None] = field(default_factory=list)  # per layer (B, H, S, S), on request (None: a layer not requested)
     layers: list[Tensor] = field(default_factory=list)  # per layer, its output states (B, S, D) (before the final norm)
     target_context: tuple[Tensor, Tensor] | None = None  # target-side HAN: decoder states (B, k, Tc, D) of the previous target sentences and their padding (B, k, Tc)
+    context_attention: ContextAttention | None = None  # HAN's weights over the previous sentences, on request
 
     def index_select(self, index: Tensor) -> "EncoderOutput":
         ctx = None if self.target_context is None else tuple(t.index_select(0, index) for t in self.target_context)
@@ -37,6 +52,7 @@ class ModelOutput:
     decoder_self_attention: list[Tensor] = field(default_factory=list)  # per decoder layer (B, H, T, T), on request
     alignment_attention: Tensor | None = None  # (B, H, T, S): the supervised layer's full-context pass (train.alignment.full_context), on request
     alignment_leak: Tensor | None = None  # (B, H, T): the leak slot's weights in the supervised attention (train.alignment.leaky), on request
+    target_context_attention: ContextAttention | None = None  # the target-side HAN's weights over the previous target sentences (S = T, Sc = Tc), on request
 
     @property
     def logits(self) -> Tensor:

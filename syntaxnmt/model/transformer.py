@@ -21,7 +21,7 @@ from syntaxnmt.model.attention import MultiHeadAttention, reorder_cache
 from syntaxnmt.model.context import HierarchicalContext
 from syntaxnmt.model.dropout import Dropout
 from syntaxnmt.model.linear import Linear
-from syntaxnmt.model.outputs import DecoderState, EncoderOutput, ModelOutput
+from syntaxnmt.model.outputs import ContextAttention, DecoderState, EncoderOutput, ModelOutput
 from syntaxnmt.model.packing import on_rows, packed_rows
 from syntaxnmt.model.syntax_attention import InputFeatures, encoder_extensions
 
@@ -225,14 +225,14 @@ class Transformer(nn.Module):
             weights.append(w)
             states.append(x)
         hidden = self.enc_norm(x)
-        target_context = None
+        target_context = context_attention = None
         if (self.han is not None or self.han_target is not None) and batch.context is not None:
             context_states = self.encode_context(batch.context)
             if self.han is not None:
-                hidden = self.han(hidden, *context_states, need_weights=need_weights)
+                hidden, context_attention = self.han(hidden, *context_states, need_weights=need_weights)
             if self.han_target is not None and batch.context_tgt is not None:
                 target_context = self.decode_context(*context_states, batch.context_tgt)
-        return EncoderOutput(hidden, pad_mask, weights if need_weights or wanted else [], states, target_context)
+        return EncoderOutput(hidden, pad_mask, weights if need_weights or wanted else [], states, target_context=target_context, context_attention=context_attention)
 
     def encode_context(self, context: Tensor) -> tuple[Tensor, Tensor]:
         """Encoder states (B, k, Sc, D) of the previous sentences (B, k, Sc) and their padding mask;
@@ -272,20 +272,22 @@ class Transformer(nn.Module):
             states = states.index_copy(0, rows, self.dec_norm(y).to(states.dtype))
         return states.view(b, k, tc, -1), pad.view(b, k, tc)
 
-    def read_target_context(self, states: Tensor, enc: EncoderOutput, need_weights: bool = False) -> Tensor:
+    def read_target_context(self, states: Tensor, enc: EncoderOutput, need_weights: bool = False) -> tuple[Tensor, ContextAttention | None]:
         """The target-side HAN on final decoder states (B, T, D): each state is only the query of
         the attention over the previous target sentences, so position t reads nothing of the
-        current sentence beyond its own state (incremental decoding gives the same result)."""
+        current sentence beyond its own state (incremental decoding gives the same result); with
+        ``need_weights`` also its weights (:class:`ContextAttention`, S = T and Sc = Tc)."""
         if self.han_target is None or enc.target_context is None:
-            return states
+            return states, None
         return self.han_target(states, *enc.target_context, need_weights=need_weights)
 
-    def decode(self, tgt_in: Tensor, enc: EncoderOutput, need_weights: bool = False, self_weights: bool = True) -> tuple[Tensor, list[Tensor], list[Tensor], Tensor | None, Tensor | None]:
+    def decode(self, tgt_in: Tensor, enc: EncoderOutput, need_weights: bool = False, self_weights: bool = True) -> tuple[Tensor, list[Tensor], list[Tensor], Tensor | None, Tensor | None, ContextAttention | None]:
         """Final decoder states (B, T, D), normalized (and read by the target-side HAN of a
         context model, :meth:`read_target_context`), before the output layer; cross- and
         self-attention weights per layer on request, and with them the supervised layer's
-        full-context cross-attention (B, H, T, S) of a model with ``alignment_pass.full_context``
-        and the leak weights (B, H, T) of the supervised attention of a leaky one."""
+        full-context cross-attention (B, H, T, S) of a model with ``alignment_pass.full_context``,
+        the leak weights (B, H, T) of the supervised attention of a leaky one and the target-side
+        HAN's weights."""
         y = self.tgt_embed(tgt_in)
         cross, own = [], []
         pad = tgt_in.eq(PAD)
@@ -301,8 +303,8 @@ class Transformer(nn.Module):
             leak = layer_leak if layer_leak is not None else leak
             cross.append(w)
             own.append(ws)
-        states = self.read_target_context(self.dec_norm(y), enc, need_weights)
-        return states, (cross if need_weights else []), (own if need_weights and self_weights else []), aligned, leak
+        states, target_attention = self.read_target_context(self.dec_norm(y), enc, need_weights)
+        return states, (cross if need_weights else []), (own if need_weights and self_weights else []), aligned, leak, target_attention
 
     def compute_rows(self, pad: Tensor) -> Tensor | None:
         """The rows the position-wise products compute in training on CPU (:func:`packed_rows`); None: all of them."""
@@ -315,8 +317,8 @@ class Transformer(nn.Module):
         the cross-attention's only when ``self_weights`` is False (the self-attentions then keep
         the fused kernel)."""
         enc = self.encode(batch, need_weights and self_weights, encoder_weights)
-        states, cross, own, aligned, leak = self.decode(batch.tgt_in, enc, need_weights, self_weights)
-        return ModelOutput(states, self.output, enc, cross, own, aligned, leak)
+        states, cross, own, aligned, leak, target_attention = self.decode(batch.tgt_in, enc, need_weights, self_weights)
+        return ModelOutput(states, self.output, enc, cross, own, aligned, leak, target_attention)
 
     # --- incremental decoding -------------------------------------------------------------
     def init_state(self, enc: EncoderOutput) -> DecoderState:
@@ -331,7 +333,7 @@ class Transformer(nn.Module):
             leaky = ap is not None and ap.leak_in_translation(i)
             y, w, _ = layer(y, state.encoder.hidden, state.encoder.pad_mask, cache=cache, need_weights=need_weights, leak=leaky)
             w = split_leak(w, leaky)[0]
-        logits = self.output(self.read_target_context(self.dec_norm(y), state.encoder)[:, 0])
+        logits = self.output(self.read_target_context(self.dec_norm(y), state.encoder)[0][:, 0])
         state.step += 1
         state.last_cross_attention = w[:, :, 0].mean(1) if need_weights else None
         return torch.log_softmax(logits.float(), dim=-1), state

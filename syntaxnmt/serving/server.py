@@ -6,6 +6,9 @@
   ``"alignment_words"`` (per sentence: Pharaoh word links and the words they index, as
   ``translate --alignments`` writes them) when asked; ``"markup"``: the sentences hold inline
   tags, put back around the aligned words of the translations (as ``translate --markup``);
+  ``{"documents": [[...], ...]}`` translates each document in order with its context
+  (``Translator.translate(docs=...)``), answers nested alike (no alignments or markup: 422, as
+  the Python API refuses alignments with ``docs``);
 - ``GET /health``: the model, the parser and the limits;
 - ``GET /``: a page that translates a sentence and draws the source's dependency tree and an
   attention heatmap (``syntaxnmt/serving/web/``).
@@ -37,7 +40,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from syntaxnmt.alignment.extract import alignments_for_translations, configured_reading
 from syntaxnmt.alignment.markup import Markup, parse_markup, transfer_to_translations
@@ -137,11 +140,14 @@ class ServedModel:
 
     def handle(self, key: Hashable, items: list, checkpoint: Checkpoint | None = None) -> list:
         """The worker's handler: ``key`` is ``(kind, beam)`` or ``(kind, beam, alignments, markup)``,
-        kind ``translate`` or ``attention``; the items are sentences, or :class:`Markup` with
-        ``markup``. ``checkpoint`` is called before every encoder pass, decoder step and
-        force-decoding pass. Results: ``(text, score)``, ``(text, score, attention)`` or, with
-        alignments or markup, :meth:`aligned`'s."""
+        kind ``translate`` or ``attention`` (items: sentences, or :class:`Markup` with ``markup``),
+        ``documents`` or ``documents+attention`` (items: documents, each a list of sentences).
+        ``checkpoint`` is called before every encoder pass, decoder step and force-decoding pass.
+        Results: ``(text, score)``, ``(text, score, attention)`` or, with alignments or markup,
+        :meth:`aligned`'s; per document, a list of them."""
         kind, beam, alignments, markup = (*key, False, False)[:4]
+        if kind in ("documents", "documents+attention"):
+            return self.documents(items, beam, checkpoint, attention=kind.endswith("+attention"))
         if kind not in ("translate", "attention"):
             raise ValueError(f"unknown job kind {kind!r}")
         if alignments or markup:
@@ -159,10 +165,40 @@ class ServedModel:
         factor = beam * (1 + attention + aligned)
         return [factor * (min(len(self.toks.src.encode(s)), limit) + 1) if s.strip() else 0 for s in sentences]
 
+    def document_work(self, documents: Sequence[Sequence[str]], beam: int, attention: bool = False) -> list[int]:
+        """The work of each document: the sum of its sentences' (:meth:`work`); a concatenation
+        model reads (and a 2-to-2 model writes) each sentence's k previous sentences again, so
+        their work counts again for it. HAN encodes the context without searching it: not counted."""
+        context = getattr(self.model, "document_context", None)
+        out = []
+        for doc in documents:
+            costs = self.work(doc, beam, attention)
+            if context is not None and context.kind == "concat":
+                filled = [c for c in costs if c]  # a blank sentence is nobody's context
+                costs = [sum(filled[max(0, i - context.sentences) : i + 1]) for i in range(len(filled))]
+            out.append(sum(costs))
+        return out
+
     def translate(self, sentences: Sequence[str], beam: int, checkpoint: Checkpoint | None = None) -> list[tuple[str, float | None]]:
         """(translation, score) per sentence; an empty sentence translates to ``""`` (score 0)."""
         with self.checkpointed(checkpoint):
             return [(t.text, finite(t.score)) for t in self.translator.translate(sentences, beam=beam, nbest=1)]
+
+    def documents(self, documents: Sequence[Sequence[str]], beam: int, checkpoint: Checkpoint | None = None, attention: bool = False) -> list[list[tuple]]:
+        """Per document, (translation, score) -- and the attention record with ``attention`` --
+        per sentence: every sentence is translated with its document's previous sentences as
+        ``syntaxnmt translate --docs`` translates them (:meth:`syntaxnmt.api.Translator.translate`
+        with ``docs``); the documents of one call are batched together."""
+        flat = [s for doc in documents for s in doc]
+        ids = [str(n) for n, doc in enumerate(documents) for _ in doc]
+        with self.checkpointed(checkpoint):
+            results = self.translator.translate(flat, beam=beam, nbest=1, docs=ids, attention=attention)
+        answers = self._attention_answers(flat, results) if attention else [(r.text, finite(r.score)) for r in results]
+        out, at = [], 0
+        for doc in documents:
+            out.append(answers[at : at + len(doc)])
+            at += len(doc)
+        return out
 
     def attention(self, sentences: Sequence[str], beam: int, checkpoint: Checkpoint | None = None) -> list[tuple[str, float | None, dict | None]]:
         """(translation, score, attention record) per sentence; the record is None for an empty one.
@@ -173,6 +209,10 @@ class ServedModel:
         """
         with self.checkpointed(checkpoint):
             results = self.translator.translate(sentences, beam=beam, nbest=1, attention=True)
+        return self._attention_answers(sentences, results)
+
+    def _attention_answers(self, sentences: Sequence[str], results: Sequence) -> list[tuple[str, float | None, dict | None]]:
+        """(translation, score, attention record) of translations made with ``attention=True``."""
         todo = [i for i, r in enumerate(results) if r.attention is not None]
         out: list[tuple[str, float | None, dict | None]] = [(r.text, finite(r.score), None) for r in results]
         if not todo:
@@ -275,7 +315,10 @@ def _rounded(weights) -> list | None:
 def attention_json(rec, parse, parse_origin: str | None) -> dict[str, Any]:
     """The JSON of one sentence's :class:`~syntaxnmt.analysis.export.SentenceAttention`: the
     tokens of each axis, the source tree and the weights ``encoder`` (L, H, S, S), ``decoder``
-    (L, H, T, T, over ``decoder_input``) and ``cross`` (L, H, T, S), null where the model has none."""
+    (L, H, T, T, over ``decoder_input``) and ``cross`` (L, H, T, S), null where the model has none;
+    for a context model translating a document, ``context``: the previous sentences it read, how
+    many leading source / target pieces are context (concatenation) and HAN's sentence-level
+    weights (H, S, k) and gate (S)."""
     return {
         "translation": rec.translation,
         "source": {"pieces": rec.src_pieces, "words": rec.src_words, "word_of_piece": rec.src_word_of_piece},
@@ -286,6 +329,13 @@ def attention_json(rec, parse, parse_origin: str | None) -> dict[str, Any]:
         "encoder": _rounded(rec.encoder),
         "decoder": _rounded(rec.decoder),
         "cross": _rounded(rec.cross),
+        "context": None if rec.context_sources is None else {
+            "sources": rec.context_sources,
+            "source_pieces": rec.src_context,
+            "target_pieces": rec.tgt_context,
+            "han_sentence": _rounded(rec.han_sentence),
+            "han_gate": _rounded(rec.han_gate),
+        },
     }
 
 
@@ -318,7 +368,8 @@ class TranslateRequest(BaseModel):
     """The body of ``POST /translate`` (strict types: ``"5"`` is not a beam size)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    sentences: list[str] = Field(min_length=1)
+    sentences: list[str] | None = Field(None, min_length=1)
+    documents: list[list[str]] | None = Field(None, min_length=1)
     beam: int | None = Field(None, ge=1)
     attention: bool = False
     alignments: bool = False
@@ -326,13 +377,42 @@ class TranslateRequest(BaseModel):
 
     @field_validator("sentences")
     @classmethod
-    def unicode_text(cls, sentences: list[str]) -> list[str]:
+    def unicode_text(cls, sentences: list[str] | None) -> list[str]:
+        if sentences is None:  # left out is fine, null is not
+            raise ValueError("give a list of strings, not null")
         for i, s in enumerate(sentences):
             try:
                 s.encode("utf-8")
             except UnicodeEncodeError:
                 raise ValueError(f"sentence {i} is not valid Unicode (it holds a lone surrogate)") from None
         return sentences
+
+    @field_validator("documents")
+    @classmethod
+    def documents_text(cls, documents: list[list[str]] | None) -> list[list[str]]:
+        if documents is None:
+            raise ValueError("give a list of documents (lists of strings), not null")
+        for d, doc in enumerate(documents):
+            if not doc:
+                raise ValueError(f"document {d} is empty: give every document at least one sentence")
+            for i, s in enumerate(doc):
+                try:
+                    s.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValueError(f"sentence {i} of document {d} is not valid Unicode (it holds a lone surrogate)") from None
+        return documents
+
+    @model_validator(mode="after")
+    def sentences_or_documents(self) -> "TranslateRequest":
+        if self.sentences is not None and self.documents is not None:
+            raise ValueError("give either sentences or documents, not both")
+        if self.sentences is None and self.documents is None:
+            raise ValueError("give sentences (a list of strings) or documents (a list of documents, each a list of strings)")
+        return self
+
+    def flat(self) -> list[str]:
+        """Every sentence of the request, documents one after the other."""
+        return list(self.sentences) if self.sentences is not None else [s for doc in self.documents for s in doc]
 
 
 def _error_message(errors: Sequence[dict]) -> str:
@@ -403,16 +483,27 @@ def _check_limits(req, limits: Limits) -> None:
     """413 for a request too large, 422 for a beam out of range."""
     from fastapi import HTTPException  # deferred: the web stack loads only for serve
 
-    n = len(req.sentences)
+    sentences = req.flat()
+    n = len(sentences)
     if n > limits.max_sentences:
         raise HTTPException(413, f"too many sentences: {n} (at most {limits.max_sentences} per request)")
     if req.attention and n > limits.max_attention_sentences:
         raise HTTPException(413, f"too many sentences for attention: {n} (at most {limits.max_attention_sentences} per request)")
-    for i, s in enumerate(req.sentences):
+    for i, s in enumerate(sentences):
         if len(s) > limits.max_chars:
-            raise HTTPException(413, f"sentence {i} is too long: {len(s)} characters (at most {limits.max_chars})")
+            where = f"sentence {i}" if req.documents is None else _document_position(req.documents, i)
+            raise HTTPException(413, f"{where} is too long: {len(s)} characters (at most {limits.max_chars})")
     if req.beam is not None and req.beam > limits.max_beam:
         raise HTTPException(422, f"beam: {req.beam} is out of range (1 to {limits.max_beam})")
+
+
+def _document_position(documents: Sequence[Sequence[str]], i: int) -> str:
+    """``sentence 2 of document 1`` for the ``i``-th sentence of the documents, counted flat."""
+    for d, doc in enumerate(documents):
+        if i < len(doc):
+            return f"sentence {i} of document {d}"
+        i -= len(doc)
+    raise IndexError(i)
 
 
 class ClientGone(Exception):
@@ -479,26 +570,37 @@ def create_app(
     _add_error_handlers(app)
 
     async def translate(req: TranslateRequest, request):
+        if req.documents is not None and (req.alignments or req.markup):  # refused as the Python API refuses alignments with docs (markup goes back in through them)
+            try:
+                translator.translator.check_aligning(req.flat())
+            except UserError as e:
+                return JSONResponse({"error": str(e) if req.alignments else f"markup is put back through the alignments: {e}"}, status_code=422)
         _check_limits(req, limits)
         beam = req.beam or translator.cfg.decode.beam_size
-        items: list = req.sentences
-        if req.markup:  # as translate --markup: the message of malformed markup names the sentence (0-based)
-            try:
-                items = [parse_markup(s, f"sentence {i}") for i, s in enumerate(req.sentences)]
-            except UserError as e:
-                return JSONResponse({"error": str(e)}, status_code=422)
-            sentences = [m.plain for m in items]
-        else:
-            sentences = items = [" ".join(s.split()) for s in req.sentences]  # line breaks and runs of spaces: one space
         aligned = req.alignments or req.markup
-        costs = translator.work(sentences, beam, req.attention, aligned)
+        if req.documents is None:
+            items: list = req.sentences
+            if req.markup:  # as translate --markup: the message of malformed markup names the sentence (0-based)
+                try:
+                    items = [parse_markup(s, f"sentence {i}") for i, s in enumerate(req.sentences)]
+                except UserError as e:
+                    return JSONResponse({"error": str(e)}, status_code=422)
+                sentences = [m.plain for m in items]
+            else:
+                sentences = items = [" ".join(s.split()) for s in req.sentences]  # line breaks and runs of spaces: one space
+            costs = translator.work(sentences, beam, req.attention, aligned)
+            key = ("attention" if req.attention else "translate", beam) + ((req.alignments, req.markup) if aligned else ())
+        else:  # one item per document: a document goes through the model in one call, in order
+            items = [[" ".join(s.split()) for s in doc] for doc in req.documents]
+            sentences = [s for doc in items for s in doc]
+            costs = translator.document_work(items, beam, req.attention)
+            key = ("documents+attention" if req.attention else "documents", beam)
         work = sum(costs)
         if work > limits.max_work:
             passes = [name for name, asked in (("attention", req.attention), ("alignments", aligned)) if asked]
             how = f"beam {beam} x {work // (beam * (1 + len(passes)))} subword tokens with each sentence's </s>" + (f", x{1 + len(passes)} with {' and '.join(passes)}" if passes else "")
             message = f"too much work: {work} ({how}), at most {limits.max_work} per request: send fewer or shorter sentences, or a smaller beam"
             return JSONResponse({"error": message, "work": work, "max_work": limits.max_work}, status_code=413)
-        key = ("attention" if req.attention else "translate", beam) + ((req.alignments, req.markup) if aligned else ())
         future = worker.submit(key, items, costs)
         try:
             results = await wait_for_answer(future, limits.timeout, request.is_disconnected)
@@ -514,12 +616,17 @@ def create_app(
         except Exception:
             log.exception("translating %d sentences failed", len(sentences))
             return JSONResponse({"error": "internal error while translating (logged by the server)"}, status_code=500)
-        body: dict[str, Any] = {"translations": [r[0] for r in results], "scores": [r[1] for r in results]}
-        if req.attention:
-            body["attention"] = [r[2] for r in results]
-        if req.alignments:
-            body["alignments"] = [r[3]["links"] for r in results]
-            body["alignment_words"] = [{"source": r[3]["source"], "target": r[3]["target"]} for r in results]
+        if req.documents is None:
+            body: dict[str, Any] = {"translations": [r[0] for r in results], "scores": [r[1] for r in results]}
+            if req.attention:
+                body["attention"] = [r[2] for r in results]
+            if req.alignments:
+                body["alignments"] = [r[3]["links"] for r in results]
+                body["alignment_words"] = [{"source": r[3]["source"], "target": r[3]["target"]} for r in results]
+        else:  # the nesting of the request
+            body = {"translations": [[r[0] for r in doc] for doc in results], "scores": [[r[1] for r in doc] for doc in results]}
+            if req.attention:
+                body["attention"] = [[r[2] for r in doc] for doc in results]
         return JSONResponse(body)
 
     translate.__annotations__["request"] = Request  # the class itself: this module's annotations are strings, and Request is imported here only

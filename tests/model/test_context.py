@@ -30,7 +30,8 @@ def _inputs(seed: int = 1):
 def test_no_context_leaves_the_sentence_states_unchanged():
     block = _block()
     h, ctx, pad = _inputs()
-    out = block(h, ctx, pad)
+    out, weights = block(h, ctx, pad)
+    assert weights is None  # only on request
     torch.testing.assert_close(out[1], h[1], rtol=0, atol=0)
     assert not torch.allclose(out[0], h[0])
 
@@ -38,16 +39,21 @@ def test_no_context_leaves_the_sentence_states_unchanged():
 def test_padding_and_missing_sentences_get_no_weight():
     block = _block()
     h, ctx, pad = _inputs()
-    out = block(h, ctx, pad, need_weights=True)
-    word, sentence = block.last_weights
-    assert word.shape == (B, K, 4, S, SC) and sentence.shape == (B, 4, S, K)
+    out, weights = block(h, ctx, pad, need_weights=True)
+    word, sentence, gate = weights.word, weights.sentence, weights.gate
+    assert word.shape == (B, K, 4, S, SC) and sentence.shape == (B, 4, S, K) and gate.shape == (B, S)
     assert word[0, 0, :, :, 3:].abs().max() == 0  # padding of a short sentence
-    assert sentence[0, :, :, 2].abs().max() == 0  # the missing third sentence
+    torch.testing.assert_close(word[0, :2].sum(-1), torch.ones(2, 4, S))
+    assert word[0, 2].abs().max() == 0  # the missing third sentence
+    assert sentence[0, :, :, 2].abs().max() == 0
     torch.testing.assert_close(sentence[0].sum(-1), torch.ones(4, S))
+    # No context at all (a document's first sentence): no weight anywhere, and the gate is shut.
+    assert word[1].abs().max() == 0 and sentence[1].abs().max() == 0 and gate[1].abs().max() == 0
+    assert bool(((gate[0] > 0) & (gate[0] < 1)).all())
     changed = ctx.clone()
     changed[0, 0, 3:] = 100.0  # what padding and missing sentences hold does not matter
     changed[0, 2] = -100.0
-    torch.testing.assert_close(block(h, changed, pad), out)
+    torch.testing.assert_close(block(h, changed, pad)[0], out)
 
 
 def test_the_gate_is_a_fraction_and_closing_it_keeps_the_normalized_states():
@@ -60,15 +66,16 @@ def test_the_gate_is_a_fraction_and_closing_it_keeps_the_normalized_states():
     with torch.no_grad():  # λ = 0 everywhere: h~ = LayerNorm(h)
         block.gate.weight.zero_()
         block.gate.bias.fill_(-1e4)
-    out = block(h, ctx, pad)
+    out, weights = block(h, ctx, pad, need_weights=True)
     torch.testing.assert_close(out[0], torch.nn.functional.layer_norm(h[0], (D,)), rtol=1e-5, atol=1e-5)
+    assert weights.gate.abs().max() == 0  # the exported gate is the one applied
 
 
 def test_gradients_reach_the_context_states():
     block = _block().train()
     h, ctx, pad = _inputs()
     ctx.requires_grad_(True)
-    block(h, ctx, pad).sum().backward()
+    block(h, ctx, pad)[0].sum().backward()
     assert ctx.grad[0, 0, :3].abs().sum() > 0 and ctx.grad[0, 0, 3:].abs().sum() == 0
 
 
@@ -259,12 +266,16 @@ def test_target_context_padding_and_missing_sentences_get_no_weight():
     model = _context_model("target")
     batch = _doc_batch()
     with torch.no_grad():
-        out = model(batch, need_weights=True).logits
-        word, sentence = model.han_target.last_weights
+        result = model(batch, need_weights=True)
+        out, weights = result.logits, result.target_context_attention  # the decoder-side block's, on the decoder output
+        assert result.encoder.context_attention is None  # side: target has no encoder-side block
+        word, sentence, gate = weights.word, weights.sentence, weights.gate
         # row 0's second previous sentence is BOS + 1 token: the other positions are padding
         assert word.shape[:2] == (3, 2) and word[0, 1, :, :, 2:].abs().max() == 0
         assert sentence[1, :, :, 1].abs().max() == 0  # row 1 has one previous sentence
         torch.testing.assert_close(sentence[0].sum(-1), torch.ones_like(sentence[0].sum(-1)))
+        assert gate.shape == batch.tgt_in.shape and gate[2].abs().max() == 0  # row 2 starts its document: gate shut
+        assert bool(((gate[0] > 0) & (gate[0] < 1)).all())
         # More padding on the context sentences changes nothing.
         longer = _doc_batch()
         longer.context_tgt = torch.cat([longer.context_tgt, torch.full((3, 2, 3), PAD)], dim=-1)

@@ -210,7 +210,7 @@ ERRORS = [
     ("[]", "application/json", 422, "valid dictionary"),
     ("null", "application/json", 422, "valid dictionary"),
     ('"a sentence"', "application/json", 422, "valid dictionary"),
-    ("{}", "application/json", 422, "sentences: Field required"),
+    ("{}", "application/json", 422, "give sentences (a list of strings) or documents"),
     ('{"sentences": []}', "application/json", 422, "at least 1 item"),
     ('{"sentences": "a sentence"}', "application/json", 422, "sentences: Input should be a valid list"),
     ('{"sentences": ["a", 3]}', "application/json", 422, "sentences.1: Input should be a valid string"),
