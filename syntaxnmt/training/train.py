@@ -29,6 +29,7 @@ from syntaxnmt.decoding.translate import translate_ids
 from syntaxnmt.errors import UserError
 from syntaxnmt.metrics import corpus_bleu
 from syntaxnmt.model import build_model
+from syntaxnmt.model.kernels import prepare as prepare_cpu_kernels
 from syntaxnmt.runtime import configure_threads, describe_threads, keep_freed_memory, resolve_device
 from syntaxnmt.textio import read_lines, remove_stale_temporaries, write_lines
 from syntaxnmt.training import loop
@@ -298,6 +299,8 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
         cfg.save(task.run.work / "config.yaml")
     n_params = sum(p.numel() for p in task.raw.parameters())
     log(f"{cfg.name}: {n_params / 1e6:.2f}M parameters, {len(task.split)} training pairs, device {device}" + (f", {describe_threads()}" if device.type == "cpu" else "") + (f", {world.size} processes" if world.distributed else ""))
+    if device.type == "cpu":
+        prepare_cpu_kernels(task.raw, t.cpu_kernels, ("infer", "train") if task.t.shape_bucket else ("infer",), log)
     task.distribute()
     sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, num_shards=world.size, shard=world.rank, multiple=task.t.shape_bucket)
     result = loop.run(task, t, sampler, log, world=world, writer=writer)
