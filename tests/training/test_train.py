@@ -495,3 +495,37 @@ def test_resume_with_weights_of_another_shape_is_refused(make_config):
     save_checkpoint(last, state)
     with pytest.raises(UserError, match=rf"last\.pt: its weights do not fit the model of this config .*\({re.escape(name)} is \[\d+, \d+\] in the checkpoint, \[\d+, \d+\] in the model\)"):
         train(make_config({"train": {"max_steps": 4, "valid_every": 2}}, work_dir=Path(cfg.work_dir)), resume=True, log=quiet)
+
+
+@pytest.mark.parametrize("mode", ["auto", "aten"])
+def test_cpu_training_chooses_and_logs_its_linear_kernels(mode, make_config, monkeypatch):
+    """``train.cpu_kernels``: ``auto`` times oneDNN against ATen on the model's shapes (training
+    on bucketed shapes: forward and gradients too) and logs each choice with both times; ``aten``
+    times nothing. The choice is in the machine record either way."""
+    from syntaxnmt.model import kernels
+    from syntaxnmt.model import linear as fast_linear
+    from syntaxnmt.runtime import machine_info
+
+    if not fast_linear.enabled():
+        pytest.skip("oneDNN linear op not available")
+    monkeypatch.setattr(kernels, "_mode", kernels._mode)  # the process's mode and plan are restored after
+    monkeypatch.setattr(fast_linear, "PLAN", fast_linear.PLAN)
+    cfg = make_config({"train": {"max_steps": 2, "valid_every": 2, "valid_bleu": False, "cpu_kernels": mode}})
+    messages = []
+    assert train(cfg, log=messages.append).step == 2
+    lines = [m for m in messages if m.startswith("cpu kernels: ")]
+    record = machine_info()["cpu_kernels"]
+    assert record["mode"] == mode
+    if mode == "aten":
+        assert lines == ["cpu kernels: aten (as configured: ATen everywhere)"] and fast_linear.PLAN(256, 32, 64, True) is False
+        return
+    assert re.match(r"cpu kernels: auto, 1 thread \((\d+ products timed now in [\d.]+ s|all times from the cache); .*cpu_kernels\.json\)$", lines[0])
+    for kind in ("infer", "train"):
+        assert re.match(rf"cpu kernels: {kind} 32x64: (onednn|aten) at 32 rows \([\d.e-]+ ms vs [\d.e-]+ ms (aten|onednn)\)", next(x for x in lines if x.startswith(f"cpu kernels: {kind} 32x64")))
+    chosen = {(r["shape"], r["rows"], r["kind"]): r["choice"] for r in record["table"]}
+    assert chosen[("32x64", 256, "train")] == ("onednn" if fast_linear.PLAN(256, 32, 64, True) else "aten")
+
+
+def test_a_bad_cpu_kernels_value_names_the_key(make_config):
+    with pytest.raises(UserError, match="train.cpu_kernels"):
+        make_config({"train": {"cpu_kernels": "fast"}})
