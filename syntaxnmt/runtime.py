@@ -264,8 +264,11 @@ def machine_info() -> dict:
 
 
 def with_load_after(info: dict) -> dict:
-    """``info`` with the load average now as ``load_average_after`` (at the end of a benchmark)."""
+    """``info`` with the load average now as ``load_average_after`` (at the end of a benchmark), and
+    the CPU kernel choice a model made since ``info`` was taken (``cpu_kernels``)."""
     info["load_average_after"] = load_average()
+    if _cpu_kernels is not None:
+        info["cpu_kernels"] = _cpu_kernels
     return info
 
 

@@ -277,7 +277,7 @@ def describe(summary: dict) -> list[str]:
         by.setdefault((row["kind"], row["shape"]), []).append(f"{row['choice']} at {row['rows']} rows ({row[row['choice'] + '_ms']:.3g} ms vs {row[other + '_ms']:.3g} ms {other})")
     lines += [f"cpu kernels: {kind} {shape}: " + ", ".join(parts) for (kind, shape), parts in by.items()]
     if summary.get("untimed"):
-        lines.append(f"cpu kernels: not timed (budget): {', '.join(summary['untimed'])}; they take the path that won their row count")
+        lines.append(f"cpu kernels: not timed yet (the {summary['budget_s']:g} s budget; the next run times more): {', '.join(summary['untimed'])}; they take the path that won their row count")
     return lines
 
 
@@ -307,8 +307,8 @@ def prepare(model: nn.Module, mode: str | None = None, kinds: Iterable[Kind] = (
             write_cache(path, doc)
         lin.set_plan(Plan.from_times(times))
         wanted = [shape_key(d_in, d_out, r) for d_in, d_out in shapes for r in ROWS]
-        untimed = [s for s in wanted if not all(k in times.get(s, {}) for k in kinds)]
-        summary.update(machine=key, cache=str(path), measured=measured, seconds=round(time.perf_counter() - start, 3), table=_table(times, shapes, kinds), untimed=untimed)
+        untimed = [f"{s} {k}" for k in kinds for s in wanted if k not in times.get(s, {})]
+        summary.update(machine=key, cache=str(path), budget_s=budget_s, measured=measured, seconds=round(time.perf_counter() - start, 3), table=_table(times, shapes, kinds), untimed=untimed)
     record_cpu_kernels(summary)
     for line in describe(summary) if log else ():
         log(line)

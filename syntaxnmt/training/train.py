@@ -189,6 +189,12 @@ class SingleModel:
             log(f"train.cuda_graphs: off ({'several processes' if world.distributed else 'not a CUDA device'})")
         self.graphed = GraphedStep(self.raw, lambda batch, step: forward_loss(self.raw, batch, t, self.objectives, step, static=True)) if t.cuda_graphs else None
 
+    def choose_cpu_kernels(self) -> None:
+        """On CPU, the linear layers' kernels (``train.cpu_kernels``, :mod:`syntaxnmt.model.kernels`):
+        timed with gradients too when the batch shapes are bucketed (oneDNN trains only on those)."""
+        if self.device.type == "cpu":
+            prepare_cpu_kernels(self.raw, self.t.cpu_kernels, ("infer", "train") if self.t.shape_bucket else ("infer",), self.log)
+
     @property
     def bad_validations(self) -> int:
         return self.progress.bad_validations
@@ -299,8 +305,7 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
         cfg.save(task.run.work / "config.yaml")
     n_params = sum(p.numel() for p in task.raw.parameters())
     log(f"{cfg.name}: {n_params / 1e6:.2f}M parameters, {len(task.split)} training pairs, device {device}" + (f", {describe_threads()}" if device.type == "cpu" else "") + (f", {world.size} processes" if world.distributed else ""))
-    if device.type == "cpu":
-        prepare_cpu_kernels(task.raw, t.cpu_kernels, ("infer", "train") if task.t.shape_bucket else ("infer",), log)
+    task.choose_cpu_kernels()
     task.distribute()
     sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, num_shards=world.size, shard=world.rank, multiple=task.t.shape_bucket)
     result = loop.run(task, t, sampler, log, world=world, writer=writer)

@@ -10,9 +10,10 @@ import pytest
 import torch
 from torch import nn
 
+from syntaxnmt import runtime
 from syntaxnmt.model import kernels
 from syntaxnmt.model import linear as lin
-from syntaxnmt.runtime import machine_info, machine_summary
+from syntaxnmt.runtime import machine_info, machine_summary, with_load_after
 
 pytestmark = pytest.mark.skipif(not lin.enabled(), reason="oneDNN linear op not available")
 
@@ -189,8 +190,11 @@ def test_the_real_measurement_returns_both_paths():
 
 def test_the_machine_record_shows_the_choice(monkeypatch):
     monkeypatch.setattr(kernels, "measure", fake_measure({(16, 48): "aten"}))
+    monkeypatch.setattr(runtime, "_cpu_kernels", None)
+    info = machine_info()  # a benchmark takes the record first, the model chooses, with_load_after adds the choice
+    assert info["cpu_kernels"] is None
     kernels.prepare(nn.Sequential(lin.Linear(16, 16), lin.Linear(16, 48)), "auto")
-    info = machine_info()
+    info = with_load_after(info)
     assert info["cpu_kernels"]["table"][0] == {"kind": "infer", "shape": "16x16", "rows": 32, "onednn_ms": 1.0, "aten_ms": 2.0, "choice": "onednn"}
     assert "cpu kernels auto: oneDNN for 3 of 6 timed products" in machine_summary(info)
 
