@@ -28,9 +28,11 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable, Literal
 
@@ -86,6 +88,7 @@ def machine_key(threads: int | None = None) -> str:
     return f"{info['cpu']} | {isa} | torch {info['torch']} | {threads or torch.get_num_threads()} threads"
 
 
+@lru_cache(maxsize=4096)
 def row_class(rows: int) -> int:
     """The :data:`ROWS` entry nearest to ``rows`` (on a log scale)."""
     return min(ROWS, key=lambda r: abs(math.log(max(rows, 1) / r)))
@@ -93,6 +96,9 @@ def row_class(rows: int) -> int:
 
 def shape_key(d_in: int, d_out: int, rows: int) -> str:
     return f"{d_in}x{d_out}@{rows}"
+
+
+_SHAPE_KEY = re.compile(r"[1-9]\d*x[1-9]\d*@[1-9]\d*")
 
 
 @dataclass
@@ -240,7 +246,7 @@ def read_cache(path: Path) -> dict:
         _warn(f"{path}: not a readable CPU kernel cache ({type(e).__name__}: {e}); ignored, measuring again")
         return empty
     machines = doc.get("machines") if isinstance(doc, dict) and doc.get("version") == CACHE_VERSION else None
-    if not isinstance(machines, dict) or not all(isinstance(m, dict) and all(isinstance(k, str) and _valid_entry(v) for k, v in m.items()) for m in machines.values()):
+    if not isinstance(machines, dict) or not all(isinstance(m, dict) and all(isinstance(k, str) and _SHAPE_KEY.fullmatch(k) and _valid_entry(v) for k, v in m.items()) for m in machines.values()):
         _warn(f"{path}: not a CPU kernel cache of version {CACHE_VERSION}; ignored, measuring again")
         return empty
     return doc

@@ -127,7 +127,7 @@ def test_another_machine_key_measures_again(monkeypatch):
     assert len(calls) == 2 * len(kernels.ROWS)
 
 
-@pytest.mark.parametrize("content", ["{not json", '{"version": 1, "machines": {"m": {"16x16@32": {"infer": {"onednn": "fast"}}}}}', "[]", "\udcff"])
+@pytest.mark.parametrize("content", ["{not json", '{"version": 1, "machines": {"m": {"16x16": {"infer": {"onednn": 1, "aten": 2}}}}}', '{"version": 1, "machines": {"m": {"16x16@32": {"infer": {"onednn": "fast"}}}}}', "[]", "\udcff"])
 def test_a_corrupt_cache_is_ignored_with_a_warning_and_replaced(content, monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(kernels, "measure", fake_measure({(16, 16): "aten"}))
     cache = tmp_path / "cache" / kernels.CACHE_FILE
