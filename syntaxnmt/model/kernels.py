@@ -13,13 +13,21 @@ mode (``train.cpu_kernels``, ``--cpu-kernels``) is one of
   faster for its shape and nearest row count; a shape it did not time (the time budget,
   :data:`BUDGET_S`, ran out) takes the path that won that row count summed over the shapes it
   timed. The times are cached per machine (CPU model, ISA flags, torch version, threads) and
-  shape in ``cpu_kernels.json`` under :func:`cache_dir`, so only the first run pays;
+  shape in ``cpu_kernels.json`` under :func:`cache_dir`, so only the first run pays; times taken
+  while the load average exceeded the machine's cores are cached as provisional and timed again
+  by the next run on a quieter machine;
 - ``onednn``: oneDNN wherever :mod:`~syntaxnmt.model.linear` allows it (the rule before this
   module: without autograd, and in training on bucketed shapes);
 - ``aten``: ATen everywhere.
 
-``SYNTAXNMT_ONEDNN_LINEAR`` still says where oneDNN may run at all (``0``: nowhere). The choice
-is logged once when a command starts and kept for :func:`syntaxnmt.runtime.machine_info`.
+``SYNTAXNMT_ONEDNN_LINEAR`` still says where oneDNN may run at all (``0``: nowhere), and
+``SYNTAXNMT_CPU_KERNELS`` (one of the modes), when set, overrides the mode of every command and
+config (the test suite sets ``onednn``, so that only the tests of ``auto`` time kernels). The
+choice is logged once when a command starts and kept for :func:`syntaxnmt.runtime.machine_info`.
+
+A training run records its plan (:meth:`Plan.to_record`) in its checkpoints, and a resumed run
+reuses it without timing (``prepare(..., recorded=...)``): oneDNN and ATen round differently, so a
+plan chosen again from a cache that has since grown could break the exact resume.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ from torch import Tensor, nn
 
 from syntaxnmt.errors import UserError
 from syntaxnmt.model import linear as lin
-from syntaxnmt.runtime import machine_info, record_cpu_kernels
+from syntaxnmt.runtime import load_average, machine_info, record_cpu_kernels
 from syntaxnmt.textio import atomic_write_text
 
 MODES = ("auto", "onednn", "aten")
@@ -57,6 +65,8 @@ BUDGET_S = 2.0
 """Seconds a calibration may spend measuring; products too costly for what is left are not timed."""
 CACHE_FILE = "cpu_kernels.json"
 CACHE_VERSION = 1
+ENV = "SYNTAXNMT_CPU_KERNELS"
+"""The environment variable whose mode, when set, overrides every other choice of the mode."""
 
 _mode = "auto"
 logger = logging.getLogger(__name__)
@@ -66,6 +76,10 @@ def configure(mode: str | None) -> str:
     """Set the process's default mode (``--cpu-kernels``; None keeps it) and return it: ``aten``
     and ``onednn`` take effect at once, for every model; ``auto`` when :func:`prepare` has timed a model."""
     global _mode
+    if os.environ.get(ENV):
+        mode = os.environ[ENV]
+        if mode not in MODES:
+            raise UserError(f"{ENV}={mode!r}: expected one of {', '.join(MODES)}")
     if mode is not None:
         if mode not in MODES:
             raise UserError(f"cpu kernels {mode!r}: expected one of {', '.join(MODES)}")
@@ -136,6 +150,37 @@ class Plan:
                 sums[0] += t["onednn"]
                 sums[1] += t["aten"]
         plan.fallback = {k: s[0] < s[1] for k, s in totals.items()}
+        return plan
+
+    def to_record(self) -> dict[str, object]:
+        """The plan in plain strings (what the safe checkpoint loader reads): ``{"choice":
+        {"16x48@256 train": "aten", ...}, "fallback": {"256 train": "onednn", ...}, "default": "onednn"}``."""
+        path = {True: "onednn", False: "aten"}
+        kind = {True: "train", False: "infer"}
+        return {
+            "choice": {f"{shape_key(d_in, d_out, r)} {kind[t]}": path[v] for (d_in, d_out, r, t), v in sorted(self.choice.items())},
+            "fallback": {f"{r} {kind[t]}": path[v] for (r, t), v in sorted(self.fallback.items())},
+            "default": path[self.default],
+        }
+
+    @classmethod
+    def from_record(cls, record: object) -> "Plan | None":
+        """The plan of :meth:`to_record`'s output; None when ``record`` is not such a record."""
+        paths, kinds = {"onednn": True, "aten": False}, {"train": True, "infer": False}
+        try:
+            plan = cls(default=paths[record["default"]])
+            for key, v in record["choice"].items():
+                shape, kind = key.split(" ")
+                if not _SHAPE_KEY.fullmatch(shape):
+                    return None
+                d, r = shape.split("@")
+                d_in, d_out = d.split("x")
+                plan.choice[(int(d_in), int(d_out), int(r), kinds[kind])] = paths[v]
+            for key, v in record["fallback"].items():
+                r, kind = key.split(" ")
+                plan.fallback[(int(r), kinds[kind])] = paths[v]
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
         return plan
 
 
@@ -235,9 +280,10 @@ def _valid_entry(kinds: object) -> bool:
 
 
 def read_cache(path: Path) -> dict:
-    """The cache file's content (``{"version", "machines": {machine key: {shape key: times}}}``);
+    """The cache file's content (``{"version", "machines": {machine key: {shape key: times}},
+    "provisional": {machine key: ["shape key kind", ...]}}``: times taken on a busy machine);
     an empty one when the file is missing, and, with a warning, when it is not such a file."""
-    empty = {"version": CACHE_VERSION, "machines": {}}
+    empty = {"version": CACHE_VERSION, "machines": {}, "provisional": {}}
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, NotADirectoryError):
@@ -249,7 +295,18 @@ def read_cache(path: Path) -> dict:
     if not isinstance(machines, dict) or not all(isinstance(m, dict) and all(isinstance(k, str) and _SHAPE_KEY.fullmatch(k) and _valid_entry(v) for k, v in m.items()) for m in machines.values()):
         _warn(f"{path}: not a CPU kernel cache of version {CACHE_VERSION}; ignored, measuring again")
         return empty
+    provisional = doc.setdefault("provisional", {})
+    if not isinstance(provisional, dict) or not all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in provisional.values()):
+        _warn(f"{path}: its list of provisional times is damaged; all its times are taken as provisional")
+        doc["provisional"] = {m: [f"{k} {kind}" for k, kinds in times.items() for kind in kinds] for m, times in machines.items()}
     return doc
+
+
+def busy() -> tuple[float, int] | None:
+    """``(1-minute load average, logical CPUs)`` when the load exceeds the CPUs (times taken now
+    are disturbed: :func:`prepare` caches them as provisional), else None."""
+    avg, cpus = load_average(), os.cpu_count() or 1
+    return (avg[0], cpus) if avg and avg[0] > cpus else None
 
 
 def write_cache(path: Path, doc: dict) -> None:
@@ -282,6 +339,8 @@ def describe(summary: dict) -> list[str]:
     if summary.get("reason"):
         return [f"{head} ({summary['reason']})"]
     how = f"{summary['measured']} products timed now in {summary['seconds']:.1f} s" if summary["measured"] else "all times from the cache"
+    if summary.get("busy"):
+        how += f", {summary['busy']}"
     lines = [f"{head}, {summary['threads']} thread{'s' if summary['threads'] != 1 else ''} ({how}; {summary['cache']})"]
     by: dict[tuple[str, str], list[str]] = {}
     for row in summary["table"]:
@@ -293,35 +352,74 @@ def describe(summary: dict) -> list[str]:
     return lines
 
 
-def prepare(model: nn.Module, mode: str | None = None, kinds: Iterable[Kind] = ("infer",), log: Callable[[str], None] | None = None, budget_s: float = BUDGET_S) -> dict:
+def prepare(
+    model: nn.Module, mode: str | None = None, kinds: Iterable[Kind] = ("infer",), log: Callable[[str], None] | None = None,
+    budget_s: float = BUDGET_S, recorded: dict | None = None,
+) -> dict:
     """Choose the CPU path of ``model``'s linear products for ``mode`` (None: the process's,
     :func:`configure`): for ``auto`` from the cached or newly measured times of its weight shapes
-    (``kinds``: ``infer`` for decoding, ``train`` too for training on static shapes). Logs the
-    choice with ``log``, records it for :func:`~syntaxnmt.runtime.machine_info` and returns it."""
+    (``kinds``: ``infer`` for decoding, ``train`` too for training on static shapes). ``recorded``:
+    the ``record`` of an earlier summary (a resumed training run's, from its checkpoint), reused
+    without timing when its mode is this one. Logs the choice with ``log``, records it for
+    :func:`~syntaxnmt.runtime.machine_info` and returns it, with ``record``: ``{"mode", "plan"}``
+    in plain strings (:meth:`Plan.to_record`)."""
     mode = configure(mode)
     kinds = [k for k in kinds if k == "infer" or lin.train_allowed()]
     summary: dict = {"mode": mode, "threads": torch.get_num_threads()}
+    notes: list[str] = []
+    reuse = None
+    if recorded is not None:
+        reuse = Plan.from_record(recorded.get("plan")) if isinstance(recorded, dict) else None
+        if reuse is None:
+            notes.append("cpu kernels: the plan recorded in the run is not readable: choosing again (the numbers may differ in the last bits from an uninterrupted run's)")
+        elif recorded.get("mode") != mode:
+            notes.append(f"cpu kernels: {mode} now, {recorded.get('mode')} in the run: choosing again (the numbers may differ in the last bits from an uninterrupted run's)")
+            reuse = None
     if not lin.enabled():
         summary["reason"] = "oneDNN linears unavailable or off (SYNTAXNMT_ONEDNN_LINEAR=0): ATen everywhere"
-        lin.set_plan(Plan.fixed(False))
+        plan = Plan.fixed(False)
+    elif reuse is not None:
+        summary["reason"] = "the plan recorded in the run, reused without timing (exact resume)"
+        plan = reuse
     elif mode != "auto":
-        summary["reason"] = f"as configured: {'oneDNN wherever it may run' if mode == 'onednn' else 'ATen everywhere'}"
+        summary["reason"] = (f"{ENV}={mode}: " if os.environ.get(ENV) else "as configured: ") + ("oneDNN wherever it may run" if mode == "onednn" else "ATen everywhere")
+        plan = Plan.fixed(mode == "onednn")
     else:
         shapes = weight_shapes(model)
         path = cache_dir() / CACHE_FILE
         key = machine_key()
         doc = read_cache(path)
-        known = {s: v for s, v in doc["machines"].get(key, {}).items()}
+        load = busy()
+        provisional = set(doc["provisional"].get(key, []))
+        cached = doc["machines"].get(key, {})
+        known = {s: dict(v) for s, v in cached.items()}
+        if load is None:  # a quiet machine: the times taken on a busy one are taken again
+            for entry in provisional:
+                shape, _, kind = entry.partition(" ")
+                known.get(shape, {}).pop(kind, None)
         start = time.perf_counter()
         times, measured = calibrate(shapes, kinds, known, budget_s)
+        timed_now = {f"{s} {k}" for s, v in times.items() for k in v if k not in known.get(s, {})}
+        for entry in provisional:  # not timed again (the budget): the provisional time still serves
+            shape, _, kind = entry.partition(" ")
+            if kind in cached.get(shape, {}) and kind not in times.get(shape, {}):
+                times.setdefault(shape, {})[kind] = cached[shape][kind]
         if measured:
-            doc["machines"][key] = times
+            doc["machines"][key] = times  # the cached times, each provisional one too, and those timed now
+            provisional = (provisional | timed_now) if load is not None else (provisional - timed_now)
+            doc["provisional"][key] = sorted(provisional)
+            if not provisional:
+                del doc["provisional"][key]
             write_cache(path, doc)
-        lin.set_plan(Plan.from_times(times))
+        plan = Plan.from_times(times)
         wanted = [shape_key(d_in, d_out, r) for d_in, d_out in shapes for r in ROWS]
         untimed = [f"{s} {k}" for k in kinds for s in wanted if k not in times.get(s, {})]
         summary.update(machine=key, cache=str(path), budget_s=budget_s, measured=measured, seconds=round(time.perf_counter() - start, 3), table=_table(times, shapes, kinds), untimed=untimed)
-    record_cpu_kernels(summary)
-    for line in describe(summary) if log else ():
+        if measured and load is not None:
+            summary["busy"] = f"load average {load[0]:g} above {load[1]} CPUs: cached as provisional, timed again on a quieter run"
+    lin.set_plan(plan)
+    summary["record"] = {"mode": mode, "plan": plan.to_record()}
+    record_cpu_kernels({k: v for k, v in summary.items() if k != "record"})
+    for line in [*notes, *describe(summary)] if log else ():
         log(line)
     return summary

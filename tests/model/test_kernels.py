@@ -20,8 +20,11 @@ pytestmark = pytest.mark.skipif(not lin.enabled(), reason="oneDNN linear op not 
 
 @pytest.fixture(autouse=True)
 def fresh_state(monkeypatch, tmp_path):
-    """Each test with its own cache folder, the default mode and no plan; oneDNN allowed in training."""
+    """Each test with its own cache folder, the default mode and no plan; oneDNN allowed in training;
+    without the test session's SYNTAXNMT_CPU_KERNELS=onednn (conftest) and on a quiet machine."""
     monkeypatch.setenv("SYNTAXNMT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(kernels.ENV, raising=False)
+    monkeypatch.setattr(kernels, "load_average", lambda: [0.0, 0.0, 0.0])
     monkeypatch.setattr(kernels, "_mode", "auto")
     monkeypatch.setattr(lin, "PLAN", None)
     monkeypatch.setattr(lin, "TRAIN", True)
@@ -206,3 +209,99 @@ def test_the_cache_folder_follows_xdg(monkeypatch, tmp_path):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert kernels.cache_dir() == tmp_path / "home" / ".cache" / "syntaxnmt"
+
+
+def test_times_taken_on_a_busy_machine_are_provisional_and_timed_again_when_quiet(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(kernels, "measure", fake_measure({(16, 16): "aten"}, calls))
+    monkeypatch.setattr(kernels.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(kernels, "load_average", lambda: [4.5, 4.0, 3.0])  # more than 2 CPUs' worth
+    logged = []
+    kernels.prepare(lin.Linear(16, 16), "auto", ("infer",), logged.append)
+    assert len(calls) == len(kernels.ROWS) and "load average 4.5 above 2 CPUs: cached as provisional, timed again on a quieter run" in logged[0]
+    doc = kernels.read_cache(tmp_path / "cache" / kernels.CACHE_FILE)
+    key = kernels.machine_key()
+    assert doc["provisional"][key] == sorted(f"16x16@{r} infer" for r in kernels.ROWS) and len(doc["machines"][key]) == len(kernels.ROWS)
+    calls.clear()  # still busy: the provisional times serve, nothing is timed
+    kernels.prepare(lin.Linear(16, 16), "auto", ("infer",))
+    assert calls == [] and lin.PLAN(32, 16, 16, False) is False
+    monkeypatch.setattr(kernels, "measure", fake_measure({}, calls))  # quiet now: timed again, final, and this time oneDNN wins
+    monkeypatch.setattr(kernels, "load_average", lambda: [1.5, 4.0, 3.0])
+    logged = []
+    kernels.prepare(lin.Linear(16, 16), "auto", ("infer",), logged.append)
+    assert len(calls) == len(kernels.ROWS) and "provisional" not in logged[0] and lin.PLAN(32, 16, 16, False) is True
+    doc = kernels.read_cache(tmp_path / "cache" / kernels.CACHE_FILE)
+    assert key not in doc["provisional"] and doc["machines"][key]["16x16@32"]["infer"] == {"onednn": 1.0, "aten": 2.0}
+    calls.clear()
+    kernels.prepare(lin.Linear(16, 16), "auto", ("infer",))
+    assert calls == []
+
+
+def test_a_provisional_time_not_timed_again_still_serves(monkeypatch, tmp_path):
+    monkeypatch.setattr(kernels, "measure", fake_measure({(16, 16): "aten"}))
+    monkeypatch.setattr(kernels, "load_average", lambda: [99.0, 0.0, 0.0])
+    kernels.prepare(lin.Linear(16, 16), "auto", ("infer",))
+    monkeypatch.setattr(kernels, "load_average", lambda: [0.0, 0.0, 0.0])
+    summary = kernels.prepare(lin.Linear(16, 16), "auto", ("infer",), budget_s=0.0)  # quiet, but no time to time again
+    assert summary["measured"] == 0 and summary["untimed"] == [] and lin.PLAN(32, 16, 16, False) is False
+    assert len(kernels.read_cache(tmp_path / "cache" / kernels.CACHE_FILE)["provisional"][kernels.machine_key()]) == len(kernels.ROWS)
+
+
+def test_a_plan_record_is_plain_strings_and_reads_back():
+    plan = kernels.Plan(choice={(16, 48, 256, True): False, (16, 16, 32, False): True}, fallback={(256, True): True}, default=True)
+    record = plan.to_record()
+    assert record == {"choice": {"16x16@32 infer": "onednn", "16x48@256 train": "aten"}, "fallback": {"256 train": "onednn"}, "default": "onednn"}
+    assert kernels.Plan.from_record(json.loads(json.dumps(record))) == plan
+    for bad in (None, [], {"choice": {}, "fallback": {}}, {**record, "default": "fast"}, {**record, "choice": {"16x48 train": "aten"}}, {**record, "fallback": {"x train": "aten"}}):
+        assert kernels.Plan.from_record(bad) is None
+
+
+def test_a_recorded_plan_is_reused_without_timing_in_its_mode_only(monkeypatch, capsys):
+    monkeypatch.setattr(kernels, "measure", fake_measure({(16, 16): "aten"}))
+    recorded = kernels.prepare(lin.Linear(16, 16), "auto", ("infer", "train"))["record"]
+    assert recorded["mode"] == "auto" and recorded["plan"]["choice"]["16x16@256 train"] == "aten"
+    monkeypatch.setattr(kernels, "measure", lambda *a, **k: pytest.fail("timed a recorded plan"))
+    (kernels.cache_dir() / kernels.CACHE_FILE).unlink()  # the cache is gone: the record suffices
+    logged = []
+    summary = kernels.prepare(lin.Linear(16, 16), "auto", ("infer", "train"), logged.append, recorded=recorded)
+    assert logged == ["cpu kernels: auto (the plan recorded in the run, reused without timing (exact resume))"]
+    assert summary["record"] == recorded and not uses_onednn(lin.Linear(16, 16), 256)
+    logged = []
+    summary = kernels.prepare(lin.Linear(16, 16), "onednn", ("infer", "train"), logged.append, recorded=recorded)
+    assert logged[0].startswith("cpu kernels: onednn now, auto in the run: choosing again") and uses_onednn(lin.Linear(16, 16), 256)
+    logged = []
+    monkeypatch.setattr(kernels, "measure", fake_measure({}))
+    kernels.prepare(lin.Linear(16, 16), "auto", ("infer",), logged.append, recorded={"mode": "auto", "plan": "damaged"})
+    assert logged[0].startswith("cpu kernels: the plan recorded in the run is not readable: choosing again")
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("value", ["aten", "onednn"])
+def test_the_environment_variable_overrides_every_mode(value, monkeypatch):
+    monkeypatch.setattr(kernels, "measure", lambda *a, **k: pytest.fail("timed under an override"))
+    monkeypatch.setenv(kernels.ENV, value)
+    logged = []
+    summary = kernels.prepare(lin.Linear(16, 16), "auto", ("infer", "train"), logged.append)
+    assert summary["mode"] == value and logged == [f"cpu kernels: {value} ({kernels.ENV}={value}: {'oneDNN wherever it may run' if value == 'onednn' else 'ATen everywhere'})"]
+    assert uses_onednn(lin.Linear(16, 16), 256) == (value == "onednn")
+
+
+def test_a_bad_environment_value_is_a_user_error(monkeypatch):
+    monkeypatch.setenv(kernels.ENV, "fast")
+    with pytest.raises(kernels.UserError, match=rf"^{kernels.ENV}='fast': expected one of auto, onednn, aten$"):
+        kernels.configure(None)
+
+
+def test_a_damaged_provisional_list_makes_every_time_provisional(monkeypatch, tmp_path, capsys):
+    calls = []
+    monkeypatch.setattr(kernels, "measure", fake_measure({}, calls))
+    kernels.prepare(lin.Linear(16, 16), "auto")
+    cache = tmp_path / "cache" / kernels.CACHE_FILE
+    doc = json.loads(cache.read_text())
+    doc["provisional"] = "all"
+    cache.write_text(json.dumps(doc))
+    calls.clear()
+    kernels.prepare(lin.Linear(16, 16), "auto")  # quiet: each time is taken again
+    err = capsys.readouterr().err
+    assert err == f"syntaxnmt: warning: {cache}: its list of provisional times is damaged; all its times are taken as provisional\n"
+    assert len(calls) == len(kernels.ROWS) and json.loads(cache.read_text())["provisional"] == {}
