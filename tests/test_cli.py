@@ -508,6 +508,7 @@ def test_translate_cpu_kernels(capsys, monkeypatch, trained_run, tmp_path):
     from syntaxnmt.model import linear as fast_linear
     from syntaxnmt.runtime import machine_info
 
+    monkeypatch.delenv(kernels.ENV, raising=False)  # the test session's override (conftest)
     monkeypatch.setattr(kernels, "_mode", kernels._mode)  # the process's mode and plan are restored after
     monkeypatch.setattr(fast_linear, "PLAN", fast_linear.PLAN)
     best = Path(trained_run.work_dir) / "best.pt"
@@ -522,3 +523,6 @@ def test_translate_cpu_kernels(capsys, monkeypatch, trained_run, tmp_path):
         assert machine_info()["cpu_kernels"]["table"]  # auto: timed (or read from the cache)
     code, _, err = run_cli(capsys, "translate", "--checkpoint", best, "-i", src, "--cpu-kernels", "fast")
     assert_one_line_error(code, err, "--cpu-kernels", "'fast'")
+    monkeypatch.setenv(kernels.ENV, "fast")
+    code, _, err = run_cli(capsys, "translate", "--checkpoint", best, "-i", src)
+    assert_one_line_error(code, err, "SYNTAXNMT_CPU_KERNELS='fast'", "auto, onednn, aten")
