@@ -28,6 +28,7 @@ import torch
 from syntaxnmt.config import load_config
 from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after
 from syntaxnmt.model import build_model
+from syntaxnmt.model.kernels import prepare as prepare_cpu_kernels
 from syntaxnmt.data.prepare import feature_vocab_sizes, load_tokenizers
 from syntaxnmt.data.batches import TokenBatchSampler
 from syntaxnmt.textio import atomic_write_text, read_lines
@@ -45,6 +46,7 @@ def measure_training(cfg, device, updates: int, warmup: int) -> float:
     as configured)."""
     seed_everything(cfg.seed)
     task = SingleModel(cfg, World(), device, log=lambda *a, **k: None)
+    task.choose_cpu_kernels()  # as `syntaxnmt train` does (train.cpu_kernels; cached per machine)
     t = cfg.train
     sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, multiple=task.t.shape_bucket)
     stream = sampler.stream(0, 0, 10**9)
@@ -72,6 +74,8 @@ def decoding_setup(cfg, device, checkpoint: str | None, beam: int, force_length:
         seed_everything(cfg.seed)
         toks = load_tokenizers(cfg)
         model = build_model(cfg.model, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg)).to(device).eval()
+        if device.type == "cpu":  # as load_model does
+            prepare_cpu_kernels(model)
     decode = cfg.decode.model_copy(update={"beam_size": beam})
     if force_length:
         decode = decode.model_copy(update={"min_len": force_length, "max_len_a": 0.0, "max_len_b": force_length})

@@ -55,6 +55,7 @@ from syntaxnmt.decoding.translate import (
     translation_config,
 )
 from syntaxnmt.errors import UserError
+from syntaxnmt.model.kernels import configure as configure_cpu_kernels
 from syntaxnmt.model.outputs import layer_head
 from syntaxnmt.runtime import configure_threads, resolve_device
 
@@ -151,13 +152,15 @@ class Translator:
         *checkpoints: str | Path | Sequence[str | Path],
         device: str | torch.device = "auto",
         threads: int | None = None,
+        cpu_kernels: str | None = None,
         overrides: dict | None = None,
         **options: Any,
     ) -> "Translator":
         """Load a checkpoint file or a run folder (its ``best.pt``, else ``last.pt``); several
         (or one list of them): an ensemble averaging their log-probabilities. Checkpoints carry
         their tokenizers, so any working folder will do. ``device``: ``auto``, ``cpu``, ``cuda``;
-        ``threads``: torch's CPU threads (for the whole process). ``options``: defaults of the
+        ``threads``: torch's CPU threads (for the whole process); ``cpu_kernels``: ``auto``,
+        ``onednn`` or ``aten`` (:mod:`syntaxnmt.model.kernels`; None: the process's, ``--cpu-kernels``). ``options``: defaults of the
         ``decode`` keys, ``hard_attention`` and ``spacy_pipeline``; ``overrides``: the same as
         nested sections (``{"decode": {"beam_size": 3}}``, as ``--decode.beam_size=3``)."""
         paths = [Path(p) for c in checkpoints for p in ([c] if isinstance(c, (str, Path)) else c)]
@@ -165,6 +168,7 @@ class Translator:
             raise UserError("give at least one checkpoint")
         if threads is not None:
             configure_threads(threads)
+        configure_cpu_kernels(cpu_kernels)
         dev = device if isinstance(device, torch.device) else resolve_device(device)
         files = [checkpoint_file(p) for p in paths]
         model, cfg, toks = load_ensemble(files, dev) if len(files) > 1 else load_model(files[0], dev)

@@ -42,6 +42,8 @@ from syntaxnmt.experiments.decoding import run_decode_set
 from syntaxnmt.experiments.demo import run_demo
 from syntaxnmt.experiments.runner import run_set
 from syntaxnmt.metrics import evaluate_report
+from syntaxnmt.model.kernels import MODES as KERNEL_MODES
+from syntaxnmt.model.kernels import configure as configure_kernels
 from syntaxnmt.model.linear import configure
 from syntaxnmt.runtime import configure_threads, resolve_device, run_command
 from syntaxnmt.serving.server import Limits, serve
@@ -90,8 +92,10 @@ def cmd_prepare(args, extra) -> None:
 
 
 def _with_threads(args, extra: list[str]) -> list[str]:
-    """``--threads N`` of a training command as the config override ``--train.threads=N``."""
-    return [*extra, f"--train.threads={args.threads}"] if args.threads else extra
+    """``--threads N`` and ``--cpu-kernels K`` of a training command as the config overrides
+    ``--train.threads=N`` and ``--train.cpu_kernels=K``."""
+    extra = [*extra, f"--train.threads={args.threads}"] if args.threads else extra
+    return [*extra, f"--train.cpu_kernels={args.cpu_kernels}"] if getattr(args, "cpu_kernels", None) else extra
 
 
 def cmd_train(args, extra) -> None:
@@ -380,6 +384,7 @@ def cmd_demo(args, extra) -> None:
 def _threads_flag(s: argparse.ArgumentParser, what: str = "") -> None:
     """``--threads N``: torch CPU threads of the command (:func:`syntaxnmt.runtime.configure_threads`)."""
     s.add_argument("--threads", type=int, help=f"torch CPU threads{what} (default: every core, fewer when other processes keep cores busy; docs/benchmarks.md)")
+    s.add_argument("--cpu-kernels", choices=KERNEL_MODES, help="the linear layers' CPU kernels: auto (time oneDNN against ATen on the model's shapes, once per machine: cached), onednn or aten (default: auto" + (", or train.cpu_kernels" if "train." in what else "") + ")")
 
 
 
@@ -689,10 +694,12 @@ def main(argv: list[str] | None = None) -> None:
 
 def _run(args, extra: list[str]) -> None:
     """Run the command: a bad SYNTAXNMT_ONEDNN_LINEAR is a user error before any work, torch's CPU
-    threads follow the thread policy (the command's ``--threads`` when it has one), and
+    threads follow the thread policy (the command's ``--threads`` when it has one), the linear
+    layers' CPU kernels its ``--cpu-kernels`` (:mod:`syntaxnmt.model.kernels`), and
     ``--trust-checkpoint`` holds for the command's duration when given."""
     configure()
     configure_threads(getattr(args, "threads", None))
+    configure_kernels(getattr(args, "cpu_kernels", None))
     if not getattr(args, "trust_checkpoint", False):
         return args.func(args, extra)
     with trusting_checkpoints():

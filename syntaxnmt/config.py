@@ -528,6 +528,12 @@ class TrainConfig(_Section):
     tensorboard: bool = True
     threads: NonNegativeInt = 0
     """torch CPU threads (0: the command's thread policy, :func:`syntaxnmt.runtime.configure_threads`: every core, fewer when other processes keep cores busy)."""
+    cpu_kernels: Literal["auto", "onednn", "aten"] = "auto"
+    """The path of the linear layers' float32 products on CPU (:mod:`syntaxnmt.model.kernels`):
+    ``auto`` times oneDNN against ATen on the model's shapes at start-up (a few seconds, once per
+    machine: cached) and takes the faster per shape; ``onednn`` or ``aten`` decide without timing.
+    The plan is recorded in the checkpoints, and ``--resume`` reuses it (exact resume) unless this
+    key changed; ``SYNTAXNMT_CPU_KERNELS`` overrides it."""
     device: str = "auto"
     """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``."""
     precision: Literal["auto", "fp32", "tf32", "bf16"] = "auto"

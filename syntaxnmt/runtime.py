@@ -165,6 +165,16 @@ def describe_threads() -> str:
     return f"{n} thread{'s' if n != 1 else ''}" + (f" {_threads_note}" if _threads_note else "")
 
 
+_cpu_kernels: dict | None = None
+
+
+def record_cpu_kernels(summary: dict | None) -> None:
+    """Keep the CPU kernel choice of this process (:func:`syntaxnmt.model.kernels.prepare`) for
+    :func:`machine_info`."""
+    global _cpu_kernels
+    _cpu_kernels = summary
+
+
 ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 
@@ -220,7 +230,8 @@ def machine_info() -> dict:
     those usable by this process, physical cores, cgroup quota, the instruction-set flags of
     :data:`ISA_FLAGS` and any ``amx_*``, the kernels torch dispatches to), torch and its oneDNN,
     MKL and OpenMP, the thread settings (torch's threads, :data:`THREAD_VARIABLES`, the thread
-    policy's reason) and the load average when called (``load_average_before``; a benchmark adds
+    policy's reason), the CPU kernel choice of the linear layers when a model has made one
+    (``cpu_kernels``: :func:`syntaxnmt.model.kernels.prepare`'s summary, else None) and the load average when called (``load_average_before``; a benchmark adds
     ``load_average_after`` with :func:`with_load_after`)."""
     model, flags, physical = _cpuinfo()
     config = torch.__config__.show()
@@ -247,13 +258,17 @@ def machine_info() -> dict:
         "torch_threads": torch.get_num_threads(),
         "thread_policy": _threads_note or None,
         "env": {k: os.environ.get(k) for k in THREAD_VARIABLES},
+        "cpu_kernels": _cpu_kernels,
         "load_average_before": load_average(),
     }
 
 
 def with_load_after(info: dict) -> dict:
-    """``info`` with the load average now as ``load_average_after`` (at the end of a benchmark)."""
+    """``info`` with the load average now as ``load_average_after`` (at the end of a benchmark), and
+    the CPU kernel choice a model made since ``info`` was taken (``cpu_kernels``)."""
     info["load_average_after"] = load_average()
+    if _cpu_kernels is not None:
+        info["cpu_kernels"] = _cpu_kernels
     return info
 
 
@@ -277,11 +292,17 @@ def machine_summary(info: dict) -> str:
         return "/".join(f"{x:.2f}" for x in avg) if avg else "?"
 
     after = f", after {load('load_average_after')}" if "load_average_after" in info else ""
+    kernels = info.get("cpu_kernels")
+    if kernels and kernels.get("table"):
+        won = sum(row["choice"] == "onednn" for row in kernels["table"])
+        kernels_shown = f"; cpu kernels {kernels['mode']}: oneDNN for {won} of {len(kernels['table'])} timed products"
+    else:
+        kernels_shown = f"; cpu kernels {kernels['mode']}" if kernels else ""
     return (
         f"machine: {info['cpu']}, {cores}; ISA {isa} (torch kernels {info['torch_cpu_capability']}); "
         f"torch {info['torch']}, oneDNN {info['onednn'] or '-'}, MKL {info['mkl'] or '-'}, OpenMP {_openmp_shown(info)}\n"
         f"threads: torch {info['torch_threads']}" + (f" {info['thread_policy']}" if info.get("thread_policy") else "") + f", {env}; "
-        f"load average (1/5/15 min) before {load('load_average_before')}{after}"
+        f"load average (1/5/15 min) before {load('load_average_before')}{after}{kernels_shown}"
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,19 @@ N_TRAIN, N_DEV, N_TEST = 600, 30, 30
 # against each other (a search that takes 10 ms on one thread can take seconds on two).
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # which the commands run in-process keep (runtime.configure_threads)
+# The CPU kernel calibration (model.kernels) caches its times in a folder of this test session,
+# not in the user's ~/.cache, for the commands run in-process and the subprocesses alike.
+_KERNEL_CACHE = tempfile.TemporaryDirectory(prefix="syntaxnmt-test-cache-")
+os.environ["SYNTAXNMT_CACHE_DIR"] = _KERNEL_CACHE.name
+# And the tests time no kernels: SYNTAXNMT_CPU_KERNELS=onednn (the fixed rule) overrides every
+# command's and config's mode, so that which path a product takes does not depend on timings taken
+# on a busy machine (two runs compared bitwise must compute alike), and the calibration's seconds
+# are not spent (2026-11-24, one thread: 3.6 s in 97 kernel choices, 7 of them timing, over test_cli.py,
+# decoding/test_translate.py and training/test_train.py, 1.3 % of their 280 s and 2.2 % of
+# test_cli.py's; 0.4 s with this override, in the tests of auto). The tests of ``auto`` remove it
+# (monkeypatch.delenv): tests/model/test_kernels.py, the cpu_kernels tests of
+# tests/training/test_train.py and tests/test_cli.py.
+os.environ["SYNTAXNMT_CPU_KERNELS"] = "onednn"
 
 
 def quiet(*_args, **_kwargs) -> None:

@@ -499,3 +499,30 @@ def test_translate_writes_into_a_fifo_and_reports_a_full_device(capsys, trained_
         assert code == 2 and "Traceback" not in err
         assert err.rsplit("\r", 1)[-1].startswith("syntaxnmt: error: /dev/full: cannot write (") and err.count("\n") == 1
         assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def test_translate_cpu_kernels(capsys, monkeypatch, trained_run, tmp_path):
+    """``--cpu-kernels``: each path gives the same translations, the choice is recorded, and a
+    value other than auto, onednn or aten is a one-line error."""
+    from syntaxnmt.model import kernels
+    from syntaxnmt.model import linear as fast_linear
+    from syntaxnmt.runtime import machine_info
+
+    monkeypatch.delenv(kernels.ENV, raising=False)  # the test session's override (conftest)
+    monkeypatch.setattr(kernels, "_mode", kernels._mode)  # the process's mode and plan are restored after
+    monkeypatch.setattr(fast_linear, "PLAN", fast_linear.PLAN)
+    best = Path(trained_run.work_dir) / "best.pt"
+    src = write_lines(tmp_path / "in.txt", ["the dog sees a cat .", "every bird sleeps ."])
+    outputs = {}
+    for mode in ("aten", "onednn", "auto"):
+        code, outputs[mode], err = run_cli(capsys, "translate", "--checkpoint", best, "-i", src, "--beam", "2", "--cpu-kernels", mode)
+        assert code == 0, err
+        assert machine_info()["cpu_kernels"]["mode"] == mode
+    assert outputs["aten"] == outputs["onednn"] == outputs["auto"] and len(outputs["auto"].splitlines()) == 2
+    if fast_linear.enabled():
+        assert machine_info()["cpu_kernels"]["table"]  # auto: timed (or read from the cache)
+    code, _, err = run_cli(capsys, "translate", "--checkpoint", best, "-i", src, "--cpu-kernels", "fast")
+    assert_one_line_error(code, err, "--cpu-kernels", "'fast'")
+    monkeypatch.setenv(kernels.ENV, "fast")
+    code, _, err = run_cli(capsys, "translate", "--checkpoint", best, "-i", src)
+    assert_one_line_error(code, err, "SYNTAXNMT_CPU_KERNELS='fast'", "auto, onednn, aten")

@@ -39,7 +39,7 @@ import speed  # noqa: E402
 
 from syntaxnmt.data.batches import TokenBatchSampler  # noqa: E402
 from syntaxnmt.config import load_config  # noqa: E402
-from syntaxnmt.runtime import configure_threads, describe_threads, keep_freed_memory  # noqa: E402
+from syntaxnmt.runtime import configure_threads, describe_threads, keep_freed_memory, machine_info  # noqa: E402
 from syntaxnmt.model import build_model  # noqa: E402
 from syntaxnmt.data.prepare import feature_vocab_sizes, load_split, load_tokenizers  # noqa: E402
 from syntaxnmt.data.subwords import BOS, EOS, PAD  # noqa: E402
@@ -115,6 +115,7 @@ def main() -> int:
     res["threads"] = describe_threads() if args.threads != "torch" else f"{torch.get_num_threads()} (torch's default)"
     res["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
     res["torch"] = torch.__version__
+    res["cpu_kernels"] = machine_info()["cpu_kernels"]  # the linear layers' kernels chosen (syntaxnmt.model.kernels)
     print("RESULT " + json.dumps(res))
     return 0
 

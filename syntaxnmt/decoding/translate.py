@@ -25,6 +25,8 @@ from syntaxnmt.decoding.unk import locate_unknown_words, translations_with_repla
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD, TAG_NAMES, FeatureSpec
 from syntaxnmt.model import build_model, set_hard_attention
+from syntaxnmt.model.kernels import note
+from syntaxnmt.model.kernels import prepare as prepare_cpu_kernels
 
 
 def checkpoint_path(cfg: Config, which: str) -> Path:
@@ -101,7 +103,9 @@ def apply_translation_config(model: torch.nn.Module, cfg: Config) -> torch.nn.Mo
 
 def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module, Config, Tokenizers]:
     """A model ready for inference, with the config it was trained with and its tokenizers (stored
-    in the checkpoint; one written before they were is read with its run's prepared corpus)."""
+    in the checkpoint; one written before they were is read with its run's prepared corpus); on
+    CPU with its linear layers' kernels chosen (:func:`syntaxnmt.model.kernels.prepare`, the
+    process's ``--cpu-kernels``)."""
     state = load_model_checkpoint(path)
     cfg = config_from_dict(state["config"], source=f"{path} (stored config)")
     if "assets" in state:
@@ -114,6 +118,8 @@ def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module,
     model = build_model(cfg, **toks.vocab_sizes())
     model.document_context = document_context(cfg, toks.src, toks.tgt)
     load_weights(model, state["model"], path, "the model of its own stored config: a damaged checkpoint, or weights put beside another model's config")
+    if device.type == "cpu":
+        prepare_cpu_kernels(model, None, ("infer",), note)
     return model.to(device).eval(), cfg, toks
 
 

@@ -18,6 +18,10 @@ chooses where :class:`Linear` uses it:
 - ``train``: in training with every batch shape too (memory grows with each new shape);
 - ``infer``: never in training; ``0``: never.
 
+Where oneDNN may run, a plan (:func:`set_plan`, made by :mod:`syntaxnmt.model.kernels` from
+``train.cpu_kernels`` / ``--cpu-kernels`` and a calibration on the machine at hand) says, per
+weight shape and row count, whether it does or ATen's ``F.linear`` runs instead.
+
 Same parameters, state-dict keys and numbers (up to float32 rounding) as ``nn.Linear``; outside
 float32 CPU work without autocast, and where the op is missing, it is ``nn.Linear``.
 """
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +45,8 @@ MODES = ("auto", "infer", "train", "0")
 MODE: str | None = None
 ENABLED = False
 TRAIN = False
+# (rows, d_in, d_out, with autograd) -> whether oneDNN computes the product; None: always.
+PLAN: Callable[[int, int, int, bool], bool] | None = None
 
 
 def configure(mode: str | None = None) -> bool:
@@ -59,6 +65,17 @@ def configure(mode: str | None = None) -> bool:
 def enabled() -> bool:
     """Whether oneDNN linears are on (reading the environment the first time)."""
     return configure() if MODE is None else ENABLED
+
+
+def train_allowed() -> bool:
+    """Whether oneDNN may run with autograd in some training (modes auto and train)."""
+    return enabled() and MODE in ("auto", "train")
+
+
+def set_plan(plan: Callable[[int, int, int, bool], bool] | None) -> None:
+    """Choose, per product, between oneDNN and ATen where oneDNN may run (None: oneDNN)."""
+    global PLAN
+    PLAN = plan
 
 
 @contextmanager
@@ -113,8 +130,11 @@ def _weight_grad(g2d: Tensor, x2d: Tensor) -> Tensor:
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear`` through oneDNN for float32 CPU tensors without autocast (see the module docstring)."""
     if (ENABLED if MODE is not None else enabled()) and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32 and x.numel() and not torch.is_autocast_enabled("cpu"):
-        if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-            return _OneDNNLinear.apply(x, weight, bias) if TRAIN else F.linear(x, weight, bias)
+        grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+        if (grad and not TRAIN) or (PLAN is not None and not PLAN(x.numel() // x.size(-1), x.size(-1), weight.size(0), grad)):
+            return F.linear(x, weight, bias)
+        if grad:
+            return _OneDNNLinear.apply(x, weight, bias)
         return _dnn(x.reshape(-1, x.size(-1)), weight, bias).view(*x.shape[:-1], weight.size(0))
     return F.linear(x, weight, bias)
 

@@ -34,6 +34,7 @@ from syntaxnmt.data.prepare import is_prepared, load_split, load_tokenizers, pre
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD
 from syntaxnmt.model import build_model
+from syntaxnmt.model.kernels import prepare as prepare_cpu_kernels
 from syntaxnmt.runtime import resolve_device
 from syntaxnmt.textio import read_lines
 from syntaxnmt.training import loop
@@ -189,6 +190,10 @@ def train_joint(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
         c.save(run.work / "config.yaml")
     n_params = sum(p.numel() for m in task.models for p in m.parameters())
     log(f"{cfg.name}: joint training of two models ({n_params / 1e6:.2f}M parameters), {len(task.split)} pairs, device {device}")
+    if device.type == "cpu":  # per-batch shapes: oneDNN only without autograd (model.linear); a resumed run reuses its plan
+        record = prepare_cpu_kernels(torch.nn.ModuleList(task.models), t.cpu_kernels, ("infer",), log, recorded=task.runs[0].cpu_kernels)["record"]
+        for run in task.runs:
+            run.cpu_kernels = record
     sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed)
     result = loop.run(task, t, sampler, log, writer=writer, desc="train-joint")
     log(f"stopped ({result.stop_reason}) at update {task.progress.step}, epoch {task.progress.epoch}; checkpoints in {task.runs[0].work} and {task.runs[1].work}")

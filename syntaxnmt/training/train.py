@@ -29,6 +29,7 @@ from syntaxnmt.decoding.translate import translate_ids
 from syntaxnmt.errors import UserError
 from syntaxnmt.metrics import corpus_bleu
 from syntaxnmt.model import build_model
+from syntaxnmt.model.kernels import prepare as prepare_cpu_kernels
 from syntaxnmt.runtime import configure_threads, describe_threads, keep_freed_memory, resolve_device
 from syntaxnmt.textio import read_lines, remove_stale_temporaries, write_lines
 from syntaxnmt.training import loop
@@ -130,6 +131,9 @@ class Run:
         self.work = Path(cfg.work_dir)
         self.last, self.best = self.work / "last.pt", self.work / "best.pt"
         self.assets = assets  # the tokenizers, stored in every checkpoint (prepare.tokenizer_assets)
+        # the CPU kernel plan of the run (model.kernels.prepare's record), stored in every checkpoint
+        # and read back by restore: a resumed run computes with the same kernels (exact resume)
+        self.cpu_kernels: dict | None = None
 
     def save(self, model, opt, sched, prog: Progress, is_best: bool = False, periodic: bool = False) -> None:
         """``periodic``: also keep the weights among the last ``train.keep_checkpoints`` (a validation).
@@ -141,6 +145,8 @@ class Run:
         state = {"config": self.cfg.model_dump(mode="json"), "model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "progress": asdict(prog), "rng": loop.rng_state()}
         if self.assets is not None:
             state["assets"] = self.assets
+        if self.cpu_kernels is not None:
+            state["cpu_kernels"] = self.cpu_kernels
         save_checkpoint(self.last, state)
         if is_best:
             save_checkpoint(self.best, state)
@@ -148,8 +154,8 @@ class Run:
             keep_periodic(self.work, state, prog.step, self.cfg.train.keep_checkpoints)
 
     def restore(self, model, opt, sched) -> tuple[Progress, dict]:
-        """Load ``last.pt`` into the model and optimizer; returns the progress and the RNG state.
-        A config whose model differs from the run's (a changed size or head count) is refused,
+        """Load ``last.pt`` into the model and optimizer; returns the progress and the RNG state
+        (and keeps the run's CPU kernel plan in :attr:`cpu_kernels`). A config whose model differs from the run's (a changed size or head count) is refused,
         naming the keys, before any weight is loaded."""
         state = load_model_checkpoint(self.last)
         missing = [k for k in ("optimizer", "scheduler", "progress", "rng") if k not in state]
@@ -162,6 +168,7 @@ class Run:
         load_weights(model, state["model"], self.last, "the model of this config (--resume continues a run with the model it was trained with)")
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
+        self.cpu_kernels = state.get("cpu_kernels")
         return Progress(**state["progress"]), state["rng"]
 
 
@@ -193,6 +200,14 @@ class SingleModel:
         if cfg.train.cuda_graphs and off:
             log(f"train.cuda_graphs: off ({off})")
         self.graphed = GraphedStep(self.raw, lambda batch, step: forward_loss(self.raw, batch, t, self.objectives, step, static=True)) if t.cuda_graphs else None
+
+    def choose_cpu_kernels(self) -> None:
+        """On CPU, the linear layers' kernels (``train.cpu_kernels``, :mod:`syntaxnmt.model.kernels`):
+        timed with gradients too when the batch shapes are bucketed (oneDNN trains only on those);
+        a resumed run reuses the plan its checkpoint records, and the checkpoints record it."""
+        if self.device.type == "cpu":
+            kinds = ("infer", "train") if self.t.shape_bucket else ("infer",)
+            self.run.cpu_kernels = prepare_cpu_kernels(self.raw, self.t.cpu_kernels, kinds, self.log, recorded=self.run.cpu_kernels)["record"]
 
     @property
     def bad_validations(self) -> int:
@@ -304,6 +319,7 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
         cfg.save(task.run.work / "config.yaml")
     n_params = sum(p.numel() for p in task.raw.parameters())
     log(f"{cfg.name}: {n_params / 1e6:.2f}M parameters, {len(task.split)} training pairs, device {device}" + (f", {describe_threads()}" if device.type == "cpu" else "") + (f", {world.size} processes" if world.distributed else ""))
+    task.choose_cpu_kernels()
     task.distribute()
     sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, num_shards=world.size, shard=world.rank, multiple=task.t.shape_bucket)
     result = loop.run(task, t, sampler, log, world=world, writer=writer)

@@ -8,6 +8,12 @@ import torch
 from syntaxnmt.model import linear as lin
 
 
+@pytest.fixture(autouse=True)
+def no_kernel_plan(monkeypatch):
+    """oneDNN wherever the mode allows it, whatever plan an earlier test's calibration left (model.kernels)."""
+    monkeypatch.setattr(lin, "PLAN", None)
+
+
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("train_mode", [False, True])
 @pytest.mark.parametrize("d_in,d_out", [(24, 40), (40, 24)])  # both ways of computing the weight gradient

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -495,3 +496,95 @@ def test_resume_with_weights_of_another_shape_is_refused(make_config):
     save_checkpoint(last, state)
     with pytest.raises(UserError, match=rf"last\.pt: its weights do not fit the model of this config .*\({re.escape(name)} is \[\d+, \d+\] in the checkpoint, \[\d+, \d+\] in the model\)"):
         train(make_config({"train": {"max_steps": 4, "valid_every": 2}}, work_dir=Path(cfg.work_dir)), resume=True, log=quiet)
+
+
+@pytest.mark.parametrize("mode", ["auto", "aten"])
+def test_cpu_training_chooses_and_logs_its_linear_kernels(mode, make_config, monkeypatch):
+    """``train.cpu_kernels``: ``auto`` times oneDNN against ATen on the model's shapes (training
+    on bucketed shapes: forward and gradients too) and logs each choice with both times; ``aten``
+    times nothing. The choice is in the machine record either way."""
+    from syntaxnmt.model import kernels
+    from syntaxnmt.model import linear as fast_linear
+    from syntaxnmt.runtime import machine_info
+
+    if not fast_linear.enabled():
+        pytest.skip("oneDNN linear op not available")
+    monkeypatch.delenv(kernels.ENV, raising=False)  # the test session's override (conftest)
+    monkeypatch.setattr(kernels, "_mode", kernels._mode)  # the process's mode and plan are restored after
+    monkeypatch.setattr(fast_linear, "PLAN", fast_linear.PLAN)
+    cfg = make_config({"train": {"max_steps": 2, "valid_every": 2, "valid_bleu": False, "cpu_kernels": mode}})
+    messages = []
+    assert train(cfg, log=messages.append).step == 2
+    lines = [m for m in messages if m.startswith("cpu kernels: ")]
+    record = machine_info()["cpu_kernels"]
+    assert record["mode"] == mode
+    if mode == "aten":
+        assert lines == ["cpu kernels: aten (as configured: ATen everywhere)"] and fast_linear.PLAN(256, 32, 64, True) is False
+        return
+    assert re.match(r"cpu kernels: auto, 1 thread \((\d+ products timed now in [\d.]+ s(, load average [\d.]+ above \d+ CPUs: cached as provisional, timed again on a quieter run)?|all times from the cache); .*cpu_kernels\.json\)$", lines[0])
+    for kind in ("infer", "train"):
+        assert re.match(rf"cpu kernels: {kind} 32x64: (onednn|aten) at 32 rows \([\d.e-]+ ms vs [\d.e-]+ ms (aten|onednn)\)", next(x for x in lines if x.startswith(f"cpu kernels: {kind} 32x64")))
+    chosen = {(r["shape"], r["rows"], r["kind"]): r["choice"] for r in record["table"]}
+    assert chosen[("32x64", 256, "train")] == ("onednn" if fast_linear.PLAN(256, 32, 64, True) else "aten")
+
+
+def test_a_bad_cpu_kernels_value_names_the_key(make_config):
+    with pytest.raises(UserError, match="train.cpu_kernels"):
+        make_config({"train": {"cpu_kernels": "fast"}})
+
+
+def test_a_resumed_run_reuses_its_recorded_cpu_kernel_plan(make_config, monkeypatch, tmp_path):
+    """Exact resume with ``train.cpu_kernels: auto``: the plan is recorded in the checkpoints and a
+    resumed run reuses it without timing, though the cache now says the other path wins for every
+    product -- the result equals an uninterrupted run's bitwise. Changing the mode on resume is
+    logged, and the new plan recorded."""
+    from syntaxnmt.model import kernels
+    from syntaxnmt.model import linear as fast_linear
+
+    if not fast_linear.enabled():
+        pytest.skip("oneDNN linear op not available")
+    monkeypatch.delenv(kernels.ENV, raising=False)  # this test times (mocked) kernels: auto
+    monkeypatch.setenv("SYNTAXNMT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(kernels, "_mode", kernels._mode)
+    monkeypatch.setattr(fast_linear, "PLAN", fast_linear.PLAN)
+    monkeypatch.setattr(kernels, "busy", lambda: None)  # a quiet machine: the times are final
+
+    def measure(d_in, d_out, rows, kind, repeats=kernels.REPEATS):  # a mix of winners, per shape and row count
+        onednn = (d_in + d_out + rows + (kind == "train")) % 3 != 0
+        return {"onednn": 1.0 if onednn else 2.0, "aten": 2.0 if onednn else 1.0}
+
+    monkeypatch.setattr(kernels, "measure", measure)
+
+    def cfg(max_steps, work_dir=None, mode="auto"):
+        return make_config({"train": {"max_steps": max_steps, "valid_every": 2, "valid_bleu": False, "cpu_kernels": mode}}, work_dir=work_dir)
+
+    full = cfg(4)
+    train(full, log=quiet)
+    half = cfg(2)
+    train(half, log=quiet)
+    recorded = _params(half.work_dir)["cpu_kernels"]
+    assert recorded == _params(full.work_dir)["cpu_kernels"] and recorded["mode"] == "auto"
+    plan = recorded["plan"]
+    assert {"onednn", "aten"} <= set(plan["choice"].values()) and any(k.endswith(" train") for k in plan["choice"])
+
+    cache = tmp_path / "cache" / kernels.CACHE_FILE  # now the other path wins every product
+    doc = json.loads(cache.read_text())
+    for times in doc["machines"][kernels.machine_key()].values():
+        for t in times.values():
+            t["onednn"], t["aten"] = t["aten"], t["onednn"]
+    cache.write_text(json.dumps(doc))
+    flipped = kernels.Plan.from_times(doc["machines"][kernels.machine_key()]).to_record()["choice"]
+    assert all(flipped[k] != v for k, v in plan["choice"].items())  # (a plan chosen again would differ everywhere)
+    monkeypatch.setattr(kernels, "measure", lambda *a, **k: pytest.fail("a resumed run timed kernels"))
+
+    messages = []
+    assert train(cfg(4, work_dir=Path(half.work_dir)), resume=True, log=messages.append).step == 4
+    assert "cpu kernels: auto (the plan recorded in the run, reused without timing (exact resume))" in messages
+    assert _params(half.work_dir)["cpu_kernels"] == recorded
+    assert all(fast_linear.PLAN(int(k.split("@")[1].split()[0]), *map(int, k.split("@")[0].split("x")), k.endswith("train")) == (v == "onednn") for k, v in plan["choice"].items())
+    _assert_same_state(_params(full.work_dir), _params(half.work_dir))
+
+    messages = []  # an explicit change of mode on resume: allowed, logged, recorded
+    assert train(cfg(5, work_dir=Path(half.work_dir), mode="aten"), resume=True, log=messages.append).step == 5
+    assert "cpu kernels: aten now, auto in the run: choosing again (the numbers may differ in the last bits from an uninterrupted run's)" in messages
+    assert _params(half.work_dir)["cpu_kernels"] == {"mode": "aten", "plan": {"choice": {}, "fallback": {}, "default": "aten"}}
