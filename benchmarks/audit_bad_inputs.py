@@ -704,17 +704,112 @@ def _drain_fifo(path: Path, sink: Path) -> threading.Thread:
     return t
 
 
-def run_case(case: Case, env: Env) -> dict:
-    """Run ``case`` as ``python -m syntaxnmt ...``; returns its record (``passed``, ``reasons``, ...)."""
+class ForkServer:
+    """A process that has imported ``syntaxnmt`` (as ``python -m syntaxnmt`` does, OpenMP defaults
+    first) and forks one child per case: the child is a process of its own -- working folder,
+    stdin, stdout and stderr files, exit status, signals -- that runs ``syntaxnmt.cli.main``
+    without paying Python's start and torch's import again (about 3 s of CPU per command, 30 s of
+    wall time on a loaded 2-core machine). ``--spawn`` runs ``python -m syntaxnmt`` instead."""
+
+    def __init__(self) -> None:
+        from syntaxnmt.__main__ import openmp_defaults
+
+        env = subprocess_env()
+        env.update(openmp_defaults(env))  # what ``python -m syntaxnmt`` sets before torch loads (this script imports torch first)
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--fork-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     env=env, text=True, bufsize=1)
+        if self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError("the fork server did not start")
+
+    def run(self, argv: list[str], cwd: Path, stdin: Path, stdout: Path, stderr: Path, timeout: float) -> int | None:
+        request = {"argv": argv, "cwd": str(cwd), "stdin": str(stdin), "stdout": str(stdout), "stderr": str(stderr), "timeout": timeout}
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())["exit"]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(30)
+
+
+def fork_server() -> None:
+    """The loop of :class:`ForkServer` (``--fork-server``): one JSON request per line on stdin,
+    ``{"exit": status or null (timed out, killed)}`` per line on stdout."""
+    import io
+    import traceback
+
+    import syntaxnmt.__main__ as entry  # sets the OpenMP defaults, then imports the CLI (and torch)
+
+    requests, replies = os.fdopen(os.dup(0), "r"), os.fdopen(os.dup(1), "w")
+    replies.write("ready\n")
+    replies.flush()
+    for line in requests:
+        req = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: the case's folder and files, then the command
+            code = 1
+            try:
+                os.chdir(req["cwd"])
+                for fd, path, flags in ((0, req["stdin"], os.O_RDONLY), (1, req["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), (2, req["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+                    opened = os.open(path, flags, 0o644)
+                    os.dup2(opened, fd)
+                    os.close(opened)
+                sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
+                sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
+                sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace", line_buffering=True)
+                sys.argv = ["syntaxnmt", *req["argv"]]
+                try:
+                    entry.main(req["argv"])
+                    code = 0
+                except SystemExit as e:
+                    code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                except BaseException:  # as Python prints an uncaught exception
+                    traceback.print_exc()
+                    code = 1
+            finally:
+                try:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code)
+        deadline = time.monotonic() + req["timeout"]
+        status = None
+        while True:
+            done, raw = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = os.waitstatus_to_exitcode(raw)
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                break
+            time.sleep(0.02)
+        replies.write(json.dumps({"exit": status if status is None or status >= 0 else 128 - status}) + "\n")
+        replies.flush()
+
+
+def run_case(case: Case, env: Env, server: ForkServer | None = None) -> dict:
+    """Run ``case`` in a process of its own: forked by ``server``, or ``python -m syntaxnmt ...``;
+    returns its record (``passed``, ``reasons``, ...)."""
     folder, argv, before = prepare_case(case, env)
-    cmd = [sys.executable, "-m", "syntaxnmt", *argv]
     reader = _drain_fifo(folder / case.reader, folder / (case.reader + ".read")) if case.reader else None
     start = time.monotonic()
-    try:
-        p = subprocess.run(cmd, cwd=folder, input=case.stdin if case.stdin is not None else b"", capture_output=True, timeout=case.timeout, env=subprocess_env())
-        code, out, err = p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
-    except subprocess.TimeoutExpired as e:
-        code, out, err = None, (e.stdout or b"").decode("utf-8", "replace"), (e.stderr or b"").decode("utf-8", "replace")
+    if server:
+        io_dir = env.root / "io"
+        io_dir.mkdir(exist_ok=True)
+        files = [io_dir / f"{case.name}.{k}" for k in ("stdin", "stdout", "stderr")]
+        files[0].write_bytes(case.stdin or b"")
+        code = server.run(argv, folder, *files, timeout=case.timeout)
+        out, err = (f.read_bytes().decode("utf-8", "replace") for f in files[1:])
+    else:
+        cmd = [sys.executable, "-m", "syntaxnmt", *argv]
+        try:
+            p = subprocess.run(cmd, cwd=folder, input=case.stdin if case.stdin is not None else b"", capture_output=True, timeout=case.timeout, env=subprocess_env())
+            code, out, err = p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+        except subprocess.TimeoutExpired as e:
+            code, out, err = None, (e.stdout or b"").decode("utf-8", "replace"), (e.stderr or b"").decode("utf-8", "replace")
     seconds = time.monotonic() - start
     if reader:
         reader.join(5)
@@ -935,11 +1030,16 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--json", help="write every case's record and the machine as JSON")
     p.add_argument("--only", help="comma-separated case names (http: the HTTP cases)")
+    p.add_argument("--spawn", action="store_true", help="run every case as `python -m syntaxnmt ...` (Python and torch start again per case: "
+                   "about 3 s of CPU each) instead of forking it from a process that has imported syntaxnmt")
+    p.add_argument("--fork-server", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--all", action="store_true", help=f"also the {len(EXTENDED)} extended cases (variants of the default ones)")
     p.add_argument("--keep", help="set up in this folder (kept) instead of a temporary one")
     p.add_argument("--in-process", action="store_true", help="a quick check of the table: run the cases through syntaxnmt.cli.main in this process "
                    "(those with stdin or a FIFO reader, and the HTTP cases, are listed as not run); the audit proper runs subprocesses")
     args = p.parse_args()
+    if args.fork_server:
+        return fork_server()
     from syntaxnmt.runtime import machine_info, with_load_after
 
     info = machine_info()
@@ -969,9 +1069,14 @@ def main() -> None:
             def progress(r: dict) -> None:
                 bar.write(row(r))
                 bar.update(1)
-            for case in table:
-                records.append(run_case_in_process(case, env) if args.in_process else run_case(case, env))
-                progress(records[-1])
+            server = None if args.spawn or args.in_process else ForkServer()
+            try:
+                for case in table:
+                    records.append(run_case_in_process(case, env) if args.in_process else run_case(case, env, server))
+                    progress(records[-1])
+            finally:
+                if server:
+                    server.close()
             if run_http_cases:
                 records += run_http(env, progress)
     finally:
@@ -979,11 +1084,11 @@ def main() -> None:
             tmp.cleanup()
     print(summary(records))
     seconds = time.monotonic() - started
-    print(f"{seconds:.0f} s in all")
+    print(f"{seconds:.0f} s in all ({'in-process' if args.in_process else 'python -m syntaxnmt per case' if args.spawn else 'a forked process per case'})")
     if args.json:
         from syntaxnmt.textio import atomic_write_text
 
-        result = {"cases": len(records), "passed": sum(r["passed"] for r in records), "failed": sum(not r["passed"] for r in records),
+        result = {"mode": "in-process" if args.in_process else "spawn" if args.spawn else "fork", "cases": len(records), "passed": sum(r["passed"] for r in records), "failed": sum(not r["passed"] for r in records),
                   "by_command": dict(Counter(r["command"] for r in records)), "seconds": round(seconds, 1),
                   "machine": with_load_after(info), "records": records}
         atomic_write_text(args.json, json.dumps(result, indent=1) + "\n")
