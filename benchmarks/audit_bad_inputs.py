@@ -1,15 +1,17 @@
 """Audit of bad inputs (issue 25): every ``syntaxnmt`` command fed malformed, missing, hostile or
 absurd input, as real subprocesses, and ``syntaxnmt serve`` fed bad HTTP requests.
 
-    python benchmarks/audit_bad_inputs.py [--json OUT.json] [--only NAME,...] [--keep DIR]
+    python benchmarks/audit_bad_inputs.py [--json OUT.json] [--all] [--only NAME,...] [--keep DIR]
+                                          [--spawn | --in-process]
 
 Sets up, in a temporary folder, the synthetic corpus (300 training pairs), a tiny config, its
 prepared cache and a one-layer Transformer trained for 12 updates, plus hostile files made from
 them: crafted pickles whose unpickling would create a marker file, foreign ``.pt`` files (a bare
 state_dict, a list), checkpoints cut short, damaged or of another architecture, damaged caches and
-attention exports, YAML bombs. Then runs every case of :func:`cases` as ``python -m syntaxnmt ...``
-(one thread, its own working folder) and the HTTP cases of :func:`http_cases` against one
-``syntaxnmt serve`` on a free port.
+attention exports, YAML bombs. Then runs every case of :func:`cases` (``--all``: the extended ones
+too) in a process of its own (one thread, its own working folder): forked by :class:`ForkServer`
+from a process that has imported syntaxnmt, or with ``--spawn`` as ``python -m syntaxnmt ...``;
+then the HTTP cases of :func:`http_cases` against one ``python -m syntaxnmt serve`` on a free port.
 
 A command case passes when the exit status is the expected one (2 for a mistake; the documented
 status for a documented behaviour), stderr holds no ``Traceback`` and, for a mistake, is exactly one

@@ -4,6 +4,7 @@ must, and a subset of its cases passes when run in-process through ``syntaxnmt.c
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,8 +24,12 @@ SUBSET = [
 def audit():
     spec = importlib.util.spec_from_file_location("audit_bad_inputs", ROOT / "benchmarks" / "audit_bad_inputs.py")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(spec.name, None)
 
 
 @pytest.fixture(scope="module")
