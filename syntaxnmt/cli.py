@@ -73,13 +73,13 @@ def positive_int(text: str) -> int:
 
 
 def attention_threshold(text: str) -> float:
-    """argparse type: a link threshold on attention weights, in (0, 1] (-1 linked every word pair)."""
+    """argparse type: a link threshold on attention weights, in [0, 1] (0 links every word pair; -1 did too, silently)."""
     try:
         t = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text}: not a number") from None
-    if not 0 < t <= 1:
-        raise argparse.ArgumentTypeError(f"{text}: give a weight above 0 and at most 1")
+    if not 0 <= t <= 1:
+        raise argparse.ArgumentTypeError(f"{text}: give an attention weight from 0 to 1")
     return t
 
 
@@ -400,7 +400,7 @@ def cmd_serve(args, extra) -> None:
 
 SYNTHETIC_MAX = {False: 1_000_000, True: 100_000}
 """The largest ``--train/--dev/--test`` of ``synthetic`` (pairs; with ``--documents``, documents):
-50 times the defaults. Every pair is held in memory before it is written, so a count of 10**12
+50 and 20 times the default training sizes. Every pair is held in memory before it is written, so a count of 10**12
 ran until the machine ran out of memory."""
 
 
@@ -600,7 +600,7 @@ def _alignment_commands(sub) -> None:
     s.add_argument("--layer", help="decoder layer (negative counts from the end) or 'average' (default: the model's train.alignment.layer)")
     s.add_argument("--head", help="head or 'average' (default: the model's train.alignment.head)")
     s.add_argument("--method", choices=["argmax", "threshold"], default="argmax", help="one link per target word (argmax) or all weights >= --threshold")
-    s.add_argument("--threshold", type=attention_threshold, default=0.5, help="with --method threshold: link every weight at or above it (0 < T <= 1)")
+    s.add_argument("--threshold", type=attention_threshold, default=0.5, help="with --method threshold: link every weight at or above it (0 to 1)")
     s.add_argument("--shift", action="store_true", help="Shift-Att (Chen et al. 2020): read each target word's attention at the step where it is the decoder input, not where it is predicted")
     s.add_argument("--reverse-checkpoint", help="a target->source model: align both directions and symmetrize")
     s.add_argument("--symmetrize", default="grow-diag-final-and", help="with --reverse-checkpoint: gdfa (default), intersection, union, grow-diag, grow-diag-final")
@@ -621,7 +621,7 @@ def _alignment_commands(sub) -> None:
     s.add_argument("--gold", required=True, help="gold alignments of the pairs (Pharaoh: i-j sure, ipj possible)")
     s.add_argument("--one-indexed-gold", action="store_true", help="the gold file counts from 1 (e.g. the Hansards and WPT sets)")
     s.add_argument("--method", choices=["argmax", "threshold"], default="argmax", help="one link per target word (argmax) or all weights >= --threshold")
-    s.add_argument("--threshold", type=attention_threshold, default=0.5, help="with --method threshold: link every weight at or above it (0 < T <= 1)")
+    s.add_argument("--threshold", type=attention_threshold, default=0.5, help="with --method threshold: link every weight at or above it (0 to 1)")
     s.add_argument("--normalize", action="store_true", help="apply the model's lowercasing and Moses tokenization first (the gold links then index those tokens)")
     s.add_argument("--src-conllu", help="parses of --src (CoNLL-U) for models that use trees or tags")
     s.add_argument("-o", "--output", help="also write every reading's figures and the best as JSON")

@@ -511,7 +511,7 @@ def test_translate_writes_into_a_fifo_and_reports_a_full_device(capsys, trained_
         (["align", "--checkpoint", "m.pt", "--src", "a", "--tgt", "b", "--batch-size", "0"], ["align: argument --batch-size: 0: give at least 1"]),
         (["score", "--checkpoint", "m.pt", "--contrastive", "c.json", "--batch-size", "0"], ["--batch-size: 0"]),
         (["attention", "--checkpoint", "m.pt", "-i", "a", "-o", "x", "--beam", "0"], ["--beam: 0"]),
-        (["align", "--checkpoint", "m.pt", "--src", "a", "--tgt", "b", "--threshold", "-1"], ["--threshold: -1: give a weight above 0 and at most 1"]),
+        (["align", "--checkpoint", "m.pt", "--src", "a", "--tgt", "b", "--threshold", "-1"], ["--threshold: -1: give an attention weight from 0 to 1"]),
         (["aer", "--gold", "g", "--hyp", "h", "--src", "a"], ["--src and --tgt go together"]),  # --src alone was ignored
     ],
 )
