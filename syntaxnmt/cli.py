@@ -63,6 +63,36 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"syntaxnmt: error: {command + ': ' if command else ''}{message} (see `{self.prog} --help`)\n")
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1 (a batch size or beam of 0 ended in a traceback)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text}: not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text}: give at least 1")
+    return n
+
+
+def attention_threshold(text: str) -> float:
+    """argparse type: a link threshold on attention weights, in [0, 1] (0 links every word pair; -1 did too, silently)."""
+    try:
+        t = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text}: not a number") from None
+    if not 0 <= t <= 1:
+        raise argparse.ArgumentTypeError(f"{text}: give an attention weight from 0 to 1")
+    return t
+
+
+def _line_aligned(src: str, tgt: str) -> tuple[list[str], list[str]]:
+    """The lines of two files that must be line-aligned, or an error naming both."""
+    s, t = read_lines(src), read_lines(tgt)
+    if len(s) != len(t):
+        raise UserError(f"{src} has {len(s)} lines but {tgt} has {len(t)}: the files must be line-aligned")
+    return s, t
+
+
 def _config(args, extra: list[str]):
     return load_config(args.config, extra)
 
@@ -114,10 +144,11 @@ def cmd_align(args, extra) -> None:
     path = _checkpoint_arg(args, extra)
     if not args.config:
         _no_overrides(extra)
+    src, tgt = _line_aligned(args.src, args.tgt)
     links = model_alignments(
         path,
-        read_lines(args.src),
-        read_lines(args.tgt),
+        src,
+        tgt,
         resolve_device(args.device),
         reverse_checkpoint=args.reverse_checkpoint,
         symmetrize=args.symmetrize,
@@ -138,8 +169,9 @@ def cmd_align_sweep(args, extra) -> None:
     path = _checkpoint_arg(args, extra)
     if not args.config:
         _no_overrides(extra)
+    src, tgt = _line_aligned(args.src, args.tgt)
     result = align_sweep(
-        path, read_lines(args.src), read_lines(args.tgt), args.gold, resolve_device(args.device), one_indexed_gold=args.one_indexed_gold,
+        path, src, tgt, args.gold, resolve_device(args.device), one_indexed_gold=args.one_indexed_gold,
         method=args.method, threshold=args.threshold, normalize=args.normalize, batch_size=args.batch_size, src_conllu=args.src_conllu,
     )
     if args.output:
@@ -154,6 +186,8 @@ def cmd_align_experiment(args, extra) -> None:
 
 def cmd_aer(args, extra) -> None:
     _no_overrides(extra)
+    if bool(args.src) != bool(args.tgt):
+        raise UserError("--src and --tgt go together (the sentence lengths of both sides); or give --bitext")
     print(aer_report(args.gold, args.hyp, args.one_indexed_gold, args.src, args.tgt, args.bitext))
 
 
@@ -218,7 +252,7 @@ def cmd_translate(args, extra) -> None:
     if args.engine == "ctranslate2":  # empty lines stay empty, as with the torch engine
         results = without_empty_lines(lines, lambda kept, _numbers: engine.translate_lines(kept, decode, conllu=args.src_conllu, nbest=nbest, **kw))
     else:
-        results = [[(c.text, c.score) for c in t.nbest] for t in translator.translate(lines, nbest=nbest, src_conllu=args.src_conllu, docs=read_lines(args.docs) if args.docs else None, **kw)]
+        results = [[(c.text, c.score) for c in t.nbest] for t in translator.translate(lines, nbest=nbest, src_conllu=args.src_conllu, docs=_doc_ids(args.docs, lines, kw["source_name"]) if args.docs else None, **kw)]
     if aligning:
         model, cfg, toks = translator.model, translator.cfg, translator.toks
         links = alignments_for_translations(model, cfg, toks, lines, [[text for text, _ in nb] for nb in results], translator.device, reading=reading, batch_size=decode.batch_size, conllu=args.src_conllu, source_name=kw["source_name"])
@@ -231,6 +265,14 @@ def cmd_translate(args, extra) -> None:
     else:  # --nbest N (1 too) or decode.nbest > 1: every candidate with its score
         out = [f"{i} ||| {text} ||| {score:.4f}" for i, nb in enumerate(results) for text, score in nb]
     _write_output(args.output, out)
+
+
+def _doc_ids(path: str, lines: list[str], source: str) -> list[str]:
+    """``--docs``: one document id per input line, or an error naming the file."""
+    ids = read_lines(path)
+    if len(ids) != len(lines):
+        raise UserError(f"{path}: {len(ids)} document ids for {len(lines)} lines of {source} (give one id per line)")
+    return ids
 
 
 def cmd_score(args, extra) -> None:
@@ -360,8 +402,24 @@ def cmd_serve(args, extra) -> None:
     serve(path, host=args.host, port=args.port, device=args.device, parser=args.parser, limits=limits)
 
 
+SYNTHETIC_MAX = {False: 1_000_000, True: 100_000}
+"""The largest ``--train/--dev/--test`` of ``synthetic`` (pairs; with ``--documents``, documents):
+50 and 20 times the default training sizes. Every pair is held in memory before it is written, so a count of 10**12
+ran until the machine ran out of memory."""
+
+
+def _check_synthetic_sizes(args) -> None:
+    """``--train/--dev/--test`` as given: 1 to :data:`SYNTHETIC_MAX` (0 was read as "the default")."""
+    most = SYNTHETIC_MAX[args.documents]
+    for option in ("train", "dev", "test"):
+        n = getattr(args, option)
+        if n is not None and not 1 <= n <= most:
+            raise UserError(f"--{option} {n}: give 1 to {most:,} {'documents' if args.documents else 'sentence pairs'}")
+
+
 def cmd_synthetic(args, extra) -> None:
     _no_overrides(extra)
+    _check_synthetic_sizes(args)
     if args.documents:
         sizes = {k: v for k, v in (("n_train_docs", args.train), ("n_dev_docs", args.dev), ("n_test_docs", args.test)) if v is not None}
         if sizes.get("n_test_docs", 2) % 2:
@@ -473,7 +531,7 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--context-src", help="ContraPro: the context file of the source side (contrapro.context.src)")
     s.add_argument("--context-tgt", help="ContraPro: the context file of the target side")
     s.add_argument("--phenomenon", help="Voita et al.: the phenomenon's name (default: from the file name)")
-    s.add_argument("--batch-size", type=int, default=64, help="sentence pairs per batch")
+    s.add_argument("--batch-size", type=positive_int, default=64, help="sentence pairs per batch")
     s.add_argument("--device", default="auto")
     s.add_argument("-o", "--output", help="also write the result as JSON (accuracy, items, chance, per-cell figures)")
     _trust_flag(s)
@@ -548,14 +606,14 @@ def _alignment_commands(sub) -> None:
     s.add_argument("--layer", help="decoder layer (negative counts from the end) or 'average' (default: the model's train.alignment.layer)")
     s.add_argument("--head", help="head or 'average' (default: the model's train.alignment.head)")
     s.add_argument("--method", choices=["argmax", "threshold"], default="argmax", help="one link per target word (argmax) or all weights >= --threshold")
-    s.add_argument("--threshold", type=float, default=0.5)
+    s.add_argument("--threshold", type=attention_threshold, default=0.5, help="with --method threshold: link every weight at or above it (0 to 1)")
     s.add_argument("--shift", action="store_true", help="Shift-Att (Chen et al. 2020): read each target word's attention at the step where it is the decoder input, not where it is predicted")
     s.add_argument("--reverse-checkpoint", help="a target->source model: align both directions and symmetrize")
     s.add_argument("--symmetrize", default="grow-diag-final-and", help="with --reverse-checkpoint: gdfa (default), intersection, union, grow-diag, grow-diag-final")
     s.add_argument("--normalize", action="store_true", help="apply the model's lowercasing and Moses tokenization first (links then index those tokens)")
     s.add_argument("--src-conllu", help="parses of --src (CoNLL-U, one sentence per line) for models that use trees or tags")
     s.add_argument("-o", "--output", help="Pharaoh output, 0-indexed (default: stdout)")
-    s.add_argument("--batch-size", type=int, default=64, help="sentence pairs per batch")
+    s.add_argument("--batch-size", type=positive_int, default=64, help="sentence pairs per batch")
     s.add_argument("--device", default="auto")
     _threads_flag(s)
     _trust_flag(s)
@@ -569,11 +627,11 @@ def _alignment_commands(sub) -> None:
     s.add_argument("--gold", required=True, help="gold alignments of the pairs (Pharaoh: i-j sure, ipj possible)")
     s.add_argument("--one-indexed-gold", action="store_true", help="the gold file counts from 1 (e.g. the Hansards and WPT sets)")
     s.add_argument("--method", choices=["argmax", "threshold"], default="argmax", help="one link per target word (argmax) or all weights >= --threshold")
-    s.add_argument("--threshold", type=float, default=0.5)
+    s.add_argument("--threshold", type=attention_threshold, default=0.5, help="with --method threshold: link every weight at or above it (0 to 1)")
     s.add_argument("--normalize", action="store_true", help="apply the model's lowercasing and Moses tokenization first (the gold links then index those tokens)")
     s.add_argument("--src-conllu", help="parses of --src (CoNLL-U) for models that use trees or tags")
     s.add_argument("-o", "--output", help="also write every reading's figures and the best as JSON")
-    s.add_argument("--batch-size", type=int, default=64, help="sentence pairs per batch")
+    s.add_argument("--batch-size", type=positive_int, default=64, help="sentence pairs per batch")
     s.add_argument("--device", default="auto")
     _trust_flag(s)
     s.set_defaults(func=cmd_align_sweep)
@@ -605,8 +663,8 @@ def _analysis_commands(sub) -> None:
     s.add_argument("--parse", action="store_true", help="without --src-conllu: parse the input as the corpus was (data.annotate, e.g. spaCy)")
     s.add_argument("--sentences", help="0-based line numbers to export, e.g. 0,3,10-12 (default: all)")
     s.add_argument("--docs", help="document ids of the input (one per line): a context model reads each line's previous lines, and HAN's weights are exported (docs/documents.md)")
-    s.add_argument("--beam", type=int, default=1, help="beam size of the translation (default 1: greedy)")
-    s.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
+    s.add_argument("--beam", type=positive_int, default=1, help="beam size of the translation (default 1: greedy)")
+    s.add_argument("--batch-size", type=positive_int, default=32, help="sentences per batch")
     s.add_argument("-o", "--output", required=True, help="writes OUT.jsonl (tokens, words, parse) and OUT.npz (weights); see docs/attention.md")
     s.add_argument("--device", default="auto")
     _threads_flag(s)
@@ -621,7 +679,7 @@ def _analysis_commands(sub) -> None:
     s.add_argument("--src-conllu", help="with --checkpoint: parses of the input (CoNLL-U), drawn as arcs")
     s.add_argument("--parse", action="store_true", help="with --checkpoint: parse the input as the corpus was (data.annotate)")
     s.add_argument("--docs", help="with --checkpoint: document ids of the input, read by a context model (HAN's weights get a panel of their own)")
-    s.add_argument("--beam", type=int, default=1, help="with --checkpoint: beam size of the translation (default 1)")
+    s.add_argument("--beam", type=positive_int, default=1, help="with --checkpoint: beam size of the translation (default 1)")
     s.add_argument("--sentences", default="0", help="0-based input line numbers, e.g. 0,3,10-12 (default: 0)")
     s.add_argument("--kind", choices=["encoder", "decoder", "cross"], default="cross", help="which attention (default: cross)")
     s.add_argument("--layer", type=int, default=-1, help="layer (negative counts from the end; default: the last)")
@@ -644,8 +702,8 @@ def _analysis_commands(sub) -> None:
     s.add_argument("--gold-align", help="gold word alignments of input and reference (Pharaoh): AER of every cross-attention head")
     s.add_argument("--one-indexed-gold", action="store_true", help="the gold file counts from 1")
     s.add_argument("--sentences", help="0-based line numbers to analyse, e.g. 0-499 (default: all)")
-    s.add_argument("--beam", type=int, default=1, help="beam size of the translation without --ref (default 1)")
-    s.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
+    s.add_argument("--beam", type=positive_int, default=1, help="beam size of the translation without --ref (default 1)")
+    s.add_argument("--batch-size", type=positive_int, default=32, help="sentences per batch")
     s.add_argument("--title", help="title of the report and the figure")
     s.add_argument("-o", "--output", required=True, help="writes OUT.md, OUT-heads.csv, OUT-labels.csv, OUT-cross.csv and OUT.png; several models: OUT-LABEL.* each and the comparison OUT.md, OUT-summary.csv")
     s.add_argument("--device", default="auto")

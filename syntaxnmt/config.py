@@ -32,6 +32,8 @@ class _Section(BaseModel):
 
 
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
+MAX_BEAM = 1024
+"""The largest beam a search takes: ``--beam 1000000000`` tried to allocate 768 GB (issue 25)."""
 
 
 class DataConfig(_Section):
@@ -585,7 +587,7 @@ class TrainConfig(_Section):
 class DecodeConfig(_Section):
     """Search settings for ``syntaxnmt translate`` (also used for validation BLEU, with beam 1)."""
 
-    beam_size: PositiveInt = 5
+    beam_size: Annotated[int, Field(ge=1, le=MAX_BEAM)] = 5
     length_penalty: float = 1.0
     """α: hypotheses are ranked by log P / lp(y) (0 = raw log-probability)."""
     length_penalty_type: Literal["power", "gnmt"] = "power"

@@ -526,3 +526,36 @@ def test_translate_cpu_kernels(capsys, monkeypatch, trained_run, tmp_path):
     monkeypatch.setenv(kernels.ENV, "fast")
     code, _, err = run_cli(capsys, "translate", "--checkpoint", best, "-i", src)
     assert_one_line_error(code, err, "SYNTAXNMT_CPU_KERNELS='fast'", "auto, onednn, aten")
+
+
+@pytest.mark.parametrize(
+    "argv, fragments",
+    [
+        (["synthetic", "-o", "c", "--train", "0"], ["--train 0: give 1 to 1,000,000 sentence pairs"]),  # 0 wrote the default 20,000
+        (["synthetic", "-o", "c", "--dev", "-5"], ["--dev -5"]),
+        (["synthetic", "-o", "c", "--train", "1000000000000"], ["--train 1000000000000"]),  # held every pair in memory
+        (["synthetic", "-o", "c", "--documents", "--test", "200000"], ["--test 200000: give 1 to 100,000 documents"]),
+        (["align", "--checkpoint", "m.pt", "--src", "a", "--tgt", "b", "--batch-size", "0"], ["align: argument --batch-size: 0: give at least 1"]),
+        (["score", "--checkpoint", "m.pt", "--contrastive", "c.json", "--batch-size", "0"], ["--batch-size: 0"]),
+        (["attention", "--checkpoint", "m.pt", "-i", "a", "-o", "x", "--beam", "0"], ["--beam: 0"]),
+        (["align", "--checkpoint", "m.pt", "--src", "a", "--tgt", "b", "--threshold", "-1"], ["--threshold: -1: give an attention weight from 0 to 1"]),
+        (["aer", "--gold", "g", "--hyp", "h", "--src", "a"], ["--src and --tgt go together"]),  # --src alone was ignored
+    ],
+)
+def test_audit_counts_and_options_are_one_line_before_any_work(capsys, tmp_path, monkeypatch, argv, fragments):
+    """What the issue-25 audit (benchmarks/audit_bad_inputs.py) found: tracebacks for a batch size or
+    beam of 0, silent acceptance of a threshold of -1, of --src without --tgt and of a corpus of 0 pairs."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(capsys, *argv)
+    assert_one_line_error(code, err, *fragments)
+    assert out == "" and not (tmp_path / "c").exists()
+
+
+def test_align_and_translate_docs_name_the_files_that_do_not_match(capsys, trained_run, tmp_path):
+    best = Path(trained_run.work_dir) / "best.pt"
+    three = write_lines(tmp_path / "three.txt", ["a red house .", "a dog .", "the man ."])
+    one = write_lines(tmp_path / "one.txt", ["a red house ."])
+    code, _, err = run_cli(capsys, "align", "--checkpoint", best, "--src", three, "--tgt", one)
+    assert_one_line_error(code, err, f"{three} has 3 lines but {one} has 1")
+    code, _, err = run_cli(capsys, "translate", "--checkpoint", best, "-i", three, "--docs", one)
+    assert_one_line_error(code, err, f"{one}: 1 document ids for 3 lines of {three}")

@@ -74,6 +74,12 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> dict
     for p, s in zip(paths, states):
         if "model" not in s or "config" not in s:
             raise UserError(f"{p}: not a syntaxnmt model checkpoint (no 'model' or 'config')")
+    for p, s in zip(paths[1:], states[1:]):  # weights of the same shapes may belong to models of different configs
+        first, other = states[0]["config"].get("model", {}), s["config"].get("model", {})
+        differ = sorted(k for k in set(first) | set(other) if first.get(k) != other.get(k))
+        if differ:
+            shown = ", ".join(f"model.{k} {first.get(k)!r} vs {other.get(k)!r}" for k in differ[:3])
+            raise UserError(f"{p}: not the same model as {paths[0]} ({shown}): average checkpoints of one run")
     averaged = {
         "config": states[-1]["config"],
         "model": average_state_dicts([s["model"] for s in states], [str(p) for p in paths]),

@@ -13,7 +13,7 @@ import torch
 from tqdm.auto import tqdm
 
 from syntaxnmt.checkpoint import load_model_checkpoint, load_weights
-from syntaxnmt.config import Config, DecodeConfig, config_from_dict, merge_trees
+from syntaxnmt.config import MAX_BEAM, Config, DecodeConfig, config_from_dict, merge_trees
 from syntaxnmt.data.annotations import spacy_parser
 from syntaxnmt.data.batches import context_batch, make_batch
 from syntaxnmt.data.controls import apply_controls
@@ -148,6 +148,8 @@ def translate_ids(
     in one pass, then the second sentences, and so on, each pass batched across documents.
     """
     beam = decode.beam_size if beam is None else beam
+    if not 1 <= beam <= MAX_BEAM:
+        raise UserError(f"beam size {beam}: give 1 to {MAX_BEAM}")
     spec = model.feature_spec
     if spec and annotations is None:
         raise UserError(f"this model uses source features ({', '.join(sorted(spec.names))}): the input must be annotated")

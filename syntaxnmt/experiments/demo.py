@@ -141,6 +141,8 @@ def run_demo(directory: Path, minutes: float = 4.0, overrides: list[str] | None 
     ``log`` writes above the progress bars. A re-run continues the run in ``directory`` while its
     budget (``minutes``, the total training time) allows; one that finds its training finished
     says so, and a run that ends below :func:`updates_needed` ends with a warning."""
+    if not (math.isfinite(minutes) and minutes > 0):  # 0 would be train.max_minutes' "no limit"; checked before any file is written
+        raise UserError(f"--minutes {minutes:g}: give the training time as a positive number of minutes")
     if fresh and (directory.exists() or directory.is_symlink()):
         refuse_to_remove(directory)
         shutil.rmtree(directory)

@@ -99,3 +99,25 @@ def test_keep_checkpoints_must_not_be_negative():
 
     with pytest.raises(UserError, match="keep_checkpoints"):
         load_config(None, {"train": {"keep_checkpoints": -1}})
+
+
+def test_checkpoints_of_different_model_configs_are_refused_naming_the_key(make_config, tmp_path, capsys):
+    """Weights of the same shapes under another model config (here: the config says d_model 64)
+    were averaged into a checkpoint whose config did not match its weights (issue 25 audit)."""
+    from test_cli import assert_one_line_error
+
+    cfg = make_config()
+    a = untrained_checkpoint(cfg, tmp_path / "a.pt", seed=1)
+    state = load_checkpoint(a)
+    state["config"]["model"]["d_model"] = 64
+    other = tmp_path / "other.pt"
+    torch.save(state, other)
+    with pytest.raises(UserError, match="model.d_model 32 vs 64"):
+        average_checkpoints([a, other], tmp_path / "avg.pt")
+    try:
+        main(["average-checkpoints", "--inputs", str(a), str(other), "-o", str(tmp_path / "avg.pt")])
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    assert_one_line_error(code, capsys.readouterr().err, str(other), "not the same model")
+    assert not (tmp_path / "avg.pt").exists()

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -243,3 +244,22 @@ def test_the_pipeline_can_be_named_at_translation_time(make_config, corpus, tmp_
     src.write_text("a big dog sees the cat .\n", encoding="utf-8")
     code, tokenized, _ = run_cli(capsys, "translate", "--checkpoint", path, "-i", src, "--nbest", "1", "--beam", "1")
     assert parsed == tokenized != split_on_space
+
+
+def test_a_beam_beyond_the_largest_is_a_user_error_before_any_allocation(trained_run, tmp_path, capsys):
+    """``--beam 1000000000`` tried to allocate 768 GB (a traceback); ``attention --beam 0`` an
+    IndexError inside the search (issue 25 audit)."""
+    from syntaxnmt.config import MAX_BEAM
+    from syntaxnmt.errors import UserError
+
+    best = Path(trained_run.work_dir) / "best.pt"
+    src = tmp_path / "in.txt"
+    src.write_text("a red house .\n", encoding="utf-8")
+    code, out, err = run_cli(capsys, "translate", "--checkpoint", best, "-i", src, "--beam", "1000000000")
+    assert_one_line_error(code, err, "decode.beam_size")
+    assert out == ""
+    model, cfg, toks = load_model(best, torch.device("cpu"))
+    ids = [np.array(toks.src.encode("a red house ."), dtype=np.int64)]
+    for beam in (0, MAX_BEAM + 1):
+        with pytest.raises(UserError, match=f"beam size {beam}: give 1 to {MAX_BEAM}"):
+            translate_ids(model, ids, cfg.decode, torch.device("cpu"), beam=beam)

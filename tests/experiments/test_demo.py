@@ -65,3 +65,14 @@ def test_a_run_stopped_early_is_not_trained_further_and_enough_updates_give_no_w
     assert f"the demo's training in {directory}/run is finished (early stopping at update 3 (5 validations without improvement)): translating with it again; --fresh starts over" in out
     assert "resumed" not in out and "test (10 sentences, beam 2): BLEU = " in out and warnings == []
     assert load_checkpoint(last)["progress"]["step"] == 3
+
+
+def test_minutes_that_are_not_a_positive_time_are_refused_before_any_file_is_written(tmp_path, capsys):
+    """``demo --minutes 0`` trained without a time limit (0 is train.max_minutes' "no limit");
+    ``--minutes -1`` wrote the 20,000-pair corpus before the config refused it (issue 25 audit)."""
+    from test_cli import assert_one_line_error
+
+    for minutes in ("0", "-1", "nan"):
+        code, _, err = run_cli(capsys, "demo", "--dir", tmp_path / "demo", "--minutes", minutes)
+        assert_one_line_error(code, err, f"--minutes {minutes}", "positive number of minutes")
+        assert not (tmp_path / "demo").exists()
