@@ -234,22 +234,31 @@ class Transformer(nn.Module):
                 target_context = self.decode_context(*context_states, batch.context_tgt)
         return EncoderOutput(hidden, pad_mask, weights if need_weights or wanted else [], states, target_context=target_context, context_attention=context_attention)
 
+    def _present_rows(self, tokens: Tensor, run) -> tuple[Tensor, Tensor]:
+        """States (B, k, L, D) of the context sentences ``tokens`` (B, k, L) and their padding mask:
+        ``run(rows, ids, pad)`` computes the states of the sentences that exist (``rows`` of the
+        flattened B*k), missing sentences (rows of padding) are not run and get zeros."""
+        b, k, n = tokens.shape
+        flat = tokens.reshape(b * k, n)
+        pad = flat.eq(PAD)
+        present = ~pad.all(-1)
+        states = torch.zeros(b * k, n, self.cfg.d_model, device=tokens.device, dtype=self.output.weight.dtype)
+        if bool(present.any()):
+            rows = present.nonzero().squeeze(1)
+            states = states.index_copy(0, rows, run(rows, flat.index_select(0, rows), pad.index_select(0, rows)).to(states.dtype))
+        return states.view(b, k, n, -1), pad.view(b, k, n)
+
     def encode_context(self, context: Tensor) -> tuple[Tensor, Tensor]:
         """Encoder states (B, k, Sc, D) of the previous sentences (B, k, Sc) and their padding mask;
         missing sentences (rows of padding) are not encoded and get zeros."""
-        b, k, sc = context.shape
-        flat = context.reshape(b * k, sc)
-        pad = flat.eq(PAD)
-        present = ~pad.all(-1)
-        states = torch.zeros(b * k, sc, self.cfg.d_model, device=context.device, dtype=self.output.weight.dtype)
-        if bool(present.any()):
-            rows = present.nonzero().squeeze(1)
-            src, mask = flat.index_select(0, rows), pad.index_select(0, rows)
+
+        def run(rows: Tensor, src: Tensor, mask: Tensor) -> Tensor:
             x = self.src_embed(src)
             for layer in self.encoder:
                 x, _ = layer(x, mask)
-            states = states.index_copy(0, rows, self.enc_norm(x).to(states.dtype))
-        return states.view(b, k, sc, -1), pad.view(b, k, sc)
+            return self.enc_norm(x)
+
+        return self._present_rows(context, run)
 
     def decode_context(self, src_states: Tensor, src_pad: Tensor, context_tgt: Tensor) -> tuple[Tensor, Tensor]:
         """Decoder states (B, k, Tc, D) of the previous target sentences ``context_tgt`` (B, k, Tc;
@@ -257,20 +266,17 @@ class Transformer(nn.Module):
         the same decoder reading each sentence's own source (``src_states`` (B, k, Sc, D) with
         ``src_pad``, :meth:`encode_context`) -- and their padding mask; missing sentences get zeros.
         What the target-side HAN attends over (Miculicich et al. 2018, Sec. 2.3)."""
-        b, k, tc = context_tgt.shape
-        flat = context_tgt.reshape(b * k, tc)
-        pad = flat.eq(PAD)
-        present = ~pad.all(-1)
-        states = torch.zeros(b * k, tc, self.cfg.d_model, device=context_tgt.device, dtype=self.output.weight.dtype)
-        if bool(present.any()):
-            rows = present.nonzero().squeeze(1)
+        b, k = context_tgt.shape[:2]
+
+        def run(rows: Tensor, tgt: Tensor, _pad: Tensor) -> Tensor:
             memory = src_states.reshape(b * k, *src_states.shape[2:]).index_select(0, rows)
             memory_pad = src_pad.reshape(b * k, -1).index_select(0, rows)
-            y = self.tgt_embed(flat.index_select(0, rows))
+            y = self.tgt_embed(tgt)
             for layer in self.decoder:
                 y = layer(y, memory, memory_pad)[0]
-            states = states.index_copy(0, rows, self.dec_norm(y).to(states.dtype))
-        return states.view(b, k, tc, -1), pad.view(b, k, tc)
+            return self.dec_norm(y)
+
+        return self._present_rows(context_tgt, run)
 
     def read_target_context(self, states: Tensor, enc: EncoderOutput, need_weights: bool = False) -> tuple[Tensor, ContextAttention | None]:
         """The target-side HAN on final decoder states (B, T, D): each state is only the query of

@@ -364,6 +364,14 @@ def serving_config(cfg, needs_parse: bool, parser: str | None):
 # ---------------------------------------------------------------- HTTP
 
 
+def _check_unicode(text: str, what: str) -> None:
+    """A request's text must encode as UTF-8 (JSON allows lone surrogates; the tokenizers do not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} is not valid Unicode (it holds a lone surrogate)") from None
+
+
 class TranslateRequest(BaseModel):
     """The body of ``POST /translate`` (strict types: ``"5"`` is not a beam size)."""
 
@@ -381,10 +389,7 @@ class TranslateRequest(BaseModel):
         if sentences is None:  # left out is fine, null is not
             raise ValueError("give a list of strings, not null")
         for i, s in enumerate(sentences):
-            try:
-                s.encode("utf-8")
-            except UnicodeEncodeError:
-                raise ValueError(f"sentence {i} is not valid Unicode (it holds a lone surrogate)") from None
+            _check_unicode(s, f"sentence {i}")
         return sentences
 
     @field_validator("documents")
@@ -396,10 +401,7 @@ class TranslateRequest(BaseModel):
             if not doc:
                 raise ValueError(f"document {d} is empty: give every document at least one sentence")
             for i, s in enumerate(doc):
-                try:
-                    s.encode("utf-8")
-                except UnicodeEncodeError:
-                    raise ValueError(f"sentence {i} of document {d} is not valid Unicode (it holds a lone surrogate)") from None
+                _check_unicode(s, f"sentence {i} of document {d}")
         return documents
 
     @model_validator(mode="after")
