@@ -1,0 +1,59 @@
+"""The OSIS cleaning and chapter filtering of recipes/bible-en-es/prepare.py, on hand-made snippets
+modelled on the WEB and Reina-Valera SWORD modules (the recipe itself, which needs apt, is not run)."""
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("bible_prepare", ROOT / "recipes" / "bible-en-es" / "prepare.py")
+bible = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bible)
+
+
+def test_strongs_tags_and_footnotes_leave_plain_text_with_word_boundaries():
+    raw = (
+        '<div type="x-milestone" subType="x-preverse" sID="pv1"/><w lemma="strong:H7225">In</w> '
+        '<w lemma="strong:H7225">the beginning</w>, <w lemma="strong:H0430">God</w><note placement="foot">'
+        '<reference type="annotateRef">1:1 </reference>The Hebrew word rendered “God” is “אֱלֹהִ֑ים”.</note>'
+        '<w lemma="strong:H1254">created</w> the <w lemma="strong:H0776">earth</w><note type="crossReference">'
+        "<reference>Exodus 30:12</reference></note>. <div eID=\"gen25\" type=\"x-p\"/>"
+    )
+    assert bible.clean_osis(raw) == "In the beginning, God created the earth."
+
+
+def test_quotes_lines_headings_and_speakers():
+    raw = (
+        '<speaker>Beloved</speaker> <lg sID="g1"/> <l level="1" sID="g2"/>Let him kiss me;<l eID="g2" level="1"/>'
+        '<title type="section">A heading</title><l level="2" sID="g3"/>for your love is better &amp; sweeter.'
+        '<l eID="g3" level="2"/> said, <q who="Jesus">“Allow it now.”</q>Then he allowed him<q who="x">”</q>, '
+        '<transChange type="added">and</transChange> left.'
+    )
+    assert bible.clean_osis(raw) == "Let him kiss me; for your love is better & sweeter. said, “Allow it now.” Then he allowed him”, and left."
+
+
+def test_canonical_psalm_title_kept_and_glossary_after_the_last_verse_cut():
+    psalm = '<title canonical="true" type="psalm">A Psalm by David.</title> <lg sID="g1"/>Yahweh, how many!'
+    assert bible.clean_osis(psalm) == "A Psalm by David. Yahweh, how many!"
+    last = (
+        'Be with all the saints. Amen.  <chapter eID="Rev.22"/> <div canonical="true" eID="g2" osisID="Rev" type="book"/> '
+        '<div sID="g3" type="glossary"/> <title level="1" type="main">Glossary</title> Abaddon is Hebrew for destruction.'
+    )
+    assert bible.clean_osis(last) == "Be with all the saints. Amen."
+
+
+def test_drop_capital_of_a_chapter_start_only():
+    raw = '<w lemma="strong:H7225">EN el principio</w> crió Dios los cielos. JEHOVÁ'
+    assert bible.clean_osis(raw, chapter_start=True) == "En el principio crió Dios los cielos. JEHOVÁ"
+    assert bible.clean_osis(raw) == "EN el principio crió Dios los cielos. JEHOVÁ"
+    assert bible.clean_osis("¡OH Jehová, cuánto!", chapter_start=True) == "¡Oh Jehová, cuánto!"
+
+
+def test_chapters_align_by_reference_and_shifted_chapters_are_dropped():
+    verses = {
+        "en": {("Gen", 1, 1): "In the beginning.", ("Gen", 1, 2): "", ("Gen", 2, 1): "One two three four five six seven eight nine ten eleven."},
+        "es": {("Gen", 1, 1): "En el principio.", ("Gen", 1, 2): "Y la tierra.", ("Gen", 2, 1): "Uno dos.", ("Gen", 2, 2): "Tres."},
+    }
+    chapters = bible.chapters_in_order(verses)
+    assert chapters == [("Gen", 1, [("In the beginning.", "En el principio.")]), ("Gen", 2, [(verses["en"][("Gen", 2, 1)], "Uno dos.")])]
+    assert bible.aligned(chapters[0][2]) and not bible.aligned(chapters[1][2])
+    assert [bible.split_of(i) for i in (0, 10, 30, 40, 41)] == ["dev", "test", "test", "dev", "train"]
