@@ -321,6 +321,7 @@ def test_synthetic_command_writes_the_corpus(capsys, tmp_path):
         assert (tmp_path / "cli" / name).read_bytes() == (tmp_path / "py" / name).read_bytes(), name
     assert len((tmp_path / "cli" / "dev.src").read_text(encoding="utf-8").splitlines()) == 6
     code, _, err = run_cli(capsys, "synthetic", "-o", tmp_path / "bad", "--dev", "-1")
-    assert_one_line_error(code, err, "number of dev sentences must be >= 0, got -1")
+    assert_one_line_error(code, err, "--dev -1: give 1 to 1,000,000 sentence pairs")
+    assert not (tmp_path / "bad").exists()
     code, _, err = run_cli(capsys, "synthetic", "-o", tmp_path / "x", "--data.annotate=spacy")
     assert_one_line_error(code, err, "unexpected arguments")
