@@ -339,13 +339,12 @@ def _self_labels(label: str, cfg: Config, spec: AlignmentSet, base_dir: Path, se
     record = output.with_name(output.name + ".json")
     st = spec.self_training[label]
     if output.is_file():
-        if not record.is_file():
-            log(f"[{label}] {output} exists without {record.name}: its teacher readings are not known")
-            return ""
-        chosen = json.loads(record.read_text())
-        if chosen.get("choice") != st.reading:
-            raise UserError(f"{output}: written with the teacher reading '{chosen.get('choice')}', the set asks for '{st.reading}': remove it, its .json and the system's work_dir to relabel")
-        return _teacher_readings(chosen)
+        # Labels without the record were written before the choice existed: from the best shifted readings.
+        chosen = json.loads(record.read_text()) if record.is_file() else {"choice": "shifted"}
+        if chosen["choice"] != st.reading:
+            how = "" if record.is_file() else f" (no {record.name}: written before the choice, from the best shifted readings)"
+            raise UserError(f"{output}: written with the teacher reading '{chosen['choice']}'{how}, the set asks for '{st.reading}': remove it, its .json and {cfg.work_dir} to relabel and retrain")
+        return _teacher_readings(chosen) if record.is_file() else ""
     reverse_cfg = _seed_configs(f"{st.teacher} (reverse)", st.reverse, spec, base_dir)[seed]
     _train(f"{st.teacher} (reverse)" + ("" if seed is None else f" seed {seed}"), reverse_cfg, log)
     dev = spec.dev

@@ -184,6 +184,12 @@ def test_align_experiment_full_context_leaky_self_training_and_readings(corpus, 
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     code, _, err = run_cli(capsys, "align-experiment", path)
     assert_one_line_error(code, err, str(labels), "teacher reading 'best'", "asks for 'shifted'")
+    # Labels without the record were written before the choice existed, from the shifted readings.
+    labels.with_name(labels.name + ".json").unlink()
+    spec["self_training"]["self"]["reading"] = "best"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    code, _, err = run_cli(capsys, "align-experiment", path)
+    assert_one_line_error(code, err, str(labels), "teacher reading 'shifted' (no self.train.align.json", "asks for 'best'")
 
 
 def test_an_unknown_self_training_reading_is_a_one_line_error_at_set_load(corpus, tmp_path, capsys):
