@@ -3,6 +3,7 @@
     python benchmarks/hansards_aer.py [--minutes 15 | --steps N] [--work runs/hansards-aer] [--threads 1]
         [--variants plain,guided,guided-full,guided-full-leaky,self] [--jobs 2] [--dev-pairs 100]
         [--normalizers softmax,sparsemax,entmax15,hard] [--hard-decode] [--bleu] [--output R.json]
+        [--self-reading best|shifted|unshifted]
 
 Data (``${SYNTAXNMT_DATA:-../shared/data}``): Multi30k ``train.{en,fr}.gz`` (29,000 pairs) and the
 447 HLT-NAACL 2003 Hansards test pairs (``alignment/enfr-hansards``: ``enfr.src-tgt`` tokenized,
@@ -28,9 +29,11 @@ Data (``${SYNTAXNMT_DATA:-../shared/data}``): Multi30k ``train.{en,fr}.gz`` (29,
    * ``guided-full-leaky``: plus the leak slot (``train.alignment.leaky``, Mask-Align);
    * ``self``: ``guided-full`` with the plain softmax model's own alignments instead of eflomal's
      (self-training, Zenkel et al. 2020; Shift-AET): a French->English twin of the plain model
-     trains with the same budget, each direction's best *shifted* reading on the dev part reads the
-     training corpus, the two are symmetrized with grow-diag-final-and
-     (:func:`syntaxnmt.alignment.sweep.self_training_alignments`).
+     trains with the same budget, each direction's teacher reading on the dev part reads the
+     training corpus (``--self-reading``: ``best``, the better of the best unshifted and the best
+     shifted reading, by default; or the best ``shifted`` / ``unshifted`` one), the two are
+     symmetrized with grow-diag-final-and (:func:`syntaxnmt.alignment.sweep.self_training_alignments`;
+     existing labels, ``self.train.align`` in the working folder, are reused).
 
    Every model trains with ``--threads`` torch threads (default 1); ``--jobs N`` trains and scores
    N of them at once in separate processes (``self`` starts when the plain model and its twin are done).
@@ -68,7 +71,7 @@ import yaml
 
 from syntaxnmt.alignment.external import align_external, run_eflomal
 from syntaxnmt.alignment.extract import AttentionReading, configured_reading, encode_pairs, readings_alignments
-from syntaxnmt.alignment.sweep import align_sweep, self_training_alignments
+from syntaxnmt.alignment.sweep import TEACHER_READINGS, align_sweep, self_training_alignments
 from syntaxnmt.config import load_config
 from syntaxnmt.data.links import aer, read_alignments, read_bitext
 from syntaxnmt.data.prepare import prepare
@@ -266,7 +269,7 @@ def run_model(task: dict) -> dict:
     out: dict = {}
     if variant == "self" and not Path(cfg.data.train_align).is_file():
         plain, twin = work / "run" / "last.pt", work / "run-reverse" / "last.pt"
-        out["labels"] = self_training_alignments(cfg, plain, twin, split.dev(), cfg.data.train_align, torch.device("cpu"), log=_log)
+        out["labels"] = self_training_alignments(cfg, plain, twin, split.dev(), cfg.data.train_align, torch.device("cpu"), reading=args.self_reading, log=_log)
     progress = train(cfg, resume=True, log=_log)
     out["training"] = {"updates": progress.step, "epochs": progress.epoch, "train_minutes": progress.train_seconds / 60, "minutes_budget": args.minutes, "steps_budget": args.steps, "threads": args.threads}
     if cfg.data.train_align:  # the guidance's own AER on the test part (the gold pairs are in the training corpus)
@@ -325,6 +328,13 @@ def run_tasks(tasks: list[dict], args, log) -> dict:
     return results
 
 
+def _guidance_readings(model: dict) -> str:
+    """Where self-training labels were read (each direction's reading and its dev AER); '–' otherwise or for reused labels."""
+    if "labels" not in model:
+        return "–"
+    return " + ".join(f"{name}: {c['reading']} (dev AER {100 * c['dev_aer']:.1f})" for name, c in model["labels"].items())
+
+
 def markdown(results: dict, split: GoldSplit, tasks: list[dict]) -> list[str]:
     """The table for docs/alignment.md: every aligner's AER/precision/recall on the test part, each model's BLEU."""
     lines = ["| system | alignment read from | AER | precision | recall | test_2016_flickr BLEU |", "|---|---|---|---|---|---|"]
@@ -338,7 +348,7 @@ def markdown(results: dict, split: GoldSplit, tasks: list[dict]) -> list[str]:
         bleu = f"{model['test_2016_flickr']['bleu']:.2f}" if "test_2016_flickr" in model else "–"
         if "labels_test" in model:
             r = model["labels_test"]
-            lines.append(f"| {task['name']}: its guidance ({'eflomal gdfa, align-external' if task['variant'] != 'self' else 'plain model + twin, shifted, gdfa'}) | – | {r['aer']:.2f} | {r['precision']:.2f} | {r['recall']:.2f} | – |")
+            lines.append(f"| {task['name']}: its guidance ({'eflomal gdfa, align-external' if task['variant'] != 'self' else 'plain model + twin, gdfa'}) | {_guidance_readings(model)} | {r['aer']:.2f} | {r['precision']:.2f} | {r['recall']:.2f} | – |")
         for key, r in model["readings"].items():
             lines.append(f"| {task['name']} ({model['training']['updates']} updates) | {key} | {r['aer']:.2f} | {r['precision']:.2f} | {r['recall']:.2f} | {bleu} |")
     return lines
@@ -357,6 +367,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--hard-decode", action="store_true", help="also decode the softmax model with argmax (hard) attention")
     ap.add_argument("--bleu", action="store_true", help="also translate Multi30k test_2016_flickr en->fr and report BLEU/chrF")
     ap.add_argument("--output", help="also write the results as JSON here")
+    ap.add_argument("--self-reading", choices=list(TEACHER_READINGS), default="best", help="the self variant's teacher reading per direction, chosen on the dev part: the better of the best unshifted and shifted one (best, default), or the best shifted / unshifted one")
     args = ap.parse_args(argv)
     unknown = set(args.normalizers.split(",")) - set(NORMALIZERS)
     if unknown:

@@ -138,6 +138,10 @@ def reading_options(r: AttentionReading) -> dict:
     return {"layer": layer, "head": "average" if r.head is None else r.head, "shift": r.shift}
 
 
+TEACHER_READINGS: dict[str, bool | None] = {"best": None, "shifted": True, "unshifted": False}
+"""The teacher readings of :func:`self_training_alignments` (the ``shift`` of :meth:`SweepResult.best`)."""
+
+
 def self_training_alignments(
     cfg: Config,
     forward: str | Path,
@@ -147,6 +151,7 @@ def self_training_alignments(
     device: torch.device,
     *,
     symmetrize: str = "grow-diag-final-and",
+    reading: str = "best",
     batch_size: int = 64,
     log=print,
 ) -> dict:
@@ -156,11 +161,16 @@ def self_training_alignments(
     ``prepare`` drops), so it loads as ``data.train_align``.
 
     ``forward``/``reverse``: source->target and target->source checkpoints (the reverse one
-    trained on the swapped sides). Each direction is read with its best *shifted* reading by
+    trained on the swapped sides). Each direction is read with its teacher reading, chosen by
     :func:`align_sweep` on ``dev = (src lines, tgt lines, gold Pharaoh file, one-indexed)``
-    (source->target gold; transposed for the reverse model), the two are symmetrized
+    (source->target gold; transposed for the reverse model): with ``reading`` ``best`` the better
+    by dev AER of the best unshifted and the best shifted reading (Shift-Att; a small model's
+    attention may already align at the predicting step, and its shifted reading is then off by
+    one), with ``shifted``/``unshifted`` the best of those only. The two directions are symmetrized
     (``symmetrize``, grow-diag-final-and by default). Returns the chosen readings and their dev AER.
     """
+    if reading not in TEACHER_READINGS:
+        raise UserError(f"self-training teacher reading '{reading}': choose from {', '.join(TEACHER_READINGS)}")
     d = cfg.data
     if d.annotate != "none":
         raise UserError("self-training alignments read the training text's own words: not for a config with data.annotate")
@@ -169,10 +179,16 @@ def self_training_alignments(
     text = read_parallel(d.train_src, d.train_tgt)
     src_text, tgt_text = model_words(cfg, text, None)
     for name, path, dev_pair, train_pair in (("forward", forward, (dev_src, dev_tgt), (src_text, tgt_text)), ("reverse", reverse, (dev_tgt, dev_src), (tgt_text, src_text))):
-        reading, result = align_sweep(path, *dev_pair, gold, device, one_indexed_gold=one_indexed, batch_size=batch_size, transpose_gold=name == "reverse").best(shift=True)
-        chosen[name] = {"reading": reading.label, "options": _options(reading), "dev_aer": result.aer, "dev_precision": result.precision, "dev_recall": result.recall}
-        log(f"self-training labels, {name} model {path}: {reading.label} (dev {result})")
-        links[name] = model_alignments(path, *train_pair, device, batch_size=batch_size, **reading_options(reading))
+        sweep = align_sweep(path, *dev_pair, gold, device, one_indexed_gold=one_indexed, batch_size=batch_size, transpose_gold=name == "reverse")
+        teacher, result = sweep.best(TEACHER_READINGS[reading])
+        kind = "shifted" if teacher.shift else "unshifted"
+        chosen[name] = {"reading": teacher.label, "shift": teacher.shift, "options": _options(teacher), "dev_aer": result.aer, "dev_precision": result.precision, "dev_recall": result.recall}
+        if reading == "best":
+            other = sweep.best(not teacher.shift)[1]
+            log(f"self-training labels, {name} model {path}: the best {kind} reading {teacher.label} (dev {result}; best {'unshifted' if teacher.shift else 'shifted'}: AER {100 * other.aer:.2f})")
+        else:
+            log(f"self-training labels, {name} model {path}: the best {kind} reading {teacher.label} (dev {result}; reading: {reading})")
+        links[name] = model_alignments(path, *train_pair, device, batch_size=batch_size, **reading_options(teacher))
     fwd, rev = links["forward"], links["reverse"]
     method = symmetrization(symmetrize)
     lines = [""] * text.counts["read"]

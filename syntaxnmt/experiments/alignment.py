@@ -15,8 +15,10 @@ replaces the set's section of a Markdown file (:func:`syntaxnmt.experiments.sets
 Shift-Att's step (``shift``, Chen et al. 2020) and a fixed layer/head, or the best reading of
 ``align-sweep`` on the set's ``dev`` split with gold links (chosen on dev, scored on test).
 ``self_training`` makes a system's ``data.train_align`` from a trained teacher's own symmetrized
-shifted alignments (a target->source twin of the teacher is trained for it; Zenkel et al. 2020,
-Shift-AET) instead of eflomal's.
+alignments (a target->source twin of the teacher is trained for it; Zenkel et al. 2020,
+Shift-AET) instead of eflomal's: each direction read with the better by dev AER of its best
+shifted and best unshifted reading (``reading: best``), or the best of one kind (``shifted``,
+``unshifted``); the system's row names the readings.
 
 With ``seeds``, every system trains once per seed (in ``<work_dir>-seed<S>``, as experiment sets do)
 and its rows give BLEU and AER as mean ± sd over the seeds, with the seed-aware statistics of
@@ -88,10 +90,13 @@ class ReadingVariant(BaseModel):
 class SelfTraining(BaseModel):
     model_config = ConfigDict(extra="forbid")
     teacher: str
-    """Label of an earlier config: its model's shifted alignments are the guidance."""
+    """Label of an earlier config: its model's alignments are the guidance."""
     reverse: str
     """Config (relative to the set file) of the teacher's target->source twin (sides swapped), trained for the labels only."""
     symmetrize: str = "grow-diag-final-and"
+    reading: Literal["best", "shifted", "unshifted"] = "best"
+    """Each direction's teacher reading, chosen on dev: the better of the best shifted and the best
+    unshifted one (``best``), or the best of one kind (:func:`syntaxnmt.alignment.sweep.self_training_alignments`)."""
 
 
 class AlignmentSet(BaseModel):
@@ -241,12 +246,12 @@ def run_alignment_set(path: str | Path, output: str | None = None, log=print) ->
     for label, rel in spec.configs.items():
         runs = _seed_configs(label, rel, spec, base_dir)
         configs[label] = next(iter(runs.values()))
-        main, sym = [], []
+        main, sym, teacher_readings = [], [], []
         forwards[label] = []
         for k, (seed, cfg) in enumerate(runs.items()):
             name = label if seed is None else f"{label} seed {seed}"
             if label in spec.self_training:
-                _self_labels(label, cfg, spec, base_dir, seed, forwards[spec.self_training[label].teacher][k], device, log)
+                teacher_readings.append(_self_labels(label, cfg, spec, base_dir, seed, forwards[spec.self_training[label].teacher][k], device, log))
             record = _train(name, cfg, log)
             forward, reverse = _checkpoints(cfg, record["joint"])
             forwards[label].append(forward)
@@ -264,6 +269,8 @@ def run_alignment_set(path: str | Path, output: str | None = None, log=print) ->
         where = "all layers+heads" if a.layer == "average" and a.head == "average" else f"layer {a.layer}, head {a.head}"
         where += " (full-context pass)" if a.full_context else ""
         where += ", leaky" if a.leaky else ""
+        if label in spec.self_training and all(teacher_readings):
+            where += f"; labels from {spec.self_training[label].teacher}: " + "; ".join(dict.fromkeys(teacher_readings))
         main_runs[label] = main
         rows.append({"label": label, "where": where, "runs": main})
         if sym:
@@ -321,21 +328,38 @@ def _reading_row(label: str, variant: ReadingVariant, dev: AlignmentTestSet | No
     return {"label": label, "where": "; ".join(dict.fromkeys(wheres)), "runs": runs}
 
 
-def _self_labels(label: str, cfg: Config, spec: AlignmentSet, base_dir: Path, seed: int | None, teacher: Path, device, log) -> None:
+def _self_labels(label: str, cfg: Config, spec: AlignmentSet, base_dir: Path, seed: int | None, teacher: Path, device, log) -> str:
     """Write a self-trained system's ``data.train_align`` (unless it exists) from its teacher's
-    checkpoint ``teacher`` and the teacher's target->source twin (trained here, once per seed)."""
+    checkpoint ``teacher`` and the teacher's target->source twin (trained here, once per seed).
+    Returns the readings the labels were read with (recorded next to them, ``<train_align>.json``;
+    empty for labels written without that record)."""
     if not cfg.data.train_align:
         raise UserError(f"{cfg.work_dir}: the self-trained system '{label}' needs data.train_align (where its teacher's alignments go)")
     output = Path(cfg.data.train_align)
-    if output.is_file():
-        return
+    record = output.with_name(output.name + ".json")
     st = spec.self_training[label]
+    if output.is_file():
+        # Labels without the record were written before the choice existed: from the best shifted readings.
+        chosen = json.loads(record.read_text()) if record.is_file() else {"choice": "shifted"}
+        if chosen["choice"] != st.reading:
+            how = "" if record.is_file() else f" (no {record.name}: written before the choice, from the best shifted readings)"
+            raise UserError(f"{output}: written with the teacher reading '{chosen['choice']}'{how}, the set asks for '{st.reading}': remove it, its .json and {cfg.work_dir} to relabel and retrain")
+        return _teacher_readings(chosen) if record.is_file() else ""
     reverse_cfg = _seed_configs(f"{st.teacher} (reverse)", st.reverse, spec, base_dir)[seed]
     _train(f"{st.teacher} (reverse)" + ("" if seed is None else f" seed {seed}"), reverse_cfg, log)
     dev = spec.dev
     output.parent.mkdir(parents=True, exist_ok=True)
     dev_pairs = (read_lines(dev.src), read_lines(dev.ref), dev.align, dev.one_indexed)
-    self_training_alignments(cfg, teacher, Path(reverse_cfg.work_dir) / "best.pt", dev_pairs, output, device, symmetrize=st.symmetrize, log=log)
+    chosen = self_training_alignments(cfg, teacher, Path(reverse_cfg.work_dir) / "best.pt", dev_pairs, output, device, symmetrize=st.symmetrize, reading=st.reading, log=log)
+    chosen["choice"] = st.reading
+    atomic_write_text(record, json.dumps(chosen, indent=1))
+    return _teacher_readings(chosen)
+
+
+def _teacher_readings(chosen: dict) -> str:
+    """The table's note on a self-trained system's labels: each direction's reading and its dev AER."""
+    how = "best on dev" if chosen.get("choice", "best") == "best" else f"best {chosen['choice']} on dev"
+    return " + ".join(f"{name} {chosen[name]['reading']} (dev AER {100 * chosen[name]['dev_aer']:.1f})" for name in ("forward", "reverse")) + f", {how}"
 
 
 def _row_cells(row: dict, first: dict, spec: AlignmentSet) -> list[str]:

@@ -5,10 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+import torch
 from test_cli import assert_one_line_error, run_cli, write_lines
 
 import syntaxnmt.alignment.sweep as sweep_module
-from syntaxnmt.data.links import read_alignments
+from syntaxnmt.alignment.extract import AttentionReading, model_alignments
+from syntaxnmt.alignment.sweep import SweepResult, reading_options
+from syntaxnmt.alignment.symmetrize import symmetrize
+from syntaxnmt.data.links import AERResult, read_alignments
+from syntaxnmt.errors import UserError
+from syntaxnmt.textio import read_lines
 
 
 def _aer_of(capsys, tmp_path, ckpt, src, tgt, gold, *options) -> tuple[float, float, float]:
@@ -71,3 +78,68 @@ def test_sweep_one_indexed_gold_and_errors(capsys, trained_run, corpus, tmp_path
     assert_one_line_error(code, err, str(short), "1 alignment lines")
     code, _, err = run_cli(capsys, "align-sweep", "--checkpoint", ckpt, "--src", src, "--tgt", tgt, "--gold", one)  # 1-indexed read as 0-indexed
     assert_one_line_error(code, err, str(one), "out of range")
+
+
+def _fake_sweep():
+    """An ``align_sweep`` stand-in: in the forward direction (source->target gold as it is) the best
+    unshifted reading (layer 0, head 1: AER 0.30) beats the best shifted one (layer 0, head 0: AER
+    0.80); in the reverse direction (transposed gold) the shifted one wins (0.25 against 0.50)."""
+
+    def fake(path, src, tgt, gold, device, *, transpose_gold=False, **_):
+        unshifted, shifted = (0.50, 0.25) if transpose_gold else (0.30, 0.80)
+        result = lambda x: AERResult(x, 1 - x, 1 - x)  # noqa: E731
+        rows = [
+            (AttentionReading(0, 2), result(0.90)),
+            (AttentionReading(0, 1), result(unshifted)),
+            (AttentionReading(0, 3, True), result(0.95)),
+            (AttentionReading(0, 0, True), result(shifted)),
+        ]
+        return SweepResult(rows, len(src))
+
+    return fake
+
+
+@pytest.mark.parametrize(
+    ("choice", "forward_reading", "reverse_reading"),
+    [
+        ("best", AttentionReading(0, 1), AttentionReading(0, 0, True)),
+        ("shifted", AttentionReading(0, 0, True), AttentionReading(0, 0, True)),
+        ("unshifted", AttentionReading(0, 1), AttentionReading(0, 1)),
+    ],
+)
+def test_self_training_labels_use_the_chosen_teacher_reading(trained_run, corpus, tmp_path, monkeypatch, choice, forward_reading, reverse_reading):
+    """Issue 22: with ``reading: best`` each direction's labels come from the better of its best
+    unshifted and best shifted dev reading (here unshifted forward, shifted reverse); ``shifted`` /
+    ``unshifted`` force one kind. The labels written are those readings of the training corpus,
+    symmetrized with grow-diag-final-and, as ``align`` reads them."""
+    monkeypatch.setattr(sweep_module, "align_sweep", _fake_sweep())
+    ckpt = Path(trained_run.work_dir) / "best.pt"  # read both ways: a stand-in for the reverse twin
+    dev = (read_lines(corpus["dev"]["src"]), read_lines(corpus["dev"]["tgt"]), corpus["dev"]["align"], False)
+    output, logged = tmp_path / "self.train.align", []
+    cpu = torch.device("cpu")
+    chosen = sweep_module.self_training_alignments(trained_run, ckpt, ckpt, dev, output, cpu, reading=choice, log=logged.append)
+    assert (chosen["forward"]["reading"], chosen["reverse"]["reading"]) == (forward_reading.label, reverse_reading.label)
+    assert chosen["forward"]["dev_aer"] == (0.30 if not forward_reading.shift else 0.80)
+    assert f"forward model {ckpt}: the best {'shifted' if forward_reading.shift else 'unshifted'} reading {forward_reading.label} (dev AER" in "\n".join(logged)
+
+    src, tgt = read_lines(corpus["train"]["src"]), read_lines(corpus["train"]["tgt"])
+
+    def labels(fwd: AttentionReading, rev: AttentionReading) -> list:
+        f = model_alignments(ckpt, src, tgt, cpu, **reading_options(fwd))
+        r = model_alignments(ckpt, tgt, src, cpu, **reading_options(rev))
+        return [symmetrize(a, {(i, j) for j, i in b}, "grow-diag-final-and") for a, b in zip(f, r)]
+
+    expected = labels(forward_reading, reverse_reading)
+    written = read_alignments(output, False, [len(x.split()) for x in src], [len(x.split()) for x in tgt])
+    assert [s for s, _ in written] == expected
+    # The choice matters: the other kind of reading gives other labels.
+    flipped = [AttentionReading(0, 1) if r.shift else AttentionReading(0, 0, True) for r in (forward_reading, reverse_reading)]
+    assert labels(*flipped) != expected
+
+
+def test_self_training_with_an_unknown_teacher_reading_is_a_user_error(trained_run, corpus, tmp_path):
+    dev = (read_lines(corpus["dev"]["src"]), read_lines(corpus["dev"]["tgt"]), corpus["dev"]["align"], False)
+    ckpt = Path(trained_run.work_dir) / "best.pt"
+    with pytest.raises(UserError, match="teacher reading 'sideways': choose from best, shifted, unshifted"):
+        sweep_module.self_training_alignments(trained_run, ckpt, ckpt, dev, tmp_path / "x.align", torch.device("cpu"), reading="sideways")
+    assert not (tmp_path / "x.align").exists()

@@ -112,7 +112,8 @@ def test_a_decode_variant_of_an_unknown_system_is_a_one_line_error(corpus, tmp_p
 
 def test_align_experiment_full_context_leaky_self_training_and_readings(corpus, tmp_path, capsys):
     """A guided full-context + leaky system, a self-trained one (its labels: the plain model's own
-    shifted alignments, symmetrized with its reverse twin's), and extra rows that read the plain
+    alignments, each direction read with the better of its best shifted and best unshifted dev
+    reading, symmetrized with its reverse twin's), and extra rows that read the plain
     model again (a fixed shifted layer/head; the best shifted reading on the dev split), each scored
     on test like ``align --shift --layer L --head H`` and with the plain model's BLEU."""
     corpus_dir = corpus["train"]["src"].parent
@@ -163,17 +164,40 @@ def test_align_experiment_full_context_leaky_self_training_and_readings(corpus, 
     for label in ("plain, layer 0 head 1 shifted", "plain, best shifted on dev"):
         assert rows[label][4] == rows["plain"][4]  # the plain model's BLEU
 
-    # The self-trained system's labels: the plain model's and its reverse twin's best shifted
-    # readings on dev, over the training corpus, symmetrized with grow-diag-final-and.
+    # The self-trained system's labels: the plain model's and its reverse twin's best readings on
+    # dev (shifted or not, whichever has the lower dev AER), over the training corpus, symmetrized
+    # with grow-diag-final-and; the row names them.
     train_src, train_tgt = read_lines(corpus["train"]["src"]), read_lines(corpus["train"]["tgt"])
     rev = tmp_path / "reverse" / "best.pt"
-    rev_best, _ = align_sweep(rev, read_lines(corpus_dir / "dev.tgt"), read_lines(corpus_dir / "dev.src"), corpus_dir / "dev.align", cpu, transpose_gold=True).best(shift=True)
-    forward = model_alignments(plain, train_src, train_tgt, cpu, **reading_options(best))
+    fwd_best, fwd_result = align_sweep(plain, read_lines(corpus_dir / "dev.src"), read_lines(corpus_dir / "dev.tgt"), corpus_dir / "dev.align", cpu).best()
+    rev_best, rev_result = align_sweep(rev, read_lines(corpus_dir / "dev.tgt"), read_lines(corpus_dir / "dev.src"), corpus_dir / "dev.align", cpu, transpose_gold=True).best()
+    forward = model_alignments(plain, train_src, train_tgt, cpu, **reading_options(fwd_best))
     backward = model_alignments(rev, train_tgt, train_src, cpu, **reading_options(rev_best))
     expected = [symmetrize(f, {(i, j) for j, i in r}, "grow-diag-final-and") for f, r in zip(forward, backward)]
     written = read_alignments(labels, False, [len(x.split()) for x in train_src], [len(x.split()) for x in train_tgt])
     assert [s for s, _ in written] == expected and sum(map(len, expected)) > len(expected)
     assert "self-training labels, reverse model" in out + err
+    note = f"labels from plain: forward {fwd_best.label} (dev AER {100 * fwd_result.aer:.1f}) + reverse {rev_best.label} (dev AER {100 * rev_result.aer:.1f}), best on dev"
+    assert rows["self"][1] == f"layer -2, head 0 (full-context pass); {note}"
+    # Labels written with another teacher reading than the set now asks for are not reused silently.
+    spec["self_training"]["self"]["reading"] = "shifted"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    code, _, err = run_cli(capsys, "align-experiment", path)
+    assert_one_line_error(code, err, str(labels), "teacher reading 'best'", "asks for 'shifted'")
+    # Labels without the record were written before the choice existed, from the shifted readings.
+    labels.with_name(labels.name + ".json").unlink()
+    spec["self_training"]["self"]["reading"] = "best"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    code, _, err = run_cli(capsys, "align-experiment", path)
+    assert_one_line_error(code, err, str(labels), "teacher reading 'shifted' (no self.train.align.json", "asks for 'best'")
+
+
+def test_an_unknown_self_training_reading_is_a_one_line_error_at_set_load(corpus, tmp_path, capsys):
+    split = {"src": "d.src", "ref": "d.tgt", "align": "d.align"}
+    path, _ = _write_set(tmp_path, corpus, dev=split, self_training={"coverage": {"teacher": "plain", "reverse": "plain.yaml", "reading": "sideways"}})
+    code, _, err = run_cli(capsys, "align-experiment", path)
+    assert_one_line_error(code, err, str(path), "self_training.coverage.reading", "'best', 'shifted' or 'unshifted'")
+    assert not (tmp_path / "plain").exists()  # nothing trained
 
 
 def test_a_reading_with_only_a_layer_is_a_one_line_error(corpus, tmp_path, capsys):
