@@ -49,6 +49,17 @@ def deep_merge(base: dict, extra: dict | None) -> dict:
     return out
 
 
+def write_doc_ids(corpus: dict, folder: Path, per_doc: int, prefix: str = "d") -> dict[str, Path]:
+    """Doc-id files for the tiny corpus's train and dev splits: documents of ``per_doc`` lines
+    (the last one shorter), ids ``{prefix}0``, ``{prefix}1``, ... -- keys ``train`` and ``dev``."""
+    files = {}
+    for split in ("train", "dev"):
+        n = len(corpus[split]["src"].read_text(encoding="utf-8").splitlines())
+        files[split] = folder / f"{split}.docs"
+        files[split].write_text("".join(f"{prefix}{i // per_doc}\n" for i in range(n)))
+    return files
+
+
 def tiny_tree(corpus: dict, work_dir: Path, prepared_dir: Path | None = None) -> dict:
     """Config overrides (a nested dict) for a tiny experiment on ``corpus``."""
     return {

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import deep_merge, quiet, tiny_tree
+from conftest import deep_merge, quiet, tiny_tree, write_doc_ids
 from test_cli import assert_one_line_error, run_cli
 
 from syntaxnmt.analysis.export import read_attention
@@ -27,11 +27,7 @@ def _docs(n: int) -> list[str]:
 @pytest.fixture(scope="module")
 def doc_corpus(corpus, tmp_path_factory):
     folder = tmp_path_factory.mktemp("context_attention")
-    files = {}
-    for split in ("train", "dev"):
-        n = len(read_lines(corpus[split]["src"]))
-        files[split] = folder / f"{split}.docs"
-        files[split].write_text("".join(f"{split}{i // 3}\n" for i in range(n)))
+    files = write_doc_ids(corpus, folder, 3, prefix="doc")
     n = sum(DOC_SIZES)
     files["src"] = folder / "test.src"
     files["src"].write_text("\n".join(read_lines(corpus["test"]["src"])[:n]) + "\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import deep_merge, quiet, tiny_tree
+from conftest import deep_merge, quiet, tiny_tree, write_doc_ids
 
 from syntaxnmt.config import load_config
 from syntaxnmt.data.batches import collate, pad_batch
@@ -12,7 +12,6 @@ from syntaxnmt.data.documents import SEP, DocumentContext, doc_index, document_c
 from syntaxnmt.data.prepare import load_split, load_tokenizers, prepare
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import BOS, EOS, PAD
-from syntaxnmt.textio import read_lines
 
 
 def test_doc_index_numbers_documents_in_order_and_refuses_a_split_document():
@@ -45,13 +44,7 @@ def test_concatenation_both_ways():
 @pytest.fixture(scope="module")
 def doc_corpus(corpus, tmp_path_factory):
     """The tiny corpus with documents of 4 lines (the last one shorter)."""
-    folder = tmp_path_factory.mktemp("docs")
-    files = {}
-    for split in ("train", "dev"):
-        n = len(read_lines(corpus[split]["src"]))
-        files[split] = folder / f"{split}.docs"
-        files[split].write_text("".join(f"d{i // 4}\n" for i in range(n)))
-    return files
+    return write_doc_ids(corpus, tmp_path_factory.mktemp("docs"), 4)
 
 
 def doc_config(corpus, doc_corpus, tmp_path, context: dict, **extra):
