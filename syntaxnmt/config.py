@@ -530,10 +530,13 @@ class TrainConfig(_Section):
     tensorboard: bool = True
     threads: NonNegativeInt = 0
     """torch CPU threads (0: the command's thread policy, :func:`syntaxnmt.runtime.configure_threads`: every core, fewer when other processes keep cores busy)."""
-    cpu_kernels: Literal["auto", "onednn", "aten"] = "auto"
+    cpu_kernels: Literal["auto", "onednn", "aten"] = "onednn"
     """The path of the linear layers' float32 products on CPU (:mod:`syntaxnmt.model.kernels`):
-    ``auto`` times oneDNN against ATen on the model's shapes at start-up (a few seconds, once per
-    machine: cached) and takes the faster per shape; ``onednn`` or ``aten`` decide without timing.
+    ``onednn`` (the default: oneDNN wherever the fixed rule of :mod:`syntaxnmt.model.linear` lets
+    it run) or ``aten`` decide without timing; ``auto`` times oneDNN against ATen on the model's
+    shapes at start-up (a few seconds, once per machine: cached) and takes the faster per shape --
+    opt-in until it wins end to end (docs/benchmarks.md, "CPU kernel choice": it did not on the
+    AVX-512 machine of 2026-11-24).
     The plan is recorded in the checkpoints, and ``--resume`` reuses it (exact resume) unless this
     key changed; ``SYNTAXNMT_CPU_KERNELS`` overrides it."""
     device: str = "auto"
