@@ -34,6 +34,7 @@ from syntaxnmt.analysis.export import (
     SentenceContext,
     Target,
     attention_of_targets,
+    check_target_side,
     context_targets,
     encode_sources,
     output_target,
@@ -224,6 +225,8 @@ class Translator:
         lines = _sentences(sentences, "sentences")
         if alignments:
             self.check_aligning(docs)
+        if attention and docs is not None:  # before the search, not after it
+            check_target_side(getattr(self.members[0], "document_context", None))
         decode = self.decode_options(beam, **options)
         nbest = decode.nbest if nbest is None else nbest
         if nbest < 1:

@@ -140,11 +140,16 @@ def cmd_align_external(args, extra) -> None:
     align_external(_config(args, extra), args.output, args.symmetrize)
 
 
-def cmd_align(args, extra) -> None:
+def _checkpoint_and_pairs(args, extra) -> tuple:
+    """The checkpoint of ``align`` / ``align-sweep`` (overrides only with ``--config``) and their line-aligned ``--src`` / ``--tgt``."""
     path = _checkpoint_arg(args, extra)
     if not args.config:
         _no_overrides(extra)
-    src, tgt = _line_aligned(args.src, args.tgt)
+    return (path, *_line_aligned(args.src, args.tgt))
+
+
+def cmd_align(args, extra) -> None:
+    path, src, tgt = _checkpoint_and_pairs(args, extra)
     links = model_alignments(
         path,
         src,
@@ -166,10 +171,7 @@ def cmd_align(args, extra) -> None:
 
 
 def cmd_align_sweep(args, extra) -> None:
-    path = _checkpoint_arg(args, extra)
-    if not args.config:
-        _no_overrides(extra)
-    src, tgt = _line_aligned(args.src, args.tgt)
+    path, src, tgt = _checkpoint_and_pairs(args, extra)
     result = align_sweep(
         path, src, tgt, args.gold, resolve_device(args.device), one_indexed_gold=args.one_indexed_gold,
         method=args.method, threshold=args.threshold, normalize=args.normalize, batch_size=args.batch_size, src_conllu=args.src_conllu,

@@ -396,7 +396,7 @@ def attention_for_sentences(
     (one per line, :func:`sentence_contexts`): a context model reads them, as ``translate --docs``."""
     if refs is not None and len(refs) != len(sources):
         raise UserError(f"{len(sources)} source lines but {len(refs)} references: the files must be line-aligned")
-    _check_target_side(getattr(model, "document_context", None) if contexts is not None else None)
+    check_target_side(getattr(model, "document_context", None) if contexts is not None else None)
     src = encode_sources(model, cfg, toks, sources, conllu, parse, source_name, parses)
     if refs is None:
         _check_lengths(model, src, None)
@@ -413,7 +413,7 @@ def attention_for_sentences(
     return attention_of_targets(model, toks, sources, src, tgt, device, forced=refs is not None, batch_size=batch_size, progress=progress, contexts=contexts)
 
 
-def _check_target_side(dc) -> None:
+def check_target_side(dc) -> None:
     """Refuse the weights of a target-side HAN model read with its documents: its decoder reads
     the translations of the previous sentences, which the forced pass here does not give it."""
     if dc is not None and dc.han_target:
@@ -471,7 +471,7 @@ def attention_of_targets(
     concatenation model's source (and 2-to-2 target) is then the joined sequence, its first
     ``src_context`` (``tgt_context``) pieces the context; a HAN model adds its weights."""
     dc = getattr(model, "document_context", None) if contexts is not None else None
-    _check_target_side(dc)
+    check_target_side(dc)
     n_src = n_tgt = [0] * len(src)
     han_ctx = None
     if dc is not None and dc.kind == "concat":
