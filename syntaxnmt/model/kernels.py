@@ -84,8 +84,14 @@ def configure(mode: str | None) -> str:
         if mode not in MODES:
             raise UserError(f"cpu kernels {mode!r}: expected one of {', '.join(MODES)}")
         _mode = mode
-        lin.set_plan(Plan.fixed(mode == "onednn") if mode != "auto" else None)
+        _install(Plan.fixed(mode == "onednn") if mode != "auto" else None)
     return _mode
+
+
+def _install(plan: "Plan | None") -> None:
+    """Hand ``plan`` to :mod:`syntaxnmt.model.linear`; oneDNN everywhere is no plan at all, so the
+    default mode asks nothing per product on the hot path."""
+    lin.set_plan(None if plan == Plan.fixed(True) else plan)
 
 
 def cache_dir() -> Path:
@@ -417,7 +423,7 @@ def prepare(
         summary.update(machine=key, cache=str(path), budget_s=budget_s, measured=measured, seconds=round(time.perf_counter() - start, 3), table=_table(times, shapes, kinds), untimed=untimed)
         if measured and load is not None:
             summary["busy"] = f"load average {load[0]:g} above {load[1]} CPUs: cached as provisional, timed again on a quieter run"
-    lin.set_plan(plan)
+    _install(plan)
     summary["record"] = {"mode": mode, "plan": plan.to_record()}
     record_cpu_kernels({k: v for k, v in summary.items() if k != "record"})
     for line in [*notes, *describe(summary)] if log else ():
