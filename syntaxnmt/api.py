@@ -75,6 +75,11 @@ class Candidate:
     """log P(y|x) / lp(y): the score the search ranks by (``decode.length_penalty``; 0 = log P)."""
     log_prob: float
     """log P(y|x), the end of sentence included."""
+    alignment: list[tuple[int, int]] | None = None
+    """With ``alignments=True``: this candidate's word links, as :attr:`Translation.alignment`
+    (the line ``syntaxnmt translate --nbest N --alignments`` writes for it)."""
+    alignment_words: tuple[list[str], list[str]] | None = None
+    """The source and target words ``alignment`` indexes (with ``alignment``)."""
 
 
 @dataclass
@@ -99,7 +104,8 @@ class Attention:
 class Translation:
     """The result for one source sentence: the best translation (``text``, ``score``, ``log_prob``),
     the n-best list (best first), and when asked for, the word ``alignment`` and the ``attention``,
-    both of the best translation; an empty source line gets an empty translation (score 0) and
+    both of the best translation (with ``alignments`` every :class:`Candidate` of ``nbest`` also
+    carries its own links); an empty source line gets an empty translation (score 0) and
     neither. ``forced``: the text is a given reference (:meth:`Translator.score`).
 
     ``alignment``: sorted links ``(i, j)`` from source word i to target word j, 0-based over
@@ -303,14 +309,19 @@ class Translator:
             raise UserError("alignments read one model's attention, without document context (as translate --alignments): load one checkpoint and give no docs (an ensemble's averaged attention: attention=True)")
 
     def _align(self, results: list[Translation], conllu: str | None, source_name: str, decode: DecodeConfig) -> None:
-        """Attach the word alignment of every result's text to its non-empty source, read as
-        ``translate --alignments`` reads it (:func:`~syntaxnmt.alignment.extract.alignments_for_translations`)."""
+        """Attach the word alignment of every candidate of every result to its non-empty source
+        (the best one's also to the result), read as ``translate --nbest N --alignments`` reads
+        it (:func:`~syntaxnmt.alignment.extract.alignments_for_translations`, all hypotheses
+        force-decoded in the same batches)."""
         sources = [r.source for r in results]
-        links = alignments_for_translations(self.model, self.cfg, self.toks, sources, [[r.text] for r in results], self.device, batch_size=decode.batch_size, conllu=conllu, source_name=source_name)
-        for r, (pair,) in zip(results, links):
-            if r.source.strip():
-                r.alignment = sorted(pair)
-                r.alignment_words = (self.toks.src.normalize(r.source).split(), self.toks.tgt.normalize(r.text).split())
+        links = alignments_for_translations(self.model, self.cfg, self.toks, sources, [[c.text for c in r.nbest] for r in results], self.device, batch_size=decode.batch_size, conllu=conllu, source_name=source_name)
+        for r, per_candidate in zip(results, links):
+            if not r.source.strip():
+                continue
+            words = self.toks.src.normalize(r.source).split()
+            for c, pair in zip(r.nbest, per_candidate):
+                c.alignment, c.alignment_words = sorted(pair), (words, self.toks.tgt.normalize(c.text).split())
+            r.alignment, r.alignment_words = r.nbest[0].alignment, r.nbest[0].alignment_words
 
     def _attach(self, results: list[Translation], kept: list[int], src: list[EncodedSource], tgt: list[Target], decode: DecodeConfig, *, forced: bool, contexts: list[SentenceContext] | None = None) -> None:
         """Force-decode every member on ``tgt`` (with their document ``contexts``) and attach the attention to ``results[kept]``."""
