@@ -34,7 +34,6 @@ from syntaxnmt.analysis.export import (
     SentenceContext,
     Target,
     attention_of_targets,
-    check_target_side,
     context_targets,
     encode_sources,
     output_target,
@@ -231,8 +230,6 @@ class Translator:
         lines = _sentences(sentences, "sentences")
         if alignments:
             self.check_aligning(docs)
-        if attention and docs is not None:  # before the search, not after it
-            check_target_side(getattr(self.members[0], "document_context", None))
         decode = self.decode_options(beam, **options)
         nbest = decode.nbest if nbest is None else nbest
         if nbest < 1:
@@ -248,8 +245,10 @@ class Translator:
             self._align(results, src_conllu, source_name, decode)
         if attention:
             kept = [k for k, line in enumerate(lines) if line.strip()]
-            contexts = None if docs is None else sentence_contexts(self.members[0], self.cfg, self.toks, lines, docs, kept, source_name=source_name)
             dc = getattr(self.members[0], "document_context", None)
+            # a target-side HAN model read its own translations of the previous sentences: they are its target context
+            own = {k: output_target(self.toks.tgt, outputs[k][0].tokens, outputs[k][0].text) for k in kept} if docs is not None and dc is not None and dc.han_target else None
+            contexts = None if docs is None else sentence_contexts(self.members[0], self.cfg, self.toks, lines, docs, kept, source_name=source_name, translations=own)
             if contexts is not None and dc.concat_target:  # 2-to-2: the model's own translation of the context is part of what it read
                 contexts = [SentenceContext(c.lines, c.sources, context_targets(self.toks.tgt, outputs[k][0].context_tokens or [], dc.sep)) for c, k in zip(contexts, kept)]
             src = self._encode([lines[k] for k in kept], src_conllu, source_name)

@@ -341,7 +341,8 @@ def attention_json(rec, parse, parse_origin: str | None) -> dict[str, Any]:
     (L, H, T, T, over ``decoder_input``) and ``cross`` (L, H, T, S), null where the model has none;
     for a context model translating a document, ``context``: the previous sentences it read, how
     many leading source / target pieces are context (concatenation) and HAN's sentence-level
-    weights (H, S, k) and gate (S)."""
+    weights (H, S, k) and gate (S); a target-side HAN model's also the previous target sentences
+    it read (its own translations) and its decoder-side weights (H, T, k) and gate (T)."""
     return {
         "translation": rec.translation,
         "source": {"pieces": rec.src_pieces, "words": rec.src_words, "word_of_piece": rec.src_word_of_piece},
@@ -358,6 +359,9 @@ def attention_json(rec, parse, parse_origin: str | None) -> dict[str, Any]:
             "target_pieces": rec.tgt_context,
             "han_sentence": _rounded(rec.han_sentence),
             "han_gate": _rounded(rec.han_gate),
+            "targets": rec.context_translations,
+            "han_target_sentence": _rounded(rec.han_target_sentence),
+            "han_target_gate": _rounded(rec.han_target_gate),
         },
     }
 
