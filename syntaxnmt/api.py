@@ -220,8 +220,8 @@ class Translator:
         """Translate raw sentences (one :class:`Translation` each, in order) with beam search of
         ``beam`` (default: ``decode.beam_size``; 1 = greedy) and the ``nbest`` best candidates
         (default ``decode.nbest``); ``alignments`` / ``attention``: also the word alignment
-        (:class:`Translation`; one model and no ``docs``, as ``translate --alignments``) and the
-        cross-attention of each best translation. ``src_conllu``: the parses of the non-empty
+        (:class:`Translation`, and of every :class:`Candidate`; one model and no ``docs``, as
+        ``translate --alignments``) and the cross-attention of each best translation. ``src_conllu``: the parses of the non-empty
         sentences (CoNLL-U), for models that use trees or tags. ``docs``: a document id per sentence,
         read by a context model (docs/documents.md); with ``attention`` its weights are those of
         the model reading the context (a concatenation model's source columns include it, HAN's
