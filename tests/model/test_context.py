@@ -322,22 +322,26 @@ def test_gradients_reach_the_target_block_and_the_decoder_through_the_context():
     assert embed[4].abs().sum() == 0  # a token nobody reads
 
 
-def _spy_on_context(model) -> dict[int, list[list[int]]]:
-    """Record, per sentence id, the target context sentences (without padding) every batch gives the model."""
+def _spy_on_context(model) -> tuple[dict, dict]:
+    """Record what every batch gives the model as target-side context: per sentence id, the
+    context rows' decoder inputs (without padding) of a batch of rows (training, scoring), and
+    the computed states and padding of a translation batch (``batch.context_states``)."""
     from syntaxnmt.inputs import PAD
 
-    seen: dict[int, list[list[int]]] = {}
+    rows_seen: dict[int, list[list[int]]] = {}
+    states_seen: dict[int, tuple] = {}
     encode = model.encode
 
     def spy(batch, *args, **kwargs):
-        if batch.context_tgt is not None:
-            for row, i in enumerate(batch.ids.tolist()):
-                seen[i] = [[t for t in r.tolist() if t != PAD] for r in batch.context_tgt[row]]
-                seen[i] = [r for r in seen[i] if r]
+        for row, i in enumerate(batch.ids.tolist()):
+            if batch.context_rows is not None and i >= 0:
+                rows_seen[i] = [[t for t in batch.tgt_in[r].tolist() if t != PAD] for r in batch.context_rows[row].tolist() if r >= 0]
+            if batch.context_states is not None:
+                states_seen[i] = (batch.context_states[2][row], batch.context_states[3][row])
         return encode(batch, *args, **kwargs)
 
     model.encode = spy
-    return seen
+    return rows_seen, states_seen
 
 
 @pytest.mark.parametrize("side", ["target", "both"])
@@ -347,7 +351,7 @@ def test_a_target_side_han_model_translates_documents_from_its_own_translations(
     from syntaxnmt.decoding.scoring import ScoredPair, target_nll
     from syntaxnmt.decoding.translate import load_model, translate_outputs
     from syntaxnmt.errors import UserError
-    from syntaxnmt.inputs import BOS
+    from syntaxnmt.inputs import BOS, EOS
     from syntaxnmt.textio import read_lines
 
     cfg = _train(corpus, docs_files, tmp_path / "han-target", {"kind": "han", "sentences": 2, "side": side}, max_steps=6)
@@ -365,13 +369,24 @@ def test_a_target_side_han_model_translates_documents_from_its_own_translations(
 
     # The context translations the model reads are its own previous outputs, nearest first.
     model, mcfg, toks = load_model(f"{cfg.work_dir}/best.pt", torch.device("cpu"))
-    seen = _spy_on_context(model)
+    seen, states = _spy_on_context(model)
     outs = translate_outputs(model, mcfg, toks, lines, mcfg.decode, torch.device("cpu"), docs=docs)
     assert "\n".join(o[0].text for o in outs) == with_docs.rstrip("\n")
-    for i in range(6):
-        position = i % 3
-        expected = [[BOS, *outs[i - 1 - j][0].tokens] for j in range(min(position, 2))]
-        assert seen.get(i, []) == expected, i
+    with torch.no_grad():
+        for i in range(6):
+            ctx, pad = states[i]
+            for j in range(2):
+                p = i - 1 - j
+                if j >= i % 3:  # no such previous sentence in the document
+                    assert bool(pad[j].all()), i
+                    continue
+                # the decoder states of the model's own translation of sentence p, read teacher-forced
+                src = torch.tensor([[*toks.src.encode(lines[p]), EOS]])
+                tgt_in = torch.tensor([[BOS, *outs[p][0].tokens]])
+                expected = model.decode_states(tgt_in, model.encode_states(src), src.eq(0))[0]
+                n = tgt_in.size(1)
+                assert pad[j].tolist() == [False] * n + [True] * (pad.size(1) - n), i
+                torch.testing.assert_close(ctx[j, :n], expected, rtol=0, atol=1e-5)
 
     # Scoring reads the given (reference) translations of the context instead.
     refs = read_lines(corpus["test"]["tgt"])[:6]
