@@ -106,6 +106,9 @@ class Batch:
     carries the source features of enriched attention and multi-task objectives; ``alignment`` the
     row-normalized reference alignment A (B, T, S) of guided alignment training,
     ``A[b, t, s] > 0`` when target piece ``tgt_out[b, t]`` is linked to source piece ``src[b, s]``.
+    A HAN model's batch (:func:`syntaxnmt.data.batches.make_batch`) holds the previous sentences
+    as rows of their own: ``context_rows`` points at them, and a row that is only context (a
+    lead-in) has a ``tgt_out`` of padding, so it adds no loss and no target token.
     """
 
     src: Tensor  # (B, S)
@@ -114,8 +117,8 @@ class Batch:
     ids: Tensor  # (B,) sentence indices in the split
     features: SourceFeatures = field(default_factory=SourceFeatures)
     alignment: Tensor | None = None  # (B, T, S), only for guided alignment
-    context: Tensor | None = None  # (B, k, Sc) previous source sentences (nearest first, EOS-ended, PAD rows where missing), HAN models only
-    context_tgt: Tensor | None = None  # (B, k, Tc) their target sentences (BOS-started decoder inputs, PAD rows where missing), target-side HAN only
+    context_rows: Tensor | None = None  # (B, k) HAN: the rows of this batch holding each row's previous sentences (nearest first), -1 where missing
+    context_states: tuple[Tensor, ...] | None = None  # HAN, decoding: precomputed states of the previous sentences (ctx (B, k, Sc, D), its padding (B, k, Sc)[, the target side's two])
 
     @property
     def src_pad_mask(self) -> Tensor:
@@ -131,4 +134,4 @@ class Batch:
 
     def to(self, device: torch.device | str) -> "Batch":
         move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
-        return replace(self, src=move(self.src), tgt_in=move(self.tgt_in), tgt_out=move(self.tgt_out), features=self.features.to(device), alignment=move(self.alignment), context=move(self.context), context_tgt=move(self.context_tgt))
+        return replace(self, src=move(self.src), tgt_in=move(self.tgt_in), tgt_out=move(self.tgt_out), features=self.features.to(device), alignment=move(self.alignment), context_rows=move(self.context_rows), context_states=None if self.context_states is None else tuple(move(t) for t in self.context_states))

@@ -165,11 +165,37 @@ def make_batch(
     """Add EOS/BOS and pad. ``tgt_seqs`` is None for translation-only batches. With a non-empty
     ``spec``, the batch carries the source features it names, made from ``annotations`` (one per
     source sequence) -- the one way training, translation, alignment and attention export attach
-    them. ``context`` (one list per sentence of its previous source sentences, nearest first) fills
-    ``batch.context`` (B, ``context_size``, Sc) for a HAN model (each sentence ends with EOS; a
-    missing sentence is a row of padding); ``context_tgt`` (their target sentences, as many per
-    sentence) fills ``batch.context_tgt`` (B, ``context_size``, Tc) for a target-side HAN model,
-    each sentence as the decoder reads it (starting with BOS)."""
+    them. ``context`` (one list per sentence of its previous source sentences, nearest first) makes
+    the batch of a HAN model: every distinct context sentence becomes one more row after the given
+    ones (a lead-in row: no loss, id -1) and ``batch.context_rows`` points at them (up to
+    ``context_size`` per sentence); ``context_tgt`` (their target sentences, as many per sentence)
+    gives those rows their targets, which a target-side HAN model reads teacher-forced."""
+    if context is None or not context_size:
+        return _padded(src_seqs, tgt_seqs, ids, annotations, spec)
+    if spec:
+        raise ValueError("a HAN batch carries no source features (model.context does not combine with model.syntax)")
+    if context_tgt is not None and any(len(a[:context_size]) != len(b[:context_size]) for a, b in zip(context, context_tgt)):
+        raise UserError("a target-side context model reads the translation of every context sentence: give as many target as source context sentences")
+    src, tgt = list(src_seqs), None if tgt_seqs is None else list(tgt_seqs)
+    n, seen = len(src), {}
+    rows = np.full((n, context_size), -1, dtype=np.int64)
+    for b, sentences in enumerate(context):
+        for j, sentence in enumerate(sentences[:context_size]):
+            s = np.asarray(sentence, dtype=np.int64)
+            t = np.asarray(context_tgt[b][j], dtype=np.int64) if context_tgt is not None else np.zeros(0, dtype=np.int64)
+            key = (s.tobytes(), t.tobytes())  # a sentence read by several rows is encoded once
+            if key not in seen:
+                seen[key] = n + len(seen)
+                src.append(s)
+                if tgt is not None:
+                    tgt.append(t)
+            rows[b, j] = seen[key]
+    rows = np.concatenate([rows, np.full((len(seen), context_size), -1, dtype=np.int64)])
+    return _han_batch(src, tgt, list(ids) + [-1] * len(seen), rows, n)
+
+
+def _padded(src_seqs: Sequence, tgt_seqs: Sequence | None, ids: Sequence[int], annotations=None, spec: FeatureSpec | None = None) -> Batch:
+    """The padded batch of :func:`make_batch` without document context."""
     src = pad_sequences([np.append(s, EOS) for s in src_seqs])
     tgt_in = tgt_out = None
     if tgt_seqs is not None:
@@ -180,32 +206,25 @@ def make_batch(
         if annotations is None:
             raise UserError(f"this model uses source features ({', '.join(sorted(spec.names))}): the input must be annotated")
         batch.features = pad_features([sentence_features(a, spec) for a in annotations], src.size(1))
-    if context is not None and context_size:
-        batch.context = _context_rows(context, context_size, lambda s: np.append(s, EOS))
-    if context_tgt is not None and context_size:
-        if context is None or any(len(a[:context_size]) != len(b[:context_size]) for a, b in zip(context, context_tgt)):
-            raise UserError("a target-side context model reads the translation of every context sentence: give as many target as source context sentences")
-        batch.context_tgt = _context_rows(context_tgt, context_size, lambda s: np.insert(s, 0, BOS))
     return batch
 
 
-def _context_rows(context: Sequence[Sequence[np.ndarray]], k: int, mark) -> Tensor:
-    """(B, k, L) the first ``k`` sentences of each row of ``context``, each with its marker
-    (``mark``: EOS appended or BOS prepended), padded; a missing sentence is a row of padding."""
-    rows = [[np.asarray(mark(np.asarray(s, dtype=np.int64))) for s in sentences[:k]] for sentences in context]
-    length = max((len(r) for row in rows for r in row), default=1)
-    out = torch.full((len(context), k, length), PAD, dtype=torch.long)
-    for b, row in enumerate(rows):
-        for j, r in enumerate(row):
-            out[b, j, : len(r)] = torch.as_tensor(r)
-    return out
+def _han_batch(src: Sequence, tgt: Sequence | None, ids: Sequence[int], rows: np.ndarray, n_loss: int) -> Batch:
+    """A HAN batch: sentences ``src``/``tgt`` whose first ``n_loss`` rows are the ones that count
+    (the others are lead-ins: context only, their ``tgt_out`` padding) and ``rows`` (N, k) the rows
+    of each row's previous sentences (-1 where missing)."""
+    batch = _padded(src, tgt, ids)
+    if batch.tgt_out is not None:
+        batch.tgt_out[n_loss:] = PAD
+    batch.context_rows = torch.as_tensor(rows, dtype=torch.long)
+    return batch
 
 
 def context_batch(context: DocumentContext, src: Sequence, tgt: Sequence | None, ids: Sequence[int], src_ctx: Sequence[Sequence], tgt_ctx: Sequence[Sequence] | None = None) -> Batch:
     """The batch a context model reads: for ``concat`` the sentences with their previous ones and
     separators in one sequence (the target too for 2-to-2, from ``tgt_ctx``), for ``han`` the
-    sentences and ``batch.context`` (and ``batch.context_tgt``, from ``tgt_ctx``, when the HAN
-    reads the target side)."""
+    sentences (rows 0..n-1) followed by their previous sentences as rows of their own
+    (:func:`make_batch`; with their targets ``tgt_ctx`` when the HAN reads the target side)."""
     if context.kind == "han":
         if context.han_target and tgt_ctx is None:
             raise ValueError("a target-side HAN model needs the target sentences of its context (tgt_ctx)")
@@ -216,27 +235,46 @@ def context_batch(context: DocumentContext, src: Sequence, tgt: Sequence | None,
     return make_batch(src, tgt, ids)
 
 
+def lead_in(previous: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """The sentences (sorted) among ``previous[indices]`` (the previous sentences of ``indices``,
+    -1 where missing) that are not in ``indices``: the lead-in rows a HAN batch adds."""
+    wanted = np.unique(previous[indices])
+    return np.setdiff1d(wanted[wanted >= 0], indices)
+
+
 def collate(split: Split, indices: Sequence[int], spec: FeatureSpec | None = None, alignment: bool = False, context: DocumentContext | None = None) -> Batch:
     """The batch of sentences ``indices`` of a prepared split, with the source features ``spec`` names,
     with ``alignment`` the reference alignment of the split's ``align`` field, and with ``context``
-    the previous sentences of each sentence's document as the context model reads them."""
+    the previous sentences of each sentence's document as the context model reads them: for HAN,
+    the previous sentences missing from ``indices`` come after them as lead-in rows (no loss) and
+    every row points at the rows of its previous sentences (``batch.context_rows``). Batches of
+    contiguous runs of documents (:func:`document_batches`) need at most k lead-ins per run."""
     if spec and spec.needs_parse and not split.has_parses:
         raise UserError(f"the model uses {', '.join(sorted(spec.names))} but the prepared corpus has no parses: set data.annotate (spacy or conllu)")
     annotations = [split.annotation(i) for i in indices] if spec else None
-    src, tgt = [split["src"][i] for i in indices], [split["tgt"][i] for i in indices]
-    if context is None:
-        batch = make_batch(src, tgt, indices, annotations, spec)
-    else:
-        previous = split.previous(context.sentences)[np.asarray(indices)]
+    idx = np.asarray(indices, dtype=np.int64)
+    n = len(idx)
+    if context is not None and context.kind == "han":
+        previous = split.previous(context.sentences)
+        idx = np.concatenate([idx, lead_in(previous, idx)])
+        where = np.full(len(split), -1, dtype=np.int64)
+        where[idx] = np.arange(len(idx))
+        rows = np.where(previous[idx] >= 0, where[np.maximum(previous[idx], 0)], -1)
+        rows[n:] = -1  # a lead-in row's own context is not needed: its states are read before HAN
+        batch = _han_batch([split["src"][i] for i in idx], [split["tgt"][i] for i in idx], idx.tolist(), rows, n)
+    elif context is not None:
+        previous = split.previous(context.sentences)[idx]
         src_ctx = [[split["src"][j] for j in row if j >= 0] for row in previous]
         tgt_ctx = [[split["tgt"][j] for j in row if j >= 0] for row in previous]
-        batch = context_batch(context, src, tgt, indices, src_ctx, tgt_ctx)
+        batch = context_batch(context, [split["src"][i] for i in idx], [split["tgt"][i] for i in idx], indices, src_ctx, tgt_ctx)
+    else:
+        batch = make_batch([split["src"][i] for i in idx], [split["tgt"][i] for i in idx], indices, annotations, spec)
     if alignment:
         if "align" not in split.fields:
             raise UserError("guided alignment needs the prepared corpus to hold alignments: set data.train_align")
         if context is not None and context.kind == "concat":
             raise UserError("guided alignment and concatenation context models do not go together (the alignments cover the current sentence only)")
-        links = [split["align"][i].reshape(-1, 2).tolist() for i in indices]
+        links = [split["align"][i].reshape(-1, 2).tolist() if r < n else [] for r, i in enumerate(idx)]
         ref = alignment_targets(links, batch.tgt_out.size(1), batch.src.size(1))
         batch.alignment = normalize_alignment(ref, batch.src_pad_mask, batch.tgt_out.eq(PAD))
     return batch
@@ -255,14 +293,14 @@ def shape_bucket(batch: Batch, max_tokens: int, multiple: int) -> tuple[int, int
     return max(len(batch), max_tokens // length), length
 
 
-def pad_batch(batch: Batch, rows: int, length: int, context_length: int | None = None) -> Batch:
+def pad_batch(batch: Batch, rows: int, length: int) -> Batch:
     """``batch`` padded to ``rows`` sentences of ``length`` positions on both sides (a static shape).
 
     Padding is invisible to the loss: padded positions are PAD (masked keys, no target), and an
     added row is a sentence holding only EOS, with no target token, so that its attention has one
     key to attend to (a row of masked keys would give NaN) and it adds nothing to the loss.
-    The context rows of a HAN batch come along (an added sentence has none), their length padded
-    to ``context_length`` when given.
+    A HAN batch keeps its ``context_rows`` (an added sentence has no context: -1), so its lead-in
+    rows count in the static shape like any other row.
     """
     b, s, t = len(batch), batch.src.size(1), batch.tgt_out.size(1)
     if rows < b or length < max(s, t):
@@ -293,15 +331,11 @@ def pad_batch(batch: Batch, rows: int, length: int, context_length: int | None =
     if batch.alignment is not None:
         alignment = batch.alignment.new_zeros(rows, length, length)
         alignment[:b, :t, :s] = batch.alignment
-    context = None
-    if batch.context is not None:
-        k, sc = batch.context.shape[1:]
-        context = batch.context.new_full((rows, k, max(sc, context_length or 0)), PAD)
-        context[:b, :, :sc] = batch.context
+    context_rows = None
+    if batch.context_rows is not None:
+        context_rows = torch.cat([batch.context_rows, batch.context_rows.new_full((rows - b, batch.context_rows.size(1)), -1)])
     ids = torch.cat([batch.ids, batch.ids.new_full((rows - b,), -1)])
-    # The previous target sentences of a target-side HAN model: an added row has none (rows of padding).
-    context_tgt = None if batch.context_tgt is None else torch.cat([batch.context_tgt, batch.context_tgt.new_full((rows - b,) + tuple(batch.context_tgt.shape[1:]), PAD)])
-    return Batch(src, tgt_in, grow(batch.tgt_out), ids, features, alignment, context, context_tgt)
+    return Batch(src, tgt_in, grow(batch.tgt_out), ids, features, alignment, context_rows=context_rows)
 
 
 def bucket_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, rng: np.random.Generator | None, multiple: int = 0) -> list[np.ndarray]:
@@ -328,20 +362,67 @@ def bucket_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, 
     return batches
 
 
+def document_batches(docs: np.ndarray, src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, k: int, rng: np.random.Generator | None, multiple: int = 0) -> list[np.ndarray]:
+    """Batches of contiguous runs of documents for a HAN model (as HAN_NMT, Miculicich et al. 2018,
+    keeps documents together): the sentences of a batch read their previous sentences from rows of
+    the same batch, so each is encoded once.
+
+    ``docs`` is the document index of every sentence (documents contiguous, in order). A document
+    is one *span*; one that does not fit ``max_tokens`` is cut into spans that do, and a span
+    starting inside its document brings up to ``k`` lead-in rows (the sentences before it: context
+    only, no loss), counted in its size. Spans are shuffled with ``rng``, sorted by their longest
+    side (rounded up to ``multiple`` as in :func:`bucket_batches`, so every batch fits its
+    :func:`shape_bucket`) and cut greedily so that ``rows * longest <= max_tokens``; a batch holds
+    the indices of its spans' sentences (not the lead-ins, which :func:`collate` adds)."""
+    n = len(docs)
+    longest = np.asarray(round_up(np.maximum(src_lens, tgt_lens) + 1, multiple), dtype=np.int64)
+    starts = np.flatnonzero(np.r_[True, docs[1:] != docs[:-1]]) if n else np.zeros(0, dtype=np.int64)
+    ends = np.r_[starts[1:], n]
+    spans: list[tuple[int, int, int, int]] = []  # (first, end, rows with lead-ins, longest side)
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        p = s
+        while p < e:
+            lead = min(k, p - s)
+            cur, q = int(longest[p - lead : p + 1].max()), p + 1
+            while q < e and max(cur, int(longest[q])) * (q + 1 - p + lead) <= max_tokens:
+                cur, q = max(cur, int(longest[q])), q + 1
+            spans.append((p, q, q - p + lead, cur))
+            p = q
+    order = rng.permutation(len(spans)) if rng is not None else np.arange(len(spans))
+    order = order[np.argsort(np.asarray([spans[i][3] for i in order], dtype=np.int64), kind="stable")]
+    batches, current, rows, running_max = [], [], 0, 0
+    for i in order.tolist():
+        first, end, size, side = spans[i]
+        if current and max(running_max, side) * (rows + size) > max_tokens:
+            batches.append(np.concatenate(current))
+            current, rows, running_max = [], 0, 0
+        current.append(np.arange(first, end))
+        rows, running_max = rows + size, max(running_max, side)
+    if current:
+        batches.append(np.concatenate(current))
+    return batches
+
+
 class TokenBatchSampler:
     """Epochs of length-bucketed batches in a shuffled order determined by ``(seed, epoch)``.
 
     With ``num_shards > 1`` (distributed training) each rank takes every ``num_shards``-th batch.
+    With ``docs`` (the document index of every sentence) and ``context`` k (a HAN model) the
+    batches are contiguous runs of documents (:func:`document_batches`) instead.
     """
 
-    def __init__(self, src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int, shuffle: bool = True, num_shards: int = 1, shard: int = 0, multiple: int = 0):
+    def __init__(self, src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int, shuffle: bool = True, num_shards: int = 1, shard: int = 0, multiple: int = 0, docs: np.ndarray | None = None, context: int = 0):
         self.src_lens, self.tgt_lens = np.asarray(src_lens), np.asarray(tgt_lens)
         self.max_tokens, self.seed, self.shuffle, self.multiple = max_tokens, seed, shuffle, multiple
         self.num_shards, self.shard = num_shards, shard
+        self.docs, self.context = None if docs is None else np.asarray(docs), context
 
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         rng = np.random.default_rng([self.seed, epoch]) if self.shuffle else None
-        batches = bucket_batches(self.src_lens, self.tgt_lens, self.max_tokens, rng, self.multiple)
+        if self.docs is not None:
+            batches = document_batches(self.docs, self.src_lens, self.tgt_lens, self.max_tokens, self.context, rng, self.multiple)
+        else:
+            batches = bucket_batches(self.src_lens, self.tgt_lens, self.max_tokens, rng, self.multiple)
         if rng is not None:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         if self.num_shards > 1:

@@ -27,6 +27,7 @@ from syntaxnmt.inputs import PAD, TAG_NAMES, FeatureSpec
 from syntaxnmt.model import build_model, set_hard_attention
 from syntaxnmt.model.kernels import note
 from syntaxnmt.model.kernels import prepare as prepare_cpu_kernels
+from syntaxnmt.model.transformer import gather_rows
 
 
 def checkpoint_path(cfg: Config, which: str) -> Path:
@@ -161,10 +162,98 @@ def translate_ids(
     if own and previous is None:
         raise ValueError("a target-side HAN model translates documents in order: give the positions of the previous sentences (previous=)")
     model.eval()
+    states = None
+    if context is not None and context.kind == "han":
+        max_pos = model.cfg.max_positions - 2
+        pool, rows = _sentence_pool(sources, contexts, previous, context.sentences)
+        states = DocumentStates(model, [s[:max_pos] for s in pool], device, decode.batch_size)
+        states.encode(np.unique(rows[rows >= 0]))  # every context sentence once
+        previous = rows
     with tqdm(total=len(sources), desc="translate", unit="sent", disable=not progress, leave=False) as bar:
         for wave in _document_waves(previous, len(sources)) if own else [np.arange(len(sources))]:
-            _translate_wave(model, sources, wave, results, decode, device, beam, nbest, annotations, contexts, previous if own else None, bar)
+            _translate_wave(model, sources, wave, results, decode, device, beam, nbest, annotations, contexts, previous if own or states is not None else None, bar, states)
+            if own:  # the decoder states of these translations: the next sentences' context
+                later = np.unique(previous[previous >= 0])
+                states.decode(np.intersect1d(wave, later), [results[i][0].tokens for i in np.intersect1d(wave, later)])
     return results
+
+
+def _sentence_pool(sources: Sequence[np.ndarray], contexts, previous: np.ndarray | None, k: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """The sentences a HAN model reads while translating ``sources`` -- the sources, then any
+    context sentence that is not one of them -- and (N, k) the positions in that pool of each
+    source's previous sentences (from ``previous`` when given, else from ``contexts``)."""
+    if previous is not None:
+        return list(sources), np.asarray(previous)[:, :k]
+    pool, seen = list(sources), {}
+    rows = np.full((len(sources), k), -1, dtype=np.int64)
+    for i, sentences in enumerate(contexts):
+        for j, c in enumerate(list(sentences)[:k]):
+            key = np.asarray(c, dtype=np.int64).tobytes()
+            if key not in seen:
+                seen[key] = len(pool)
+                pool.append(np.asarray(c, dtype=np.int64))
+            rows[i, j] = seen[key]
+    return pool, rows
+
+
+class DocumentStates:
+    """The context states a HAN model reads while translating documents, each sentence's computed
+    once: the encoder output of a source sentence (:meth:`~syntaxnmt.model.transformer.Transformer.encode_states`)
+    and, for a target-side model, the decoder states of the model's own translation of it
+    (:meth:`~syntaxnmt.model.transformer.Transformer.decode_states`, teacher-forced on that
+    encoder output). A translation batch gathers them for its sentences' previous sentences
+    (``batch.context_states``) instead of encoding k previous sentences per sentence."""
+
+    def __init__(self, model, sources: Sequence[np.ndarray], device: torch.device, batch_size: int):
+        self.model, self.sources, self.device, self.batch_size = model, sources, device, batch_size
+        self.src: dict[int, torch.Tensor] = {}  # sentence -> (S, D) encoder states, EOS included
+        self.tgt: dict[int, torch.Tensor] = {}  # sentence -> (T, D) decoder states of its translation, BOS first
+
+    @torch.no_grad()
+    def encode(self, ids: np.ndarray) -> None:
+        """Encode the sentences ``ids`` (not yet encoded), batched by length."""
+        todo = sorted((int(i) for i in ids if int(i) not in self.src), key=lambda i: len(self.sources[i]))
+        for start in range(0, len(todo), self.batch_size):
+            chunk = todo[start : start + self.batch_size]
+            src = make_batch([self.sources[i] for i in chunk], None, chunk).src.to(self.device)
+            hidden = self.model.encode_states(src)
+            for b, i in enumerate(chunk):
+                self.src[i] = hidden[b, : len(self.sources[i]) + 1]
+
+    @torch.no_grad()
+    def decode(self, ids: np.ndarray, translations: Sequence[Sequence[int]]) -> None:
+        """The decoder states of the sentences ``ids`` reading their ``translations``."""
+        ids = [int(i) for i in ids]
+        self.encode(np.asarray(ids, dtype=np.int64))
+        for start in range(0, len(ids), self.batch_size):
+            chunk, tokens = ids[start : start + self.batch_size], translations[start : start + self.batch_size]
+            memory, memory_pad = self._stack([self.src[i] for i in chunk])
+            tgt_in = make_batch([np.zeros(0, dtype=np.int64)] * len(chunk), [np.asarray(t, dtype=np.int64) for t in tokens], chunk).tgt_in.to(self.device)
+            states = self.model.decode_states(tgt_in, memory, memory_pad)
+            for b, (i, t) in enumerate(zip(chunk, tokens)):
+                self.tgt[i] = states[b, : len(t) + 1]
+
+    def _stack(self, states: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, L, D) the states padded with zeros and (N, L) their padding mask."""
+        stacked = torch.nn.utils.rnn.pad_sequence(states, batch_first=True)
+        lengths = torch.tensor([len(x) for x in states], device=stacked.device)
+        return stacked, torch.arange(stacked.size(1), device=stacked.device)[None, :] >= lengths[:, None]
+
+    def gather(self, previous: np.ndarray, target: bool) -> tuple[torch.Tensor, ...]:
+        """``batch.context_states`` for sentences whose previous sentences are ``previous`` (B, k; -1
+        missing): source states and padding, with ``target`` the target side's two as well."""
+        present = np.unique(previous[previous >= 0])
+        where = {int(j): r for r, j in enumerate(present)}
+        rows = torch.tensor([[where.get(int(j), -1) for j in row] for row in previous], dtype=torch.long, device=self.device)
+        out: list[torch.Tensor] = []
+        for cache in (self.src, self.tgt) if target else (self.src,):
+            if len(present):
+                stacked, pad = self._stack([cache[int(j)] for j in present])
+            else:
+                d = self.model.cfg.d_model
+                stacked, pad = torch.zeros(1, 1, d, device=self.device), torch.ones(1, 1, dtype=torch.bool, device=self.device)
+            out += gather_rows(stacked, pad, rows)
+        return tuple(out)
 
 
 def _document_waves(previous: np.ndarray, n: int) -> list[np.ndarray]:
@@ -177,9 +266,10 @@ def _document_waves(previous: np.ndarray, n: int) -> list[np.ndarray]:
     return [np.flatnonzero(depth == d) for d in range(int(depth.max()) + 1 if n else 0)]
 
 
-def _translate_wave(model, sources, wave: np.ndarray, results: list, decode: DecodeConfig, device, beam: int, nbest: int, annotations, contexts, previous: np.ndarray | None, bar) -> None:
+def _translate_wave(model, sources, wave: np.ndarray, results: list, decode: DecodeConfig, device, beam: int, nbest: int, annotations, contexts, previous: np.ndarray | None, bar, states: DocumentStates | None = None) -> None:
     """Search the sources ``wave`` (indices into ``sources``) into ``results``, batched by length;
-    with ``previous``, each reads the best translations (in ``results``) of its previous sentences."""
+    a HAN model reads the ``states`` of the previous sentences ``previous`` (for a target-side
+    one also the states of its best translations of them), a concatenation model ``contexts``."""
     spec = model.feature_spec
     max_pos = model.cfg.max_positions - 2
     context = getattr(model, "document_context", None) if contexts is not None else None
@@ -187,11 +277,12 @@ def _translate_wave(model, sources, wave: np.ndarray, results: list, decode: Dec
     for start in range(0, len(order), decode.batch_size):
         idx = order[start : start + decode.batch_size]
         anns = [_truncate(annotations[i], max_pos) for i in idx] if spec else None
-        if context is not None:
-            tgt_ctx = [[np.asarray(results[j][0].tokens, dtype=np.int64) for j in previous[i] if j >= 0] for i in idx] if previous is not None else None
-            batch = context_batch(context, [sources[i][:max_pos] for i in idx], None, idx.tolist(), [[c[:max_pos] for c in contexts[i]] for i in idx], tgt_ctx)
-            if context.kind == "concat":
-                batch.src = batch.src[:, -(max_pos + 1) :]  # a long context is cut from the left; the current sentence stays
+        if states is not None:
+            batch = make_batch([sources[i][:max_pos] for i in idx], None, idx.tolist()).to(device)
+            batch.context_states = states.gather(previous[idx], context.han_target)
+        elif context is not None:
+            batch = context_batch(context, [sources[i][:max_pos] for i in idx], None, idx.tolist(), [[c[:max_pos] for c in contexts[i]] for i in idx])
+            batch.src = batch.src[:, -(max_pos + 1) :]  # a long context is cut from the left; the current sentence stays
             batch = batch.to(device)
         else:
             batch = make_batch([sources[i][:max_pos] for i in idx], None, idx.tolist(), anns, spec).to(device)

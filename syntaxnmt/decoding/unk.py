@@ -58,8 +58,8 @@ def locate_unknown_words(model, batch: Batch, hyps: Sequence[Sequence[Hypothesis
     rows = torch.tensor([b for b, _ in pairs], device=device)
     tgt_in = pad_sequences([[BOS, *h.tokens] for _, h in pairs]).to(device)
     tgt_out = pad_sequences([[*h.tokens, EOS] for _, h in pairs]).to(device)
-    pick = lambda t: None if t is None else t.index_select(0, rows)  # noqa: E731  (a HAN model's document context)
-    forced = Batch(batch.src.index_select(0, rows), tgt_in, tgt_out, batch.ids.index_select(0, rows.cpu()), batch.features.index_select(rows), context=pick(batch.context), context_tgt=pick(batch.context_tgt))
+    states = None if batch.context_states is None else tuple(t.index_select(0, rows) for t in batch.context_states)  # a HAN model's document context
+    forced = Batch(batch.src.index_select(0, rows), tgt_in, tgt_out, batch.ids.index_select(0, rows.cpu()), batch.features.index_select(rows), context_states=states)
     attn = forced_attention(model, forced, _spec(decode.unk_layer), _spec(decode.unk_head)).cpu()
     src = forced.src.cpu()
     not_word = src.eq(PAD) | src.eq(EOS)

@@ -34,6 +34,7 @@ class EncoderOutput:
     layers: list[Tensor] = field(default_factory=list)  # per layer, its output states (B, S, D) (before the final norm)
     target_context: tuple[Tensor, Tensor] | None = None  # target-side HAN: decoder states (B, k, Tc, D) of the previous target sentences and their padding (B, k, Tc)
     context_attention: ContextAttention | None = None  # HAN's weights over the previous sentences, on request
+    target_context_rows: Tensor | None = None  # target-side HAN on a batch of rows (B, k): the decoder pass gathers its own states of these rows
 
     def index_select(self, index: Tensor) -> "EncoderOutput":
         ctx = None if self.target_context is None else tuple(t.index_select(0, index) for t in self.target_context)

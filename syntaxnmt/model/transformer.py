@@ -165,6 +165,15 @@ class AlignmentPass:
         return self.leaky and not self.full_context and layer == self.layer
 
 
+def gather_rows(states: Tensor, pad: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+    """The states (B, k, L, D) of rows ``rows`` (B, k; -1: missing) of ``states`` (N, L, D) and
+    their padding (B, k, L; a missing sentence is all padding, with zero states)."""
+    missing = rows.lt(0)
+    index = rows.clamp_min(0)
+    ctx = states[index].masked_fill(missing[..., None, None], 0.0)
+    return ctx, pad[index] | missing[..., None]
+
+
 class Transformer(nn.Module):
     """Encoder-decoder; the interface used by training (``forward``) and search (``encode``/``step``).
 
@@ -225,58 +234,69 @@ class Transformer(nn.Module):
             weights.append(w)
             states.append(x)
         hidden = self.enc_norm(x)
-        target_context = context_attention = None
-        if (self.han is not None or self.han_target is not None) and batch.context is not None:
-            context_states = self.encode_context(batch.context)
-            if self.han is not None:
-                hidden, context_attention = self.han(hidden, *context_states, need_weights=need_weights)
-            if self.han_target is not None and batch.context_tgt is not None:
-                target_context = self.decode_context(*context_states, batch.context_tgt)
-        return EncoderOutput(hidden, pad_mask, weights if need_weights or wanted else [], states, target_context=target_context, context_attention=context_attention)
+        target_context = context_attention = target_rows = None
+        if self.han is not None or self.han_target is not None:
+            hidden, target_context, target_rows, context_attention = self.read_context(batch, hidden, pad_mask, need_weights)
+        return EncoderOutput(hidden, pad_mask, weights if need_weights or wanted else [], states, target_context=target_context, context_attention=context_attention, target_context_rows=target_rows)
 
-    def _present_rows(self, tokens: Tensor, run) -> tuple[Tensor, Tensor]:
-        """States (B, k, L, D) of the context sentences ``tokens`` (B, k, L) and their padding mask:
-        ``run(rows, ids, pad)`` computes the states of the sentences that exist (``rows`` of the
-        flattened B*k), missing sentences (rows of padding) are not run and get zeros."""
-        b, k, n = tokens.shape
-        flat = tokens.reshape(b * k, n)
-        pad = flat.eq(PAD)
-        present = ~pad.all(-1)
-        states = torch.zeros(b * k, n, self.cfg.d_model, device=tokens.device, dtype=self.output.weight.dtype)
-        if bool(present.any()):
-            rows = present.nonzero().squeeze(1)
-            states = states.index_copy(0, rows, run(rows, flat.index_select(0, rows), pad.index_select(0, rows)).to(states.dtype))
-        return states.view(b, k, n, -1), pad.view(b, k, n)
+    def read_context(self, batch: Batch, hidden: Tensor, pad_mask: Tensor, need_weights: bool = False):
+        """HAN on the encoder states ``hidden`` (B, S, D) of ``batch`` (Miculicich et al. 2018, Sec. 2).
 
-    def encode_context(self, context: Tensor) -> tuple[Tensor, Tensor]:
-        """Encoder states (B, k, Sc, D) of the previous sentences (B, k, Sc) and their padding mask;
-        missing sentences (rows of padding) are not encoded and get zeros."""
+        The context states of a sentence are the states its sentence model computes: the encoder
+        output before HAN and, for the target side, the final decoder states (normalized, before
+        the decoder-side HAN and the output layer) reading its target teacher-forced with that
+        encoder output as memory. With ``batch.context_rows`` every previous sentence is a row of
+        the batch: one encoder pass gives all context states, gathered for each row (gradients
+        flow through them into the encoder -- and the decoder, target side -- of the rows they
+        come from, as through the rows' own states). The decoder-side states come from the
+        model's own decoder pass when its memory is that raw encoder output (``side: target``,
+        no leak slot; :meth:`decode` gathers them: ``target_context_rows``), else from one extra
+        teacher-forced pass over the rows. ``batch.context_states`` instead brings them computed
+        (document decoding, :class:`syntaxnmt.decoding.translate.DocumentStates`). Returns the new ``hidden``,
+        the target-side context (or None), the rows for :meth:`decode` to gather it from (or
+        None) and HAN's weights (with ``need_weights``)."""
+        target_context = target_rows = attention = None
+        if batch.context_rows is not None:
+            rows = batch.context_rows
+            ctx = gather_rows(hidden, pad_mask, rows)
+            if self.han_target is not None:
+                ap = self.alignment_pass
+                if self.han is None and not (ap is not None and any(ap.leak_in_translation(i) for i in range(len(self.decoder)))):
+                    target_rows = rows
+                else:
+                    if batch.tgt_in is None:
+                        raise ValueError("a target-side HAN batch needs the targets of its rows (tgt_in)")
+                    states = self.decode_states(batch.tgt_in, hidden, pad_mask)
+                    target_context = gather_rows(states, batch.tgt_in.eq(PAD), rows)
+        elif batch.context_states is not None:
+            ctx = batch.context_states[:2]
+            if self.han_target is not None and len(batch.context_states) > 2:
+                target_context = tuple(batch.context_states[2:4])
+        else:
+            return hidden, None, None, None
+        if self.han is not None:
+            hidden, attention = self.han(hidden, *ctx, need_weights=need_weights)
+        return hidden, target_context, target_rows, attention
 
-        def run(rows: Tensor, src: Tensor, mask: Tensor) -> Tensor:
-            x = self.src_embed(src)
-            for layer in self.encoder:
-                x, _ = layer(x, mask)
-            return self.enc_norm(x)
+    def encode_states(self, src: Tensor) -> Tensor:
+        """The encoder output (B, S, D) of sentences ``src`` without HAN: the states a HAN model
+        reads of a previous sentence."""
+        pad = src.eq(PAD)
+        x = self.src_embed(src)
+        rows = self.compute_rows(pad)
+        for layer in self.encoder:
+            x, _ = layer(x, pad, False, None, rows)
+        return self.enc_norm(x)
 
-        return self._present_rows(context, run)
-
-    def decode_context(self, src_states: Tensor, src_pad: Tensor, context_tgt: Tensor) -> tuple[Tensor, Tensor]:
-        """Decoder states (B, k, Tc, D) of the previous target sentences ``context_tgt`` (B, k, Tc;
-        BOS-started, teacher-forced) -- the final states, normalized, before the output layer, of
-        the same decoder reading each sentence's own source (``src_states`` (B, k, Sc, D) with
-        ``src_pad``, :meth:`encode_context`) -- and their padding mask; missing sentences get zeros.
-        What the target-side HAN attends over (Miculicich et al. 2018, Sec. 2.3)."""
-        b, k = context_tgt.shape[:2]
-
-        def run(rows: Tensor, tgt: Tensor, _pad: Tensor) -> Tensor:
-            memory = src_states.reshape(b * k, *src_states.shape[2:]).index_select(0, rows)
-            memory_pad = src_pad.reshape(b * k, -1).index_select(0, rows)
-            y = self.tgt_embed(tgt)
-            for layer in self.decoder:
-                y = layer(y, memory, memory_pad)[0]
-            return self.dec_norm(y)
-
-        return self._present_rows(context_tgt, run)
+    def decode_states(self, tgt_in: Tensor, memory: Tensor, memory_pad: Tensor) -> Tensor:
+        """The final decoder states (B, T, D), normalized, before the decoder-side HAN and the
+        output layer, of targets ``tgt_in`` (BOS-started, teacher-forced) reading ``memory``: what
+        the target-side HAN attends over (Miculicich et al. 2018, Sec. 2.3)."""
+        y = self.tgt_embed(tgt_in)
+        rows, memory_rows = self.compute_rows(tgt_in.eq(PAD)), self.compute_rows(memory_pad)
+        for layer in self.decoder:
+            y = layer(y, memory, memory_pad, rows=rows, memory_rows=memory_rows)[0]
+        return self.dec_norm(y)
 
     def read_target_context(self, states: Tensor, enc: EncoderOutput, need_weights: bool = False) -> tuple[Tensor, ContextAttention | None]:
         """The target-side HAN on final decoder states (B, T, D): each state is only the query of
@@ -309,7 +329,10 @@ class Transformer(nn.Module):
             leak = layer_leak if layer_leak is not None else leak
             cross.append(w)
             own.append(ws)
-        states, target_attention = self.read_target_context(self.dec_norm(y), enc, need_weights)
+        states = self.dec_norm(y)
+        if enc.target_context_rows is not None:  # side target: this pass's own states are the rows' context states
+            enc = EncoderOutput(enc.hidden, enc.pad_mask, target_context=gather_rows(states, tgt_in.eq(PAD), enc.target_context_rows))
+        states, target_attention = self.read_target_context(states, enc, need_weights)
         return states, (cross if need_weights else []), (own if need_weights and self_weights else []), aligned, leak, target_attention
 
     def compute_rows(self, pad: Tensor) -> Tensor | None:
@@ -332,6 +355,8 @@ class Transformer(nn.Module):
 
     def step(self, tokens: Tensor, state: DecoderState, need_weights: bool = False) -> tuple[Tensor, DecoderState]:
         """Log-probabilities (N, V) of the next token given the previous one ``tokens`` (N,)."""
+        if state.encoder.target_context_rows is not None:
+            raise ValueError("incremental decoding reads computed target-side context states (batch.context_states), not batch rows")
         y = self.tgt_embed(tokens[:, None], offset=state.step)
         w = None
         ap = self.alignment_pass

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from syntaxnmt.config import Config, TrainConfig
-from syntaxnmt.data.batches import Split, collate, pad_batch, round_up, shape_bucket
+from syntaxnmt.data.batches import Split, collate, pad_batch, shape_bucket
 from syntaxnmt.data.documents import DocumentContext
 from syntaxnmt.inputs import Batch, FeatureSpec
 from syntaxnmt.model.linear import onednn_in_training
@@ -69,8 +69,7 @@ def training_batch(split: Split, idx: np.ndarray, spec, t: TrainConfig, objectiv
     batch = collate(split, idx, spec, alignment=any(o.needs_reference for o in objectives), context=context)
     if not t.shape_bucket:
         return batch
-    context_length = int(round_up(batch.context.size(2), t.shape_bucket)) if batch.context is not None else None
-    return pad_batch(batch, *shape_bucket(batch, t.max_tokens, t.shape_bucket), context_length=context_length)
+    return pad_batch(batch, *shape_bucket(batch, t.max_tokens, t.shape_bucket))
 
 
 def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainConfig, device: torch.device, objectives=(), step: int = 0, world: World = World(), graphed: GraphedStep | None = None) -> dict[str, torch.Tensor | int]:

@@ -21,8 +21,8 @@ from tqdm.auto import tqdm
 
 from syntaxnmt.checkpoint import load_model_checkpoint, load_weights, nonfinite_weight, save_checkpoint
 from syntaxnmt.config import Config, TrainConfig
-from syntaxnmt.data.batches import Split, TokenBatchSampler, bucket_batches, collate
-from syntaxnmt.data.documents import document_context
+from syntaxnmt.data.batches import Split, TokenBatchSampler, bucket_batches, collate, document_batches
+from syntaxnmt.data.documents import DocumentContext, document_context
 from syntaxnmt.data.prepare import check_tag_sets, is_prepared, load_split, load_tokenizers, prepare, tokenizer_assets
 from syntaxnmt.decoding.averaging import keep_periodic
 from syntaxnmt.decoding.translate import translate_ids
@@ -41,13 +41,21 @@ from syntaxnmt.training.optim import build_optimizer
 from syntaxnmt.training.step import forward_loss, training_objectives, update
 
 
+def training_batches(split: Split, cfg: Config, context: DocumentContext | None, rng: np.random.Generator | None) -> list[np.ndarray]:
+    """The batches (sentence indices) of ``split`` by ``train.max_tokens``: length-bucketed, or for
+    a HAN model contiguous runs of documents (:func:`~syntaxnmt.data.batches.document_batches`)."""
+    if context is not None and context.kind == "han":
+        return document_batches(split.docs, split["src"].lengths, split["tgt"].lengths, cfg.train.max_tokens, context.sentences, rng)
+    return bucket_batches(split["src"].lengths, split["tgt"].lengths, cfg.train.max_tokens, rng)
+
+
 @torch.no_grad()
 def validate(model, cfg: Config, dev: Split, refs: list[str], tgt_tok, device: torch.device) -> dict[str, float]:
     """Teacher-forced dev loss (per target token) and, if enabled, greedy dev BLEU."""
     model.eval()
     context = getattr(model, "document_context", None)
     nll_sum, tokens = 0.0, 0
-    for idx in bucket_batches(dev["src"].lengths, dev["tgt"].lengths, cfg.train.max_tokens, None):
+    for idx in training_batches(dev, cfg, context, None):
         batch = collate(dev, idx, model.feature_spec, context=context).to(device)
         _, nll = sequence_loss(model(batch), batch.tgt_out, 0.0)
         nll_sum += float(nll)
@@ -193,10 +201,9 @@ class SingleModel:
         set_matmul_precision(t, device)
         off = None if t.cuda_graphs else "several processes" if world.distributed else "not a CUDA device"
         if t.cuda_graphs and cfg.model.context.kind == "han":
-            # The context rows of a HAN batch are no graph input, and encode_context picks the
-            # sentences present (a data-dependent shape): HAN trains without graphs.
+            # The context rows of a HAN batch (batch.context_rows) are no graph input: HAN trains without graphs.
             self.t = t = t.model_copy(update={"cuda_graphs": False})
-            off = "a HAN model reads a varying number of context sentences"
+            off = "a HAN model reads its context through the rows of each batch"
         if cfg.train.cuda_graphs and off:
             log(f"train.cuda_graphs: off ({off})")
         self.graphed = GraphedStep(self.raw, lambda batch, step: forward_loss(self.raw, batch, t, self.objectives, step, static=True)) if t.cuda_graphs else None
@@ -321,7 +328,8 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
     log(f"{cfg.name}: {n_params / 1e6:.2f}M parameters, {len(task.split)} training pairs, device {device}" + (f", {describe_threads()}" if device.type == "cpu" else "") + (f", {world.size} processes" if world.distributed else ""))
     task.choose_cpu_kernels()
     task.distribute()
-    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, num_shards=world.size, shard=world.rank, multiple=task.t.shape_bucket)
+    han = cfg.model.context.kind == "han"  # HAN: batches of contiguous runs of documents
+    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, num_shards=world.size, shard=world.rank, multiple=task.t.shape_bucket, docs=task.split.docs if han else None, context=cfg.model.context.sentences)
     result = loop.run(task, t, sampler, log, world=world, writer=writer)
     prog = task.progress
     log(f"stopped ({result.stop_reason}) at update {prog.step}, epoch {prog.epoch}; best {t.early_stopping_metric} {prog.best}; checkpoints in {cfg.work_dir}")

@@ -61,16 +61,19 @@ def test_prepare_keeps_document_ids_and_batches_reach_the_previous_sentences(cor
     context = document_context(cfg, toks.src, toks.tgt)
     indices = [5, 4, 8, 3]  # inside a document, at its start, at the next start, at a document's end
     batch = collate(split, indices, context=context)
-    assert batch.context.shape[:2] == (4, 2)
+    assert batch.context_rows.shape == (len(batch), 2)
     for row, i in enumerate(indices):
         for j in range(2):
             before = i - 1 - j
-            if before >= 4 * (i // 4):
+            r = int(batch.context_rows[row, j])
+            if before >= 4 * (i // 4):  # the row holding that sentence: in the batch, or a lead-in after it
+                assert int(batch.ids[r]) == before
                 expected = np.append(split["src"][before], EOS).tolist()
-                assert batch.context[row, j, : len(expected)].tolist() == expected
-                assert batch.context[row, j, len(expected) :].eq(PAD).all()
+                assert batch.src[r, : len(expected)].tolist() == expected and batch.src[r, len(expected) :].eq(PAD).all()
             else:
-                assert batch.context[row, j].eq(PAD).all()
+                assert r == -1
+    assert batch.ids[len(indices) :].tolist() == [1, 2]  # the lead-ins (of sentence 3), no loss
+    assert batch.tgt_out[len(indices) :].eq(PAD).all() and batch.n_tgt_tokens == sum(len(split["tgt"][i]) + 1 for i in indices)
 
 
 def test_a_target_side_han_batch_holds_the_previous_target_sentences(corpus, doc_corpus, tmp_path):
@@ -80,24 +83,23 @@ def test_a_target_side_han_batch_holds_the_previous_target_sentences(corpus, doc
     context = document_context(cfg, toks.src, toks.tgt)
     indices = [6, 4, 5]  # two previous sentences, none (a document start), one
     batch = collate(split, indices, context=context)
-    assert batch.context_tgt.shape[:2] == batch.context.shape[:2] == (3, 2)
     for row, i in enumerate(indices):
         for j in range(2):
             before = i - 1 - j
+            r = int(batch.context_rows[row, j])
             if before >= 4:
                 expected = [BOS, *split["tgt"][before].tolist()]  # as the decoder reads it, teacher-forced
-                assert batch.context_tgt[row, j, : len(expected)].tolist() == expected
-                assert batch.context_tgt[row, j, len(expected) :].eq(PAD).all()
-                assert not batch.context[row, j].eq(PAD).all()  # its source is there too (the decoder's memory)
+                assert batch.tgt_in[r, : len(expected)].tolist() == expected and batch.tgt_in[r, len(expected) :].eq(PAD).all()
+                assert int(batch.ids[r]) == before and not batch.src[r].eq(PAD).all()  # its source is there too (the decoder's memory)
             else:
-                assert batch.context_tgt[row, j].eq(PAD).all() and batch.context[row, j].eq(PAD).all()
-    # A source-side HAN batch carries no target context.
-    assert collate(split, indices, context=DocumentContext("han", 2, "source")).context_tgt is None
+                assert r == -1
+    # A source-side HAN batch reads the same rows.
+    assert collate(split, indices, context=DocumentContext("han", 2, "source")).context_rows.tolist() == batch.context_rows.tolist()
     # Padded to a static shape (train.shape_bucket), the batch keeps its context; added rows have none.
     padded = pad_batch(batch, 5, 32)
-    assert padded.context.shape[0] == padded.context_tgt.shape[0] == 5
-    assert padded.context_tgt[:3].equal(batch.context_tgt) and padded.context[:3].equal(batch.context)
-    assert padded.context_tgt[3:].eq(PAD).all() and padded.context[3:].eq(PAD).all()
+    b = len(batch)
+    assert padded.context_rows.shape == (5, 2) and padded.context_rows[:b].equal(batch.context_rows)
+    assert padded.context_rows[b:].eq(-1).all() and padded.tgt_out[b:].eq(PAD).all()
 
 
 def test_a_concat_batch_holds_the_previous_sentences_and_the_separator(corpus, doc_corpus, tmp_path):
@@ -124,10 +126,10 @@ def test_static_shapes_keep_the_context_rows():
     from syntaxnmt.data.batches import make_batch, pad_batch
 
     batch = make_batch([np.array([5, 6]), np.array([7])], [np.array([8]), np.array([9])], [0, 1], context=[[np.array([10, 11, 12])], []], context_size=2)
-    padded = pad_batch(batch, 4, 8, context_length=8)
-    assert padded.context.shape == (4, 2, 8)
-    assert padded.context[0, 0].tolist() == [10, 11, 12, EOS] + [PAD] * 4
-    assert padded.context[0, 1].eq(PAD).all() and padded.context[1:].eq(PAD).all()
+    assert len(batch) == 3 and batch.context_rows.tolist() == [[2, -1], [-1, -1], [-1, -1]]  # the context sentence is row 2
+    padded = pad_batch(batch, 5, 8)
+    assert padded.context_rows.tolist() == [[2, -1], [-1, -1], [-1, -1], [-1, -1], [-1, -1]]
+    assert padded.src[2].tolist() == [10, 11, 12, EOS] + [PAD] * 4 and padded.tgt_out[2:].eq(PAD).all()
 
 
 def test_training_batches_of_a_han_model_reach_its_context(corpus, doc_corpus, tmp_path):
@@ -144,20 +146,24 @@ def test_training_batches_of_a_han_model_reach_its_context(corpus, doc_corpus, t
     context = document_context(cfg, toks.src, toks.tgt)
     t = cfg.train.for_device("cpu")
     assert t.shape_bucket  # the default on CPU: static shapes
-    sampler = TokenBatchSampler(split["src"].lengths, split["tgt"].lengths, 256, cfg.seed, multiple=t.shape_bucket)
+    sampler = TokenBatchSampler(split["src"].lengths, split["tgt"].lengths, 256, cfg.seed, multiple=t.shape_bucket, docs=split.docs, context=2)
+    assert sampler.epoch_batches(1)[0].tolist() == TokenBatchSampler(split["src"].lengths, split["tgt"].lengths, 256, cfg.seed, multiple=t.shape_bucket, docs=split.docs, context=2).epoch_batches(1)[0].tolist()
+    seen = np.concatenate([idx for _, idx in sampler.iterate(0)])
+    assert sorted(seen.tolist()) == list(range(len(split)))  # every sentence once per epoch
     checked = 0
     for _, idx in sampler.iterate(0):
         batch = training_batch(split, idx, None, t, (), context)
-        assert batch.context is not None and batch.context.size(0) == len(batch)
+        assert batch.context_rows.size(0) == len(batch) and int(batch.ids.ge(0).sum()) * batch.src.size(1) <= 256  # lead-ins inside the budget (added rows: id -1)
         for row, i in enumerate(idx):
             for j in range(2):
                 before = int(i) - 1 - j
+                r = int(batch.context_rows[row, j])
                 if before >= 4 * (int(i) // 4):
                     expected = np.append(split["src"][before], EOS).tolist()
-                    assert batch.context[row, j, : len(expected)].tolist() == expected
+                    assert int(batch.ids[r]) == before and batch.src[r, : len(expected)].tolist() == expected
                     checked += 1
                 else:
-                    assert batch.context[row, j].eq(PAD).all()
+                    assert r == -1
     assert checked > len(split)  # most sentences have two previous ones (documents of 4)
     model = build_model(cfg, **toks.vocab_sizes()).train()
     loss, _ = forward_loss(model, batch, t)

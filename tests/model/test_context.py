@@ -100,7 +100,7 @@ def test_a_tiny_han_model_learns_a_rule_only_the_previous_sentence_decides():
     import numpy as np
 
     from syntaxnmt.config import ModelConfig, TrainConfig
-    from syntaxnmt.data.batches import make_batch, pad_batch, round_up, shape_bucket
+    from syntaxnmt.data.batches import make_batch, pad_batch, shape_bucket
     from syntaxnmt.model import build_model
     from syntaxnmt.training.step import forward_loss
 
@@ -113,7 +113,7 @@ def test_a_tiny_han_model_learns_a_rule_only_the_previous_sentence_decides():
     for _ in range(120):
         src, tgt, ctx = _toy(32, rng)
         batch = make_batch(src, tgt, range(len(src)), context=ctx, context_size=2)
-        batch = pad_batch(batch, *shape_bucket(batch, t.max_tokens, 4), context_length=int(round_up(batch.context.size(2), 4)))
+        batch = pad_batch(batch, *shape_bucket(batch, t.max_tokens, 4))
         loss, _ = forward_loss(model, batch, t)
         opt.zero_grad()
         (loss / batch.n_tgt_tokens).backward()
@@ -271,15 +271,16 @@ def test_target_context_padding_and_missing_sentences_get_no_weight():
         assert result.encoder.context_attention is None  # side: target has no encoder-side block
         word, sentence, gate = weights.word, weights.sentence, weights.gate
         # row 0's second previous sentence is BOS + 1 token: the other positions are padding
-        assert word.shape[:2] == (3, 2) and word[0, 1, :, :, 2:].abs().max() == 0
+        assert word.shape[:2] == (6, 2) and word[0, 1, :, :, 2:].abs().max() == 0  # 3 sentences, then their 3 previous ones as rows
         assert sentence[1, :, :, 1].abs().max() == 0  # row 1 has one previous sentence
         torch.testing.assert_close(sentence[0].sum(-1), torch.ones_like(sentence[0].sum(-1)))
         assert gate.shape == batch.tgt_in.shape and gate[2].abs().max() == 0  # row 2 starts its document: gate shut
         assert bool(((gate[0] > 0) & (gate[0] < 1)).all())
-        # More padding on the context sentences changes nothing.
+        # More padding on every row (the context sentences' too) changes nothing.
         longer = _doc_batch()
-        longer.context_tgt = torch.cat([longer.context_tgt, torch.full((3, 2, 3), PAD)], dim=-1)
-        torch.testing.assert_close(model(longer).logits, out)
+        grow = lambda x: torch.cat([x, torch.full((x.size(0), 3), PAD)], dim=-1)  # noqa: E731
+        longer.src, longer.tgt_in, longer.tgt_out = grow(longer.src), grow(longer.tgt_in), grow(longer.tgt_out)
+        torch.testing.assert_close(model(longer).logits[:, : out.size(1)], out)
 
 
 def test_the_target_side_block_is_causal_and_incremental_decoding_gives_the_forced_scores():
@@ -294,49 +295,53 @@ def test_the_target_side_block_is_causal_and_incremental_decoding_gives_the_forc
         changed.tgt_in[0, 3] = 7
         torch.testing.assert_close(model(changed).logits[0, :3], full[0, :3], rtol=0, atol=0)
         assert not torch.allclose(model(changed).logits[0, 3], full[0, 3])
-        forced = _gold_log_probs(model, batch)
+        forced = _gold_log_probs(model, batch)[:3]
         beam = 2
         enc = model.encode(batch)
         state = model.init_state(enc.index_select(torch.arange(3).repeat_interleave(beam)))
         steps = []
         for t in range(batch.tgt_in.size(1)):
-            log_probs, state = model.step(batch.tgt_in[:, t].repeat_interleave(beam), state)
+            log_probs, state = model.step(batch.tgt_in[:3, t].repeat_interleave(beam), state)
             steps.append(log_probs.view(3, beam, -1))
             if t == 1:  # beams swapped across sentences (sources not kept): the state follows
                 index = torch.arange(3 * beam).view(3, beam).flip(1).reshape(-1)
                 state = model.reorder_state(state, index, sources_kept=False)
         stepped = torch.stack(steps, dim=2)  # (3, beam, T, V)
-    gold = stepped.gather(-1, batch.tgt_out[:, None, :, None].expand(3, beam, -1, 1)).squeeze(-1)
-    gold = gold.masked_fill(batch.tgt_out.eq(0)[:, None], 0.0)
+    gold = stepped.gather(-1, batch.tgt_out[:3, None, :, None].expand(3, beam, -1, 1)).squeeze(-1)
+    gold = gold.masked_fill(batch.tgt_out[:3].eq(0)[:, None], 0.0)
     torch.testing.assert_close(gold, forced[:, None].expand_as(gold), rtol=1e-5, atol=1e-5)
 
 
 def test_gradients_reach_the_target_block_and_the_decoder_through_the_context():
     model = _context_model("target", tie="none").train()
     batch = _doc_batch()
-    model(batch).logits.logsumexp(-1).sum().backward()
+    model(batch).logits[:3].logsumexp(-1).sum().backward()  # the three sentences, not their context rows
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.han_target.parameters())
     embed = model.tgt_embed.tokens.weight.grad
     assert embed[22].abs().sum() > 0 and embed[10].abs().sum() > 0  # tokens read only as context translations
     assert embed[4].abs().sum() == 0  # a token nobody reads
 
 
-def _spy_on_context(model) -> dict[int, list[list[int]]]:
-    """Record, per sentence id, the target context sentences (without padding) every batch gives the model."""
+def _spy_on_context(model) -> tuple[dict, dict]:
+    """Record what every batch gives the model as target-side context: per sentence id, the
+    context rows' decoder inputs (without padding) of a batch of rows (training, scoring), and
+    the computed states and padding of a translation batch (``batch.context_states``)."""
     from syntaxnmt.inputs import PAD
 
-    seen: dict[int, list[list[int]]] = {}
+    rows_seen: dict[int, list[list[int]]] = {}
+    states_seen: dict[int, tuple] = {}
     encode = model.encode
 
     def spy(batch, *args, **kwargs):
-        if batch.context_tgt is not None:
-            for row, i in enumerate(batch.ids.tolist()):
-                seen[i] = [[t for t in r.tolist() if t != PAD] for r in batch.context_tgt[row]]
-                seen[i] = [r for r in seen[i] if r]
+        for row, i in enumerate(batch.ids.tolist()):
+            if batch.context_rows is not None and i >= 0:
+                rows_seen[i] = [[t for t in batch.tgt_in[r].tolist() if t != PAD] for r in batch.context_rows[row].tolist() if r >= 0]
+            if batch.context_states is not None:
+                states_seen[i] = (batch.context_states[2][row], batch.context_states[3][row])
         return encode(batch, *args, **kwargs)
 
     model.encode = spy
-    return seen
+    return rows_seen, states_seen
 
 
 @pytest.mark.parametrize("side", ["target", "both"])
@@ -346,7 +351,7 @@ def test_a_target_side_han_model_translates_documents_from_its_own_translations(
     from syntaxnmt.decoding.scoring import ScoredPair, target_nll
     from syntaxnmt.decoding.translate import load_model, translate_outputs
     from syntaxnmt.errors import UserError
-    from syntaxnmt.inputs import BOS
+    from syntaxnmt.inputs import BOS, EOS
     from syntaxnmt.textio import read_lines
 
     cfg = _train(corpus, docs_files, tmp_path / "han-target", {"kind": "han", "sentences": 2, "side": side}, max_steps=6)
@@ -364,13 +369,24 @@ def test_a_target_side_han_model_translates_documents_from_its_own_translations(
 
     # The context translations the model reads are its own previous outputs, nearest first.
     model, mcfg, toks = load_model(f"{cfg.work_dir}/best.pt", torch.device("cpu"))
-    seen = _spy_on_context(model)
+    seen, states = _spy_on_context(model)
     outs = translate_outputs(model, mcfg, toks, lines, mcfg.decode, torch.device("cpu"), docs=docs)
     assert "\n".join(o[0].text for o in outs) == with_docs.rstrip("\n")
-    for i in range(6):
-        position = i % 3
-        expected = [[BOS, *outs[i - 1 - j][0].tokens] for j in range(min(position, 2))]
-        assert seen.get(i, []) == expected, i
+    with torch.no_grad():
+        for i in range(6):
+            ctx, pad = states[i]
+            for j in range(2):
+                p = i - 1 - j
+                if j >= i % 3:  # no such previous sentence in the document
+                    assert bool(pad[j].all()), i
+                    continue
+                # the decoder states of the model's own translation of sentence p, read teacher-forced
+                src = torch.tensor([[*toks.src.encode(lines[p]), EOS]])
+                tgt_in = torch.tensor([[BOS, *outs[p][0].tokens]])
+                expected = model.decode_states(tgt_in, model.encode_states(src), src.eq(0))[0]
+                n = tgt_in.size(1)
+                assert pad[j].tolist() == [False] * n + [True] * (pad.size(1) - n), i
+                torch.testing.assert_close(ctx[j, :n], expected, rtol=0, atol=1e-5)
 
     # Scoring reads the given (reference) translations of the context instead.
     refs = read_lines(corpus["test"]["tgt"])[:6]
@@ -383,3 +399,84 @@ def test_a_target_side_han_model_translates_documents_from_its_own_translations(
     assert nll != other and nll != alone  # the target context changes the score
     with pytest.raises(UserError, match="target-side HAN model scores with the translations of the context sentences"):
         target_nll(model, toks, [ScoredPair(lines[2], refs[2], [lines[1]], [])], torch.device("cpu"))
+
+
+# ---------------------------------------------------------------- document-contiguous batches
+
+
+def _doc_split():
+    """A prepared-split stand-in: documents of 4, 1 and 3 sentences (random ids and lengths)."""
+    import numpy as np
+
+    from syntaxnmt.data.batches import RaggedArray, Split
+
+    rng = np.random.default_rng(3)
+    docs = np.array([0, 0, 0, 0, 1, 2, 2, 2])
+
+    def ragged(seqs):
+        offsets = np.concatenate([[0], np.cumsum([len(s) for s in seqs])]).astype(np.int64)
+        return RaggedArray(np.concatenate(seqs).astype(np.int32), offsets)
+
+    src = [rng.integers(5, V, rng.integers(2, 7)) for _ in docs]
+    tgt = [rng.integers(5, V, rng.integers(2, 7)) for _ in docs]
+    return Split("train", {"src": ragged(src), "tgt": ragged(tgt), "doc": ragged([[d] for d in docs])})
+
+
+def _per_sentence_log_probs(model, split, i: int, k: int):
+    """The old way, one sentence at a time: each of its previous sentences encoded (and decoded
+    teacher-forced) on its own, as a batch of one, and handed to the model as context states."""
+    from syntaxnmt.data.batches import make_batch
+    from syntaxnmt.inputs import PAD
+
+    previous = [int(j) for j in split.previous(k)[i] if j >= 0]
+    batch = make_batch([split["src"][i]], [split["tgt"][i]], [i])
+    d = model.cfg.d_model
+    src_states, tgt_states = [], []
+    for j in previous:
+        alone = make_batch([split["src"][j]], [split["tgt"][j]], [j])
+        hidden = model.encode_states(alone.src)
+        src_states.append(hidden[0])
+        tgt_states.append(model.decode_states(alone.tgt_in, hidden, alone.src.eq(PAD))[0])
+
+    def stack(states):
+        ctx = torch.zeros(1, k, max((len(s) for s in states), default=1), d)
+        pad = torch.ones(1, k, ctx.size(2), dtype=torch.bool)
+        for j, s in enumerate(states):
+            ctx[0, j, : len(s)], pad[0, j, : len(s)] = s, False
+        return ctx, pad
+
+    batch.context_states = (*stack(src_states), *stack(tgt_states))
+    return _gold_log_probs(model, batch)[0]
+
+
+@pytest.mark.parametrize("side", ["source", "target", "both"])
+def test_a_document_batch_gives_the_per_sentence_re_encoding_log_probs(side):
+    """Issue 21, context cost: one encoder (and decoder) pass over a batch of document runs,
+    each sentence's context gathered from the rows of the batch, computes what encoding every
+    sentence's previous sentences on their own computes -- for a sentence whose previous sentences
+    are lead-in rows (the run starts inside its document), at document starts, and inside runs."""
+    import numpy as np
+
+    from syntaxnmt.data.batches import collate
+    from syntaxnmt.data.documents import DocumentContext
+
+    model = _context_model(side)
+    split = _doc_split()
+    indices = [2, 3, 4, 5, 6, 7]  # document 0 from its third sentence (lead-ins 0 and 1), documents 1 and 2 whole
+    batch = collate(split, indices, context=DocumentContext("han", 2, side))
+    assert batch.ids.tolist() == [2, 3, 4, 5, 6, 7, 0, 1]  # the lead-ins after the sentences
+    assert batch.context_rows[:6].tolist() == [[7, 6], [0, 7], [-1, -1], [-1, -1], [3, -1], [4, 3]]
+    assert batch.tgt_out[6:].eq(0).all() and batch.n_tgt_tokens == sum(len(split["tgt"][i]) + 1 for i in indices)
+    with torch.no_grad():
+        together = _gold_log_probs(model, batch)
+        for row, i in enumerate(indices):
+            alone = _per_sentence_log_probs(model, split, i, 2)
+            n = len(alone)
+            torch.testing.assert_close(together[row, :n], alone, rtol=0, atol=1e-5)
+            assert bool(together[row, n:].eq(0).all())
+    # Gradients reach every HAN parameter through the gathered rows.
+    model.train()
+    (-_gold_log_probs(model, batch).sum()).backward()
+    blocks = [b for b in (model.han, model.han_target) if b is not None]
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for b in blocks for p in b.parameters())
+    assert np.isfinite(sum(float(p.grad.abs().sum()) for p in model.parameters() if p.grad is not None))
