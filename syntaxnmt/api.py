@@ -34,7 +34,6 @@ from syntaxnmt.analysis.export import (
     SentenceContext,
     Target,
     attention_of_targets,
-    check_target_side,
     context_targets,
     encode_sources,
     output_target,
@@ -75,6 +74,11 @@ class Candidate:
     """log P(y|x) / lp(y): the score the search ranks by (``decode.length_penalty``; 0 = log P)."""
     log_prob: float
     """log P(y|x), the end of sentence included."""
+    alignment: list[tuple[int, int]] | None = None
+    """With ``alignments=True``: this candidate's word links, as :attr:`Translation.alignment`
+    (the line ``syntaxnmt translate --nbest N --alignments`` writes for it)."""
+    alignment_words: tuple[list[str], list[str]] | None = None
+    """The source and target words ``alignment`` indexes (with ``alignment``)."""
 
 
 @dataclass
@@ -99,7 +103,8 @@ class Attention:
 class Translation:
     """The result for one source sentence: the best translation (``text``, ``score``, ``log_prob``),
     the n-best list (best first), and when asked for, the word ``alignment`` and the ``attention``,
-    both of the best translation; an empty source line gets an empty translation (score 0) and
+    both of the best translation (with ``alignments`` every :class:`Candidate` of ``nbest`` also
+    carries its own links); an empty source line gets an empty translation (score 0) and
     neither. ``forced``: the text is a given reference (:meth:`Translator.score`).
 
     ``alignment``: sorted links ``(i, j)`` from source word i to target word j, 0-based over
@@ -215,8 +220,8 @@ class Translator:
         """Translate raw sentences (one :class:`Translation` each, in order) with beam search of
         ``beam`` (default: ``decode.beam_size``; 1 = greedy) and the ``nbest`` best candidates
         (default ``decode.nbest``); ``alignments`` / ``attention``: also the word alignment
-        (:class:`Translation`; one model and no ``docs``, as ``translate --alignments``) and the
-        cross-attention of each best translation. ``src_conllu``: the parses of the non-empty
+        (:class:`Translation`, and of every :class:`Candidate`; one model and no ``docs``, as
+        ``translate --alignments``) and the cross-attention of each best translation. ``src_conllu``: the parses of the non-empty
         sentences (CoNLL-U), for models that use trees or tags. ``docs``: a document id per sentence,
         read by a context model (docs/documents.md); with ``attention`` its weights are those of
         the model reading the context (a concatenation model's source columns include it, HAN's
@@ -225,8 +230,6 @@ class Translator:
         lines = _sentences(sentences, "sentences")
         if alignments:
             self.check_aligning(docs)
-        if attention and docs is not None:  # before the search, not after it
-            check_target_side(getattr(self.members[0], "document_context", None))
         decode = self.decode_options(beam, **options)
         nbest = decode.nbest if nbest is None else nbest
         if nbest < 1:
@@ -242,8 +245,10 @@ class Translator:
             self._align(results, src_conllu, source_name, decode)
         if attention:
             kept = [k for k, line in enumerate(lines) if line.strip()]
-            contexts = None if docs is None else sentence_contexts(self.members[0], self.cfg, self.toks, lines, docs, kept, source_name=source_name)
             dc = getattr(self.members[0], "document_context", None)
+            # a target-side HAN model read its own translations of the previous sentences: they are its target context
+            own = {k: output_target(self.toks.tgt, outputs[k][0].tokens, outputs[k][0].text) for k in kept} if docs is not None and dc is not None and dc.han_target else None
+            contexts = None if docs is None else sentence_contexts(self.members[0], self.cfg, self.toks, lines, docs, kept, source_name=source_name, translations=own)
             if contexts is not None and dc.concat_target:  # 2-to-2: the model's own translation of the context is part of what it read
                 contexts = [SentenceContext(c.lines, c.sources, context_targets(self.toks.tgt, outputs[k][0].context_tokens or [], dc.sep)) for c, k in zip(contexts, kept)]
             src = self._encode([lines[k] for k in kept], src_conllu, source_name)
@@ -303,14 +308,19 @@ class Translator:
             raise UserError("alignments read one model's attention, without document context (as translate --alignments): load one checkpoint and give no docs (an ensemble's averaged attention: attention=True)")
 
     def _align(self, results: list[Translation], conllu: str | None, source_name: str, decode: DecodeConfig) -> None:
-        """Attach the word alignment of every result's text to its non-empty source, read as
-        ``translate --alignments`` reads it (:func:`~syntaxnmt.alignment.extract.alignments_for_translations`)."""
+        """Attach the word alignment of every candidate of every result to its non-empty source
+        (the best one's also to the result), read as ``translate --nbest N --alignments`` reads
+        it (:func:`~syntaxnmt.alignment.extract.alignments_for_translations`, all hypotheses
+        force-decoded in the same batches)."""
         sources = [r.source for r in results]
-        links = alignments_for_translations(self.model, self.cfg, self.toks, sources, [[r.text] for r in results], self.device, batch_size=decode.batch_size, conllu=conllu, source_name=source_name)
-        for r, (pair,) in zip(results, links):
-            if r.source.strip():
-                r.alignment = sorted(pair)
-                r.alignment_words = (self.toks.src.normalize(r.source).split(), self.toks.tgt.normalize(r.text).split())
+        links = alignments_for_translations(self.model, self.cfg, self.toks, sources, [[c.text for c in r.nbest] for r in results], self.device, batch_size=decode.batch_size, conllu=conllu, source_name=source_name)
+        for r, per_candidate in zip(results, links):
+            if not r.source.strip():
+                continue
+            words = self.toks.src.normalize(r.source).split()
+            for c, pair in zip(r.nbest, per_candidate):
+                c.alignment, c.alignment_words = sorted(pair), (words, self.toks.tgt.normalize(c.text).split())
+            r.alignment, r.alignment_words = r.nbest[0].alignment, r.nbest[0].alignment_words
 
     def _attach(self, results: list[Translation], kept: list[int], src: list[EncodedSource], tgt: list[Target], decode: DecodeConfig, *, forced: bool, contexts: list[SentenceContext] | None = None) -> None:
         """Force-decode every member on ``tgt`` (with their document ``contexts``) and attach the attention to ``results[kept]``."""

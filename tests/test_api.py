@@ -73,6 +73,8 @@ def test_the_readmes_python_lines_run(best, tmp_path, monkeypatch):
     np.testing.assert_allclose(att.weights.sum(1), 1.0, atol=1e-4)
     src_words, tgt_words = result.alignment_words
     assert result.alignment and all(0 <= i < len(src_words) and 0 <= j < len(tgt_words) for i, j in result.alignment)
+    assert (result.alignment, result.alignment_words) == (result.nbest[0].alignment, result.nbest[0].alignment_words)
+    assert result.nbest[1].alignment and result.nbest[1].alignment_words == (src_words, result.nbest[1].text.split())  # every candidate its own
     assert scored.forced and scored.text == "aru ie ga aru akai onna wo taberu ." and scored.log_prob < 0
     assert scored.alignment and scored.attention is None
     assert scored.alignment_words == ("a house eats a red woman .".split(), "aru ie ga aru akai onna wo taberu .".split())

@@ -31,7 +31,12 @@ Python API (``syntaxnmt attention``, ``plot``, ``analyze-heads`` and the web vie
   first ``src_context`` (``tgt_context``) pieces the context; a HAN model adds its weights as
   its forward pass returns them (:class:`syntaxnmt.model.outputs.ContextAttention`):
   ``han_sentence`` (H, S, k) over the previous sentences, ``han_word`` (k, H, S, Sc) over their
-  pieces, ``han_gate`` (S,) the mean gate λ of each source piece.
+  pieces, ``han_gate`` (S,) the mean gate λ of each source piece. A target-side HAN model
+  (``side: target | both``) reads the previous target sentences -- its own translations of the
+  document, made in document order as ``translate --docs`` makes them (the references with
+  ``refs``) -- and adds the decoder-side block's ``han_target_sentence`` (H, T, k),
+  ``han_target_word`` (k, H, T, Tc) over their decoder inputs (``<s>`` and their pieces) and
+  ``han_target_gate`` (T,) per target position.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -55,7 +60,7 @@ from syntaxnmt.data.features import SourceAnnotation
 from syntaxnmt.data.links import WORD_BOUNDARY, word_ids_from_pieces
 from syntaxnmt.data.prepare import Tokenizers
 from syntaxnmt.data.subwords import Tokenizer
-from syntaxnmt.decoding.translate import load_model, parse_annotations, parser_words, source_parses, translate_ids
+from syntaxnmt.decoding.translate import load_model, parse_annotations, parser_words, source_parses, translate_ids, translate_outputs
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import atomic_write, iter_lines, read_lines, write_lines
 
@@ -63,6 +68,8 @@ FORMAT, VERSION = "syntaxnmt-attention", 1
 KINDS = ("encoder", "decoder", "cross")
 HAN_KINDS = ("han_word", "han_sentence", "han_gate")
 """HAN's arrays (``model.context.kind: han``): word-level, sentence-level weights and the gate."""
+HAN_TARGET_KINDS = ("han_target_word", "han_target_sentence", "han_target_gate")
+"""The same of the decoder-side HAN (``side: target | both``), over the previous target sentences."""
 BOS_PIECE, EOS_PIECE = "<s>", "</s>"
 
 
@@ -143,6 +150,11 @@ class SentenceAttention:
     han_word: np.ndarray | None = None  # HAN: (k, H, S, Sc) word-level weights over each previous sentence's pieces
     han_sentence: np.ndarray | None = None  # HAN: (H, S, k) sentence-level weights over the previous sentences
     han_gate: np.ndarray | None = None  # HAN: (S,) the gate λ of each source piece, mean over dimensions
+    context_translations: list[str] | None = None  # target-side HAN: the previous target sentences it read, nearest first
+    context_target_pieces: list[list[str]] | None = None  # target-side HAN: each of them as the decoder read it: "<s>", then its pieces
+    han_target_word: np.ndarray | None = None  # target-side HAN: (k, H, T, Tc) word-level weights over each previous target sentence
+    han_target_sentence: np.ndarray | None = None  # target-side HAN: (H, T, k) sentence-level weights over the previous target sentences
+    han_target_gate: np.ndarray | None = None  # target-side HAN: (T,) the gate λ of each target position, mean over dimensions
 
     @property
     def decoder_input_pieces(self) -> list[str]:
@@ -168,14 +180,26 @@ class SentenceAttention:
         (_, q, _), (_, k, _) = self.axes(kind)
         return None if w is None else word_level(w, q, k)
 
-    def han_word_level(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """HAN's sentence weights (H, U, k) and gate (U,) per source unit: the mean over a word's pieces."""
-        if self.han_sentence is None:
+    def han_weights(self, side: str = "source") -> tuple[np.ndarray, np.ndarray] | None:
+        """HAN's sentence weights (H, rows, k) and gate (rows,) of the encoder-side block
+        (``source``: rows are source pieces) or the decoder-side one (``target``: target
+        positions, the rows of ``cross``); None where the model has none."""
+        if side not in ("source", "target"):
+            raise ValueError(f"side {side!r}: source or target")
+        if side == "source":
+            return None if self.han_sentence is None else (self.han_sentence, self.han_gate)
+        return None if self.han_target_sentence is None else (self.han_target_sentence, self.han_target_gate)
+
+    def han_word_level(self, side: str = "source") -> tuple[np.ndarray, np.ndarray] | None:
+        """HAN's sentence weights (H, U, k) and gate (U,) per source unit (per target unit with
+        ``side="target"``): the mean over a word's pieces."""
+        weights = self.han_weights(side)
+        if weights is None:
             return None
-        k = self.han_sentence.shape[-1]
-        sentence = word_level(self.han_sentence, self.src_word_of_piece, [-1] * k)
-        gate = word_level(self.han_gate[:, None], self.src_word_of_piece, [-1])[:, 0]
-        return sentence, gate
+        sentence, gate = weights
+        wop = self.src_word_of_piece if side == "source" else self.tgt_word_of_piece
+        k = sentence.shape[-1]
+        return word_level(sentence, wop, [-1] * k), word_level(gate[:, None], wop, [-1])[:, 0]
 
     def context_units(self, side: str, words: bool) -> int:
         """How many leading rows/columns of the ``side`` (``source``, ``target`` or
@@ -274,12 +298,13 @@ def _layers(weights: list[torch.Tensor], b: int, q: int, k: int) -> np.ndarray |
     return torch.stack([w[b, :, :q, :k] for w in weights]).float().cpu().numpy()
 
 
-def _han(weights, b: int, s: int, sc: int) -> dict[str, np.ndarray]:
-    """Row ``b`` of HAN's weights (:class:`~syntaxnmt.model.outputs.ContextAttention`), unpadded."""
+def _han(weights, b: int, s: int, sc: int, prefix: str = "han") -> dict[str, np.ndarray]:
+    """Row ``b`` of HAN's weights (:class:`~syntaxnmt.model.outputs.ContextAttention`), unpadded,
+    named ``{prefix}_word``, ``{prefix}_sentence`` and ``{prefix}_gate``."""
     return {
-        "han_word": weights.word[b, :, :, :s, :sc].float().cpu().numpy(),
-        "han_sentence": weights.sentence[b, :, :s].float().cpu().numpy(),
-        "han_gate": weights.gate[b, :s].float().cpu().numpy(),
+        f"{prefix}_word": weights.word[b, :, :, :s, :sc].float().cpu().numpy(),
+        f"{prefix}_sentence": weights.sentence[b, :, :s].float().cpu().numpy(),
+        f"{prefix}_gate": weights.gate[b, :s].float().cpu().numpy(),
     }
 
 
@@ -292,10 +317,13 @@ def force_decode(
     batch_size: int = 32,
     progress: bool = False,
     contexts: Sequence[Sequence[np.ndarray]] | None = None,
+    context_targets: Sequence[Sequence[np.ndarray]] | None = None,
 ) -> list[dict[str, np.ndarray | None]]:
     """Encoder, decoder and cross-attention weights while the model reads ``targets`` (teacher
     forcing); with ``contexts`` (a HAN model: each sentence's previous source sentences, nearest
-    first) HAN's weights too (``han_word``, ``han_sentence``, ``han_gate``)."""
+    first) HAN's weights too (``han_word``, ``han_sentence``, ``han_gate``), and with
+    ``context_targets`` (a target-side HAN model: the target sentences of those, as many) the
+    decoder-side block's (``han_target_word``, ``han_target_sentence``, ``han_target_gate``)."""
     spec = model.feature_spec
     k = model.document_context.sentences if contexts is not None else 0
     order = np.argsort([len(s.ids) + len(t) for s, t in zip(sources, targets)], kind="stable")
@@ -308,7 +336,8 @@ def force_decode(
                 idx = order[start : start + batch_size].tolist()
                 anns = [sources[i].annotation for i in idx] if spec else None
                 ctx = [contexts[i] for i in idx] if contexts is not None else None
-                batch = make_batch([sources[i].ids for i in idx], [np.asarray(targets[i], dtype=np.int64) for i in idx], idx, anns, spec, context=ctx, context_size=k)
+                ctx_tgt = [context_targets[i] for i in idx] if context_targets is not None else None
+                batch = make_batch([sources[i].ids for i in idx], [np.asarray(targets[i], dtype=np.int64) for i in idx], idx, anns, spec, context=ctx, context_size=k, context_tgt=ctx_tgt)
                 res = model(batch.to(device), need_weights=True)
                 for b, i in enumerate(idx):
                     s, t = len(sources[i].ids) + 1, len(targets[i]) + 1
@@ -319,6 +348,8 @@ def force_decode(
                     }
                     if res.encoder.context_attention is not None:
                         out[i].update(_han(res.encoder.context_attention, b, s, max((len(c) + 1 for c in contexts[i]), default=1)))
+                    if getattr(res, "target_context_attention", None) is not None:  # the decoder inputs of each previous target sentence: <s> and its pieces
+                        out[i].update(_han(res.target_context_attention, b, t, max((len(c) + 1 for c in context_targets[i]), default=1), prefix="han_target"))
                 bar.update(len(idx))
     finally:
         model.train(was_training)
@@ -328,22 +359,36 @@ def force_decode(
 @dataclass
 class SentenceContext:
     """What a context model reads beside one sentence: its previous source sentences (``lines``,
-    encoded as ``sources``; nearest first, at most k) and, for a 2-to-2 model, the target side
-    of that context (``targets``, nearest first: the references of the previous lines, or what
-    the model wrote before the current sentence)."""
+    encoded as ``sources``; nearest first, at most k) and, for a 2-to-2 or a target-side HAN
+    model, the target side of that context (``targets``, nearest first: the references of the
+    previous lines, or what the model wrote before the current sentence: for 2-to-2 its output
+    before the last separator, for target-side HAN its translations of the previous lines).
+    ``translation``: a target-side HAN model's own translation of the sentence itself, made in
+    document order (:func:`document_translations`)."""
 
     lines: list[str]
     sources: list[EncodedSource]
     targets: list["Target"] | None = None
+    translation: "Target | None" = None
 
 
 def sentence_contexts(
-    model, cfg: Config, toks: Tokenizers, lines: Sequence[str], docs: Sequence[str], keep: Sequence[int], refs: Sequence[str] | None = None, source_name: str = "<input>"
+    model,
+    cfg: Config,
+    toks: Tokenizers,
+    lines: Sequence[str],
+    docs: Sequence[str],
+    keep: Sequence[int],
+    refs: Sequence[str] | None = None,
+    source_name: str = "<input>",
+    translations: Mapping[int, "Target"] | None = None,
 ) -> list[SentenceContext] | None:
     """The :class:`SentenceContext` of the lines ``keep`` (0-based) of a document file: ``lines``
-    all of its lines, ``docs`` a document id per line, ``refs`` the references (line-aligned).
-    Blank lines are nobody's context, as in ``syntaxnmt translate --docs``. None for a
-    sentence-level model."""
+    all of its lines, ``docs`` a document id per line, ``refs`` the references (line-aligned), or
+    ``translations`` the model's own translations of (at least) the previous lines of ``keep``
+    and of ``keep`` themselves, by line (:func:`document_translations`): the target side of the
+    context, and each sentence's :attr:`SentenceContext.translation`. Blank lines are nobody's
+    context, as in ``syntaxnmt translate --docs``. None for a sentence-level model."""
     dc = getattr(model, "document_context", None)
     if dc is None:
         return None
@@ -355,10 +400,28 @@ def sentence_contexts(
     before = {n: ([filled[j] for j in previous[row_of[n]] if j >= 0] if n in row_of else []) for n in keep}
     needed = sorted({m for prev in before.values() for m in prev})
     encoded = dict(zip(needed, encode_sources(model, cfg, toks, [lines[m] for m in needed], source_name=source_name)))
+    if translations is not None:
+        return [SentenceContext([lines[m] for m in before[n]], [encoded[m] for m in before[n]], [translations[m] for m in before[n]], translations.get(n)) for n in keep]
     return [
         SentenceContext([lines[m] for m in before[n]], [encoded[m] for m in before[n]], None if refs is None else [reference_target(toks.tgt, refs[m]) for m in before[n]])
         for n in keep
     ]
+
+
+def document_translations(
+    model, cfg: Config, toks: Tokenizers, lines: Sequence[str], docs: Sequence[str], keep: Sequence[int], device: torch.device, *, beam: int = 1, batch_size: int = 32, source_name: str = "<input>"
+) -> dict[int, "Target"]:
+    """The model's translations (best of ``beam``) of the lines of the documents of ``keep``, from
+    each document's first line to its last line in ``keep``, made as ``translate --docs`` makes
+    them: a target-side HAN model reads its own translations of the previous sentences, so a
+    sentence's weights need the whole document before it translated first. By line (0-based)."""
+    last: dict[str, int] = {}
+    for n in keep:
+        last[docs[n]] = max(last.get(docs[n], -1), n)
+    todo = [n for n in range(len(lines)) if n <= last.get(docs[n], -1)]
+    decode = cfg.decode.model_copy(update={"batch_size": batch_size, "beam_size": beam})
+    outputs = translate_outputs(model, cfg, toks, [lines[n] for n in todo], decode, device, source_name=source_name, line_numbers=[n + 1 for n in todo], docs=[docs[n] for n in todo], nbest=1)
+    return {n: output_target(toks.tgt, o[0].tokens, o[0].text) for n, o in zip(todo, outputs)}
 
 
 def context_targets(tok: Tokenizer, tokens: Sequence[int], sep: int) -> list["Target"]:
@@ -396,28 +459,24 @@ def attention_for_sentences(
     (one per line, :func:`sentence_contexts`): a context model reads them, as ``translate --docs``."""
     if refs is not None and len(refs) != len(sources):
         raise UserError(f"{len(sources)} source lines but {len(refs)} references: the files must be line-aligned")
-    check_target_side(getattr(model, "document_context", None) if contexts is not None else None)
     src = encode_sources(model, cfg, toks, sources, conllu, parse, source_name, parses)
-    if refs is None:
+    dc = getattr(model, "document_context", None)
+    if refs is None and contexts is not None and dc is not None and dc.han_target:  # translated in document order already
+        if any(c.translation is None for c in contexts):
+            raise ValueError("a target-side HAN model's contexts need its own translations (sentence_contexts(..., translations=document_translations(...)))")
+        tgt = [c.translation for c in contexts]
+    elif refs is None:
         _check_lengths(model, src, None)
         anns = [s.annotation for s in src] if model.feature_spec else None
         decode = cfg.decode.model_copy(update={"batch_size": batch_size})
         ctx_ids = None if contexts is None else [[c.ids for c in ctx.sources] for ctx in contexts]
         hyps = translate_ids(model, [s.ids for s in src], decode, device, beam=beam, annotations=anns, contexts=ctx_ids, progress=progress)
         tgt = [output_target(toks.tgt, h[0].tokens) for h in hyps]
-        dc = getattr(model, "document_context", None)
         if contexts is not None and dc is not None and dc.concat_target:
             contexts = [SentenceContext(c.lines, c.sources, context_targets(toks.tgt, h[0].context_tokens or [], dc.sep)) for c, h in zip(contexts, hyps)]
     else:
         tgt = [reference_target(toks.tgt, ref) for ref in refs]
     return attention_of_targets(model, toks, sources, src, tgt, device, forced=refs is not None, batch_size=batch_size, progress=progress, contexts=contexts)
-
-
-def check_target_side(dc) -> None:
-    """Refuse the weights of a target-side HAN model read with its documents: its decoder reads
-    the translations of the previous sentences, which the forced pass here does not give it."""
-    if dc is not None and dc.han_target:
-        raise UserError("attention with document context is not supported yet for a target-side HAN model (model.context.side: target or both): read it without docs")
 
 
 Target = tuple[list[int], list[str], list[int], list[str], str]
@@ -469,11 +528,11 @@ def attention_of_targets(
     :class:`SentenceAttention` per source line. ``forced``: the targets are given references (not
     the model's output). ``contexts`` (one per line): a context model reads them -- a
     concatenation model's source (and 2-to-2 target) is then the joined sequence, its first
-    ``src_context`` (``tgt_context``) pieces the context; a HAN model adds its weights."""
+    ``src_context`` (``tgt_context``) pieces the context; a HAN model adds its weights (a
+    target-side one reads the contexts' ``targets`` too)."""
     dc = getattr(model, "document_context", None) if contexts is not None else None
-    check_target_side(dc)
     n_src = n_tgt = [0] * len(src)
-    han_ctx = None
+    han_ctx = han_tgt = None
     if dc is not None and dc.kind == "concat":
         joined = [_join(dc.sep, [(p.ids, p.word_of_piece, p.words) for p in reversed(c.sources[: dc.sentences])] + [(s.ids, s.word_of_piece, s.words)]) for s, c in zip(src, contexts)]
         src = [EncodedSource(np.asarray(ids, dtype=np.int64), words, wop, None, None) for ids, wop, words, _ in joined]
@@ -484,8 +543,12 @@ def attention_of_targets(
             n_tgt = [n for *_, n in joined_tgt]
     elif dc is not None and dc.kind == "han":
         han_ctx = [[p.ids for p in c.sources[: dc.sentences]] for c in contexts]
+        if dc.han_target:
+            if any(c.targets is None for c in contexts):
+                raise ValueError("a target-side HAN model reads the target side of its contexts: give SentenceContext.targets")
+            han_tgt = [[np.asarray(t[0], dtype=np.int64) for t in c.targets[: dc.sentences]] for c in contexts]
     _check_lengths(model, src, [t[0] for t in tgt])
-    weights = force_decode(model, src, [t[0] for t in tgt], device, batch_size, progress, contexts=han_ctx)
+    weights = force_decode(model, src, [t[0] for t in tgt], device, batch_size, progress, contexts=han_ctx, context_targets=han_tgt)
     out = []
     for n, (line, s, (_, pieces, wop, words, text), w) in enumerate(zip(lines, src, tgt, weights)):
         extra: dict = {}
@@ -494,6 +557,9 @@ def attention_of_targets(
             extra = {"context_sources": contexts[n].lines[:k], "src_context": n_src[n], "tgt_context": n_tgt[n]}
             if han_ctx is not None:
                 extra["context_pieces"] = [[toks.src.id_to_piece(int(i)) for i in c] + [EOS_PIECE] for c in han_ctx[n]]
+            if han_tgt is not None:
+                extra["context_translations"] = [t[4] for t in contexts[n].targets[:k]]
+                extra["context_target_pieces"] = [[BOS_PIECE] + list(t[1]) for t in contexts[n].targets[:k]]
         out.append(
             SentenceAttention(
                 source=line,
@@ -569,11 +635,13 @@ def sentence_record(index: int, s: SentenceAttention) -> dict:
         "tgt_units": s.labels("cross", words=True)[0],
         "decoder_input_units": s.labels("decoder", words=True)[0],
         "parse": _parse_json(s.parse),
-        "shapes": {k: (list(getattr(s, k).shape) if getattr(s, k) is not None else None) for k in KINDS + HAN_KINDS},
+        "shapes": {k: (list(getattr(s, k).shape) if getattr(s, k) is not None else None) for k in KINDS + HAN_KINDS + HAN_TARGET_KINDS},
         "context_sources": s.context_sources,
         "src_context": s.src_context,
         "tgt_context": s.tgt_context,
         "context_pieces": s.context_pieces,
+        "context_translations": s.context_translations,
+        "context_target_pieces": s.context_target_pieces,
     }
 
 
@@ -586,10 +654,11 @@ def write_attention(out: str | Path, sentences: Sequence[SentenceAttention], inf
             if getattr(s, kind) is not None:
                 arrays[f"s{i}_{kind}"] = getattr(s, kind).astype(np.float32)
                 arrays[f"s{i}_{kind}_words"] = s.word_level(kind)
-        if s.han_sentence is not None:
-            for kind in HAN_KINDS:
-                arrays[f"s{i}_{kind}"] = getattr(s, kind).astype(np.float32)
-            arrays[f"s{i}_han_sentence_words"], arrays[f"s{i}_han_gate_words"] = s.han_word_level()
+        for side, prefix, kinds in (("source", "han", HAN_KINDS), ("target", "han_target", HAN_TARGET_KINDS)):
+            if s.han_weights(side) is not None:
+                for kind in kinds:
+                    arrays[f"s{i}_{kind}"] = getattr(s, kind).astype(np.float32)
+                arrays[f"s{i}_{prefix}_sentence_words"], arrays[f"s{i}_{prefix}_gate_words"] = s.han_word_level(side)
     header = {"format": FORMAT, "version": VERSION, "sentences": len(sentences), "arrays": npz.name, **(info or {})}
     atomic_write(npz, lambda f: np.savez_compressed(f, **arrays))
     write_lines(jsonl, [json.dumps(header, ensure_ascii=False)] + [json.dumps(sentence_record(i, s), ensure_ascii=False) for i, s in enumerate(sentences)])
@@ -611,9 +680,10 @@ def _sentence_from_record(rec: dict, arrays, where: str) -> SentenceAttention:
         p = rec["parse"]
         parse = Parse(p["words"], p["upos"], p.get("xpos", ["_"] * len(p["words"])), p["heads"], p["deprel"]) if p else None
         i = rec["index"]
-        got = {k: (arrays[f"s{i}_{k}"] if rec["shapes"].get(k) is not None else None) for k in KINDS + HAN_KINDS}
+        got = {k: (arrays[f"s{i}_{k}"] if rec["shapes"].get(k) is not None else None) for k in KINDS + HAN_KINDS + HAN_TARGET_KINDS}
         fields = ("source", "translation", "forced", "src_pieces", "src_words", "src_word_of_piece", "tgt_pieces", "tgt_words", "tgt_word_of_piece")
-        context = {f: rec.get(f, default) for f, default in (("context_sources", None), ("src_context", 0), ("tgt_context", 0), ("context_pieces", None))}
+        defaults = (("context_sources", None), ("src_context", 0), ("tgt_context", 0), ("context_pieces", None), ("context_translations", None), ("context_target_pieces", None))
+        context = {f: rec.get(f, default) for f, default in defaults}
         return SentenceAttention(**{f: rec[f] for f in fields}, parse=parse, **got, **context)
     except KeyError as e:
         raise UserError(f"{where}: missing {e.args[0]!r}") from None
@@ -675,12 +745,23 @@ def read_inputs(src: str, ref: str | None = None, conllu: str | None = None, sen
     return pick(lines), pick(refs), pick(parses), keep
 
 
-def read_contexts(model, cfg: Config, toks: Tokenizers, src: str, docs: str | None, keep: Sequence[int], ref: str | None = None) -> list[SentenceContext] | None:
+def read_contexts(
+    model, cfg: Config, toks: Tokenizers, src: str, docs: str | None, keep: Sequence[int], ref: str | None = None, *, device: torch.device | None = None, beam: int = 1, batch_size: int = 32
+) -> list[SentenceContext] | None:
     """The document context of the selected lines ``keep`` of ``src`` from the doc-id file ``docs``
-    (:func:`sentence_contexts`); None without ``docs`` or for a sentence-level model."""
+    (:func:`sentence_contexts`); None without ``docs`` or for a sentence-level model. Without
+    ``ref``, a target-side HAN model's documents are first translated up to the selected lines
+    (:func:`document_translations`, on ``device`` with ``beam``): its own translations are its
+    target context."""
     if not docs:
         return None
-    return sentence_contexts(model, cfg, toks, read_lines(src), read_lines(docs), keep, read_lines(ref) if ref else None, src)
+    lines, ids = read_lines(src), read_lines(docs)
+    contexts = sentence_contexts(model, cfg, toks, lines, ids, keep, read_lines(ref) if ref else None, src)
+    dc = getattr(model, "document_context", None)
+    if contexts is None or ref or not dc.han_target:
+        return contexts
+    own = document_translations(model, cfg, toks, lines, ids, keep, device or torch.device("cpu"), beam=beam, batch_size=batch_size, source_name=src)
+    return sentence_contexts(model, cfg, toks, lines, ids, keep, None, src, translations=own)
 
 
 def export_attention(
@@ -690,7 +771,7 @@ def export_attention(
     ``docs``: the doc-id file of ``src``, read by a context model (docs/documents.md)."""
     model, cfg, toks = load_model(checkpoint, device)
     lines, refs, parses, keep = read_inputs(src, ref, conllu, sentences)
-    contexts = read_contexts(model, cfg, toks, src, docs, keep, ref)
+    contexts = read_contexts(model, cfg, toks, src, docs, keep, ref, device=device, beam=beam, batch_size=batch_size)
     result = attention_for_sentences(model, cfg, toks, lines, refs=refs, device=device, beam=beam, parse=parse, batch_size=batch_size, progress=True, source_name=src, parses=parses, contexts=contexts)
     info = {"checkpoint": str(checkpoint), "source_file": str(src), "reference_file": ref, "lines": keep, "target": "reference" if ref else "translation", "beam": None if ref else beam, **model_info(model, cfg)}
     info["context"] = {**cfg.model.context.model_dump(mode="json"), "docs_file": docs} if cfg.model.context.kind != "none" else None

@@ -10,8 +10,10 @@ label at its top (arcs are stacked so that no two labels overlap). A colour bar 
 (white 0, dark blue 1). On cross-attention, word links (gold or extracted Pharaoh alignments) are
 outlined: sure links solid, possible links dashed. PNG, SVG or PDF by the output's suffix.
 For a HAN model read with its document, a panel beside the heads shows HAN's sentence-level
-weights (source tokens x previous sentences, the mean of the heads) and the gate λ of each token;
-for a concatenation model the context's rows and columns are greyed out.
+weights (source tokens x previous sentences, the mean of the heads) and the gate λ of each token
+-- for a target-side HAN model another one, of the decoder-side block (target tokens x previous
+target sentences, its own translations); for a concatenation model the context's rows and
+columns are greyed out.
 """
 
 from __future__ import annotations
@@ -185,17 +187,24 @@ def shade_context(ax, s: SentenceAttention, kind: str, words: bool, n_rows: int,
         ax.axhline(rows - 0.5, color="0.3", lw=1.0, ls=":")
 
 
-def han_panel(ax, s: SentenceAttention, words: bool, fontsize: float = 9):
-    """HAN's sentence-level weights (source tokens x previous sentences, the mean of the heads)
+HAN_SIDES = ("source", "target")
+"""The HAN blocks a panel can show: the encoder-side one (``source``) and the decoder-side one (``target``)."""
+
+
+def han_rows(s: SentenceAttention, side: str, words: bool) -> list[str]:
+    """The row labels of a HAN panel: source tokens, or target tokens (the rows of cross-attention)."""
+    return s.labels("encoder", words)[0] if side == "source" else s.labels("cross", words)[0]
+
+
+def han_panel(ax, s: SentenceAttention, words: bool, fontsize: float = 9, side: str = "source"):
+    """HAN's sentence-level weights (source tokens x previous sentences, the mean of the heads;
+    with ``side="target"`` the decoder-side block's: target tokens x previous target sentences)
     and, in the last column, the gate λ of each token; returns the image."""
-    if words:
-        sentence, gate = s.han_word_level()
-    else:
-        sentence, gate = s.han_sentence, s.han_gate
+    sentence, gate = s.han_word_level(side) if words else s.han_weights(side)
     matrix = np.concatenate([sentence.mean(0), gate[:, None]], axis=1)
-    rows = s.labels("encoder", words)[0]
+    rows = han_rows(s, side, words)
     k = sentence.shape[-1]
-    present = len(s.context_sources or [])
+    present = len(s.context_sources or []) if side == "source" else len(s.context_translations or [])
     cols = [f"-{j + 1}" + ("" if j < present else " (none)") for j in range(k)] + ["gate λ"]
     image = ax.imshow(matrix, cmap="Blues", vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
     ax.axvline(k - 0.5, color="white", lw=3)
@@ -204,7 +213,8 @@ def han_panel(ax, s: SentenceAttention, words: bool, fontsize: float = 9):
     ax.set_xticklabels(cols, rotation=90, fontsize=fontsize)
     ax.set_yticklabels(rows, fontsize=fontsize)
     ax.tick_params(length=0)
-    ax.set_title(f"HAN: previous sentences\n(mean of heads), mean gate {float(gate.mean()):.2f}", fontsize=9)
+    what = "previous sentences" if side == "source" else "previous translations"
+    ax.set_title(f"HAN{'' if side == 'source' else ' (decoder)'}: {what}\n(mean of heads), mean gate {float(gate.mean()):.2f}", fontsize=9)
     return image
 
 
@@ -227,17 +237,17 @@ def attention_figure(s: SentenceAttention, kind: str = "cross", layer: int = -1,
     cols_grid = min(len(heads), 2 if len(heads) <= 4 else 4)
     grid_rows = math.ceil(len(heads) / cols_grid)
     arcs = 0.4 * len(cols) if s.parse is not None and kind != "decoder" else 0
-    han = s.han_sentence is not None
+    sides = [side for side in HAN_SIDES if s.han_weights(side) is not None]
     head_width = max(3.0, CELL * len(cols) + 1.2)
-    han_width = max(2.5, CELL * (s.han_sentence.shape[-1] + 1) + 2.0) if han else 0.0
-    han_rows = len(s.labels("encoder", words)[0]) if han else 0
-    size = (head_width * cols_grid + han_width + 0.8, max(2.5, CELL * (max(len(rows), han_rows) + arcs) + 1.2) * grid_rows)
-    ratios = [head_width] * cols_grid + ([han_width] if han else [])
-    fig, grid = plt.subplots(grid_rows, cols_grid + han, figsize=size, squeeze=False, gridspec_kw={"width_ratios": ratios})
+    han_widths = [max(2.5, CELL * (s.han_weights(side)[0].shape[-1] + 1) + 2.0) for side in sides]
+    n_rows = max([len(rows)] + [len(han_rows(s, side, words)) for side in sides])
+    size = (head_width * cols_grid + sum(han_widths) + 0.8, max(2.5, CELL * (n_rows + arcs) + 1.2) * grid_rows)
+    ratios = [head_width] * cols_grid + han_widths
+    fig, grid = plt.subplots(grid_rows, cols_grid + len(sides), figsize=size, squeeze=False, gridspec_kw={"width_ratios": ratios})
     axes = grid[:, :cols_grid]
-    if han:  # HAN's weights over the previous sentences: a panel of their own, beside the first row
-        han_panel(grid[0, -1], s, words)
-        for ax in grid[1:, -1]:
+    for n, side in enumerate(sides):  # HAN's weights over the previous sentences: a panel of their own per block, beside the first row
+        han_panel(grid[0, cols_grid + n], s, words, side=side)
+        for ax in grid[1:, cols_grid + n]:
             ax.axis("off")
     image = None
     for k, ax in enumerate(axes.flat):
@@ -318,7 +328,7 @@ def load_for_plot(
 
     model, cfg, toks = load_model(checkpoint, device)
     lines, refs, parses, keep = read_inputs(src, ref, conllu, sentences)
-    contexts = read_contexts(model, cfg, toks, src, docs, keep, ref)
+    contexts = read_contexts(model, cfg, toks, src, docs, keep, ref, device=device, beam=beam)
     got = attention_for_sentences(model, cfg, toks, lines, refs=refs, device=device, beam=beam, parse=parse, source_name=src, parses=parses, contexts=contexts)
     return got, keep
 

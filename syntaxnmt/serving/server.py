@@ -6,6 +6,9 @@
   ``"alignment_words"`` (per sentence: Pharaoh word links and the words they index, as
   ``translate --alignments`` writes them) when asked; ``"markup"``: the sentences hold inline
   tags, put back around the aligned words of the translations (as ``translate --markup``);
+  ``"nbest": N`` (1 to the beam) adds ``"nbest"``: per sentence the N best candidates in the
+  shape of the answer (``translations``, ``scores``, and with alignments their own
+  ``alignments`` and ``alignment_words``; with markup each candidate tagged);
   ``{"documents": [[...], ...]}`` translates each document in order with its context
   (``Translator.translate(docs=...)``), answers nested alike (no alignments or markup: 422, as
   the Python API refuses alignments with ``docs``);
@@ -42,7 +45,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from syntaxnmt.alignment.extract import alignments_for_translations, configured_reading
+from syntaxnmt.alignment.extract import configured_reading
 from syntaxnmt.alignment.markup import Markup, parse_markup, transfer_to_translations
 from syntaxnmt.api import Translator
 from syntaxnmt.data.annotations import spacy_parser
@@ -139,19 +142,21 @@ class ServedModel:
             self.translator.model = model
 
     def handle(self, key: Hashable, items: list, checkpoint: Checkpoint | None = None) -> list:
-        """The worker's handler: ``key`` is ``(kind, beam)`` or ``(kind, beam, alignments, markup)``,
-        kind ``translate`` or ``attention`` (items: sentences, or :class:`Markup` with ``markup``),
-        ``documents`` or ``documents+attention`` (items: documents, each a list of sentences).
+        """The worker's handler: ``key`` is ``(kind, beam)``, ``(kind, beam, alignments, markup)``
+        or ``(kind, beam, alignments, markup, nbest)``, kind ``translate`` or ``attention`` (items:
+        sentences, or :class:`Markup` with ``markup``), ``documents`` or ``documents+attention``
+        (items: documents, each a list of sentences; key ``(kind, beam)`` or ``(kind, beam, nbest)``).
         ``checkpoint`` is called before every encoder pass, decoder step and force-decoding pass.
-        Results: ``(text, score)``, ``(text, score, attention)`` or, with alignments or markup,
-        :meth:`aligned`'s; per document, a list of them."""
-        kind, beam, alignments, markup = (*key, False, False)[:4]
+        Results: ``(text, score)``, ``(text, score, attention)`` or, with alignments, markup or
+        nbest, :meth:`aligned`'s; per document, a list of them."""
+        kind, beam, *rest = key
         if kind in ("documents", "documents+attention"):
-            return self.documents(items, beam, checkpoint, attention=kind.endswith("+attention"))
+            return self.documents(items, beam, checkpoint, attention=kind.endswith("+attention"), nbest=rest[0] if rest else None)
         if kind not in ("translate", "attention"):
             raise ValueError(f"unknown job kind {kind!r}")
-        if alignments or markup:
-            return self.aligned(items, beam, checkpoint, alignments=alignments, markup=markup, attention=kind == "attention")
+        alignments, markup, nbest = (*rest, False, False, None)[:3]
+        if alignments or markup or nbest is not None:
+            return self.aligned(items, beam, checkpoint, alignments=alignments, markup=markup, attention=kind == "attention", nbest=nbest)
         if kind == "translate":
             return self.translate(items, beam, checkpoint)
         return self.attention(items, beam, checkpoint)
@@ -159,7 +164,8 @@ class ServedModel:
     def work(self, sentences: Sequence[str], beam: int, attention: bool = False, aligned: bool = False) -> list[int]:
         """The work of each sentence, what ``--max-work`` bounds: beam x (subword tokens + 1 for
         ``</s>``), times 2 with attention or with alignments / markup (the output is searched,
-        then force-decoded), times 3 with both (two force-decodings), 0 for a blank sentence.
+        then force-decoded: with ``nbest`` N <= beam hypotheses, each in one pass), times 3 with
+        both (two force-decodings), 0 for a blank sentence.
         Tokens past the model's positions are not counted (they are cut)."""
         limit = self.model.cfg.max_positions - 2
         factor = beam * (1 + attention + aligned)
@@ -184,16 +190,20 @@ class ServedModel:
         with self.checkpointed(checkpoint):
             return [(t.text, finite(t.score)) for t in self.translator.translate(sentences, beam=beam, nbest=1)]
 
-    def documents(self, documents: Sequence[Sequence[str]], beam: int, checkpoint: Checkpoint | None = None, attention: bool = False) -> list[list[tuple]]:
+    def documents(self, documents: Sequence[Sequence[str]], beam: int, checkpoint: Checkpoint | None = None, attention: bool = False, nbest: int | None = None) -> list[list[tuple]]:
         """Per document, (translation, score) -- and the attention record with ``attention`` --
         per sentence: every sentence is translated with its document's previous sentences as
         ``syntaxnmt translate --docs`` translates them (:meth:`syntaxnmt.api.Translator.translate`
-        with ``docs``); the documents of one call are batched together."""
+        with ``docs``); the documents of one call are batched together. With ``nbest``:
+        ``(translation, score, attention record or None, candidates)``, the candidates
+        ``(text, score, None)`` best first."""
         flat = [s for doc in documents for s in doc]
         ids = [str(n) for n, doc in enumerate(documents) for _ in doc]
         with self.checkpointed(checkpoint):
-            results = self.translator.translate(flat, beam=beam, nbest=1, docs=ids, attention=attention)
+            results = self.translator.translate(flat, beam=beam, nbest=nbest or 1, docs=ids, attention=attention)
         answers = self._attention_answers(flat, results) if attention else [(r.text, finite(r.score)) for r in results]
+        if nbest is not None:
+            answers = [(a[0], a[1], a[2] if attention else None, [(c.text, finite(c.score), None) for c in r.nbest]) for a, r in zip(answers, results)]
         out, at = [], 0
         for doc in documents:
             out.append(answers[at : at + len(doc)])
@@ -228,12 +238,14 @@ class ServedModel:
             out[i] = (out[i][0], out[i][1], attention_json(rec, tree, origin if tree is not None else None))
         return out
 
-    def aligned(self, items: Sequence[str | Markup], beam: int, checkpoint: Checkpoint | None = None, *, alignments: bool = False, markup: bool = False, attention: bool = False) -> list[tuple]:
+    def aligned(self, items: Sequence[str | Markup], beam: int, checkpoint: Checkpoint | None = None, *, alignments: bool = False, markup: bool = False, attention: bool = False, nbest: int | None = None) -> list[tuple]:
         """``(text, score, attention record or None, alignment or None)`` per item, for a request
-        with ``"alignments"`` or ``"markup"``: ``translate --alignments`` / ``--markup`` of the items.
+        with ``"alignments"``, ``"markup"`` or ``"nbest"``: ``translate --alignments`` /
+        ``--markup`` / ``--nbest N`` of the items; with ``nbest``, a fifth element: the N
+        candidates ``(text, score, alignment or None)``, best first (the first is the best's).
 
         The sentences (with ``markup``: the items' :attr:`Markup.plain` text) are translated by
-        :meth:`translate` (or :meth:`attention`); their word links are those of
+        :meth:`syntaxnmt.api.Translator.translate`, whose links of every candidate are those of
         :func:`~syntaxnmt.alignment.extract.alignments_for_translations` with the model's
         configured reading (``train.alignment``), and with ``markup`` the tags go back in by
         :func:`~syntaxnmt.alignment.markup.transfer_to_translations`: the functions the command
@@ -242,16 +254,18 @@ class ServedModel:
         """
         marked = list(items) if markup else None
         sentences = [m.plain for m in marked] if marked is not None else list(items)
-        first = self.attention(sentences, beam, checkpoint) if attention else [(text, score, None) for text, score in self.translate(sentences, beam, checkpoint)]
         with self.checkpointed(checkpoint):
-            links = alignments_for_translations(self.model, self.cfg, self.toks, sentences, [[r[0]] for r in first], self.device, batch_size=self.cfg.decode.batch_size, source_name="request")
-        texts = [[(r[0], r[1])] for r in first]
+            results = self.translator.translate(sentences, beam=beam, nbest=nbest or 1, alignments=alignments or markup, attention=attention, source_name="request")
+        records = [a[2] for a in self._attention_answers(sentences, results)] if attention else [None] * len(results)
+        texts = [[(c.text, finite(c.score)) for c in r.nbest] for r in results]
         if marked is not None:
+            links = [[set(c.alignment or ()) for c in r.nbest] for r in results]
             texts = transfer_to_translations(marked, texts, links, self.toks.src.normalize, self.toks.tgt.normalize)
         out = []
-        for sentence, (text, score, record), (tagged,), (lk,) in zip(sentences, first, texts, links):
-            alignment = {"links": format_links(lk), "source": self.toks.src.normalize(sentence).split(), "target": self.toks.tgt.normalize(text).split()} if alignments else None
-            out.append((tagged[0], score, record, alignment))
+        for r, record, tagged in zip(results, records, texts):
+            candidates = [(text, score, _alignment_json(c) if alignments else None) for (text, score), c in zip(tagged, r.nbest)]
+            best = candidates[0]
+            out.append((best[0], best[1], record, best[2]) + ((candidates,) if nbest is not None else ()))
         return out
 
     def parser(self):
@@ -275,6 +289,15 @@ class ServedModel:
             "beam": self.cfg.decode.beam_size,
             "alignment": configured_reading(self.cfg).label,
         }
+
+
+def _alignment_json(candidate) -> dict[str, Any]:
+    """``{"links": "i-j ...", "source": words, "target": words}`` of a candidate aligned by the
+    Python API (an empty sentence: no links, no words)."""
+    if candidate.alignment is None:
+        return {"links": "", "source": [], "target": []}
+    source, target = candidate.alignment_words
+    return {"links": format_links(candidate.alignment), "source": source, "target": target}
 
 
 class Checkpointed:
@@ -318,7 +341,8 @@ def attention_json(rec, parse, parse_origin: str | None) -> dict[str, Any]:
     (L, H, T, T, over ``decoder_input``) and ``cross`` (L, H, T, S), null where the model has none;
     for a context model translating a document, ``context``: the previous sentences it read, how
     many leading source / target pieces are context (concatenation) and HAN's sentence-level
-    weights (H, S, k) and gate (S)."""
+    weights (H, S, k) and gate (S); a target-side HAN model's also the previous target sentences
+    it read (its own translations) and its decoder-side weights (H, T, k) and gate (T)."""
     return {
         "translation": rec.translation,
         "source": {"pieces": rec.src_pieces, "words": rec.src_words, "word_of_piece": rec.src_word_of_piece},
@@ -335,6 +359,9 @@ def attention_json(rec, parse, parse_origin: str | None) -> dict[str, Any]:
             "target_pieces": rec.tgt_context,
             "han_sentence": _rounded(rec.han_sentence),
             "han_gate": _rounded(rec.han_gate),
+            "targets": rec.context_translations,
+            "han_target_sentence": _rounded(rec.han_target_sentence),
+            "han_target_gate": _rounded(rec.han_target_gate),
         },
     }
 
@@ -379,6 +406,7 @@ class TranslateRequest(BaseModel):
     sentences: list[str] | None = Field(None, min_length=1)
     documents: list[list[str]] | None = Field(None, min_length=1)
     beam: int | None = Field(None, ge=1)
+    nbest: int | None = Field(None, ge=1)
     attention: bool = False
     alignments: bool = False
     markup: bool = False
@@ -481,8 +509,8 @@ class BodyLimit:
         await self.app(scope, limited_receive, send)
 
 
-def _check_limits(req, limits: Limits) -> None:
-    """413 for a request too large, 422 for a beam out of range."""
+def _check_limits(req, limits: Limits, beam: int) -> None:
+    """413 for a request too large, 422 for a beam (or an nbest larger than ``beam``, the request's) out of range."""
     from fastapi import HTTPException  # deferred: the web stack loads only for serve
 
     sentences = req.flat()
@@ -497,6 +525,18 @@ def _check_limits(req, limits: Limits) -> None:
             raise HTTPException(413, f"{where} is too long: {len(s)} characters (at most {limits.max_chars})")
     if req.beam is not None and req.beam > limits.max_beam:
         raise HTTPException(422, f"beam: {req.beam} is out of range (1 to {limits.max_beam})")
+    if req.nbest is not None and req.nbest > beam:
+        raise HTTPException(422, f"nbest: {req.nbest} is out of range (1 to the beam, {beam})")
+
+
+def _candidates_json(candidates: Sequence[tuple], alignments: bool) -> dict[str, list]:
+    """One sentence's n-best list in the shape of the answer: ``translations``, ``scores`` and,
+    with ``alignments``, ``alignments`` and ``alignment_words``."""
+    out: dict[str, list] = {"translations": [c[0] for c in candidates], "scores": [c[1] for c in candidates]}
+    if alignments:
+        out["alignments"] = [c[2]["links"] for c in candidates]
+        out["alignment_words"] = [{"source": c[2]["source"], "target": c[2]["target"]} for c in candidates]
+    return out
 
 
 def _document_position(documents: Sequence[Sequence[str]], i: int) -> str:
@@ -577,8 +617,8 @@ def create_app(
                 translator.translator.check_aligning(req.flat())
             except UserError as e:
                 return JSONResponse({"error": str(e) if req.alignments else f"markup is put back through the alignments: {e}"}, status_code=422)
-        _check_limits(req, limits)
         beam = req.beam or translator.cfg.decode.beam_size
+        _check_limits(req, limits, beam)
         aligned = req.alignments or req.markup
         if req.documents is None:
             items: list = req.sentences
@@ -591,12 +631,12 @@ def create_app(
             else:
                 sentences = items = [" ".join(s.split()) for s in req.sentences]  # line breaks and runs of spaces: one space
             costs = translator.work(sentences, beam, req.attention, aligned)
-            key = ("attention" if req.attention else "translate", beam) + ((req.alignments, req.markup) if aligned else ())
+            key = ("attention" if req.attention else "translate", beam) + ((req.alignments, req.markup) if aligned or req.nbest is not None else ()) + ((req.nbest,) if req.nbest is not None else ())
         else:  # one item per document: a document goes through the model in one call, in order
             items = [[" ".join(s.split()) for s in doc] for doc in req.documents]
             sentences = [s for doc in items for s in doc]
             costs = translator.document_work(items, beam, req.attention)
-            key = ("documents+attention" if req.attention else "documents", beam)
+            key = ("documents+attention" if req.attention else "documents", beam) + ((req.nbest,) if req.nbest is not None else ())
         work = sum(costs)
         if work > limits.max_work:
             passes = [name for name, asked in (("attention", req.attention), ("alignments", aligned)) if asked]
@@ -625,10 +665,14 @@ def create_app(
             if req.alignments:
                 body["alignments"] = [r[3]["links"] for r in results]
                 body["alignment_words"] = [{"source": r[3]["source"], "target": r[3]["target"]} for r in results]
+            if req.nbest is not None:
+                body["nbest"] = [_candidates_json(r[4], req.alignments) for r in results]
         else:  # the nesting of the request
             body = {"translations": [[r[0] for r in doc] for doc in results], "scores": [[r[1] for r in doc] for doc in results]}
             if req.attention:
                 body["attention"] = [[r[2] for r in doc] for doc in results]
+            if req.nbest is not None:
+                body["nbest"] = [[_candidates_json(r[3], False) for r in doc] for doc in results]
         return JSONResponse(body)
 
     translate.__annotations__["request"] = Request  # the class itself: this module's annotations are strings, and Request is imported here only

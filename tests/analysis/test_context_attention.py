@@ -1,6 +1,8 @@
 """Attention of context models (docs/documents.md): ``syntaxnmt attention --docs`` exports HAN's
-sentence-level weights, word-level weights and gate (read from the model's own forward pass), marks
-a concatenation model's context pieces, and ``syntaxnmt plot`` draws HAN's panel and the shading."""
+sentence-level weights, word-level weights and gate (read from the model's own forward pass) --
+for a target-side HAN model also the decoder-side block's, over its own previous translations --
+marks a concatenation model's context pieces, and ``syntaxnmt plot`` draws HAN's panels and the
+shading."""
 
 from __future__ import annotations
 
@@ -8,9 +10,10 @@ import json
 
 import numpy as np
 import pytest
-from conftest import deep_merge, quiet, tiny_tree, write_doc_ids
+from conftest import deep_merge, quiet, tiny_tree, untrained_checkpoint, write_doc_ids
 from test_cli import assert_one_line_error, run_cli
 
+import syntaxnmt
 from syntaxnmt.analysis.export import read_attention
 from syntaxnmt.analysis.plot import attention_figure
 from syntaxnmt.config import load_config
@@ -180,3 +183,95 @@ def test_a_bad_doc_id_file_is_a_one_line_error(han, doc_corpus, tmp_path, capsys
     split.write_text("\n".join(["a", "b", "a"] + ["c"] * (sum(DOC_SIZES) - 3)) + "\n")
     code, _, err = run_cli(capsys, "attention", "--checkpoint", han, "-i", doc_corpus["src"], "--docs", split, "-o", tmp_path / "att")
     assert_one_line_error(code, err, ":3: document 'a' continues after another document began")
+
+
+# ---------------------------------------------------------------- target-side HAN
+
+
+@pytest.fixture(scope="module", params=["target", "both"])
+def han_target(request, corpus, doc_corpus, shared_prepared_dir, tmp_path_factory) -> tuple[str, str]:
+    """(side, checkpoint) of an untrained HAN model over 2 previous sentences reading the target side."""
+    work = tmp_path_factory.mktemp(f"han_{request.param}")
+    context = {"kind": "han", "sentences": 2, "side": request.param}
+    tree = deep_merge(tiny_tree(corpus, work / "run", shared_prepared_dir), {"data": {"train_docs": str(doc_corpus["train"]), "dev_docs": str(doc_corpus["dev"])}, "model": {"context": context}})
+    return request.param, str(untrained_checkpoint(load_config(None, tree), work / "untrained.pt", seed=2))
+
+
+@pytest.mark.parametrize("target", ["translation", "reference"])
+def test_target_side_han_export_holds_the_decoder_side_weights(han_target, doc_corpus, tmp_path, capsys, target):
+    """The decoder-side block's weights per target token over the previous target sentences --
+    the model's own translations of them (as ``translate --docs`` makes them), or the references
+    with --ref -- summing to 1 over those that exist, 0 for a missing one, the gate 0 at a
+    document's start; the encoder-side block's too for ``side: both``."""
+    side, checkpoint = han_target
+    out = tmp_path / "att"
+    ref = ["--ref", doc_corpus["ref"]] if target == "reference" else []
+    code, _, err = run_cli(capsys, "attention", "--checkpoint", checkpoint, "-i", doc_corpus["src"], "--docs", doc_corpus["docs"], *ref, "-o", out)
+    assert code == 0, err
+    header, sentences = read_attention(out)
+    assert header["context"]["side"] == side
+    records = [json.loads(line) for line in (tmp_path / "att.jsonl").read_text().splitlines()[1:]]
+    arrays = np.load(tmp_path / "att.npz")
+    previous = _translate_docs(capsys, checkpoint, doc_corpus) if target == "translation" else read_lines(doc_corpus["ref"])
+    if target == "translation":  # the weights are those of the translations `translate --docs` gives
+        assert [s.translation for s in sentences] == previous
+    assert sum(len(s.tgt_pieces) > 2 for s in sentences) >= 5  # what makes the sums worth checking
+    heads = header["heads"]
+    for i, (position, s, rec) in enumerate(zip(_positions(), sentences, records)):
+        present, T = min(position, 2), len(s.tgt_pieces)
+        assert rec["context_translations"] == [previous[i - j] for j in range(1, present + 1)]  # its own outputs, nearest first
+        if target == "translation":  # as the decoder read them: <s>, then the pieces of the earlier sentence's output
+            assert rec["context_target_pieces"] == [["<s>"] + sentences[i - j].tgt_pieces[:-1] for j in range(1, present + 1)]
+        sent, word, gate = arrays[f"s{i}_han_target_sentence"], arrays[f"s{i}_han_target_word"], arrays[f"s{i}_han_target_gate"]
+        assert sent.shape == (heads, T, 2) and gate.shape == (T,) and word.shape[:3] == (2, heads, T)
+        assert rec["shapes"]["han_target_sentence"] == [heads, T, 2]
+        np.testing.assert_array_equal(sent, s.han_target_sentence)
+        np.testing.assert_allclose(sent[:, :, :present].sum(-1), np.ones((heads, T)) if present else np.zeros((heads, T)), atol=1e-5)
+        assert np.abs(sent[:, :, present:]).max(initial=0) == 0 and np.abs(word[present:]).max(initial=0) == 0
+        for j in range(present):  # word level: over the decoder inputs of previous target sentence j, not its padding
+            n = len(rec["context_target_pieces"][j])
+            np.testing.assert_allclose(word[j, :, :, :n].sum(-1), np.ones((heads, T)), atol=1e-5)
+            assert np.abs(word[j, :, :, n:]).max(initial=0) == 0
+        if present:
+            assert ((gate > 0) & (gate < 1)).all()
+        else:  # a document's first sentence: the sentence model's states, the gate shut
+            assert np.abs(gate).max() == 0 and np.abs(sent).max() == 0
+        units = len(rec["tgt_units"])
+        assert arrays[f"s{i}_han_target_sentence_words"].shape == (heads, units, 2) and arrays[f"s{i}_han_target_gate_words"].shape == (units,)
+        assert (f"s{i}_han_sentence" in arrays.files) == (side == "both") == (s.han_sentence is not None)
+
+
+def test_target_side_han_plot_draws_the_decoder_panel(han_target, doc_corpus, tmp_path, capsys):
+    side, checkpoint = han_target
+    line = str(_positions().index(2))  # a sentence with two previous ones
+    code, _, err = run_cli(capsys, "attention", "--checkpoint", checkpoint, "-i", doc_corpus["src"], "--docs", doc_corpus["docs"], "--sentences", line, "-o", tmp_path / "att")
+    assert code == 0, err
+    for name, source in (("export.png", ["-a", tmp_path / "att"]), ("direct.png", ["--checkpoint", checkpoint, "-i", doc_corpus["src"], "--docs", doc_corpus["docs"]])):
+        code, _, err = run_cli(capsys, "plot", *source, "--sentences", line, "-o", tmp_path / name)
+        assert code == 0, err
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    _, (s,) = read_attention(tmp_path / "att")
+    fig = attention_figure(s, "cross", -1, 0, True)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title().startswith("HAN")]
+    assert len(titles) == (2 if side == "both" else 1)
+    panel = next(ax for ax in fig.axes if ax.get_title().startswith("HAN (decoder)"))
+    image = panel.get_images()[0].get_array()
+    sentence, gate = s.han_word_level("target")
+    assert image.shape == (len(s.labels("cross", True)[0]), 3)  # target tokens x (2 previous translations, gate)
+    np.testing.assert_allclose(image[:, :2], sentence.mean(0), atol=1e-6)
+    np.testing.assert_allclose(image[:, 2], gate, atol=1e-6)
+
+
+def test_target_side_han_attention_from_the_python_api(han_target, doc_corpus):
+    """``Translator.translate(docs=..., attention=True)``: the weights of the model reading its own
+    previous translations -- the texts of the results before it in the document."""
+    _, checkpoint = han_target
+    lines, docs = read_lines(doc_corpus["src"]), read_lines(doc_corpus["docs"])
+    results = syntaxnmt.Translator.from_checkpoint(checkpoint, device="cpu").translate(lines, beam=2, docs=docs, attention=True)
+    for i, (position, r) in enumerate(zip(_positions(), results)):
+        (member,) = r.attention.members
+        present = min(position, 2)
+        assert member.translation == r.text
+        assert member.context_translations == [results[i - j].text for j in range(1, present + 1)]
+        assert member.han_target_sentence.shape[1:] == (len(member.tgt_pieces), 2)
+        np.testing.assert_allclose(member.han_target_sentence[..., :present].sum(-1), 1.0 if present else 0.0, atol=1e-5)

@@ -223,7 +223,7 @@ ERRORS = [
     ('{"sentences": ["a"], "beam": 2.5}', "application/json", 422, "beam: Input should be a valid integer"),
     ('{"sentences": ["a"], "beam": true}', "application/json", 422, "beam: Input should be a valid integer"),
     ('{"sentences": ["a"], "attention": "yes"}', "application/json", 422, "attention: Input should be a valid boolean"),
-    ('{"sentences": ["a"], "nbest": 2}', "application/json", 422, "nbest: Extra inputs are not permitted"),
+    ('{"sentences": ["a"], "n_best": 2}', "application/json", 422, "n_best: Extra inputs are not permitted"),
     (json.dumps({"sentences": ["a"] * 9}), "application/json", 413, "too many sentences: 9 (at most 8"),
     (json.dumps({"sentences": ["a", "b", "c"], "attention": True}), "application/json", 413, "too many sentences for attention: 3 (at most 2"),
     (json.dumps({"sentences": ["ok", "x" * 201]}), "application/json", 413, "sentence 1 is too long: 201 characters (at most 200)"),

@@ -1,6 +1,7 @@
 """Word alignments and markup over HTTP (``"alignments": true``, ``"markup": true``): what
 ``syntaxnmt translate --alignments`` and ``--markup`` give for the same checkpoint and input,
-within the server's work budget and checkpoints."""
+within the server's work budget and checkpoints; with ``"nbest": N`` per hypothesis, as the
+command line and the Python API give them."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from test_cli import run_cli, write_lines
+from test_cli import NBEST_LINE, run_cli, write_lines
 
+import syntaxnmt
 from syntaxnmt.alignment.extract import configured_reading
 from syntaxnmt.alignment.markup import parse_markup
 from syntaxnmt.serving.server import Limits, create_app
@@ -215,3 +217,123 @@ def test_malformed_markup_is_422_with_the_message_of_translate_markup(capsys, cl
 def test_the_flags_are_booleans(client, key, value):
     r = post(client, {"sentences": ["a"], key: value})
     assert r.status_code == 422 and r.json()["error"].startswith(f"{key}: Input should be a valid boolean")
+
+
+# ---------------------------------------------------------------- n-best
+
+
+@pytest.fixture(scope="module")
+def batch2_checkpoint(corpus, shared_prepared_dir, tmp_path_factory) -> Path:
+    """The untrained model of :func:`checkpoint`, its config translating in batches of 2 (so
+    the command line, the Python API and the server all search and align in batches of 2)."""
+    from conftest import deep_merge, tiny_tree, untrained_checkpoint
+
+    from syntaxnmt.config import load_config
+
+    tmp = tmp_path_factory.mktemp("nbest_serve")
+    cfg = load_config(None, deep_merge(tiny_tree(corpus, tmp / "run", shared_prepared_dir), {"decode": {"batch_size": 2}}))
+    return untrained_checkpoint(cfg, tmp / "untrained.pt", seed=1)
+
+
+@pytest.fixture(scope="module")
+def batch2_client(batch2_checkpoint):
+    with TestClient(create_app(batch2_checkpoint, device="cpu", parser="none", limits=LIMITS)) as c:
+        yield c
+
+
+def _nbest_cli(capsys, checkpoint, path: Path, *options) -> list[list[str]]:
+    """Per input line, the texts ``translate --beam 4 --nbest 3`` prints, best first."""
+    code, out, err = run_cli(capsys, "translate", "--checkpoint", checkpoint, "-i", path, "--beam", "4", "--nbest", "3", *options)
+    assert code == 0, err
+    grouped: list[list[str]] = []
+    for m in map(NBEST_LINE.match, out.splitlines()):
+        n = int(m.group(1))
+        grouped += [[] for _ in range(n + 1 - len(grouped))]
+        grouped[n].append(m.group(2))
+    return grouped
+
+
+def test_nbest_links_of_every_hypothesis_are_those_of_align_in_cli_api_and_rest(capsys, batch2_client, batch2_checkpoint, test_sentences, tmp_path):
+    """Beam 4, n-best 3, batches of 2, an empty line among them: the links of every hypothesis
+    equal ``syntaxnmt align --normalize`` on that hypothesis's text, and the command line, the
+    Python API and the server give the same ones."""
+    ckpt = batch2_checkpoint
+    sentences = test_sentences[:2] + [""] + test_sentences[2:5]
+    links_file = tmp_path / "out.align"
+    cli = _nbest_cli(capsys, ckpt, write_lines(tmp_path / "in.txt", sentences), "--alignments", links_file)
+    written = links_file.read_text(encoding="utf-8").splitlines()
+    assert [len(h) for h in cli] == [3, 3, 1, 3, 3, 3] and cli[2] == [""]
+    assert len(written) == sum(map(len, cli))
+    pairs = [(sentences[n], text) for n, hyps in enumerate(cli) for text in hyps]
+    assert all(len(set(h)) == 3 for h in cli if len(h) == 3)  # three different hypotheses per sentence
+    assert sum(len(t.split()) > 1 for _, t in pairs) >= 8  # what makes the comparison worth making
+    kept = [k for k, (s, t) in enumerate(pairs) if s and t]
+    src, tgt = write_lines(tmp_path / "a.src", [pairs[k][0] for k in kept]), write_lines(tmp_path / "a.tgt", [pairs[k][1] for k in kept])
+    code, out, err = run_cli(capsys, "align", "--checkpoint", ckpt, "--src", src, "--tgt", tgt, "--normalize")
+    assert code == 0, err
+    assert [written[k] for k in kept] == out.splitlines() and all(written[k] for k in kept)
+    assert written[6] == "" and pairs[6] == ("", "")
+    per_sentence, at = [], 0
+    for hyps in cli:
+        per_sentence.append(written[at : at + len(hyps)])
+        at += len(hyps)
+
+    # the Python API: every candidate carries its own links, the best's also on the result
+    results = syntaxnmt.Translator.from_checkpoint(ckpt, device="cpu").translate(sentences, beam=4, nbest=3, alignments=True)
+    assert [[c.text for c in r.nbest] for r in results] == cli
+    assert [[" ".join(f"{i}-{j}" for i, j in c.alignment or []) for c in r.nbest] for r in results] == per_sentence
+    for r in results:
+        assert (r.alignment, r.alignment_words) == (r.nbest[0].alignment, r.nbest[0].alignment_words)
+        for c in r.nbest if r.source else []:
+            assert c.alignment_words == (r.source.split(), c.text.split())  # lowercase text without Moses: its own tokens
+    assert results[2].nbest[0].alignment is None
+
+    # the server: "nbest" holds every candidate in the shape of the answer, its links the same
+    body = post(batch2_client, {"sentences": sentences, "beam": 4, "nbest": 3, "alignments": True}).json()
+    assert set(body) == {"translations", "scores", "alignments", "alignment_words", "nbest"}
+    assert [n["translations"] for n in body["nbest"]] == cli
+    assert [n["alignments"] for n in body["nbest"]] == per_sentence
+    assert body["translations"] == [h[0] for h in cli] and body["alignments"] == [p[0] for p in per_sentence]
+    assert [n["scores"] for n in body["nbest"]] == [[pytest.approx(c.score, abs=1e-5) for c in r.nbest] for r in results]
+    assert body["nbest"][2] == {"translations": [""], "scores": [0.0], "alignments": [""], "alignment_words": [{"source": [], "target": []}]}
+    assert body["nbest"][0]["alignment_words"][1] == {"source": sentences[0].split(), "target": cli[0][1].split()}
+
+
+def test_nbest_markup_is_that_of_translate_markup_per_hypothesis(capsys, batch2_client, batch2_checkpoint, test_sentences, tmp_path):
+    marked = hand_marked(test_sentences[:4])
+    cli = _nbest_cli(capsys, batch2_checkpoint, write_lines(tmp_path / "in.txt", marked), "--markup")
+    body = post(batch2_client, {"sentences": marked, "beam": 4, "nbest": 3, "markup": True}).json()
+    assert set(body) == {"translations", "scores", "nbest"}
+    assert [n["translations"] for n in body["nbest"]] == cli and body["translations"] == [h[0] for h in cli]
+    plain = post(batch2_client, {"sentences": [parse_markup(m).plain for m in marked], "beam": 4, "nbest": 3}).json()
+    for tagged, untagged, source in zip(body["nbest"], plain["nbest"], marked):
+        assert [parse_markup(t).plain.split() for t in tagged["translations"]] == [t.split() for t in untagged["translations"]]  # each hypothesis tagged
+        assert all(sorted(re.findall(r"<[^>]+>", t)) == sorted(re.findall(r"<[^>]+>", source)) for t in tagged["translations"])
+
+
+def test_nbest_without_alignments_and_with_documents(client, test_sentences):
+    sentences = test_sentences[:3]
+    flat = post(client, {"sentences": sentences, "beam": 3, "nbest": 2}).json()
+    alone = post(client, {"sentences": sentences, "beam": 3}).json()
+    assert set(flat) == {"translations", "scores", "nbest"} and set(alone) == {"translations", "scores"}
+    assert flat["translations"] == alone["translations"] == [n["translations"][0] for n in flat["nbest"]]
+    assert all(set(n) == {"translations", "scores"} and len(n["translations"]) == 2 for n in flat["nbest"])
+    one = post(client, {"sentences": sentences, "beam": 3, "nbest": 1}).json()
+    assert [n["translations"] for n in one["nbest"]] == [[t] for t in alone["translations"]]
+    # a sentence-level model answers documents as the same sentences sent flat, nested alike
+    docs = post(client, {"documents": [sentences[:2], sentences[2:]], "beam": 3, "nbest": 2}).json()
+    assert docs["nbest"] == [flat["nbest"][:2], flat["nbest"][2:]]
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"beam": 2, "nbest": 3}, "nbest: 3 is out of range (1 to the beam, 2)"),
+        ({"nbest": 4}, "nbest: 4 is out of range (1 to the beam, 3)"),  # the model's beam_size
+        ({"nbest": 0}, "nbest: Input should be greater than or equal to 1"),
+        ({"nbest": "2"}, "nbest: Input should be a valid integer"),
+    ],
+)
+def test_nbest_out_of_range_is_422(client, body, message):
+    r = post(client, {"sentences": ["a"], **body})
+    assert r.status_code == 422 and r.json()["error"].startswith(message)

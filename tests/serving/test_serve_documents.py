@@ -167,9 +167,18 @@ def test_a_target_side_han_model_translates_documents_in_order_from_its_own_tran
         together, apart = served.documents(documents, 2), [served.documents([doc], 2)[0] for doc in documents]
         assert [[t for t, _ in doc] for doc in together] == [[t for t, _ in doc] for doc in apart]
         assert [s for doc in together for _, s in doc] == pytest.approx([s for doc in apart for _, s in doc], abs=1e-5)  # padding: float noise
-        # Its weights would be read without its previous translations: refused, not made up.
-        r = post(client, {"documents": documents[:1], "beam": 1, "attention": True})
-        assert r.status_code == 422 and "not supported yet for a target-side HAN model" in r.json()["error"]
+        # Its weights are read with its own previous translations, those of the answer.
+        r = post(client, {"documents": documents[:1], "beam": 2, "attention": True})
+        assert r.status_code == 200, r.text
+        answer = r.json()
+        assert answer["translations"] == body["translations"][:1]
+        for j, att in enumerate(answer["attention"][0]):
+            context = att["context"]
+            assert context["targets"] == answer["translations"][0][max(0, j - 2) : j][::-1]  # nearest first
+            weights, gate = np.asarray(context["han_target_sentence"]), np.asarray(context["han_target_gate"])  # (H, T, k), (T,)
+            assert weights.shape[1:] == (len(att["target"]["pieces"]), 2) and gate.shape == (len(att["target"]["pieces"]),)
+            np.testing.assert_allclose(weights[..., :j].sum(-1), 1.0 if j else 0.0, atol=1e-3)
+            assert np.abs(weights[..., j:]).max(initial=0) == 0 and (np.abs(gate).max() == 0) == (j == 0)
 
 
 @pytest.mark.parametrize("flags", [{"alignments": True}, {"markup": True}, {"alignments": True, "markup": True}])
