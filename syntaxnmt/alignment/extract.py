@@ -128,10 +128,8 @@ def force_decode(model, batch, readings: Sequence[AttentionReading] | None = Non
                 layers, full_context = set(range(len(model.decoder))), True
             else:
                 layers, full_context = needed_attention(model, readings)
-            enc = None
-            if encoder_batch is not None:
-                enc = model.encode(encoder_batch)
-                enc = enc if encoder_rows is None else enc.index_select(encoder_rows)
+            enc = model.encode(batch if encoder_batch is None else encoder_batch)
+            enc = enc if encoder_rows is None else enc.index_select(encoder_rows)
             return model.forced_attention(batch, layers, full_context, enc)
     finally:
         if was_training:
