@@ -45,7 +45,7 @@ def measure(cfg, corpus: dict, updates: int, warmup: int, length: int) -> tuple[
     task = SingleModel(cfg, World(), device, log=lambda *a, **k: None)
     task.choose_cpu_kernels()
     t, han = cfg.train, cfg.model.context.kind == "han"
-    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, multiple=task.t.shape_bucket, docs=task.split.docs if han else None, context=cfg.model.context.sentences)
+    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, multiple=task.t.shape_bucket, docs=task.split.docs if han else None, context=task.raw.document_context.reach if han else 0)
     stream = sampler.stream(0, 0, 10**9)
     for u in range(warmup + updates):
         if u == warmup:

@@ -16,8 +16,11 @@ h_t unchanged -- exactly the sentence-level model's state.
 
 The same block (a second instance, its own parameters) is the paper's "HAN decoder" (Sec. 2.3,
 ``side: target | both``): h_t is then the final state of the decoder at target position t and C_j
-the decoder states of the j-th previous target sentence, teacher-forced (the reference in
-training, the model's own translation when decoding a document). h_t is only the query, so
+the states the same model computes for the j-th previous target sentence, teacher-forced (the
+reference in training, the model's own translation when decoding a document): the output of its
+last decoder layer before this block, whose memory is that sentence's encoder output after the
+source-side block (``side: both``, as in HAN_NMT) or the plain encoder output (``side: target``).
+h_t is only the query, so
 position t reads nothing of the current sentence beyond its own state and incremental decoding
 gives what a full pass gives (:meth:`syntaxnmt.model.transformer.Transformer.read_target_context`).
 """
