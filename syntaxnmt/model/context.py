@@ -47,20 +47,40 @@ class HierarchicalContext(nn.Module):
         self.gate = Linear(2 * d_model, d_model)
         self.norm = nn.LayerNorm(d_model)
 
-    def forward(self, h: Tensor, ctx: Tensor, ctx_pad: Tensor, need_weights: bool = False) -> tuple[Tensor, ContextAttention | None]:
+    def gathered_context(self, states: Tensor, pad: Tensor, rows: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+        """The word-level keys and values (a ``cache`` for :meth:`forward`, (B, k, H, L, d) each)
+        and the padding (B, k, L) of the previous sentences ``rows`` (B, k; -1: missing) among
+        ``states`` (N, L, D) with padding ``pad`` (N, L): every row's projected once, however
+        many sentences read it (the same keys and values as projecting the gathered states)."""
+        keys, values = self.word.project_kv(states)
+        missing = rows.lt(0)
+        index = rows.clamp_min(0)  # a missing sentence: any finite row (all padding, no weight)
+        return {"k": keys[index], "v": values[index]}, pad[index] | missing[..., None]
+
+    def forward(self, h: Tensor, ctx: Tensor | None, ctx_pad: Tensor, need_weights: bool = False, cache: dict[str, Tensor] | None = None) -> tuple[Tensor, ContextAttention | None]:
         """``h`` (B, S, D) current states; ``ctx`` (B, k, Sc, D) encoder (or decoder) states of the
         previous sentences (nearest first) with ``ctx_pad`` (B, k, Sc) True at padding and in missing sentences.
 
         Returns h~ and, with ``need_weights`` (as the attention layers return theirs), the
-        word-level and sentence-level weights and the gate (:class:`ContextAttention`)."""
+        word-level and sentence-level weights and the gate (:class:`ContextAttention`).
+        ``cache`` (incremental decoding, updated in place): the word-level keys and values of
+        ``ctx``, (B, k, H, Sc, d) each, projected on the first call and reused (they do not
+        depend on the query), as cross-attention caches those of the encoder output; given
+        (:meth:`gathered_context`), ``ctx`` may be None."""
         b, s, d = h.shape
-        k, sc = ctx.shape[1], ctx.shape[2]
+        k, sc = ctx_pad.shape[1], ctx_pad.shape[2]
         present = ~ctx_pad.all(-1)  # (B, k): the sentence exists
         # Word level: every token attends over each context sentence separately.
         queries = h.unsqueeze(1).expand(b, k, s, d).reshape(b * k, s, d)
         word_mask = ctx_pad.reshape(b * k, sc).clone()
         word_mask[~present.reshape(-1), 0] = False  # a missing sentence: any finite row (masked below)
-        summaries, w_word = self.word(queries, ctx.reshape(b * k, sc, d), key_padding_mask=word_mask, need_weights=need_weights)
+        kv = None
+        if cache is not None:
+            if "k" not in cache:
+                keys, values = self.word.project_kv(ctx.reshape(b * k, sc, d))
+                cache["k"], cache["v"] = (x.contiguous().view(b, k, *x.shape[1:]) for x in (keys, values))
+            kv = {"k": cache["k"].flatten(0, 1), "v": cache["v"].flatten(0, 1)}
+        summaries, w_word = self.word(queries, None if kv is not None else ctx.reshape(b * k, sc, d), key_padding_mask=word_mask, need_weights=need_weights, cache=kv, static_kv=kv is not None)
         summaries = summaries.view(b, k, s, d).transpose(1, 2).reshape(b * s, k, d)
         # Sentence level: every token attends over the k summaries.
         sent_mask = (~present).unsqueeze(1).expand(b, s, k).reshape(b * s, k).clone()

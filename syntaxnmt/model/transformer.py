@@ -257,9 +257,11 @@ class Transformer(nn.Module):
         (document decoding, :class:`syntaxnmt.decoding.translate.DocumentStates`). Returns the new
         ``hidden``, the target-side context (or None), the rows for :meth:`decode` to gather it
         from (or None) and HAN's weights (with ``need_weights``)."""
-        target_context = target_rows = attention = None
+        target_context = target_rows = attention = cache = None
         if batch.context_rows is not None:
-            ctx = gather_rows(hidden, pad_mask, batch.context_rows)
+            if self.han is not None:  # the keys and values of each row projected once
+                cache, ctx_pad = self.han.gathered_context(hidden, pad_mask, batch.context_rows)
+                ctx = (None, ctx_pad)
         elif batch.context_states is not None:
             ctx = batch.context_states[:2]
             if self.han_target is not None and len(batch.context_states) > 2:
@@ -267,7 +269,7 @@ class Transformer(nn.Module):
         else:
             return hidden, None, None, None
         if self.han is not None:
-            hidden, attention = self.han(hidden, *ctx, need_weights=need_weights)
+            hidden, attention = self.han(hidden, *ctx, need_weights=need_weights, cache=cache)
         if batch.context_rows is not None and self.han_target is not None:
             ap = self.alignment_pass
             if not (ap is not None and any(ap.leak_in_translation(i) for i in range(len(self.decoder)))):
@@ -307,14 +309,15 @@ class Transformer(nn.Module):
         ``ctx_pad``); unchanged for a model without one."""
         return hidden if self.han is None else self.han(hidden, ctx, ctx_pad)[0]
 
-    def read_target_context(self, states: Tensor, enc: EncoderOutput, need_weights: bool = False) -> tuple[Tensor, ContextAttention | None]:
+    def read_target_context(self, states: Tensor, enc: EncoderOutput, need_weights: bool = False, cache: dict | None = None) -> tuple[Tensor, ContextAttention | None]:
         """The target-side HAN on final decoder states (B, T, D): each state is only the query of
         the attention over the previous target sentences, so position t reads nothing of the
-        current sentence beyond its own state (incremental decoding gives the same result); with
-        ``need_weights`` also its weights (:class:`ContextAttention`, S = T and Sc = Tc)."""
+        current sentence beyond its own state (incremental decoding gives the same result, with
+        ``cache`` keeping the context's word-level keys and values); with ``need_weights`` also
+        its weights (:class:`ContextAttention`, S = T and Sc = Tc)."""
         if self.han_target is None or enc.target_context is None:
             return states, None
-        return self.han_target(states, *enc.target_context, need_weights=need_weights)
+        return self.han_target(states, *enc.target_context, need_weights=need_weights, cache=cache)
 
     def decode(self, tgt_in: Tensor, enc: EncoderOutput, need_weights: bool = False, self_weights: bool = True) -> tuple[Tensor, list[Tensor], list[Tensor], Tensor | None, Tensor | None, ContextAttention | None]:
         """Final decoder states (B, T, D), normalized (and read by the target-side HAN of a
@@ -340,8 +343,10 @@ class Transformer(nn.Module):
             own.append(ws)
         states = self.dec_norm(y)
         if enc.target_context_rows is not None:  # this pass's own states are the rows' target-side context states
-            enc = EncoderOutput(enc.hidden, enc.pad_mask, target_context=gather_rows(states, tgt_in.eq(PAD), enc.target_context_rows))
-        states, target_attention = self.read_target_context(states, enc, need_weights)
+            cache, ctx_pad = self.han_target.gathered_context(states, pad, enc.target_context_rows)
+            states, target_attention = self.han_target(states, None, ctx_pad, need_weights=need_weights, cache=cache)
+        else:
+            states, target_attention = self.read_target_context(states, enc, need_weights)
         return states, (cross if need_weights else []), (own if need_weights and self_weights else []), aligned, leak, target_attention
 
     def compute_rows(self, pad: Tensor) -> Tensor | None:
@@ -373,7 +378,8 @@ class Transformer(nn.Module):
             leaky = ap is not None and ap.leak_in_translation(i)
             y, w, _ = layer(y, state.encoder.hidden, state.encoder.pad_mask, cache=cache, need_weights=need_weights, leak=leaky)
             w = split_leak(w, leaky)[0]
-        logits = self.output(self.read_target_context(self.dec_norm(y), state.encoder)[0][:, 0])
+        context_cache = state.caches[-1].setdefault("context", {}) if self.han_target is not None else None  # the target-side HAN's keys and values
+        logits = self.output(self.read_target_context(self.dec_norm(y), state.encoder, cache=context_cache)[0][:, 0])
         state.step += 1
         state.last_cross_attention = w[:, :, 0].mean(1) if need_weights else None
         return torch.log_softmax(logits.float(), dim=-1), state
@@ -381,10 +387,11 @@ class Transformer(nn.Module):
     def reorder_state(self, state: DecoderState, index: Tensor, sources_kept: bool = False) -> DecoderState:
         """Keep (and duplicate) hypotheses ``index`` of the decoder state. With ``sources_kept``
         (rows move only among the beams of their own sentence), the encoder output and the
-        cross-attention keys/values, the same for every beam of a sentence, stay as they are."""
+        cross-attention keys/values (and the target-side HAN's, ``context``), the same for every
+        beam of a sentence, stay as they are."""
         for cache in state.caches:
             for name, sub in cache.items():
-                if not (sources_kept and name == "cross"):
+                if not (sources_kept and name in ("cross", "context")):
                     reorder_cache(sub, index)
         if not sources_kept:
             state.encoder = state.encoder.index_select(index)
