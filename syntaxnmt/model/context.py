@@ -30,10 +30,21 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from syntaxnmt.inputs import SourceFeatures
 from syntaxnmt.model.attention import MultiHeadAttention
 from syntaxnmt.model.dropout import Dropout
-from syntaxnmt.model.linear import Linear
+from syntaxnmt.model.linear import Linear, linear
 from syntaxnmt.model.outputs import ContextAttention
+from syntaxnmt.model.packing import on_rows, packed_rows
+
+
+def _composed(outer: nn.Module, inner: nn.Module) -> tuple[Tensor, Tensor | None]:
+    """Weight and bias of the affine map ``outer(inner(x))`` (two linear layers)."""
+    weight = outer.weight @ inner.weight
+    bias = None if inner.bias is None else outer.weight @ inner.bias
+    if outer.bias is not None:
+        bias = outer.bias if bias is None else bias + outer.bias
+    return weight, bias
 
 
 class HierarchicalContext(nn.Module):
@@ -57,7 +68,7 @@ class HierarchicalContext(nn.Module):
         index = rows.clamp_min(0)  # a missing sentence: any finite row (all padding, no weight)
         return {"k": keys[index], "v": values[index]}, pad[index] | missing[..., None]
 
-    def forward(self, h: Tensor, ctx: Tensor | None, ctx_pad: Tensor, need_weights: bool = False, cache: dict[str, Tensor] | None = None) -> tuple[Tensor, ContextAttention | None]:
+    def forward(self, h: Tensor, ctx: Tensor | None, ctx_pad: Tensor, need_weights: bool = False, cache: dict[str, Tensor] | None = None, pad: Tensor | None = None, granule: int = 0) -> tuple[Tensor, ContextAttention | None]:
         """``h`` (B, S, D) current states; ``ctx`` (B, k, Sc, D) encoder (or decoder) states of the
         previous sentences (nearest first) with ``ctx_pad`` (B, k, Sc) True at padding and in missing sentences.
 
@@ -66,30 +77,68 @@ class HierarchicalContext(nn.Module):
         ``cache`` (incremental decoding, updated in place): the word-level keys and values of
         ``ctx``, (B, k, H, Sc, d) each, projected on the first call and reused (they do not
         depend on the query), as cross-attention caches those of the encoder output; given
-        (:meth:`gathered_context`), ``ctx`` may be None."""
+        (:meth:`gathered_context`), ``ctx`` may be None. ``pad`` (B, S), True at padding of ``h``,
+        with ``granule`` (CPU training, :mod:`syntaxnmt.model.packing`): the per-token products
+        compute the real positions only (padding keeps h, which nobody reads)."""
+        b, s, d = h.shape
+        k, sc = ctx_pad.shape[1], ctx_pad.shape[2]
+        if cache is not None and "k" in cache:
+            kv = cache
+        else:
+            keys, values = self.word.project_kv(ctx.reshape(b * k, sc, d))
+            kv = {"k": keys.contiguous().view(b, k, *keys.shape[1:]), "v": values.contiguous().view(b, k, *values.shape[1:])}
+            if cache is not None:
+                cache.update(kv)
+        has_context = ~ctx_pad.all(-1).all(-1)  # (B,)
+        if s > 1 and not need_weights and not bool(has_context.all()):
+            # a whole sentence (training, forced passes): only the rows with a context compute, the others keep h
+            rows = has_context.nonzero().squeeze(1)
+            if not len(rows):
+                return h, None
+            tokens = None if pad is None or not granule else packed_rows(pad.index_select(0, rows), granule)
+            out = self._read(h.index_select(0, rows), ctx_pad.index_select(0, rows), {n: x.index_select(0, rows) for n, x in kv.items()}, False, tokens)[0]
+            return h.index_copy(0, rows, out), None
+        tokens = None if pad is None or not granule or need_weights or s == 1 else packed_rows(pad, granule)
+        return self._read(h, ctx_pad, kv, need_weights, tokens)
+
+    def _read(self, h: Tensor, ctx_pad: Tensor, kv: dict[str, Tensor], need_weights: bool, tokens: Tensor | None = None) -> tuple[Tensor, ContextAttention | None]:
+        """Eq. 1-5 for states ``h`` (B, S, D) given the word-level keys and values ``kv`` (B, k, H,
+        Sc, d); with ``tokens`` (flat indices of positions of ``h``, :func:`packed_rows`) the
+        per-token products compute those positions only and the others keep h."""
+        if tokens is not None and need_weights:
+            raise ValueError("HAN's weights are computed at every position (tokens=None)")
         b, s, d = h.shape
         k, sc = ctx_pad.shape[1], ctx_pad.shape[2]
         present = ~ctx_pad.all(-1)  # (B, k): the sentence exists
-        # Word level: every token attends over each context sentence separately.
-        queries = h.unsqueeze(1).expand(b, k, s, d).reshape(b * k, s, d)
+        # Word level: every token attends over each context sentence separately (its query projected once).
         word_mask = ctx_pad.reshape(b * k, sc).clone()
         word_mask[~present.reshape(-1), 0] = False  # a missing sentence: any finite row (masked below)
-        kv = None
-        if cache is not None:
-            if "k" not in cache:
-                keys, values = self.word.project_kv(ctx.reshape(b * k, sc, d))
-                cache["k"], cache["v"] = (x.contiguous().view(b, k, *x.shape[1:]) for x in (keys, values))
-            kv = {"k": cache["k"].flatten(0, 1), "v": cache["v"].flatten(0, 1)}
-        summaries, w_word = self.word(queries, None if kv is not None else ctx.reshape(b * k, sc, d), key_padding_mask=word_mask, need_weights=need_weights, cache=kv, static_kv=kv is not None)
-        summaries = summaries.view(b, k, s, d).transpose(1, 2).reshape(b * s, k, d)
-        # Sentence level: every token attends over the k summaries.
-        sent_mask = (~present).unsqueeze(1).expand(b, s, k).reshape(b * s, k).clone()
-        none = sent_mask.all(-1)
-        sent_mask[none, 0] = False
-        context, w_sent = self.sentence(h.reshape(b * s, 1, d), summaries, key_padding_mask=sent_mask, need_weights=need_weights)
-        d_t = self.ffn(context.view(b, s, d))
-        gate = torch.sigmoid(self.gate(torch.cat([h, d_t], dim=-1)))
-        out = self.norm((1 - gate) * h + gate * d_t)
+        att = self.word
+        q = att._split(on_rows(att.q_proj, h, tokens))  # (B, H, S, d)
+        q = q.unsqueeze(1).expand(b, k, *q.shape[1:]).reshape(b * k, *q.shape[1:])
+        keys, values = kv["k"].flatten(0, 1), kv["v"].flatten(0, 1)
+        if need_weights or (s == 1 and q.device.type == "cpu"):  # as MultiHeadAttention chooses
+            z, w_word = att._explicit(q, keys, values, word_mask, False, SourceFeatures())
+        else:
+            z, w_word = att._fused(q, keys, values, word_mask, False), None
+        z = z.transpose(1, 2).reshape(b, k, s, d).transpose(1, 2).reshape(b * s, k, d)  # per token and sentence, before out_proj
+        present_t = present.unsqueeze(1).expand(b, s, k).reshape(b * s, k)
+        h_t = h.reshape(b * s, d)
+        if tokens is not None:  # from here on every product is per token
+            z, present_t, h_t = z.index_select(0, tokens), present_t.index_select(0, tokens), h_t.index_select(0, tokens)
+        # Sentence level: every token attends over the k summaries s = W_o z + b_o, whose keys and
+        # values W (W_o z + b_o) + b are computed with the two maps composed (one product, not two).
+        sent = self.sentence
+        keys_s, values_s = (sent._split(linear(z, *_composed(p, att.out_proj))) for p in (sent.k_proj, sent.v_proj))
+        sent_mask = ~present_t
+        sent_mask[sent_mask.all(-1), 0] = False
+        context, w_sent = sent(h_t[:, None], None, key_padding_mask=sent_mask, need_weights=need_weights, cache={"k": keys_s, "v": values_s}, static_kv=True)
+        d_t = self.ffn(context[:, 0])
+        gate = torch.sigmoid(self.gate(torch.cat([h_t, d_t], dim=-1)))
+        out = self.norm((1 - gate) * h_t + gate * d_t)
+        if tokens is not None:
+            out = h.reshape(b * s, d).index_copy(0, tokens, out)
+        out, gate = out.view(b, s, d), gate.view(b, -1, d) if tokens is None else gate
         has_context = present.any(-1)[:, None, None]
         weights = None
         if need_weights:  # a sentence without context keeps h: zero weights, gate 0

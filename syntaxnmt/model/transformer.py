@@ -269,7 +269,7 @@ class Transformer(nn.Module):
         else:
             return hidden, None, None, None
         if self.han is not None:
-            hidden, attention = self.han(hidden, *ctx, need_weights=need_weights, cache=cache)
+            hidden, attention = self.han(hidden, *ctx, need_weights=need_weights, cache=cache, pad=pad_mask, granule=self.han_granule(pad_mask))
         if batch.context_rows is not None and self.han_target is not None:
             ap = self.alignment_pass
             if not (ap is not None and any(ap.leak_in_translation(i) for i in range(len(self.decoder)))):
@@ -344,10 +344,14 @@ class Transformer(nn.Module):
         states = self.dec_norm(y)
         if enc.target_context_rows is not None:  # this pass's own states are the rows' target-side context states
             cache, ctx_pad = self.han_target.gathered_context(states, pad, enc.target_context_rows)
-            states, target_attention = self.han_target(states, None, ctx_pad, need_weights=need_weights, cache=cache)
+            states, target_attention = self.han_target(states, None, ctx_pad, need_weights=need_weights, cache=cache, pad=pad, granule=self.han_granule(pad))
         else:
             states, target_attention = self.read_target_context(states, enc, need_weights)
         return states, (cross if need_weights else []), (own if need_weights and self_weights else []), aligned, leak, target_attention
+
+    def han_granule(self, pad: Tensor) -> int:
+        """The granule of HAN's per-token products on the real positions (as :meth:`compute_rows`); 0: every position."""
+        return self.pack_granule if self.training and pad.device.type == "cpu" else 0
 
     def compute_rows(self, pad: Tensor) -> Tensor | None:
         """The rows the position-wise products compute in training on CPU (:func:`packed_rows`); None: all of them."""

@@ -517,9 +517,15 @@ def test_a_document_batch_gives_the_per_sentence_log_probs(side, first):
             cut = collate(split, indices, context=DocumentContext("han", 2, side))
             cut.context_rows[cut.context_rows == ids.index(0)] = -1
             assert not torch.allclose(_gold_log_probs(model, cut)[0], together[0], atol=1e-4)
-    # Gradients reach every HAN parameter through the gathered rows.
+    # Training (no dropout here) computes the per-token products on the real positions only
+    # (CPU packing, a small granule so that this batch is packed): the same log-probabilities.
     model.train()
-    (-_gold_log_probs(model, batch).sum()).backward()
+    model.pack_granule = 4
+    assert model.compute_rows(batch.src_pad_mask) is not None and model.compute_rows(batch.tgt_out.eq(0)) is not None
+    trained = _gold_log_probs(model, batch)
+    torch.testing.assert_close(trained, together, rtol=0, atol=1e-5)
+    # Gradients reach every HAN parameter through the gathered rows.
+    (-trained.sum()).backward()
     blocks = [b for b in (model.han, model.han_target) if b is not None]
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for b in blocks for p in b.parameters())
     assert np.isfinite(sum(float(p.grad.abs().sum()) for p in model.parameters() if p.grad is not None))
