@@ -27,12 +27,14 @@ gives what a full pass gives (:meth:`syntaxnmt.model.transformer.Transformer.rea
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
 from syntaxnmt.inputs import SourceFeatures
 from syntaxnmt.model.attention import MultiHeadAttention
-from syntaxnmt.model.dropout import Dropout
+from syntaxnmt.model.dropout import Dropout, dropout
 from syntaxnmt.model.linear import Linear, linear
 from syntaxnmt.model.outputs import ContextAttention
 from syntaxnmt.model.packing import on_rows, packed_rows
@@ -58,12 +60,13 @@ class HierarchicalContext(nn.Module):
         self.gate = Linear(2 * d_model, d_model)
         self.norm = nn.LayerNorm(d_model)
 
-    def gathered_context(self, states: Tensor, pad: Tensor, rows: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+    def gathered_context(self, states: Tensor, pad: Tensor, rows: Tensor, granule: int = 0) -> tuple[dict[str, Tensor], Tensor]:
         """The word-level keys and values (a ``cache`` for :meth:`forward`, (B, k, H, L, d) each)
         and the padding (B, k, L) of the previous sentences ``rows`` (B, k; -1: missing) among
         ``states`` (N, L, D) with padding ``pad`` (N, L): every row's projected once, however
-        many sentences read it (the same keys and values as projecting the gathered states)."""
-        keys, values = self.word.project_kv(states)
+        many sentences read it (the same keys and values as projecting the gathered states); with
+        ``granule`` (CPU training) only the real positions (padding gets zeros, masked)."""
+        keys, values = self.word.project_kv(states, packed_rows(pad, granule) if granule else None)
         missing = rows.lt(0)
         index = rows.clamp_min(0)  # a missing sentence: any finite row (all padding, no weight)
         return {"k": keys[index], "v": values[index]}, pad[index] | missing[..., None]
@@ -132,8 +135,12 @@ class HierarchicalContext(nn.Module):
         keys_s, values_s = (sent._split(linear(z, *_composed(p, att.out_proj))) for p in (sent.k_proj, sent.v_proj))
         sent_mask = ~present_t
         sent_mask[sent_mask.all(-1), 0] = False
-        context, w_sent = sent(h_t[:, None], None, key_padding_mask=sent_mask, need_weights=need_weights, cache={"k": keys_s, "v": values_s}, static_kv=True)
-        d_t = self.ffn(context[:, 0])
+        # one query over k keys per token: elementwise products, not a batch of tiny matrix products
+        q_s = sent._split(sent.q_proj(h_t[:, None]))  # (M, H, 1, d)
+        scores = (q_s * keys_s).sum(-1) / math.sqrt(sent.d_head)  # (M, H, k)
+        w_sent = torch.softmax(scores.masked_fill(sent_mask[:, None, :], float("-inf")), dim=-1)
+        context = (dropout(w_sent, sent.dropout, self.training)[..., None] * values_s).sum(-2)  # (M, H, d)
+        d_t = self.ffn(sent.out_proj(context.reshape(-1, d)))
         gate = torch.sigmoid(self.gate(torch.cat([h_t, d_t], dim=-1)))
         out = self.norm((1 - gate) * h_t + gate * d_t)
         if tokens is not None:

@@ -260,7 +260,7 @@ class Transformer(nn.Module):
         target_context = target_rows = attention = cache = None
         if batch.context_rows is not None:
             if self.han is not None:  # the keys and values of each row projected once
-                cache, ctx_pad = self.han.gathered_context(hidden, pad_mask, batch.context_rows)
+                cache, ctx_pad = self.han.gathered_context(hidden, pad_mask, batch.context_rows, self.han_granule(pad_mask))
                 ctx = (None, ctx_pad)
         elif batch.context_states is not None:
             ctx = batch.context_states[:2]
@@ -343,7 +343,7 @@ class Transformer(nn.Module):
             own.append(ws)
         states = self.dec_norm(y)
         if enc.target_context_rows is not None:  # this pass's own states are the rows' target-side context states
-            cache, ctx_pad = self.han_target.gathered_context(states, pad, enc.target_context_rows)
+            cache, ctx_pad = self.han_target.gathered_context(states, pad, enc.target_context_rows, self.han_granule(pad))
             states, target_attention = self.han_target(states, None, ctx_pad, need_weights=need_weights, cache=cache, pad=pad, granule=self.han_granule(pad))
         else:
             states, target_attention = self.read_target_context(states, enc, need_weights)
