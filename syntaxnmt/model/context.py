@@ -132,7 +132,7 @@ class HierarchicalContext(nn.Module):
         # Sentence level: every token attends over the k summaries s = W_o z + b_o, whose keys and
         # values W (W_o z + b_o) + b are computed with the two maps composed (one product, not two).
         sent = self.sentence
-        keys_s, values_s = (sent._split(linear(z, *_composed(p, att.out_proj))) for p in (sent.k_proj, sent.v_proj))
+        keys_s, values_s = (sent._split(linear(z, *maps)) for maps in self._sentence_maps())
         sent_mask = ~present_t
         sent_mask[sent_mask.all(-1), 0] = False
         # one query over k keys per token: elementwise products, not a batch of tiny matrix products
@@ -152,6 +152,19 @@ class HierarchicalContext(nn.Module):
             sentence = w_sent.view(b, s, -1, k).transpose(1, 2) * has_context[..., None]
             weights = ContextAttention(w_word.view(b, k, -1, s, sc) * present[:, :, None, None, None], sentence, gate.mean(-1) * has_context[..., 0])
         return torch.where(has_context, out, h), weights
+
+    def _sentence_maps(self) -> tuple[tuple[Tensor, Tensor | None], ...]:
+        """The composed maps (weight, bias) of the sentence level's keys and values from the word
+        level's output; without autograd kept until a parameter changes (decoding: once, not per step)."""
+        params = (self.word.out_proj, self.sentence.k_proj, self.sentence.v_proj)
+        if torch.is_grad_enabled():
+            return tuple(_composed(p, self.word.out_proj) for p in params[1:])
+        key = tuple((t.data_ptr(), t._version) for m in params for t in (m.weight, m.bias) if t is not None)
+        memo = getattr(self, "_maps_memo", None)
+        if memo is None or memo[0] != key:
+            memo = (key, tuple(_composed(p, self.word.out_proj) for p in params[1:]))
+            self._maps_memo = memo
+        return memo[1]
 
     def gate_values(self, h: Tensor, d_t: Tensor) -> Tensor:
         """λ of Eq. 4 for states ``h`` and context vectors ``d_t`` (for tests and analysis)."""
