@@ -64,9 +64,15 @@ class Ensemble(nn.Module):
     def init_state(self, enc: EnsembleEncoding) -> EnsembleState:
         return EnsembleState([m.init_state(e) for m, e in zip(self.models, enc.members)])
 
-    def step(self, tokens: Tensor, state: EnsembleState, need_weights: bool = False) -> tuple[Tensor, EnsembleState]:
-        """Log-probabilities (N, V) of the next token: the members' mean log-probability, renormalized."""
-        outs = [m.step(tokens, s, need_weights) for m, s in zip(self.models, state.members)]
+    @property
+    def step_rows(self) -> bool:
+        """Whether ``step(..., rows=)`` is supported: every member's is."""
+        return all(getattr(m, "step_rows", False) for m in self.models)
+
+    def step(self, tokens: Tensor, state: EnsembleState, need_weights: bool = False, rows: Tensor | None = None) -> tuple[Tensor, EnsembleState]:
+        """Log-probabilities (N, V) of the next token: the members' mean log-probability,
+        renormalized (``rows``: of those rows only, (R, V))."""
+        outs = [m.step(tokens, s, need_weights, rows=rows) for m, s in zip(self.models, state.members)]
         state.members = [s for _, s in outs]
         state.step += 1
         if len(outs) == 1:

@@ -128,8 +128,9 @@ class MultiHeadAttention(nn.Module):
         ``rows`` in self-attention). Only for positions nobody reads: padding.
 
         ``cache``: a dict updated in place for incremental decoding. For self-attention the new
-        keys/values are appended to ``cache['k']``/``cache['v']``; with ``static_kv`` (cross-attention)
-        they are computed once from ``key_value`` and reused.
+        keys/values are appended to ``cache['k']``/``cache['v']`` (after selecting the rows
+        ``cache['order']`` when beam search left one, :func:`defer_reorder`); with ``static_kv``
+        (cross-attention) they are computed once from ``key_value`` and reused.
         """
         packed = gather_rows(query, rows)
         q = self._split(scatter_rows(self.q_proj(packed), rows, query))
@@ -139,7 +140,8 @@ class MultiHeadAttention(nn.Module):
             k, v = self.project_kv(query, rows, packed) if key_value is None else self.project_kv(key_value, kv_rows)
             if cache is not None:
                 if not static_kv and "k" in cache:
-                    k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+                    order = cache.pop("order", None)  # rows kept by beam search since the last step (defer_reorder)
+                    k, v = append_rows(cache["k"], k, order), append_rows(cache["v"], v, order)
                 else:  # stored contiguous: every later step multiplies with them
                     k, v = k.contiguous(), v.contiguous()
                 cache["k"], cache["v"] = k, v
@@ -201,3 +203,25 @@ def reorder_cache(cache: dict[str, Tensor], index: Tensor) -> None:
     """Select batch rows ``index`` of every cached tensor in place (beam search bookkeeping)."""
     for key, value in cache.items():
         cache[key] = value.index_select(0, index)
+
+
+def defer_reorder(cache: dict[str, Tensor], index: Tensor) -> None:
+    """Select batch rows ``index`` of a self-attention cache at its next append instead of now:
+    :func:`append_rows` then copies the cache once (gather and append together) rather than twice
+    (``index_select`` now, ``torch.cat`` at the next step). Successive selections compose."""
+    if "k" in cache:
+        cache["order"] = cache["order"].index_select(0, index) if "order" in cache else index
+
+
+def append_rows(cached: Tensor, new: Tensor, order: Tensor | None = None) -> Tensor:
+    """``torch.cat([cached.index_select(0, order), new], dim=2)`` (``order`` None: all rows in
+    place) for caches (B, H, T, d), written with one copy of ``cached``."""
+    if order is None:
+        return torch.cat([cached, new], dim=2)
+    if torch.is_grad_enabled() and (cached.requires_grad or new.requires_grad):  # out= has no autograd
+        return torch.cat([cached.index_select(0, order), new], dim=2)
+    b, h, t, d = cached.shape
+    out = cached.new_empty(order.numel(), h, t + new.size(2), d)
+    torch.index_select(cached, 0, order, out=out[:, :, :t])
+    out[:, :, t:] = new
+    return out

@@ -260,6 +260,8 @@ class RNNModel(nn.Module):
     """RNN encoder-decoder with attention; the interface used by training (``forward``) and search
     (``encode``/``init_state``/``step``/``reorder_state``)."""
 
+    step_rows = True  # step(..., rows=) computes the next-token distribution of some rows only
+
     def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int):
         super().__init__()
         self.cfg = cfg
@@ -324,13 +326,14 @@ class RNNModel(nn.Module):
         return ModelOutput(pre, self._logits, enc, [alpha[:, None]] if need_weights else [])
 
     # --- incremental decoding -----------------------------------------------------------------
-    def step(self, tokens: Tensor, state: RNNState, need_weights: bool = False) -> tuple[Tensor, RNNState]:
-        """Log-probabilities (N, V) of the next token given the previous one ``tokens`` (N,)."""
+    def step(self, tokens: Tensor, state: RNNState, need_weights: bool = False, rows: Tensor | None = None) -> tuple[Tensor, RNNState]:
+        """Log-probabilities (N, V) of the next token given the previous one ``tokens`` (N,);
+        with ``rows`` (R,), those rows' only (R, V)."""
         y = self.dropout(self.tgt_embed(tokens))
         pre, alpha = self.decoder.step(y, state)
         state.step += 1
         state.last_cross_attention = alpha if need_weights else None
-        return torch.log_softmax(self._logits(pre).float(), dim=-1), state
+        return torch.log_softmax(self._logits(pre if rows is None else pre.index_select(0, rows)).float(), dim=-1), state
 
     def reorder_state(self, state: RNNState, index: Tensor, sources_kept: bool = False) -> RNNState:
         """Keep (and duplicate) hypotheses ``index``: every state tensor is index-selected (see

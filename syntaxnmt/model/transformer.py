@@ -17,10 +17,10 @@ from torch import Tensor, nn
 
 from syntaxnmt.config import ModelConfig
 from syntaxnmt.inputs import PAD, Batch, FeatureSpec, SourceFeatures
-from syntaxnmt.model.attention import MultiHeadAttention, reorder_cache
+from syntaxnmt.model.attention import MultiHeadAttention, defer_reorder, reorder_cache
 from syntaxnmt.model.context import HierarchicalContext
 from syntaxnmt.model.dropout import Dropout
-from syntaxnmt.model.linear import Linear
+from syntaxnmt.model.linear import Linear, decode_linear
 from syntaxnmt.model.outputs import ContextAttention, DecoderState, EncoderOutput, ModelOutput
 from syntaxnmt.model.packing import on_rows, packed_rows
 from syntaxnmt.model.syntax_attention import InputFeatures, encoder_extensions
@@ -186,6 +186,7 @@ class Transformer(nn.Module):
 
     pack_granule: int = 128
     alignment_pass: AlignmentPass | None = None
+    step_rows = True  # step(..., rows=) computes the next-token distribution of some rows only
 
     def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, **tag_vocabs: int):
         super().__init__()
@@ -371,8 +372,10 @@ class Transformer(nn.Module):
     def init_state(self, enc: EncoderOutput) -> DecoderState:
         return DecoderState(enc, 0, [{} for _ in self.decoder])
 
-    def step(self, tokens: Tensor, state: DecoderState, need_weights: bool = False) -> tuple[Tensor, DecoderState]:
-        """Log-probabilities (N, V) of the next token given the previous one ``tokens`` (N,)."""
+    def step(self, tokens: Tensor, state: DecoderState, need_weights: bool = False, rows: Tensor | None = None) -> tuple[Tensor, DecoderState]:
+        """Log-probabilities (N, V) of the next token given the previous one ``tokens`` (N,);
+        with ``rows`` (R,), those rows' only (R, V): the output layer and its softmax, the
+        largest products of a step, skip the rows nobody reads (finished hypotheses)."""
         if state.encoder.target_context_rows is not None:
             raise ValueError("incremental decoding reads computed target-side context states (batch.context_states), not batch rows")
         y = self.tgt_embed(tokens[:, None], offset=state.step)
@@ -383,7 +386,8 @@ class Transformer(nn.Module):
             y, w, _ = layer(y, state.encoder.hidden, state.encoder.pad_mask, cache=cache, need_weights=need_weights, leak=leaky)
             w = split_leak(w, leaky)[0]
         context_cache = state.caches[-1].setdefault("context", {}) if self.han_target is not None else None  # the target-side HAN's keys and values
-        logits = self.output(self.read_target_context(self.dec_norm(y), state.encoder, cache=context_cache)[0][:, 0])
+        final = self.read_target_context(self.dec_norm(y), state.encoder, cache=context_cache)[0][:, 0]
+        logits = decode_linear(self.output, final if rows is None else final.index_select(0, rows))
         state.step += 1
         state.last_cross_attention = w[:, :, 0].mean(1) if need_weights else None
         return torch.log_softmax(logits.float(), dim=-1), state
@@ -392,10 +396,13 @@ class Transformer(nn.Module):
         """Keep (and duplicate) hypotheses ``index`` of the decoder state. With ``sources_kept``
         (rows move only among the beams of their own sentence), the encoder output and the
         cross-attention keys/values (and the target-side HAN's, ``context``), the same for every
-        beam of a sentence, stay as they are."""
+        beam of a sentence, stay as they are. The self-attention caches are selected at the next
+        step's append (:func:`defer_reorder`)."""
         for cache in state.caches:
             for name, sub in cache.items():
-                if not (sources_kept and name in ("cross", "context")):
+                if name == "self":
+                    defer_reorder(sub, index)
+                elif not (sources_kept and name in ("cross", "context")):
                     reorder_cache(sub, index)
         if not sources_kept:
             state.encoder = state.encoder.index_select(index)

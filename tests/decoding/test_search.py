@@ -12,7 +12,7 @@ from torch import nn
 
 from syntaxnmt.config import ModelConfig
 from syntaxnmt.data.batches import make_batch
-from syntaxnmt.decoding.search import Hypothesis, beam_search, greedy_search, length_penalty, max_output_length, max_output_lengths, search
+from syntaxnmt.decoding.search import Hypothesis, beam_search, greedy_search, length_penalty, max_output_length, max_output_lengths, search, topk_rows
 from syntaxnmt.inputs import BOS, EOS, PAD, UNK
 from syntaxnmt.model.transformer import Transformer
 
@@ -303,3 +303,69 @@ def test_toy_gnmt_penalty_is_milder_than_power():
     short = beam_search(_Longer(), batch, beam=3, max_len=8, alpha=0.5, lp_type="gnmt")[0][0]
     assert short.tokens == [] and short.score == pytest.approx(math.log(0.5) / (6 / 6) ** 0.5)
     assert beam_search(_Longer(), batch, beam=3, max_len=8, alpha=1.0, lp_type="gnmt")[0][0].tokens == [A] * 4
+
+
+def _reference_beam(model: Transformer, src: np.ndarray, k: int, max_len: int, alpha: float) -> list[tuple[list[int], float, float]]:
+    """Beam search the plain way, for one sentence: every step re-decodes each hypothesis's whole
+    prefix (no cache, no reordering, no skipped rows), scores all of its V continuations, and
+    keeps the k best of them and of the finished hypotheses (frozen, still competing) by
+    log P / |y|^alpha (|y| counting EOS). Returns the k (tokens, score, log P), best first."""
+    enc = model.encode(make_batch([src], None, [0]))
+    beams: list[tuple[list[int], float, bool]] = [([], 0.0, False)]  # tokens with EOS when finished, log P, finished
+    for t in range(max_len + 1):
+        cands = []
+        for tokens, raw, finished in beams:
+            if finished:
+                cands.append((tokens, raw, True))
+                continue
+            states = model.decode(torch.tensor([[BOS, *tokens]]), enc)[0]
+            log_probs = torch.log_softmax(model.output(states[0, -1]).float(), dim=-1).tolist()
+            for tok, lp in enumerate(log_probs):
+                if tok not in (PAD, BOS) and (t < max_len or tok == EOS):
+                    cands.append((tokens + [tok], raw + lp, tok == EOS))
+        beams = sorted(cands, key=lambda c: c[1] / len(c[0]) ** alpha, reverse=True)[:k]
+        if all(finished for _, _, finished in beams):
+            break
+    return [([x for x in tokens if x != EOS], raw / len(tokens) ** alpha, raw) for tokens, raw, _ in beams]
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_beam_search_equals_re_decoding_without_cache(seed):
+    """The fast path (cached keys/values gathered at the next append, finished hypotheses and
+    finished sentences out of the step, chunk-wise top-k) finds the hypotheses and scores of a
+    plain beam search that re-decodes every prefix: beam 4, 3 sentences of different lengths
+    whose hypotheses finish at different steps."""
+    model = _model(seed)
+    lengths = (2, 9, 5)
+    batch = _batch(lengths, seed)
+    limits = max_output_lengths(torch.tensor(lengths), 1.0, 3, 64)
+    with torch.inference_mode():
+        fast = beam_search(model, batch, beam=4, max_len=limits, alpha=1.0, nbest=4)
+        reference = [_reference_beam(model, batch.src[i][batch.src[i] != PAD][:-1].numpy(), 4, int(limits[i]), 1.0) for i in range(len(lengths))]
+    finished_at = set()
+    for hyps, ref in zip(fast, reference):
+        assert [h.tokens for h in hyps] == [tokens for tokens, _, _ in ref]
+        for h, (_, score, raw) in zip(hyps, ref):
+            assert h.score == pytest.approx(score, abs=1e-4) and h.log_prob == pytest.approx(raw, abs=1e-4)
+        finished_at.update(len(h.tokens) for h in hyps)
+    assert len(finished_at) >= 3  # hypotheses ended at several steps: the skipped-row path ran
+    assert len({len(h[0].tokens) for h in fast}) >= 2  # and the sentences at different steps
+
+
+def test_topk_rows_equals_torch_topk():
+    """The chunk-wise top-k returns torch.topk's values and indices on wide rows, with a last
+    partial chunk, forbidden (-inf) columns and rows with fewer finite values than k."""
+    torch.manual_seed(0)
+    x = torch.log_softmax(3 * torch.randn(40, 1000), dim=-1)  # 1000 = 15 chunks of 64 + 40
+    x[:, [0, 2, 999]] = float("-inf")
+    x[5, :] = float("-inf")
+    x[5, 3] = -0.5
+    x[7, 990:] = 1.0 + torch.arange(10.0)  # the best values in the partial chunk
+    for k in (1, 4, 5):
+        values, indices = topk_rows(x, k)
+        expected = x.topk(k, dim=-1)
+        assert torch.equal(values, expected.values)
+        finite = expected.values.isfinite()
+        assert torch.equal(indices[finite], expected.indices[finite])
+    narrow = torch.randn(3, 50)
+    assert torch.equal(topk_rows(narrow, 5)[1], narrow.topk(5, dim=-1).indices)  # too narrow to chunk: torch.topk
