@@ -321,8 +321,9 @@ def force_decode(
 ) -> list[dict[str, np.ndarray | None]]:
     """Encoder, decoder and cross-attention weights while the model reads ``targets`` (teacher
     forcing); with ``contexts`` (a HAN model: each sentence's previous source sentences, nearest
-    first) HAN's weights too (``han_word``, ``han_sentence``, ``han_gate``), and with
-    ``context_targets`` (a target-side HAN model: the target sentences of those, as many) the
+    first; up to 2k for HAN on both sides, :func:`~syntaxnmt.data.batches.make_batch`) HAN's
+    weights too (``han_word``, ``han_sentence``, ``han_gate``), and with ``context_targets`` (a
+    target-side HAN model: the target sentences of the first k of those, as many) the
     decoder-side block's (``han_target_word``, ``han_target_sentence``, ``han_target_gate``)."""
     spec = model.feature_spec
     k = model.document_context.sentences if contexts is not None else 0
@@ -337,7 +338,7 @@ def force_decode(
                 anns = [sources[i].annotation for i in idx] if spec else None
                 ctx = [contexts[i] for i in idx] if contexts is not None else None
                 ctx_tgt = [context_targets[i] for i in idx] if context_targets is not None else None
-                batch = make_batch([sources[i].ids for i in idx], [np.asarray(targets[i], dtype=np.int64) for i in idx], idx, anns, spec, context=ctx, context_size=k, context_tgt=ctx_tgt)
+                batch = make_batch([sources[i].ids for i in idx], [np.asarray(targets[i], dtype=np.int64) for i in idx], idx, anns, spec, context=ctx, context_size=k, context_tgt=ctx_tgt, context_depth=2 if k and model.document_context.han_both else 1)
                 res = model(batch.to(device), need_weights=True)
                 for b, i in enumerate(idx):
                     s, t = len(sources[i].ids) + 1, len(targets[i]) + 1
@@ -347,7 +348,7 @@ def force_decode(
                         "cross": _layers(res.cross_attention, b, t, s),
                     }
                     if res.encoder.context_attention is not None:
-                        out[i].update(_han(res.encoder.context_attention, b, s, max((len(c) + 1 for c in contexts[i]), default=1)))
+                        out[i].update(_han(res.encoder.context_attention, b, s, max((len(c) + 1 for c in contexts[i][:k]), default=1)))
                     if getattr(res, "target_context_attention", None) is not None:  # the decoder inputs of each previous target sentence: <s> and its pieces
                         out[i].update(_han(res.target_context_attention, b, t, max((len(c) + 1 for c in context_targets[i]), default=1), prefix="han_target"))
                 bar.update(len(idx))
@@ -359,7 +360,8 @@ def force_decode(
 @dataclass
 class SentenceContext:
     """What a context model reads beside one sentence: its previous source sentences (``lines``,
-    encoded as ``sources``; nearest first, at most k) and, for a 2-to-2 or a target-side HAN
+    encoded as ``sources``; nearest first, at most k -- 2k for HAN on both sides, whose previous
+    translations' states read their own previous sentences) and, for a 2-to-2 or a target-side HAN
     model, the target side of that context (``targets``, nearest first: the references of the
     previous lines, or what the model wrote before the current sentence: for 2-to-2 its output
     before the last separator, for target-side HAN its translations of the previous lines).
@@ -396,7 +398,7 @@ def sentence_contexts(
         raise UserError(f"{len(docs)} document ids for {len(lines)} lines of {source_name} (give one id per line)")
     filled = [n for n, line in enumerate(lines) if line.strip()]
     row_of = {n: r for r, n in enumerate(filled)}
-    previous = previous_sentences(doc_index([docs[n] for n in filled], f"{source_name} (document ids)"), dc.sentences)
+    previous = previous_sentences(doc_index([docs[n] for n in filled], f"{source_name} (document ids)"), dc.reach)
     before = {n: ([filled[j] for j in previous[row_of[n]] if j >= 0] if n in row_of else []) for n in keep}
     needed = sorted({m for prev in before.values() for m in prev})
     encoded = dict(zip(needed, encode_sources(model, cfg, toks, [lines[m] for m in needed], source_name=source_name)))
@@ -542,7 +544,7 @@ def attention_of_targets(
             tgt = [(ids, [toks.tgt.id_to_piece(i) for i in ids], wop, words, cur[4]) for (ids, wop, words, _), cur in zip(joined_tgt, tgt)]
             n_tgt = [n for *_, n in joined_tgt]
     elif dc is not None and dc.kind == "han":
-        han_ctx = [[p.ids for p in c.sources[: dc.sentences]] for c in contexts]
+        han_ctx = [[p.ids for p in c.sources[: dc.reach]] for c in contexts]  # side both: the previous sentences' own previous ones too
         if dc.han_target:
             if any(c.targets is None for c in contexts):
                 raise ValueError("a target-side HAN model reads the target side of its contexts: give SentenceContext.targets")
@@ -556,7 +558,7 @@ def attention_of_targets(
             k = dc.sentences
             extra = {"context_sources": contexts[n].lines[:k], "src_context": n_src[n], "tgt_context": n_tgt[n]}
             if han_ctx is not None:
-                extra["context_pieces"] = [[toks.src.id_to_piece(int(i)) for i in c] + [EOS_PIECE] for c in han_ctx[n]]
+                extra["context_pieces"] = [[toks.src.id_to_piece(int(i)) for i in c] + [EOS_PIECE] for c in han_ctx[n][:k]]
             if han_tgt is not None:
                 extra["context_translations"] = [t[4] for t in contexts[n].targets[:k]]
                 extra["context_target_pieces"] = [[BOS_PIECE] + list(t[1]) for t in contexts[n].targets[:k]]

@@ -168,6 +168,7 @@ def make_batch(
     context: Sequence[Sequence[np.ndarray]] | None = None,
     context_size: int = 0,
     context_tgt: Sequence[Sequence[np.ndarray]] | None = None,
+    context_depth: int = 1,
 ) -> Batch:
     """Add EOS/BOS and pad. ``tgt_seqs`` is None for translation-only batches. With a non-empty
     ``spec``, the batch carries the source features it names, made from ``annotations`` (one per
@@ -176,28 +177,44 @@ def make_batch(
     the batch of a HAN model: every distinct context sentence becomes one more row after the given
     ones (a lead-in row: no loss, id -1) and ``batch.context_rows`` points at them (up to
     ``context_size`` per sentence); ``context_tgt`` (their target sentences, as many per sentence)
-    gives those rows their targets, which a target-side HAN model reads teacher-forced."""
+    gives those rows their targets, which a target-side HAN model reads teacher-forced.
+    ``context_depth`` 2 (HAN on both sides, :attr:`DocumentContext.han_both`): the first
+    ``context_size`` context rows read their own previous sentences -- the next ones of the list,
+    which then holds up to 2k sentences of one document, nearest first -- as rows of their own."""
     if context is None or not context_size:
         return _padded(src_seqs, tgt_seqs, ids, annotations, spec)
     if spec:
         raise ValueError("a HAN batch carries no source features (model.context does not combine with model.syntax)")
     if context_tgt is not None and any(len(a[:context_size]) != len(b[:context_size]) for a, b in zip(context, context_tgt)):
         raise UserError("a target-side context model reads the translation of every context sentence: give as many target as source context sentences")
+    k = context_size
     src, tgt = list(src_seqs), None if tgt_seqs is None else list(tgt_seqs)
     n, seen = len(src), {}
-    rows = np.full((n, context_size), -1, dtype=np.int64)
-    for b, sentences in enumerate(context):
-        for j, sentence in enumerate(sentences[:context_size]):
-            s = np.asarray(sentence, dtype=np.int64)
-            t = np.asarray(context_tgt[b][j], dtype=np.int64) if context_tgt is not None else np.zeros(0, dtype=np.int64)
-            key = (s.tobytes(), t.tobytes())  # a sentence read by several rows is encoded once
-            if key not in seen:
-                seen[key] = n + len(seen)
-                src.append(s)
-                if tgt is not None:
-                    tgt.append(t)
-            rows[b, j] = seen[key]
-    rows = np.concatenate([rows, np.full((len(seen), context_size), -1, dtype=np.int64)])
+    own: dict[int, list[tuple]] = {}  # a context row that reads its own context: the keys of its previous sentences
+    rows = np.full((n, k), -1, dtype=np.int64)
+
+    def row_of(b: int, j: int, sentences: list[np.ndarray]) -> int:
+        s = sentences[j]
+        t = np.asarray(context_tgt[b][j], dtype=np.int64) if context_tgt is not None and j < len(context_tgt[b]) else np.zeros(0, dtype=np.int64)
+        nested = context_depth > 1 and j < k
+        # a sentence read by several rows is encoded once; one that reads its context, once per context
+        key = (s.tobytes(), t.tobytes(), *(x.tobytes() for x in sentences[j + 1 : j + 1 + k])) if nested else (s.tobytes(), t.tobytes())
+        if key not in seen:
+            seen[key] = n + len(seen)
+            src.append(s)
+            if tgt is not None:
+                tgt.append(t)
+            if nested:
+                own[seen[key]] = [row_of(b, i, sentences) for i in range(j + 1, min(j + 1 + k, len(sentences)))]
+        return seen[key]
+
+    for b, given in enumerate(context):
+        sentences = [np.asarray(x, dtype=np.int64) for x in list(given)[: k * context_depth]]
+        for j in range(min(k, len(sentences))):
+            rows[b, j] = row_of(b, j, sentences)
+    rows = np.concatenate([rows, np.full((len(seen), k), -1, dtype=np.int64)])
+    for r, previous in own.items():
+        rows[r, : len(previous)] = previous
     return _han_batch(src, tgt, list(ids) + [-1] * len(seen), rows, n)
 
 
@@ -235,7 +252,7 @@ def context_batch(context: DocumentContext, src: Sequence, tgt: Sequence | None,
     if context.kind == "han":
         if context.han_target and tgt_ctx is None:
             raise ValueError("a target-side HAN model needs the target sentences of its context (tgt_ctx)")
-        return make_batch(src, tgt, ids, context=src_ctx, context_size=context.sentences, context_tgt=tgt_ctx if context.han_target else None)
+        return make_batch(src, tgt, ids, context=src_ctx, context_size=context.sentences, context_tgt=tgt_ctx if context.han_target else None, context_depth=2 if context.han_both else 1)
     src = [context.concatenate(p, s) for p, s in zip(src_ctx, src)]
     if tgt is not None and context.concat_target:
         tgt = [context.concatenate(p, t) for p, t in zip(tgt_ctx, tgt)]
@@ -254,8 +271,11 @@ def collate(split: Split, indices: Sequence[int], spec: FeatureSpec | None = Non
     with ``alignment`` the reference alignment of the split's ``align`` field, and with ``context``
     the previous sentences of each sentence's document as the context model reads them: for HAN,
     the previous sentences missing from ``indices`` come after them as lead-in rows (no loss) and
-    every row points at the rows of its previous sentences (``batch.context_rows``). Batches of
-    contiguous runs of documents (:func:`document_batches`) need at most k lead-ins per run."""
+    every row points at the rows of its previous sentences (``batch.context_rows``). For HAN on
+    both sides the lead-ins read their own previous sentences too (further lead-ins): their
+    decoder states, the target-side context, are computed with their source-side HAN. Batches of
+    contiguous runs of documents (:func:`document_batches`) need at most
+    :attr:`~syntaxnmt.data.documents.DocumentContext.reach` lead-ins per run (k, 2k for both sides)."""
     if spec and spec.needs_parse and not split.has_parses:
         raise UserError(f"the model uses {', '.join(sorted(spec.names))} but the prepared corpus has no parses: set data.annotate (spacy or conllu)")
     annotations = [split.annotation(i) for i in indices] if spec else None
@@ -264,10 +284,13 @@ def collate(split: Split, indices: Sequence[int], spec: FeatureSpec | None = Non
     if context is not None and context.kind == "han":
         previous = split.previous(context.sentences)
         idx = np.concatenate([idx, lead_in(previous, idx)])
+        reading = len(idx) if context.han_both else n  # the rows whose HAN output is read
+        if context.han_both:  # the lead-ins' own previous sentences: source states only
+            idx = np.concatenate([idx, lead_in(previous, idx)])
         where = np.full(len(split), -1, dtype=np.int64)
         where[idx] = np.arange(len(idx))
         rows = np.where(previous[idx] >= 0, where[np.maximum(previous[idx], 0)], -1)
-        rows[n:] = -1  # a lead-in row's own context is not needed: its states are read before HAN
+        rows[reading:] = -1  # a row read only through its encoder states (before HAN) needs no context
         batch = _han_batch([split["src"][i] for i in idx], [split["tgt"][i] for i in idx], idx.tolist(), rows, n)
     elif context is not None:
         previous = split.previous(context.sentences)[idx]
@@ -377,7 +400,7 @@ def document_batches(docs: np.ndarray, src_lens: np.ndarray, tgt_lens: np.ndarra
     ``docs`` is the document index of every sentence (documents contiguous, in order). A document
     is one *span*; one that does not fit ``max_tokens`` is cut into spans that do, and a span
     starting inside its document brings up to ``k`` lead-in rows (the sentences before it: context
-    only, no loss), counted in its size. Spans are shuffled with ``rng``, sorted by their longest
+    only, no loss; ``k`` is the context's reach, :attr:`DocumentContext.reach`), counted in its size. Spans are shuffled with ``rng``, sorted by their longest
     side (rounded up to ``multiple`` as in :func:`bucket_batches`, so every batch fits its
     :func:`shape_bucket`) and cut greedily so that ``rows * longest <= max_tokens``; a batch holds
     the indices of its spans' sentences (not the lead-ins, which :func:`collate` adds)."""

@@ -99,6 +99,19 @@ class DocumentContext:
         return self.kind == "han" and self.side in ("target", "both")
 
     @property
+    def han_both(self) -> bool:
+        """HAN on both sides: the decoder states of a previous target sentence are computed with
+        that sentence's own source-side HAN (Miculicich et al. 2018, Sec. 2.3), so they read its k
+        previous source sentences in turn."""
+        return self.kind == "han" and self.side == "both"
+
+    @property
+    def reach(self) -> int:
+        """How many previous sentences a sentence's output depends on: k, and 2k for HAN on both
+        sides (:attr:`han_both`: the states of the k previous translations read k more sources)."""
+        return 2 * self.sentences if self.han_both else self.sentences
+
+    @property
     def concat_target(self) -> bool:
         """Whether the target is concatenated too (2-to-2)."""
         return self.kind == "concat" and self.side == "both"

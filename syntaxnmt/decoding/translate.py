@@ -173,8 +173,8 @@ def translate_ids(
         for wave in _document_waves(previous, len(sources)) if own else [np.arange(len(sources))]:
             _translate_wave(model, sources, wave, results, decode, device, beam, nbest, annotations, contexts, previous if own or states is not None else None, bar, states)
             if own:  # the decoder states of these translations: the next sentences' context
-                later = np.unique(previous[previous >= 0])
-                states.decode(np.intersect1d(wave, later), [results[i][0].tokens for i in np.intersect1d(wave, later)])
+                read = np.intersect1d(wave, np.unique(previous[previous >= 0]))
+                states.decode(read, [results[i][0].tokens for i in read], previous[read])
     return results
 
 
@@ -200,9 +200,11 @@ class DocumentStates:
     """The context states a HAN model reads while translating documents, each sentence's computed
     once: the encoder output of a source sentence (:meth:`~syntaxnmt.model.transformer.Transformer.encode_states`)
     and, for a target-side model, the decoder states of the model's own translation of it
-    (:meth:`~syntaxnmt.model.transformer.Transformer.decode_states`, teacher-forced on that
-    encoder output). A translation batch gathers them for its sentences' previous sentences
-    (``batch.context_states``) instead of encoding k previous sentences per sentence."""
+    (:meth:`~syntaxnmt.model.transformer.Transformer.decode_states`, one forced pass reading the
+    memory the sentence was translated with: its encoder output, after the source-side HAN over
+    its own previous sentences for ``side: both`` -- Miculicich et al. 2018, Sec. 2.3). A
+    translation batch gathers them for its sentences' previous sentences (``batch.context_states``)
+    instead of encoding k previous sentences per sentence."""
 
     def __init__(self, model, sources: Sequence[np.ndarray], device: torch.device, batch_size: int):
         self.model, self.sources, self.device, self.batch_size = model, sources, device, batch_size
@@ -221,13 +223,19 @@ class DocumentStates:
                 self.src[i] = hidden[b, : len(self.sources[i]) + 1]
 
     @torch.no_grad()
-    def decode(self, ids: np.ndarray, translations: Sequence[Sequence[int]]) -> None:
-        """The decoder states of the sentences ``ids`` reading their ``translations``."""
+    def decode(self, ids: np.ndarray, translations: Sequence[Sequence[int]], previous: np.ndarray | None = None) -> None:
+        """The decoder states of the sentences ``ids`` reading their ``translations``; a model with
+        a source-side HAN (``side: both``) reads the memory it translated them with, its HAN over
+        the sentences' own previous sentences ``previous`` (len(ids), k; -1 missing; encoded)."""
         ids = [int(i) for i in ids]
         self.encode(np.asarray(ids, dtype=np.int64))
+        if self.model.han is not None and previous is None:
+            raise ValueError("a model with a source-side HAN decodes its context states with their own previous sentences (previous=)")
         for start in range(0, len(ids), self.batch_size):
             chunk, tokens = ids[start : start + self.batch_size], translations[start : start + self.batch_size]
             memory, memory_pad = self._stack([self.src[i] for i in chunk])
+            if self.model.han is not None:
+                memory = self.model.context_memory(memory, *self.gather(np.asarray(previous[start : start + self.batch_size]), False))
             tgt_in = make_batch([np.zeros(0, dtype=np.int64)] * len(chunk), [np.asarray(t, dtype=np.int64) for t in tokens], chunk).tgt_in.to(self.device)
             states = self.model.decode_states(tgt_in, memory, memory_pad)
             for b, (i, t) in enumerate(zip(chunk, tokens)):

@@ -16,21 +16,37 @@ h_t unchanged -- exactly the sentence-level model's state.
 
 The same block (a second instance, its own parameters) is the paper's "HAN decoder" (Sec. 2.3,
 ``side: target | both``): h_t is then the final state of the decoder at target position t and C_j
-the decoder states of the j-th previous target sentence, teacher-forced (the reference in
-training, the model's own translation when decoding a document). h_t is only the query, so
+the states the same model computes for the j-th previous target sentence, teacher-forced (the
+reference in training, the model's own translation when decoding a document): the output of its
+last decoder layer before this block, whose memory is that sentence's encoder output after the
+source-side block (``side: both``, as in HAN_NMT) or the plain encoder output (``side: target``).
+h_t is only the query, so
 position t reads nothing of the current sentence beyond its own state and incremental decoding
 gives what a full pass gives (:meth:`syntaxnmt.model.transformer.Transformer.read_target_context`).
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
+from syntaxnmt.inputs import SourceFeatures
 from syntaxnmt.model.attention import MultiHeadAttention
-from syntaxnmt.model.dropout import Dropout
-from syntaxnmt.model.linear import Linear
+from syntaxnmt.model.dropout import Dropout, dropout
+from syntaxnmt.model.linear import Linear, linear
 from syntaxnmt.model.outputs import ContextAttention
+from syntaxnmt.model.packing import on_rows, packed_rows
+
+
+def _composed(outer: nn.Module, inner: nn.Module) -> tuple[Tensor, Tensor | None]:
+    """Weight and bias of the affine map ``outer(inner(x))`` (two linear layers)."""
+    weight = outer.weight @ inner.weight
+    bias = None if inner.bias is None else outer.weight @ inner.bias
+    if outer.bias is not None:
+        bias = outer.bias if bias is None else bias + outer.bias
+    return weight, bias
 
 
 class HierarchicalContext(nn.Module):
@@ -44,35 +60,111 @@ class HierarchicalContext(nn.Module):
         self.gate = Linear(2 * d_model, d_model)
         self.norm = nn.LayerNorm(d_model)
 
-    def forward(self, h: Tensor, ctx: Tensor, ctx_pad: Tensor, need_weights: bool = False) -> tuple[Tensor, ContextAttention | None]:
+    def gathered_context(self, states: Tensor, pad: Tensor, rows: Tensor, granule: int = 0) -> tuple[dict[str, Tensor], Tensor]:
+        """The word-level keys and values (a ``cache`` for :meth:`forward`, (B, k, H, L, d) each)
+        and the padding (B, k, L) of the previous sentences ``rows`` (B, k; -1: missing) among
+        ``states`` (N, L, D) with padding ``pad`` (N, L): every row's projected once, however
+        many sentences read it (the same keys and values as projecting the gathered states); with
+        ``granule`` (CPU training) only the real positions (padding gets zeros, masked)."""
+        keys, values = self.word.project_kv(states, packed_rows(pad, granule) if granule else None)
+        missing = rows.lt(0)
+        index = rows.clamp_min(0)  # a missing sentence: any finite row (all padding, no weight)
+        return {"k": keys[index], "v": values[index]}, pad[index] | missing[..., None]
+
+    def forward(self, h: Tensor, ctx: Tensor | None, ctx_pad: Tensor, need_weights: bool = False, cache: dict[str, Tensor] | None = None, pad: Tensor | None = None, granule: int = 0) -> tuple[Tensor, ContextAttention | None]:
         """``h`` (B, S, D) current states; ``ctx`` (B, k, Sc, D) encoder (or decoder) states of the
         previous sentences (nearest first) with ``ctx_pad`` (B, k, Sc) True at padding and in missing sentences.
 
         Returns h~ and, with ``need_weights`` (as the attention layers return theirs), the
-        word-level and sentence-level weights and the gate (:class:`ContextAttention`)."""
+        word-level and sentence-level weights and the gate (:class:`ContextAttention`).
+        ``cache`` (incremental decoding, updated in place): the word-level keys and values of
+        ``ctx``, (B, k, H, Sc, d) each, projected on the first call and reused (they do not
+        depend on the query), as cross-attention caches those of the encoder output; given
+        (:meth:`gathered_context`), ``ctx`` may be None. ``pad`` (B, S), True at padding of ``h``,
+        with ``granule`` (CPU training, :mod:`syntaxnmt.model.packing`): the per-token products
+        compute the real positions only (padding keeps h, which nobody reads)."""
         b, s, d = h.shape
-        k, sc = ctx.shape[1], ctx.shape[2]
+        k, sc = ctx_pad.shape[1], ctx_pad.shape[2]
+        if cache is not None and "k" in cache:
+            kv = cache
+        else:
+            keys, values = self.word.project_kv(ctx.reshape(b * k, sc, d))
+            kv = {"k": keys.contiguous().view(b, k, *keys.shape[1:]), "v": values.contiguous().view(b, k, *values.shape[1:])}
+            if cache is not None:
+                cache.update(kv)
+        has_context = ~ctx_pad.all(-1).all(-1)  # (B,)
+        if s > 1 and not need_weights and not bool(has_context.all()):
+            # a whole sentence (training, forced passes): only the rows with a context compute, the others keep h
+            rows = has_context.nonzero().squeeze(1)
+            if not len(rows):
+                return h, None
+            tokens = None if pad is None or not granule else packed_rows(pad.index_select(0, rows), granule)
+            out = self._read(h.index_select(0, rows), ctx_pad.index_select(0, rows), {n: x.index_select(0, rows) for n, x in kv.items()}, False, tokens)[0]
+            return h.index_copy(0, rows, out), None
+        tokens = None if pad is None or not granule or need_weights or s == 1 else packed_rows(pad, granule)
+        return self._read(h, ctx_pad, kv, need_weights, tokens)
+
+    def _read(self, h: Tensor, ctx_pad: Tensor, kv: dict[str, Tensor], need_weights: bool, tokens: Tensor | None = None) -> tuple[Tensor, ContextAttention | None]:
+        """Eq. 1-5 for states ``h`` (B, S, D) given the word-level keys and values ``kv`` (B, k, H,
+        Sc, d); with ``tokens`` (flat indices of positions of ``h``, :func:`packed_rows`) the
+        per-token products compute those positions only and the others keep h."""
+        if tokens is not None and need_weights:
+            raise ValueError("HAN's weights are computed at every position (tokens=None)")
+        b, s, d = h.shape
+        k, sc = ctx_pad.shape[1], ctx_pad.shape[2]
         present = ~ctx_pad.all(-1)  # (B, k): the sentence exists
-        # Word level: every token attends over each context sentence separately.
-        queries = h.unsqueeze(1).expand(b, k, s, d).reshape(b * k, s, d)
+        # Word level: every token attends over each context sentence separately (its query projected once).
         word_mask = ctx_pad.reshape(b * k, sc).clone()
         word_mask[~present.reshape(-1), 0] = False  # a missing sentence: any finite row (masked below)
-        summaries, w_word = self.word(queries, ctx.reshape(b * k, sc, d), key_padding_mask=word_mask, need_weights=need_weights)
-        summaries = summaries.view(b, k, s, d).transpose(1, 2).reshape(b * s, k, d)
-        # Sentence level: every token attends over the k summaries.
-        sent_mask = (~present).unsqueeze(1).expand(b, s, k).reshape(b * s, k).clone()
-        none = sent_mask.all(-1)
-        sent_mask[none, 0] = False
-        context, w_sent = self.sentence(h.reshape(b * s, 1, d), summaries, key_padding_mask=sent_mask, need_weights=need_weights)
-        d_t = self.ffn(context.view(b, s, d))
-        gate = torch.sigmoid(self.gate(torch.cat([h, d_t], dim=-1)))
-        out = self.norm((1 - gate) * h + gate * d_t)
+        att = self.word
+        q = att._split(on_rows(att.q_proj, h, tokens))  # (B, H, S, d)
+        q = q.unsqueeze(1).expand(b, k, *q.shape[1:]).reshape(b * k, *q.shape[1:])
+        keys, values = kv["k"].flatten(0, 1), kv["v"].flatten(0, 1)
+        if need_weights or (s == 1 and q.device.type == "cpu"):  # as MultiHeadAttention chooses
+            z, w_word = att._explicit(q, keys, values, word_mask, False, SourceFeatures())
+        else:
+            z, w_word = att._fused(q, keys, values, word_mask, False), None
+        z = z.transpose(1, 2).reshape(b, k, s, d).transpose(1, 2).reshape(b * s, k, d)  # per token and sentence, before out_proj
+        present_t = present.unsqueeze(1).expand(b, s, k).reshape(b * s, k)
+        h_t = h.reshape(b * s, d)
+        if tokens is not None:  # from here on every product is per token
+            z, present_t, h_t = z.index_select(0, tokens), present_t.index_select(0, tokens), h_t.index_select(0, tokens)
+        # Sentence level: every token attends over the k summaries s = W_o z + b_o, whose keys and
+        # values W (W_o z + b_o) + b are computed with the two maps composed (one product, not two).
+        sent = self.sentence
+        keys_s, values_s = (sent._split(linear(z, *maps)) for maps in self._sentence_maps())
+        sent_mask = ~present_t
+        sent_mask[sent_mask.all(-1), 0] = False
+        # one query over k keys per token: elementwise products, not a batch of tiny matrix products
+        q_s = sent._split(sent.q_proj(h_t[:, None]))  # (M, H, 1, d)
+        scores = (q_s * keys_s).sum(-1) / math.sqrt(sent.d_head)  # (M, H, k)
+        w_sent = torch.softmax(scores.masked_fill(sent_mask[:, None, :], float("-inf")), dim=-1)
+        context = (dropout(w_sent, sent.dropout, self.training)[..., None] * values_s).sum(-2)  # (M, H, d)
+        d_t = self.ffn(sent.out_proj(context.reshape(-1, d)))
+        gate = torch.sigmoid(self.gate(torch.cat([h_t, d_t], dim=-1)))
+        out = self.norm((1 - gate) * h_t + gate * d_t)
+        if tokens is not None:
+            out = h.reshape(b * s, d).index_copy(0, tokens, out)
+        out, gate = out.view(b, s, d), gate.view(b, -1, d) if tokens is None else gate
         has_context = present.any(-1)[:, None, None]
         weights = None
         if need_weights:  # a sentence without context keeps h: zero weights, gate 0
             sentence = w_sent.view(b, s, -1, k).transpose(1, 2) * has_context[..., None]
             weights = ContextAttention(w_word.view(b, k, -1, s, sc) * present[:, :, None, None, None], sentence, gate.mean(-1) * has_context[..., 0])
         return torch.where(has_context, out, h), weights
+
+    def _sentence_maps(self) -> tuple[tuple[Tensor, Tensor | None], ...]:
+        """The composed maps (weight, bias) of the sentence level's keys and values from the word
+        level's output; without autograd kept until a parameter changes (decoding: once, not per step)."""
+        params = (self.word.out_proj, self.sentence.k_proj, self.sentence.v_proj)
+        if torch.is_grad_enabled():
+            return tuple(_composed(p, self.word.out_proj) for p in params[1:])
+        key = tuple((t.data_ptr(), t._version) for m in params for t in (m.weight, m.bias) if t is not None)
+        memo = getattr(self, "_maps_memo", None)
+        if memo is None or memo[0] != key:
+            memo = (key, tuple(_composed(p, self.word.out_proj) for p in params[1:]))
+            self._maps_memo = memo
+        return memo[1]
 
     def gate_values(self, h: Tensor, d_t: Tensor) -> Tensor:
         """λ of Eq. 4 for states ``h`` and context vectors ``d_t`` (for tests and analysis)."""

@@ -255,32 +255,26 @@ class Transformer(nn.Module):
     def read_context(self, batch: Batch, hidden: Tensor, pad_mask: Tensor, need_weights: bool = False):
         """HAN on the encoder states ``hidden`` (B, S, D) of ``batch`` (Miculicich et al. 2018, Sec. 2).
 
-        The context states of a sentence are the states its sentence model computes: the encoder
-        output before HAN and, for the target side, the final decoder states (normalized, before
-        the decoder-side HAN and the output layer) reading its target teacher-forced with that
-        encoder output as memory. With ``batch.context_rows`` every previous sentence is a row of
-        the batch: one encoder pass gives all context states, gathered for each row (gradients
-        flow through them into the encoder -- and the decoder, target side -- of the rows they
-        come from, as through the rows' own states). The decoder-side states come from the
-        model's own decoder pass when its memory is that raw encoder output (``side: target``,
-        no leak slot; :meth:`decode` gathers them: ``target_context_rows``), else from one extra
-        teacher-forced pass over the rows. ``batch.context_states`` instead brings them computed
-        (document decoding, :class:`syntaxnmt.decoding.translate.DocumentStates`). Returns the new ``hidden``,
-        the target-side context (or None), the rows for :meth:`decode` to gather it from (or
-        None) and HAN's weights (with ``need_weights``)."""
-        target_context = target_rows = attention = None
+        The source-side context states of a sentence are its encoder output before HAN; the
+        target-side ones (Sec. 2.3) are the states the model itself computes for that sentence's
+        target, teacher-forced: the output of the last decoder layer (normalized) before the
+        decoder-side HAN, reading as memory the sentence's encoder output after the source-side
+        HAN (``side: both``; ``side: target`` has none, its memory is the plain encoder output),
+        as in HAN_NMT. With ``batch.context_rows`` every previous sentence is a row of the batch:
+        one encoder pass gives all source-side context states, and the model's own decoder pass
+        over the rows gives the target-side ones -- :meth:`decode` gathers them
+        (``target_context_rows``), so a batch needs one decoder pass; only a model whose decoder
+        translates with a leak slot (``train.alignment.leaky``) runs one more teacher-forced pass
+        without it. Gradients flow through the gathered states into the rows they come from, as
+        through the rows' own states. ``batch.context_states`` instead brings them computed
+        (document decoding, :class:`syntaxnmt.decoding.translate.DocumentStates`). Returns the new
+        ``hidden``, the target-side context (or None), the rows for :meth:`decode` to gather it
+        from (or None) and HAN's weights (with ``need_weights``)."""
+        target_context = target_rows = attention = cache = None
         if batch.context_rows is not None:
-            rows = batch.context_rows
-            ctx = gather_rows(hidden, pad_mask, rows)
-            if self.han_target is not None:
-                ap = self.alignment_pass
-                if self.han is None and not (ap is not None and any(ap.leak_in_translation(i) for i in range(len(self.decoder)))):
-                    target_rows = rows
-                else:
-                    if batch.tgt_in is None:
-                        raise ValueError("a target-side HAN batch needs the targets of its rows (tgt_in)")
-                    states = self.decode_states(batch.tgt_in, hidden, pad_mask)
-                    target_context = gather_rows(states, batch.tgt_in.eq(PAD), rows)
+            if self.han is not None:  # the keys and values of each row projected once
+                cache, ctx_pad = self.han.gathered_context(hidden, pad_mask, batch.context_rows, self.han_granule(pad_mask))
+                ctx = (None, ctx_pad)
         elif batch.context_states is not None:
             ctx = batch.context_states[:2]
             if self.han_target is not None and len(batch.context_states) > 2:
@@ -288,12 +282,21 @@ class Transformer(nn.Module):
         else:
             return hidden, None, None, None
         if self.han is not None:
-            hidden, attention = self.han(hidden, *ctx, need_weights=need_weights)
+            hidden, attention = self.han(hidden, *ctx, need_weights=need_weights, cache=cache, pad=pad_mask, granule=self.han_granule(pad_mask))
+        if batch.context_rows is not None and self.han_target is not None:
+            ap = self.alignment_pass
+            if not (ap is not None and any(ap.leak_in_translation(i) for i in range(len(self.decoder)))):
+                target_rows = batch.context_rows
+            else:
+                if batch.tgt_in is None:
+                    raise ValueError("a target-side HAN batch needs the targets of its rows (tgt_in)")
+                states = self.decode_states(batch.tgt_in, hidden, pad_mask)
+                target_context = gather_rows(states, batch.tgt_in.eq(PAD), batch.context_rows)
         return hidden, target_context, target_rows, attention
 
     def encode_states(self, src: Tensor) -> Tensor:
-        """The encoder output (B, S, D) of sentences ``src`` without HAN: the states a HAN model
-        reads of a previous sentence."""
+        """The encoder output (B, S, D) of sentences ``src`` without HAN: the states the
+        source-side HAN reads of a previous sentence."""
         pad = src.eq(PAD)
         x = self.src_embed(src)
         rows = self.compute_rows(pad)
@@ -304,21 +307,30 @@ class Transformer(nn.Module):
     def decode_states(self, tgt_in: Tensor, memory: Tensor, memory_pad: Tensor) -> Tensor:
         """The final decoder states (B, T, D), normalized, before the decoder-side HAN and the
         output layer, of targets ``tgt_in`` (BOS-started, teacher-forced) reading ``memory``: what
-        the target-side HAN attends over (Miculicich et al. 2018, Sec. 2.3)."""
+        the target-side HAN attends over (Miculicich et al. 2018, Sec. 2.3) when ``memory`` is the
+        sentence's own memory -- its encoder output, after the source-side HAN (:meth:`context_memory`)
+        for ``side: both``."""
         y = self.tgt_embed(tgt_in)
         rows, memory_rows = self.compute_rows(tgt_in.eq(PAD)), self.compute_rows(memory_pad)
         for layer in self.decoder:
             y = layer(y, memory, memory_pad, rows=rows, memory_rows=memory_rows)[0]
         return self.dec_norm(y)
 
-    def read_target_context(self, states: Tensor, enc: EncoderOutput, need_weights: bool = False) -> tuple[Tensor, ContextAttention | None]:
+    def context_memory(self, hidden: Tensor, ctx: Tensor, ctx_pad: Tensor) -> Tensor:
+        """The memory the decoder reads: encoder states ``hidden`` (B, S, D) after the source-side
+        HAN over the encoder states ``ctx`` (B, k, Sc, D) of the previous source sentences (padding
+        ``ctx_pad``); unchanged for a model without one."""
+        return hidden if self.han is None else self.han(hidden, ctx, ctx_pad)[0]
+
+    def read_target_context(self, states: Tensor, enc: EncoderOutput, need_weights: bool = False, cache: dict | None = None) -> tuple[Tensor, ContextAttention | None]:
         """The target-side HAN on final decoder states (B, T, D): each state is only the query of
         the attention over the previous target sentences, so position t reads nothing of the
-        current sentence beyond its own state (incremental decoding gives the same result); with
-        ``need_weights`` also its weights (:class:`ContextAttention`, S = T and Sc = Tc)."""
+        current sentence beyond its own state (incremental decoding gives the same result, with
+        ``cache`` keeping the context's word-level keys and values); with ``need_weights`` also
+        its weights (:class:`ContextAttention`, S = T and Sc = Tc)."""
         if self.han_target is None or enc.target_context is None:
             return states, None
-        return self.han_target(states, *enc.target_context, need_weights=need_weights)
+        return self.han_target(states, *enc.target_context, need_weights=need_weights, cache=cache)
 
     def decode(self, tgt_in: Tensor, enc: EncoderOutput, need_weights: bool = False, self_weights: bool = True) -> tuple[Tensor, list[Tensor], list[Tensor], Tensor | None, Tensor | None, ContextAttention | None]:
         """Final decoder states (B, T, D), normalized (and read by the target-side HAN of a
@@ -343,9 +355,11 @@ class Transformer(nn.Module):
             cross.append(w)
             own.append(ws)
         states = self.dec_norm(y)
-        if enc.target_context_rows is not None:  # side target: this pass's own states are the rows' context states
-            enc = EncoderOutput(enc.hidden, enc.pad_mask, target_context=gather_rows(states, tgt_in.eq(PAD), enc.target_context_rows))
-        states, target_attention = self.read_target_context(states, enc, need_weights)
+        if enc.target_context_rows is not None:  # this pass's own states are the rows' target-side context states
+            cache, ctx_pad = self.han_target.gathered_context(states, pad, enc.target_context_rows, self.han_granule(pad))
+            states, target_attention = self.han_target(states, None, ctx_pad, need_weights=need_weights, cache=cache, pad=pad, granule=self.han_granule(pad))
+        else:
+            states, target_attention = self.read_target_context(states, enc, need_weights)
         return states, (cross if need_weights else []), (own if need_weights and self_weights else []), aligned, leak, target_attention
 
     def forced_attention(self, batch: Batch, layers: Collection[int] = (), full_context: bool = False, enc: EncoderOutput | None = None) -> ForcedAttention:
@@ -386,6 +400,10 @@ class Transformer(nn.Module):
             out.cross_attention[i] = w if i in wanted else None
         return out
 
+    def han_granule(self, pad: Tensor) -> int:
+        """The granule of HAN's per-token products on the real positions (as :meth:`compute_rows`); 0: every position."""
+        return self.pack_granule if self.training and pad.device.type == "cpu" else 0
+
     def compute_rows(self, pad: Tensor) -> Tensor | None:
         """The rows the position-wise products compute in training on CPU (:func:`packed_rows`); None: all of them."""
         if not (self.training and self.pack_granule and pad.device.type == "cpu"):
@@ -417,7 +435,8 @@ class Transformer(nn.Module):
             leaky = ap is not None and ap.leak_in_translation(i)
             y, w, _ = layer(y, state.encoder.hidden, state.encoder.pad_mask, cache=cache, need_weights=need_weights, leak=leaky)
             w = split_leak(w, leaky)[0]
-        final = self.read_target_context(self.dec_norm(y), state.encoder)[0][:, 0]
+        context_cache = state.caches[-1].setdefault("context", {}) if self.han_target is not None else None  # the target-side HAN's keys and values
+        final = self.read_target_context(self.dec_norm(y), state.encoder, cache=context_cache)[0][:, 0]
         logits = decode_linear(self.output, final if rows is None else final.index_select(0, rows))
         state.step += 1
         state.last_cross_attention = w[:, :, 0].mean(1) if need_weights else None
@@ -426,13 +445,14 @@ class Transformer(nn.Module):
     def reorder_state(self, state: DecoderState, index: Tensor, sources_kept: bool = False) -> DecoderState:
         """Keep (and duplicate) hypotheses ``index`` of the decoder state. With ``sources_kept``
         (rows move only among the beams of their own sentence), the encoder output and the
-        cross-attention keys/values, the same for every beam of a sentence, stay as they are.
-        The self-attention caches are selected at the next step's append (:func:`defer_reorder`)."""
+        cross-attention keys/values (and the target-side HAN's, ``context``), the same for every
+        beam of a sentence, stay as they are. The self-attention caches are selected at the next
+        step's append (:func:`defer_reorder`)."""
         for cache in state.caches:
             for name, sub in cache.items():
                 if name == "self":
                     defer_reorder(sub, index)
-                elif not sources_kept:
+                elif not (sources_kept and name in ("cross", "context")):
                     reorder_cache(sub, index)
         if not sources_kept:
             state.encoder = state.encoder.index_select(index)

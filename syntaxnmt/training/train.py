@@ -45,7 +45,7 @@ def training_batches(split: Split, cfg: Config, context: DocumentContext | None,
     """The batches (sentence indices) of ``split`` by ``train.max_tokens``: length-bucketed, or for
     a HAN model contiguous runs of documents (:func:`~syntaxnmt.data.batches.document_batches`)."""
     if context is not None and context.kind == "han":
-        return document_batches(split.docs, split["src"].lengths, split["tgt"].lengths, cfg.train.max_tokens, context.sentences, rng)
+        return document_batches(split.docs, split["src"].lengths, split["tgt"].lengths, cfg.train.max_tokens, context.reach, rng)
     return bucket_batches(split["src"].lengths, split["tgt"].lengths, cfg.train.max_tokens, rng)
 
 
@@ -329,7 +329,7 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
     task.choose_cpu_kernels()
     task.distribute()
     han = cfg.model.context.kind == "han"  # HAN: batches of contiguous runs of documents
-    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, num_shards=world.size, shard=world.rank, multiple=task.t.shape_bucket, docs=task.split.docs if han else None, context=cfg.model.context.sentences)
+    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, num_shards=world.size, shard=world.rank, multiple=task.t.shape_bucket, docs=task.split.docs if han else None, context=task.raw.document_context.reach if han else 0)
     result = loop.run(task, t, sampler, log, world=world, writer=writer)
     prog = task.progress
     log(f"stopped ({result.stop_reason}) at update {prog.step}, epoch {prog.epoch}; best {t.early_stopping_metric} {prog.best}; checkpoints in {cfg.work_dir}")

@@ -297,7 +297,7 @@ def test_the_target_side_block_is_causal_and_incremental_decoding_gives_the_forc
         assert not torch.allclose(model(changed).logits[0, 3], full[0, 3])
         forced = _gold_log_probs(model, batch)[:3]
         beam = 2
-        enc = model.encode(batch)
+        enc = _with_computed_target_context(model, batch)
         state = model.init_state(enc.index_select(torch.arange(3).repeat_interleave(beam)))
         steps = []
         for t in range(batch.tgt_in.size(1)):
@@ -310,6 +310,21 @@ def test_the_target_side_block_is_causal_and_incremental_decoding_gives_the_forc
     gold = stepped.gather(-1, batch.tgt_out[:3, None, :, None].expand(3, beam, -1, 1)).squeeze(-1)
     gold = gold.masked_fill(batch.tgt_out[:3].eq(0)[:, None], 0.0)
     torch.testing.assert_close(gold, forced[:, None].expand_as(gold), rtol=1e-5, atol=1e-5)
+
+
+def _with_computed_target_context(model, batch):
+    """The encoder output of a batch of rows with the target-side context states computed, as a
+    translation batch brings them (``batch.context_states``): incremental decoding reads them so.
+    Each row's own states -- its decoder states, teacher-forced, reading its memory (after the
+    source-side HAN for side both) -- gathered for the rows that read it."""
+    from dataclasses import replace
+
+    from syntaxnmt.inputs import PAD
+    from syntaxnmt.model.transformer import gather_rows
+
+    enc = model.encode(batch)
+    states = model.decode_states(batch.tgt_in, enc.hidden, enc.pad_mask)
+    return replace(enc, target_context=gather_rows(states, batch.tgt_in.eq(PAD), batch.context_rows), target_context_rows=None)
 
 
 def test_gradients_reach_the_target_block_and_the_decoder_through_the_context():
@@ -336,7 +351,7 @@ def _spy_on_context(model) -> tuple[dict, dict]:
         for row, i in enumerate(batch.ids.tolist()):
             if batch.context_rows is not None and i >= 0:
                 rows_seen[i] = [[t for t in batch.tgt_in[r].tolist() if t != PAD] for r in batch.context_rows[row].tolist() if r >= 0]
-            if batch.context_states is not None:
+            if batch.context_states is not None and len(batch.context_states) > 2:  # (a source-only context: not a translation batch)
                 states_seen[i] = (batch.context_states[2][row], batch.context_states[3][row])
         return encode(batch, *args, **kwargs)
 
@@ -346,12 +361,13 @@ def _spy_on_context(model) -> tuple[dict, dict]:
 
 @pytest.mark.parametrize("side", ["target", "both"])
 def test_a_target_side_han_model_translates_documents_from_its_own_translations(corpus, docs_files, tmp_path, capsys, side):
+    import numpy as np
     from test_cli import run_cli
 
     from syntaxnmt.decoding.scoring import ScoredPair, target_nll
     from syntaxnmt.decoding.translate import load_model, translate_outputs
     from syntaxnmt.errors import UserError
-    from syntaxnmt.inputs import BOS, EOS
+    from syntaxnmt.inputs import BOS
     from syntaxnmt.textio import read_lines
 
     cfg = _train(corpus, docs_files, tmp_path / "han-target", {"kind": "han", "sentences": 2, "side": side}, max_steps=6)
@@ -380,11 +396,11 @@ def test_a_target_side_han_model_translates_documents_from_its_own_translations(
                 if j >= i % 3:  # no such previous sentence in the document
                     assert bool(pad[j].all()), i
                     continue
-                # the decoder states of the model's own translation of sentence p, read teacher-forced
-                src = torch.tensor([[*toks.src.encode(lines[p]), EOS]])
-                tgt_in = torch.tensor([[BOS, *outs[p][0].tokens]])
-                expected = model.decode_states(tgt_in, model.encode_states(src), src.eq(0))[0]
-                n = tgt_in.size(1)
+                # the states the model computes for its own translation of sentence p (teacher-forced,
+                # with p's own previous sentences as its source context): the full model run on p
+                ids = lambda line: np.asarray(toks.src.encode(line), dtype=np.int64)  # noqa: E731
+                expected = _own_states(model, ids(lines[p]), np.asarray(outs[p][0].tokens, dtype=np.int64), [ids(lines[q]) for q in range(p - 1, (p // 3) * 3 - 1, -1)], 2)
+                n = len(outs[p][0].tokens) + 1
                 assert pad[j].tolist() == [False] * n + [True] * (pad.size(1) - n), i
                 torch.testing.assert_close(ctx[j, :n], expected, rtol=0, atol=1e-5)
 
@@ -422,39 +438,52 @@ def _doc_split():
     return Split("train", {"src": ragged(src), "tgt": ragged(tgt), "doc": ragged([[d] for d in docs])})
 
 
-def _per_sentence_log_probs(model, split, i: int, k: int):
-    """The old way, one sentence at a time: each of its previous sentences encoded (and decoded
-    teacher-forced) on its own, as a batch of one, and handed to the model as context states."""
-    from syntaxnmt.data.batches import make_batch
-    from syntaxnmt.inputs import PAD
-
-    previous = [int(j) for j in split.previous(k)[i] if j >= 0]
-    batch = make_batch([split["src"][i]], [split["tgt"][i]], [i])
+def _context_states(model, sentences, k: int):
+    """(ctx (1, k, L, D), padding (1, k, L)): ``sentences`` (nearest first) as context states."""
     d = model.cfg.d_model
-    src_states, tgt_states = [], []
-    for j in previous:
-        alone = make_batch([split["src"][j]], [split["tgt"][j]], [j])
-        hidden = model.encode_states(alone.src)
-        src_states.append(hidden[0])
-        tgt_states.append(model.decode_states(alone.tgt_in, hidden, alone.src.eq(PAD))[0])
+    ctx = torch.zeros(1, k, max((len(s) for s in sentences), default=1), d)
+    pad = torch.ones(1, k, ctx.size(2), dtype=torch.bool)
+    for j, s in enumerate(sentences):
+        ctx[0, j, : len(s)], pad[0, j, : len(s)] = s, False
+    return ctx, pad
 
-    def stack(states):
-        ctx = torch.zeros(1, k, max((len(s) for s in states), default=1), d)
-        pad = torch.ones(1, k, ctx.size(2), dtype=torch.bool)
-        for j, s in enumerate(states):
-            ctx[0, j, : len(s)], pad[0, j, : len(s)] = s, False
-        return ctx, pad
 
-    batch.context_states = (*stack(src_states), *stack(tgt_states))
+def _own_states(model, src, tgt, previous_src, k: int):
+    """The states a target-side HAN reads of a sentence (Miculicich et al. 2018, Sec. 2.3): the full
+    model run on it alone, teacher-forced, with its own previous source sentences (nearest first,
+    each encoded alone) as its source context and no target context, so that its output states
+    are those of the last decoder layer before the decoder-side HAN."""
+    from syntaxnmt.data.batches import make_batch
+
+    alone = make_batch([src], [tgt], [0])
+    alone.context_states = _context_states(model, [model.encode_states(make_batch([p], None, [0]).src)[0] for p in previous_src[:k]], k)
+    return model(alone).states[0]
+
+
+def _per_sentence_log_probs(model, split, i: int, k: int):
+    """The straightforward way, one sentence at a time: each of its previous sentences encoded on
+    its own (the source-side context states) and run through the full model on its own, with its
+    own previous sentences as context (the target-side ones), handed to the model as context states."""
+    from syntaxnmt.data.batches import make_batch
+
+    previous = split.previous(k)
+    before = lambda j: [split["src"][int(q)] for q in previous[j] if q >= 0]  # noqa: E731
+    batch = make_batch([split["src"][i]], [split["tgt"][i]], [i])
+    src_states = [model.encode_states(make_batch([split["src"][int(j)]], None, [j]).src)[0] for j in previous[i] if j >= 0]
+    tgt_states = [_own_states(model, split["src"][int(j)], split["tgt"][int(j)], before(int(j)), k) for j in previous[i] if j >= 0]
+    batch.context_states = (*_context_states(model, src_states, k), *_context_states(model, tgt_states, k))
     return _gold_log_probs(model, batch)[0]
 
 
+@pytest.mark.parametrize("first", [2, 3])
 @pytest.mark.parametrize("side", ["source", "target", "both"])
-def test_a_document_batch_gives_the_per_sentence_re_encoding_log_probs(side):
-    """Issue 21, context cost: one encoder (and decoder) pass over a batch of document runs,
-    each sentence's context gathered from the rows of the batch, computes what encoding every
-    sentence's previous sentences on their own computes -- for a sentence whose previous sentences
-    are lead-in rows (the run starts inside its document), at document starts, and inside runs."""
+def test_a_document_batch_gives_the_per_sentence_log_probs(side, first):
+    """Issue 21, context cost: one encoder pass and one decoder pass over a batch of document runs,
+    each sentence's context gathered from the rows of the batch, computes what running every
+    sentence's previous sentences through the model on their own computes -- for a sentence whose
+    previous sentences are lead-in rows (the run starts inside its document), at document starts,
+    and inside runs. With side both a previous translation's states read its own source context,
+    so a run starting at the fourth sentence needs the first one too (2k lead-ins)."""
     import numpy as np
 
     from syntaxnmt.data.batches import collate
@@ -462,11 +491,21 @@ def test_a_document_batch_gives_the_per_sentence_re_encoding_log_probs(side):
 
     model = _context_model(side)
     split = _doc_split()
-    indices = [2, 3, 4, 5, 6, 7]  # document 0 from its third sentence (lead-ins 0 and 1), documents 1 and 2 whole
+    indices = list(range(first, 8))  # document 0 from its third (fourth) sentence, documents 1 and 2 whole
     batch = collate(split, indices, context=DocumentContext("han", 2, side))
-    assert batch.ids.tolist() == [2, 3, 4, 5, 6, 7, 0, 1]  # the lead-ins after the sentences
-    assert batch.context_rows[:6].tolist() == [[7, 6], [0, 7], [-1, -1], [-1, -1], [3, -1], [4, 3]]
-    assert batch.tgt_out[6:].eq(0).all() and batch.n_tgt_tokens == sum(len(split["tgt"][i]) + 1 for i in indices)
+    ids = batch.ids.tolist()
+    if first == 2:
+        assert ids == [2, 3, 4, 5, 6, 7, 0, 1]  # the lead-ins after the sentences
+        assert batch.context_rows[:6].tolist() == [[7, 6], [0, 7], [-1, -1], [-1, -1], [3, -1], [4, 3]]
+    else:  # lead-ins 1 and 2; for side both 0 too, read by 1 (and 2) for their own source context
+        assert ids == [3, 4, 5, 6, 7, 1, 2] + ([0] if side == "both" else [])
+    reading = len(indices) + (2 if side == "both" else 0)  # the rows whose own context is read
+    previous = split.previous(2)
+    for row in range(len(ids)):
+        expected = [ids.index(int(j)) if j >= 0 else -1 for j in previous[ids[row]]] if row < reading else [-1, -1]
+        assert batch.context_rows[row].tolist() == expected, row
+    n_loss = len(indices)
+    assert batch.tgt_out[n_loss:].eq(0).all() and batch.n_tgt_tokens == sum(len(split["tgt"][i]) + 1 for i in indices)
     with torch.no_grad():
         together = _gold_log_probs(model, batch)
         for row, i in enumerate(indices):
@@ -474,9 +513,46 @@ def test_a_document_batch_gives_the_per_sentence_re_encoding_log_probs(side):
             n = len(alone)
             torch.testing.assert_close(together[row, :n], alone, rtol=0, atol=1e-5)
             assert bool(together[row, n:].eq(0).all())
-    # Gradients reach every HAN parameter through the gathered rows.
+        if side == "both" and first == 3:  # the lead-in 0 matters: without it sentence 3 reads other states
+            cut = collate(split, indices, context=DocumentContext("han", 2, side))
+            cut.context_rows[cut.context_rows == ids.index(0)] = -1
+            assert not torch.allclose(_gold_log_probs(model, cut)[0], together[0], atol=1e-4)
+    # Training (no dropout here) computes the per-token products on the real positions only
+    # (CPU packing, a small granule so that this batch is packed): the same log-probabilities.
     model.train()
-    (-_gold_log_probs(model, batch).sum()).backward()
+    model.pack_granule = 4
+    assert model.compute_rows(batch.src_pad_mask) is not None and model.compute_rows(batch.tgt_out.eq(0)) is not None
+    trained = _gold_log_probs(model, batch)
+    torch.testing.assert_close(trained, together, rtol=0, atol=1e-5)
+    # Gradients reach every HAN parameter through the gathered rows.
+    (-trained.sum()).backward()
     blocks = [b for b in (model.han, model.han_target) if b is not None]
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for b in blocks for p in b.parameters())
     assert np.isfinite(sum(float(p.grad.abs().sum()) for p in model.parameters() if p.grad is not None))
+
+
+@pytest.mark.parametrize("side", ["target", "both"])
+def test_a_batch_of_given_contexts_gives_the_per_sentence_log_probs(side):
+    """Scoring and the attention export hand every sentence its previous sentences as a list
+    (nearest first, :func:`syntaxnmt.data.batches.context_batch`): with side both the list reaches
+    2k back and the k context rows read their own previous sentences, so the log-probabilities
+    are the per-sentence reference's, as in training."""
+    from syntaxnmt.data.batches import context_batch
+    from syntaxnmt.data.documents import DocumentContext
+
+    model = _context_model(side)
+    split = _doc_split()
+    doc = split.docs
+    indices = [3, 2, 7, 5]
+    before = [[j for j in range(i - 1, -1, -1) if doc[j] == doc[i]] for i in indices]  # the whole document before, nearest first
+    src_ctx = [[split["src"][j] for j in b] for b in before]
+    tgt_ctx = [[split["tgt"][j] for j in b] for b in before]
+    batch = context_batch(DocumentContext("han", 2, side), [split["src"][i] for i in indices], [split["tgt"][i] for i in indices], range(4), src_ctx, tgt_ctx)
+    # rows 4-8: sentences 2, 1, 0, 6, 5 (each once); with side both 2 and 1 read 1, 0 and 0, and 6 reads 5
+    own = [[5, 6], [6, -1], [-1, -1], [8, -1], [-1, -1]] if side == "both" else [[-1, -1]] * 5
+    assert batch.context_rows.tolist() == [[4, 5], [5, 6], [7, 8], [-1, -1], *own]
+    with torch.no_grad():
+        together = _gold_log_probs(model, batch)
+        for row, i in enumerate(indices):
+            alone = _per_sentence_log_probs(model, split, i, 2)
+            torch.testing.assert_close(together[row, : len(alone)], alone, rtol=0, atol=1e-5)
