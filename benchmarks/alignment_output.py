@@ -10,9 +10,10 @@ is the least disturbed), for every n-best size of ``--nbest`` (default 1 and the
 ``translate_lines`` with beam search (``--beam``, n-best N), from raw lines to detokenized
 n-best lists; and ``alignments_for_translations`` on every hypothesis of those lists (what
 ``translate --nbest N --alignments`` writes), from raw lines to word links (encoding both sides,
-force-decoding the N pairs of every line in batches of ``decode.batch_size`` and reading the
-model's configured head). It prints both times and the alignment cost as a percentage of the
-search time, per n-best size.
+force-decoding the N pairs of every line in batches of ``decode.batch_size``, each source
+encoded once per batch and the decoder run up to the layer read only, and reading the configured
+head). It prints both times and the alignment cost as a percentage of the search time, per n-best
+size.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ class AttentionReading:
         else:
             layers, layer = out.cross_attention, self.layer
         if out.alignment_leak is not None:
-            layers = [w / w.sum(dim=-1, keepdim=True).clamp_min(1e-12) for w in layers]
+            layers = [None if w is None else w / w.sum(dim=-1, keepdim=True).clamp_min(1e-12) for w in layers]
         return average_heads(layers, layer, self.head)
 
 
@@ -91,10 +91,30 @@ def alignment_from_attention(weights, method: str = "argmax", threshold: float =
     raise UserError(f"unknown attention alignment method {method!r}; choose one of {', '.join(ATTENTION_METHODS)}")
 
 
-def force_decode(model, batch):
-    """The model output of ``batch`` with its reference forced, with its cross-attention weights
-    (a Transformer's self-attentions keep their fused kernel): eval mode, no gradients, the
-    model's mode restored."""
+def needed_attention(model, readings: Sequence[AttentionReading]) -> tuple[set[int], bool]:
+    """The decoder layers (0-based) whose cross-attention ``readings`` read, and whether one reads
+    the full-context pass; every reading checked against the model first (:func:`check_reading`)."""
+    n_layers = attention_shape(model)[0]
+    layers: set[int] = set()
+    full_context = False
+    for r in readings:
+        check_reading(model, r)
+        if r.full_context:
+            full_context = True
+        elif r.layer is None:
+            layers.update(range(n_layers))
+        else:
+            layers.add(r.layer % n_layers)
+    return layers, full_context
+
+
+def force_decode(model, batch, readings: Sequence[AttentionReading] | None = None, encoder_batch=None, encoder_rows: torch.Tensor | None = None):
+    """The cross-attention of ``batch`` with its reference forced: eval mode, no gradients, the
+    model's mode restored. A Transformer computes only what ``readings`` read
+    (:meth:`~syntaxnmt.model.transformer.Transformer.forced_attention`; None: every layer and the
+    full-context pass), with its self-attentions on their fused kernel; ``encoder_batch`` (the
+    distinct sources) and ``encoder_rows`` (the row of each of ``batch``'s sentences in it) encode
+    a source shared by several targets once. Another model runs its whole forward pass on ``batch``."""
     if batch.tgt_out is None:
         raise ValueError("force decoding needs a batch with reference targets")
     was_training = model.training
@@ -102,7 +122,15 @@ def force_decode(model, batch):
         model.eval()
     try:
         with torch.no_grad():
-            return model(batch, need_weights=True, self_weights=False) if isinstance(model, Transformer) else model(batch, need_weights=True)
+            if not isinstance(model, Transformer):
+                return model(batch, need_weights=True)
+            if readings is None:
+                layers, full_context = set(range(len(model.decoder))), True
+            else:
+                layers, full_context = needed_attention(model, readings)
+            enc = model.encode(batch if encoder_batch is None else encoder_batch)
+            enc = enc if encoder_rows is None else enc.index_select(encoder_rows)
+            return model.forced_attention(batch, layers, full_context, enc)
     finally:
         if was_training:
             model.train()
@@ -125,6 +153,13 @@ def attention_links(
     source EOS column and padding are cut off before links are chosen.
     """
     start = 1 if shift else 0
+    if method == "argmax" and isinstance(attn, torch.Tensor):
+        # One argmax over the batch, as alignment_from_attention's per sentence: columns past a
+        # sentence's real source pieces are hidden, the first maximum wins.
+        cols = torch.arange(attn.size(-1), device=attn.device)
+        hidden = cols[None, :] >= torch.as_tensor(list(src_lens), device=attn.device)[:, None]
+        best = attn.masked_fill(hidden[:, None, :], float("-inf")).argmax(dim=-1).tolist()
+        return [{(i, j) for j, i in enumerate(best[b][start : start + n_tgt])} if n_src else set() for b, (n_src, n_tgt) in enumerate(zip(src_lens, tgt_lens))]
     w = _to_numpy(attn)
     return [alignment_from_attention(w[b, start : start + n_tgt, :n_src], method, threshold) for b, (n_src, n_tgt) in enumerate(zip(src_lens, tgt_lens))]
 
@@ -155,7 +190,8 @@ def extract_alignments(
     each target subword gets exactly one link to a real source subword. Links are
     ``(source piece, target piece)``, 0-indexed, without BOS/EOS.
     """
-    return readings_links(force_decode(model, batch), batch, [AttentionReading(layer, head, shift)], method, threshold)[0]
+    readings = [AttentionReading(layer, head, shift)]
+    return readings_links(force_decode(model, batch, readings), batch, readings, method, threshold)[0]
 
 
 def readings_links(out, batch, readings: Sequence[AttentionReading], method: str = "argmax", threshold: float = 0.5) -> list[list[Links]]:
@@ -205,23 +241,46 @@ def readings_alignments(
     threshold: float = 0.5,
     batch_size: int = 64,
     annotations: Sequence[SourceAnnotation] | None = None,
+    source_of: Sequence[int] | None = None,
 ) -> list[list[Links]]:
     """:func:`attention_alignments` for several readings of one force-decoding pass: the word
-    links of every pair, one list per reading (each batch is force-decoded once)."""
+    links of every pair, one list per reading (each batch is force-decoded once, computing only
+    what the readings read: :func:`force_decode`).
+
+    ``source_of``: pair p's source is ``src[source_of[p]]`` (an n-best list: several targets of
+    one source; ``annotations`` then go with ``src``); the pairs of a source are batched together
+    and their source encoded once per batch. Default: pair p reads ``src[p]``. Batches hold
+    ``batch_size`` pairs of similar lengths."""
     (src_ids, src_words), (tgt_ids, tgt_words) = src, tgt
-    if len(src_ids) != len(tgt_ids):
-        raise UserError(f"{len(src_ids)} source sentences but {len(tgt_ids)} target sentences")
-    check_forced_pairs(model, src_ids, tgt_ids, annotations, "sentence pair", "the source must be annotated (give --src-conllu)")
+    if source_of is None:
+        if len(src_ids) != len(tgt_ids):
+            raise UserError(f"{len(src_ids)} source sentences but {len(tgt_ids)} target sentences")
+        source_of = range(len(tgt_ids))
+    elif len(source_of) != len(tgt_ids):
+        raise ValueError(f"{len(source_of)} source indices for {len(tgt_ids)} targets")
+    check_forced_pairs(model, [src_ids[s] for s in source_of], tgt_ids, annotations, "sentence pair", "the source must be annotated (give --src-conllu)")
     spec = model.feature_spec
-    order = np.argsort([len(s) + len(t) for s, t in zip(src_ids, tgt_ids)], kind="stable")
-    out: list[list[Links]] = [[set() for _ in src_ids] for _ in readings]
+    # Pairs sorted by the length of their source and its longest target: a source's pairs stay
+    # together (with one target per source: sorted by the pair's length, as plain batching would).
+    longest: dict[int, int] = {}
+    for s, t in zip(source_of, tgt_ids):
+        longest[s] = max(longest.get(s, 0), len(t))
+    order = sorted(range(len(tgt_ids)), key=lambda p: (len(src_ids[source_of[p]]) + longest[source_of[p]], source_of[p], p))
+    out: list[list[Links]] = [[set() for _ in tgt_ids] for _ in readings]
     for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size].tolist()
-        anns = [annotations[i] for i in idx] if spec else None
-        batch = make_batch([np.asarray(src_ids[i], dtype=np.int64) for i in idx], [np.asarray(tgt_ids[i], dtype=np.int64) for i in idx], idx, anns, spec).to(device)
-        for per_reading, links in zip(out, readings_links(force_decode(model, batch), batch, readings, method, threshold)):
-            for i, sentence in zip(idx, links):
-                per_reading[i] = subwords_to_words(sentence, src_words[i], tgt_words[i])
+        idx = order[start : start + batch_size]
+        anns = [annotations[source_of[p]] for p in idx] if spec else None
+        batch = make_batch([np.asarray(src_ids[source_of[p]], dtype=np.int64) for p in idx], [np.asarray(tgt_ids[p], dtype=np.int64) for p in idx], idx, anns, spec).to(device)
+        sources = list(dict.fromkeys(source_of[p] for p in idx))  # the batch's distinct sources, in order
+        encoder_batch = rows = None
+        if len(sources) < len(idx):
+            anns = [annotations[s] for s in sources] if spec else None
+            encoder_batch = make_batch([np.asarray(src_ids[s], dtype=np.int64) for s in sources], None, sources, anns, spec).to(device)
+            row = {s: r for r, s in enumerate(sources)}
+            rows = torch.as_tensor([row[source_of[p]] for p in idx], dtype=torch.long, device=device)
+        for per_reading, links in zip(out, readings_links(force_decode(model, batch, readings, encoder_batch, rows), batch, readings, method, threshold)):
+            for p, sentence in zip(idx, links):
+                per_reading[p] = subwords_to_words(sentence, src_words[source_of[p]], tgt_words[p])
     return out
 
 
@@ -347,7 +406,8 @@ def alignments_for_translations(
 
     ``reading`` defaults to the model's ``train.alignment`` layer/head (:func:`configured_reading`:
     the supervised head, its full-context pass for a ``full_context`` model). Each (source,
-    translation) pair is force-decoded in batches and read as :func:`model_alignments` reads it
+    translation) pair is force-decoded in batches (the hypotheses of a line together, its source
+    encoded once) and read as :func:`model_alignments` reads it
     with ``normalize``: the links index the whitespace tokens of the lines after the model's
     lowercasing and Moses step (for a model without Moses: of the lines themselves), so they equal
     ``syntaxnmt align --normalize --src SOURCES --tgt TRANSLATIONS`` with the same reading. An
@@ -381,17 +441,17 @@ def alignments_for_translations(
             usable.append(p)
     if not usable:
         return out
-    ks = [pairs[p][2] for p in usable]
     links = readings_alignments(
         model,
-        ([source[0][k] for k in ks], [source[1][k] for k in ks]),
+        source,
         ([tgt[0][p] for p in usable], [tgt[1][p] for p in usable]),
         device,
         [reading],
         method=method,
         threshold=threshold,
         batch_size=batch_size,
-        annotations=[annotations[k] for k in ks] if annotations is not None else None,
+        annotations=annotations,
+        source_of=[pairs[p][2] for p in usable],
     )[0]
     for p, sentence in zip(usable, links):
         n, h, _ = pairs[p]

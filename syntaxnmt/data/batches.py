@@ -144,12 +144,19 @@ class Split:
         return SourceAnnotation(self.fields["src_word"][i], heads, tags)
 
 
-def pad_sequences(seqs: Sequence[np.ndarray | Sequence[int]], pad: int = PAD) -> torch.Tensor:
-    """Right-pad integer sequences into a (B, max_len) LongTensor."""
-    out = torch.full((len(seqs), max((len(s) for s in seqs), default=0)), pad, dtype=torch.long)
+def pad_sequences(seqs: Sequence[np.ndarray | Sequence[int]], pad: int = PAD, first: int | None = None, last: int | None = None) -> torch.Tensor:
+    """Right-pad integer sequences into a (B, max_len) LongTensor; ``first``/``last``: a token put
+    before/after every sequence (BOS, EOS). Filled in NumPy, converted once."""
+    lead, tail = int(first is not None), int(last is not None)
+    out = np.full((len(seqs), max(len(s) for s in seqs) + lead + tail if len(seqs) else 0), pad, dtype=np.int64)
+    if lead:
+        out[:, 0] = first
     for row, s in enumerate(seqs):
-        out[row, : len(s)] = torch.as_tensor(np.asarray(s, dtype=np.int64))
-    return out
+        n = len(s)
+        out[row, lead : lead + n] = s
+        if tail:
+            out[row, lead + n] = last
+    return torch.from_numpy(out)
 
 
 def make_batch(
@@ -213,11 +220,11 @@ def make_batch(
 
 def _padded(src_seqs: Sequence, tgt_seqs: Sequence | None, ids: Sequence[int], annotations=None, spec: FeatureSpec | None = None) -> Batch:
     """The padded batch of :func:`make_batch` without document context."""
-    src = pad_sequences([np.append(s, EOS) for s in src_seqs])
+    src = pad_sequences(src_seqs, last=EOS)
     tgt_in = tgt_out = None
     if tgt_seqs is not None:
-        tgt_in = pad_sequences([np.insert(t, 0, BOS) for t in tgt_seqs])
-        tgt_out = pad_sequences([np.append(t, EOS) for t in tgt_seqs])
+        tgt_in = pad_sequences(tgt_seqs, first=BOS)
+        tgt_out = pad_sequences(tgt_seqs, last=EOS)
     batch = Batch(src, tgt_in, tgt_out, torch.as_tensor(list(ids), dtype=torch.long))
     if spec:
         if annotations is None:

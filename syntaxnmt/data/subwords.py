@@ -145,16 +145,19 @@ class Tokenizer:
     def encode_words(self, sentences: Sequence[Sequence[str]]) -> tuple[list[list[int]], list[list[int]]]:
         """Ids of pre-tokenized sentences (e.g. a parser's words, no Moses), with each piece's word index.
 
-        Every word is encoded on its own, so a piece never straddles two words.
+        Every word is encoded on its own, so a piece never straddles two words (each distinct
+        word once).
         """
         flat = [w.lower() if self.lowercase else w for sent in sentences for w in sent]
-        encoded = self.sp.encode(flat) if flat else []
+        distinct = list(dict.fromkeys(flat))
+        pieces = dict(zip(distinct, self.sp.encode(distinct))) if distinct else {}
         ids, words, k = [], [], 0
         for sent in sentences:
             sent_ids, sent_words = [], []
             for wi in range(len(sent)):
-                sent_ids += encoded[k]
-                sent_words += [wi] * len(encoded[k])
+                encoded = pieces[flat[k]]
+                sent_ids += encoded
+                sent_words += [wi] * len(encoded)
                 k += 1
             ids.append(sent_ids)
             words.append(sent_words)

@@ -172,7 +172,16 @@ class MultiHeadAttention(nn.Module):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask & ~future, dropout_p=p)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
 
-    def _explicit(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool, features: SourceFeatures, leak: LeakSlot | None = None) -> tuple[Tensor, Tensor]:
+    def weights(self, query: Tensor, key_value: Tensor, *, key_padding_mask: Tensor | None = None, features: SourceFeatures | None = None, rows: Tensor | None = None, kv_rows: Tensor | None = None, leak: bool = False) -> Tensor:
+        """The weights (B, H, Tq, Tk) ``forward(query, key_value, need_weights=True, ...)`` returns
+        (bit for bit, leak column included), without the values and the output projection: for
+        readers of the attention only (alignment)."""
+        q = self._split(scatter_rows(self.q_proj(gather_rows(query, rows)), rows, query))
+        k = self._split(scatter_rows(self.k_proj(gather_rows(key_value, kv_rows)), kv_rows, key_value))
+        return self._weights(q, k, key_padding_mask, False, features or SourceFeatures(), self.leak if leak else None)[2]
+
+    def _weights(self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None, causal: bool, features: SourceFeatures, leak: LeakSlot | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries and keys after the extensions, and the attention weights (a leak column last with ``leak``)."""
         for ext in self.extensions:
             q, k = ext.queries_keys(q, k, features)
         scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.d_head)
@@ -186,7 +195,10 @@ class MultiHeadAttention(nn.Module):
             scores = scores.masked_fill(future, float("-inf"))
         if leak is not None:
             scores = torch.cat([scores, leak.scores(q)], dim=-1)
-        weights = attention_weights(scores, None, self.normalizer, self.hard, self.training)
+        return q, k, attention_weights(scores, None, self.normalizer, self.hard, self.training)
+
+    def _explicit(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool, features: SourceFeatures, leak: LeakSlot | None = None) -> tuple[Tensor, Tensor]:
+        q, k, weights = self._weights(q, k, key_padding_mask, causal, features, leak)
         dropped = dropout(weights, self.dropout, self.training)
         if leak is not None:
             tk = k.size(2)

@@ -62,6 +62,17 @@ class ModelOutput:
 
 
 @dataclass
+class ForcedAttention:
+    """What reading a teacher-forced pass as alignment needs (:meth:`syntaxnmt.model.transformer.Transformer.forced_attention`):
+    the fields of :class:`ModelOutput` that hold cross-attention, each equal to that field of
+    ``model(batch, need_weights=True)``; a decoder layer not asked for is None."""
+
+    cross_attention: list[Tensor | None]  # per decoder layer (B, H, T, S); None: not computed
+    alignment_attention: Tensor | None = None  # (B, H, T, S): the full-context pass, when asked for
+    alignment_leak: Tensor | None = None  # (B, H, T): a leaky model's leak weights (its readings renormalize)
+
+
+@dataclass
 class DecoderState:
     """What incremental decoding carries from one step to the next."""
 
@@ -71,7 +82,7 @@ class DecoderState:
     last_cross_attention: Tensor | None = None  # (N, S), head-averaged, last layer; on request
 
 
-def average_heads(cross_attention: Sequence[torch.Tensor], layer: int | None = None, head: int | None = None) -> torch.Tensor:
+def average_heads(cross_attention: Sequence[torch.Tensor | None], layer: int | None = None, head: int | None = None) -> torch.Tensor:
     """One (B, T, S) attention from a list of per-layer (B, H, T, S) tensors.
 
     ``layer``/``head`` pick one decoder layer / head (negative values count from the end);
@@ -79,13 +90,16 @@ def average_heads(cross_attention: Sequence[torch.Tensor], layer: int | None = N
     """
     if not cross_attention:
         raise ValueError("no cross-attention weights (call the model with need_weights=True)")
-    n_layers, n_heads = len(cross_attention), cross_attention[0].size(1)
+    n_layers = len(cross_attention)
     if layer is not None:
         if not -n_layers <= layer < n_layers:
             raise UserError(f"alignment layer {layer} out of range: the model has {n_layers} decoder layers")
         layers = [cross_attention[layer]]
     else:
         layers = list(cross_attention)
+    if any(w is None for w in layers):
+        raise ValueError(f"the cross-attention of {'every decoder layer' if layer is None else f'decoder layer {layer}'} is needed but was not computed")
+    n_heads = layers[0].size(1)
     if head is not None:
         if not -n_heads <= head < n_heads:
             raise UserError(f"alignment head {head} out of range: the model has {n_heads} heads")

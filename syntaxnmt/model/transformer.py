@@ -21,7 +21,7 @@ from syntaxnmt.model.attention import MultiHeadAttention, defer_reorder, reorder
 from syntaxnmt.model.context import HierarchicalContext
 from syntaxnmt.model.dropout import Dropout
 from syntaxnmt.model.linear import Linear, decode_linear
-from syntaxnmt.model.outputs import ContextAttention, DecoderState, EncoderOutput, ModelOutput
+from syntaxnmt.model.outputs import ContextAttention, DecoderState, EncoderOutput, ForcedAttention, ModelOutput
 from syntaxnmt.model.packing import on_rows, packed_rows
 from syntaxnmt.model.syntax_attention import InputFeatures, encoder_extensions
 
@@ -139,6 +139,18 @@ class DecoderLayer(nn.Module):
         h, _ = self.res_self(y, lambda x: self.self_attn(x, key_padding_mask=tgt_pad, rows=rows))
         _, w = self.res_cross(h, lambda x: self.cross_attn(x, memory, key_padding_mask=memory_mask, need_weights=True, rows=rows, kv_rows=memory_rows, leak=leak))
         return w
+
+
+    def cross_weights(self, y: Tensor, memory: Tensor, memory_mask: Tensor, tgt_pad: Tensor | None = None, rows: Tensor | None = None, memory_rows: Tensor | None = None, leak: bool = False) -> Tensor:
+        """This layer's cross-attention weights (B, H, T, S) and nothing after them (no values, no
+        feed-forward block): those of :meth:`forward` with ``need_weights`` or, with ``tgt_pad``,
+        of :meth:`full_context_attention`, bit for bit."""
+        if tgt_pad is None:
+            h, _ = self.res_self(y, lambda x: self.self_attn(x, causal=True, rows=rows))
+        else:
+            h, _ = self.res_self(y, lambda x: self.self_attn(x, key_padding_mask=tgt_pad, rows=rows))
+        x = self.res_cross.norm(h) if self.res_cross.pre else h
+        return self.cross_attn.weights(x, memory, key_padding_mask=memory_mask, rows=rows, kv_rows=memory_rows, leak=leak)
 
 
 def split_leak(weights: Tensor | None, leak: bool) -> tuple[Tensor | None, Tensor | None]:
@@ -349,6 +361,44 @@ class Transformer(nn.Module):
         else:
             states, target_attention = self.read_target_context(states, enc, need_weights)
         return states, (cross if need_weights else []), (own if need_weights and self_weights else []), aligned, leak, target_attention
+
+    def forced_attention(self, batch: Batch, layers: Collection[int] = (), full_context: bool = False, enc: EncoderOutput | None = None) -> ForcedAttention:
+        """The cross-attention of decoder ``layers`` (negative: from the end) and, with
+        ``full_context``, of the supervised layer's full-context pass, teacher-forcing
+        ``batch.tgt_in`` in eval mode: each equal, bit for bit, to that of ``self(batch,
+        need_weights=True, self_weights=False)`` (the encoder output ``enc``, when given, must be
+        that of ``batch``). Nothing the attention does not depend on is computed: the decoder stops
+        after the cross-attention weights of the deepest layer needed (its values and feed-forward
+        block, the layers above it, the final norm, the target-side HAN and the output layer are
+        skipped). A leaky model also runs its leak's pass (readings renormalize when it is there)."""
+        n = len(self.decoder)
+        wanted = {i % n for i in layers}
+        ap = self.alignment_pass
+        full_layer = ap.layer if ap is not None and ap.full_context and (full_context or ap.leaky) else None
+        if ap is not None and ap.leaky and not ap.full_context:
+            wanted.add(ap.layer)
+        deepest = max(wanted | ({full_layer} if full_layer is not None else set()), default=-1)
+        enc = self.encode(batch) if enc is None else enc
+        tgt_in = batch.tgt_in
+        y = self.tgt_embed(tgt_in)
+        pad = tgt_in.eq(PAD)
+        rows, memory_rows = self.compute_rows(pad), self.compute_rows(enc.pad_mask)
+        out = ForcedAttention([None] * n)
+        for i, layer in enumerate(self.decoder[: deepest + 1]):
+            if i == full_layer:
+                out.alignment_attention, leak = split_leak(layer.cross_weights(y, enc.hidden, enc.pad_mask, pad, rows, memory_rows, leak=ap.leaky), ap.leaky)
+                out.alignment_leak = leak if leak is not None else out.alignment_leak
+            leaky = ap is not None and ap.leak_in_translation(i)
+            if i < deepest:  # its output feeds the next layer: the whole block, weights as the full pass computes them
+                y, w, _ = layer(y, enc.hidden, enc.pad_mask, need_weights=True, rows=rows, memory_rows=memory_rows, leak=leaky)
+            elif i in wanted:
+                w = layer.cross_weights(y, enc.hidden, enc.pad_mask, rows=rows, memory_rows=memory_rows, leak=leaky)
+            else:
+                break
+            w, leak = split_leak(w, leaky)
+            out.alignment_leak = leak if leak is not None else out.alignment_leak
+            out.cross_attention[i] = w if i in wanted else None
+        return out
 
     def han_granule(self, pad: Tensor) -> int:
         """The granule of HAN's per-token products on the real positions (as :meth:`compute_rows`); 0: every position."""

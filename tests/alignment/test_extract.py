@@ -133,3 +133,54 @@ def test_extract_alignments_shift_on_every_layer_and_head():
     assert extract_alignments(model, batch, layer=1, head=0) == [{(0, 0), (0, 1), (1, 2)}]
     mirrored = {(2 - i, j) for i, j in {(0, 0), (1, 1), (2, 2)}}
     assert extract_alignments(model, batch, layer=1, head=1, shift=True) == [mirrored]
+
+
+# ---- batched reading and shared sources -------------------------------------------------
+
+
+@pytest.mark.parametrize("shift", [False, True])
+def test_batched_argmax_equals_the_per_sentence_reading(shift):
+    """attention_links reads a (B, T, S) tensor with one argmax; the links equal those of
+    alignment_from_attention on each sentence's cut matrix (a NumPy input takes that path),
+    ties (first maximum), the padding and EOS columns, and an empty side included."""
+    from syntaxnmt.alignment.extract import attention_links
+
+    rng = np.random.default_rng(0)
+    w = torch.as_tensor(rng.integers(0, 4, size=(5, 8, 7)).astype(np.float32))  # many ties
+    w[:, :, 6] = 9.0  # an EOS/padding column that must never win
+    src_lens, tgt_lens = [6, 3, 1, 0, 5], [7, 2, 6, 3, 0]
+    got = attention_links(w, src_lens, tgt_lens, shift=shift)
+    assert got == attention_links(w.numpy(), src_lens, tgt_lens, shift=shift)
+    start = 1 if shift else 0
+    assert got[1] == alignment_from_attention(w[1, start : start + 2, :3])
+    assert got[3] == set() and got[4] == set()
+    assert all(i < n for links, n in zip(got, src_lens) for i, _ in links)
+
+
+def test_sources_shared_by_several_targets_are_encoded_once():
+    """readings_alignments with ``source_of`` (an n-best list per source) gives the links of the
+    same pairs with every source repeated, encoding each source once per batch."""
+    from syntaxnmt.alignment.extract import AttentionReading, readings_alignments
+    from syntaxnmt.config import ModelConfig
+    from syntaxnmt.model import build_model
+
+    torch.manual_seed(1)
+    model = build_model(ModelConfig(d_model=16, heads=2, ffn_dim=32, enc_layers=1, dec_layers=2), 30, 30).eval()
+    rng = np.random.default_rng(2)
+    src = [rng.integers(4, 30, n).tolist() for n in (5, 2, 7)]
+    source_of = [0, 0, 1, 2, 2, 2, 1, 0]
+    tgt = [rng.integers(4, 30, n).tolist() for n in (4, 6, 1, 3, 8, 2, 5, 3)]
+    words = lambda seqs: [list(range(len(s))) for s in seqs]  # noqa: E731 (one word per piece)
+    readings = [AttentionReading(), AttentionReading(0, 1, shift=True), AttentionReading(-1, 0)]
+    encoded_rows = []
+    encode = model.encode
+    model.encode = lambda batch, *a, **k: encoded_rows.append(len(batch)) or encode(batch, *a, **k)
+    try:
+        shared = readings_alignments(model, (src, words(src)), (tgt, words(tgt)), torch.device("cpu"), readings, batch_size=4, source_of=source_of)
+        assert sum(encoded_rows) < len(tgt)  # 3 sources, 8 targets: fewer rows encoded than pairs
+        repeated = [src[s] for s in source_of]
+        plain = readings_alignments(model, (repeated, words(repeated)), (tgt, words(tgt)), torch.device("cpu"), readings, batch_size=4)
+    finally:
+        del model.encode
+    assert shared == plain
+    assert all(sorted(j for _, j in links) == list(range(len(t))) for links, t in zip(shared[0], tgt))

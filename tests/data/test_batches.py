@@ -169,6 +169,11 @@ def test_pad_sequences():
     out = pad_sequences([[4, 5, 6], [7], []])
     assert out.dtype == torch.long
     assert out.tolist() == [[4, 5, 6], [7, PAD, PAD], [PAD, PAD, PAD]]
+    # BOS/EOS framing, from lists and arrays alike; an empty sequence gets the markers only.
+    seqs = [np.array([4, 5, 6]), [7], []]
+    assert pad_sequences(seqs, first=BOS).tolist() == [[BOS, 4, 5, 6], [BOS, 7, PAD, PAD], [BOS, PAD, PAD, PAD]]
+    assert pad_sequences(seqs, last=EOS).tolist() == [[4, 5, 6, EOS], [7, EOS, PAD, PAD], [EOS, PAD, PAD, PAD]]
+    assert pad_sequences([], last=EOS).shape == (0, 0)
 
 
 def test_make_batch_adds_eos_bos_and_pads_with_zero():

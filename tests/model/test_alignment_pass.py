@@ -151,3 +151,53 @@ def test_config_refuses_leak_with_sparse_attention_and_the_rnn():
     tree["train"]["alignment"].update(layer=0, head=0)
     with pytest.raises(UserError, match="model.arch transformer"):
         load_config(None, {**tree, "model": {**tree["model"], "arch": "rnn"}})
+
+
+# ---------------------------------------------------------------- the forced pass of alignment readers
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+@pytest.mark.parametrize("alignment", [{"guided_weight": 0.0}, {}, {"full_context": True}, {"full_context": True, "leaky": True}, {"leaky": True}], ids=["plain", "guided", "full-context", "full-context-leaky", "leaky"])
+def test_forced_attention_is_the_full_pass_cut_short(norm, alignment):
+    """``Transformer.forced_attention`` returns, bit for bit, the attention of the whole forward
+    pass for every layer it is asked for (and the full-context pass), and runs no block above
+    the deepest one needed: no feed-forward block of that layer or above, no output layer."""
+    model = _model(seed=7, norm=norm, **alignment)
+    if alignment.get("leaky"):
+        with torch.no_grad():  # a leak that changes the states above the supervised layer
+            model.decoder[1].cross_attn.leak.value.normal_()
+    ap = model.alignment_pass
+    batch = _batch(src_lens=(6, 2, 9), tgt_lens=(5, 9, 2), seed=8)
+    with torch.no_grad():
+        full = model(batch, need_weights=True, self_weights=False)
+    calls: list[str] = []
+    hooks = [model.decoder[i].ffn.register_forward_hook(lambda *_a, i=i: calls.append(f"ffn {i}")) for i in range(3)]
+    hooks.append(model.output.register_forward_hook(lambda *_a: calls.append("output")))
+    try:
+        for layers, full_context in (([0], False), ([1], False), ([-1], False), ([0, 2], False), ([0, 1, 2], False), ([], True), ([2], True)):
+            calls.clear()
+            with torch.no_grad():
+                got = model.forced_attention(batch, layers, full_context)
+            wanted = {i % 3 for i in layers}
+            for i in range(3):
+                if i in wanted or (ap is not None and ap.leaky and not ap.full_context and i == ap.layer):
+                    assert torch.equal(got.cross_attention[i], full.cross_attention[i]), (layers, i)
+                else:
+                    assert got.cross_attention[i] is None
+            if full_context and ap is not None and ap.full_context:
+                assert torch.equal(got.alignment_attention, full.alignment_attention)
+            elif not (ap is not None and ap.full_context and ap.leaky):
+                assert got.alignment_attention is None
+            if full.alignment_leak is None:
+                assert got.alignment_leak is None
+            else:  # the reading renormalizes by it
+                assert torch.equal(got.alignment_leak, full.alignment_leak)
+            deepest = max(wanted | ({ap.layer} if ap is not None and (ap.leaky or (ap.full_context and full_context)) else set()), default=-1)
+            assert calls == [f"ffn {i}" for i in range(deepest)], (layers, full_context)
+    finally:
+        for h in hooks:
+            h.remove()
+    # An encoder output given (a source shared by several targets, encoded once) changes nothing.
+    with torch.no_grad():
+        again = model.forced_attention(batch, [0, 1, 2], True, enc=model.encode(batch))
+    assert all(torch.equal(a, b) for a, b in zip(again.cross_attention, full.cross_attention))
