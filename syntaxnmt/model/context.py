@@ -141,7 +141,7 @@ class HierarchicalContext(nn.Module):
         w_sent = torch.softmax(scores.masked_fill(sent_mask[:, None, :], float("-inf")), dim=-1)
         context = (dropout(w_sent, sent.dropout, self.training)[..., None] * values_s).sum(-2)  # (M, H, d)
         d_t = self.ffn(sent.out_proj(context.reshape(-1, d)))
-        gate = torch.sigmoid(self.gate(torch.cat([h_t, d_t], dim=-1)))
+        gate = self.gate_values(h_t, d_t)
         out = self.norm((1 - gate) * h_t + gate * d_t)
         if tokens is not None:
             out = h.reshape(b * s, d).index_copy(0, tokens, out)

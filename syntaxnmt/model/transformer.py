@@ -356,8 +356,9 @@ class Transformer(nn.Module):
             own.append(ws)
         states = self.dec_norm(y)
         if enc.target_context_rows is not None:  # this pass's own states are the rows' target-side context states
-            cache, ctx_pad = self.han_target.gathered_context(states, pad, enc.target_context_rows, self.han_granule(pad))
-            states, target_attention = self.han_target(states, None, ctx_pad, need_weights=need_weights, cache=cache, pad=pad, granule=self.han_granule(pad))
+            granule = self.han_granule(pad)
+            cache, ctx_pad = self.han_target.gathered_context(states, pad, enc.target_context_rows, granule)
+            states, target_attention = self.han_target(states, None, ctx_pad, need_weights=need_weights, cache=cache, pad=pad, granule=granule)
         else:
             states, target_attention = self.read_target_context(states, enc, need_weights)
         return states, (cross if need_weights else []), (own if need_weights and self_weights else []), aligned, leak, target_attention
@@ -401,14 +402,14 @@ class Transformer(nn.Module):
         return out
 
     def han_granule(self, pad: Tensor) -> int:
-        """The granule of HAN's per-token products on the real positions (as :meth:`compute_rows`); 0: every position."""
+        """The granule of the per-token products on the real positions in training on CPU (HAN's and
+        :meth:`compute_rows`'s); 0: every position."""
         return self.pack_granule if self.training and pad.device.type == "cpu" else 0
 
     def compute_rows(self, pad: Tensor) -> Tensor | None:
         """The rows the position-wise products compute in training on CPU (:func:`packed_rows`); None: all of them."""
-        if not (self.training and self.pack_granule and pad.device.type == "cpu"):
-            return None
-        return packed_rows(pad, self.pack_granule)
+        granule = self.han_granule(pad)
+        return packed_rows(pad, granule) if granule else None
 
     def forward(self, batch: Batch, need_weights: bool = False, encoder_weights: Collection[int] = (), self_weights: bool = True) -> ModelOutput:
         """The output of a whole batch; ``need_weights``: with every attention's weights, or with
