@@ -135,7 +135,8 @@ def decoding_step(model: torch.nn.Module, beam: int = 5) -> tuple[str, Callable[
     source features, each parsed as a chain of its pieces with unknown tags) forced to its number
     of output steps."""
     n, length, steps = TIMING_SHAPE
-    vocab = model.src_embed.tokens.num_embeddings
+    embed = model.src_embed
+    vocab = (embed.tokens if hasattr(embed, "tokens") else embed).num_embeddings  # Transformer's Embeddings, or the RNN's nn.Embedding
     gen = np.random.default_rng(0)
     sources = [gen.integers(min(4, vocab - 1), vocab, size=length) for _ in range(n)]
     annotations = None

@@ -194,11 +194,12 @@ def preserved(model: nn.Module) -> Iterator[None]:
 
 @dataclass
 class Timing:
-    """What :func:`calibrate` measured: the fastest step of each candidate (ms), how many timed
-    steps each had (0: the budget left only the warm-up step, whose time then counts) and the seconds spent."""
+    """What :func:`calibrate` measured: per candidate (by name) its fastest step (ms) and how many
+    timed steps it had (0: the budget left only its warm-up step, whose time then counts: an upper
+    bound, as it includes the one-off costs of a first step), and the seconds spent."""
 
     ms: dict[str, float]
-    steps: int
+    steps: dict[str, int]
     seconds: float
 
 
@@ -206,24 +207,35 @@ def calibrate(candidates: Sequence[Choice], run: Callable[[Choice], None], budge
     """Time ``run(choice)`` (one step computed with ``choice`` installed) for every candidate: a
     warm-up round, then up to ``steps`` rounds, the order rotating each round so that a
     disturbance from another process falls on all, while the estimate of the next round (the
-    sum of the fastest steps so far) fits in what is left of ``budget_s``."""
+    sum of the fastest steps so far) fits in what is left of ``budget_s``. When not even one round
+    fits, the candidates whose warm-up was the fastest get one timed step each while it fits."""
     start = clock()
     warm: dict[Choice, float] = {}
     best: dict[Choice, float] = {}
+    counts = dict.fromkeys(candidates, 0)
+
+    def timed(c: Choice) -> None:
+        t0 = clock()
+        run(c)
+        best[c] = min(best.get(c, math.inf), clock() - t0)
+        counts[c] += 1
+
     for c in candidates:
         t0 = clock()
         run(c)
         warm[c] = clock() - t0
+    left = lambda: budget_s - (clock() - start)  # noqa: E731
     done = 0
-    while done < steps and clock() - start + sum(best.get(c, warm[c]) for c in candidates) <= budget_s:
-        order = list(candidates[done % len(candidates):]) + list(candidates[: done % len(candidates)])
-        for c in order:
-            t0 = clock()
-            run(c)
-            best[c] = min(best.get(c, math.inf), clock() - t0)
+    while done < steps and sum(best.get(c, warm[c]) for c in candidates) <= left():
+        for c in list(candidates[done % len(candidates):]) + list(candidates[: done % len(candidates)]):
+            timed(c)
         done += 1
+    if not done:
+        for c in sorted(candidates, key=lambda c: warm[c]):
+            if warm[c] <= left():
+                timed(c)
     ms = {c.name: round(1e3 * best.get(c, warm[c]), 3) for c in candidates}
-    return Timing(ms, done, round(clock() - start, 3))
+    return Timing(ms, {c.name: counts[c] for c in candidates}, round(clock() - start, 3))
 
 
 def fastest(ms: dict[str, float], candidates: Sequence[Choice]) -> Choice:
@@ -332,8 +344,14 @@ def describe(summary: dict) -> str:
     head = f"cpu kernels: {summary['mode']} -> {summary['choice']}"
     if "ms" not in summary:
         return f"{head} ({summary['reason']})"
-    times = "; ".join(f"{name} {ms:.4g} ms" for name, ms in sorted(summary["ms"].items(), key=lambda kv: kv[1]))
-    steps = f"fastest of {summary['steps']} step{'s' if summary['steps'] != 1 else ''} each" if summary["steps"] else "warm-up steps only (the budget)"
+    counts = summary["steps"]
+    uniform = len(set(counts.values())) == 1
+    times = "; ".join(f"{name} {ms:.4g} ms" + ("" if uniform or counts.get(name) else " (warm-up)") for name, ms in sorted(summary["ms"].items(), key=lambda kv: kv[1]))
+    n = next(iter(counts.values()), 0)
+    if uniform:
+        steps = f"fastest of {n} step{'s' if n != 1 else ''} each" if n else "warm-up steps only (the budget)"
+    else:
+        steps = "fastest timed step each, the warm-up step where the budget left none"
     if summary["timed"]:
         how = f"whole-step calibration: {len(summary['ms'])} candidates in {summary['seconds']:.1f} s, {steps}"
     else:
@@ -359,6 +377,8 @@ def prepare(
     :func:`~syntaxnmt.runtime.machine_info` and returns the summary, with ``record``: ``{"mode",
     "row_packing", "choice"}`` (plain strings, what the checkpoint keeps)."""
     mode = configure(mode)
+    if row_packing is not None and not any(hasattr(type(m), "pack_granule") for m in model.modules()):
+        row_packing = None  # nothing to pack (an RNN): the kernels alone
     candidates = candidates_for(mode, row_packing)
     summary: dict = {"mode": mode, "threads": torch.get_num_threads()}
     notes: list[str] = []
@@ -415,7 +435,8 @@ def _calibrated(model: nn.Module, candidates: list[Choice], signature: str, run:
             run()
 
         t = calibrate(candidates, step, budget_s)
-        entry = {"ms": {**(entry["ms"] if entry and not stale else {}), **t.ms}, "steps": t.steps, "date": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        kept = entry if entry and not stale else {"ms": {}, "steps": {}}
+        entry = {"ms": {**kept["ms"], **t.ms}, "steps": {**(kept.get("steps") if isinstance(kept.get("steps"), dict) else {}), **t.steps}, "date": time.strftime("%Y-%m-%dT%H:%M:%S")}
         entries[signature] = entry
         provisional = (provisional | {signature}) if load is not None else (provisional - {signature})
         doc["provisional"][key] = sorted(provisional)
@@ -426,5 +447,6 @@ def _calibrated(model: nn.Module, candidates: list[Choice], signature: str, run:
         if load is not None:
             summary["busy"] = f"load average {load[0]:g} above {load[1]} CPUs: cached as provisional, timed again on a quieter run"
     ms = {n: entry["ms"][n] for n in names}
-    summary.update(machine=key, signature=signature, cache=str(path), timed=timed, steps=entry.get("steps", 0), ms=ms)
+    steps = entry.get("steps") if isinstance(entry.get("steps"), dict) else {}
+    summary.update(machine=key, signature=signature, cache=str(path), timed=timed, steps={n: steps.get(n, 0) for n in names}, ms=ms)
     return fastest(ms, candidates)

@@ -116,7 +116,7 @@ def test_auto_takes_the_fastest_whole_step(monkeypatch):
     steps = FakeSteps(model, TIMES, monkeypatch, jitter=500.0)  # a slow first step does not count
     logged = []
     summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, log=logged.append)
-    assert summary["choice"] == "aten, row packing" and summary["ms"] == TIMES and summary["steps"] == kernels.STEPS
+    assert summary["choice"] == "aten, row packing" and summary["ms"] == TIMES and summary["steps"] == dict.fromkeys(TIMES, kernels.STEPS)
     assert not lin.ONEDNN and model.pack_granule == Packed.pack_granule
     assert steps.runs == len(ALL) * (1 + kernels.STEPS)
     assert logged == [f"cpu kernels: auto -> aten, row packing (whole-step calibration: 4 candidates in {summary['seconds']:.1f} s, fastest of 3 steps each, 1 thread: aten, row packing 30 ms; aten, no packing 40 ms; onednn, no packing 45 ms; onednn, row packing 50 ms)"]
@@ -175,12 +175,18 @@ def test_the_calibration_leaves_the_model_and_the_generators_as_they_were(monkey
 def test_the_budget_bounds_the_timed_rounds(monkeypatch):
     model = Packed()
     steps = FakeSteps(model, {k: 4000.0 for k in TIMES}, monkeypatch)  # 4 s a step: one warm-up round is 16 s
-    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=30.0)
-    assert steps.runs == 4 and summary["steps"] == 0  # no timed round fits: the warm-up times count
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=17.0)
+    assert steps.runs == 4 and summary["steps"] == dict.fromkeys(TIMES, 0)  # nothing more fits: the warm-up times count
+    assert "warm-up steps only (the budget)" in kernels.describe(summary)
     steps.signature, steps.runs = "again", 0
+    steps.ms = {**{k: 4000.0 for k in TIMES}, "aten, no packing": 3000.0, "onednn, no packing": 3500.0}
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=25.0)  # 14.5 s of warm-up, 10.5 s left
+    assert steps.runs == 4 + 3 and summary["steps"] == {"onednn, row packing": 1, "onednn, no packing": 1, "aten, row packing": 0, "aten, no packing": 1}  # the fastest warm-ups first (ties in order), while they fit
+    assert "aten, row packing 4000 ms (warm-up)" in kernels.describe(summary) and "the warm-up step where the budget left none" in kernels.describe(summary)
+    steps.signature, steps.runs = "once more", 0
     steps.ms = {k: 1000.0 for k in TIMES}
     summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=10.0)
-    assert steps.runs == 8 and summary["steps"] == 1
+    assert steps.runs == 8 and summary["steps"] == dict.fromkeys(TIMES, 1)
     assert "fastest of 1 step each" in kernels.describe(summary)
 
 
@@ -191,7 +197,7 @@ def test_the_cache_is_written_then_read(monkeypatch, tmp_path):
     doc = json.loads((tmp_path / "cache" / kernels.CACHE_FILE).read_text())
     assert doc["version"] == kernels.CACHE_VERSION == 2
     entry = doc["machines"][kernels.machine_key()]["sig"]
-    assert entry["ms"] == TIMES and entry["steps"] == kernels.STEPS
+    assert entry["ms"] == TIMES and entry["steps"] == dict.fromkeys(TIMES, kernels.STEPS)
     steps.runs = 0
     logged = []
     second = kernels.prepare(model, "auto", row_packing="auto", timing=steps, log=logged.append)
