@@ -338,9 +338,9 @@ def _from_record(recorded: object) -> Choice | None:
 
 
 def describe(summary: dict) -> str:
-    """The log line of a :func:`prepare` summary: ``cpu kernels: auto -> aten, no packing
-    (whole-step calibration: 4 candidates in 6.1 s, fastest of 2 steps each: aten, no packing
-    181 ms, ...)``."""
+    """The log line of a :func:`prepare` summary: ``cpu kernels: auto -> K, P (whole-step
+    calibration: 4 candidates in S s, fastest of N steps each, T threads: K, P X ms; ...)``, the
+    candidates fastest first; or the mode, the choice and why (a fixed setting, a record)."""
     head = f"cpu kernels: {summary['mode']} -> {summary['choice']}"
     if "ms" not in summary:
         return f"{head} ({summary['reason']})"
