@@ -15,6 +15,7 @@ import torch
 import yaml
 
 from syntaxnmt import runtime
+from syntaxnmt.model import kernels
 from syntaxnmt.runtime import describe_isa_limits, isa_limits, machine_info, machine_summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,3 +162,34 @@ def test_speed_benchmark_measures_and_records_an_emulated_avx2_machine(make_conf
     assert f"({NOTE})" in r.stdout
     if HAS_AVX2:
         assert machine["torch_cpu_capability"] == "AVX2" and "(torch kernels AVX2)" in r.stdout
+
+
+def test_busy_machine_runs_syntaxnmt_restricted_and_says_so(make_config, corpus, tmp_path):
+    """benchmarks/busy_machine.py --isa avx2 on the tiny model (syntaxnmt alone, one setting, quiet):
+    the training and decoding processes it starts report torch's AVX2 kernels, and the record the limits."""
+    cfg = make_config()
+    cfg_path = tmp_path / "tiny.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")), encoding="utf-8")
+    out = tmp_path / "busy.json"
+    cmd = [sys.executable, str(BENCHMARKS / "busy_machine.py"), "--config", str(cfg_path), "--test-src", str(corpus["test"]["src"]),
+           "--toolkits", "syntaxnmt", "--updates", "2", "--warmup", "1", "--sentences", "3", "--settings", "1", "--conditions", "quiet",
+           "--work", str(tmp_path / "work"), "--json", str(out), "--isa", "avx2"]
+    r = subprocess.run(cmd, env=without_limits() | {"PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["setting"]["isa"] == "avx2" and doc["machine"]["isa_limits"] == AVX2 and f"({NOTE})" in r.stdout
+    [m] = doc["measurements"]
+    assert m["train_tok_s"] > 0 and m["sentences"] == 3
+    if HAS_AVX2:
+        assert m["torch_cpu_capability"] == "AVX2" and doc["machine"]["torch_cpu_capability"] == "AVX2"
+
+
+def test_the_kernel_choice_of_an_emulated_machine_is_cached_apart(monkeypatch):
+    """train.cpu_kernels auto times kernels per machine key: AVX2-limited timings never stand for native ones."""
+    for k in runtime.ISA_VARIABLES:
+        monkeypatch.delenv(k, raising=False)
+    native = kernels.machine_key(1)
+    for k, v in AVX2.items():
+        monkeypatch.setenv(k, v)
+    limited = kernels.machine_key(1)
+    assert limited != native and "ATEN_CPU_CAPABILITY=avx2" in limited
