@@ -2,7 +2,7 @@
 for syntaxnmt's default thread setting, 1 thread and 2 threads, syntaxnmt and OpenNMT-py side by side.
 
     python benchmarks/busy_machine.py [--updates 60] [--sentences 200] [--settings default,1,2,torch]
-        [--toolkits onmt,syntaxnmt] [--repeats 1] [--settle 60] [--json benchmarks/out/busy_machine.json]
+        [--toolkits onmt,syntaxnmt] [--repeats 1] [--settle 60] [--json benchmarks/out/busy_machine.json] [--isa native|avx2]
     python benchmarks/busy_machine.py --config CFG --test-src FILE [...]   # syntaxnmt alone, any prepared config
 
 Issue 26, item 4. Data, model and measurements are those of ``benchmarks/side_by_side.py`` (its
@@ -23,7 +23,10 @@ Settings (``--settings``):
   (``GOMP_SPINCOUNT=300000``, libgomp's value when ``OMP_WAIT_POLICY`` is unset). Not run for the
   peer (it is the peer's ``default``).
 
-Every process starts without the user's ``OMP_*``/``MKL_NUM_THREADS``/``GOMP_SPINCOUNT``.
+Every process starts without the user's ``OMP_*``/``MKL_NUM_THREADS``/``GOMP_SPINCOUNT``. With
+``--isa avx2`` every measured process (syntaxnmt's and OpenNMT-py's) runs with ATen, oneDNN and MKL
+restricted to AVX2 (``benchmarks/_isa.py``): an emulation of an AVX2 machine on this CPU, which the
+machine record says; the default results file is then ``busy_machine-avx2.json``.
 
 Conditions (``--conditions``): ``quiet``: nothing started by this script (the load average
 before and after each measurement tells how quiet the machine was); ``busy``: one competing
@@ -45,6 +48,14 @@ the pipeline).
 
 from __future__ import annotations
 
+import sys
+
+import _isa  # first: --isa avx2 restarts this script with the AVX2 limits, before torch loads
+
+if __name__ == "__main__":
+    _isa.reexec_for_isa()
+
+# isort: split
 import argparse
 import datetime as _dt
 import json
@@ -52,7 +63,6 @@ import os
 import shlex
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -60,7 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import side_by_side as sbs  # noqa: E402
 
 from syntaxnmt.errors import UserError  # noqa: E402
-from syntaxnmt.runtime import THREAD_VARIABLES, load_average, machine_info, machine_summary, with_load_after  # noqa: E402
+from syntaxnmt.runtime import THREAD_VARIABLES, describe_isa_limits, isa_limits, load_average, machine_info, machine_summary, with_load_after  # noqa: E402
 from syntaxnmt.textio import atomic_write_text, read_lines  # noqa: E402
 
 ROOT = sbs.ROOT
@@ -104,33 +114,34 @@ class Competitor:
         self.proc.wait(30)
 
 
-def base_env() -> dict:
-    """The environment of every measured process: side_by_side's, without the thread variables."""
-    env = sbs.clean_env(0)
+def base_env(isa: str = "native") -> dict:
+    """The environment of every measured process: side_by_side's (with ``isa``'s instruction-set
+    limits), without the thread variables."""
+    env = sbs.clean_env(0, isa)
     for k in THREAD_VARIABLES:
         env.pop(k, None)
     return env
 
 
-def syntaxnmt_env(setting: str) -> tuple[dict, str]:
+def syntaxnmt_env(setting: str, isa: str = "native") -> tuple[dict, str]:
     """(environment, run_syntaxnmt.py --threads value) of a syntaxnmt measurement."""
-    env = base_env() | {"PYTHONPATH": str(ROOT)}  # this checkout's syntaxnmt
+    env = base_env(isa) | {"PYTHONPATH": str(ROOT)}  # this checkout's syntaxnmt
     if setting == "torch":
         return env | {"GOMP_SPINCOUNT": LIBGOMP_DEFAULT_SPIN}, "torch"
     return env, "policy" if setting == "default" else setting
 
 
-def peer_env(setting: str) -> dict:
-    env = base_env()
+def peer_env(setting: str, isa: str = "native") -> dict:
+    env = base_env(isa)
     if setting.isdigit():
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = setting
     return env
 
 
-def measure_syntaxnmt(cfg: str, test_src: Path, updates: int, warmup: int, setting: str, run_dir: Path) -> dict:
+def measure_syntaxnmt(cfg: str, test_src: Path, updates: int, warmup: int, setting: str, run_dir: Path, isa: str = "native") -> dict:
     """Training and decoding figures of syntaxnmt in ``setting`` (two processes)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    env, threads = syntaxnmt_env(setting)
+    env, threads = syntaxnmt_env(setting, isa)
     script = str(sbs.PEERS_DIR / "run_syntaxnmt.py")
     tlog, dlog = run_dir / "train.log", run_dir / "decode.log"
     cmd = [sys.executable, script, "train", "--config", cfg, "--updates", str(updates - warmup), "--warmup", str(warmup), "--threads", threads]
@@ -143,12 +154,13 @@ def measure_syntaxnmt(cfg: str, test_src: Path, updates: int, warmup: int, setti
         "train_tok_s": t["train_tok_s"], "decode_sent_s": d["decode_sent_s_own_timer"], "sentences": d["sentences"],
         "threads": str(t["torch_threads"]) if t["torch_threads"] == d["torch_threads"] else f"{t['torch_threads']}/{d['torch_threads']}",
         "train_threads": t["threads"], "decode_threads": d["threads"], "omp_wait_policy": d.get("omp_wait_policy"),
+        "torch_cpu_capability": d.get("torch_cpu_capability"),  # the measured processes' own (AVX2 with --isa avx2)
     }
 
 
-def measure_peer(work: Path, pieces: Path, test: str, n_test: int, updates: int, setting: str, run_dir: Path) -> dict:
+def measure_peer(work: Path, pieces: Path, test: str, n_test: int, updates: int, setting: str, run_dir: Path, isa: str = "native") -> dict:
     """Training and decoding figures of OpenNMT-py in ``setting`` (side_by_side's OpenNMT runner)."""
-    kit = sbs.OpenNMT(work, pieces, peer_env(setting), updates, tiny=False)
+    kit = sbs.OpenNMT(work, pieces, peer_env(setting, isa), updates, tiny=False)
     kit.root, kit.test, kit.n_test = run_dir, test, n_test
     run_dir.mkdir(parents=True, exist_ok=True)
     res = kit.run(1)
@@ -259,8 +271,10 @@ def main() -> int:
     ap.add_argument("--test-src", help="with --config: source sentences to decode (the first --sentences)")
     ap.add_argument("--tiny", action="store_true", help="20 updates, 20 sentences, settings default and 1, no settling")
     ap.add_argument("--work", default=str(sbs.OUT / "side_by_side"), help="side_by_side's data folder (shared); runs go to WORK/busy_machine")
-    ap.add_argument("--json", default=str(sbs.OUT / "busy_machine.json"))
+    ap.add_argument("--json", help="results file (default benchmarks/out/busy_machine.json, busy_machine-avx2.json with --isa avx2)")
+    _isa.add_isa_argument(ap)
     args = ap.parse_args()
+    args.json = args.json or str(sbs.OUT / ("busy_machine.json" if args.isa == "native" else f"busy_machine-{args.isa}.json"))
     if args.tiny:
         args.updates, args.sentences, args.settle = 20, 20, 0.0
         if args.settings == ap.get_default("settings"):
@@ -329,9 +343,9 @@ def main() -> int:
                         entry = {"toolkit": t, "setting": setting, "condition": condition, "round": r, "load_average_before": before}
                         try:
                             if t == "syntaxnmt":
-                                res = measure_syntaxnmt(cfg, test_src, args.updates, args.warmup, setting, run_dir)
+                                res = measure_syntaxnmt(cfg, test_src, args.updates, args.warmup, setting, run_dir, args.isa)
                             else:
-                                res = measure_peer(work, pieces, peer_test, n_test, args.updates, setting, run_dir)
+                                res = measure_peer(work, pieces, peer_test, n_test, args.updates, setting, run_dir, args.isa)
                         except sbs.Failure as e:
                             errors[f"{t}/{setting}/{condition}"] = str(e)
                             log(f"  {t}: {e}")
@@ -352,6 +366,8 @@ def main() -> int:
                     competitor.stop()
 
     with_load_after(machine)
+    child = base_env(args.isa)  # the instruction-set limits every measured process started with
+    machine |= {"isa_option": args.isa, "isa_limits": isa_limits(child), "isa_note": describe_isa_limits(isa_limits(child)) or None}
     medians, ratios, targets, lines = summarize(measurements, toolkits, settings, conditions)
     print(f"busy machine: training target tok/s (updates {args.warmup + 1}..{args.updates}), decoding tok/s (beam {sbs.BEAM}, every hypothesis {sbs.FORCE_LEN} pieces, "
           f"{n_test} sentences); medians of {args.repeats} round(s); busy = beside one competing busy-loop process, {args.settle:.0f} s after it started")
@@ -365,7 +381,7 @@ def main() -> int:
     result = {
         "command": command, "date": _dt.datetime.now().isoformat(timespec="seconds"),
         "setting": {"config": cfg, "test_src": str(test_src), "sentences": n_test, "updates": args.updates, "warmup": args.warmup, "beam": sbs.BEAM,
-                    "forced_length": sbs.FORCE_LEN, "settings": settings, "conditions": conditions, "settle_s": args.settle, "repeats": args.repeats},
+                    "forced_length": sbs.FORCE_LEN, "settings": settings, "conditions": conditions, "settle_s": args.settle, "repeats": args.repeats, "isa": args.isa},
         "toolkits": toolkits, "skipped": skipped, "machine": machine, "measurements": measurements, "medians": medians,
         "ratios_syntaxnmt_over_peer": ratios, "targets": targets, "table": lines, "errors": errors, "total_seconds": time.perf_counter() - t_start,
     }

@@ -1,7 +1,7 @@
 """Our beam search against CTranslate2 (float32 and int8) on one checkpoint: sentences/s and sacreBLEU.
 
     python benchmarks/ct2_decode.py --checkpoint runs/multi30k-en-de/baseline/best.pt \
-        [--threads 2] [--beam 5] [--repeats 5] [--root DIR] [--test-src F --test-ref F] [--limit N]
+        [--threads 2] [--beam 5] [--repeats 5] [--root DIR] [--test-src F --test-ref F] [--limit N] [--isa native|avx2]
 
 The source lines are turned into subword ids once (the pipeline both engines share: the parser's
 words for a model trained on a parsed corpus, SentencePiece); what is timed is the search from
@@ -14,16 +14,25 @@ table gives the median sentences/s (and the range), corpus BLEU of the detokeniz
 how many sentences are word-for-word ours. ``--root`` is the folder that relative paths in the
 checkpoint's stored config start from (e.g. the repository the run was trained in). The figures
 and the machine (``syntaxnmt.runtime.machine_info``, load average before and after) also go to
-``--json`` (default benchmarks/out/ct2_decode.json).
+``--json`` (default benchmarks/out/ct2_decode.json). ``--isa avx2`` restarts the script with ATen,
+oneDNN, MKL and CTranslate2 restricted to AVX2 (``benchmarks/_isa.py``: an emulation of an AVX2
+machine on this CPU, which the machine record says).
 """
 
 from __future__ import annotations
 
+import sys
+
+import _isa  # first: --isa avx2 restarts this script with the AVX2 limits, before torch loads
+
+if __name__ == "__main__":
+    _isa.reexec_for_isa()
+
+# isort: split
 import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -61,6 +70,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=100, help="sentences each engine translates untimed first")
     ap.add_argument("--limit", type=int, default=0, help="only the first N sentences (quick checks)")
+    _isa.add_isa_argument(ap)
     ap.add_argument("--json", default="benchmarks/out/ct2_decode.json", help="figures and the machine record")
     args = ap.parse_args()
     json_path = Path(args.json).resolve()

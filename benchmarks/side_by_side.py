@@ -1,7 +1,7 @@
 """syntaxnmt side by side with fairseq 0.12.2, OpenNMT-py 3.5.1 and Joey NMT 2.3.0, in one run.
 
     python benchmarks/side_by_side.py [--updates 100] [--repeats 3]
-        [--toolkits fairseq,onmt,joey,syntaxnmt] [--tiny] [--no-install]
+        [--toolkits fairseq,onmt,joey,syntaxnmt] [--tiny] [--no-install] [--isa native|avx2]
 
 Same data, same model, same measurements for every toolkit (method: docs/benchmarks.md, section
 "Side-by-side with peer toolkits"):
@@ -29,6 +29,10 @@ Same data, same model, same measurements for every toolkit (method: docs/benchma
   (passive OpenMP waiting and the thread policy, docs/benchmarks.md "Thread policy").
 - The machine: ``syntaxnmt.runtime.machine_info`` (CPU, instruction-set flags, torch/oneDNN/MKL,
   thread settings, load average before and after the run) in the results file and the output.
+- ``--isa avx2``: every toolkit's processes run with ATen, oneDNN, MKL (and CTranslate2) restricted
+  to AVX2 (``benchmarks/_isa.py``): an emulation of an AVX2 machine on this CPU, which the machine
+  record says. Its figures go to their own file (``side_by_side-avx2.json``) and are never merged
+  with native ones.
 
 Each toolkit runs in its own process, one after another, round-robin over --repeats rounds;
 medians are reported with the ratios syntaxnmt/peer. Results and the exact command go to
@@ -42,6 +46,14 @@ end: 20 updates (11..20 measured), 20 test sentences, one round (minutes on a qu
 
 from __future__ import annotations
 
+import sys
+
+import _isa  # first: --isa avx2 restarts this script with the AVX2 limits, before torch loads
+
+if __name__ == "__main__":
+    _isa.reexec_for_isa()
+
+# isort: split
 import argparse
 import datetime as _dt
 import json
@@ -51,12 +63,11 @@ import shlex
 import shutil
 import statistics
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-from syntaxnmt.runtime import THREAD_VARIABLES, machine_info, machine_summary, with_load_after
+from syntaxnmt.runtime import THREAD_VARIABLES, describe_isa_limits, isa_limits, machine_info, machine_summary, with_load_after
 from syntaxnmt.textio import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,8 +118,10 @@ class Failure(Exception):
 # processes
 
 
-def clean_env(threads: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+def clean_env(threads: int, isa: str = "native") -> dict:
+    """The environment of every toolkit's processes: this one's without a virtualenv or Python
+    path, with ``isa``'s instruction-set limits (``benchmarks/_isa.py``) and ``threads`` (0: unset)."""
+    env = {k: v for k, v in _isa.child_env(isa).items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
     env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"  # the peers' checkpoints hold more than tensors
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONWARNINGS"] = "ignore"
@@ -680,6 +693,7 @@ class Syntaxnmt(Toolkit):
             "decode_sent_s": d["decode_sent_s_own_timer"], "decode_sent_s_wall": self.n_test / dres["wall_s"],
             "decode_peak_mb": dres["peak_mb"], "hyp_lengths": d["hyp_lengths_checked"], "sentences": d["sentences"],
             "torch_threads": d["torch_threads"], "threads": d.get("threads"), "omp_wait_policy": d.get("omp_wait_policy"),
+            "torch_cpu_capability": d.get("torch_cpu_capability"),  # the measured processes' own (AVX2 with --isa avx2)
         }
 
 
@@ -704,7 +718,7 @@ def read_previous(json_path: Path, setting: dict) -> dict | None:
         previous = json.loads(json_path.read_text())
     except (OSError, ValueError):
         return None
-    if previous.get("setting") != setting:
+    if {"isa": "native", **(previous.get("setting") or {})} != {"isa": "native", **setting}:  # files written before --isa: native
         log(f"{json_path}: measured with another setting; it is replaced, not merged")
         return None
     return previous
@@ -783,7 +797,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=0, help="OMP/MKL threads for every toolkit (0: torch's default)")
     ap.add_argument("--no-install", action="store_true", help="do not run benchmarks/peers/install.sh for the selected peers")
     ap.add_argument("--work", default=str(OUT / "side_by_side"), help="prepared data, configs and logs")
-    ap.add_argument("--json", help="results file (default benchmarks/out/side_by_side.json, -tiny with --tiny)")
+    ap.add_argument("--json", help="results file (default benchmarks/out/side_by_side.json, -tiny with --tiny, -avx2 with --isa avx2)")
+    _isa.add_isa_argument(ap)
     args = ap.parse_args()
     toolkits = [t.strip() for t in args.toolkits.split(",") if t.strip()]
     bad = [t for t in toolkits if t not in TOOLKITS]
@@ -795,12 +810,12 @@ def main() -> int:
         ap.error(f"--updates must be a multiple of {LOG_INTERVAL} and at least {SKIP_UPDATES + LOG_INTERVAL}")
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    json_path = Path(args.json) if args.json else OUT / ("side_by_side-tiny.json" if args.tiny else "side_by_side.json")
+    json_path = Path(args.json) if args.json else OUT / ("side_by_side" + ("-tiny" if args.tiny else "") + ("" if args.isa == "native" else f"-{args.isa}") + ".json")
     data_dir = Path(os.environ.get("SYNTAXNMT_DATA", ROOT.parent / "shared" / "data"))
     if not data_dir.is_absolute():
         data_dir = (Path.cwd() / data_dir).resolve()
     os.environ["SYNTAXNMT_DATA"] = str(data_dir)  # absolute, for every process started below
-    env = clean_env(args.threads)
+    env = clean_env(args.threads, args.isa)
     command = shlex.join([Path(sys.executable).name, *sys.argv])
     t_start = time.perf_counter()
     machine = machine_info()
@@ -851,15 +866,16 @@ def main() -> int:
                 f"peak RSS {res['train_peak_mb']:.0f}/{res['decode_peak_mb']:.0f} MB, {res['params']:,} params, {res['seconds']:.0f} s"
             )
 
-    # The thread variables every toolkit's process started with (not this one's).
-    machine = with_load_after(machine) | {"threads": args.threads or "each toolkit's default", "env": {k: env.get(k) for k in THREAD_VARIABLES}}
+    # The thread variables and instruction-set limits every toolkit's process started with (not this one's).
+    machine = with_load_after(machine) | {"threads": args.threads or "each toolkit's default", "env": {k: env.get(k) for k in THREAD_VARIABLES}, "isa_option": args.isa,
+                                         "isa_limits": isa_limits(env), "isa_note": describe_isa_limits(isa_limits(env)) or None}
     this_run = {"command": command, "date": _dt.datetime.now().isoformat(timespec="seconds"), "toolkits": toolkits, "machine": machine}
     for res in runs:
         res["date"] = this_run["date"]
     setting = {"tiny": args.tiny, "updates": args.updates, "seed": SEED, "vocab": VOCAB, "layers": LAYERS, "d_model": D_MODEL, "heads": HEADS,
                "ffn": FFN, "dropout": DROPOUT, "lr": LR, "warmup": WARMUP, "betas": list(BETAS), "label_smoothing": LABEL_SMOOTHING,
                "clip_norm": CLIP_NORM, "max_tokens": MAX_TOKENS, "joey_batch_tokens": JOEY_BATCH, "beam": BEAM, "forced_length": FORCE_LEN,
-               "decode_batch": DECODE_BATCH, "log_interval": LOG_INTERVAL}
+               "decode_batch": DECODE_BATCH, "log_interval": LOG_INTERVAL, "isa": args.isa}
     previous = read_previous(json_path, setting)
     failed_now = bool(errors)
     runs, errors, invocations = merge_runs(previous, runs, errors, this_run)

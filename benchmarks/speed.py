@@ -1,7 +1,7 @@
 """Training and decoding speed of a recipe model, printed on one line.
 
     python benchmarks/speed.py [--config recipes/multi30k/baseline.yaml] [--updates 60]
-        [--checkpoint runs/multi30k-en-de/baseline/best.pt] [--force-length 20]
+        [--checkpoint runs/multi30k-en-de/baseline/best.pt] [--force-length 20] [--isa native|avx2]
 
 Training: target tokens/s over ``--updates`` updates after ``--warmup`` untimed ones, with the
 recipe's batches (prepared corpus required: ``syntaxnmt prepare CONFIG``). Decoding: beam-5
@@ -9,16 +9,25 @@ sentences/s over the 1,000 sentences of test_2016_flickr (the trained checkpoint
 the freshly initialised model; ``--force-length N`` makes every hypothesis exactly N subwords, so
 briefly trained models are compared fairly). The figures and the machine they were measured on
 (``syntaxnmt.runtime.machine_info``, load average before and after) also go to ``--json``
-(default benchmarks/out/speed.json).
+(default benchmarks/out/speed.json). ``--isa avx2`` restarts the script with ATen, oneDNN and MKL
+restricted to AVX2 (``benchmarks/_isa.py``: an emulation of an AVX2 machine on this CPU, which the
+machine record says).
 """
 
 from __future__ import annotations
 
+import sys
+
+import _isa  # first: --isa avx2 restarts this script with the AVX2 limits, before torch loads
+
+if __name__ == "__main__":
+    _isa.reexec_for_isa()
+
+# isort: split
 import argparse
 import json
 import os
 import resource
-import sys
 import time
 from pathlib import Path
 
@@ -104,6 +113,7 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--skip-training", action="store_true")
     ap.add_argument("--skip-decoding", action="store_true")
+    _isa.add_isa_argument(ap)
     ap.add_argument("--json", default="benchmarks/out/speed.json", help="results and the machine record")
     args, overrides = ap.parse_known_args()
     if args.updates < 1 or args.warmup < 0 or args.beam < 1 or args.force_length < 0:

@@ -177,6 +177,15 @@ def record_cpu_kernels(summary: dict | None) -> None:
 
 ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
+# Variables that limit a library's instruction set when it loads (``benchmarks/_isa.py``'s
+# ``--isa avx2`` sets them; docs/benchmarks.md "Emulating an AVX2 machine"): the library each limits.
+ISA_VARIABLES = {
+    "ATEN_CPU_CAPABILITY": "ATen",
+    "ONEDNN_MAX_CPU_ISA": "oneDNN",
+    "DNNL_MAX_CPU_ISA": "oneDNN",
+    "MKL_ENABLE_INSTRUCTIONS": "MKL",
+    "CT2_FORCE_CPU_ISA": "CTranslate2",
+}
 
 
 @lru_cache(maxsize=1)
@@ -225,10 +234,36 @@ def _cpu_quota() -> float | None:
         return None
 
 
+def isa_limits(environ: Mapping[str, str] = os.environ) -> dict[str, str] | None:
+    """The instruction-set limits set in ``environ`` (:data:`ISA_VARIABLES` that are set and not
+    empty), None when there are none."""
+    limits = {k: environ[k] for k in ISA_VARIABLES if environ.get(k, "").strip()}
+    return limits or None
+
+
+def describe_isa_limits(limits: Mapping[str, str] | None) -> str:
+    """``limits`` (:func:`isa_limits`) in words for the machine line: ``restricted to AVX2 by
+    ATEN_CPU_CAPABILITY/ONEDNN_MAX_CPU_ISA/MKL_ENABLE_INSTRUCTIONS: an emulation of an AVX2 machine,
+    not one``, naming the libraries among ATen, oneDNN and MKL left unrestricted; '' without limits."""
+    if not limits:
+        return ""
+    levels = {v.strip().upper() for v in limits.values()}
+    if len(levels) == 1:
+        level = levels.pop()
+        text = f"restricted to {level} by {'/'.join(limits)}: an emulation of an {level} machine, not one"
+    else:
+        text = f"restricted by {', '.join(f'{k}={v}' for k, v in limits.items())}: an emulation, not a machine of that kind"
+    covered = {ISA_VARIABLES[k] for k in limits}
+    free = [lib for lib in ("ATen", "oneDNN", "MKL") if lib not in covered]
+    return text + (f"; {', '.join(free)} not restricted" if free else "")
+
+
 def machine_info() -> dict:
     """What a benchmark figure depends on, as JSON-ready values: the CPU (model, logical CPUs,
     those usable by this process, physical cores, cgroup quota, the instruction-set flags of
-    :data:`ISA_FLAGS` and any ``amx_*``, the kernels torch dispatches to), torch and its oneDNN,
+    :data:`ISA_FLAGS` and any ``amx_*``, the kernels torch dispatches to, and the limits set on
+    the libraries' instruction set (``isa_limits``: :data:`ISA_VARIABLES` set in the environment,
+    e.g. by ``--isa avx2``, else None; ``isa_note`` in words)), torch and its oneDNN,
     MKL and OpenMP, the thread settings (torch's threads, :data:`THREAD_VARIABLES`, the thread
     policy's reason), the CPU kernel choice of the linear layers when a model has made one
     (``cpu_kernels``: :func:`syntaxnmt.model.kernels.prepare`'s summary: mode, choice and whole-step times, else None) and the load average when called (``load_average_before``; a benchmark adds
@@ -248,6 +283,8 @@ def machine_info() -> dict:
         "cpu_quota": _cpu_quota(),
         "isa": {f: f in flags for f in [*ISA_FLAGS, *sorted(f for f in flags if f.startswith("amx_") and f not in ISA_FLAGS)]},
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "isa_limits": isa_limits(),
+        "isa_note": describe_isa_limits(isa_limits()) or None,
         "python": platform.python_version(),
         "os": platform.platform(),
         "torch": torch.__version__,
@@ -284,6 +321,8 @@ def _openmp_shown(info: dict) -> str:
 def machine_summary(info: dict) -> str:
     """:func:`machine_info` in two lines for a benchmark's printed table."""
     isa = " ".join(f for f, present in info["isa"].items() if present) or "none of " + ", ".join(ISA_FLAGS[:4])
+    if info.get("isa_note"):
+        isa += f" ({info['isa_note']})"
     cores = f"{info['logical_cpus']} CPUs ({info['usable_cpus']} usable" + (f", {info['physical_cores']} physical cores" if info.get("physical_cores") else "") + (f", quota {info['cpu_quota']:g}" if info.get("cpu_quota") else "") + ")"
     env = ", ".join(f"{k} {v if v is not None else 'unset'}" for k, v in info["env"].items() if v is not None or k in THREAD_VARIABLES[:3])
 

@@ -115,6 +115,7 @@ def main() -> int:
     res["threads"] = describe_threads() if args.threads != "torch" else f"{torch.get_num_threads()} (torch's default)"
     res["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
     res["torch"] = torch.__version__
+    res["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()  # AVX2 under --isa avx2 (benchmarks/_isa.py)
     res["cpu_kernels"] = machine_info()["cpu_kernels"]  # the linear layers' kernels chosen (syntaxnmt.model.kernels)
     print("RESULT " + json.dumps(res))
     return 0

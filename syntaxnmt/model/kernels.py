@@ -143,9 +143,12 @@ def cache_dir() -> Path:
 
 
 def machine_key(threads: int | None = None) -> str:
-    """What the times depend on besides the model and shape: CPU model, its ISA flags, torch, threads."""
+    """What the times depend on besides the model and shape: CPU model, its ISA flags and any limit
+    set on the libraries' instruction set (``--isa avx2``), torch, threads."""
     info = machine_info()
     isa = " ".join(f for f, present in info["isa"].items() if present)
+    if info["isa_limits"]:  # an emulated AVX2 machine times its own kernels
+        isa += " limited " + " ".join(f"{k}={v}" for k, v in info["isa_limits"].items())
     return f"{info['cpu']} | {isa} | torch {info['torch']} | {threads or torch.get_num_threads()} threads"
 
 
