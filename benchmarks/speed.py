@@ -45,7 +45,7 @@ from syntaxnmt.training.loop import seed_everything
 from syntaxnmt.training.distributed import World
 from syntaxnmt.errors import UserError
 from syntaxnmt.training.train import SingleModel
-from syntaxnmt.decoding.translate import load_model, translate_ids
+from syntaxnmt.decoding.translate import decoding_step, load_model, translate_ids
 from syntaxnmt.runtime import resolve_device
 
 
@@ -84,7 +84,7 @@ def decoding_setup(cfg, device, checkpoint: str | None, beam: int, force_length:
         toks = load_tokenizers(cfg)
         model = build_model(cfg.model, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg)).to(device).eval()
         if device.type == "cpu":  # as load_model does
-            prepare_cpu_kernels(model)
+            prepare_cpu_kernels(model, timing=lambda: decoding_step(model))
     decode = cfg.decode.model_copy(update={"beam_size": beam})
     if force_length:
         decode = decode.model_copy(update={"min_len": force_length, "max_len_a": 0.0, "max_len_b": force_length})

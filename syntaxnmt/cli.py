@@ -23,7 +23,7 @@ from syntaxnmt.analysis.heads import analyze_models
 from syntaxnmt.analysis.plot import load_for_plot, plot_sentences, read_link_file
 from syntaxnmt.api import Translator
 from syntaxnmt.checkpoint import trusting_checkpoints
-from syntaxnmt.config import DataConfig, load_config, parse_overrides
+from syntaxnmt.config import DEFAULT_CPU_KERNELS, DataConfig, load_config, parse_overrides
 from syntaxnmt.data.annotations import SpacyParser, check_parse, to_conllu, write_conllu
 from syntaxnmt.data.contrastive import FORMATS as CONTRASTIVE_FORMATS
 from syntaxnmt.data.contrastive import read_contrastive
@@ -444,7 +444,7 @@ def cmd_demo(args, extra) -> None:
 def _threads_flag(s: argparse.ArgumentParser, what: str = "") -> None:
     """``--threads N``: torch CPU threads of the command (:func:`syntaxnmt.runtime.configure_threads`)."""
     s.add_argument("--threads", type=int, help=f"torch CPU threads{what} (default: every core, fewer when other processes keep cores busy; docs/benchmarks.md)")
-    s.add_argument("--cpu-kernels", choices=KERNEL_MODES, help="the linear layers' CPU kernels: auto (time oneDNN against ATen on the model's shapes, once per machine: cached), onednn or aten (default: onednn" + (", or train.cpu_kernels" if "train." in what else "") + ")")
+    s.add_argument("--cpu-kernels", choices=KERNEL_MODES, help="the linear layers' CPU kernels: auto (time whole steps of the model with oneDNN and with ATen, once per machine and model: cached), onednn or aten (default: " + DEFAULT_CPU_KERNELS + (", or train.cpu_kernels" if "train." in what else "") + ")")
 
 
 

@@ -481,6 +481,10 @@ class MultitaskConfig(_Section):
         return bool(self.tasks())
 
 
+DEFAULT_CPU_KERNELS: Literal["auto", "onednn", "aten"] = "onednn"
+"""``train.cpu_kernels`` and ``--cpu-kernels`` when unset: the fixed rule, until ``auto`` (the
+whole-step calibration) wins end to end on a quiet machine (docs/benchmarks.md, "CPU kernel choice")."""
+
 CPU_SHAPE_BUCKET = 4
 """``train.shape_bucket`` on CPU when unset: lengths rounded up to multiples of 4 give the
 Multi30k batches 11 static shapes for 9% more padded positions (docs/benchmarks.md)."""
@@ -530,15 +534,19 @@ class TrainConfig(_Section):
     tensorboard: bool = True
     threads: NonNegativeInt = 0
     """torch CPU threads (0: the command's thread policy, :func:`syntaxnmt.runtime.configure_threads`: every core, fewer when other processes keep cores busy)."""
-    cpu_kernels: Literal["auto", "onednn", "aten"] = "onednn"
+    cpu_kernels: Literal["auto", "onednn", "aten"] = DEFAULT_CPU_KERNELS
     """The path of the linear layers' float32 products on CPU (:mod:`syntaxnmt.model.kernels`):
     ``onednn`` (the default: oneDNN wherever the fixed rule of :mod:`syntaxnmt.model.linear` lets
-    it run) or ``aten`` decide without timing; ``auto`` times oneDNN against ATen on the model's
-    shapes at start-up (a few seconds, once per machine: cached) and takes the faster per shape --
-    opt-in until it wins end to end (docs/benchmarks.md, "CPU kernel choice": it did not on the
-    AVX-512 machine of 2026-11-24).
-    The plan is recorded in the checkpoints, and ``--resume`` reuses it (exact resume) unless this
-    key changed; ``SYNTAXNMT_CPU_KERNELS`` overrides it."""
+    it run) or ``aten`` decide without timing; ``auto`` times whole training steps of the run's
+    model with each kernel choice and with row packing on and off (``row_packing``) at start-up
+    (up to 15 s, once per machine and model: cached) and takes the fastest -- opt-in until it wins
+    end to end (docs/benchmarks.md, "CPU kernel choice").
+    The choice is recorded in the checkpoints, and ``--resume`` reuses it (exact resume) unless
+    this key or ``row_packing`` changed; ``SYNTAXNMT_CPU_KERNELS`` overrides it."""
+    row_packing: Literal["auto", "on", "off"] = "auto"
+    """CPU training computes the position-wise products on the non-padding rows only
+    (:mod:`syntaxnmt.model.packing`): ``on``, ``off``, or ``auto`` (on; timed against off when
+    ``cpu_kernels`` is ``auto``). Set explicitly, it wins over the calibration."""
     device: str = "auto"
     """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``."""
     precision: Literal["auto", "fp32", "tf32", "bf16"] = "auto"

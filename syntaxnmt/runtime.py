@@ -266,7 +266,7 @@ def machine_info() -> dict:
     e.g. by ``--isa avx2``, else None; ``isa_note`` in words)), torch and its oneDNN,
     MKL and OpenMP, the thread settings (torch's threads, :data:`THREAD_VARIABLES`, the thread
     policy's reason), the CPU kernel choice of the linear layers when a model has made one
-    (``cpu_kernels``: :func:`syntaxnmt.model.kernels.prepare`'s summary, else None) and the load average when called (``load_average_before``; a benchmark adds
+    (``cpu_kernels``: :func:`syntaxnmt.model.kernels.prepare`'s summary: mode, choice and whole-step times, else None) and the load average when called (``load_average_before``; a benchmark adds
     ``load_average_after`` with :func:`with_load_after`)."""
     model, flags, physical = _cpuinfo()
     config = torch.__config__.show()
@@ -332,11 +332,10 @@ def machine_summary(info: dict) -> str:
 
     after = f", after {load('load_average_after')}" if "load_average_after" in info else ""
     kernels = info.get("cpu_kernels")
-    if kernels and kernels.get("table"):
-        won = sum(row["choice"] == "onednn" for row in kernels["table"])
-        kernels_shown = f"; cpu kernels {kernels['mode']}: oneDNN for {won} of {len(kernels['table'])} timed products"
+    if kernels and kernels.get("ms"):
+        kernels_shown = f"; cpu kernels {kernels['mode']} -> {kernels['choice']} (" + ", ".join(f"{k} {v:.4g} ms" for k, v in kernels["ms"].items()) + ")"
     else:
-        kernels_shown = f"; cpu kernels {kernels['mode']}" if kernels else ""
+        kernels_shown = f"; cpu kernels {kernels['mode']}" + (f" -> {kernels['choice']}" if kernels.get("choice") else "") if kernels else ""
     return (
         f"machine: {info['cpu']}, {cores}; ISA {isa} (torch kernels {info['torch_cpu_capability']}); "
         f"torch {info['torch']}, oneDNN {info['onednn'] or '-'}, MKL {info['mkl'] or '-'}, OpenMP {_openmp_shown(info)}\n"

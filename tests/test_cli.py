@@ -510,7 +510,8 @@ def test_translate_cpu_kernels(capsys, monkeypatch, trained_run, tmp_path):
 
     monkeypatch.delenv(kernels.ENV, raising=False)  # the test session's override (conftest)
     monkeypatch.setattr(kernels, "_mode", kernels._mode)  # the process's mode and plan are restored after
-    monkeypatch.setattr(fast_linear, "PLAN", fast_linear.PLAN)
+    monkeypatch.setattr(fast_linear, "ONEDNN", fast_linear.ONEDNN)
+    monkeypatch.setenv("SYNTAXNMT_CACHE_DIR", str(tmp_path / "kernel-cache"))
     best = Path(trained_run.work_dir) / "best.pt"
     src = write_lines(tmp_path / "in.txt", ["the dog sees a cat .", "every bird sleeps ."])
     outputs = {}
@@ -520,7 +521,8 @@ def test_translate_cpu_kernels(capsys, monkeypatch, trained_run, tmp_path):
         assert machine_info()["cpu_kernels"]["mode"] == mode
     assert outputs["aten"] == outputs["onednn"] == outputs["auto"] and len(outputs["auto"].splitlines()) == 2
     if fast_linear.enabled():
-        assert machine_info()["cpu_kernels"]["table"]  # auto: timed (or read from the cache)
+        timed = machine_info()["cpu_kernels"]  # auto: timed on beam-5 decoding steps
+        assert timed["timed"] and set(timed["ms"]) == {"onednn", "aten"} and timed["signature"].startswith("infer d32 ffn64")
     code, _, err = run_cli(capsys, "translate", "--checkpoint", best, "-i", src, "--cpu-kernels", "fast")
     assert_one_line_error(code, err, "--cpu-kernels", "'fast'")
     monkeypatch.setenv(kernels.ENV, "fast")

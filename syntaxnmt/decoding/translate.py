@@ -25,7 +25,7 @@ from syntaxnmt.decoding.unk import locate_unknown_words, translations_with_repla
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD, TAG_NAMES, FeatureSpec
 from syntaxnmt.model import build_model, set_hard_attention
-from syntaxnmt.model.kernels import note
+from syntaxnmt.model.kernels import model_signature, note
 from syntaxnmt.model.kernels import prepare as prepare_cpu_kernels
 from syntaxnmt.model.transformer import gather_rows
 
@@ -120,8 +120,37 @@ def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module,
     model.document_context = document_context(cfg, toks.src, toks.tgt)
     load_weights(model, state["model"], path, "the model of its own stored config: a damaged checkpoint, or weights put beside another model's config")
     if device.type == "cpu":
-        prepare_cpu_kernels(model, None, ("infer",), note)
+        prepare_cpu_kernels(model, None, timing=lambda: decoding_step(model), log=note)
     return model.to(device).eval(), cfg, toks
+
+
+TIMING_SHAPE = (8, 20, 10)
+"""The decoding step the CPU kernel calibration times: 8 sentences of 20 pieces, beam 5, 10 steps."""
+
+
+def decoding_step(model: torch.nn.Module, beam: int = 5) -> tuple[str, Callable[[], None]]:
+    """What the whole-step calibration of the CPU kernels (:func:`syntaxnmt.model.kernels.prepare`)
+    times for inference: the signature of the step, and a function running one -- a beam-``beam``
+    search of :data:`TIMING_SHAPE` synthetic sentences (fixed random pieces; for a model with
+    source features, each parsed as a chain of its pieces with unknown tags) forced to its number
+    of output steps."""
+    n, length, steps = TIMING_SHAPE
+    embed = model.src_embed
+    vocab = (embed.tokens if hasattr(embed, "tokens") else embed).num_embeddings  # Transformer's Embeddings, or the RNN's nn.Embedding
+    gen = np.random.default_rng(0)
+    sources = [gen.integers(min(4, vocab - 1), vocab, size=length) for _ in range(n)]
+    annotations = None
+    if model.feature_spec:
+        chain = SourceAnnotation(np.arange(length), np.arange(length), {name: np.full(length, 2) for name in TAG_NAMES})  # 2: <unk>
+        annotations = [chain] * n
+    batch = make_batch(sources, None, list(range(n)), annotations, model.feature_spec)
+
+    @torch.no_grad()
+    def run() -> None:
+        model.eval()
+        search(model, batch, beam, steps, min_len=steps)
+
+    return f"infer {model_signature(model)} | beam {beam}, {n} sentences of {length}, {steps} steps", run
 
 
 def translate_ids(

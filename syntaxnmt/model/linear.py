@@ -18,9 +18,9 @@ chooses where :class:`Linear` uses it:
 - ``train``: in training with every batch shape too (memory grows with each new shape);
 - ``infer``: never in training; ``0``: never.
 
-Where oneDNN may run, a plan (:func:`set_plan`, made by :mod:`syntaxnmt.model.kernels` from
-``train.cpu_kernels`` / ``--cpu-kernels`` and a calibration on the machine at hand) says, per
-weight shape and row count, whether it does or ATen's ``F.linear`` runs instead.
+Where oneDNN may run, the kernel choice (:func:`set_onednn`, made by :mod:`syntaxnmt.model.kernels`
+from ``train.cpu_kernels`` / ``--cpu-kernels`` and a whole-step calibration on the machine at hand)
+says whether it does or ATen's ``F.linear`` runs instead, for every product of the process.
 
 Same parameters, state-dict keys and numbers (up to float32 rounding) as ``nn.Linear``; outside
 float32 CPU work without autocast, and where the op is missing, it is ``nn.Linear``.
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -45,8 +45,8 @@ MODES = ("auto", "infer", "train", "0")
 MODE: str | None = None
 ENABLED = False
 TRAIN = False
-# (rows, d_in, d_out, with autograd) -> whether oneDNN computes the product; None: always.
-PLAN: Callable[[int, int, int, bool], bool] | None = None
+# The kernel choice: False sends every product to ATen (model.kernels).
+ONEDNN = True
 
 
 def configure(mode: str | None = None) -> bool:
@@ -72,10 +72,10 @@ def train_allowed() -> bool:
     return enabled() and MODE in ("auto", "train")
 
 
-def set_plan(plan: Callable[[int, int, int, bool], bool] | None) -> None:
-    """Choose, per product, between oneDNN and ATen where oneDNN may run (None: oneDNN)."""
-    global PLAN
-    PLAN = plan
+def set_onednn(on: bool) -> None:
+    """Choose between oneDNN (where it may run) and ATen for every product of the process."""
+    global ONEDNN
+    ONEDNN = on
 
 
 @contextmanager
@@ -131,7 +131,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear`` through oneDNN for float32 CPU tensors without autocast (see the module docstring)."""
     if (ENABLED if MODE is not None else enabled()) and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32 and x.numel() and not torch.is_autocast_enabled("cpu"):
         grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-        if (grad and not TRAIN) or (PLAN is not None and not PLAN(x.numel() // x.size(-1), x.size(-1), weight.size(0), grad)):
+        if (grad and not TRAIN) or not ONEDNN:
             return F.linear(x, weight, bias)
         if grad:
             return _OneDNNLinear.apply(x, weight, bias)

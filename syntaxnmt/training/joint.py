@@ -31,6 +31,7 @@ from syntaxnmt.config import Config, config_from_dict
 from syntaxnmt.data.batches import Split, TokenBatchSampler, collate
 from syntaxnmt.data.links import normalize_alignment
 from syntaxnmt.data.prepare import is_prepared, load_split, load_tokenizers, prepare, tokenizer_assets
+from syntaxnmt.decoding.translate import decoding_step
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD
 from syntaxnmt.model import build_model
@@ -190,8 +191,8 @@ def train_joint(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
         c.save(run.work / "config.yaml")
     n_params = sum(p.numel() for m in task.models for p in m.parameters())
     log(f"{cfg.name}: joint training of two models ({n_params / 1e6:.2f}M parameters), {len(task.split)} pairs, device {device}")
-    if device.type == "cpu":  # per-batch shapes: oneDNN only without autograd (model.linear); a resumed run reuses its plan
-        record = prepare_cpu_kernels(torch.nn.ModuleList(task.models), t.cpu_kernels, ("infer",), log, recorded=task.runs[0].cpu_kernels)["record"]
+    if device.type == "cpu":  # per-batch shapes: oneDNN only without autograd (model.linear), timed on decoding; a resumed run reuses its choice
+        record = prepare_cpu_kernels(task.models[0], t.cpu_kernels, timing=lambda: decoding_step(task.models[0]), log=log, recorded=task.runs[0].cpu_kernels)["record"]
         for run in task.runs:
             run.cpu_kernels = record
     sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed)

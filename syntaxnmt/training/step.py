@@ -5,15 +5,16 @@ loop reads them only when it logs, so an update never waits for the device."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
 from syntaxnmt.config import Config, TrainConfig
-from syntaxnmt.data.batches import Split, collate, pad_batch, shape_bucket
+from syntaxnmt.data.batches import Split, bucket_batches, collate, document_batches, pad_batch, shape_bucket
 from syntaxnmt.data.documents import DocumentContext
 from syntaxnmt.inputs import Batch, FeatureSpec
+from syntaxnmt.model.kernels import model_signature
 from syntaxnmt.model.linear import onednn_in_training
 from syntaxnmt.training import alignment, multitask  # noqa: F401  (importing them registers their objectives)
 from syntaxnmt.training.cuda_graphs import GraphedStep
@@ -72,6 +73,46 @@ def training_batch(split: Split, idx: np.ndarray, spec, t: TrainConfig, objectiv
     return pad_batch(batch, *shape_bucket(batch, t.max_tokens, t.shape_bucket))
 
 
+def forward_backward(model, batch: Batch, t: TrainConfig, objectives=(), step: int = 0, scale: float = 1.0) -> dict[str, torch.Tensor]:
+    """The loss of ``batch`` (on the model's device) and its gradients, scaled by ``scale``, added
+    to the parameters' ``.grad``; returns the logged parts. On CPU, a few static shapes
+    (``train.shape_bucket``) let the linears use oneDNN with autograd; the loss selects the target
+    tokens itself (static=False: with bounded shapes too, see losses.sequence_loss)."""
+    static_cpu = bool(t.shape_bucket) and batch.src.device.type == "cpu"
+    with onednn_in_training(static_cpu):
+        loss, logs = forward_loss(model, batch, t, objectives, step, static=bool(t.shape_bucket) and not static_cpu)
+        (loss * scale).backward()
+    return logs
+
+
+def timing_step(model, split: Split, t: TrainConfig, device: torch.device, objectives=()) -> tuple[str, Callable[[], dict]]:
+    """What the whole-step calibration of the CPU kernels (:func:`syntaxnmt.model.kernels.prepare`)
+    times in training: the signature of the step's shape, and a function running one step --
+    forward and backward of one batch of the run's typical shape (the batch of the median length
+    among the unshuffled length-bucketed batches of ``split`` by ``train.max_tokens``, padded as
+    training pads it), without an optimizer step; it returns the logged loss. (The calibration restores the gradients and the
+    random generators after it.)"""
+    raw = unwrap(model)
+    context = getattr(raw, "document_context", None)
+    src_lens, tgt_lens = split["src"].lengths, split["tgt"].lengths
+    if context is not None and context.kind == "han":
+        batches = document_batches(split.docs, src_lens, tgt_lens, t.max_tokens, context.reach, None, t.shape_bucket)
+    else:
+        batches = bucket_batches(src_lens, tgt_lens, t.max_tokens, None, t.shape_bucket)
+    typical = sorted(batches, key=lambda idx: int(np.maximum(src_lens[idx], tgt_lens[idx]).max()))[len(batches) // 2]
+    batch = training_batch(split, typical, objective_requests(raw, objectives)[0], t, objectives, context).to(device)
+    n_tokens = int(tgt_lens[typical].sum()) + len(typical)
+    signature = f"train {model_signature(raw)} | max_tokens {t.max_tokens} bucket {t.shape_bucket} | batch {tuple(batch.src.shape)} {tuple(batch.tgt_in.shape)}"
+
+    def run() -> dict[str, torch.Tensor]:
+        raw.train()
+        for p in raw.parameters():
+            p.grad = None
+        return forward_backward(raw, batch, t, objectives, 0, 1.0 / n_tokens)
+
+    return signature, run
+
+
 def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainConfig, device: torch.device, objectives=(), step: int = 0, world: World = World(), graphed: GraphedStep | None = None) -> dict[str, torch.Tensor | int]:
     """One optimizer update on the batches ``group`` (gradient accumulation); returns the summed
     loss and objective terms (device tensors: reading them waits for the device, so the loop does
@@ -90,17 +131,13 @@ def update(model, opt, sched, split: Split, group: list[np.ndarray], t: TrainCon
     spec = objective_requests(raw, objectives)[0]
     opt.zero_grad(set_to_none=graphed is None)  # graphs accumulate into gradients that stay allocated
     stats: dict = {}
-    static_cpu = bool(t.shape_bucket) and device.type == "cpu"
     for k, idx in enumerate(group):
         batch = training_batch(split, idx, spec, t, objectives, getattr(raw, "document_context", None))
         if graphed is not None:
             logs = graphed(batch, scale, step)
         else:
-            # CPU: a few static shapes let the linears use oneDNN; the loss selects the target
-            # tokens itself (static=False: with bounded shapes too, see losses.sequence_loss).
-            with no_sync(model, skip=k < len(group) - 1), onednn_in_training(static_cpu):
-                loss, logs = forward_loss(model, batch.to(device), t, objectives, step, static=bool(t.shape_bucket) and not static_cpu)
-                (loss * scale).backward()
+            with no_sync(model, skip=k < len(group) - 1):
+                logs = forward_backward(model, batch.to(device), t, objectives, step, scale)
         accumulate(stats, logs)
     if t.max_nonfinite and skip_nonfinite([raw], stats, world):
         return {"skipped": 1, "tokens": n_tokens}

@@ -38,7 +38,7 @@ from syntaxnmt.training.distributed import World, barrier, device_for, init_worl
 from syntaxnmt.training.loop import Progress
 from syntaxnmt.training.losses import sequence_loss
 from syntaxnmt.training.optim import build_optimizer
-from syntaxnmt.training.step import forward_loss, training_objectives, update
+from syntaxnmt.training.step import forward_loss, timing_step, training_objectives, update
 
 
 def training_batches(split: Split, cfg: Config, context: DocumentContext | None, rng: np.random.Generator | None) -> list[np.ndarray]:
@@ -139,7 +139,7 @@ class Run:
         self.work = Path(cfg.work_dir)
         self.last, self.best = self.work / "last.pt", self.work / "best.pt"
         self.assets = assets  # the tokenizers, stored in every checkpoint (prepare.tokenizer_assets)
-        # the CPU kernel plan of the run (model.kernels.prepare's record), stored in every checkpoint
+        # the CPU kernel choice of the run (model.kernels.prepare's record), stored in every checkpoint
         # and read back by restore: a resumed run computes with the same kernels (exact resume)
         self.cpu_kernels: dict | None = None
 
@@ -163,7 +163,7 @@ class Run:
 
     def restore(self, model, opt, sched) -> tuple[Progress, dict]:
         """Load ``last.pt`` into the model and optimizer; returns the progress and the RNG state
-        (and keeps the run's CPU kernel plan in :attr:`cpu_kernels`). A config whose model differs from the run's (a changed size or head count) is refused,
+        (and keeps the run's CPU kernel choice in :attr:`cpu_kernels`). A config whose model differs from the run's (a changed size or head count) is refused,
         naming the keys, before any weight is loaded."""
         state = load_model_checkpoint(self.last)
         missing = [k for k in ("optimizer", "scheduler", "progress", "rng") if k not in state]
@@ -209,12 +209,13 @@ class SingleModel:
         self.graphed = GraphedStep(self.raw, lambda batch, step: forward_loss(self.raw, batch, t, self.objectives, step, static=True)) if t.cuda_graphs else None
 
     def choose_cpu_kernels(self) -> None:
-        """On CPU, the linear layers' kernels (``train.cpu_kernels``, :mod:`syntaxnmt.model.kernels`):
-        timed with gradients too when the batch shapes are bucketed (oneDNN trains only on those);
-        a resumed run reuses the plan its checkpoint records, and the checkpoints record it."""
+        """On CPU, the linear layers' kernels and row packing (``train.cpu_kernels``,
+        ``train.row_packing``, :mod:`syntaxnmt.model.kernels`): in mode ``auto`` timed on whole
+        training steps of this model (:func:`~syntaxnmt.training.step.timing_step`); a resumed run
+        reuses the choice its checkpoint records, and the checkpoints record it."""
         if self.device.type == "cpu":
-            kinds = ("infer", "train") if self.t.shape_bucket else ("infer",)
-            self.run.cpu_kernels = prepare_cpu_kernels(self.raw, self.t.cpu_kernels, kinds, self.log, recorded=self.run.cpu_kernels)["record"]
+            timing = lambda: timing_step(self.raw, self.split, self.t, self.device, self.objectives)  # noqa: E731
+            self.run.cpu_kernels = prepare_cpu_kernels(self.raw, self.t.cpu_kernels, row_packing=self.t.row_packing, timing=timing, log=self.log, recorded=self.run.cpu_kernels)["record"]
 
     @property
     def bad_validations(self) -> int:

@@ -1,11 +1,14 @@
-"""CPU kernel choice (model.kernels): both paths compute the same values, the calibration's cache
-is written, read and ignored when corrupt, an override wins over it, and ``auto`` takes the path
-the (mocked) timings say is faster. No assertion here is about speed."""
+"""CPU kernel and layout choice (model.kernels): both kernels compute the same values, ``auto``
+takes the candidate whose (mocked) whole steps are the fastest, the calibration leaves the model
+and the random generators as they were, its cache is written, read and ignored when corrupt, an
+override wins over it, and a recorded choice is reused. No assertion here is about speed."""
 
 from __future__ import annotations
 
 import json
+import random
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -13,21 +16,68 @@ from torch import nn
 from syntaxnmt import runtime
 from syntaxnmt.model import kernels
 from syntaxnmt.model import linear as lin
+from syntaxnmt.model.kernels import Choice
 from syntaxnmt.runtime import machine_info, machine_summary, with_load_after
 
 pytestmark = pytest.mark.skipif(not lin.enabled(), reason="oneDNN linear op not available")
 
+ALL = [Choice("onednn", True), Choice("onednn", False), Choice("aten", True), Choice("aten", False)]
+
 
 @pytest.fixture(autouse=True)
 def fresh_state(monkeypatch, tmp_path):
-    """Each test with its own cache folder, the default mode and no plan; oneDNN allowed in training;
+    """Each test with its own cache folder, the default mode, oneDNN on; oneDNN allowed in training;
     without the test session's SYNTAXNMT_CPU_KERNELS=onednn (conftest) and on a quiet machine."""
     monkeypatch.setenv("SYNTAXNMT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv(kernels.ENV, raising=False)
     monkeypatch.setattr(kernels, "load_average", lambda: [0.0, 0.0, 0.0])
     monkeypatch.setattr(kernels, "_mode", "auto")
-    monkeypatch.setattr(lin, "PLAN", None)
+    monkeypatch.setattr(lin, "ONEDNN", True)
     monkeypatch.setattr(lin, "TRAIN", True)
+
+
+class Packed(nn.Module):
+    """A model whose rows can be packed (as the Transformer: a class ``pack_granule``), with
+    dropout, a buffer and a linear layer."""
+
+    pack_granule = 16
+
+    def __init__(self):
+        super().__init__()
+        self.inner = lin.Linear(8, 8)
+        self.drop = nn.Dropout(0.5)
+        self.register_buffer("seen", torch.zeros(3))
+
+
+class FakeSteps:
+    """``timing`` for :func:`kernels.prepare` on a fake clock: a step of the installed choice takes
+    ``ms[choice name]`` (plus ``jitter`` ms on its first, warm-up, step); counts the steps run."""
+
+    def __init__(self, model: Packed, ms: dict[str, float], monkeypatch, signature: str = "sig", jitter: float = 0.0):
+        self.model, self.ms, self.signature, self.jitter = model, ms, signature, jitter
+        self.now, self.runs, self.seen = 0.0, 0, set()
+        monkeypatch.setattr(kernels, "clock", lambda: self.now)
+
+    def installed(self) -> str:
+        granule = self.model.__dict__.get("pack_granule")
+        return Choice("onednn" if lin.ONEDNN else "aten", None if granule is None else granule > 0).name
+
+    def __call__(self):
+        def run():
+            name = self.installed()
+            self.now += (self.ms[name] + (self.jitter if name not in self.seen else 0.0)) / 1e3
+            self.seen.add(name)
+            self.runs += 1
+            self.model.train()  # what a step does: train mode, the RNG, the gradients, the buffers
+            self.model.inner(torch.randn(4, 8)).sum().backward()
+            self.model.drop(torch.ones(4)).sum()
+            self.model.seen.add_(1.0)
+            random.random(), np.random.rand()
+
+        return self.signature, run
+
+
+TIMES = {"onednn, row packing": 50.0, "onednn, no packing": 45.0, "aten, row packing": 30.0, "aten, no packing": 40.0}
 
 
 def uses_onednn(layer: nn.Module, rows: int) -> bool:
@@ -47,159 +97,255 @@ def run(layer: nn.Module, x: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tenso
 
 
 @pytest.mark.parametrize("rows,d_in,d_out", [(1, 8, 8), (30, 32, 64), (200, 64, 32), (700, 96, 24), (2100, 16, 48)])
-def test_both_paths_compute_the_same_values_and_gradients(rows, d_in, d_out):
+def test_both_kernels_compute_the_same_values_and_gradients(rows, d_in, d_out):
     torch.manual_seed(0)
     layer = lin.Linear(d_in, d_out)
     x, g = torch.randn(3, rows, d_in), torch.randn(3, rows, d_out)
-    lin.set_plan(kernels.Plan.fixed(True))
+    lin.set_onednn(True)
     assert uses_onednn(layer, rows)
     onednn = run(layer, x, g)
-    lin.set_plan(kernels.Plan.fixed(False))
+    lin.set_onednn(False)
     assert not uses_onednn(layer, rows)
     aten = run(layer, x, g)
     for a, b, name in zip(onednn, aten, ("output", "grad x", "grad W", "grad b", "output without autograd")):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4, msg=name)
 
 
-def fake_measure(faster: dict[tuple[int, int], str], calls: list | None = None):
-    """A ``measure`` whose times say ``faster[(d_in, d_out)]`` wins (oneDNN when absent)."""
-
-    def measure(d_in, d_out, rows, kind, repeats=kernels.REPEATS):
-        if calls is not None:
-            calls.append((d_in, d_out, rows, kind))
-        win = faster.get((d_in, d_out), "onednn")
-        return {win: 1.0, "aten" if win == "onednn" else "onednn": 2.0}
-
-    return measure
-
-
-def model() -> nn.Module:
-    return nn.Sequential(lin.Linear(16, 16), lin.Linear(16, 16), lin.Linear(16, 48), lin.Linear(48, 16))
-
-
-def test_auto_takes_the_path_the_timings_say_is_faster(monkeypatch):
-    monkeypatch.setattr(kernels, "measure", fake_measure({(16, 48): "aten"}))
-    m = model()
+def test_auto_takes_the_fastest_whole_step(monkeypatch):
+    model = Packed()
+    steps = FakeSteps(model, TIMES, monkeypatch, jitter=500.0)  # a slow first step does not count
     logged = []
-    summary = kernels.prepare(m, "auto", ("infer", "train"), logged.append)
-    assert [uses_onednn(layer, 256) for layer in m] == [True, True, False, True]
-    assert not uses_onednn(m[2], 20) and not uses_onednn(m[2], 3000)  # every row count of that shape
-    assert summary["measured"] == 3 * len(kernels.ROWS) * 2  # 3 distinct shapes, 3 row counts, 2 kinds
-    assert "cpu kernels: train 16x48: aten at 32 rows (1 ms vs 2 ms onednn), aten at 256 rows (1 ms vs 2 ms onednn)" in "\n".join(logged)
-    # a shape it did not time takes the path that won the row count over the shapes it timed
-    assert uses_onednn(lin.Linear(16, 17), 256)
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, log=logged.append)
+    assert summary["choice"] == "aten, row packing" and summary["ms"] == TIMES and summary["steps"] == dict.fromkeys(TIMES, kernels.STEPS)
+    assert not lin.ONEDNN and model.pack_granule == Packed.pack_granule
+    assert steps.runs == len(ALL) * (1 + kernels.STEPS)
+    assert logged == [f"cpu kernels: auto -> aten, row packing (whole-step calibration: 4 candidates in {summary['seconds']:.1f} s, fastest of 3 steps each, 1 thread: aten, row packing 30 ms; aten, no packing 40 ms; onednn, no packing 45 ms; onednn, row packing 50 ms)"]
+    assert summary["record"] == {"mode": "auto", "row_packing": "auto", "choice": "aten, row packing"}
+    steps.ms = {**TIMES, "onednn, no packing": 10.0}  # another signature, another winner
+    steps.signature = "other"
+    assert kernels.prepare(model, "auto", row_packing="auto", timing=steps)["choice"] == "onednn, no packing"
+    assert lin.ONEDNN and model.pack_granule == 0
 
 
-def test_timings_per_row_count_and_kind(monkeypatch):
-    def measure(d_in, d_out, rows, kind, repeats=kernels.REPEATS):
-        onednn_wins = rows >= 2048 if kind == "train" else rows <= 32
-        return {"onednn": 1.0, "aten": 2.0} if onednn_wins else {"onednn": 2.0, "aten": 1.0}
+def test_inference_times_the_kernels_only(monkeypatch):
+    model = Packed()
+    steps = FakeSteps(model, {"onednn": 3.0, "aten": 2.0}, monkeypatch)
+    summary = kernels.prepare(model, "auto", timing=steps)
+    assert summary["choice"] == "aten" and set(summary["ms"]) == {"onednn", "aten"} and "pack_granule" not in model.__dict__
 
-    monkeypatch.setattr(kernels, "measure", measure)
-    layer = lin.Linear(16, 48)
-    kernels.prepare(layer, "auto", ("infer", "train"))
-    assert [uses_onednn(layer, r) for r in (8, 200, 1500, 4096)] == [False, False, True, True]
-    assert [lin.PLAN(r, 16, 48, False) for r in (8, 200, 4096)] == [True, False, False]
+
+@pytest.mark.parametrize(
+    "mode,row_packing,expected",
+    [("auto", "auto", ALL), ("auto", "off", [Choice("onednn", False), Choice("aten", False)]), ("auto", "on", [Choice("onednn", True), Choice("aten", True)]),
+     ("onednn", "auto", [Choice("onednn", True)]), ("aten", "off", [Choice("aten", False)]), ("auto", None, [Choice("onednn"), Choice("aten")]), ("onednn", None, [Choice("onednn")])],
+)
+def test_explicit_settings_leave_fewer_candidates(mode, row_packing, expected):
+    assert kernels.candidates_for(mode, row_packing) == expected
+
+
+@pytest.mark.parametrize("mode,row_packing,choice", [("aten", "auto", "aten, row packing"), ("onednn", "off", "onednn, no packing"), ("auto", "off", "aten, no packing")])
+def test_explicit_settings_win_over_the_calibration(mode, row_packing, choice, monkeypatch):
+    model = Packed()
+    steps = FakeSteps(model, TIMES, monkeypatch)
+    kernels.prepare(model, "auto", row_packing="auto", timing=steps)  # the cache: aten, row packing is fastest
+    steps.runs = 0
+    logged = []
+    summary = kernels.prepare(model, mode, row_packing=row_packing, timing=steps, log=logged.append)
+    assert summary["choice"] == choice and steps.runs == 0  # from the cache, or nothing to time
+    assert lin.ONEDNN == (choice.startswith("onednn")) and (model.pack_granule > 0) == choice.endswith("row packing")
+    if mode != "auto":
+        assert logged == [f"cpu kernels: {mode} -> {choice} (as configured: {'ATen everywhere' if mode == 'aten' else 'oneDNN wherever it may run'})"]
+
+
+def test_the_calibration_leaves_the_model_and_the_generators_as_they_were(monkeypatch):
+    model = Packed()
+    model.eval()
+    model.inner.weight.grad = torch.full_like(model.inner.weight, 0.25)
+    torch.manual_seed(3), np.random.seed(3), random.seed(3)
+    before = (torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate(), {k: v.clone() for k, v in model.state_dict().items()})
+    steps = FakeSteps(model, TIMES, monkeypatch)
+    kernels.prepare(model, "auto", row_packing="auto", timing=steps)
+    assert steps.runs > 0
+    assert torch.equal(torch.get_rng_state(), before[0]) and np.array_equal(np.random.get_state()[1], before[1]) and random.getstate() == before[2]
+    assert all(torch.equal(v, before[3][k]) for k, v in model.state_dict().items())  # parameters and buffers, bitwise
+    assert torch.equal(model.inner.weight.grad, torch.full_like(model.inner.weight, 0.25)) and model.inner.bias.grad is None
+    assert not model.training and not model.drop.training
+
+
+def test_the_budget_bounds_the_timed_rounds(monkeypatch):
+    model = Packed()
+    steps = FakeSteps(model, {k: 4000.0 for k in TIMES}, monkeypatch)  # 4 s a step: one warm-up round is 16 s
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=17.0)
+    assert steps.runs == 4 and summary["steps"] == dict.fromkeys(TIMES, 0)  # nothing more fits: the warm-up times count
+    assert "warm-up steps only (the budget)" in kernels.describe(summary)
+    steps.signature, steps.runs = "again", 0
+    steps.ms = {**{k: 4000.0 for k in TIMES}, "aten, no packing": 3000.0, "onednn, no packing": 3500.0}
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=25.0)  # 14.5 s of warm-up, 10.5 s left
+    assert steps.runs == 4 + 3 and summary["steps"] == {"onednn, row packing": 1, "onednn, no packing": 1, "aten, row packing": 0, "aten, no packing": 1}  # the fastest warm-ups first (ties in order), while they fit
+    assert "aten, row packing 4000 ms (warm-up)" in kernels.describe(summary) and "the warm-up step where the budget left none" in kernels.describe(summary)
+    steps.signature, steps.runs = "once more", 0
+    steps.ms = {k: 1000.0 for k in TIMES}
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=10.0)
+    assert steps.runs == 8 and summary["steps"] == dict.fromkeys(TIMES, 1)
+    assert "fastest of 1 step each" in kernels.describe(summary)
 
 
 def test_the_cache_is_written_then_read(monkeypatch, tmp_path):
-    calls = []
-    monkeypatch.setattr(kernels, "measure", fake_measure({(16, 48): "aten"}, calls))
-    first = kernels.prepare(model(), "auto", ("infer",))
-    cache = tmp_path / "cache" / kernels.CACHE_FILE
-    doc = json.loads(cache.read_text())
-    entry = doc["machines"][kernels.machine_key()]
-    assert entry["16x48@256"]["infer"] == {"aten": 1.0, "onednn": 2.0}
-    assert len(entry) == 3 * len(kernels.ROWS) and first["measured"] == len(calls) == 9
-    calls.clear()
+    model = Packed()
+    steps = FakeSteps(model, TIMES, monkeypatch)
+    first = kernels.prepare(model, "auto", row_packing="auto", timing=steps)
+    doc = json.loads((tmp_path / "cache" / kernels.CACHE_FILE).read_text())
+    assert doc["version"] == kernels.CACHE_VERSION == 2
+    entry = doc["machines"][kernels.machine_key()]["sig"]
+    assert entry["ms"] == TIMES and entry["steps"] == dict.fromkeys(TIMES, kernels.STEPS)
+    steps.runs = 0
     logged = []
-    second = kernels.prepare(model(), "auto", ("infer",), logged.append)
-    assert calls == [] and second["measured"] == 0 and "all times from the cache" in logged[0]
-    assert second["table"] == first["table"]
-    calls.clear()  # a new shape or kind: only what the cache lacks is measured
-    kernels.prepare(nn.Sequential(lin.Linear(16, 16), lin.Linear(8, 16)), "auto", ("infer", "train"))
-    assert sorted({(c[0], c[1], c[3]) for c in calls}) == [(8, 16, "infer"), (8, 16, "train"), (16, 16, "train")]
+    second = kernels.prepare(model, "auto", row_packing="auto", timing=steps, log=logged.append)
+    assert steps.runs == 0 and not second["timed"] and second["choice"] == first["choice"]
+    assert logged[0].startswith(f"cpu kernels: auto -> aten, row packing (whole-step times from the cache, {tmp_path / 'cache' / kernels.CACHE_FILE}; fastest of 3 steps each")
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 7)  # the thread count is part of the machine key
+    kernels.prepare(model, "auto", row_packing="auto", timing=steps)
+    assert steps.runs == 4 * (1 + kernels.STEPS)
 
 
-def test_another_machine_key_measures_again(monkeypatch):
-    calls = []
-    monkeypatch.setattr(kernels, "measure", fake_measure({}, calls))
-    kernels.prepare(lin.Linear(16, 16), "auto")
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 7)  # the thread count is part of the key
-    kernels.prepare(lin.Linear(16, 16), "auto")
-    assert len(calls) == 2 * len(kernels.ROWS)
-
-
-@pytest.mark.parametrize("content", ["{not json", '{"version": 1, "machines": {"m": {"16x16": {"infer": {"onednn": 1, "aten": 2}}}}}', '{"version": 1, "machines": {"m": {"16x16@32": {"infer": {"onednn": "fast"}}}}}', "[]", "\udcff"])
-def test_a_corrupt_cache_is_ignored_with_a_warning_and_replaced(content, monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(kernels, "measure", fake_measure({(16, 16): "aten"}))
+@pytest.mark.parametrize("content", ["{not json", '{"version": 1, "machines": {"m": {"16x16@32": {"infer": {"onednn": 1, "aten": 2}}}}}', '{"version": 2, "machines": {"m": {"sig": {"ms": {"fast": 1}}}}}', "[]", "\udcff"])
+def test_a_corrupt_or_old_cache_is_ignored_with_a_warning_and_replaced(content, monkeypatch, tmp_path, capsys):
     cache = tmp_path / "cache" / kernels.CACHE_FILE
     cache.parent.mkdir()
     cache.write_bytes(content.encode("utf-8", "surrogateescape"))
-    summary = kernels.prepare(lin.Linear(16, 16), "auto")
+    steps = FakeSteps(Packed(), TIMES, monkeypatch)
+    summary = kernels.prepare(steps.model, "auto", row_packing="auto", timing=steps)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"syntaxnmt: warning: {cache}: ") and "ignored" in err and "Traceback" not in err
-    assert summary["measured"] == len(kernels.ROWS) and lin.PLAN(32, 16, 16, False) is False
-    assert kernels.read_cache(cache)["machines"][kernels.machine_key()]  # rewritten, valid
+    assert summary["timed"] and summary["choice"] == "aten, row packing"
+    assert kernels.read_cache(cache)["machines"][kernels.machine_key()]["sig"]["ms"] == TIMES  # rewritten, valid
     assert capsys.readouterr().err == ""
 
 
 def test_an_unwritable_cache_folder_is_a_warning(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(kernels, "measure", fake_measure({}))
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("SYNTAXNMT_CACHE_DIR", str(tmp_path / "file" / "cache"))
-    kernels.prepare(lin.Linear(16, 16), "auto")
+    steps = FakeSteps(Packed(), TIMES, monkeypatch)
+    assert kernels.prepare(steps.model, "auto", row_packing="auto", timing=steps)["choice"] == "aten, row packing"
     err = capsys.readouterr().err
     assert err.startswith("syntaxnmt: warning: cannot write the CPU kernel cache") and err.count("\n") == 1
-    assert lin.PLAN(32, 16, 16, False) is True
 
 
-@pytest.mark.parametrize("mode,cached_winner", [("aten", "onednn"), ("onednn", "aten")])
-def test_an_override_wins_over_the_cache(mode, cached_winner, monkeypatch):
-    calls = []
-    monkeypatch.setattr(kernels, "measure", fake_measure({(16, 16): cached_winner}, calls))
-    kernels.prepare(lin.Linear(16, 16), "auto", ("infer", "train"))
-    assert uses_onednn(lin.Linear(16, 16), 256) == (cached_winner == "onednn")
-    calls.clear()
+def test_times_taken_on_a_busy_machine_are_provisional_and_timed_again_when_quiet(monkeypatch, tmp_path):
+    model = Packed()
+    steps = FakeSteps(model, TIMES, monkeypatch)
+    monkeypatch.setattr(kernels.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(kernels, "load_average", lambda: [4.5, 4.0, 3.0])  # more than 2 CPUs' worth
     logged = []
-    summary = kernels.prepare(lin.Linear(16, 16), mode, ("infer", "train"), logged.append)
-    assert calls == [] and summary["reason"].startswith("as configured") and logged == [f"cpu kernels: {mode} ({summary['reason']})"]
-    assert uses_onednn(lin.Linear(16, 16), 256) == (mode == "onednn")
-    assert machine_info()["cpu_kernels"]["mode"] == mode
-    kernels.configure("aten")  # the process's mode (--cpu-kernels) holds for models never prepared too
-    assert not uses_onednn(lin.Linear(5, 7), 3)
+    kernels.prepare(model, "auto", row_packing="auto", timing=steps, log=logged.append)
+    assert "; load average 4.5 above 2 CPUs: cached as provisional, timed again on a quieter run)" in logged[0]
+    key = kernels.machine_key()
+    assert kernels.read_cache(tmp_path / "cache" / kernels.CACHE_FILE)["provisional"][key] == ["sig"]
+    steps.runs = 0  # still busy: the provisional times serve, nothing is timed
+    assert kernels.prepare(model, "auto", row_packing="auto", timing=steps)["choice"] == "aten, row packing" and steps.runs == 0
+    steps.ms = {**TIMES, "onednn, row packing": 5.0}  # quiet now: timed again, final, and another candidate wins
+    monkeypatch.setattr(kernels, "load_average", lambda: [1.5, 4.0, 3.0])
+    logged = []
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, log=logged.append)
+    assert steps.runs > 0 and "provisional" not in logged[0] and summary["choice"] == "onednn, row packing"
+    doc = kernels.read_cache(tmp_path / "cache" / kernels.CACHE_FILE)
+    assert key not in doc["provisional"] and doc["machines"][key]["sig"]["ms"]["onednn, row packing"] == 5.0
+    steps.runs = 0
+    kernels.prepare(model, "auto", row_packing="auto", timing=steps)
+    assert steps.runs == 0
 
 
-def test_without_onednn_everything_is_aten(monkeypatch):
+def test_a_damaged_provisional_list_makes_every_time_provisional(monkeypatch, tmp_path, capsys):
+    steps = FakeSteps(Packed(), TIMES, monkeypatch)
+    kernels.prepare(steps.model, "auto", row_packing="auto", timing=steps)
+    cache = tmp_path / "cache" / kernels.CACHE_FILE
+    doc = json.loads(cache.read_text())
+    doc["provisional"] = "all"
+    cache.write_text(json.dumps(doc))
+    steps.runs = 0
+    kernels.prepare(steps.model, "auto", row_packing="auto", timing=steps)  # quiet: timed again
+    assert capsys.readouterr().err == f"syntaxnmt: warning: {cache}: its list of provisional times is damaged; all its times are taken as provisional\n"
+    assert steps.runs > 0 and json.loads(cache.read_text())["provisional"] == {}
+
+
+def test_a_candidate_the_cache_lacks_is_timed(monkeypatch, tmp_path):
+    model = Packed()
+    steps = FakeSteps(model, TIMES, monkeypatch)
+    kernels.prepare(model, "auto", row_packing="on", timing=steps)  # two candidates timed
+    assert set(kernels.read_cache(tmp_path / "cache" / kernels.CACHE_FILE)["machines"][kernels.machine_key()]["sig"]["ms"]) == {"onednn, row packing", "aten, row packing"}
+    steps.runs = 0
+    assert kernels.prepare(model, "auto", row_packing="auto", timing=steps)["choice"] == "aten, row packing" and steps.runs == 4 * (1 + kernels.STEPS)
+    assert set(kernels.read_cache(tmp_path / "cache" / kernels.CACHE_FILE)["machines"][kernels.machine_key()]["sig"]["ms"]) == set(TIMES)
+
+
+def test_a_recorded_choice_is_reused_without_timing_in_its_settings_only(monkeypatch, capsys):
+    model = Packed()
+    steps = FakeSteps(model, TIMES, monkeypatch)
+    recorded = kernels.prepare(model, "auto", row_packing="auto", timing=steps)["record"]
+    assert recorded == {"mode": "auto", "row_packing": "auto", "choice": "aten, row packing"}
+    (kernels.cache_dir() / kernels.CACHE_FILE).unlink()  # the cache is gone, and would now prefer another
+    steps.ms, steps.runs = {**TIMES, "onednn, no packing": 1.0}, 0
+    logged = []
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, log=logged.append, recorded=json.loads(json.dumps(recorded)))
+    assert logged == ["cpu kernels: auto -> aten, row packing (recorded in the run, reused without timing: exact resume)"]
+    assert steps.runs == 0 and summary["record"] == recorded and not lin.ONEDNN
+    logged = []
+    summary = kernels.prepare(model, "auto", row_packing="off", timing=steps, log=logged.append, recorded=recorded)
+    assert logged[0] == "cpu kernels: auto, row packing off now, auto, row packing auto in the run: choosing again (the numbers may differ in the last bits from an uninterrupted run's)"
+    assert summary["choice"] == "onednn, no packing" and steps.runs > 0
+    logged = []
+    kernels.prepare(model, "auto", row_packing="auto", timing=steps, log=logged.append, recorded={"mode": "auto", "choice": "fast"})
+    assert logged[0].startswith("cpu kernels: the choice recorded in the run is not readable: choosing again")
+    assert capsys.readouterr().err == ""
+
+
+def test_an_older_single_path_plan_record_reads_back(monkeypatch):
+    model = Packed()
+    old = {"mode": "aten", "plan": {"choice": {}, "fallback": {}, "default": "aten"}}
+    summary = kernels.prepare(model, "aten", row_packing="auto", recorded=old)
+    assert summary["reason"].startswith("recorded in the run") and summary["choice"] == "aten, row packing"
+    mixed = {"mode": "auto", "plan": {"choice": {"16x16@32 infer": "aten"}, "fallback": {}, "default": "onednn"}}
+    logged = []
+    kernels.prepare(model, "aten", row_packing="auto", recorded=mixed, log=logged.append)
+    assert "not readable" in logged[0]
+
+
+@pytest.mark.parametrize("value", ["aten", "onednn"])
+def test_the_environment_variable_overrides_every_mode(value, monkeypatch):
+    monkeypatch.setattr(kernels, "calibrate", lambda *a, **k: pytest.fail("timed under an override"))
+    monkeypatch.setenv(kernels.ENV, value)
+    logged = []
+    model = Packed()
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=lambda: pytest.fail("asked for a step"), log=logged.append)
+    assert summary["mode"] == value and logged == [f"cpu kernels: {value} -> {value}, row packing ({kernels.ENV}={value}: {'oneDNN wherever it may run' if value == 'onednn' else 'ATen everywhere'})"]
+    assert uses_onednn(lin.Linear(16, 16), 256) == (value == "onednn")
+
+
+def test_a_bad_environment_value_is_a_user_error(monkeypatch):
+    monkeypatch.setenv(kernels.ENV, "fast")
+    with pytest.raises(kernels.UserError, match=rf"^{kernels.ENV}='fast': expected one of auto, onednn, aten$"):
+        kernels.configure(None)
+
+
+def test_without_onednn_only_the_packing_is_timed(monkeypatch):
     monkeypatch.setattr(lin, "MODE", "0")
     monkeypatch.setattr(lin, "ENABLED", False)
-    monkeypatch.setattr(kernels, "measure", lambda *a, **k: pytest.fail("measured without oneDNN"))
-    summary = kernels.prepare(lin.Linear(16, 16), "auto")
-    assert "unavailable or off" in summary["reason"]
-
-
-def test_the_budget_skips_what_does_not_fit():
-    calls = []
-    times, done = kernels.calibrate([(16, 16), (64, 64)], ["infer"], budget_s=0.0, measure_fn=fake_measure({}, calls))
-    assert done == 0 and times == {} and calls == []
-    times, done = kernels.calibrate([(64, 64), (16, 16)], ["infer", "train"], measure_fn=fake_measure({}, calls))
-    assert done == len(calls) == 12 and calls[:6] == [(64, 64, r, k) for r in kernels.ROWS for k in ("infer", "train")]  # the first shape first
-
-
-def test_the_real_measurement_returns_both_paths():
-    t = kernels.measure(8, 16, 32, "train", repeats=1)
-    assert set(t) == {"onednn", "aten"} and all(v > 0 for v in t.values())
+    model = Packed()
+    steps = FakeSteps(model, TIMES, monkeypatch)
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps)
+    assert set(summary["ms"]) == {"aten, row packing", "aten, no packing"} and summary["choice"] == "aten, row packing"
+    assert "unavailable or off" in kernels.prepare(model, "auto", timing=steps)["reason"]  # inference: one candidate
 
 
 def test_the_machine_record_shows_the_choice(monkeypatch):
-    monkeypatch.setattr(kernels, "measure", fake_measure({(16, 48): "aten"}))
     monkeypatch.setattr(runtime, "_cpu_kernels", None)
     info = machine_info()  # a benchmark takes the record first, the model chooses, with_load_after adds the choice
     assert info["cpu_kernels"] is None
-    kernels.prepare(nn.Sequential(lin.Linear(16, 16), lin.Linear(16, 48)), "auto")
+    steps = FakeSteps(Packed(), TIMES, monkeypatch)
+    kernels.prepare(steps.model, "auto", row_packing="auto", timing=steps)
     info = with_load_after(info)
-    assert info["cpu_kernels"]["table"][0] == {"kind": "infer", "shape": "16x16", "rows": 32, "onednn_ms": 1.0, "aten_ms": 2.0, "choice": "onednn"}
-    assert "cpu kernels auto: oneDNN for 3 of 6 timed products" in machine_summary(info)
+    assert info["cpu_kernels"]["choice"] == "aten, row packing" and info["cpu_kernels"]["ms"] == TIMES
+    assert "cpu kernels auto -> aten, row packing (onednn, row packing 50 ms, onednn, no packing 45 ms, aten, row packing 30 ms, aten, no packing 40 ms)" in machine_summary(info)
 
 
 def test_the_cache_folder_follows_xdg(monkeypatch, tmp_path):
@@ -211,97 +357,9 @@ def test_the_cache_folder_follows_xdg(monkeypatch, tmp_path):
     assert kernels.cache_dir() == tmp_path / "home" / ".cache" / "syntaxnmt"
 
 
-def test_times_taken_on_a_busy_machine_are_provisional_and_timed_again_when_quiet(monkeypatch, tmp_path):
+def test_the_real_clock_times_real_steps(monkeypatch):
+    """With the real clock: every candidate is stepped and gets a positive time."""
+    model = Packed()
     calls = []
-    monkeypatch.setattr(kernels, "measure", fake_measure({(16, 16): "aten"}, calls))
-    monkeypatch.setattr(kernels.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(kernels, "load_average", lambda: [4.5, 4.0, 3.0])  # more than 2 CPUs' worth
-    logged = []
-    kernels.prepare(lin.Linear(16, 16), "auto", ("infer",), logged.append)
-    assert len(calls) == len(kernels.ROWS) and "load average 4.5 above 2 CPUs: cached as provisional, timed again on a quieter run" in logged[0]
-    doc = kernels.read_cache(tmp_path / "cache" / kernels.CACHE_FILE)
-    key = kernels.machine_key()
-    assert doc["provisional"][key] == sorted(f"16x16@{r} infer" for r in kernels.ROWS) and len(doc["machines"][key]) == len(kernels.ROWS)
-    calls.clear()  # still busy: the provisional times serve, nothing is timed
-    kernels.prepare(lin.Linear(16, 16), "auto", ("infer",))
-    assert calls == [] and lin.PLAN(32, 16, 16, False) is False
-    monkeypatch.setattr(kernels, "measure", fake_measure({}, calls))  # quiet now: timed again, final, and this time oneDNN wins
-    monkeypatch.setattr(kernels, "load_average", lambda: [1.5, 4.0, 3.0])
-    logged = []
-    kernels.prepare(lin.Linear(16, 16), "auto", ("infer",), logged.append)
-    assert len(calls) == len(kernels.ROWS) and "provisional" not in logged[0] and lin.PLAN(32, 16, 16, False) is True
-    doc = kernels.read_cache(tmp_path / "cache" / kernels.CACHE_FILE)
-    assert key not in doc["provisional"] and doc["machines"][key]["16x16@32"]["infer"] == {"onednn": 1.0, "aten": 2.0}
-    calls.clear()
-    kernels.prepare(lin.Linear(16, 16), "auto", ("infer",))
-    assert calls == []
-
-
-def test_a_provisional_time_not_timed_again_still_serves(monkeypatch, tmp_path):
-    monkeypatch.setattr(kernels, "measure", fake_measure({(16, 16): "aten"}))
-    monkeypatch.setattr(kernels, "load_average", lambda: [99.0, 0.0, 0.0])
-    kernels.prepare(lin.Linear(16, 16), "auto", ("infer",))
-    monkeypatch.setattr(kernels, "load_average", lambda: [0.0, 0.0, 0.0])
-    summary = kernels.prepare(lin.Linear(16, 16), "auto", ("infer",), budget_s=0.0)  # quiet, but no time to time again
-    assert summary["measured"] == 0 and summary["untimed"] == [] and lin.PLAN(32, 16, 16, False) is False
-    assert len(kernels.read_cache(tmp_path / "cache" / kernels.CACHE_FILE)["provisional"][kernels.machine_key()]) == len(kernels.ROWS)
-
-
-def test_a_plan_record_is_plain_strings_and_reads_back():
-    plan = kernels.Plan(choice={(16, 48, 256, True): False, (16, 16, 32, False): True}, fallback={(256, True): True}, default=True)
-    record = plan.to_record()
-    assert record == {"choice": {"16x16@32 infer": "onednn", "16x48@256 train": "aten"}, "fallback": {"256 train": "onednn"}, "default": "onednn"}
-    assert kernels.Plan.from_record(json.loads(json.dumps(record))) == plan
-    for bad in (None, [], {"choice": {}, "fallback": {}}, {**record, "default": "fast"}, {**record, "choice": {"16x48 train": "aten"}}, {**record, "fallback": {"x train": "aten"}}):
-        assert kernels.Plan.from_record(bad) is None
-
-
-def test_a_recorded_plan_is_reused_without_timing_in_its_mode_only(monkeypatch, capsys):
-    monkeypatch.setattr(kernels, "measure", fake_measure({(16, 16): "aten"}))
-    recorded = kernels.prepare(lin.Linear(16, 16), "auto", ("infer", "train"))["record"]
-    assert recorded["mode"] == "auto" and recorded["plan"]["choice"]["16x16@256 train"] == "aten"
-    monkeypatch.setattr(kernels, "measure", lambda *a, **k: pytest.fail("timed a recorded plan"))
-    (kernels.cache_dir() / kernels.CACHE_FILE).unlink()  # the cache is gone: the record suffices
-    logged = []
-    summary = kernels.prepare(lin.Linear(16, 16), "auto", ("infer", "train"), logged.append, recorded=recorded)
-    assert logged == ["cpu kernels: auto (the plan recorded in the run, reused without timing (exact resume))"]
-    assert summary["record"] == recorded and not uses_onednn(lin.Linear(16, 16), 256)
-    logged = []
-    summary = kernels.prepare(lin.Linear(16, 16), "onednn", ("infer", "train"), logged.append, recorded=recorded)
-    assert logged[0].startswith("cpu kernels: onednn now, auto in the run: choosing again") and uses_onednn(lin.Linear(16, 16), 256)
-    logged = []
-    monkeypatch.setattr(kernels, "measure", fake_measure({}))
-    kernels.prepare(lin.Linear(16, 16), "auto", ("infer",), logged.append, recorded={"mode": "auto", "plan": "damaged"})
-    assert logged[0].startswith("cpu kernels: the plan recorded in the run is not readable: choosing again")
-    assert capsys.readouterr().err == ""
-
-
-@pytest.mark.parametrize("value", ["aten", "onednn"])
-def test_the_environment_variable_overrides_every_mode(value, monkeypatch):
-    monkeypatch.setattr(kernels, "measure", lambda *a, **k: pytest.fail("timed under an override"))
-    monkeypatch.setenv(kernels.ENV, value)
-    logged = []
-    summary = kernels.prepare(lin.Linear(16, 16), "auto", ("infer", "train"), logged.append)
-    assert summary["mode"] == value and logged == [f"cpu kernels: {value} ({kernels.ENV}={value}: {'oneDNN wherever it may run' if value == 'onednn' else 'ATen everywhere'})"]
-    assert uses_onednn(lin.Linear(16, 16), 256) == (value == "onednn")
-
-
-def test_a_bad_environment_value_is_a_user_error(monkeypatch):
-    monkeypatch.setenv(kernels.ENV, "fast")
-    with pytest.raises(kernels.UserError, match=rf"^{kernels.ENV}='fast': expected one of auto, onednn, aten$"):
-        kernels.configure(None)
-
-
-def test_a_damaged_provisional_list_makes_every_time_provisional(monkeypatch, tmp_path, capsys):
-    calls = []
-    monkeypatch.setattr(kernels, "measure", fake_measure({}, calls))
-    kernels.prepare(lin.Linear(16, 16), "auto")
-    cache = tmp_path / "cache" / kernels.CACHE_FILE
-    doc = json.loads(cache.read_text())
-    doc["provisional"] = "all"
-    cache.write_text(json.dumps(doc))
-    calls.clear()
-    kernels.prepare(lin.Linear(16, 16), "auto")  # quiet: each time is taken again
-    err = capsys.readouterr().err
-    assert err == f"syntaxnmt: warning: {cache}: its list of provisional times is damaged; all its times are taken as provisional\n"
-    assert len(calls) == len(kernels.ROWS) and json.loads(cache.read_text())["provisional"] == {}
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=lambda: ("real", lambda: calls.append(model.inner(torch.randn(64, 8)))), budget_s=1.0)
+    assert set(summary["ms"]) == set(TIMES) and all(v >= 0 for v in summary["ms"].values()) and len(calls) >= 4

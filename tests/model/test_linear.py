@@ -9,9 +9,9 @@ from syntaxnmt.model import linear as lin
 
 
 @pytest.fixture(autouse=True)
-def no_kernel_plan(monkeypatch):
-    """oneDNN wherever the mode allows it, whatever plan an earlier test's calibration left (model.kernels)."""
-    monkeypatch.setattr(lin, "PLAN", None)
+def onednn_chosen(monkeypatch):
+    """oneDNN wherever the mode allows it, whatever kernels an earlier test chose (model.kernels)."""
+    monkeypatch.setattr(lin, "ONEDNN", True)
 
 
 @pytest.mark.parametrize("bias", [True, False])

@@ -498,34 +498,147 @@ def test_resume_with_weights_of_another_shape_is_refused(make_config):
         train(make_config({"train": {"max_steps": 4, "valid_every": 2}}, work_dir=Path(cfg.work_dir)), resume=True, log=quiet)
 
 
-@pytest.mark.parametrize("mode", ["auto", "aten"])
-def test_cpu_training_chooses_and_logs_its_linear_kernels(mode, make_config, monkeypatch):
-    """``train.cpu_kernels``: ``auto`` times oneDNN against ATen on the model's shapes (training
-    on bucketed shapes: forward and gradients too) and logs each choice with both times; ``aten``
-    times nothing. The choice is in the machine record either way."""
+@pytest.fixture
+def auto_kernels(monkeypatch, tmp_path):
+    """``train.cpu_kernels: auto`` allowed to time (without the test session's override,
+    conftest), with its own cache, on a quiet machine; the process's kernels restored after."""
     from syntaxnmt.model import kernels
     from syntaxnmt.model import linear as fast_linear
-    from syntaxnmt.runtime import machine_info
 
     if not fast_linear.enabled():
         pytest.skip("oneDNN linear op not available")
-    monkeypatch.delenv(kernels.ENV, raising=False)  # the test session's override (conftest)
-    monkeypatch.setattr(kernels, "_mode", kernels._mode)  # the process's mode and plan are restored after
-    monkeypatch.setattr(fast_linear, "PLAN", fast_linear.PLAN)
-    cfg = make_config({"train": {"max_steps": 2, "valid_every": 2, "valid_bleu": False, "cpu_kernels": mode}})
+    monkeypatch.delenv(kernels.ENV, raising=False)
+    monkeypatch.setenv("SYNTAXNMT_CACHE_DIR", str(tmp_path / "kernel-cache"))
+    monkeypatch.setattr(kernels, "_mode", kernels._mode)
+    monkeypatch.setattr(fast_linear, "ONEDNN", fast_linear.ONEDNN)
+    monkeypatch.setattr(kernels, "busy", lambda: None)  # a quiet machine: the times are final
+    return kernels
+
+
+def mocked_timings(monkeypatch, kernels, ms: dict[str, float]) -> list:
+    """Whole-step timings that say ``ms`` (per candidate name; 100 ms for the others), and the
+    list of the candidate lists timed."""
+    timed = []
+
+    def calibrate(candidates, run, budget_s=kernels.BUDGET_S, steps=kernels.STEPS):
+        timed.append([c.name for c in candidates])
+        return kernels.Timing({c.name: ms.get(c.name, 100.0) for c in candidates}, {c.name: 2 for c in candidates}, 0.1)
+
+    monkeypatch.setattr(kernels, "calibrate", calibrate)
+    return timed
+
+
+def test_cpu_training_calibrates_on_whole_steps_and_logs_the_choice(make_config, auto_kernels):
+    """``train.cpu_kernels: auto`` times real training steps of the run's model (4 candidates:
+    kernels x row packing) once, logs the choice in one line and records it in the checkpoints
+    and the machine record; a second run of the model reads the cache."""
+    from syntaxnmt.runtime import machine_info
+
+    cfg = make_config({"train": {"max_steps": 2, "valid_every": 2, "valid_bleu": False, "cpu_kernels": "auto"}})
     messages = []
     assert train(cfg, log=messages.append).step == 2
     lines = [m for m in messages if m.startswith("cpu kernels: ")]
+    assert len(lines) == 1
+    m = re.fullmatch(r"cpu kernels: auto -> ((?:onednn|aten), (?:row|no) packing) \(whole-step calibration: 4 candidates in [\d.]+ s, (fastest of [123] steps? each|warm-up steps only \(the budget\)|fastest timed step each, the warm-up step where the budget left none), 1 thread: (.*)\)", lines[0])
+    assert m, lines[0]
+    assert sorted(re.sub(r" [\d.e+]+ ms( \(warm-up\))?$", "", part) for part in m.group(3).split("; ")) == ["aten, no packing", "aten, row packing", "onednn, no packing", "onednn, row packing"]
     record = machine_info()["cpu_kernels"]
-    assert record["mode"] == mode
-    if mode == "aten":
-        assert lines == ["cpu kernels: aten (as configured: ATen everywhere)"] and fast_linear.PLAN(256, 32, 64, True) is False
-        return
-    assert re.match(r"cpu kernels: auto, 1 thread \((\d+ products timed now in [\d.]+ s(, load average [\d.]+ above \d+ CPUs: cached as provisional, timed again on a quieter run)?|all times from the cache); .*cpu_kernels\.json\)$", lines[0])
-    for kind in ("infer", "train"):
-        assert re.match(rf"cpu kernels: {kind} 32x64: (onednn|aten) at 32 rows \([\d.e-]+ ms vs [\d.e-]+ ms (aten|onednn)\)", next(x for x in lines if x.startswith(f"cpu kernels: {kind} 32x64")))
-    chosen = {(r["shape"], r["rows"], r["kind"]): r["choice"] for r in record["table"]}
-    assert chosen[("32x64", 256, "train")] == ("onednn" if fast_linear.PLAN(256, 32, 64, True) else "aten")
+    assert record["choice"] == m.group(1) and record["signature"].startswith("train d32 ffn64 layers 1+1 heads 4") and "max_tokens 2048 bucket 4" in record["signature"]
+    assert _params(cfg.work_dir)["cpu_kernels"] == {"mode": "auto", "row_packing": "auto", "choice": m.group(1)}
+    messages = []
+    train(make_config({"train": {"max_steps": 1, "valid_every": 1, "valid_bleu": False, "cpu_kernels": "auto"}}), log=messages.append)
+    assert next(x for x in messages if x.startswith("cpu kernels: ")).startswith(f"cpu kernels: auto -> {m.group(1)} (whole-step times from the cache, ")
+
+
+def test_the_candidates_compute_the_same_loss_and_gradients(make_config, auto_kernels, monkeypatch):
+    """The step the calibration times, under each candidate: the same loss and gradients (packing
+    on and off alike up to float rounding, oneDNN and ATen within float tolerance)."""
+    from syntaxnmt.model.kernels import Choice, install
+    from syntaxnmt.runtime import resolve_device
+    from syntaxnmt.training.distributed import World
+    from syntaxnmt.training.train import SingleModel
+
+    cfg = make_config({"model": {"dropout": 0.0, "attention_dropout": 0.0}, "train": {"cpu_kernels": "auto"}})
+    task = SingleModel(cfg, World(), resolve_device("cpu"), quiet)
+    signature, run = step_module.timing_step(task.raw, task.split, task.t, task.device, task.objectives)
+    from syntaxnmt.model import linear as fast_linear
+    from syntaxnmt.model import transformer
+
+    used = {"packed": 0, "onednn": 0}
+
+    def counted(name, f):
+        def wrapper(*args):
+            out = f(*args)
+            used[name] += out is not None
+            return out
+
+        return wrapper
+
+    monkeypatch.setattr(transformer, "packed_rows", counted("packed", transformer.packed_rows))
+    monkeypatch.setattr(fast_linear, "_dnn", counted("onednn", fast_linear._dnn))
+    results = {}
+    for choice in [Choice("onednn", True), Choice("onednn", False), Choice("aten", True), Choice("aten", False)]:
+        install(task.raw, choice)
+        assert task.raw.pack_granule == (type(task.raw).pack_granule if choice.packing else 0)
+        used.update(packed=0, onednn=0)
+        loss = run()["loss"]
+        assert (used["packed"] > 0) == choice.packing and (used["onednn"] > 0) == (choice.kernels == "onednn"), (choice, used)  # each candidate computes its own way
+        results[choice.name] = {"loss": loss, **{n: p.grad.clone() for n, p in task.raw.named_parameters() if p.grad is not None}}
+    reference = results["onednn, row packing"]
+    assert len(reference) == 1 + len(list(task.raw.parameters())) and any(g.abs().sum() > 0 for g in reference.values())
+    assert "batch (" in signature and task.raw.training
+    for name, grads in results.items():
+        for n, g in grads.items():
+            torch.testing.assert_close(g, reference[n], rtol=1e-4, atol=1e-5, msg=f"{name}: {n}")
+
+
+def test_the_calibration_leaves_the_run_untouched(make_config, auto_kernels):
+    """Timing real steps changes no parameter, no optimizer state and no random generator (bitwise)."""
+    import random
+
+    from syntaxnmt.runtime import resolve_device
+    from syntaxnmt.training import loop
+    from syntaxnmt.training.distributed import World
+    from syntaxnmt.training.train import SingleModel
+
+    cfg = make_config({"train": {"cpu_kernels": "auto"}})
+    loop.seed_everything(cfg.seed)
+    task = SingleModel(cfg, World(), resolve_device("cpu"), quiet)
+    params = {k: v.clone() for k, v in task.raw.state_dict().items()}
+    opt_state = str(task.opt.state_dict())
+    rng = (torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate())
+    messages = []
+    task.log = messages.append
+    task.choose_cpu_kernels()
+    assert "whole-step calibration: 4 candidates" in messages[0]
+    assert all(torch.equal(v, params[k]) for k, v in task.raw.state_dict().items())
+    assert str(task.opt.state_dict()) == opt_state and all(p.grad is None for p in task.raw.parameters())
+    assert torch.equal(torch.get_rng_state(), rng[0]) and np.array_equal(np.random.get_state()[1], rng[1]) and random.getstate() == rng[2]
+    assert task.raw.training
+
+
+def test_explicit_settings_win_and_the_test_override_times_nothing(make_config, auto_kernels, monkeypatch):
+    """``train.cpu_kernels`` and ``train.row_packing`` set explicitly win over the calibration:
+    each fixed setting leaves fewer candidates (one: nothing timed); and the test session's
+    SYNTAXNMT_CPU_KERNELS=onednn keeps ``auto`` from timing."""
+    timed = mocked_timings(monkeypatch, auto_kernels, {"aten, row packing": 10.0, "onednn, no packing": 20.0})
+    cases = [
+        ({"cpu_kernels": "aten", "row_packing": "off"}, "cpu kernels: aten -> aten, no packing (as configured: ATen everywhere)", []),
+        ({"cpu_kernels": "onednn"}, "cpu kernels: onednn -> onednn, row packing (as configured: oneDNN wherever it may run)", []),
+        ({"cpu_kernels": "auto", "row_packing": "off"}, "cpu kernels: auto -> onednn, no packing (whole-step calibration: 2 candidates in 0.1 s, fastest of 2 steps each, 1 thread: onednn, no packing 20 ms; aten, no packing 100 ms)", [["onednn, no packing", "aten, no packing"]]),
+    ]
+    for settings, line, calls in cases:
+        timed.clear()
+        cfg = make_config({"train": {"max_steps": 1, "valid_every": 1, "valid_bleu": False, **settings}})
+        messages = []
+        train(cfg, log=messages.append)
+        assert [m for m in messages if m.startswith("cpu kernels")] == [line] and timed == calls
+        assert _params(cfg.work_dir)["cpu_kernels"]["choice"] == line.split(" -> ")[1].split(" (")[0]
+    monkeypatch.setenv(auto_kernels.ENV, "onednn")
+    monkeypatch.setattr(auto_kernels, "calibrate", lambda *a, **k: pytest.fail("timed under SYNTAXNMT_CPU_KERNELS=onednn"))
+    messages = []
+    train(make_config({"train": {"max_steps": 1, "valid_every": 1, "valid_bleu": False, "cpu_kernels": "auto"}}), log=messages.append)
+    assert "cpu kernels: onednn -> onednn, row packing (SYNTAXNMT_CPU_KERNELS=onednn: oneDNN wherever it may run)" in messages
 
 
 def test_a_bad_cpu_kernels_value_names_the_key(make_config):
@@ -533,27 +646,15 @@ def test_a_bad_cpu_kernels_value_names_the_key(make_config):
         make_config({"train": {"cpu_kernels": "fast"}})
 
 
-def test_a_resumed_run_reuses_its_recorded_cpu_kernel_plan(make_config, monkeypatch, tmp_path):
-    """Exact resume with ``train.cpu_kernels: auto``: the plan is recorded in the checkpoints and a
-    resumed run reuses it without timing, though the cache now says the other path wins for every
-    product -- the result equals an uninterrupted run's bitwise. Changing the mode on resume is
-    logged, and the new plan recorded."""
-    from syntaxnmt.model import kernels
+def test_a_resumed_run_reuses_its_recorded_cpu_kernel_choice(make_config, auto_kernels, monkeypatch, tmp_path):
+    """Exact resume with ``train.cpu_kernels: auto``: the choice is recorded in the checkpoints and
+    a resumed run reuses it without timing, though the cache now says another candidate is the
+    fastest -- the result equals an uninterrupted run's bitwise. Changing a setting on resume is
+    logged, and the new choice recorded."""
     from syntaxnmt.model import linear as fast_linear
 
-    if not fast_linear.enabled():
-        pytest.skip("oneDNN linear op not available")
-    monkeypatch.delenv(kernels.ENV, raising=False)  # this test times (mocked) kernels: auto
-    monkeypatch.setenv("SYNTAXNMT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(kernels, "_mode", kernels._mode)
-    monkeypatch.setattr(fast_linear, "PLAN", fast_linear.PLAN)
-    monkeypatch.setattr(kernels, "busy", lambda: None)  # a quiet machine: the times are final
-
-    def measure(d_in, d_out, rows, kind, repeats=kernels.REPEATS):  # a mix of winners, per shape and row count
-        onednn = (d_in + d_out + rows + (kind == "train")) % 3 != 0
-        return {"onednn": 1.0 if onednn else 2.0, "aten": 2.0 if onednn else 1.0}
-
-    monkeypatch.setattr(kernels, "measure", measure)
+    kernels = auto_kernels
+    mocked_timings(monkeypatch, kernels, {"aten, no packing": 10.0})
 
     def cfg(max_steps, work_dir=None, mode="auto"):
         return make_config({"train": {"max_steps": max_steps, "valid_every": 2, "valid_bleu": False, "cpu_kernels": mode}}, work_dir=work_dir)
@@ -563,28 +664,22 @@ def test_a_resumed_run_reuses_its_recorded_cpu_kernel_plan(make_config, monkeypa
     half = cfg(2)
     train(half, log=quiet)
     recorded = _params(half.work_dir)["cpu_kernels"]
-    assert recorded == _params(full.work_dir)["cpu_kernels"] and recorded["mode"] == "auto"
-    plan = recorded["plan"]
-    assert {"onednn", "aten"} <= set(plan["choice"].values()) and any(k.endswith(" train") for k in plan["choice"])
+    assert recorded == _params(full.work_dir)["cpu_kernels"] == {"mode": "auto", "row_packing": "auto", "choice": "aten, no packing"}
 
-    cache = tmp_path / "cache" / kernels.CACHE_FILE  # now the other path wins every product
+    cache = tmp_path / "kernel-cache" / kernels.CACHE_FILE  # now another candidate is the fastest
     doc = json.loads(cache.read_text())
-    for times in doc["machines"][kernels.machine_key()].values():
-        for t in times.values():
-            t["onednn"], t["aten"] = t["aten"], t["onednn"]
+    (entry,) = doc["machines"][kernels.machine_key()].values()
+    entry["ms"]["onednn, row packing"] = 1.0
     cache.write_text(json.dumps(doc))
-    flipped = kernels.Plan.from_times(doc["machines"][kernels.machine_key()]).to_record()["choice"]
-    assert all(flipped[k] != v for k, v in plan["choice"].items())  # (a plan chosen again would differ everywhere)
-    monkeypatch.setattr(kernels, "measure", lambda *a, **k: pytest.fail("a resumed run timed kernels"))
+    monkeypatch.setattr(kernels, "calibrate", lambda *a, **k: pytest.fail("a resumed run timed steps"))
 
     messages = []
     assert train(cfg(4, work_dir=Path(half.work_dir)), resume=True, log=messages.append).step == 4
-    assert "cpu kernels: auto (the plan recorded in the run, reused without timing (exact resume))" in messages
-    assert _params(half.work_dir)["cpu_kernels"] == recorded
-    assert all(fast_linear.PLAN(int(k.split("@")[1].split()[0]), *map(int, k.split("@")[0].split("x")), k.endswith("train")) == (v == "onednn") for k, v in plan["choice"].items())
+    assert "cpu kernels: auto -> aten, no packing (recorded in the run, reused without timing: exact resume)" in messages
+    assert _params(half.work_dir)["cpu_kernels"] == recorded and not fast_linear.ONEDNN
     _assert_same_state(_params(full.work_dir), _params(half.work_dir))
 
     messages = []  # an explicit change of mode on resume: allowed, logged, recorded
-    assert train(cfg(5, work_dir=Path(half.work_dir), mode="aten"), resume=True, log=messages.append).step == 5
-    assert "cpu kernels: aten now, auto in the run: choosing again (the numbers may differ in the last bits from an uninterrupted run's)" in messages
-    assert _params(half.work_dir)["cpu_kernels"] == {"mode": "aten", "plan": {"choice": {}, "fallback": {}, "default": "aten"}}
+    assert train(cfg(5, work_dir=Path(half.work_dir), mode="onednn"), resume=True, log=messages.append).step == 5
+    assert "cpu kernels: onednn, row packing auto now, auto, row packing auto in the run: choosing again (the numbers may differ in the last bits from an uninterrupted run's)" in messages
+    assert _params(half.work_dir)["cpu_kernels"] == {"mode": "onednn", "row_packing": "auto", "choice": "onednn, row packing"}
