@@ -3,7 +3,7 @@
     python benchmarks/hansards_aer.py [--minutes 15 | --steps N] [--work runs/hansards-aer] [--threads 1]
         [--variants plain,guided,guided-full,guided-full-leaky,self] [--jobs 2] [--dev-pairs 100]
         [--normalizers softmax,sparsemax,entmax15,hard] [--hard-decode] [--bleu] [--output R.json]
-        [--self-reading best|shifted|unshifted]
+        [--self-reading best|shifted|unshifted] [--until HH:MM] [--max-wall-minutes M]
 
 Data (``${SYNTAXNMT_DATA:-../shared/data}``): Multi30k ``train.{en,fr}.gz`` (29,000 pairs) and the
 447 HLT-NAACL 2003 Hansards test pairs (``alignment/enfr-hansards``: ``enfr.src-tgt`` tokenized,
@@ -53,15 +53,32 @@ Data (``${SYNTAXNMT_DATA:-../shared/data}``): Multi30k ``train.{en,fr}.gz`` (29,
 Prints a Markdown table (AER/precision/recall on the test part and BLEU of every model, eflomal
 in the same run) and the machine (``syntaxnmt.runtime.machine_info``, load average before and
 after); ``--output`` also writes everything as JSON (with each model's full dev sweep).
+
+Running in pieces (the whole comparison takes hours): ``--until HH:MM`` (local time; tomorrow if
+already past) and/or ``--max-wall-minutes M`` set a deadline, and SIGINT/SIGTERM to the script
+(Ctrl-C, ``kill PID``) stop it the same way: every model in training stops at its next update
+boundary and saves ``last.pt`` (the training loop's exact resume), a model that did not finish
+training and scoring gets no result, one line per unfinished model says where it stopped, and the
+finished ones are kept. The deadline and the stop reach the ``--jobs`` worker processes (each
+watches the deadline and the main process's stop event and stops its own training loop by
+SIGTERM). Re-running the same command continues: every finished model's result is
+``<run folder>/result.json`` (written atomically, with the options it depends on: its config but
+the thread count, ``--dev-pairs``, ``--bleu``...), reused when they match and recomputed
+otherwise; the corpus, the prepared data, eflomal's links and the self-training labels are built
+once per working folder. A deadline exits 0 (``--output`` is written once every model is
+finished); a signal exits 130 (SIGINT) or 143 (SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import multiprocessing
 import os
+import signal
 import sys
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
@@ -72,14 +89,15 @@ import yaml
 from syntaxnmt.alignment.external import align_external, run_eflomal
 from syntaxnmt.alignment.extract import AttentionReading, configured_reading, encode_pairs, readings_alignments
 from syntaxnmt.alignment.sweep import TEACHER_READINGS, align_sweep, self_training_alignments
+from syntaxnmt.checkpoint import load_checkpoint
 from syntaxnmt.config import load_config
 from syntaxnmt.data.links import aer, read_alignments, read_bitext
 from syntaxnmt.data.prepare import prepare
 from syntaxnmt.decoding.translate import load_model, translate_lines
-from syntaxnmt.errors import UserError
+from syntaxnmt.errors import Interrupted, UserError
 from syntaxnmt.metrics import score as mt_score
 from syntaxnmt.runtime import machine_info, machine_summary, with_load_after
-from syntaxnmt.textio import read_lines, write_lines
+from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
 from syntaxnmt.training.train import train
 
 DATA = Path(os.environ.get("SYNTAXNMT_DATA", "../shared/data"))
@@ -163,15 +181,18 @@ def run_name(variant: str, normalizer: str = "softmax") -> str:
     return variant if normalizer == "softmax" else f"{variant}, {normalizer}"
 
 
-def write_config(work: Path, args, variant: str = "plain", normalizer: str = "softmax", reverse: bool = False) -> Path:
-    """The config of one model (``run``, ``run-<normalizer>`` for the plain ones as before, ``run-<variant>``, ``run-reverse``)."""
+def run_folder(work: Path, variant: str = "plain", normalizer: str = "softmax", reverse: bool = False) -> Path:
+    """The run folder of one model (``run``, ``run-<normalizer>`` for the plain ones as before, ``run-<variant>``, ``run-reverse``)."""
     folder = "run" if (variant, normalizer, reverse) == ("plain", "softmax", False) else "run-reverse" if reverse else f"run-{normalizer}" if variant == "plain" else f"run-{variant}"
-    run = work / folder
-    run.mkdir(parents=True, exist_ok=True)
+    return work / folder
+
+
+def config_tree(work: Path, args, variant: str = "plain", normalizer: str = "softmax", reverse: bool = False) -> dict:
+    """The config of one model, as a tree."""
     n, hard = NORMALIZERS[normalizer]
     budget = {"steps": args.steps, "minutes": 0} if args.steps else {"steps": 100000, "minutes": args.minutes}
     tree = yaml.safe_load(CONFIG.format(work=work.as_posix(), threads=args.threads, normalizer=n, hard=hard, **budget))
-    tree["work_dir"] = run.as_posix()
+    tree["work_dir"] = run_folder(work, variant, normalizer, reverse).as_posix()
     spec = VARIANTS[variant]
     if "train" in spec:
         tree["train"]["alignment"] = dict(spec["train"]["alignment"])
@@ -184,8 +205,15 @@ def write_config(work: Path, args, variant: str = "plain", normalizer: str = "so
         d["train_src"], d["train_tgt"], d["dev_src"], d["dev_tgt"] = d["train_tgt"], d["train_src"], d["dev_tgt"], d["dev_src"]
         d["src_lang"], d["tgt_lang"] = "fr", "en"
         d["prepared_dir"] = f"{work.as_posix()}/data-reverse"
+    return tree
+
+
+def write_config(work: Path, args, variant: str = "plain", normalizer: str = "softmax", reverse: bool = False) -> Path:
+    """Write the config of one model into its run folder (:func:`run_folder`); return its path."""
+    run = run_folder(work, variant, normalizer, reverse)
+    run.mkdir(parents=True, exist_ok=True)
     path = run / "config.yaml"
-    path.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
+    path.write_text(yaml.safe_dump(config_tree(work, args, variant, normalizer, reverse), sort_keys=False), encoding="utf-8")
     return path
 
 
@@ -259,17 +287,197 @@ def _log(msg: str) -> None:
     print(msg, flush=True)
 
 
-def run_model(task: dict) -> dict:
-    """Train one model (resuming) and score it; runs in a worker process with ``--jobs`` > 1."""
-    args = argparse.Namespace(**task["args"])
-    torch.set_num_threads(args.threads)
-    work, split = Path(args.work), GoldSplit(Path(args.work), args.dev_pairs)
+def eflomal_gold_links(work: Path, train_en: list[str], train_fr: list[str], n_gold: int) -> dict[str, tuple[list, float]]:
+    """eflomal's links of the gold pairs (the last ``n_gold`` of the corpus) and its seconds, per
+    symmetrization; computed once per working folder (``eflomal-gold.json``)."""
+    path = work / "eflomal-gold.json"
+    key = {"pairs": len(train_en), "gold_pairs": n_gold}
+    stored = _read_json(path)
+    if isinstance(stored, dict) and stored.get("key") == key:
+        return {sym: ([{tuple(link) for link in links} for links in r["links"]], r["seconds"]) for sym, r in stored["eflomal"].items()}
+    out = {}
+    for sym in ("grow-diag-final-and", "forward"):
+        t0 = time.perf_counter()
+        out[sym] = (run_eflomal(train_en, train_fr, symmetrize=sym)[-n_gold:], time.perf_counter() - t0)
+    atomic_write_text(path, json.dumps({"key": key, "eflomal": {sym: {"links": [sorted(links) for links in lk], "seconds": sec} for sym, (lk, sec) in out.items()}}))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Running in pieces: a deadline or a signal stops training at an update boundary; results are kept
+# ---------------------------------------------------------------------------------------------
+
+_now = time.time  # the deadline's clock
+POLL_SECONDS = 0.2  # how often a model's watcher looks at the deadline and the stop event
+_STOP_EVENT = None  # in a worker process: the main process's stop event (set by _worker_init)
+_PARENT: int | None = None  # in a worker process: the main process's id
+
+
+def parse_until(text: str, now: dt.datetime | None = None) -> float:
+    """``--until HH:MM``: that local time today, or tomorrow if it is already past, as epoch seconds."""
+    try:
+        at = dt.datetime.strptime(text, "%H:%M").time()
+    except ValueError:
+        raise UserError(f"--until {text}: expected a local time HH:MM, e.g. 04:40") from None
+    now = now or dt.datetime.now()
+    when = dt.datetime.combine(now.date(), at)
+    if when <= now:
+        when += dt.timedelta(days=1)
+    return when.timestamp()
+
+
+def deadline_of(args, start: float) -> float | None:
+    """The earlier of ``--until`` and ``start`` + ``--max-wall-minutes`` (epoch seconds), or None."""
+    limits = []
+    if args.until:
+        limits.append(parse_until(args.until, dt.datetime.fromtimestamp(start)))
+    if args.max_wall_minutes is not None:
+        if args.max_wall_minutes <= 0:
+            raise UserError(f"--max-wall-minutes {args.max_wall_minutes:g}: give a positive number of minutes")
+        limits.append(start + 60 * args.max_wall_minutes)
+    return min(limits) if limits else None
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(signum)
+
+
+class Stopper:
+    """While one model trains and is scored: SIGINT/SIGTERM outside the training loop end it at once
+    (:class:`Interrupted`; every file is written atomically), inside it the loop's own handler
+    stops at the next update boundary and saves ``last.pt``; a watcher thread turns the deadline,
+    the main process's stop event (``--jobs``) or the main process's death into a SIGTERM to this
+    process, once."""
+
+    def __init__(self, deadline: float | None, event=None, parent: int | None = None):
+        self.deadline, self.event, self.parent = deadline, event, parent
+        self.fired: str | None = None  # why the watcher sent SIGTERM: deadline, stop, parent gone
+        self._done = threading.Event()
+        self._old: dict = {}
+        self._thread: threading.Thread | None = None
+
+    def reason(self) -> str | None:
+        if self.deadline is not None and _now() >= self.deadline:
+            return "deadline"
+        if self.event is not None and self.event.is_set():
+            return "stop"
+        if self.parent is not None and os.getppid() != self.parent:
+            return "parent gone"
+        return None
+
+    def _watch(self) -> None:
+        while not self._done.wait(POLL_SECONDS):
+            reason = self.reason()
+            if reason:
+                self.fired = reason
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+
+    def __enter__(self) -> Stopper:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, _raise_interrupted)
+        if self.deadline is not None or self.event is not None or self.parent is not None:
+            self._thread = threading.Thread(target=self._watch, name="hansards-deadline", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def _worker_init(event, parent: int) -> None:
+    """A ``--jobs`` worker: its own process group, so that Ctrl-C in the terminal reaches the main
+    process alone, which passes the stop on through ``event`` (one signal, one update boundary)."""
+    global _STOP_EVENT, _PARENT
+    os.setpgrp()
+    _STOP_EVENT, _PARENT = event, parent
+
+
+def saved_step(run: Path) -> int:
+    """The update of ``run``'s ``last.pt`` (0 without one)."""
+    last = run / "last.pt"
+    return int(load_checkpoint(last)["progress"]["step"]) if last.is_file() else 0
+
+
+def result_key(work: Path, args, task: dict) -> dict:
+    """What a model's result depends on: its config (but the thread count) and the scoring options."""
+    variant, normalizer, reverse = task["variant"], task["normalizer"], task.get("reverse", False)
+    tree = config_tree(work, args, variant, normalizer, reverse)
+    del tree["train"]["threads"]
+    key: dict = {"config": tree}
+    if not reverse:
+        key |= {"dev_pairs": args.dev_pairs, "bleu": args.bleu}
+        if (variant, normalizer) == ("plain", "softmax"):
+            key["hard_decode"] = bool(args.bleu and args.hard_decode)
+    if variant == "self":
+        key["self_reading"] = args.self_reading
+    return json.loads(json.dumps(key))
+
+
+def result_path(work: Path, task: dict) -> Path:
+    return run_folder(work, task["variant"], task["normalizer"], task.get("reverse", False)) / "result.json"
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def reusable_result(work: Path, args, task: dict) -> dict | None:
+    """The model's result from an earlier run of the same options, or None."""
+    stored = _read_json(result_path(work, task))
+    if isinstance(stored, dict) and stored.get("key") == result_key(work, args, task):
+        return stored["result"]
+    return None
+
+
+def save_result(work: Path, args, task: dict, result: dict) -> None:
+    atomic_write_text(result_path(work, task), json.dumps({"key": result_key(work, args, task), "result": result}, indent=1))
+
+
+def budget_text(args) -> str:
+    return f"{args.steps}" if args.steps else f"the {args.minutes:g}-minute budget"
+
+
+def unfinished_line(name: str, record: dict, args) -> str:
+    """``plain: stopped at update 812 of 2000; re-run the same command to continue``."""
+    where = f"stopped at update {record['step']} of {budget_text(args)}"
+    if record.get("trained"):
+        where += " (trained, not yet scored)"
+    if not record["step"]:
+        where = "not started" + (f" (waits for {', '.join(record['waits'])})" if record.get("waits") else "")
+    return f"{name}: {where}; re-run the same command to continue"
+
+
+def self_labels(cfg, args, work: Path, split: GoldSplit) -> dict:
+    """The self variant's training labels: reused when they were made with the same options (their
+    record is ``self.train.align.json``), else read off the plain model and its twin."""
+    labels, record_path = Path(cfg.data.train_align), Path(cfg.data.train_align + ".json")
+    key = {"self_reading": args.self_reading, "steps": args.steps, "minutes": 0 if args.steps else args.minutes, "dev_pairs": args.dev_pairs}
+    record = _read_json(record_path)
+    if labels.is_file() and isinstance(record, dict) and record.get("key") == key:
+        return record["labels"]
+    if saved_step(Path(cfg.work_dir)):
+        raise UserError(f"{cfg.work_dir}/last.pt was trained on other self-training labels than these options give ({labels}): remove {cfg.work_dir} and {labels} or choose another --work")
+    plain, twin = work / "run" / "last.pt", work / "run-reverse" / "last.pt"
+    chosen = self_training_alignments(cfg, plain, twin, split.dev(), cfg.data.train_align, torch.device("cpu"), reading=args.self_reading, log=_log)
+    atomic_write_text(record_path, json.dumps({"key": key, "labels": chosen}, indent=1))
+    return chosen
+
+
+def train_and_score(task: dict, args, work: Path, split: GoldSplit) -> dict:
+    """Train one model (resuming) and score it."""
     variant, normalizer, reverse = task["variant"], task["normalizer"], task.get("reverse", False)
     cfg = load_config(write_config(work, args, variant, normalizer, reverse))
     out: dict = {}
-    if variant == "self" and not Path(cfg.data.train_align).is_file():
-        plain, twin = work / "run" / "last.pt", work / "run-reverse" / "last.pt"
-        out["labels"] = self_training_alignments(cfg, plain, twin, split.dev(), cfg.data.train_align, torch.device("cpu"), reading=args.self_reading, log=_log)
+    if variant == "self":
+        out["labels"] = self_labels(cfg, args, work, split)
     progress = train(cfg, resume=True, log=_log)
     out["training"] = {"updates": progress.step, "epochs": progress.epoch, "train_minutes": progress.train_seconds / 60, "minutes_budget": args.minutes, "steps_budget": args.steps, "threads": args.threads}
     if cfg.data.train_align:  # the guidance's own AER on the test part (the gold pairs are in the training corpus)
@@ -285,6 +493,36 @@ def run_model(task: dict) -> dict:
             layer.cross_attn.hard = "decode"
         out["test_2016_flickr, hard decoding"] = test_bleu(model, cfg, toks, work, torch.device("cpu"))
     return out
+
+
+def run_model(task: dict) -> dict:
+    """Train one model (resuming) and score it, or reuse its result; runs in a worker process with
+    ``--jobs`` > 1. Returns ``{"result": ...}`` (written to the run folder's ``result.json``), or
+    ``{"unfinished": {"step", "reason", ...}}`` when the deadline or a signal stopped it."""
+    args = argparse.Namespace(**task["args"])
+    work = Path(args.work)
+    cached = reusable_result(work, args, task)
+    if cached is not None:
+        _log(f"{task['name']}: result reused from {result_path(work, task)}")
+        return {"result": cached}
+    run = run_folder(work, task["variant"], task["normalizer"], task.get("reverse", False))
+    stopper = Stopper(task.get("deadline"), _STOP_EVENT, _PARENT)
+    if stopper.reason():
+        return {"unfinished": {"step": saved_step(run), "reason": stopper.reason()}}
+    torch.set_num_threads(args.threads)
+    try:
+        with stopper:
+            out = train_and_score(task, args, work, GoldSplit(work, args.dev_pairs))
+            save_result(work, args, task, out)
+    except Interrupted as e:
+        cached = reusable_result(work, args, task)  # stopped just after its result was written
+        if cached is not None:
+            return {"result": cached}
+        step = saved_step(run)
+        target = args.steps or None
+        reason = stopper.fired if stopper.fired in ("deadline", "parent gone") else signal.Signals(e.signum).name
+        return {"unfinished": {"step": step, "reason": reason, "trained": bool(target) and step >= target}}
+    return {"result": out}
 
 
 def tasks_for(args) -> list[dict]:
@@ -304,28 +542,89 @@ def tasks_for(args) -> list[dict]:
     return tasks
 
 
-def run_tasks(tasks: list[dict], args, log) -> dict:
-    """Run the tasks, ``args.jobs`` at a time (in this process with one job); a task waits for those it names in ``after``."""
+class MainStop:
+    """SIGINT/SIGTERM to the main process while ``--jobs`` workers train: set the workers' stop
+    event (each stops at its next update boundary) and start no further model."""
+
+    def __init__(self, event):
+        self.event, self.signum, self._old = event, None, {}
+
+    def _handler(self, signum, frame) -> None:
+        if self.signum is None:
+            self.signum = signum
+        self.event.set()
+
+    def __enter__(self) -> MainStop:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def run_tasks(tasks: list[dict], args, log, deadline: float | None = None) -> tuple[dict, dict, int | None]:
+    """Run the tasks, ``args.jobs`` at a time (in this process with one job); a task waits for those
+    it names in ``after``. Returns the finished models' results, the unfinished ones' records (see
+    :func:`run_model`) and the signal that stopped the run (None: none)."""
     payload = {k: v for k, v in vars(args).items()}
     results: dict = {}
+    unfinished: dict = {}
+    signum: int | None = None
+    stopped = lambda: signum is not None or (deadline is not None and _now() >= deadline)  # noqa: E731
+
+    def record(task: dict, out: dict) -> None:
+        nonlocal signum
+        if "result" in out:
+            results[task["name"]] = out["result"]
+            return
+        unfinished[task["name"]] = out["unfinished"]
+        if out["unfinished"]["reason"] in ("SIGINT", "SIGTERM") and signum is None:
+            signum = int(signal.Signals[out["unfinished"]["reason"]])
+
+    for task in tasks:  # finished in an earlier run with the same options
+        cached = reusable_result(Path(args.work), args, task)
+        if cached is not None:
+            log(f"== {task['name']}: result reused from {result_path(Path(args.work), task)}")
+            results[task["name"]] = cached
+    order, tasks = [t["name"] for t in tasks], [t for t in tasks if t["name"] not in results]
     if args.jobs == 1:
         for task in tasks:
+            if stopped() or not all(a in results for a in task.get("after", [])):
+                break
             log(f"== {task['name']}")
-            results[task["name"]] = run_model({**task, "args": payload})
-        return results
-    pending, running = list(tasks), {}
-    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        while pending or running:
-            for task in [t for t in pending if all(a in results for a in t.get("after", []))][: args.jobs - len(running)]:
-                pending.remove(task)
-                log(f"== {task['name']} (started)")
-                running[pool.submit(run_model, {**task, "args": payload})] = task
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                task = running.pop(future)
-                results[task["name"]] = future.result()
-                log(f"== {task['name']} (done)")
-    return results
+            record(task, run_model({**task, "args": payload, "deadline": deadline}))
+    else:
+        pending, running = list(tasks), {}
+        context = multiprocessing.get_context("spawn")
+        event = context.Event()
+        with MainStop(event) as main_stop, ProcessPoolExecutor(max_workers=args.jobs, mp_context=context, initializer=_worker_init, initargs=(event, os.getpid())) as pool:
+            try:
+                while running or (pending and not stopped()):
+                    ready = [t for t in pending if all(a in results for a in t.get("after", []))]
+                    if not running and not ready:
+                        break
+                    for task in ready[: args.jobs - len(running)]:
+                        pending.remove(task)
+                        log(f"== {task['name']} (started)")
+                        running[pool.submit(run_model, {**task, "args": payload, "deadline": deadline})] = task
+                    done, _ = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
+                    if main_stop.signum is not None and signum is None:
+                        signum = main_stop.signum
+                        log(f"{signal.Signals(signum).name}: every model stops at its next update and saves last.pt")
+                    for future in done:
+                        task = running.pop(future)
+                        record(task, future.result())
+                        log(f"== {task['name']} ({'done' if task['name'] in results else 'stopped'})")
+            finally:
+                event.set()  # an error in one model stops the others at an update boundary too
+        signum = signum if signum is not None else main_stop.signum
+    for task in tasks:
+        if task["name"] not in results and task["name"] not in unfinished:
+            waits = [a for a in task.get("after", []) if a not in results]
+            unfinished[task["name"]] = {"step": saved_step(run_folder(Path(args.work), task["variant"], task["normalizer"], task.get("reverse", False))), "reason": "not started", "waits": waits}
+    return {name: results[name] for name in order if name in results}, unfinished, signum
 
 
 def _guidance_readings(model: dict) -> str:
@@ -342,7 +641,7 @@ def markdown(results: dict, split: GoldSplit, tasks: list[dict]) -> list[str]:
         r = results["eflomal"][sym]
         lines.append(f"| eflomal, {sym} ({r['seconds']:.0f} s) | IBM1+HMM+fertility | {r['aer']:.2f} | {r['precision']:.2f} | {r['recall']:.2f} | – |")
     for task in tasks:
-        if task.get("reverse") or task.get("hidden"):
+        if task.get("reverse") or task.get("hidden") or task["name"] not in results["models"]:
             continue
         model = results["models"][task["name"]]
         bleu = f"{model['test_2016_flickr']['bleu']:.2f}" if "test_2016_flickr" in model else "–"
@@ -368,7 +667,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--bleu", action="store_true", help="also translate Multi30k test_2016_flickr en->fr and report BLEU/chrF")
     ap.add_argument("--output", help="also write the results as JSON here")
     ap.add_argument("--self-reading", choices=list(TEACHER_READINGS), default="best", help="the self variant's teacher reading per direction, chosen on the dev part: the better of the best unshifted and shifted one (best, default), or the best shifted / unshifted one")
+    ap.add_argument("--until", metavar="HH:MM", help="stop every training at its next update at this local time (tomorrow if already past), keep what is finished; re-run the same command to continue")
+    ap.add_argument("--max-wall-minutes", type=float, metavar="M", help="the same, M minutes after the start")
     args = ap.parse_args(argv)
+    wall_start = _now()
+    deadline = deadline_of(args, wall_start)
     unknown = set(args.normalizers.split(",")) - set(NORMALIZERS)
     if unknown:
         raise UserError(f"--normalizers: unknown {', '.join(sorted(unknown))}; choose from {', '.join(NORMALIZERS)}")
@@ -380,6 +683,8 @@ def main(argv: list[str] | None = None) -> dict:
     tasks = tasks_for(args)
     if len(tasks) > 1 and not args.steps:
         raise UserError(f"{len(tasks)} models to train: give --steps so that every one gets the same updates")
+    if args.steps < 0:
+        raise UserError(f"--steps {args.steps}: give a positive number of updates")
     gold_dir = DATA / "alignment" / "enfr-hansards"
     if not (gold_dir / "enfr.gold").is_file() or not (DATA / "multi30k" / "train.fr.gz").is_file():
         sys.exit(f"hansards_aer: the shared data is missing under {DATA} (set SYNTAXNMT_DATA)")
@@ -393,27 +698,34 @@ def main(argv: list[str] | None = None) -> dict:
     test = f"lines {split.dev_slice.stop + 1}-{n_gold}" if args.dev_pairs else f"all {n_gold}"
     results: dict = {"pairs": len(train_en), "dev_pairs": args.dev_pairs, "dev_lines": f"1-{args.dev_pairs}" if args.dev_pairs else "", "test_pairs": len(split.test()[0]), "test_lines": test, "eflomal": {}}
 
-    # eflomal on exactly the training corpus of the models.
+    # eflomal on exactly the training corpus of the models (its links of the gold pairs kept in the working folder).
     test_gold = split.test()[2]
-    for sym in ("grow-diag-final-and", "forward"):
-        t0 = time.perf_counter()
-        links = run_eflomal(train_en, train_fr, symmetrize=sym)[-n_gold:]
-        results["eflomal"][sym] = {**score(test_gold, links[split.test_slice]), "all_447": score(split.gold, links), "seconds": time.perf_counter() - t0}
+    for sym, (links, seconds) in eflomal_gold_links(work, train_en, train_fr, n_gold).items():
+        results["eflomal"][sym] = {**score(test_gold, links[split.test_slice]), "all_447": score(split.gold, links), "seconds": seconds}
         _log(f"eflomal ({sym}): {results['eflomal'][sym]}")
 
     # What every worker would otherwise build at once: the prepared corpora, eflomal's training labels.
     for task in tasks:
+        if reusable_result(work, args, task) is not None:
+            continue
         cfg = load_config(write_config(work, args, task["variant"], task["normalizer"], task.get("reverse", False)))
+        step = saved_step(Path(cfg.work_dir))
+        if args.steps and step > args.steps:
+            raise UserError(f"{cfg.work_dir}/last.pt: {step} updates made, more than --steps {args.steps}: give --steps {step} or more, or another --work")
+        if step:
+            _log(f"{task['name']}: continues from update {step} of {budget_text(args)} ({cfg.work_dir}/last.pt)")
         if VARIANTS[task["variant"]].get("labels") == "eflomal" and not Path(cfg.data.train_align).is_file():
             align_external(cfg, log=_log)
         if task["variant"] != "self":
             prepare(cfg, log=_log)
 
-    results["models"] = run_tasks(tasks, args, _log)
+    results["models"], unfinished, signum = run_tasks(tasks, args, _log, deadline)
     results["total_minutes"] = (time.perf_counter() - t_start) / 60
     results["machine"] = with_load_after(machine)
+    if unfinished:
+        results["unfinished"] = unfinished
 
-    print(f"\nEnglish-French Hansards: AER on {results['test_pairs']} gold pairs ({test} of enfr.gold)" + (f", readings chosen on lines {results['dev_lines']}" if args.dev_pairs else "") + f"; both aligners saw {len(train_en)} tokenized pairs (Multi30k + all 447 gold pairs)")
+    print(f"\nEnglish-French Hansards: AER on {results['test_pairs']} gold pairs ({test} of enfr.gold)" + (f", readings chosen on lines {results['dev_lines']}" if args.dev_pairs else "") + f"; both aligners saw {len(train_en)} tokenized pairs (Multi30k + all {n_gold} gold pairs)")
     for name, model in results["models"].items():
         t = model["training"]
         print(f"NMT {name}: Transformer 3+3, d_model 128, {t['updates']} updates ({t['epochs']} epochs) in {t['train_minutes']:.1f} min of training, {t['threads']} thread(s)")
@@ -424,8 +736,17 @@ def main(argv: list[str] | None = None) -> dict:
             if key in model:
                 print(f"{name} {key}: BLEU {model[key]['bleu']:.2f} chrF {model[key]['chrf']:.2f}")
     print(machine_summary(machine) + f" (threads per model: {args.threads}, jobs: {args.jobs}; {results['total_minutes']:.1f} min in all)")
+    if unfinished:
+        print(f"\nunfinished ({'deadline' if signum is None else signal.Signals(signum).name}): the table above holds the finished models only" + (f"; {args.output} is written once every model is finished" if args.output else ""))
+        for task in tasks:
+            if task["name"] in unfinished:
+                print(unfinished_line(task["name"], unfinished[task["name"]], args))
+        sys.stdout.flush()
+        if signum is not None:
+            raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name}: {len(unfinished)} model(s) unfinished, their last.pt saved; re-run the same command to continue")
+        return results
     if args.output:
-        Path(args.output).write_text(json.dumps(results, indent=2))
+        atomic_write_text(args.output, json.dumps(results, indent=2))
     return results
 
 
