@@ -73,6 +73,7 @@ def run_system(cfg, corpus: dict, items, log) -> dict:
     done = Path(cfg.work_dir) / "result.json"
     if done.is_file():
         return json.loads(done.read_text())
+    load = os.getloadavg()[0]
     t0, cpu0 = time.perf_counter(), time.process_time()
     progress = train(cfg, log=log)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
@@ -84,6 +85,8 @@ def run_system(cfg, corpus: dict, items, log) -> dict:
     decode_s = time.perf_counter() - t1
     result = {
         "updates": progress.step,
+        "threads": torch.get_num_threads(),
+        "load_before": load,
         "train_wall_s": wall,
         "train_cpu_s": cpu,
         "ms_per_update": 1000 * wall / max(progress.step, 1),
@@ -110,6 +113,20 @@ def table(results: dict[str, list[dict]], items) -> str:
             extra = [mean_sd([r["bleu"] for r in runs]), f"{statistics.mean(r['ms_per_update'] for r in runs):.0f}", f"{statistics.mean(r['decode_sent_per_s'] for r in runs):.0f}"] if mode == "true" else ["", "", ""]
             rows.append("| " + " | ".join([system if mode == "true" else "", mode, mean_sd(acc), *per, *extra]) + " |")
     return "\n".join(rows)
+
+
+def conditions(results: dict[str, list[dict]]) -> str:
+    """The thread counts and load averages the runs trained under (recorded since seeds 2-3 of the 3,000-update study)."""
+    runs = [r for rs in results.values() for r in rs]
+    threads = sorted({r["threads"] for r in runs if "threads" in r})
+    loads = [r["load_before"] for r in runs if "load_before" in r]
+    unrecorded = sum("threads" not in r for r in runs)
+    parts = [f"{'/'.join(map(str, threads))} thread(s)"] if threads else []
+    if loads:
+        parts.append(f"load average {min(loads):.1f}-{max(loads):.1f} at their start")
+    if unrecorded:
+        parts.append(f"{unrecorded} run(s) from before these were recorded")
+    return ", ".join(parts) or "not recorded"
 
 
 def main() -> None:
@@ -151,7 +168,9 @@ def main() -> None:
         f"the true context and the two controls (`other-document`, `none`). {steps} updates per system (HAN: fine-tuned from the sentence model "
         f"for {steps} more). BLEU: sacreBLEU on the test documents translated with `--docs`, beam 4. "
         f"Command: `python benchmarks/discourse_study.py --work {args.work} --seeds {' '.join(map(str, args.seeds))} --steps {args.steps}`; "
-        f"load average {load0[0]:.1f} before, {load1[0]:.1f} after, {os.cpu_count()} cores."
+        f"load average {load0[0]:.1f} before, {load1[0]:.1f} after, {os.cpu_count()} cores. "
+        f"ms/update and sent/s are wall-clock means over the seeds' runs as they ran ({conditions(results)}): "
+        "timings, not a cost comparison (docs/documents.md, Cost)."
     )
     print(caption + "\n\n" + text)
     if args.write:
