@@ -49,6 +49,18 @@ def _composed(outer: nn.Module, inner: nn.Module) -> tuple[Tensor, Tensor | None
     return weight, bias
 
 
+def gather_context(kv: dict[str, Tensor], rows: Tensor | None = None) -> dict[str, Tensor]:
+    """The word-level keys and values (B, k, H, L, d) of the sentences ``rows`` (None: all) from
+    a cache of :meth:`HierarchicalContext.gathered_context` (the projections of the N context
+    rows, contiguous, and ``index`` (B, k)): one copy of whole rows, composed with the selection.
+    A cache of gathered keys and values (B, k, H, L, d) is selected as it is."""
+    if "index" not in kv:
+        return kv if rows is None else {n: x.index_select(0, rows) for n, x in kv.items()}
+    index = kv["index"] if rows is None else kv["index"].index_select(0, rows)
+    flat = index.reshape(-1)
+    return {n: kv[f"rows_{n}"].index_select(0, flat).view(*index.shape, *kv[f"rows_{n}"].shape[1:]) for n in ("k", "v")}
+
+
 class HierarchicalContext(nn.Module):
     """The HAN block on top of the encoder or of the decoder (see the module docstring)."""
 
@@ -61,15 +73,18 @@ class HierarchicalContext(nn.Module):
         self.norm = nn.LayerNorm(d_model)
 
     def gathered_context(self, states: Tensor, pad: Tensor, rows: Tensor, granule: int = 0) -> tuple[dict[str, Tensor], Tensor]:
-        """The word-level keys and values (a ``cache`` for :meth:`forward`, (B, k, H, L, d) each)
-        and the padding (B, k, L) of the previous sentences ``rows`` (B, k; -1: missing) among
-        ``states`` (N, L, D) with padding ``pad`` (N, L): every row's projected once, however
-        many sentences read it (the same keys and values as projecting the gathered states); with
-        ``granule`` (CPU training) only the real positions (padding gets zeros, masked)."""
+        """The word-level keys and values (a ``cache`` for :meth:`forward`) and the padding (B, k, L)
+        of the previous sentences ``rows`` (B, k; -1: missing) among ``states`` (N, L, D) with
+        padding ``pad`` (N, L): every row's projected once, however many sentences read it (the
+        same keys and values as projecting the gathered states); with ``granule`` (CPU training)
+        only the real positions (padding gets zeros, masked). The cache holds the projections of
+        the N rows, (N, H, L, d) each, contiguous, and ``index`` (B, k): :meth:`forward` gathers
+        them once, for the sentences with a context only (:func:`gather_context`)."""
         keys, values = self.word.project_kv(states, packed_rows(pad, granule) if granule else None)
         missing = rows.lt(0)
         index = rows.clamp_min(0)  # a missing sentence: any finite row (all padding, no weight)
-        return {"k": keys[index], "v": values[index]}, pad[index] | missing[..., None]
+        ctx_pad = pad.index_select(0, index.reshape(-1)).view(*index.shape, pad.size(1)) | missing[..., None]
+        return {"rows_k": keys.contiguous(), "rows_v": values.contiguous(), "index": index}, ctx_pad
 
     def forward(self, h: Tensor, ctx: Tensor | None, ctx_pad: Tensor, need_weights: bool = False, cache: dict[str, Tensor] | None = None, pad: Tensor | None = None, granule: int = 0) -> tuple[Tensor, ContextAttention | None]:
         """``h`` (B, S, D) current states; ``ctx`` (B, k, Sc, D) encoder (or decoder) states of the
@@ -85,7 +100,7 @@ class HierarchicalContext(nn.Module):
         compute the real positions only (padding keeps h, which nobody reads)."""
         b, s, d = h.shape
         k, sc = ctx_pad.shape[1], ctx_pad.shape[2]
-        if cache is not None and "k" in cache:
+        if cache is not None and ("k" in cache or "index" in cache):
             kv = cache
         else:
             keys, values = self.word.project_kv(ctx.reshape(b * k, sc, d))
@@ -99,10 +114,10 @@ class HierarchicalContext(nn.Module):
             if not len(rows):
                 return h, None
             tokens = None if pad is None or not granule else packed_rows(pad.index_select(0, rows), granule)
-            out = self._read(h.index_select(0, rows), ctx_pad.index_select(0, rows), {n: x.index_select(0, rows) for n, x in kv.items()}, False, tokens)[0]
+            out = self._read(h.index_select(0, rows), ctx_pad.index_select(0, rows), gather_context(kv, rows), False, tokens)[0]
             return h.index_copy(0, rows, out), None
         tokens = None if pad is None or not granule or need_weights or s == 1 else packed_rows(pad, granule)
-        return self._read(h, ctx_pad, kv, need_weights, tokens)
+        return self._read(h, ctx_pad, gather_context(kv), need_weights, tokens)
 
     def _read(self, h: Tensor, ctx_pad: Tensor, kv: dict[str, Tensor], need_weights: bool, tokens: Tensor | None = None) -> tuple[Tensor, ContextAttention | None]:
         """Eq. 1-5 for states ``h`` (B, S, D) given the word-level keys and values ``kv`` (B, k, H,
@@ -120,7 +135,11 @@ class HierarchicalContext(nn.Module):
         q = att._split(on_rows(att.q_proj, h, tokens))  # (B, H, S, d)
         q = q.unsqueeze(1).expand(b, k, *q.shape[1:]).reshape(b * k, *q.shape[1:])
         keys, values = kv["k"].flatten(0, 1), kv["v"].flatten(0, 1)
-        if need_weights or (s == 1 and q.device.type == "cpu"):  # as MultiHeadAttention chooses
+        # explicit products as MultiHeadAttention chooses (weights asked for, one query on CPU), and
+        # in CPU training with dropout: the fused kernel then falls back to its reference path, whose
+        # full-mask checks and bernoulli_ mask cost more than the products (the explicit path draws
+        # the mask as every dropout of the model does, syntaxnmt.model.dropout)
+        if need_weights or (q.device.type == "cpu" and (s == 1 or (self.training and att.dropout > 0))):
             z, w_word = att._explicit(q, keys, values, word_mask, False, SourceFeatures())
         else:
             z, w_word = att._fused(q, keys, values, word_mask, False), None
