@@ -37,7 +37,7 @@ from syntaxnmt.model.attention import MultiHeadAttention
 from syntaxnmt.model.dropout import Dropout, dropout
 from syntaxnmt.model.linear import Linear, linear
 from syntaxnmt.model.outputs import ContextAttention
-from syntaxnmt.model.packing import on_rows, packed_rows
+from syntaxnmt.model.packing import on_rows, packed_rows, scatter_rows
 
 
 def _composed(outer: nn.Module, inner: nn.Module) -> tuple[Tensor, Tensor | None]:
@@ -47,6 +47,42 @@ def _composed(outer: nn.Module, inner: nn.Module) -> tuple[Tensor, Tensor | None
     if outer.bias is not None:
         bias = outer.bias if bias is None else bias + outer.bias
     return weight, bias
+
+
+def gather_context(kv: dict[str, Tensor], rows: Tensor | None = None) -> dict[str, Tensor]:
+    """The word-level keys and values (B, k, H, L, d) of the sentences ``rows`` (None: all) from
+    a cache of :meth:`HierarchicalContext.gathered_context` (the projections of the N context
+    rows, contiguous, and ``index`` (B, k)): one copy of whole rows, composed with the selection.
+    A cache of gathered keys and values (B, k, H, L, d) is selected as it is."""
+    if "index" not in kv:
+        return kv if rows is None else {n: x.index_select(0, rows) for n, x in kv.items()}
+    index = kv["index"] if rows is None else kv["index"].index_select(0, rows)
+    flat = index.reshape(-1)
+    return {n: kv[f"rows_{n}"].index_select(0, flat).view(*index.shape, *kv[f"rows_{n}"].shape[1:]) for n in ("k", "v")}
+
+
+def beam_blocks(groups: Tensor) -> tuple[Tensor, int] | None:
+    """(heads (G,), r) when the rows of ``groups`` (N,) come in G blocks of r consecutive rows that
+    each read one context row (rows i*r .. i*r+r-1 read ``heads[i]``: the hypotheses of a sentence
+    in beam search), else None."""
+    n = groups.numel()
+    if n == 0:
+        return None
+    g = int(groups[1:].ne(groups[:-1]).sum()) + 1
+    if n % g:
+        return None
+    blocks = groups.view(g, n // g)
+    return (blocks[:, 0], n // g) if bool(blocks.eq(blocks[:, :1]).all()) else None
+
+
+def _selected(kv: dict[str, Tensor], heads: Tensor) -> dict[str, Tensor]:
+    """The keys and values (G, k, H, Sc, d) of the context rows ``heads`` of a cache ``kv``,
+    remembered in it until the rows change (beam search drops finished sentences now and then)."""
+    if heads.numel() == kv["k"].size(0) and torch.equal(heads, torch.arange(heads.numel(), device=heads.device)):
+        return kv
+    if "heads" not in kv or not torch.equal(kv["heads"], heads):
+        kv["heads"], kv["selected"] = heads, {n: kv[n].index_select(0, heads) for n in ("k", "v")}
+    return kv["selected"]
 
 
 class HierarchicalContext(nn.Module):
@@ -61,17 +97,20 @@ class HierarchicalContext(nn.Module):
         self.norm = nn.LayerNorm(d_model)
 
     def gathered_context(self, states: Tensor, pad: Tensor, rows: Tensor, granule: int = 0) -> tuple[dict[str, Tensor], Tensor]:
-        """The word-level keys and values (a ``cache`` for :meth:`forward`, (B, k, H, L, d) each)
-        and the padding (B, k, L) of the previous sentences ``rows`` (B, k; -1: missing) among
-        ``states`` (N, L, D) with padding ``pad`` (N, L): every row's projected once, however
-        many sentences read it (the same keys and values as projecting the gathered states); with
-        ``granule`` (CPU training) only the real positions (padding gets zeros, masked)."""
+        """The word-level keys and values (a ``cache`` for :meth:`forward`) and the padding (B, k, L)
+        of the previous sentences ``rows`` (B, k; -1: missing) among ``states`` (N, L, D) with
+        padding ``pad`` (N, L): every row's projected once, however many sentences read it (the
+        same keys and values as projecting the gathered states); with ``granule`` (CPU training)
+        only the real positions (padding gets zeros, masked). The cache holds the projections of
+        the N rows, (N, H, L, d) each, contiguous, and ``index`` (B, k): :meth:`forward` gathers
+        them once, for the sentences with a context only (:func:`gather_context`)."""
         keys, values = self.word.project_kv(states, packed_rows(pad, granule) if granule else None)
         missing = rows.lt(0)
         index = rows.clamp_min(0)  # a missing sentence: any finite row (all padding, no weight)
-        return {"k": keys[index], "v": values[index]}, pad[index] | missing[..., None]
+        ctx_pad = pad.index_select(0, index.reshape(-1)).view(*index.shape, pad.size(1)) | missing[..., None]
+        return {"rows_k": keys.contiguous(), "rows_v": values.contiguous(), "index": index}, ctx_pad
 
-    def forward(self, h: Tensor, ctx: Tensor | None, ctx_pad: Tensor, need_weights: bool = False, cache: dict[str, Tensor] | None = None, pad: Tensor | None = None, granule: int = 0) -> tuple[Tensor, ContextAttention | None]:
+    def forward(self, h: Tensor, ctx: Tensor | None, ctx_pad: Tensor, need_weights: bool = False, cache: dict[str, Tensor] | None = None, pad: Tensor | None = None, granule: int = 0, groups: Tensor | None = None) -> tuple[Tensor, ContextAttention | None]:
         """``h`` (B, S, D) current states; ``ctx`` (B, k, Sc, D) encoder (or decoder) states of the
         previous sentences (nearest first) with ``ctx_pad`` (B, k, Sc) True at padding and in missing sentences.
 
@@ -82,53 +121,105 @@ class HierarchicalContext(nn.Module):
         depend on the query), as cross-attention caches those of the encoder output; given
         (:meth:`gathered_context`), ``ctx`` may be None. ``pad`` (B, S), True at padding of ``h``,
         with ``granule`` (CPU training, :mod:`syntaxnmt.model.packing`): the per-token products
-        compute the real positions only (padding keeps h, which nobody reads)."""
+        compute the real positions only (padding keeps h, which nobody reads). ``groups`` (B,):
+        the row of ``ctx``, ``ctx_pad`` and ``cache`` that each row of ``h`` reads (beam search:
+        every hypothesis of a sentence reads its sentence's context); the keys and values are then
+        those of the context rows, projected once per sentence, not per hypothesis, and one query
+        per row reads them as a block of queries per sentence (:func:`beam_blocks`)."""
         b, s, d = h.shape
         k, sc = ctx_pad.shape[1], ctx_pad.shape[2]
-        if cache is not None and "k" in cache:
+        if not need_weights and not bool(ctx_pad.logical_not().any()):
+            return h, None  # no sentence has a context (a wave of documents' first sentences): h as it is
+        if cache is not None and ("k" in cache or "index" in cache):
             kv = cache
         else:
-            keys, values = self.word.project_kv(ctx.reshape(b * k, sc, d))
-            kv = {"k": keys.contiguous().view(b, k, *keys.shape[1:]), "v": values.contiguous().view(b, k, *values.shape[1:])}
+            n = ctx.size(0)
+            keys, values = self.word.project_kv(ctx.reshape(n * k, sc, d))
+            kv = {"k": keys.contiguous().view(n, k, *keys.shape[1:]), "v": values.contiguous().view(n, k, *values.shape[1:])}
             if cache is not None:
                 cache.update(kv)
+        if groups is not None:
+            blocks = beam_blocks(groups) if s == 1 and not need_weights else None
+            if blocks is not None:
+                return self._read(h, ctx_pad.index_select(0, groups), None, False, grouped=(*blocks, _selected(kv, blocks[0]), ctx_pad))
+            kv, ctx_pad = {n: gather_context(kv)[n].index_select(0, groups) for n in ("k", "v")}, ctx_pad.index_select(0, groups)
         has_context = ~ctx_pad.all(-1).all(-1)  # (B,)
-        if s > 1 and not need_weights and not bool(has_context.all()):
+        if s > 1 and not need_weights:
             # a whole sentence (training, forced passes): only the rows with a context compute, the others keep h
             rows = has_context.nonzero().squeeze(1)
             if not len(rows):
                 return h, None
             tokens = None if pad is None or not granule else packed_rows(pad.index_select(0, rows), granule)
-            out = self._read(h.index_select(0, rows), ctx_pad.index_select(0, rows), {n: x.index_select(0, rows) for n, x in kv.items()}, False, tokens)[0]
-            return h.index_copy(0, rows, out), None
+            return self._read(h, ctx_pad.index_select(0, rows), gather_context(kv, rows), False, tokens, rows=rows)
         tokens = None if pad is None or not granule or need_weights or s == 1 else packed_rows(pad, granule)
-        return self._read(h, ctx_pad, kv, need_weights, tokens)
+        return self._read(h, ctx_pad, gather_context(kv), need_weights, tokens)
 
-    def _read(self, h: Tensor, ctx_pad: Tensor, kv: dict[str, Tensor], need_weights: bool, tokens: Tensor | None = None) -> tuple[Tensor, ContextAttention | None]:
+    def _read(self, h: Tensor, ctx_pad: Tensor, kv: dict[str, Tensor] | None, need_weights: bool, tokens: Tensor | None = None, grouped: tuple | None = None, rows: Tensor | None = None) -> tuple[Tensor, ContextAttention | None]:
         """Eq. 1-5 for states ``h`` (B, S, D) given the word-level keys and values ``kv`` (B, k, H,
         Sc, d); with ``tokens`` (flat indices of positions of ``h``, :func:`packed_rows`) the
-        per-token products compute those positions only and the others keep h."""
+        per-token products compute those positions only and the others keep h. ``grouped`` (one
+        query per row, rows in blocks: :meth:`forward` with ``groups``): (heads (G,), r, the keys
+        and values (G, k, H, Sc, d) of block i's context row ``heads[i]``, the padding of all context
+        rows); ``kv`` is then None and ``ctx_pad`` the padding each row reads. ``rows`` (B',
+        sentences that all have a context): ``ctx_pad``, ``kv`` and ``tokens`` are those of these
+        rows of ``h``, read and written in place (no copy of the selected rows, the others keep h)."""
         if tokens is not None and need_weights:
             raise ValueError("HAN's weights are computed at every position (tokens=None)")
-        b, s, d = h.shape
+        s, d = h.shape[1:]
+        b = h.size(0) if rows is None else rows.numel()
         k, sc = ctx_pad.shape[1], ctx_pad.shape[2]
         present = ~ctx_pad.all(-1)  # (B, k): the sentence exists
         # Word level: every token attends over each context sentence separately (its query projected once).
+        att = self.word
+        into = None  # (flat positions of h) where the per-token results go, for rows
+        if rows is not None:
+            into = (rows[:, None] * s + torch.arange(s, device=h.device)).reshape(-1)
+            into = into if tokens is None else into.index_select(0, tokens)
+            h_t = h.reshape(-1, d).index_select(0, into)
+            q = att._split(scatter_rows(att.q_proj(h_t), tokens, h.new_empty(b, s, 1)))  # (B', H, S, d)
+            z, _ = self._word_level(q, ctx_pad, kv, present, b, s, k, sc, False)
+            return self._sentence_level(h, z, present, b, s, k, sc, tokens, False, None, h_t, into)
+        q = att._split(on_rows(att.q_proj, h, tokens))  # (B, H, S, d)
+        if grouped is not None:  # one query per row; block i's r rows read context row heads[i] together
+            heads, r, kv, all_pad = grouped
+            g, hd = heads.numel(), att.heads
+            word_mask = all_pad.index_select(0, heads).reshape(g * k, sc).clone()
+            word_mask[word_mask.all(-1), 0] = False  # a missing sentence: any finite row (masked below)
+            q = q.reshape(g, r, hd, -1).transpose(1, 2).unsqueeze(1).expand(g, k, hd, r, q.size(-1)).reshape(g * k, hd, r, -1)
+            z, w_word = att._explicit(q, kv["k"].flatten(0, 1), kv["v"].flatten(0, 1), word_mask, False, SourceFeatures())
+            z = z.view(g, k, hd, r, -1).permute(0, 3, 1, 2, 4).reshape(b * s, k, d)  # per row and sentence, before out_proj
+            return self._sentence_level(h, z, present, b, s, k, sc, tokens, need_weights, w_word)
+        z, w_word = self._word_level(q, ctx_pad, kv, present, b, s, k, sc, need_weights)
+        return self._sentence_level(h, z, present, b, s, k, sc, tokens, need_weights, w_word)
+
+    def _word_level(self, q: Tensor, ctx_pad: Tensor, kv: dict[str, Tensor], present: Tensor, b: int, s: int, k: int, sc: int, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """Eq. 1-2 for queries ``q`` (B, H, S, d): the word level's output (B*S, k, D) before its output map, and its weights on request."""
+        att, d = self.word, q.size(1) * q.size(3)
         word_mask = ctx_pad.reshape(b * k, sc).clone()
         word_mask[~present.reshape(-1), 0] = False  # a missing sentence: any finite row (masked below)
-        att = self.word
-        q = att._split(on_rows(att.q_proj, h, tokens))  # (B, H, S, d)
         q = q.unsqueeze(1).expand(b, k, *q.shape[1:]).reshape(b * k, *q.shape[1:])
         keys, values = kv["k"].flatten(0, 1), kv["v"].flatten(0, 1)
-        if need_weights or (s == 1 and q.device.type == "cpu"):  # as MultiHeadAttention chooses
+        # explicit products as MultiHeadAttention chooses (weights asked for, one query on CPU), and
+        # in CPU training with dropout: the fused kernel then falls back to its reference path, whose
+        # full-mask checks and bernoulli_ mask cost more than the products (the explicit path draws
+        # the mask as every dropout of the model does, syntaxnmt.model.dropout)
+        if need_weights or (q.device.type == "cpu" and (s == 1 or (self.training and att.dropout > 0))):
             z, w_word = att._explicit(q, keys, values, word_mask, False, SourceFeatures())
         else:
             z, w_word = att._fused(q, keys, values, word_mask, False), None
-        z = z.transpose(1, 2).reshape(b, k, s, d).transpose(1, 2).reshape(b * s, k, d)  # per token and sentence, before out_proj
+        return z.transpose(1, 2).reshape(b, k, s, d).transpose(1, 2).reshape(b * s, k, d), w_word  # per token and sentence
+
+    def _sentence_level(self, h: Tensor, z: Tensor, present: Tensor, b: int, s: int, k: int, sc: int, tokens: Tensor | None, need_weights: bool, w_word: Tensor | None, h_t: Tensor | None = None, into: Tensor | None = None) -> tuple[Tensor, ContextAttention | None]:
+        """Eq. 3-5 of :meth:`_read` from the word level's output ``z`` (B*S, k, D) before its output
+        map; with ``into`` (:meth:`_read` with ``rows``) the states ``h_t`` of the tokens are given
+        and the results written at the flat positions ``into`` of ``h``."""
+        d = h.size(-1)
         present_t = present.unsqueeze(1).expand(b, s, k).reshape(b * s, k)
-        h_t = h.reshape(b * s, d)
+        if into is None:
+            h_t = h.reshape(b * s, d)
         if tokens is not None:  # from here on every product is per token
-            z, present_t, h_t = z.index_select(0, tokens), present_t.index_select(0, tokens), h_t.index_select(0, tokens)
+            z, present_t = z.index_select(0, tokens), present_t.index_select(0, tokens)
+            h_t = h_t if into is not None else h_t.index_select(0, tokens)
         # Sentence level: every token attends over the k summaries s = W_o z + b_o, whose keys and
         # values W (W_o z + b_o) + b are computed with the two maps composed (one product, not two).
         sent = self.sentence
@@ -143,6 +234,8 @@ class HierarchicalContext(nn.Module):
         d_t = self.ffn(sent.out_proj(context.reshape(-1, d)))
         gate = self.gate_values(h_t, d_t)
         out = self.norm((1 - gate) * h_t + gate * d_t)
+        if into is not None:  # every row read has a context
+            return h.reshape(-1, d).index_copy(0, into, out).view(h.shape), None
         if tokens is not None:
             out = h.reshape(b * s, d).index_copy(0, tokens, out)
         out, gate = out.view(b, s, d), gate.view(b, -1, d) if tokens is None else gate

@@ -35,10 +35,16 @@ class EncoderOutput:
     target_context: tuple[Tensor, Tensor] | None = None  # target-side HAN: decoder states (B, k, Tc, D) of the previous target sentences and their padding (B, k, Tc)
     context_attention: ContextAttention | None = None  # HAN's weights over the previous sentences, on request
     target_context_rows: Tensor | None = None  # target-side HAN on a batch of rows (B, k): the decoder pass gathers its own states of these rows
+    target_context_index: Tensor | None = None  # (B,): the row of ``target_context`` each row reads (None: its own)
 
     def index_select(self, index: Tensor) -> "EncoderOutput":
-        ctx = None if self.target_context is None else tuple(t.index_select(0, index) for t in self.target_context)
-        return EncoderOutput(self.hidden.index_select(0, index), self.pad_mask.index_select(0, index), target_context=ctx)
+        """Rows ``index`` (beam search: each sentence's row once per hypothesis). The target-side
+        context is not copied: the rows read it through ``target_context_index``, so that the
+        target-side HAN projects it once per sentence (:class:`syntaxnmt.model.context.HierarchicalContext`)."""
+        ctx_index = None
+        if self.target_context is not None:
+            ctx_index = index if self.target_context_index is None else self.target_context_index.index_select(0, index)
+        return EncoderOutput(self.hidden.index_select(0, index), self.pad_mask.index_select(0, index), target_context=self.target_context, target_context_index=ctx_index)
 
 
 @dataclass

@@ -327,10 +327,11 @@ class Transformer(nn.Module):
         the attention over the previous target sentences, so position t reads nothing of the
         current sentence beyond its own state (incremental decoding gives the same result, with
         ``cache`` keeping the context's word-level keys and values); with ``need_weights`` also
-        its weights (:class:`ContextAttention`, S = T and Sc = Tc)."""
+        its weights (:class:`ContextAttention`, S = T and Sc = Tc). The rows of an encoder output
+        expanded over a beam read their sentence's context (``enc.target_context_index``)."""
         if self.han_target is None or enc.target_context is None:
             return states, None
-        return self.han_target(states, *enc.target_context, need_weights=need_weights, cache=cache)
+        return self.han_target(states, *enc.target_context, need_weights=need_weights, cache=cache, groups=enc.target_context_index)
 
     def decode(self, tgt_in: Tensor, enc: EncoderOutput, need_weights: bool = False, self_weights: bool = True) -> tuple[Tensor, list[Tensor], list[Tensor], Tensor | None, Tensor | None, ContextAttention | None]:
         """Final decoder states (B, T, D), normalized (and read by the target-side HAN of a
@@ -446,14 +447,15 @@ class Transformer(nn.Module):
     def reorder_state(self, state: DecoderState, index: Tensor, sources_kept: bool = False) -> DecoderState:
         """Keep (and duplicate) hypotheses ``index`` of the decoder state. With ``sources_kept``
         (rows move only among the beams of their own sentence), the encoder output and the
-        cross-attention keys/values (and the target-side HAN's, ``context``), the same for every
-        beam of a sentence, stay as they are. The self-attention caches are selected at the next
-        step's append (:func:`defer_reorder`)."""
+        cross-attention keys/values, the same for every beam of a sentence, stay as they are. The
+        target-side HAN's keys and values (``context``) are those of the context rows, which the
+        hypotheses read through the encoder output's ``target_context_index``: never moved. The
+        self-attention caches are selected at the next step's append (:func:`defer_reorder`)."""
         for cache in state.caches:
             for name, sub in cache.items():
                 if name == "self":
                     defer_reorder(sub, index)
-                elif not (sources_kept and name in ("cross", "context")):
+                elif name != "context" and not (sources_kept and name == "cross"):
                     reorder_cache(sub, index)
         if not sources_kept:
             state.encoder = state.encoder.index_select(index)

@@ -288,6 +288,7 @@ class ServedModel:
             "parser": self.parser_name,
             "beam": self.cfg.decode.beam_size,
             "alignment": configured_reading(self.cfg).label,
+            "context": None if m.context.kind == "none" else {"kind": m.context.kind, "side": m.context.side, "sentences": m.context.sentences},
         }
 
 

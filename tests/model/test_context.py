@@ -56,6 +56,38 @@ def test_padding_and_missing_sentences_get_no_weight():
     torch.testing.assert_close(block(h, changed, pad)[0], out)
 
 
+def test_a_batch_of_rows_in_training_reads_in_place_what_every_position_computes():
+    """CPU training's path -- each context row's keys and values projected once and gathered for
+    the sentences with a context only, their real positions read from and written into h in
+    place -- gives, at every real position, what the plain computation over every position and
+    sentence gives (the same values, bit for bit), and its gradients; other positions keep h."""
+    from syntaxnmt.model.context import gather_context
+
+    torch.manual_seed(0)
+    block = HierarchicalContext(D, 4, 32, dropout=0.0).train()
+    g = torch.Generator().manual_seed(3)
+    states = torch.randn(5, 6, D, generator=g)
+    pad = torch.arange(6)[None, :] >= torch.tensor([6, 3, 5, 2, 4])[:, None]
+    rows = torch.tensor([[-1, -1], [0, -1], [1, 0], [-1, -1], [3, 2]])  # rows 0 and 3 start their documents
+
+    def run(fast: bool):
+        h = states.clone().requires_grad_(True)
+        block.zero_grad()
+        cache, ctx_pad = block.gathered_context(h, pad, rows, granule=4 if fast else 0)
+        out = block(h, None, ctx_pad, cache=cache, pad=pad, granule=4)[0] if fast else block._read(h, ctx_pad, gather_context(cache), False)[0]
+        out.masked_fill(pad[..., None], 0.0).square().sum().backward()
+        return out, h.grad, {n: p.grad.clone() for n, p in block.named_parameters()}
+
+    (fast, fast_h, fast_p), (plain, plain_h, plain_p) = run(True), run(False)
+    real = ~pad
+    torch.testing.assert_close(fast[real], plain[real], rtol=0, atol=1e-6)
+    torch.testing.assert_close(fast[[0, 3]], states[[0, 3]], rtol=0, atol=0)  # no context: h as it is
+    assert not torch.allclose(fast[1][real[1]], states[1][real[1]])
+    torch.testing.assert_close(fast_h, plain_h, rtol=1e-5, atol=1e-5)
+    for name in plain_p:
+        torch.testing.assert_close(fast_p[name], plain_p[name], rtol=1e-5, atol=1e-5)
+
+
 def test_the_gate_is_a_fraction_and_closing_it_keeps_the_normalized_states():
     block = _block()
     h, ctx, pad = _inputs()
@@ -310,6 +342,34 @@ def test_the_target_side_block_is_causal_and_incremental_decoding_gives_the_forc
     gold = stepped.gather(-1, batch.tgt_out[:3, None, :, None].expand(3, beam, -1, 1)).squeeze(-1)
     gold = gold.masked_fill(batch.tgt_out[:3].eq(0)[:, None], 0.0)
     torch.testing.assert_close(gold, forced[:, None].expand_as(gold), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("index", [[0, 0, 0, 1, 1, 1, 2, 2, 2], [1, 1, 0, 0], [0, 0, 1, 2, 2, 2], [2, 2, 2]], ids=["beams", "sentences-dropped", "not-blocks", "no-context"])
+def test_beam_rows_read_their_sentences_target_context_as_copied_rows_do(index):
+    """Incremental decoding of an encoder output expanded over hypotheses (``index_select``): the
+    rows read their sentence's target-side context through ``target_context_index`` -- blocks of
+    rows of one sentence as one block of queries, other layouts gathered, a wave without context
+    skipped -- and get what the reference gets, every row with its own copy of the context."""
+    from dataclasses import replace
+
+    from syntaxnmt.model.context import beam_blocks
+
+    model = _context_model("both")
+    batch = _doc_batch()
+    index = torch.tensor(index)
+    with torch.no_grad():
+        enc = _with_computed_target_context(model, batch)
+        grouped = enc.index_select(index)
+        assert grouped.target_context is enc.target_context and grouped.target_context_index.tolist() == index.tolist()
+        copied = replace(grouped, target_context=tuple(t.index_select(0, index) for t in enc.target_context), target_context_index=None)
+        states = [model.init_state(grouped), model.init_state(copied)]
+        for t in range(3):
+            tokens = batch.tgt_in[index, t]
+            (fast, states[0]), (reference, states[1]) = (model.step(tokens, state) for state in states)
+            torch.testing.assert_close(fast, reference, rtol=0, atol=1e-6)
+    assert beam_blocks(torch.tensor([0, 0, 0, 1, 1, 1])) is not None and beam_blocks(torch.tensor([0, 0, 1, 2, 2, 2])) is None
+    heads, r = beam_blocks(torch.tensor([4, 4, 2, 2]))
+    assert heads.tolist() == [4, 2] and r == 2
 
 
 def _with_computed_target_context(model, batch):

@@ -50,11 +50,24 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def server(trained_run):
     """A real uvicorn server on a free port of 127.0.0.1, in a thread; yields its URL."""
+    yield from serving(Path(trained_run.work_dir) / "best.pt", "auto")
+
+
+@pytest.fixture(scope="module")
+def han_server(corpus, tmp_path_factory):
+    """The server of a tiny HAN model on both sides (it reads its own translations of the previous lines)."""
+    from test_serve_documents import _train_han  # deferred: FastAPI (that module imports its TestClient)
+
+    yield from serving(_train_han(corpus, tmp_path_factory, "both"), "none")
+
+
+def serving(checkpoint, parser: str):
+    """Run a uvicorn server of ``checkpoint`` on a free port in a thread; yield its URL, then stop it."""
     import uvicorn
 
     from syntaxnmt.serving.server import create_app
 
-    app = create_app(Path(trained_run.work_dir) / "best.pt", device="cpu", parser="auto")
+    app = create_app(checkpoint, device="cpu", parser=parser)
     port = free_port()
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=srv.run, daemon=True)
@@ -233,6 +246,50 @@ def test_keep_markup_and_show_alignments(server, browser, corpus):
     ActionChains(browser).move_to_element(browser.find_elements(By.CSS_SELECTOR, "#alignment-source .aw")[i]).perform()
     lit = [k for k, w in enumerate(browser.find_elements(By.CSS_SELECTOR, "#alignment-target .aw")) if "linked" in w.get_attribute("class")]
     assert lit == sorted(j for s, j in pairs if s == i)
+    severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert severe == []
+
+
+def test_a_document_shows_every_translation_and_the_context_each_sentence_read(han_server, browser, corpus):
+    """"lines as a document" sends the lines as one document: every line's translation is listed,
+    and the chosen line's context -- the previous sentences, the model's own translations of them
+    (target-side HAN) and both sides' sentence-level weights -- is shown as the API returns it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    lines = [" ".join(s.split()[:8]) for s in corpus["test"]["src"].read_text(encoding="utf-8").splitlines()[:3]]
+    browser.get(han_server + "/")
+    WebDriverWait(browser, 30).until(lambda d: "context: han (both, 2 sentences)" in d.find_element(By.ID, "model-info").text)
+    browser.find_element(By.ID, "as-document").click()
+    assert not browser.find_element(By.ID, "markup").is_enabled()  # markup and alignments are per sentence
+    browser.find_element(By.ID, "source").send_keys("\n".join(lines))
+    browser.find_element(By.ID, "translate").click()
+    WebDriverWait(browser, 60).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#doc-translations li")) == 3)
+
+    api = httpx.post(f"{han_server}/translate", json={"documents": [lines], "attention": True}, timeout=60).json()
+    translations, records = api["translations"][0], api["attention"][0]
+    assert [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#doc-translations li")] == [t.strip() for t in translations]
+    assert browser.find_element(By.ID, "translation").text == translations[2].strip()
+
+    def shown_rows():
+        return [[td.text for td in tr.find_elements(By.TAG_NAME, "td")] for tr in browser.find_elements(By.CSS_SELECTOR, "#context-table tbody tr")]
+
+    # the last line (chosen by default) read the two lines before it, nearest first, and the model's translations of them
+    context = records[2]["context"]
+    assert context["sources"] == [lines[1], lines[0]] and context["targets"] == [translations[1], translations[0]]
+    source = np.asarray(context["han_sentence"]).mean(axis=(0, 1))  # (H, S, k) -> k
+    target = np.asarray(context["han_target_sentence"]).mean(axis=(0, 1))  # (H, T, k) -> k
+    assert target.sum() == pytest.approx(1.0, abs=1e-3)  # the weights of sentences that exist, each a distribution
+    expected = [[f"{j + 1} back", lines[1 - j], translations[1 - j].strip(), f"{source[j]:.3f}", f"{target[j]:.3f}"] for j in range(2)]
+    assert shown_rows() == expected
+    note = browser.find_element(By.ID, "context-note").text
+    assert f"target-side HAN gate λ (mean over the translation): {np.mean(context['han_target_gate']):.3f}" in note
+
+    # the first line read nothing; its tree and heatmap follow the choice
+    Select(browser.find_element(By.ID, "doc-sentence")).select_by_value("0")
+    WebDriverWait(browser, 10).until(lambda d: not shown_rows())
+    assert "the document's first sentence: no context" in browser.find_element(By.ID, "context-note").text
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#heatmap rect.cell")) > 0
     severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert severe == []
 

@@ -1,12 +1,16 @@
 // syntaxnmt's page: translate a sentence with POST /translate (attention: true), then draw the
 // source's dependency tree and a heatmap of one attention layer and head, as SVG; on request
 // keep the sentence's inline tags (markup: true) and list the word alignment (alignments: true).
+// "lines as a document" sends the lines as one document ({"documents": [lines]}) and shows, per
+// sentence, the context the model read: the previous sentences, its own translations of them
+// (a target-side HAN model's context) and HAN's sentence-level weights on each, both sides.
 // No libraries.
 "use strict";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 const $ = (id) => document.getElementById(id);
 let current = null; // the attention record of the last translation
+let documentRecords = null; // a document's attention records, one per line (null: an empty line)
 
 // ------------------------------------------------------------------ SVG helpers
 
@@ -270,21 +274,23 @@ async function translate(event) {
   event.preventDefault();
   const sentence = $("source").value.trim();
   if (!sentence) { showError("Type a sentence first."); return; }
+  const asDocument = $("as-document").checked;
   showError("");
   $("translate").disabled = true;
   $("status").textContent = "translating…";
+  const beam = Number($("beam").value) || undefined;
+  const request = asDocument
+    ? { documents: [sentence.split("\n").map((line) => line.trim())], beam, attention: true }
+    : { sentences: [sentence], beam, attention: true, markup: $("markup").checked, alignments: $("show-alignments").checked };
   try {
     const response = await fetch("/translate", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({
-        sentences: [sentence], beam: Number($("beam").value) || undefined, attention: true,
-        markup: $("markup").checked, alignments: $("show-alignments").checked,
-      }),
+      body: JSON.stringify(request),
     });
     const body = await response.json().catch(() => ({ error: `HTTP ${response.status}` }));
     if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
-    show(body);
+    if (asDocument) showDocument(body, request.documents[0]); else show(body);
   } catch (err) {
     showError(`Translation failed: ${err.message}`);
   } finally {
@@ -346,8 +352,81 @@ function show(body) {
   const score = body.scores[0];
   $("score").textContent = score === null ? "n/a" : score.toFixed(3);
   $("result").hidden = false;
+  $("doc-translations").hidden = true;
+  $("context-section").hidden = true;
+  documentRecords = null;
   showAlignment(body.alignments ? body.alignments[0] : null, body.alignment_words ? body.alignment_words[0] : null);
-  const att = body.attention ? body.attention[0] : null;
+  showRecord(body.attention ? body.attention[0] : null);
+}
+
+// ------------------------------------------------------------------ documents
+// The answer to {"documents": [lines]}: translations[0][i], scores[0][i], attention[0][i] per line;
+// a record's "context" (null for a sentence-level model) holds the previous sentences it read
+// (sources, nearest first), the translations of them a target-side HAN model read (targets: its
+// own), HAN's sentence-level weights (han_sentence (H, S, k), han_target_sentence (H, T, k)) and
+// gates (han_gate (S), han_target_gate (T)), and the concatenation models' context piece counts.
+
+function mean(values) {
+  return values.length ? values.reduce((a, b) => a + b, 0) / values.length : 0;
+}
+
+// The weight each of the k previous sentences gets, averaged over heads and positions: (H, S, k) -> k.
+function sentenceWeights(weights) {
+  if (!weights || !weights.length || !weights[0].length) return null;
+  const k = weights[0][0].length;
+  return [...Array(k).keys()].map((j) => mean(weights.flatMap((head) => head.map((row) => row[j]))));
+}
+
+function showDocument(body, lines) {
+  const translations = body.translations[0], scores = body.scores[0];
+  documentRecords = body.attention ? body.attention[0] : lines.map(() => null);
+  const last = lines.reduce((at, line, i) => (line ? i : at), 0);
+  $("translation").textContent = translations[last];
+  $("score").textContent = scores[last] === null ? "n/a" : scores[last].toFixed(3);
+  const list = $("doc-translations");
+  list.innerHTML = "";
+  translations.forEach((t) => {
+    const li = document.createElement("li");
+    li.textContent = t;
+    list.appendChild(li);
+  });
+  list.hidden = false;
+  $("result").hidden = false;
+  showAlignment(null, null);
+  fillSelect($("doc-sentence"), lines.map((line, i) => [String(i), `${i + 1}: ${line}`]).filter(([i]) => lines[Number(i)]), false);
+  $("doc-sentence").value = String(last);
+  showDocumentSentence();
+}
+
+function showDocumentSentence() {
+  const rec = documentRecords ? documentRecords[Number($("doc-sentence").value)] : null;
+  showRecord(rec);
+  const ctx = rec ? rec.context : null;
+  $("context-section").hidden = !documentRecords;
+  const rows = $("context-table").tBodies[0];
+  rows.innerHTML = "";
+  if (!ctx) {
+    $("context-note").textContent = "a sentence-level model: no context read";
+    return;
+  }
+  const source = sentenceWeights(ctx.han_sentence), target = sentenceWeights(ctx.han_target_sentence);
+  const fmt = (w, j) => (w && j < w.length ? w[j].toFixed(3) : "–");
+  ctx.sources.forEach((s, j) => {
+    const tr = rows.insertRow();
+    [`${j + 1} back`, s, ctx.targets ? ctx.targets[j] : "–", fmt(source, j), fmt(target, j)].forEach((text) => {
+      tr.insertCell().textContent = text;
+    });
+  });
+  const notes = [];
+  if (!ctx.sources.length) notes.push("the document's first sentence: no context");
+  if (ctx.han_gate) notes.push(`source-side HAN gate λ (mean over the sentence): ${mean(ctx.han_gate).toFixed(3)}`);
+  if (ctx.han_target_gate) notes.push(`target-side HAN gate λ (mean over the translation): ${mean(ctx.han_target_gate).toFixed(3)}`);
+  if (ctx.source_pieces) notes.push(`${ctx.source_pieces} source pieces of context before the sentence`);
+  if (ctx.target_pieces) notes.push(`${ctx.target_pieces} target pieces of context written before the translation`);
+  $("context-note").textContent = notes.join(" · ");
+}
+
+function showRecord(att) {
   current = att;
   const parse = att ? att.parse : null;
   $("tree-section").hidden = !parse;
@@ -366,10 +445,12 @@ async function loadInfo() {
     $("model-info").textContent =
       `${info.checkpoint} · ${info.arch}, ${info.encoder_layers}+${info.decoder_layers} layers, ${info.heads} heads` +
       (info.syntax_features.length ? ` · syntax: ${info.syntax_features.join(", ")}` : "") + ` · ${parser} · ${info.device}` +
-      (info.alignment ? ` · alignment: ${info.alignment}` : "");
+      (info.alignment ? ` · alignment: ${info.alignment}` : "") +
+      (info.context ? ` · context: ${info.context.kind} (${info.context.side}, ${info.context.sentences} sentences)` : "");
     $("beam").value = info.beam;
     $("beam").max = info.limits.max_beam;
-    $("source").maxLength = info.limits.max_chars;
+    $("source").dataset.maxChars = String(info.limits.max_chars);
+    if (!$("as-document").checked) $("source").maxLength = info.limits.max_chars;
   } catch (err) {
     $("model-info").textContent = `cannot reach the server: ${err.message}`;
   }
@@ -383,4 +464,12 @@ $("kind").addEventListener("change", updateLayerHead);
 $("layer").addEventListener("change", () => { $("layer").dataset.touched = "1"; redraw(); });
 $("head").addEventListener("change", redraw);
 $("units").addEventListener("change", redraw);
+$("doc-sentence").addEventListener("change", showDocumentSentence);
+$("as-document").addEventListener("change", () => {
+  const doc = $("as-document").checked; // markup and alignments are for single sentences
+  for (const id of ["markup", "show-alignments"]) { $(id).disabled = doc; if (doc) $(id).checked = false; }
+  $("source").rows = doc ? 6 : 2;
+  if (doc) $("source").removeAttribute("maxlength"); // the server's limit is per sentence
+  else if ($("source").dataset.maxChars) $("source").maxLength = Number($("source").dataset.maxChars);
+});
 loadInfo();
