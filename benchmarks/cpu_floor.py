@@ -36,13 +36,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from syntaxnmt.data.batches import TokenBatchSampler, round_up  # noqa: E402
 from syntaxnmt.config import load_config  # noqa: E402
+from syntaxnmt.data.batches import TokenBatchSampler, round_up  # noqa: E402
+from syntaxnmt.model import linear as linear_module  # noqa: E402
 from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after  # noqa: E402
 from syntaxnmt.textio import atomic_write_text  # noqa: E402
 from syntaxnmt.training.distributed import World  # noqa: E402
 from syntaxnmt.training.loop import seed_everything  # noqa: E402
-from syntaxnmt.model import linear as linear_module  # noqa: E402
 from syntaxnmt.training.train import SingleModel  # noqa: E402
 
 Product = tuple[tuple, tuple, tuple, tuple, bool]  # x shape, x stride, w shape, w stride, has bias

@@ -33,13 +33,13 @@ from pathlib import Path
 
 import torch
 
-from syntaxnmt.data.batches import TokenBatchSampler
 from syntaxnmt.config import load_config
+from syntaxnmt.data.batches import TokenBatchSampler
+from syntaxnmt.model import linear as fast_linear
 from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after
 from syntaxnmt.textio import atomic_write_text
 from syntaxnmt.training.distributed import World
 from syntaxnmt.training.loop import seed_everything
-from syntaxnmt.model import linear as fast_linear
 from syntaxnmt.training.train import SingleModel
 
 

@@ -39,12 +39,12 @@ from pathlib import Path
 
 import torch
 
-from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after
 from syntaxnmt.decoding.ct2_engine import CT2Engine
 from syntaxnmt.decoding.ct2_export import export_ct2
-from syntaxnmt.metrics import score
-from syntaxnmt.textio import atomic_write_text, read_lines
 from syntaxnmt.decoding.translate import encode_source_lines, load_model, translate_ids
+from syntaxnmt.metrics import score
+from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after
+from syntaxnmt.textio import atomic_write_text, read_lines
 
 
 def engines(checkpoint: Path, tmp: Path, threads: int):

@@ -49,10 +49,10 @@ from syntaxnmt.textio import atomic_write_text
 def default_checkpoint(directory: Path, minutes: float, threads: int) -> Path:
     """The demo model of ``directory`` (trained for ``minutes`` the first time, validated every
     100 updates; ``last.pt`` if no validation has run)."""
-    from syntaxnmt.runtime import keep_freed_memory
-    from syntaxnmt.experiments.demo import demo_config
     from syntaxnmt.data.prepare import prepare
     from syntaxnmt.data.synthetic import write_corpus
+    from syntaxnmt.experiments.demo import demo_config
+    from syntaxnmt.runtime import keep_freed_memory
     from syntaxnmt.training.train import train
 
     keep_freed_memory()  # as the syntaxnmt command does

@@ -222,10 +222,9 @@ decode:
 
 def prepare_data(work: Path, data_dir: Path) -> dict:
     """syntaxnmt's prepared corpus, then the same pairs as piece files and vocabularies for the peers."""
-    from syntaxnmt.data.batches import Split
     from syntaxnmt.config import load_config
-    from syntaxnmt.data.prepare import prepare
-    from syntaxnmt.data.prepare import load_tokenizers
+    from syntaxnmt.data.batches import Split
+    from syntaxnmt.data.prepare import load_tokenizers, prepare
     from syntaxnmt.textio import read_lines
 
     cfg_path = work / "syntaxnmt.yaml"

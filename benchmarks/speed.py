@@ -35,18 +35,17 @@ import numpy as np
 import torch
 
 from syntaxnmt.config import load_config
-from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after
+from syntaxnmt.data.batches import TokenBatchSampler
+from syntaxnmt.data.prepare import feature_vocab_sizes, load_tokenizers
+from syntaxnmt.decoding.translate import decoding_step, load_model, translate_ids
+from syntaxnmt.errors import UserError
 from syntaxnmt.model import build_model
 from syntaxnmt.model.kernels import prepare as prepare_cpu_kernels
-from syntaxnmt.data.prepare import feature_vocab_sizes, load_tokenizers
-from syntaxnmt.data.batches import TokenBatchSampler
+from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, resolve_device, with_load_after
 from syntaxnmt.textio import atomic_write_text, read_lines
-from syntaxnmt.training.loop import seed_everything
 from syntaxnmt.training.distributed import World
-from syntaxnmt.errors import UserError
+from syntaxnmt.training.loop import seed_everything
 from syntaxnmt.training.train import SingleModel
-from syntaxnmt.decoding.translate import decoding_step, load_model, translate_ids
-from syntaxnmt.runtime import resolve_device
 
 
 def measure_training(cfg, device, updates: int, warmup: int) -> float:

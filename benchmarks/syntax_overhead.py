@@ -30,17 +30,16 @@ from pathlib import Path
 
 import torch
 
-from syntaxnmt.data.batches import TokenBatchSampler
 from syntaxnmt.config import load_config
-from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after
-from syntaxnmt.textio import atomic_write_text
-from syntaxnmt.training.optim import build_optimizer
+from syntaxnmt.data.batches import TokenBatchSampler
 from syntaxnmt.data.prepare import load_split, load_tokenizers
-from syntaxnmt.training.loop import seed_everything
-from syntaxnmt.training.step import update
-from syntaxnmt.training.step import training_objectives
 from syntaxnmt.decoding.translate import translate_ids
 from syntaxnmt.model import build_model
+from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after
+from syntaxnmt.textio import atomic_write_text
+from syntaxnmt.training.loop import seed_everything
+from syntaxnmt.training.optim import build_optimizer
+from syntaxnmt.training.step import training_objectives, update
 
 DEFAULT = [
     "recipes/multi30k/syntax/base.yaml",

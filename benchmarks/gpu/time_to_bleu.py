@@ -22,17 +22,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from syntaxnmt.data.batches import TokenBatchSampler
 from syntaxnmt.config import load_config
-from syntaxnmt.training.distributed import World
-from syntaxnmt.errors import UserError
-from syntaxnmt.training.loop import seed_everything
-from syntaxnmt.metrics import corpus_bleu
+from syntaxnmt.data.batches import TokenBatchSampler
 from syntaxnmt.data.prepare import is_prepared, prepare
-from syntaxnmt.textio import atomic_write_text, read_lines
-from syntaxnmt.training.train import SingleModel
 from syntaxnmt.decoding.translate import translate_ids
+from syntaxnmt.errors import UserError
+from syntaxnmt.metrics import corpus_bleu
 from syntaxnmt.runtime import machine_info, machine_summary, resolve_device, with_load_after
+from syntaxnmt.textio import atomic_write_text, read_lines
+from syntaxnmt.training.distributed import World
+from syntaxnmt.training.loop import seed_everything
+from syntaxnmt.training.train import SingleModel
 
 
 def test_bleu(task: SingleModel, sources: list[np.ndarray], refs: list[str]) -> float:

@@ -37,15 +37,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ for speed.py
 import speed  # noqa: E402
 
-from syntaxnmt.data.batches import TokenBatchSampler  # noqa: E402
 from syntaxnmt.config import load_config  # noqa: E402
-from syntaxnmt.runtime import configure_threads, describe_threads, keep_freed_memory, machine_info  # noqa: E402
-from syntaxnmt.model import build_model  # noqa: E402
+from syntaxnmt.data.batches import TokenBatchSampler  # noqa: E402
 from syntaxnmt.data.prepare import feature_vocab_sizes, load_split, load_tokenizers  # noqa: E402
 from syntaxnmt.data.subwords import BOS, EOS, PAD  # noqa: E402
-from syntaxnmt.textio import read_lines  # noqa: E402
 from syntaxnmt.decoding.translate import translate_ids  # noqa: E402
-from syntaxnmt.runtime import resolve_device
+from syntaxnmt.model import build_model  # noqa: E402
+from syntaxnmt.runtime import configure_threads, describe_threads, keep_freed_memory, machine_info, resolve_device  # noqa: E402
+from syntaxnmt.textio import read_lines  # noqa: E402
 
 
 def n_params(cfg) -> int:
