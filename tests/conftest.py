@@ -7,7 +7,9 @@ one-layer Transformer with d_model 32, so a training run of a few dozen updates 
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -36,6 +38,24 @@ os.environ["SYNTAXNMT_CACHE_DIR"] = _KERNEL_CACHE.name
 # (monkeypatch.delenv): tests/model/test_kernels.py, the cpu_kernels tests of
 # tests/training/test_train.py and tests/test_cli.py.
 os.environ["SYNTAXNMT_CPU_KERNELS"] = "onednn"
+
+
+def load_script(path: Path, name: str | None = None, *, register: bool = False):
+    """A script outside the package (``benchmarks/*.py``, ``recipes/*/prepare.py``) loaded as a
+    module named ``name`` (default: its file name); its folder is on ``sys.path`` while it loads
+    (the benchmarks import ``_isa`` and each other). ``register`` leaves it in ``sys.modules``
+    (dataclasses look their module up there): the caller removes it."""
+    name = name or path.stem
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        if register:
+            sys.modules[name] = module
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
 
 
 def quiet(*_args, **_kwargs) -> None:

@@ -3,11 +3,11 @@ must, and a subset of its cases passes when run in-process through ``syntaxnmt.c
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 from syntaxnmt.cli import build_parser
 
@@ -22,14 +22,10 @@ SUBSET = [
 
 @pytest.fixture(scope="module")
 def audit():
-    spec = importlib.util.spec_from_file_location("audit_bad_inputs", ROOT / "benchmarks" / "audit_bad_inputs.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
     try:
-        spec.loader.exec_module(module)
-        yield module
+        yield load_script(ROOT / "benchmarks" / "audit_bad_inputs.py", register=True)  # its dataclasses look their module up
     finally:
-        sys.modules.pop(spec.name, None)
+        sys.modules.pop("audit_bad_inputs", None)
 
 
 @pytest.fixture(scope="module")

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 from syntaxnmt.runtime import THREAD_VARIABLES
 
@@ -15,14 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def bm():
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # busy_machine imports side_by_side
-    try:
-        spec = importlib.util.spec_from_file_location("busy_machine", ROOT / "benchmarks" / "busy_machine.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return module
+    return load_script(ROOT / "benchmarks" / "busy_machine.py")
 
 
 def test_every_setting_starts_from_an_environment_without_the_users_thread_variables(bm, monkeypatch):

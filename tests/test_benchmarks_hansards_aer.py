@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
-import importlib.util
 import json
 import os
 import random
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import load_script
 
 from syntaxnmt.checkpoint import load_checkpoint
 from syntaxnmt.errors import UserError
@@ -61,9 +61,7 @@ def data(tmp_path_factory) -> Path:
 @pytest.fixture
 def ha(data, monkeypatch):
     """The script as a module, reading the tiny data."""
-    spec = importlib.util.spec_from_file_location("hansards_aer", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(SCRIPT)
     monkeypatch.setattr(module, "DATA", data)
     monkeypatch.setattr(module, "POLL_SECONDS", 0.05)
     return module

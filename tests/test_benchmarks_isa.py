@@ -3,7 +3,6 @@ gets, the restart before torch loads, and a machine record that says the ISA was
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import load_script
 
 from syntaxnmt import runtime
 from syntaxnmt.model import kernels
@@ -29,14 +29,7 @@ HAS_AVX2 = NATIVE in ("AVX2", "AVX512")
 
 
 def load(name: str):
-    sys.path.insert(0, str(BENCHMARKS))  # the benchmarks import _isa and each other
-    try:
-        spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+    return load_script(BENCHMARKS / f"{name}.py")
 
 
 @pytest.fixture(scope="module")

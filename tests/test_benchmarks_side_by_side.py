@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def sbs():
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # side_by_side imports benchmarks/_isa.py
-    try:
-        spec = importlib.util.spec_from_file_location("side_by_side", ROOT / "benchmarks" / "side_by_side.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return module
+    return load_script(ROOT / "benchmarks" / "side_by_side.py")
 
 
 def run(toolkit: str, tok_s: float, date: str) -> dict:

@@ -1,13 +1,12 @@
 """The OSIS cleaning and chapter filtering of recipes/bible-en-es/prepare.py, on hand-made snippets
 modelled on the WEB and Reina-Valera SWORD modules (the recipe itself, which needs apt, is not run)."""
 
-import importlib.util
 from pathlib import Path
 
+from conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("bible_prepare", ROOT / "recipes" / "bible-en-es" / "prepare.py")
-bible = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bible)
+bible = load_script(ROOT / "recipes" / "bible-en-es" / "prepare.py", "bible_prepare")
 
 
 def test_strongs_tags_and_footnotes_leave_plain_text_with_word_boundaries():
