@@ -40,6 +40,15 @@ os.environ["SYNTAXNMT_CACHE_DIR"] = _KERNEL_CACHE.name
 os.environ["SYNTAXNMT_CPU_KERNELS"] = "onednn"
 
 
+@pytest.fixture(autouse=True)
+def close_figures():
+    """Close the matplotlib figures a test drew (the library closes what it saves; tests inspect
+    figures without saving them, and open figures pile up across the suite)."""
+    yield
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
+
+
 def load_script(path: Path, name: str | None = None, *, register: bool = False):
     """A script outside the package (``benchmarks/*.py``, ``recipes/*/prepare.py``) loaded as a
     module named ``name`` (default: its file name); its folder is on ``sys.path`` while it loads
