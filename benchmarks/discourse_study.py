@@ -155,10 +155,12 @@ def main() -> None:
         chosen.insert(0, "sentence")
     load0 = os.getloadavg()
     results: dict[str, list[dict]] = {s: [] for s in chosen}
+    trained = 0
     for seed in args.seeds:
         for system in chosen:
             cfg = config(work, corpus, system, seed, steps, args.quick)
             print(f"== {system}, seed {seed}", file=sys.stderr, flush=True)
+            trained += not (Path(cfg.work_dir) / "result.json").is_file()
             results[system].append(run_system(cfg, corpus, items, log=lambda *a, **k: None))
     text = table(results, items)
     load1 = os.getloadavg()
@@ -168,8 +170,8 @@ def main() -> None:
         f"the true context and the two controls (`other-document`, `none`). {steps} updates per system (HAN: fine-tuned from the sentence model "
         f"for {steps} more). BLEU: sacreBLEU on the test documents translated with `--docs`, beam 4. "
         f"Command: `python benchmarks/discourse_study.py --work {args.work} --seeds {' '.join(map(str, args.seeds))} --steps {args.steps}`; "
-        f"load average {load0[0]:.1f} before, {load1[0]:.1f} after, {os.cpu_count()} cores. "
-        f"ms/update and sent/s are wall-clock means over the seeds' runs as they ran ({conditions(results)}): "
+        + (f"load average {load0[0]:.1f} before, {load1[0]:.1f} after, {os.cpu_count()} cores. " if trained else f"every run from its `result.json` (trained earlier), {os.cpu_count()} cores. ")
+        + f"ms/update and sent/s are wall-clock means over the seeds' runs as they ran ({conditions(results)}): "
         "timings, not a cost comparison (docs/documents.md, Cost)."
     )
     print(caption + "\n\n" + text)
