@@ -28,6 +28,7 @@ gives what a full pass gives (:meth:`syntaxnmt.model.transformer.Transformer.rea
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 from torch import Tensor, nn
@@ -55,7 +56,7 @@ def gather_context(kv: dict[str, Tensor], rows: Tensor | None = None) -> dict[st
     rows, contiguous, and ``index`` (B, k)): one copy of whole rows, composed with the selection.
     A cache of gathered keys and values (B, k, H, L, d) is selected as it is."""
     if "index" not in kv:
-        return kv if rows is None else {n: x.index_select(0, rows) for n, x in kv.items()}
+        return kv if rows is None else {n: kv[n].index_select(0, rows) for n in ("k", "v")}
     index = kv["index"] if rows is None else kv["index"].index_select(0, rows)
     flat = index.reshape(-1)
     return {n: kv[f"rows_{n}"].index_select(0, flat).view(*index.shape, *kv[f"rows_{n}"].shape[1:]) for n in ("k", "v")}
@@ -73,6 +74,17 @@ def beam_blocks(groups: Tensor) -> tuple[Tensor, int] | None:
         return None
     blocks = groups.view(g, n // g)
     return (blocks[:, 0], n // g) if bool(blocks.eq(blocks[:, :1]).all()) else None
+
+
+def _memo(cache: dict | None, name: str, of: Tensor, compute: Callable[[], object]) -> object:
+    """``compute()``, remembered in a decoding ``cache`` for as long as it is asked about the same
+    tensor ``of`` (the context's padding and the beam's row groups stay the same tensors from step to
+    step until beam search drops sentences): the host syncs it needs run once, not at every step."""
+    if cache is None:
+        return compute()
+    if cache.get(f"{name}_of") is not of:
+        cache[f"{name}_of"], cache[name] = of, compute()
+    return cache[name]
 
 
 def _selected(kv: dict[str, Tensor], heads: Tensor) -> dict[str, Tensor]:
@@ -128,7 +140,7 @@ class HierarchicalContext(nn.Module):
         per row reads them as a block of queries per sentence (:func:`beam_blocks`)."""
         b, s, d = h.shape
         k, sc = ctx_pad.shape[1], ctx_pad.shape[2]
-        if not need_weights and not bool(ctx_pad.logical_not().any()):
+        if not need_weights and not _memo(cache, "any_context", ctx_pad, lambda: bool(ctx_pad.logical_not().any())):
             return h, None  # no sentence has a context (a wave of documents' first sentences): h as it is
         if cache is not None and ("k" in cache or "index" in cache):
             kv = cache
@@ -139,7 +151,7 @@ class HierarchicalContext(nn.Module):
             if cache is not None:
                 cache.update(kv)
         if groups is not None:
-            blocks = beam_blocks(groups) if s == 1 and not need_weights else None
+            blocks = _memo(cache, "blocks", groups, lambda: beam_blocks(groups)) if s == 1 and not need_weights else None
             if blocks is not None:
                 return self._read(h, ctx_pad.index_select(0, groups), None, False, grouped=(*blocks, _selected(kv, blocks[0]), ctx_pad))
             kv, ctx_pad = {n: gather_context(kv)[n].index_select(0, groups) for n in ("k", "v")}, ctx_pad.index_select(0, groups)
