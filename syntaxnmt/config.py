@@ -481,9 +481,10 @@ class MultitaskConfig(_Section):
         return bool(self.tasks())
 
 
-DEFAULT_CPU_KERNELS: Literal["auto", "onednn", "aten"] = "onednn"
-"""``train.cpu_kernels`` and ``--cpu-kernels`` when unset: the fixed rule, until ``auto`` (the
-whole-step calibration) wins end to end on a quiet machine (docs/benchmarks.md, "CPU kernel choice")."""
+DEFAULT_CPU_KERNELS: Literal["auto", "onednn", "aten"] = "auto"
+"""``train.cpu_kernels`` and ``--cpu-kernels`` when unset: ``auto``, the whole-step calibration,
+which won end to end on a quiet machine (1.11-1.13x the fixed rule in training, 1.05-1.07x in
+decoding) and costs ``syntaxnmt demo`` 2.5 s once (docs/benchmarks.md, "CPU kernel choice")."""
 
 CPU_SHAPE_BUCKET = 4
 """``train.shape_bucket`` on CPU when unset: lengths rounded up to multiples of 4 give the
@@ -536,11 +537,11 @@ class TrainConfig(_Section):
     """torch CPU threads (0: the command's thread policy, :func:`syntaxnmt.runtime.configure_threads`: every core, fewer when other processes keep cores busy)."""
     cpu_kernels: Literal["auto", "onednn", "aten"] = DEFAULT_CPU_KERNELS
     """The path of the linear layers' float32 products on CPU (:mod:`syntaxnmt.model.kernels`):
-    ``onednn`` (the default: oneDNN wherever the fixed rule of :mod:`syntaxnmt.model.linear` lets
-    it run) or ``aten`` decide without timing; ``auto`` times whole training steps of the run's
-    model with each kernel choice and with row packing on and off (``row_packing``) at start-up
-    (up to 15 s, once per machine and model: cached) and takes the fastest -- opt-in until it wins
-    end to end (docs/benchmarks.md, "CPU kernel choice").
+    ``auto`` (the default) times whole training steps of the run's model with each kernel choice
+    and with row packing on and off (``row_packing``) at start-up (up to 15 s, once per machine and
+    model: cached) and takes the fastest; ``onednn`` (oneDNN wherever the fixed rule of
+    :mod:`syntaxnmt.model.linear` lets it run) or ``aten`` decide without timing
+    (docs/benchmarks.md, "CPU kernel choice").
     The choice is recorded in the checkpoints, and ``--resume`` reuses it (exact resume) unless
     this key or ``row_packing`` changed; ``SYNTAXNMT_CPU_KERNELS`` overrides it."""
     row_packing: Literal["auto", "on", "off"] = "auto"

@@ -523,6 +523,9 @@ def test_translate_cpu_kernels(capsys, monkeypatch, trained_run, tmp_path):
     if fast_linear.enabled():
         timed = machine_info()["cpu_kernels"]  # auto: timed on beam-5 decoding steps
         assert timed["timed"] and set(timed["ms"]) == {"onednn", "aten"} and timed["signature"].startswith("infer d32 ffn64")
+    code, default_output, err = run_cli(capsys, "translate", "--checkpoint", best, "-i", src, "--beam", "2")
+    assert code == 0 and default_output == outputs["auto"], err
+    assert machine_info()["cpu_kernels"]["mode"] == "auto"  # the default (the times now from the cache)
     code, _, err = run_cli(capsys, "translate", "--checkpoint", best, "-i", src, "--cpu-kernels", "fast")
     assert_one_line_error(code, err, "--cpu-kernels", "'fast'")
     monkeypatch.setenv(kernels.ENV, "fast")

@@ -76,7 +76,7 @@ CACHE_VERSION = 2  # 1: per-product times (replaced by whole steps)
 ENV = "SYNTAXNMT_CPU_KERNELS"
 """The environment variable whose mode, when set, overrides every other choice of the mode."""
 
-_mode: str = DEFAULT_CPU_KERNELS  # the default until auto wins end to end (docs/benchmarks.md)
+_mode: str = DEFAULT_CPU_KERNELS  # auto: it won end to end (docs/benchmarks.md)
 logger = logging.getLogger(__name__)
 clock: Callable[[], float] = time.perf_counter
 """The calibration's clock (seconds); the tests replace it."""

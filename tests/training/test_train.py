@@ -550,6 +550,19 @@ def test_cpu_training_calibrates_on_whole_steps_and_logs_the_choice(make_config,
     assert next(x for x in messages if x.startswith("cpu kernels: ")).startswith(f"cpu kernels: auto -> {m.group(1)} (whole-step times from the cache, ")
 
 
+def test_cpu_training_calibrates_by_default(make_config, auto_kernels, monkeypatch):
+    """A config that does not set ``train.cpu_kernels`` gets ``auto``: the whole-step calibration
+    times the four candidates and the fastest one trains (the default since it won end to end)."""
+    timed = mocked_timings(monkeypatch, auto_kernels, {"aten, no packing": 50.0})
+    cfg = make_config({"train": {"max_steps": 1, "valid_every": 1, "valid_bleu": False}})
+    assert "cpu_kernels" not in cfg.train.model_fields_set
+    messages = []
+    train(cfg, log=messages.append)
+    assert [sorted(t) for t in timed] == [["aten, no packing", "aten, row packing", "onednn, no packing", "onednn, row packing"]]
+    assert next(m for m in messages if m.startswith("cpu kernels: ")).startswith("cpu kernels: auto -> aten, no packing (whole-step calibration: ")
+    assert _params(cfg.work_dir)["cpu_kernels"] == {"mode": "auto", "row_packing": "auto", "choice": "aten, no packing"}
+
+
 def test_the_candidates_compute_the_same_loss_and_gradients(make_config, auto_kernels, monkeypatch):
     """The step the calibration times, under each candidate: the same loss and gradients (packing
     on and off alike up to float rounding, oneDNN and ATen within float tolerance)."""
