@@ -359,7 +359,7 @@ def main() -> int:
                         }
                         measurements.append(entry)
                         log(f"  train {entry['train_tok_s']:.0f} tok/s, decode {entry['decode_tok_s']:.0f} tok/s ({entry['decode_sent_s']:.1f} sent/s), "
-                            f"threads {entry['threads']}" + (f" [{entry['train_threads']}]" if "train_threads" in entry else "") + ", load {before[0] if before else '?'} -> {entry['load_average_after'][0] if entry['load_average_after'] else '?'}"
+                            f"threads {entry['threads']}" + (f" [{entry['train_threads']}]" if "train_threads" in entry else "") + f", load {before[0] if before else '?'} -> {entry['load_average_after'][0] if entry['load_average_after'] else '?'}"
                             + (f", competitor {entry['competitor_core_share']:.2f} core" if entry["competitor_core_share"] is not None else ""))
             finally:
                 if competitor:
