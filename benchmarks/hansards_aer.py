@@ -72,6 +72,7 @@ finished); a signal exits 130 (SIGINT) or 143 (SIGTERM).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import multiprocessing
@@ -258,6 +259,9 @@ def evaluate(checkpoint: Path, split: GoldSplit, work: Path, bleu: bool, log) ->
     configured = configured_reading(cfg)
     n_layers = cfg.model.dec_layers
     readings: dict[str, AttentionReading] = {"configured: " + configured.label: configured}
+    if configured.null:  # a leaky model: the same head with the leak renormalized away (every word linked)
+        renormalized = dataclasses.replace(configured, null=False)
+        readings["configured, leak renormalized: " + renormalized.label] = renormalized
     for layer in range(n_layers):
         readings[f"layer {layer} heads averaged" + (" (penultimate)" if layer == n_layers - 2 else "")] = AttentionReading(layer, None)
     for name, shift in (("best unshifted", False), ("best shifted", True)):

@@ -165,6 +165,7 @@ def cmd_align(args, extra) -> None:
         batch_size=args.batch_size,
         src_conllu=args.src_conllu,
         shift=args.shift,
+        null=False if args.no_null else None,
     )
     out = [format_links(x) for x in links]
     _write_output(args.output, out)
@@ -610,6 +611,7 @@ def _alignment_commands(sub) -> None:
     s.add_argument("--method", choices=["argmax", "threshold"], default="argmax", help="one link per target word (argmax) or all weights >= --threshold")
     s.add_argument("--threshold", type=attention_threshold, default=0.5, help="with --method threshold: link every weight at or above it (0 to 1)")
     s.add_argument("--shift", action="store_true", help="Shift-Att (Chen et al. 2020): read each target word's attention at the step where it is the decoder input, not where it is predicted")
+    s.add_argument("--no-null", action="store_true", help="a leaky model (train.alignment.leaky): renormalize the leak away and link every target word, instead of leaving a word unaligned when the leak outweighs every source word")
     s.add_argument("--reverse-checkpoint", help="a target->source model: align both directions and symmetrize")
     s.add_argument("--symmetrize", default="grow-diag-final-and", help="with --reverse-checkpoint: gdfa (default), intersection, union, grow-diag, grow-diag-final")
     s.add_argument("--normalize", action="store_true", help="apply the model's lowercasing and Moses tokenization first (links then index those tokens)")

@@ -35,34 +35,50 @@ class AttentionReading:
     ``layer``/``head``: a decoder layer / head (negative counts from the end) or None for the
     average; ``shift``: Shift-Att's step (:func:`attention_links`); ``full_context``: the
     supervised layer's extra pass without the causal mask (``train.alignment.full_context``;
-    ``layer`` is then that layer's index, for the label only).
+    ``layer`` is then that layer's index, for the label only); ``null``: the reading is of a leaky
+    model's supervised pass and its leak slot is the null word (:meth:`null_share`).
     """
 
     layer: int | None = None
     head: int | None = None
     shift: bool = False
     full_context: bool = False
+    null: bool = False
 
     @property
     def label(self) -> str:
         layer = "all layers" if self.layer is None else f"layer {self.layer}" + (" full context" if self.full_context else "")
         head = "heads averaged" if self.head is None else f"head {self.head}"
-        return f"{layer}, {head}" + (", shifted" if self.shift else "")
+        return f"{layer}, {head}" + (", shifted" if self.shift else "") + (", leak as null" if self.null else "")
 
     def attention(self, out) -> torch.Tensor:
         """The (B, T, S) attention this reading takes from a model output (called with ``need_weights``).
 
         A model with leaky attention (``train.alignment.leaky``) gives the leak slot a share of
-        its supervised attention: every row is renormalized over the real source positions."""
+        its supervised attention. Without ``null`` every row is renormalized over the real source
+        positions; with ``null`` the rows keep the leak's share out (they sum to 1 - λ), on the
+        scale of :meth:`null_share`."""
         if self.full_context:
             if out.alignment_attention is None:
                 raise UserError("this model has no full-context alignment pass (train.alignment.full_context): read its layers with --layer")
             layers, layer = [out.alignment_attention], None
         else:
             layers, layer = out.cross_attention, self.layer
-        if out.alignment_leak is not None:
+        if out.alignment_leak is not None and not self.null:
             layers = [None if w is None else w / w.sum(dim=-1, keepdim=True).clamp_min(1e-12) for w in layers]
         return average_heads(layers, layer, self.head)
+
+    def null_share(self, out) -> torch.Tensor | None:
+        """With ``null``: the (B, T) weight of the leak slot, the heads averaged as :meth:`attention`
+        averages them, else None. The leak is trained as the null word: target positions without a
+        reference link attend to it (:func:`syntaxnmt.training.alignment.leak_loss`). Read as
+        alignment, it is one more column of the row (as NULL in the IBM models, Brown et al.
+        1993): a target position whose leak weight is at least its largest source weight gets no
+        link (:func:`attention_links`), so the words the teacher leaves unaligned stay unaligned
+        instead of being forced onto a source word by the argmax."""
+        if not self.null or out.alignment_leak is None:
+            return None
+        return out.alignment_leak.mean(dim=1) if self.head is None else out.alignment_leak[:, self.head]
 
 
 def _to_numpy(weights) -> np.ndarray:
@@ -143,6 +159,7 @@ def attention_links(
     shift: bool = False,
     method: str = "argmax",
     threshold: float = 0.5,
+    null: torch.Tensor | None = None,
 ) -> list[Links]:
     """Piece links ``(source piece, target piece)`` of every sentence of a (B, T, S) attention.
 
@@ -150,7 +167,10 @@ def attention_links(
     row ``t`` (the decoder step that *predicts* it) or, with ``shift`` (Shift-Att, Chen et al.
     2020, "Accurate Word Alignment Induction from Neural Machine Translation", EMNLP, Sec. 3),
     from row ``t + 1`` (the step where it is the decoder *input*; row ``T`` predicts EOS). The
-    source EOS column and padding are cut off before links are chosen.
+    source EOS column and padding are cut off before links are chosen. ``null`` (B, T): the
+    weight of a null column (a leaky model's leak, :meth:`AttentionReading.null_share`); with
+    argmax a row whose null weight is at least its largest weight over the real source pieces
+    gets no link (with ``threshold`` the null column simply takes its share).
     """
     start = 1 if shift else 0
     if method == "argmax" and isinstance(attn, torch.Tensor):
@@ -158,10 +178,16 @@ def attention_links(
         # sentence's real source pieces are hidden, the first maximum wins.
         cols = torch.arange(attn.size(-1), device=attn.device)
         hidden = cols[None, :] >= torch.as_tensor(list(src_lens), device=attn.device)[:, None]
-        best = attn.masked_fill(hidden[:, None, :], float("-inf")).argmax(dim=-1).tolist()
-        return [{(i, j) for j, i in enumerate(best[b][start : start + n_tgt])} if n_src else set() for b, (n_src, n_tgt) in enumerate(zip(src_lens, tgt_lens))]
+        top, arg = attn.masked_fill(hidden[:, None, :], float("-inf")).max(dim=-1)
+        best = arg.tolist()
+        linked = (top > null.to(top.dtype)).tolist() if null is not None else [[True] * attn.size(1)] * attn.size(0)
+        return [{(i, j) for j, (i, keep) in enumerate(zip(best[b][start : start + n_tgt], linked[b][start : start + n_tgt])) if keep} if n_src else set() for b, (n_src, n_tgt) in enumerate(zip(src_lens, tgt_lens))]
     w = _to_numpy(attn)
-    return [alignment_from_attention(w[b, start : start + n_tgt, :n_src], method, threshold) for b, (n_src, n_tgt) in enumerate(zip(src_lens, tgt_lens))]
+    out = [alignment_from_attention(w[b, start : start + n_tgt, :n_src], method, threshold) for b, (n_src, n_tgt) in enumerate(zip(src_lens, tgt_lens))]
+    if null is not None and method == "argmax":
+        nulls, w_max = _to_numpy(null), [w[b, :, :n_src].max(axis=-1) if n_src else None for b, n_src in enumerate(src_lens)]
+        out = [{(i, j) for i, j in links if w_max[b][start + j] > nulls[b, start + j]} for b, links in enumerate(out)]
+    return out
 
 
 def piece_lengths(batch) -> tuple[list[int], list[int]]:
@@ -198,7 +224,11 @@ def readings_links(out, batch, readings: Sequence[AttentionReading], method: str
     """Piece links of every sentence of ``batch`` for each of ``readings`` of one force-decoding
     output ``out`` (:func:`force_decode`): one list per reading."""
     lengths = piece_lengths(batch)
-    return [attention_links(r.attention(out).float().cpu(), *lengths, r.shift, method, threshold) for r in readings]
+    return [attention_links(r.attention(out).float().cpu(), *lengths, r.shift, method, threshold, _cpu(r.null_share(out))) for r in readings]
+
+
+def _cpu(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.float().cpu()
 
 def encode_words(tok: Tokenizer, lines: Sequence[str], normalize: bool = False) -> tuple[list[list[int]], list[list[int]]]:
     """Subword ids and the word index of every piece of whitespace-tokenized lines (see the module docstring)."""
@@ -328,13 +358,16 @@ def check_reading(model, reading: AttentionReading) -> AttentionReading:
     return reading
 
 
-def configured_reading(cfg, layer: str | int | None = None, head: str | int | None = None, shift: bool = False) -> AttentionReading:
+def configured_reading(cfg, layer: str | int | None = None, head: str | int | None = None, shift: bool = False, null: bool | None = None) -> AttentionReading:
     """The reading of ``--layer``/``--head`` (None: the model's ``train.alignment`` setting, the
     supervised head). Without ``layer``, a model trained with ``full_context`` is read from its
-    full-context pass, as it was supervised; an explicit ``layer`` reads the model's own pass."""
+    full-context pass, as it was supervised; an explicit ``layer`` reads the model's own pass.
+    ``null`` (None: whenever the reading is of the leak's pass): a leaky model's leak slot is read
+    as the null word (:meth:`AttentionReading.null_share`); False renormalizes the leak away."""
     a = cfg.train.alignment
     full_context = a.full_context and layer is None
-    return AttentionReading(_spec(layer, a.layer), _spec(head, a.head), shift, full_context)
+    leak_pass = a.leaky and (full_context or (not a.full_context and layer is None))
+    return AttentionReading(_spec(layer, a.layer), _spec(head, a.head), shift, full_context, leak_pass and null is not False)
 
 
 def encode_pairs(model, cfg, toks, src_lines: Sequence[str], tgt_lines: Sequence[str], normalize: bool = False, src_conllu: str | None = None, source_name: str = "--src"):
@@ -360,11 +393,13 @@ def model_alignments(
     batch_size: int = 64,
     src_conllu: str | None = None,
     shift: bool = False,
+    null: bool | None = None,
 ) -> list[Links]:
     """Word alignments of line pairs from a source→target model (and a target→source one, symmetrized).
 
     ``layer``/``head`` default to each model's ``train.alignment`` setting (the supervised head);
-    ``shift`` reads both directions Shift-Att's way (:func:`attention_links`).
+    ``shift`` reads both directions Shift-Att's way (:func:`attention_links`); ``null``: a leaky
+    model's leak as the null word (:func:`configured_reading`; None: on its leak's pass).
     A source→target model with source features gets them as ``translate`` builds them (parses
     from ``src_conllu`` or the config's parser); a target→source one with features is refused.
     """
@@ -379,7 +414,7 @@ def model_alignments(
         if directions and model.feature_spec:
             raise UserError(f"{path}: the target->source model uses source features ({', '.join(sorted(model.feature_spec.names))}); --reverse-checkpoint supports models without them")
         source, target, annotations = encode_pairs(model, cfg, toks, a, b, normalize, src_conllu)
-        reading = configured_reading(cfg, layer, head, shift)
+        reading = configured_reading(cfg, layer, head, shift, null)
         directions.append(readings_alignments(model, source, target, device, [reading], method=method, threshold=threshold, batch_size=batch_size, annotations=annotations)[0])
     if len(directions) == 1:
         return directions[0]

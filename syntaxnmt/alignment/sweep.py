@@ -29,14 +29,18 @@ from syntaxnmt.textio import write_lines
 
 def sweep_readings(model) -> list[AttentionReading]:
     """Every layer x head, each layer averaged, all averaged, and a model's full-context pass
-    (``train.alignment.full_context``: each head and their average); unshifted, then the same shifted."""
+    (``train.alignment.full_context``: each head and their average); for a leaky model
+    (``train.alignment.leaky``) the heads of the leak's pass again with the leak read as the null
+    word (:meth:`AttentionReading.null_share`); unshifted, then the same shifted."""
     n_layers, n_heads = attention_shape(model)
     plain = [AttentionReading(layer, head) for layer in range(n_layers) for head in [*range(n_heads), None]]
     plain.append(AttentionReading(None, None))
     ap = getattr(model, "alignment_pass", None)
     if ap is not None and ap.full_context:
         plain += [AttentionReading(ap.layer, head, full_context=True) for head in [*range(n_heads), None]]
-    return plain + [AttentionReading(r.layer, r.head, True, r.full_context) for r in plain]
+    if ap is not None and ap.leaky:
+        plain += [AttentionReading(ap.layer, head, full_context=ap.full_context, null=True) for head in [*range(n_heads), None]]
+    return plain + [AttentionReading(r.layer, r.head, True, r.full_context, r.null) for r in plain]
 
 
 @dataclass
@@ -45,6 +49,8 @@ class SweepResult:
 
     rows: list[tuple[AttentionReading, AERResult]]
     sentences: int
+    leaky: bool = False
+    """The model has a leak slot (``train.alignment.leaky``): ``align`` reads it as null unless told ``--no-null``."""
 
     def best(self, shift: bool | None = None) -> tuple[AttentionReading, AERResult]:
         """The reading with the lowest AER (the first on ties), among the shifted or unshifted ones when ``shift`` is given."""
@@ -53,7 +59,7 @@ class SweepResult:
 
     def table(self) -> str:
         """A Markdown table: one row per layer/head, the unshifted and shifted reading side by side, and the best readings named."""
-        by_key = {(r.layer, r.head, r.full_context, r.shift): res for r, res in self.rows}
+        by_key = {(r.layer, r.head, r.full_context, r.null, r.shift): res for r, res in self.rows}
         lines = [
             f"AER / precision / recall (%) of argmax links against the gold alignments, {self.sentences} sentence pairs",
             "",
@@ -63,30 +69,32 @@ class SweepResult:
         for r, res in self.rows:
             if r.shift:
                 continue
-            shifted = by_key[(r.layer, r.head, r.full_context, True)]
-            cells = ["average" if r.layer is None else f"{r.layer}" + (" (full context)" if r.full_context else ""), "average" if r.head is None else str(r.head)]
+            shifted = by_key[(r.layer, r.head, r.full_context, r.null, True)]
+            cells = ["average" if r.layer is None else f"{r.layer}" + (" (full context)" if r.full_context else "") + (" (leak as null)" if r.null else ""), "average" if r.head is None else str(r.head)]
             cells += [f"{100 * x:.2f}" for x in (res.aer, res.precision, res.recall, shifted.aer, shifted.precision, shifted.recall)]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
         for name, shift in (("best unshifted", False), ("best shifted", True), ("best", None)):
             r, res = self.best(shift)
-            lines.append(f"{name}: {r.label} ({_options(r)}): {res}")
+            lines.append(f"{name}: {r.label} ({_options(r, self.leaky)}): {res}")
         return "\n".join(lines)
 
     def to_json(self) -> dict:
         """Every reading's figures (fractions), and the best one."""
 
         def row(r: AttentionReading, res: AERResult) -> dict:
-            return {"layer": r.layer, "head": r.head, "shift": r.shift, "full_context": r.full_context, "label": r.label, "options": _options(r), "aer": res.aer, "precision": res.precision, "recall": res.recall}
+            return {"layer": r.layer, "head": r.head, "shift": r.shift, "full_context": r.full_context, "null": r.null, "label": r.label, "options": _options(r, self.leaky), "aer": res.aer, "precision": res.precision, "recall": res.recall}
 
         return {"sentences": self.sentences, "readings": [row(*x) for x in self.rows], "best": row(*self.best()), "best_unshifted": row(*self.best(False)), "best_shifted": row(*self.best(True))}
 
 
-def _options(r: AttentionReading) -> str:
-    """The ``syntaxnmt align`` options of a reading (the full-context pass is what ``align`` reads without ``--layer``)."""
-    layer = "" if r.full_context else "--layer " + ("average" if r.layer is None else str(r.layer)) + " "
+def _options(r: AttentionReading, leaky: bool = False) -> str:
+    """The ``syntaxnmt align`` options of a reading (the full-context pass, and a leaky model's
+    supervised pass with the leak as null, are what ``align`` reads without ``--layer``)."""
+    layer = "" if r.full_context or r.null else "--layer " + ("average" if r.layer is None else str(r.layer)) + " "
     head = "average" if r.head is None else r.head
-    return f"{layer}--head {head}" + (" --shift" if r.shift else "")
+    no_null = " --no-null" if leaky and r.full_context and not r.null else ""
+    return f"{layer}--head {head}" + (" --shift" if r.shift else "") + no_null
 
 
 def align_sweep(
@@ -124,7 +132,8 @@ def align_sweep(
     readings = sweep_readings(model)
     links = readings_alignments(model, source, target, device, readings, method=method, threshold=threshold, batch_size=batch_size, annotations=annotations)
     sure, possible = [s for s, _ in reference], [p for _, p in reference]
-    return SweepResult([(r, aer(sure, possible, hyp)) for r, hyp in zip(readings, links)], len(reference))
+    leaky = bool(getattr(getattr(model, "alignment_pass", None), "leaky", False))
+    return SweepResult([(r, aer(sure, possible, hyp)) for r, hyp in zip(readings, links)], len(reference), leaky)
 
 
 def _transposed(links: Links) -> Links:
@@ -132,10 +141,11 @@ def _transposed(links: Links) -> Links:
 
 
 def reading_options(r: AttentionReading) -> dict:
-    """The ``layer``/``head``/``shift`` arguments of :func:`syntaxnmt.alignment.extract.model_alignments`
-    that read ``r`` (a full-context reading: no layer, as ``align`` reads that pass)."""
-    layer = None if r.full_context else ("average" if r.layer is None else r.layer)
-    return {"layer": layer, "head": "average" if r.head is None else r.head, "shift": r.shift}
+    """The ``layer``/``head``/``shift``/``null`` arguments of :func:`syntaxnmt.alignment.extract.model_alignments`
+    that read ``r`` (a full-context reading, or one of the leak as null: no layer, as ``align``
+    reads the supervised pass)."""
+    layer = None if r.full_context or r.null else ("average" if r.layer is None else r.layer)
+    return {"layer": layer, "head": "average" if r.head is None else r.head, "shift": r.shift, "null": r.null}
 
 
 TEACHER_READINGS: dict[str, bool | None] = {"best": None, "shifted": True, "unshifted": False}

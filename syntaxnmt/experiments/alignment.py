@@ -268,7 +268,7 @@ def run_alignment_set(path: str | Path, output: str | None = None, log=print) ->
         a = configs[label].train.alignment
         where = "all layers+heads" if a.layer == "average" and a.head == "average" else f"layer {a.layer}, head {a.head}"
         where += " (full-context pass)" if a.full_context else ""
-        where += ", leaky" if a.leaky else ""
+        where += ", leaky (the leak read as null)" if a.leaky else ""
         if label in spec.self_training and all(teacher_readings):
             where += f"; labels from {spec.self_training[label].teacher}: " + "; ".join(dict.fromkeys(teacher_readings))
         main_runs[label] = main
@@ -297,8 +297,8 @@ def run_alignment_set(path: str | Path, output: str | None = None, log=print) ->
     lines += [
         f"Command: `{spec.command or 'syntaxnmt align-experiment ' + str(path)}` (data, eflomal, training and "
         f"evaluation: {cpu_minutes:.1f} min of CPU time, {minutes:.1f} min wall clock on a shared 2-core machine). "
-        f"AER/precision/recall in % against the {len(gold)} gold test alignments (attention argmax: one link per target word, "
-        f"read while force-decoding the reference); BLEU: sacreBLEU on the detokenized test output. {seeds}"
+        f"AER/precision/recall in % against the {len(gold)} gold test alignments (attention argmax: one link per target word -- none where a leaky "
+        f"head's leak outweighs every source word -- read while force-decoding the reference); BLEU: sacreBLEU on the detokenized test output. {seeds}"
         + statistics_caption(first["label"], spec.bootstrap, spec.shuffles, one_seed=len(spec.seeds) <= 1, metric="BLEU (AER)")
         + " For AER lower is better: 'better' and ε_min are read that way.",
         "",

@@ -194,31 +194,51 @@ def test_align_reads_the_full_context_pass_as_trained(capsys, make_config, corpu
     toks = load_tokenizers(cfg)
     torch.manual_seed(3)
     ckpt = tmp_path / "full.pt"  # an untrained model with its full-context pass and leak slot
-    save_checkpoint(ckpt, {"config": cfg.model_dump(mode="json"), "model": build_model(cfg, len(toks.src), len(toks.tgt)).state_dict()})
+    model = build_model(cfg, len(toks.src), len(toks.tgt))
+    leak = model.decoder[0].cross_attn.leak
+    with torch.no_grad():  # a leak key that some queries prefer to every source word, others not
+        leak.key.mul_(6.0)
+    save_checkpoint(ckpt, {"config": cfg.model_dump(mode="json"), "model": model.state_dict()})
     src, tgt = corpus["test"]["src"], corpus["test"]["tgt"]
     code, default, err = run_cli(capsys, "align", "--checkpoint", ckpt, "--src", src, "--tgt", tgt)
     assert code == 0, err
-    # By hand: head 1 of the full-context pass, renormalized without the leak, argmax per target piece.
+    code, renormalized, err = run_cli(capsys, "align", "--checkpoint", ckpt, "--src", src, "--tgt", tgt, "--no-null")
+    assert code == 0, err
+    # By hand: head 1 of the full-context pass, argmax per target piece; by default a piece whose
+    # leak weight is at least its largest source weight has no link (the leak as null), with
+    # --no-null the rows are renormalized without the leak and every piece is linked.
     model, _, toks = load_model(ckpt, torch.device("cpu"))
     src_lines, tgt_lines = src.read_text().splitlines(), tgt.read_text().splitlines()
     s_ids, s_words = toks.src.encode_words([x.split() for x in src_lines])
     t_ids, t_words = toks.tgt.encode_words([x.split() for x in tgt_lines])
     with torch.no_grad():
         out = model(make_batch(s_ids, t_ids, range(len(s_ids))), need_weights=True)
-    w = out.alignment_attention[:, 1]
-    assert torch.all(out.alignment_leak[:, 1] > 0)
-    pieces = attention_links(w / w.sum(-1, keepdim=True), [len(x) for x in s_ids], [len(x) for x in t_ids])
-    expected = [format_links(subwords_to_words(p, sw, tw)) for p, sw, tw in zip(pieces, s_words, t_words)]
-    assert default.splitlines() == expected
+    w, lam = out.alignment_attention[:, 1], out.alignment_leak[:, 1]
+    assert torch.all(lam > 0)
+    lens = [len(x) for x in s_ids], [len(x) for x in t_ids]
+    for text, pieces in ((renormalized, attention_links(w / w.sum(-1, keepdim=True), *lens)), (default, attention_links(w, *lens, null=lam))):
+        expected = [format_links(subwords_to_words(p, sw, tw)) for p, sw, tw in zip(pieces, s_words, t_words)]
+        assert text.splitlines() == expected
+    n_links = [sum(len(line.split()) for line in text.splitlines()) for text in (default, renormalized)]
+    assert 0 < n_links[0] < n_links[1]  # the null took some target words, not all
     # --layer reads the model's own (causal) pass instead.
     code, causal, err = run_cli(capsys, "align", "--checkpoint", ckpt, "--src", src, "--tgt", tgt, "--layer", "0", "--head", "1")
     assert code == 0 and causal != default, err
     # The sweep has the full-context readings too, named with the options that reproduce them.
     code, out_text, err = run_cli(capsys, "align-sweep", "--checkpoint", ckpt, "--src", src, "--tgt", tgt, "--gold", corpus["test"]["align"], "-o", tmp_path / "s.json")
     assert code == 0, err
-    rows = [r for r in json.loads((tmp_path / "s.json").read_text())["readings"] if r["full_context"]]
+    readings = json.loads((tmp_path / "s.json").read_text())["readings"]
+    rows = [r for r in readings if r["full_context"] and not r["null"]]
     assert [(r["head"], r["shift"]) for r in rows] == [(h, s) for s in (False, True) for h in (0, 1, 2, 3, None)]
-    assert rows[1]["options"] == "--head 1" and "| 0 (full context) | 1 |" in out_text
+    assert rows[1]["options"] == "--head 1 --no-null" and "| 0 (full context) | 1 |" in out_text
+    nulls = [r for r in readings if r["null"]]  # and the same heads with the leak as null, as align reads them by default
+    assert [(r["head"], r["shift"]) for r in nulls] == [(h, s) for s in (False, True) for h in (0, 1, 2, 3, None)]
+    assert nulls[1]["options"] == "--head 1" and "| 0 (full context) (leak as null) | 1 |" in out_text
+    sweep_aer = {(r["head"], r["null"]): r["aer"] for r in readings if r["full_context"] and not r["shift"]}
+    gold = read_alignments(corpus["test"]["align"])
+    for text, null in ((default, True), (renormalized, False)):  # the sweep's figures are those of align's output
+        hyp = [{tuple(map(int, x.split("-"))) for x in line.split()} for line in text.splitlines()]
+        assert sweep_aer[(1, null)] == pytest.approx(aer([s for s, _ in gold], [p for _, p in gold], hyp).aer)
 
 
 def test_self_training_links_load_as_train_align(capsys, trained_run, corpus, tmp_path):

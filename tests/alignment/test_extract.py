@@ -157,6 +157,48 @@ def test_batched_argmax_equals_the_per_sentence_reading(shift):
     assert all(i < n for links, n in zip(got, src_lens) for i, _ in links)
 
 
+@pytest.mark.parametrize("shift", [False, True])
+def test_null_column_leaves_target_words_unaligned(shift):
+    """A leaky reading's leak is a null column: a row whose null weight is at least its largest
+    weight over the real source pieces gets no link (ties go to null), the others keep their
+    argmax; shifted readings take the null weight of the same row as the links; the NumPy path
+    agrees with the batched one."""
+    from syntaxnmt.alignment.extract import attention_links
+
+    w = torch.tensor(
+        [  # one sentence: 4 target rows (3 pieces + EOS), 3 source columns (2 pieces + EOS)
+            [[0.5, 0.1, 0.1], [0.1, 0.2, 0.1], [0.3, 0.4, 0.0], [0.2, 0.2, 0.1]],
+        ]
+    )
+    null = torch.tensor([[0.3, 0.6, 0.4, 0.5]])  # row 1: null wins; row 2: a tie (0.4) goes to null
+    got = attention_links(w, [2], [3], shift=shift, null=null)
+    assert got == attention_links(w.numpy(), [2], [3], shift=shift, null=null)
+    if shift:  # target j reads row j + 1: rows 1, 2 have no link, row 3 (null 0.5 > 0.2) neither
+        assert got == [set()]
+    else:
+        assert got == [{(0, 0)}]
+    assert attention_links(w, [2], [3], shift=shift) == attention_links(w, [2], [3], shift=shift, null=torch.zeros(1, 4))
+    assert len(attention_links(w, [2], [3])[0]) == 3  # without the null column every target piece is linked
+
+
+def test_leak_reading_as_null_and_renormalized():
+    """AttentionReading.null keeps the leak's share out of the rows and reports it per row (heads
+    averaged as the weights are); without it the rows are renormalized and there is no null."""
+    from types import SimpleNamespace
+
+    from syntaxnmt.alignment.extract import AttentionReading
+
+    real = torch.tensor([[[[0.2, 0.2], [0.6, 0.2]], [[0.5, 0.5], [0.4, 0.6]]]])  # (B=1, H=2, T=2, S=2)
+    leak = torch.tensor([[[0.6, 0.2], [0.0, 0.0]]])  # head 0 leaks, head 1 has no leak
+    out = SimpleNamespace(cross_attention=[None], alignment_attention=real, alignment_leak=leak)
+    null = AttentionReading(0, 0, full_context=True, null=True)
+    assert torch.allclose(null.attention(out), real[:, 0]) and torch.allclose(null.null_share(out), leak[:, 0])
+    assert torch.allclose(AttentionReading(0, None, full_context=True, null=True).null_share(out), leak.mean(dim=1))
+    renorm = AttentionReading(0, 0, full_context=True)
+    assert renorm.null_share(out) is None and torch.allclose(renorm.attention(out), torch.tensor([[[0.5, 0.5], [0.75, 0.25]]]))
+    assert "leak as null" in null.label and "leak" not in renorm.label
+
+
 def test_sources_shared_by_several_targets_are_encoded_once():
     """readings_alignments with ``source_of`` (an n-best list per source) gives the links of the
     same pairs with every source repeated, encoding each source once per batch."""

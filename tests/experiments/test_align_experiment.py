@@ -146,7 +146,7 @@ def test_align_experiment_full_context_leaky_self_training_and_readings(corpus, 
     rows = _rows((tmp_path / "results.md").read_text())
     assert {"plain", "guided full leaky", "self", "plain, layer 0 head 1 shifted", "plain, best shifted on dev"} <= set(rows), sorted(rows)
     assert any(label.startswith("eflomal") for label in rows)
-    assert rows["guided full leaky"][1] == "layer -2, head 0 (full-context pass), leaky"
+    assert rows["guided full leaky"][1] == "layer -2, head 0 (full-context pass), leaky (the leak read as null)"
     assert int(rows["guided full leaky"][2]) == int(rows["self"][2]) == 12
 
     cpu = torch.device("cpu")
@@ -156,6 +156,8 @@ def test_align_experiment_full_context_leaky_self_training_and_readings(corpus, 
     def aer_cell(links) -> str:
         return f"{100 * aer([s for s, _ in gold], [p for _, p in gold], links).aer:.1f}"
 
+    # The leaky system's row reads its supervised head as align does by default: the leak as null.
+    assert rows["guided full leaky"][8] == aer_cell(model_alignments(tmp_path / "leaky" / "best.pt", src, ref, cpu, null=True))
     plain = tmp_path / "plain" / "best.pt"
     assert rows["plain, layer 0 head 1 shifted"][8] == aer_cell(model_alignments(plain, src, ref, cpu, layer=0, head=1, shift=True))
     best, _ = align_sweep(plain, read_lines(corpus_dir / "dev.src"), read_lines(corpus_dir / "dev.tgt"), corpus_dir / "dev.align", cpu).best(shift=True)
