@@ -335,8 +335,9 @@ class AlignmentConfig(_Section):
     of the whole target); the translation pass is unchanged. Needs one ``layer`` and ``guided_weight``."""
     leaky: bool = False
     """Leaky attention (Mask-Align, Chen, Sun & Liu 2021): the supervised head(s) get a learned extra key/value
-    slot that target words without a reference link are trained to attend to; readings renormalize over the
-    real source positions. Needs one ``layer``, ``guided_weight`` and the softmax normalizer."""
+    slot that target words without a reference link are trained to attend to; readings of the supervised pass
+    take it as the null word (no link where it outweighs every source word; ``align --no-null`` renormalizes
+    it away). Needs one ``layer``, ``guided_weight`` and the softmax normalizer."""
     coverage_weight: float = 0.0
     """Weight of the coverage regularizer Σ_j (f_j - Σ_i α_ij)² (Tu et al. 2016; Cohn et al. 2016), f_j = 1 without fertility."""
     fertility: bool = False

@@ -75,7 +75,7 @@ class ForcedAttention:
 
     cross_attention: list[Tensor | None]  # per decoder layer (B, H, T, S); None: not computed
     alignment_attention: Tensor | None = None  # (B, H, T, S): the full-context pass, when asked for
-    alignment_leak: Tensor | None = None  # (B, H, T): a leaky model's leak weights (its readings renormalize)
+    alignment_leak: Tensor | None = None  # (B, H, T): a leaky model's leak weights (the null word of its supervised readings, or renormalized away)
 
 
 @dataclass

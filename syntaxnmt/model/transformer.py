@@ -372,7 +372,7 @@ class Transformer(nn.Module):
         that of ``batch``). Nothing the attention does not depend on is computed: the decoder stops
         after the cross-attention weights of the deepest layer needed (its values and feed-forward
         block, the layers above it, the final norm, the target-side HAN and the output layer are
-        skipped). A leaky model also runs its leak's pass (readings renormalize when it is there)."""
+        skipped). A leaky model also runs its leak's pass (its readings take the leak as the null word or renormalize it away)."""
         n = len(self.decoder)
         wanted = {i % n for i in layers}
         ap = self.alignment_pass
