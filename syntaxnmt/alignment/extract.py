@@ -173,21 +173,20 @@ def attention_links(
     gets no link (with ``threshold`` the null column simply takes its share).
     """
     start = 1 if shift else 0
-    if method == "argmax" and isinstance(attn, torch.Tensor):
+    if method == "argmax":
         # One argmax over the batch, as alignment_from_attention's per sentence: columns past a
-        # sentence's real source pieces are hidden, the first maximum wins.
+        # sentence's real source pieces are hidden, the first maximum wins; a row the null
+        # column wins is marked -1 (no link).
+        attn = torch.as_tensor(attn)
         cols = torch.arange(attn.size(-1), device=attn.device)
         hidden = cols[None, :] >= torch.as_tensor(list(src_lens), device=attn.device)[:, None]
-        top, arg = attn.masked_fill(hidden[:, None, :], float("-inf")).max(dim=-1)
-        best = arg.tolist()
-        linked = (top > null.to(top.dtype)).tolist() if null is not None else [[True] * attn.size(1)] * attn.size(0)
-        return [{(i, j) for j, (i, keep) in enumerate(zip(best[b][start : start + n_tgt], linked[b][start : start + n_tgt])) if keep} if n_src else set() for b, (n_src, n_tgt) in enumerate(zip(src_lens, tgt_lens))]
+        top, best = attn.masked_fill(hidden[:, None, :], float("-inf")).max(dim=-1)
+        if null is not None:
+            best = best.masked_fill(top <= torch.as_tensor(null, dtype=top.dtype, device=top.device), -1)
+        best = best.tolist()
+        return [{(i, j) for j, i in enumerate(best[b][start : start + n_tgt]) if i >= 0} if n_src else set() for b, (n_src, n_tgt) in enumerate(zip(src_lens, tgt_lens))]
     w = _to_numpy(attn)
-    out = [alignment_from_attention(w[b, start : start + n_tgt, :n_src], method, threshold) for b, (n_src, n_tgt) in enumerate(zip(src_lens, tgt_lens))]
-    if null is not None and method == "argmax":
-        nulls, w_max = _to_numpy(null), [w[b, :, :n_src].max(axis=-1) if n_src else None for b, n_src in enumerate(src_lens)]
-        out = [{(i, j) for i, j in links if w_max[b][start + j] > nulls[b, start + j]} for b, links in enumerate(out)]
-    return out
+    return [alignment_from_attention(w[b, start : start + n_tgt, :n_src], method, threshold) for b, (n_src, n_tgt) in enumerate(zip(src_lens, tgt_lens))]
 
 
 def piece_lengths(batch) -> tuple[list[int], list[int]]:
@@ -366,7 +365,7 @@ def configured_reading(cfg, layer: str | int | None = None, head: str | int | No
     as the null word (:meth:`AttentionReading.null_share`); False renormalizes the leak away."""
     a = cfg.train.alignment
     full_context = a.full_context and layer is None
-    leak_pass = a.leaky and (full_context or (not a.full_context and layer is None))
+    leak_pass = a.leaky and layer is None  # the leak lives in the pass read without --layer (full-context or the model's own)
     return AttentionReading(_spec(layer, a.layer), _spec(head, a.head), shift, full_context, leak_pass and null is not False)
 
 
