@@ -1,7 +1,7 @@
 """Attention as alignment on the English-French Hansards gold set, against eflomal, in one run.
 
     python benchmarks/hansards_aer.py [--minutes 15 | --steps N] [--work runs/hansards-aer] [--threads 1]
-        [--variants plain,guided,guided-full,guided-full-leaky,self] [--jobs 2] [--dev-pairs 100]
+        [--variants plain,guided,guided-full,guided-full-leaky,guided-full-leaky-gdfa,self] [--jobs 2] [--dev-pairs 100]
         [--normalizers softmax,sparsemax,entmax15,hard] [--hard-decode] [--bleu] [--output R.json]
         [--self-reading best|shifted|unshifted] [--until HH:MM] [--max-wall-minutes M]
 
@@ -27,6 +27,12 @@ Data (``${SYNTAXNMT_DATA:-../shared/data}``): Multi30k ``train.{en,fr}.gz`` (29,
      eflomal's gdfa links of the training corpus (``syntaxnmt align-external``);
    * ``guided-full``: the same computed on the full-context pass (``train.alignment.full_context``);
    * ``guided-full-leaky``: plus the leak slot (``train.alignment.leaky``, Mask-Align);
+   * ``guided-full-leaky-gdfa``: the ``guided-full-leaky`` model (the same run, ``run-guided-full-leaky``)
+     and a French->English ``guided-full-leaky`` twin (``run-guided-full-leaky-reverse``) trained
+     with the same budget on eflomal's gdfa links transposed (``eflomal-reverse.train.align``:
+     each ``i-j`` of ``eflomal.train.align`` as ``j-i``, French word first), the two directions'
+     links of the gold pairs symmetrized with grow-diag-final-and (Garg et al. 2019, Sec. 5); no
+     further model of its own (scored when both are done);
    * ``self``: ``guided-full`` with the plain softmax model's own alignments instead of eflomal's
      (self-training, Zenkel et al. 2020; Shift-AET): a French->English twin of the plain model
      trains with the same budget, each direction's teacher reading on the dev part reads the
@@ -36,12 +42,16 @@ Data (``${SYNTAXNMT_DATA:-../shared/data}``): Multi30k ``train.{en,fr}.gz`` (29,
      existing labels, ``self.train.align`` in the working folder, are reused).
 
    Every model trains with ``--threads`` torch threads (default 1); ``--jobs N`` trains and scores
-   N of them at once in separate processes (``self`` starts when the plain model and its twin are done).
+   N of them at once in separate processes (``self`` starts when the plain model and its twin are done,
+   ``guided-full-leaky-gdfa`` when ``guided-full-leaky`` and its twin are).
 5. For every model, word alignments are read off its cross-attention while force-decoding the
    French side (argmax per French word, subwords projected back to the gold tokens): the
    configured reading (plain: all layers and heads averaged; guided: the supervised head), every
    layer's heads averaged (the penultimate layer is Garg et al.'s a-priori choice), and the best
    unshifted and the best shifted (Shift-Att) reading of ``align-sweep`` on the dev part.
+   ``guided-full-leaky-gdfa`` reads each direction's configured reading (the supervised head, its
+   leak as the null word; and with the leak renormalized away), the French->English one's links
+   transposed to English-French, and symmetrizes the two; the twin alone is scored too.
    ``--bleu`` translates Multi30k test_2016_flickr English->French (lowercased and
    Moses-tokenized like the training corpus, beam 5) and scores it with sacreBLEU (13a, on that
    tokenized lowercased text).
@@ -64,9 +74,9 @@ watches the deadline and the main process's stop event and stops its own trainin
 SIGTERM). Re-running the same command continues: every finished model's result is
 ``<run folder>/result.json`` (written atomically, with the options it depends on: its config but
 the thread count, ``--dev-pairs``, ``--bleu``...), reused when they match and recomputed
-otherwise; the corpus, the prepared data, eflomal's links and the self-training labels are built
-once per working folder. A deadline exits 0 (``--output`` is written once every model is
-finished); a signal exits 130 (SIGINT) or 143 (SIGTERM).
+otherwise; the corpus, the prepared data, eflomal's links (and their transpose) and the
+self-training labels are built once per working folder. A deadline exits 0 (``--output`` is
+written once every model is finished); a signal exits 130 (SIGINT) or 143 (SIGTERM).
 """
 
 from __future__ import annotations
@@ -90,9 +100,10 @@ import yaml
 from syntaxnmt.alignment.external import align_external, run_eflomal
 from syntaxnmt.alignment.extract import AttentionReading, configured_reading, encode_pairs, readings_alignments
 from syntaxnmt.alignment.sweep import TEACHER_READINGS, align_sweep, self_training_alignments
+from syntaxnmt.alignment.symmetrize import symmetrize
 from syntaxnmt.checkpoint import load_checkpoint
-from syntaxnmt.config import load_config
-from syntaxnmt.data.links import aer, read_alignments, read_bitext
+from syntaxnmt.config import config_from_dict, load_config
+from syntaxnmt.data.links import Links, aer, parse_links, read_alignments, read_bitext
 from syntaxnmt.data.prepare import prepare
 from syntaxnmt.decoding.translate import load_model, translate_lines
 from syntaxnmt.errors import Interrupted, UserError
@@ -149,7 +160,10 @@ VARIANTS = {
     "guided-full": {"train": {"alignment": {**GUIDED, "full_context": True}}, "labels": "eflomal"},
     "guided-full-leaky": {"train": {"alignment": {**GUIDED, "full_context": True, "leaky": True}}, "labels": "eflomal"},
     "self": {"train": {"alignment": {**GUIDED, "full_context": True}}, "labels": "self"},
+    # No model of its own: the named variant's model and its French->English twin, symmetrized.
+    "guided-full-leaky-gdfa": {"joint": "guided-full-leaky"},
 }
+JOINT_SYMMETRIZATION = "grow-diag-final-and"
 
 
 def tokenize(lines: list[str], lang: str) -> list[str]:
@@ -183,13 +197,21 @@ def run_name(variant: str, normalizer: str = "softmax") -> str:
 
 
 def run_folder(work: Path, variant: str = "plain", normalizer: str = "softmax", reverse: bool = False) -> Path:
-    """The run folder of one model (``run``, ``run-<normalizer>`` for the plain ones as before, ``run-<variant>``, ``run-reverse``)."""
-    folder = "run" if (variant, normalizer, reverse) == ("plain", "softmax", False) else "run-reverse" if reverse else f"run-{normalizer}" if variant == "plain" else f"run-{variant}"
+    """The run folder of one model (``run``, ``run-<normalizer>`` for the plain ones as before,
+    ``run-<variant>``; the French->English twins ``run-reverse`` for the plain model as before,
+    ``run-<variant>-reverse`` for the others). A joint variant's folder holds its result only."""
+    if variant == "plain":
+        folder = "run-reverse" if reverse else "run" if normalizer == "softmax" else f"run-{normalizer}"
+    else:
+        folder = f"run-{variant}" + ("-reverse" if reverse else "")
     return work / folder
 
 
 def config_tree(work: Path, args, variant: str = "plain", normalizer: str = "softmax", reverse: bool = False) -> dict:
-    """The config of one model, as a tree."""
+    """The config of one model, as a tree. A French->English twin (``reverse``) swaps the sides;
+    its guidance is the English->French labels transposed (:func:`reverse_labels`)."""
+    if "joint" in VARIANTS[variant]:
+        raise ValueError(f"{variant} trains no model of its own: see joint_parts")
     n, hard = NORMALIZERS[normalizer]
     budget = {"steps": args.steps, "minutes": 0} if args.steps else {"steps": 100000, "minutes": args.minutes}
     tree = yaml.safe_load(CONFIG.format(work=work.as_posix(), threads=args.threads, normalizer=n, hard=hard, **budget))
@@ -205,7 +227,10 @@ def config_tree(work: Path, args, variant: str = "plain", normalizer: str = "sof
         d = tree["data"]
         d["train_src"], d["train_tgt"], d["dev_src"], d["dev_tgt"] = d["train_tgt"], d["train_src"], d["dev_tgt"], d["dev_src"]
         d["src_lang"], d["tgt_lang"] = "fr", "en"
-        d["prepared_dir"] = f"{work.as_posix()}/data-reverse"
+        d["prepared_dir"] = f"{work.as_posix()}/data-reverse"  # the plain twin's, as before
+        if labels:
+            d["train_align"] = f"{work.as_posix()}/{labels}-reverse.train.align"
+            d["prepared_dir"] = f"{work.as_posix()}/data-{labels}-reverse"
     return tree
 
 
@@ -274,6 +299,64 @@ def evaluate(checkpoint: Path, split: GoldSplit, work: Path, bleu: bool, log) ->
     out: dict = {"readings": {key: score(gold, hyp) for key, hyp in zip(readings, links)}, "dev_sweep": sweep.to_json()}
     if bleu:
         out["test_2016_flickr"] = test_bleu(model, cfg, toks, work, device)
+    return out
+
+
+def transposed(links: Links) -> Links:
+    """``(i, j)`` links as ``(j, i)``: a French->English model's links in English-French order, or back."""
+    return {(j, i) for i, j in links}
+
+
+def joint_links(forward: Path, reverse: Path, src_lines: list[str], tgt_lines: list[str], device, log=None) -> dict[str, dict[str, list[Links]]]:
+    """Word links of the pairs (``src_lines`` English, ``tgt_lines`` French) from a source->target
+    model and its target->source twin, each force-decoding its own target side: per direction
+    (``forward``, ``reverse``: the twin's links transposed to ``(English word, French word)``) and
+    ``joint`` (the two symmetrized with :data:`JOINT_SYMMETRIZATION`, the forward direction as
+    gdfa's forward), each for the configured reading of the models (the supervised head, with a
+    leaky model's leak as the null word: :func:`configured_reading`) and, for a leaky model, the
+    same with the leak renormalized away; the reading's label is the key. The configured reading
+    gives what :func:`syntaxnmt.alignment.extract.model_alignments` with ``reverse_checkpoint``
+    gives (``null=False``: the renormalized one); one force-decoding pass per model reads both."""
+    directions: dict[str, dict[str, list[Links]]] = {}
+    for name, checkpoint, (a, b) in (("forward", forward, (src_lines, tgt_lines)), ("reverse", reverse, (tgt_lines, src_lines))):
+        model, cfg, toks = load_model(checkpoint, device)
+        configured = configured_reading(cfg)
+        readings = {"configured: " + configured.label: configured}
+        if configured.null:
+            renormalized = dataclasses.replace(configured, null=False)
+            readings["configured, leak renormalized: " + renormalized.label] = renormalized
+        source, target, _ = encode_pairs(model, cfg, toks, a, b)
+        links = readings_alignments(model, source, target, device, list(readings.values()))
+        directions[name] = {key: [transposed(x) for x in hyp] if name == "reverse" else hyp for key, hyp in zip(readings, links)}
+        if log:
+            log(f"{checkpoint}: {' and '.join(k.split(':')[0] for k in readings)} reading of {len(a)} pairs" + (" (links transposed to English-French)" if name == "reverse" else ""))
+    if directions["forward"].keys() != directions["reverse"].keys():
+        raise UserError(f"{forward} and {reverse} are read differently ({', '.join(directions['forward'])} / {', '.join(directions['reverse'])}): train the twin with the same train.alignment")
+    directions["joint"] = {key: [symmetrize(f, r, JOINT_SYMMETRIZATION) for f, r in zip(fwd, directions["reverse"][key])] for key, fwd in directions["forward"].items()}
+    return directions
+
+
+def evaluate_joint(task: dict, args, work: Path, split: GoldSplit, log) -> dict:
+    """A joint variant's result: its two models' links of the test part symmetrized (``readings``)
+    and the French->English twin's own (``reverse_readings``), scored like every model's; the
+    English->French model's training and BLEU (from its result) and the twin's training."""
+    forward_task, reverse_task = joint_parts(task["variant"])
+    parts = {name: reusable_result(work, args, t) for name, t in (("forward", forward_task), ("reverse", reverse_task))}
+    missing = [t["name"] for t, r in zip((forward_task, reverse_task), parts.values()) if r is None]
+    if missing:
+        raise UserError(f"{task['name']}: {' and '.join(missing)} must be finished first (with the same options)")
+    test_en, test_fr, gold = split.test()
+    checkpoints = [run_folder(work, t["variant"], t["normalizer"], t.get("reverse", False)) / "last.pt" for t in (forward_task, reverse_task)]
+    links = joint_links(*checkpoints, test_en, test_fr, torch.device("cpu"), log)
+    out: dict = {
+        "forward": forward_task["name"],
+        "symmetrization": JOINT_SYMMETRIZATION,
+        "training": {"forward": parts["forward"]["training"], "reverse": parts["reverse"]["training"]},
+        "readings": {key: score(gold, hyp) for key, hyp in links["joint"].items()},
+        "reverse_readings": {key: score(gold, hyp) for key, hyp in links["reverse"].items()},
+    }
+    if "test_2016_flickr" in parts["forward"]:  # the English->French model's translations
+        out["test_2016_flickr"] = parts["forward"]["test_2016_flickr"]
     return out
 
 
@@ -408,8 +491,12 @@ def saved_step(run: Path) -> int:
 
 
 def result_key(work: Path, args, task: dict) -> dict:
-    """What a model's result depends on: its config (but the thread count) and the scoring options."""
+    """What a model's result depends on: its config (but the thread count) and the scoring options;
+    a joint variant's: its two models' keys."""
     variant, normalizer, reverse = task["variant"], task["normalizer"], task.get("reverse", False)
+    if "joint" in VARIANTS[variant]:
+        forward, twin = joint_parts(variant)
+        return {"forward": result_key(work, args, forward), "reverse": result_key(work, args, twin), "symmetrization": JOINT_SYMMETRIZATION}
     tree = config_tree(work, args, variant, normalizer, reverse)
     del tree["train"]["threads"]
     key: dict = {"config": tree}
@@ -475,16 +562,47 @@ def self_labels(cfg, args, work: Path, split: GoldSplit) -> dict:
     return chosen
 
 
+def transposed_line(line: str, where: str = "") -> str:
+    """One Pharaoh line with the sides of every link swapped (``i-j`` -> ``j-i``, ``ipj`` -> ``jpi``), sorted."""
+    sure, possible = parse_links(line, where=where)
+    return " ".join(f"{a}{kind}{b}" for a, b, kind in sorted([(j, i, "-") for i, j in sure] + [(j, i, "p") for i, j in possible - sure]))
+
+
+def reverse_labels(work: Path, args, variant: str, reverse_cfg, log) -> Path:
+    """The French->English twin's guidance (``data.train_align`` of ``reverse_cfg``): the
+    English->French model's labels (eflomal's gdfa links of the training corpus, aligned first if
+    missing) transposed line for line, so that each link names the twin's source word (French)
+    first; its training files are the English->French ones swapped, so the lines match. Written
+    when missing or not the transpose of the current labels (an error when the twin's
+    ``last.pt`` was trained on those other labels)."""
+    forward = config_from_dict(config_tree(work, args, variant), f"the config of {variant}")
+    source, target = Path(forward.data.train_align), Path(reverse_cfg.data.train_align)
+    if not source.is_file():
+        align_external(forward, log=log)
+    lines = [transposed_line(line, f"{source}:{k}") for k, line in enumerate(read_lines(source), start=1)]
+    if target.is_file():
+        if read_lines(target) == lines:
+            return target
+        if saved_step(Path(reverse_cfg.work_dir)):
+            raise UserError(f"{reverse_cfg.work_dir}/last.pt was trained on other labels than the transpose of {source} ({target}): remove {reverse_cfg.work_dir} and {target} or choose another --work")
+    write_lines(target, lines)
+    log(f"{source} transposed for the French->English twin (French word first): {target}")
+    return target
+
+
 def train_and_score(task: dict, args, work: Path, split: GoldSplit) -> dict:
-    """Train one model (resuming) and score it."""
+    """Train one model (resuming) and score it; a joint variant: score its two finished models."""
     variant, normalizer, reverse = task["variant"], task["normalizer"], task.get("reverse", False)
+    if "joint" in VARIANTS[variant]:
+        run_folder(work, variant).mkdir(parents=True, exist_ok=True)
+        return evaluate_joint(task, args, work, split, _log)
     cfg = load_config(write_config(work, args, variant, normalizer, reverse))
     out: dict = {}
     if variant == "self":
         out["labels"] = self_labels(cfg, args, work, split)
     progress = train(cfg, resume=True, log=_log)
     out["training"] = {"updates": progress.step, "epochs": progress.epoch, "train_minutes": progress.train_seconds / 60, "minutes_budget": args.minutes, "steps_budget": args.steps, "threads": args.threads}
-    if cfg.data.train_align:  # the guidance's own AER on the test part (the gold pairs are in the training corpus)
+    if cfg.data.train_align and not reverse:  # the guidance's own AER on the test part (the gold pairs are in the training corpus); a twin's is its transpose
         labels = [sure for sure, _ in read_alignments(cfg.data.train_align)[-len(split.src) :]]
         out["labels_test"] = score(split.test()[2], labels[split.test_slice])
     if reverse:
@@ -529,20 +647,35 @@ def run_model(task: dict) -> dict:
     return {"result": out}
 
 
+def joint_parts(variant: str) -> tuple[dict, dict]:
+    """The tasks of a joint variant's two models: its English->French model (the variant's own
+    task, shared) and that model's French->English twin."""
+    base = VARIANTS[variant]["joint"]
+    return {"name": base, "variant": base, "normalizer": "softmax"}, {"name": f"{base}, French->English twin", "variant": base, "normalizer": "softmax", "reverse": True}
+
+
 def tasks_for(args) -> list[dict]:
-    """One task per model; the French->English twin of the plain model when ``self`` is asked for, ``self`` last."""
+    """One task per model; the French->English twin of the plain model when ``self`` is asked for,
+    ``self`` after them; for a joint variant (``guided-full-leaky-gdfa``) the twin of its model
+    (the model itself hidden when not asked for), the joint scoring after both, last."""
     variants = args.variants.split(",")
     tasks = []
     for variant in variants:
         if variant == "plain":
             tasks += [{"name": run_name("plain", n), "variant": "plain", "normalizer": n} for n in args.normalizers.split(",")]
-        elif variant != "self":
+        elif variant != "self" and "joint" not in VARIANTS[variant]:
             tasks.append({"name": variant, "variant": variant, "normalizer": "softmax"})
     if "self" in variants:
         if "softmax" not in args.normalizers.split(",") or "plain" not in variants:
             tasks.append({"name": "plain", "variant": "plain", "normalizer": "softmax", "hidden": True})
         tasks.append({"name": "plain, French->English twin", "variant": "plain", "normalizer": "softmax", "reverse": True})
         tasks.append({"name": "self", "variant": "self", "normalizer": "softmax", "after": ["plain", "plain, French->English twin"]})
+    for variant in (v for v in variants if "joint" in VARIANTS[v]):
+        forward, twin = joint_parts(variant)
+        if forward["variant"] not in variants:
+            tasks.append({**forward, "hidden": True})
+        tasks.append(twin)
+        tasks.append({"name": variant, "variant": variant, "normalizer": "softmax", "after": [forward["name"], twin["name"]]})
     return tasks
 
 
@@ -638,6 +771,27 @@ def _guidance_readings(model: dict) -> str:
     return " + ".join(f"{name}: {c['reading']} (dev AER {100 * c['dev_aer']:.1f})" for name, c in model["labels"].items())
 
 
+JOINT_TITLES = {"guided-full-leaky": "guided + full context + leaky"}
+
+
+def joint_rows(model: dict, bleu: str) -> list[str]:
+    """A joint variant's rows: the two directions symmetrized (BLEU: its English->French model's),
+    then the French->English twin alone (its links transposed)."""
+    base, t = model["forward"], model["training"]
+    title = JOINT_TITLES.get(base, base)
+    updates = f"{t['forward']['updates']} + {t['reverse']['updates']} updates"
+    sym = model["symmetrization"]
+    short = {"grow-diag-final-and": "gdfa"}.get(sym, sym)
+    lines = []
+    for key, r in model["readings"].items():
+        kind, label = key.split(": ", 1)  # "configured" or "configured, leak renormalized"
+        lines.append(f"| {title}, both directions ({short}; {updates}) | each direction's {kind.replace('configured', 'configured reading')} ({label}), {sym} | {r['aer']:.2f} | {r['precision']:.2f} | {r['recall']:.2f} | {bleu} |")
+    for key, r in model["reverse_readings"].items():
+        kind, label = key.split(": ", 1)
+        lines.append(f"| {title}, French->English twin alone ({t['reverse']['updates']} updates) | {kind.replace('configured', 'configured reading')} ({label}), links transposed | {r['aer']:.2f} | {r['precision']:.2f} | {r['recall']:.2f} | – |")
+    return lines
+
+
 def markdown(results: dict, split: GoldSplit, tasks: list[dict]) -> list[str]:
     """The table for docs/alignment.md: every aligner's AER/precision/recall on the test part, each model's BLEU."""
     lines = ["| system | alignment read from | AER | precision | recall | test_2016_flickr BLEU |", "|---|---|---|---|---|---|"]
@@ -649,6 +803,9 @@ def markdown(results: dict, split: GoldSplit, tasks: list[dict]) -> list[str]:
             continue
         model = results["models"][task["name"]]
         bleu = f"{model['test_2016_flickr']['bleu']:.2f}" if "test_2016_flickr" in model else "–"
+        if "joint" in VARIANTS[task["variant"]]:
+            lines += joint_rows(model, bleu)
+            continue
         if "labels_test" in model:
             r = model["labels_test"]
             lines.append(f"| {task['name']}: its guidance ({'eflomal gdfa, align-external' if task['variant'] != 'self' else 'plain model + twin, gdfa'}) | {_guidance_readings(model)} | {r['aer']:.2f} | {r['precision']:.2f} | {r['recall']:.2f} | – |")
@@ -663,7 +820,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--work", default="runs/hansards-aer", help="working folder (corpus, prepared data, runs)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads per model (default 1)")
     ap.add_argument("--steps", type=int, default=0, help="train every model exactly this many updates instead of --minutes (the same budget for every variant)")
-    ap.add_argument("--variants", default="plain", help=f"comma-separated models: {', '.join(VARIANTS)} (default plain)")
+    ap.add_argument("--variants", default="plain", help=f"comma-separated models: {', '.join(VARIANTS)} (default plain; guided-full-leaky-gdfa: guided-full-leaky and a French->English twin guided by eflomal's links transposed, symmetrized with grow-diag-final-and)")
     ap.add_argument("--jobs", type=int, default=1, help="models trained and scored at once, in separate processes (default 1)")
     ap.add_argument("--dev-pairs", type=int, default=100, help="the first N gold pairs choose the readings, the others are scored (default 100; 0: score all, readings chosen on them marked oracle)")
     ap.add_argument("--normalizers", default="softmax", help="comma-separated cross-attention normalizers of the plain model, one model each: softmax, sparsemax, entmax15, hard (default softmax)")
@@ -710,7 +867,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     # What every worker would otherwise build at once: the prepared corpora, eflomal's training labels.
     for task in tasks:
-        if reusable_result(work, args, task) is not None:
+        if "joint" in VARIANTS[task["variant"]] or reusable_result(work, args, task) is not None:
             continue
         cfg = load_config(write_config(work, args, task["variant"], task["normalizer"], task.get("reverse", False)))
         step = saved_step(Path(cfg.work_dir))
@@ -718,7 +875,9 @@ def main(argv: list[str] | None = None) -> dict:
             raise UserError(f"{cfg.work_dir}/last.pt: {step} updates made, more than --steps {args.steps}: give --steps {step} or more, or another --work")
         if step:
             _log(f"{task['name']}: continues from update {step} of {budget_text(args)} ({cfg.work_dir}/last.pt)")
-        if VARIANTS[task["variant"]].get("labels") == "eflomal" and not Path(cfg.data.train_align).is_file():
+        if VARIANTS[task["variant"]].get("labels") == "eflomal" and task.get("reverse"):
+            reverse_labels(work, args, task["variant"], cfg, _log)
+        elif VARIANTS[task["variant"]].get("labels") == "eflomal" and not Path(cfg.data.train_align).is_file():
             align_external(cfg, log=_log)
         if task["variant"] != "self":
             prepare(cfg, log=_log)
@@ -732,10 +891,15 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"\nEnglish-French Hansards: AER on {results['test_pairs']} gold pairs ({test} of enfr.gold)" + (f", readings chosen on lines {results['dev_lines']}" if args.dev_pairs else "") + f"; both aligners saw {len(train_en)} tokenized pairs (Multi30k + all {n_gold} gold pairs)")
     for name, model in results["models"].items():
         t = model["training"]
+        if "forward" in t:  # a joint variant
+            print(f"NMT {name}: {model['forward']} and its French->English twin, their links symmetrized with {model['symmetrization']}")
+            continue
         print(f"NMT {name}: Transformer 3+3, d_model 128, {t['updates']} updates ({t['epochs']} epochs) in {t['train_minutes']:.1f} min of training, {t['threads']} thread(s)")
     print()
     print("\n".join(markdown(results, split, tasks)))
     for name, model in results["models"].items():
+        if "forward" in model["training"]:  # a joint variant: its English->French model's BLEU, printed under that model
+            continue
         for key in ("test_2016_flickr", "test_2016_flickr, hard decoding"):
             if key in model:
                 print(f"{name} {key}: BLEU {model[key]['bleu']:.2f} chrF {model[key]['chrf']:.2f}")

@@ -5,6 +5,7 @@ word-for-word en->fr corpus in the layout of ``$SYNTAXNMT_DATA``), with the scri
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import gzip
 import json
@@ -202,3 +203,120 @@ def test_jobs_2_sigterm_to_the_script_stops_the_workers_at_an_update(data, tmp_p
     assert proc.returncode == 143, err[-2000:]
     assert "unfinished (SIGTERM)" in out and err.strip().splitlines()[-1].startswith("syntaxnmt: interrupted by SIGTERM: 2 model(s) unfinished")
     check_stopped(work, out, err)
+
+
+# ---------------------------------------------------------------------------------------------
+# guided-full-leaky-gdfa: the guided-full-leaky model, a French->English twin guided by eflomal's
+# links transposed, the two directions symmetrized with grow-diag-final-and
+# ---------------------------------------------------------------------------------------------
+
+
+def options(work: Path, variants: str, **extra) -> argparse.Namespace:
+    defaults = {"work": str(work), "steps": 6, "minutes": 15.0, "threads": 1, "variants": variants, "normalizers": "softmax", "dev_pairs": 4, "bleu": False, "hard_decode": False, "self_reading": "best", "jobs": 1}
+    return argparse.Namespace(**(defaults | extra))
+
+
+def test_the_joint_variant_adds_the_twin_and_scores_after_both_the_other_folders_keep_their_names(ha, tmp_path):
+    work = tmp_path / "w"
+    tasks = ha.tasks_for(options(work, "guided,guided-full-leaky-gdfa"))
+    assert [t["name"] for t in tasks] == ["guided", "guided-full-leaky", "guided-full-leaky, French->English twin", "guided-full-leaky-gdfa"]
+    forward, twin, joint = tasks[1:]
+    assert forward["hidden"] and forward["variant"] == "guided-full-leaky" and not forward.get("reverse")  # the guided-full-leaky run, not a second one
+    assert twin == {"name": "guided-full-leaky, French->English twin", "variant": "guided-full-leaky", "normalizer": "softmax", "reverse": True}
+    assert joint["after"] == ["guided-full-leaky", "guided-full-leaky, French->English twin"]
+    folders = [ha.result_path(work, t).parent.name for t in tasks]
+    assert folders == ["run-guided", "run-guided-full-leaky", "run-guided-full-leaky-reverse", "run-guided-full-leaky-gdfa"]
+    # Asked for itself, guided-full-leaky is one shown task; the self variant's tasks are as before.
+    tasks = ha.tasks_for(options(work, "plain,guided-full-leaky,self,guided-full-leaky-gdfa"))
+    assert [(t["name"], t.get("hidden", False)) for t in tasks] == [
+        ("plain", False),
+        ("guided-full-leaky", False),
+        ("plain, French->English twin", False),
+        ("self", False),
+        ("guided-full-leaky, French->English twin", False),
+        ("guided-full-leaky-gdfa", False),
+    ]
+    names = {(v, n, r): ha.run_folder(work, v, n, r).name for v, n, r in [("plain", "softmax", False), ("plain", "sparsemax", False), ("plain", "softmax", True), ("guided", "softmax", False), ("guided-full-leaky", "softmax", False), ("self", "softmax", False)]}
+    assert list(names.values()) == ["run", "run-sparsemax", "run-reverse", "run-guided", "run-guided-full-leaky", "run-self"]
+    # The plain twin's config as before; the guided twin: the sides swapped, the transposed labels, its own prepared data.
+    args = options(work, "plain")
+    plain_twin = ha.config_tree(work, args, "plain", reverse=True)["data"]
+    assert plain_twin["prepared_dir"] == f"{work.as_posix()}/data-reverse" and "train_align" not in plain_twin
+    d = ha.config_tree(work, args, "guided-full-leaky", reverse=True)["data"]
+    assert (d["train_src"], d["train_tgt"], d["src_lang"], d["tgt_lang"]) == (f"{work.as_posix()}/corpus/train.fr", f"{work.as_posix()}/corpus/train.en", "fr", "en")
+    assert (d["train_align"], d["prepared_dir"]) == (f"{work.as_posix()}/eflomal-reverse.train.align", f"{work.as_posix()}/data-eflomal-reverse")
+    assert ha.config_tree(work, args, "guided-full-leaky")["data"]["train_align"] == f"{work.as_posix()}/eflomal.train.align"
+    # The joint result's key is its two models' keys.
+    key = ha.result_key(work, args, joint)
+    assert key["forward"] == ha.result_key(work, args, forward) and key["reverse"] == ha.result_key(work, args, twin)
+
+
+def test_the_twins_labels_are_the_forward_labels_transposed(ha, tmp_path, monkeypatch):
+    work = tmp_path / "w"
+    (work / "corpus").mkdir(parents=True)
+    # Sentences of different lengths (a link not transposed would be out of range), a pair with an empty side.
+    en = ["the cat", "", "a big dog eats"]
+    fr = ["le petit chat voit", "un chien", "un chien mange"]
+    (work / "corpus" / "train.en").write_text("".join(x + "\n" for x in en), encoding="utf-8")
+    (work / "corpus" / "train.fr").write_text("".join(x + "\n" for x in fr), encoding="utf-8")
+    (work / "eflomal.train.align").write_text("0-0 1-2 1p3\n\n0-0 2-1 3-2\n", encoding="utf-8")
+    args = options(work, "guided-full-leaky-gdfa")
+    cfg = ha.load_config(ha.write_config(work, args, "guided-full-leaky", reverse=True))
+    logged = []
+    path = ha.reverse_labels(work, args, "guided-full-leaky", cfg, logged.append)
+    assert path == work / "eflomal-reverse.train.align" and len(logged) == 1
+    assert path.read_text(encoding="utf-8") == "0-0 2-1 3p1\n\n0-0 1-2 2-3\n"  # French word first
+    # Each link names a word of the twin's source (French) and target (English) sentence.
+    for (i, j), src, tgt in ((link, f, e) for line, f, e in zip(ha.read_alignments(path), fr, en) for link in line[1]):
+        assert i < len(src.split()) and j < len(tgt.split())
+    ha.reverse_labels(work, args, "guided-full-leaky", cfg, logged.append)
+    assert len(logged) == 1  # up to date: not written again
+    (work / "eflomal.train.align").write_text("1-0\n\n0-0\n", encoding="utf-8")  # other labels: written again
+    ha.reverse_labels(work, args, "guided-full-leaky", cfg, logged.append)
+    assert path.read_text(encoding="utf-8") == "0-1\n\n0-0\n"
+    (work / "eflomal.train.align").write_text("0-0\n\n0-0\n", encoding="utf-8")
+    monkeypatch.setattr(ha, "saved_step", lambda run: 5)  # the twin trained on the earlier labels
+    with pytest.raises(UserError, match=r"run-guided-full-leaky-reverse/last.pt was trained on other labels than the transpose of"):
+        ha.reverse_labels(work, args, "guided-full-leaky", cfg, logged.append)
+
+
+def test_the_joint_variant_end_to_end_symmetrizes_both_directions_and_is_reused(ha, data, tmp_path, monkeypatch, capsys):
+    from syntaxnmt.alignment.extract import model_alignments
+
+    work = tmp_path / "w"
+    run = ["--work", str(work), "--steps", "6", "--dev-pairs", "4", "--variants", "guided-full-leaky-gdfa", "--output", str(tmp_path / "r.json")]
+    results = ha.main(run)
+    out = capsys.readouterr().out
+    assert list(results["models"]) == ["guided-full-leaky", "guided-full-leaky, French->English twin", "guided-full-leaky-gdfa"]
+    # The twin trained on the transposed labels, on its own prepared data.
+    forward_labels = ha.read_alignments(work / "eflomal.train.align")
+    assert [s for s, _ in ha.read_alignments(work / "eflomal-reverse.train.align")] == [{(j, i) for i, j in s} for s, _ in forward_labels]
+    twin_cfg = ha.load_config(work / "run-guided-full-leaky-reverse" / "config.yaml")
+    assert twin_cfg.data.train_align.endswith("eflomal-reverse.train.align") and (work / "data-eflomal-reverse").is_dir()
+    assert load_checkpoint(work / "run-guided-full-leaky-reverse" / "last.pt")["progress"]["step"] == 6
+    joint = results["models"]["guided-full-leaky-gdfa"]
+    null_key, renormalized_key = "configured: layer -2 full context, head 0, leak as null", "configured, leak renormalized: layer -2 full context, head 0"
+    assert list(joint["readings"]) == [null_key, renormalized_key] and list(joint["reverse_readings"]) == [null_key, renormalized_key]
+    assert joint["training"]["forward"] == results["models"]["guided-full-leaky"]["training"] and joint["training"]["reverse"]["updates"] == 6
+    # The scores are those of the library's symmetrized model alignments (the twin's links transposed there).
+    split = ha.GoldSplit(work, 4)
+    test_en, test_fr, gold = split.test()
+    forward, twin = work / "run-guided-full-leaky" / "last.pt", work / "run-guided-full-leaky-reverse" / "last.pt"
+    for key, null in ((null_key, None), (renormalized_key, False)):
+        both = model_alignments(forward, test_en, test_fr, torch.device("cpu"), reverse_checkpoint=twin, null=null)
+        assert joint["readings"][key] == ha.score(gold, both)
+        alone = model_alignments(twin, test_fr, test_en, torch.device("cpu"), null=null)
+        assert joint["reverse_readings"][key] == ha.score(gold, [{(j, i) for i, j in links} for links in alone])
+    stored = json.loads((work / "run-guided-full-leaky-gdfa" / "result.json").read_text())
+    assert stored["result"] == json.loads(json.dumps(joint)) and stored["key"]["reverse"]["config"]["work_dir"].endswith("run-guided-full-leaky-reverse")
+    assert "| guided + full context + leaky, both directions (gdfa; 6 + 6 updates) | each direction's configured reading (layer -2 full context, head 0, leak as null), grow-diag-final-and |" in out
+    assert "| guided + full context + leaky, French->English twin alone (6 updates) | configured reading, leak renormalized (layer -2 full context, head 0), links transposed |" in out
+    assert "| guided-full-leaky (6 updates)" not in out  # hidden: not asked for
+
+    def refuse(*a, **k):
+        raise AssertionError("a finished model was trained or scored again")
+
+    for name in ("train", "evaluate", "joint_links", "run_eflomal", "align_external"):
+        monkeypatch.setattr(ha, name, refuse)
+    again = ha.main(run)
+    assert capsys.readouterr().out.count("result reused") == 3 and again["models"] == results["models"]
