@@ -1,14 +1,18 @@
 """Our beam search against CTranslate2 (float32 and int8) on one checkpoint: sentences/s and sacreBLEU.
 
     python benchmarks/ct2_decode.py --checkpoint runs/multi30k-en-de/baseline/best.pt \
-        [--threads 2] [--beam 5] [--repeats 5] [--root DIR] [--test-src F --test-ref F] [--limit N] [--isa native|avx2]
+        [--threads 2] [--workers 0] [--beam 5] [--repeats 5] [--root DIR] [--test-src F --test-ref F] [--limit N] [--isa native|avx2]
 
 The source lines are turned into subword ids once (the pipeline both engines share: the parser's
 words for a model trained on a parsed corpus, SentencePiece); what is timed is the search from
 ids to ids of the whole test set (default test_2016_flickr, 1,000 sentences), with the same
-threads (torch intra-op threads; CTranslate2 intra_threads, one translator), batch size and
-search settings (``decode`` of the checkpoint's config, ``--beam``), after an untimed warm-up
-(``--warmup`` sentences per engine). The engines run in turns,
+threads, batch size and search settings (``decode`` of the checkpoint's config, ``--beam``), after an untimed warm-up
+(``--warmup`` sentences per engine). Threads: ours searches ``--workers`` batches at once
+(``decode.workers``; 0, the default: one per thread when there are enough batches), the
+``--threads`` shared between them as torch intra-op threads
+(:func:`syntaxnmt.decoding.translate.decode_workers`); CTranslate2 gets the same split, as many
+``inter_threads`` (translators searching batches side by side) with as many ``intra_threads``
+each. ``--workers 1``: one batch at a time on all the threads for both. The engines run in turns,
 ``--repeats`` times in a rotating order, so that a busy machine slows all of them alike; the
 table gives the median sentences/s (and the range), corpus BLEU of the detokenized output, and
 how many sentences are word-for-word ours. ``--root`` is the folder that relative paths in the
@@ -41,19 +45,20 @@ import torch
 
 from syntaxnmt.decoding.ct2_engine import CT2Engine
 from syntaxnmt.decoding.ct2_export import export_ct2
-from syntaxnmt.decoding.translate import encode_source_lines, load_model, translate_ids
+from syntaxnmt.decoding.translate import decode_workers, encode_source_lines, load_model, translate_ids
 from syntaxnmt.metrics import score
 from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after
 from syntaxnmt.textio import atomic_write_text, read_lines
 
 
-def engines(checkpoint: Path, tmp: Path, threads: int):
-    """name -> (search function from ids to hypotheses, config)."""
+def engines(checkpoint: Path, tmp: Path, threads: int, inter_threads: int = 1):
+    """name -> (search function from ids to hypotheses, config); CTranslate2 with ``inter_threads``
+    translators of ``threads`` threads each."""
     device = torch.device("cpu")
     model, cfg, toks = load_model(checkpoint, device)
     out = {"syntaxnmt (PyTorch)": lambda sources, decode, anns: translate_ids(model, sources, decode, device, annotations=anns)}
     for quant in ("float32", "int8"):
-        engine = CT2Engine(export_ct2(checkpoint, tmp / quant, quant), threads=threads)
+        engine = CT2Engine(export_ct2(checkpoint, tmp / quant, quant), threads=threads, inter_threads=inter_threads)
         out[f"CTranslate2 {quant}"] = lambda sources, decode, anns, engine=engine: engine.translate_ids(sources, decode)
     return out, model, cfg, toks
 
@@ -66,6 +71,7 @@ def main() -> None:
     ap.add_argument("--test-src", default=f"{data}/multi30k/test_2016_flickr.en.gz")
     ap.add_argument("--test-ref", default=f"{data}/multi30k/test_2016_flickr.de.gz")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=0, help="batches searched at once (decode.workers; 0: one per thread), the same for CTranslate2 (inter_threads)")
     ap.add_argument("--beam", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=100, help="sentences each engine translates untimed first")
@@ -80,10 +86,13 @@ def main() -> None:
     keep_freed_memory()
     torch.set_num_threads(args.threads)
     machine = machine_info()
+    lines, refs = read_lines(src)[: args.limit or None], read_lines(ref)[: args.limit or None]
     with tempfile.TemporaryDirectory() as tmp:
-        runs, model, cfg, toks = engines(checkpoint, Path(tmp), args.threads)
-        decode = cfg.decode.model_copy(update={"beam_size": args.beam})
-        lines, refs = read_lines(src)[: args.limit or None], read_lines(ref)[: args.limit or None]
+        _, cfg, _ = load_model(checkpoint, torch.device("cpu"))
+        batches = -(-len(lines) // cfg.decode.batch_size)
+        workers, per_worker = decode_workers(args.workers, batches, torch.device("cpu"))
+        runs, model, cfg, toks = engines(checkpoint, Path(tmp), per_worker, workers)
+        decode = cfg.decode.model_copy(update={"beam_size": args.beam, "workers": workers})
         sources, anns = encode_source_lines(cfg, toks, lines, model.feature_spec, source_name=str(src))
         names = list(runs)
         with torch.inference_mode():  # untimed: first-call costs (kernel selection, allocations) of every engine
@@ -112,11 +121,12 @@ def main() -> None:
         print(f"| {name} | {statistics.median(s):.1f} ({min(s):.1f}-{max(s):.1f}) | {statistics.median(s) / base:.2f}x | {bleu.bleu:.2f} | {same}/{len(ours)} |")
     print()
     ct2_version = __import__("ctranslate2").__version__
-    print(f"{len(sources)} sentences of {src.name}, beam {args.beam}, length penalty {decode.length_penalty}, batch {decode.batch_size}, {args.threads} threads; "
+    print(f"{len(sources)} sentences of {src.name}, beam {args.beam}, length penalty {decode.length_penalty}, batch {decode.batch_size}, {args.threads} threads "
+          f"({workers} batch{'es' if workers > 1 else ''} at once, {per_worker} thread{'s' if per_worker > 1 else ''} each; CTranslate2 inter_threads {workers}, intra_threads {per_worker}); "
           f"{checkpoint}; ctranslate2 {ct2_version}; {bleu.bleu_signature}")
     print(machine_summary(machine))
     doc = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "checkpoint": str(checkpoint),
-           "sentences": len(sources), "beam": args.beam, "batch": decode.batch_size, "threads": args.threads, "repeats": args.repeats,
+           "sentences": len(sources), "beam": args.beam, "batch": decode.batch_size, "threads": args.threads, "workers": workers, "threads_per_worker": per_worker, "repeats": args.repeats,
            "ctranslate2": ct2_version, "bleu_signature": bleu.bleu_signature, "engines": rows, "machine": machine}
     json_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(json_path, json.dumps(doc, indent=1))

@@ -92,6 +92,7 @@ import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import torch
@@ -536,12 +537,23 @@ def budget_text(args) -> str:
     return f"{args.steps}" if args.steps else f"the {args.minutes:g}-minute budget"
 
 
+WORKER_DIED = "its --jobs worker process died"
+
+
+class WorkerDied(UserError):
+    """A ``--jobs`` worker process ended without a result (a one-line error, exit status 1)."""
+
+    exit_code = 1
+
+
 def unfinished_line(name: str, record: dict, args) -> str:
     """``plain: stopped at update 812 of 2000; re-run the same command to continue``."""
     where = f"stopped at update {record['step']} of {budget_text(args)}"
     if record.get("trained"):
         where += " (trained, not yet scored)"
-    if not record["step"]:
+    if record["reason"] == WORKER_DIED:
+        where = WORKER_DIED + (f" (its last.pt: update {record['step']})" if record["step"] else " (before its first last.pt)")
+    elif not record["step"]:
         where = "not started" + (f" (waits for {', '.join(record['waits'])})" if record.get("waits") else "")
     return f"{name}: {where}; re-run the same command to continue"
 
@@ -709,7 +721,8 @@ def run_tasks(tasks: list[dict], args, log, deadline: float | None = None) -> tu
     results: dict = {}
     unfinished: dict = {}
     signum: int | None = None
-    stopped = lambda: signum is not None or (deadline is not None and _now() >= deadline)  # noqa: E731
+    broken = False  # a --jobs worker process died
+    stopped = lambda: broken or signum is not None or (deadline is not None and _now() >= deadline)  # noqa: E731
 
     def record(task: dict, out: dict) -> None:
         nonlocal signum
@@ -752,7 +765,12 @@ def run_tasks(tasks: list[dict], args, log, deadline: float | None = None) -> tu
                         log(f"{signal.Signals(signum).name}: every model stops at its next update and saves last.pt")
                     for future in done:
                         task = running.pop(future)
-                        record(task, future.result())
+                        try:
+                            out = future.result()
+                        except BrokenProcessPool:  # a worker killed outright (e.g. out of memory): no model of the pool can go on
+                            broken = True
+                            out = {"unfinished": {"step": saved_step(run_folder(Path(args.work), task["variant"], task["normalizer"], task.get("reverse", False))), "reason": WORKER_DIED}}
+                        record(task, out)
                         log(f"== {task['name']} ({'done' if task['name'] in results else 'stopped'})")
             finally:
                 event.set()  # an error in one model stops the others at an update boundary too
@@ -905,11 +923,15 @@ def main(argv: list[str] | None = None) -> dict:
                 print(f"{name} {key}: BLEU {model[key]['bleu']:.2f} chrF {model[key]['chrf']:.2f}")
     print(machine_summary(machine) + f" (threads per model: {args.threads}, jobs: {args.jobs}; {results['total_minutes']:.1f} min in all)")
     if unfinished:
-        print(f"\nunfinished ({'deadline' if signum is None else signal.Signals(signum).name}): the table above holds the finished models only" + (f"; {args.output} is written once every model is finished" if args.output else ""))
+        died = [name for name, record in unfinished.items() if record["reason"] == WORKER_DIED]
+        why = "a worker process died" if died else "deadline" if signum is None else signal.Signals(signum).name
+        print(f"\nunfinished ({why}): the table above holds the finished models only" + (f"; {args.output} is written once every model is finished" if args.output else ""))
         for task in tasks:
             if task["name"] in unfinished:
                 print(unfinished_line(task["name"], unfinished[task["name"]], args))
         sys.stdout.flush()
+        if died:
+            raise WorkerDied(f"{', '.join(died)}: {WORKER_DIED} (killed by the system, out of memory?), which ends the others' workers too: {len(unfinished)} model(s) unfinished, each at its last saved last.pt; re-run the same command to continue")
         if signum is not None:
             raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name}: {len(unfinished)} model(s) unfinished, their last.pt saved; re-run the same command to continue")
         return results

@@ -612,6 +612,10 @@ class DecodeConfig(_Section):
     """Forbid end-of-sentence before this many subwords (benchmarks force fixed lengths with it)."""
     batch_size: PositiveInt = 64
     """Sentences per decoding batch."""
+    workers: NonNegativeInt = 0
+    """Batches searched at once on the CPU (inter-op parallelism, as CTranslate2's ``inter_threads``),
+    the command's threads shared between them: 0 = one per thread (when there are that many
+    batches), 1 = one batch at a time on all the threads. See :func:`syntaxnmt.decoding.translate.decode_workers`."""
     nbest: int = 1
     coverage_penalty: float = 0.0
     """β of the coverage penalty β·Σ_j log(min(Σ_i α_ij, 1)) added to beam scores (Wu et al. 2016, Sec. 7); 0 = off."""

@@ -205,6 +205,36 @@ def test_jobs_2_sigterm_to_the_script_stops_the_workers_at_an_update(data, tmp_p
     check_stopped(work, out, err)
 
 
+@pytest.mark.slow
+def test_jobs_2_a_worker_killed_outright_is_a_one_line_error_and_the_other_stops(data, tmp_path):
+    """A worker process that dies without a word (SIGKILL, as the out-of-memory killer sends) ends
+    the run with one error line naming the model(s), exit status 1 and no traceback; the pool ends
+    the other worker too, so every model is left at its last saved last.pt, without a result."""
+    work = tmp_path / "w"
+    proc = run_script(data, work)
+    lines = []
+    for line in proc.stdout:  # until both workers train
+        lines.append(line)
+        if sum(" starting a new run" in x for x in lines) == 2:
+            break
+    time.sleep(3)
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    workers = [int(c) for c in children if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text()]
+    assert len(workers) >= 2, children
+    os.kill(workers[0], signal.SIGKILL)
+    rest, err = proc.communicate(timeout=120)
+    out = "".join(lines) + rest
+    assert proc.returncode == 1, err[-2000:]
+    assert "Traceback" not in err and "Traceback" not in out
+    errors = [x for x in err.splitlines() if x.startswith("syntaxnmt: error: ")]
+    assert len(errors) == 1 and "its --jobs worker process died" in errors[0] and "re-run the same command" in errors[0], err[-2000:]
+    assert "unfinished (a worker process died)" in out
+    died = re.findall(r"^(plain|guided): its --jobs worker process died \((its last.pt: update \d+|before its first last.pt)\); re-run", out, re.M)
+    assert len(died) == 2, out
+    for name, folder in (("plain", "run"), ("guided", "run-guided")):
+        assert not (work / folder / "result.json").exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # guided-full-leaky-gdfa: the guided-full-leaky model, a French->English twin guided by eflomal's
 # links transposed, the two directions symmetrized with grow-diag-final-and

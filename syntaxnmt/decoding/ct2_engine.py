@@ -34,7 +34,7 @@ from syntaxnmt.inputs import BOS, PAD, FeatureSpec
 class CT2Engine:
     """A CTranslate2 model exported by :func:`syntaxnmt.decoding.ct2_export.export_ct2`, with its tokenizers and config."""
 
-    def __init__(self, path: str | Path, device: str = "cpu", threads: int | None = None, compute_type: str = "default"):
+    def __init__(self, path: str | Path, device: str = "cpu", threads: int | None = None, compute_type: str = "default", inter_threads: int = 1):
         import ctranslate2  # deferred: CTranslate2 loads only for export-ct2 / --engine ctranslate2
 
         path = Path(path)
@@ -52,7 +52,7 @@ class CT2Engine:
         assets = {"spm_src": (path / SOURCE_TOKENIZER).read_bytes(), "spm_tgt": (path / TARGET_TOKENIZER).read_bytes(), "tags": None}
         self.toks = tokenizers_from_assets(self.cfg, assets)
         self.tgt_ids = {self.toks.tgt.id_to_piece(i): i for i in range(len(self.toks.tgt))}
-        self.translator = ctranslate2.Translator(str(path), device=device, compute_type=compute_type, inter_threads=1, intra_threads=threads or torch.get_num_threads())
+        self.translator = ctranslate2.Translator(str(path), device=device, compute_type=compute_type, inter_threads=inter_threads, intra_threads=threads or torch.get_num_threads())
         self.suppress = [[self.toks.tgt.id_to_piece(PAD)], [self.toks.tgt.id_to_piece(BOS)]]
 
     def translate_ids(self, sources: Sequence[np.ndarray], decode: DecodeConfig, *, beam: int | None = None, nbest: int = 1) -> list[list[Hypothesis]]:

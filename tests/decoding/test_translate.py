@@ -263,3 +263,68 @@ def test_a_beam_beyond_the_largest_is_a_user_error_before_any_allocation(trained
     for beam in (0, MAX_BEAM + 1):
         with pytest.raises(UserError, match=f"beam size {beam}: give 1 to {MAX_BEAM}"):
             translate_ids(model, ids, cfg.decode, torch.device("cpu"), beam=beam)
+
+
+# ---------------------------------------------------------------- batches searched side by side (decode.workers)
+
+
+@pytest.mark.parametrize("beam,nbest", [(1, 1), (4, 3)])
+def test_batches_searched_side_by_side_give_the_sequential_output(trained_run, corpus, beam, nbest, monkeypatch):
+    """``decode.workers``: the batches searched in threads of their own, one torch thread each,
+    give per sentence the hypotheses (tokens, scores, order) that one batch after another on one
+    thread gives, in input order; the command's torch threads are restored after. (Against two
+    threads on one batch only the last bits of the scores may differ: the products' threads.)"""
+    import syntaxnmt.decoding.translate as tr
+
+    model, cfg, toks = load_model(Path(trained_run.work_dir) / "best.pt", CPU)
+    lines = corpus["test"]["src"].read_text(encoding="utf-8").splitlines()[:23]
+    sources = [np.asarray(ids, dtype=np.int64) for ids in toks.src.encode_batch(lines)]
+    seen: list[tuple[int, int]] = []
+    real = tr.search
+
+    def recording(*args, **kw):
+        seen.append((torch.get_num_threads(), len(args[1])))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(tr, "search", recording)
+    before = torch.get_num_threads()
+    outputs = {}
+    try:
+        for threads, workers in ((1, 0), (2, 3), (2, 2)):
+            torch.set_num_threads(threads)
+            seen.clear()
+            decode = cfg.decode.model_copy(update={"batch_size": 5, "workers": workers})
+            hyps = translate_ids(model, sources, decode, CPU, beam=beam, nbest=nbest)
+            outputs[threads, workers] = [[(h.tokens, h.score, h.log_prob) for h in nb] for nb in hyps]
+            assert torch.get_num_threads() == threads
+            assert sorted(n for _, n in seen) == [3, 5, 5, 5, 5]  # 23 sentences in batches of 5
+            assert {t for t, _ in seen} == {1}  # one thread per batch: 1 thread, or 2 shared by 2 or 3 workers
+    finally:
+        torch.set_num_threads(before)
+    assert outputs[1, 0] == outputs[2, 3] == outputs[2, 2]
+    assert all(len(nb) == nbest for nb in outputs[2, 3])
+
+
+def test_decode_workers_default_to_one_per_thread_on_the_cpu_only():
+    from syntaxnmt.decoding.translate import decode_workers
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        assert decode_workers(0, 10, CPU) == (4, 1)  # the default: one batch per thread
+        assert decode_workers(0, 3, CPU) == (3, 1)  # no more workers than batches
+        assert decode_workers(0, 1, CPU) == (1, 4)  # one batch: all the threads on it
+        assert decode_workers(1, 10, CPU) == (1, 4)  # one at a time, as before
+        assert decode_workers(2, 10, CPU) == (2, 2)  # the threads shared
+        assert decode_workers(0, 10, torch.device("cuda")) == (1, 4)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_decode_workers_is_a_validated_config_key(tmp_path, capsys):
+    from syntaxnmt.config import load_config
+
+    assert load_config(None, {"decode": {"workers": 2}}).decode.workers == 2
+    with pytest.raises(Exception) as err:
+        load_config(None, {"decode": {"workers": -1}})
+    assert "decode.workers" in str(err.value)
