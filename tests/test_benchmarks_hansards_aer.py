@@ -165,6 +165,18 @@ def run_script(data: Path, work: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def started_workers(data: Path, work: Path) -> tuple[subprocess.Popen, list[str]]:
+    """The script with ``--jobs 2``, once both worker processes train (and 3 s more); the lines it printed so far."""
+    proc = run_script(data, work)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if sum(" starting a new run" in x for x in lines) == 2:
+            break
+    time.sleep(3)
+    return proc, lines
+
+
 def check_stopped(work: Path, out: str, err: str) -> None:
     """One line per model, no result for either, ``last.pt`` at the update the line names."""
     assert "Traceback" not in err and "Traceback" not in out
@@ -190,13 +202,7 @@ def test_jobs_2_the_deadline_reaches_the_workers(data, tmp_path):
 @pytest.mark.slow
 def test_jobs_2_sigterm_to_the_script_stops_the_workers_at_an_update(data, tmp_path):
     work = tmp_path / "w"
-    proc = run_script(data, work)
-    lines = []
-    for line in proc.stdout:  # until both workers train
-        lines.append(line)
-        if sum(" starting a new run" in x for x in lines) == 2:
-            break
-    time.sleep(3)
+    proc, lines = started_workers(data, work)
     proc.send_signal(signal.SIGTERM)
     rest, err = proc.communicate(timeout=120)
     out = "".join(lines) + rest
@@ -211,13 +217,7 @@ def test_jobs_2_a_worker_killed_outright_is_a_one_line_error_and_the_other_stops
     the run with one error line naming the model(s), exit status 1 and no traceback; the pool ends
     the other worker too, so every model is left at its last saved last.pt, without a result."""
     work = tmp_path / "w"
-    proc = run_script(data, work)
-    lines = []
-    for line in proc.stdout:  # until both workers train
-        lines.append(line)
-        if sum(" starting a new run" in x for x in lines) == 2:
-            break
-    time.sleep(3)
+    proc, lines = started_workers(data, work)
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
     workers = [int(c) for c in children if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text()]
     assert len(workers) >= 2, children
