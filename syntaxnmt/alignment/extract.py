@@ -20,7 +20,7 @@ from syntaxnmt.data.batches import make_batch
 from syntaxnmt.data.features import SourceAnnotation
 from syntaxnmt.data.links import Links, subwords_to_words
 from syntaxnmt.data.subwords import PAD, Tokenizer
-from syntaxnmt.decoding.translate import check_forced_pairs, load_model, parse_annotations, source_parses
+from syntaxnmt.decoding.translate import batches_side_by_side, check_forced_pairs, load_model, parse_annotations, source_parses
 from syntaxnmt.errors import UserError
 from syntaxnmt.model.outputs import average_heads, layer_head
 from syntaxnmt.model.transformer import Transformer
@@ -271,6 +271,7 @@ def readings_alignments(
     batch_size: int = 64,
     annotations: Sequence[SourceAnnotation] | None = None,
     source_of: Sequence[int] | None = None,
+    workers: int = 0,
 ) -> list[list[Links]]:
     """:func:`attention_alignments` for several readings of one force-decoding pass: the word
     links of every pair, one list per reading (each batch is force-decoded once, computing only
@@ -279,7 +280,9 @@ def readings_alignments(
     ``source_of``: pair p's source is ``src[source_of[p]]`` (an n-best list: several targets of
     one source; ``annotations`` then go with ``src``); the pairs of a source are batched together
     and their source encoded once per batch. Default: pair p reads ``src[p]``. Batches hold
-    ``batch_size`` pairs of similar lengths."""
+    ``batch_size`` pairs of similar lengths; on the CPU ``workers`` of them are force-decoded at
+    once (``decode.workers``, :func:`~syntaxnmt.decoding.translate.batches_side_by_side`; 0: one
+    per torch thread)."""
     (src_ids, src_words), (tgt_ids, tgt_words) = src, tgt
     if source_of is None:
         if len(src_ids) != len(tgt_ids):
@@ -296,8 +299,8 @@ def readings_alignments(
         longest[s] = max(longest.get(s, 0), len(t))
     order = sorted(range(len(tgt_ids)), key=lambda p: (len(src_ids[source_of[p]]) + longest[source_of[p]], source_of[p], p))
     out: list[list[Links]] = [[set() for _ in tgt_ids] for _ in readings]
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
+
+    def align_batch(idx: list[int]) -> None:
         anns = [annotations[source_of[p]] for p in idx] if spec else None
         batch = make_batch([np.asarray(src_ids[source_of[p]], dtype=np.int64) for p in idx], [np.asarray(tgt_ids[p], dtype=np.int64) for p in idx], idx, anns, spec).to(device)
         sources = list(dict.fromkeys(source_of[p] for p in idx))  # the batch's distinct sources, in order
@@ -310,6 +313,10 @@ def readings_alignments(
         for per_reading, links in zip(out, readings_links(force_decode(model, batch, readings, encoder_batch, rows), batch, readings, method, threshold)):
             for p, sentence in zip(idx, links):
                 per_reading[p] = subwords_to_words(sentence, src_words[source_of[p]], tgt_words[p])
+
+    batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    for _ in batches_side_by_side(align_batch, batches, workers, device):
+        pass
     return out
 
 
@@ -486,6 +493,7 @@ def alignments_for_translations(
         batch_size=batch_size,
         annotations=annotations,
         source_of=[pairs[p][2] for p in usable],
+        workers=cfg.decode.workers,
     )[0]
     for p, sentence in zip(usable, links):
         n, h, _ = pairs[p]

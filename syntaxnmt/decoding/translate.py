@@ -338,21 +338,29 @@ def _translate_wave(model, sources, wave: np.ndarray, results: list, decode: Dec
             results[i] = h
 
     batches = [order[start : start + decode.batch_size] for start in range(0, len(order), decode.batch_size)]
-    workers, threads = decode_workers(decode.workers, len(batches), device)
-    if workers == 1:
-        for idx in batches:
-            search_batch(idx)
-            bar.update(len(idx))
+    for idx in batches_side_by_side(search_batch, batches, decode.workers, device):
+        bar.update(len(idx))
+
+
+def batches_side_by_side(work: Callable[[Any], None], batches: Sequence[Any], workers: int, device: torch.device) -> Iterator[Any]:
+    """Run ``work(batch)`` for every batch, ``workers`` at once (:func:`decode_workers`; 0: one per
+    torch thread on the CPU), yielding each batch in order once its work is done. The workers run
+    under the caller's grad and inference mode (thread-local in torch)."""
+    n, threads = decode_workers(workers, len(batches), device)
+    if n == 1:
+        for batch in batches:
+            work(batch)
+            yield batch
         return
-    inference = torch.is_inference_mode_enabled()  # thread-local: the workers run as the caller does
+    inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
 
-    def in_worker(idx: np.ndarray) -> None:
-        with torch.inference_mode(inference):
-            search_batch(idx)
+    def in_worker(batch) -> None:
+        with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+            work(batch)
 
-    with intra_op_threads(threads), ThreadPoolExecutor(workers, thread_name_prefix="syntaxnmt-decode") as pool:
-        for idx, _ in zip(batches, pool.map(in_worker, batches)):
-            bar.update(len(idx))
+    with intra_op_threads(threads), ThreadPoolExecutor(n, thread_name_prefix="syntaxnmt-decode") as pool:
+        for batch, _ in zip(batches, pool.map(in_worker, batches)):
+            yield batch
 
 
 def decode_workers(requested: int, batches: int, device: torch.device) -> tuple[int, int]:

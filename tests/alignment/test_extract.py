@@ -226,3 +226,29 @@ def test_sources_shared_by_several_targets_are_encoded_once():
         del model.encode
     assert shared == plain
     assert all(sorted(j for _, j in links) == list(range(len(t))) for links, t in zip(shared[0], tgt))
+
+
+def test_pairs_force_decoded_side_by_side_give_the_links_of_one_batch_at_a_time(trained_run, corpus):
+    """``readings_alignments(..., workers=)``: batches force-decoded in threads of their own (one
+    torch thread each) give every pair the links one batch after another on one thread gives."""
+    from pathlib import Path
+
+    from syntaxnmt.alignment.extract import AttentionReading, encode_pairs, readings_alignments
+    from syntaxnmt.decoding.translate import load_model
+
+    cpu = torch.device("cpu")
+    model, cfg, toks = load_model(Path(trained_run.work_dir) / "best.pt", cpu)
+    src = corpus["test"]["src"].read_text(encoding="utf-8").splitlines()[:17]
+    tgt = corpus["test"]["tgt"].read_text(encoding="utf-8").splitlines()[:17]
+    source, target, _ = encode_pairs(model, cfg, toks, src, tgt)
+    readings = [AttentionReading(None, None), AttentionReading(-1, 0, shift=True)]
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = readings_alignments(model, source, target, cpu, readings, batch_size=4, workers=1)
+        torch.set_num_threads(2)
+        side = readings_alignments(model, source, target, cpu, readings, batch_size=4, workers=3)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert side == one and sum(len(links) for links in one[0]) > 17
