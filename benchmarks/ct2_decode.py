@@ -51,16 +51,15 @@ from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, 
 from syntaxnmt.textio import atomic_write_text, read_lines
 
 
-def engines(checkpoint: Path, tmp: Path, threads: int, inter_threads: int = 1):
-    """name -> (search function from ids to hypotheses, config); CTranslate2 with ``inter_threads``
-    translators of ``threads`` threads each."""
+def engines(model, checkpoint: Path, tmp: Path, threads: int, inter_threads: int = 1):
+    """name -> search function from ids to hypotheses: ours on ``model`` (loaded from
+    ``checkpoint``), CTranslate2 with ``inter_threads`` translators of ``threads`` threads each."""
     device = torch.device("cpu")
-    model, cfg, toks = load_model(checkpoint, device)
     out = {"syntaxnmt (PyTorch)": lambda sources, decode, anns: translate_ids(model, sources, decode, device, annotations=anns)}
     for quant in ("float32", "int8"):
         engine = CT2Engine(export_ct2(checkpoint, tmp / quant, quant), threads=threads, inter_threads=inter_threads)
         out[f"CTranslate2 {quant}"] = lambda sources, decode, anns, engine=engine: engine.translate_ids(sources, decode)
-    return out, model, cfg, toks
+    return out
 
 
 def main() -> None:
@@ -88,10 +87,10 @@ def main() -> None:
     machine = machine_info()
     lines, refs = read_lines(src)[: args.limit or None], read_lines(ref)[: args.limit or None]
     with tempfile.TemporaryDirectory() as tmp:
-        _, cfg, _ = load_model(checkpoint, torch.device("cpu"))
+        model, cfg, toks = load_model(checkpoint, torch.device("cpu"))
         batches = -(-len(lines) // cfg.decode.batch_size)
         workers, per_worker = decode_workers(args.workers, batches, torch.device("cpu"))
-        runs, model, cfg, toks = engines(checkpoint, Path(tmp), per_worker, workers)
+        runs = engines(model, checkpoint, Path(tmp), per_worker, workers)
         decode = cfg.decode.model_copy(update={"beam_size": args.beam, "workers": workers})
         sources, anns = encode_source_lines(cfg, toks, lines, model.feature_spec, source_name=str(src))
         names = list(runs)

@@ -104,7 +104,7 @@ from syntaxnmt.alignment.sweep import TEACHER_READINGS, align_sweep, self_traini
 from syntaxnmt.alignment.symmetrize import symmetrize
 from syntaxnmt.checkpoint import load_checkpoint
 from syntaxnmt.config import config_from_dict, load_config
-from syntaxnmt.data.links import Links, aer, parse_links, read_alignments, read_bitext
+from syntaxnmt.data.links import Links, aer, parse_links, read_alignments, read_bitext, transposed
 from syntaxnmt.data.prepare import prepare
 from syntaxnmt.decoding.translate import load_model, translate_lines
 from syntaxnmt.errors import Interrupted, UserError
@@ -208,6 +208,11 @@ def run_folder(work: Path, variant: str = "plain", normalizer: str = "softmax", 
     return work / folder
 
 
+def task_folder(work: Path, task: dict) -> Path:
+    """The run folder of a task's model (:func:`run_folder`)."""
+    return run_folder(work, task["variant"], task["normalizer"], task.get("reverse", False))
+
+
 def config_tree(work: Path, args, variant: str = "plain", normalizer: str = "softmax", reverse: bool = False) -> dict:
     """The config of one model, as a tree. A French->English twin (``reverse``) swaps the sides;
     its guidance is the English->French labels transposed (:func:`reverse_labels`)."""
@@ -303,11 +308,6 @@ def evaluate(checkpoint: Path, split: GoldSplit, work: Path, bleu: bool, log) ->
     return out
 
 
-def transposed(links: Links) -> Links:
-    """``(i, j)`` links as ``(j, i)``: a French->English model's links in English-French order, or back."""
-    return {(j, i) for i, j in links}
-
-
 def joint_links(forward: Path, reverse: Path, src_lines: list[str], tgt_lines: list[str], device, log=None) -> dict[str, dict[str, list[Links]]]:
     """Word links of the pairs (``src_lines`` English, ``tgt_lines`` French) from a source->target
     model and its target->source twin, each force-decoding its own target side: per direction
@@ -347,7 +347,7 @@ def evaluate_joint(task: dict, args, work: Path, split: GoldSplit, log) -> dict:
     if missing:
         raise UserError(f"{task['name']}: {' and '.join(missing)} must be finished first (with the same options)")
     test_en, test_fr, gold = split.test()
-    checkpoints = [run_folder(work, t["variant"], t["normalizer"], t.get("reverse", False)) / "last.pt" for t in (forward_task, reverse_task)]
+    checkpoints = [task_folder(work, t) / "last.pt" for t in (forward_task, reverse_task)]
     links = joint_links(*checkpoints, test_en, test_fr, torch.device("cpu"), log)
     out: dict = {
         "forward": forward_task["name"],
@@ -511,7 +511,7 @@ def result_key(work: Path, args, task: dict) -> dict:
 
 
 def result_path(work: Path, task: dict) -> Path:
-    return run_folder(work, task["variant"], task["normalizer"], task.get("reverse", False)) / "result.json"
+    return task_folder(work, task) / "result.json"
 
 
 def _read_json(path: Path) -> dict | None:
@@ -639,7 +639,7 @@ def run_model(task: dict) -> dict:
     if cached is not None:
         _log(f"{task['name']}: result reused from {result_path(work, task)}")
         return {"result": cached}
-    run = run_folder(work, task["variant"], task["normalizer"], task.get("reverse", False))
+    run = task_folder(work, task)
     stopper = Stopper(task.get("deadline"), _STOP_EVENT, _PARENT)
     if stopper.reason():
         return {"unfinished": {"step": saved_step(run), "reason": stopper.reason()}}
@@ -769,7 +769,7 @@ def run_tasks(tasks: list[dict], args, log, deadline: float | None = None) -> tu
                             out = future.result()
                         except BrokenProcessPool:  # a worker killed outright (e.g. out of memory): no model of the pool can go on
                             broken = True
-                            out = {"unfinished": {"step": saved_step(run_folder(Path(args.work), task["variant"], task["normalizer"], task.get("reverse", False))), "reason": WORKER_DIED}}
+                            out = {"unfinished": {"step": saved_step(task_folder(Path(args.work), task)), "reason": WORKER_DIED}}
                         record(task, out)
                         log(f"== {task['name']} ({'done' if task['name'] in results else 'stopped'})")
             finally:
@@ -778,7 +778,7 @@ def run_tasks(tasks: list[dict], args, log, deadline: float | None = None) -> tu
     for task in tasks:
         if task["name"] not in results and task["name"] not in unfinished:
             waits = [a for a in task.get("after", []) if a not in results]
-            unfinished[task["name"]] = {"step": saved_step(run_folder(Path(args.work), task["variant"], task["normalizer"], task.get("reverse", False))), "reason": "not started", "waits": waits}
+            unfinished[task["name"]] = {"step": saved_step(task_folder(Path(args.work), task)), "reason": "not started", "waits": waits}
     return {name: results[name] for name in order if name in results}, unfinished, signum
 
 

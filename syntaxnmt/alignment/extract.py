@@ -18,7 +18,7 @@ from syntaxnmt.alignment.symmetrize import symmetrization
 from syntaxnmt.alignment.symmetrize import symmetrize as symmetrize_links
 from syntaxnmt.data.batches import make_batch
 from syntaxnmt.data.features import SourceAnnotation
-from syntaxnmt.data.links import Links, subwords_to_words
+from syntaxnmt.data.links import Links, subwords_to_words, transposed
 from syntaxnmt.data.subwords import PAD, Tokenizer
 from syntaxnmt.decoding.translate import batches_side_by_side, check_forced_pairs, load_model, parse_annotations, source_parses
 from syntaxnmt.errors import UserError
@@ -425,7 +425,7 @@ def model_alignments(
     if len(directions) == 1:
         return directions[0]
     forward, reverse = directions
-    return [symmetrize_links(f, {(i, j) for j, i in r}, method_sym) for f, r in zip(forward, reverse)]
+    return [symmetrize_links(f, transposed(r), method_sym) for f, r in zip(forward, reverse)]
 
 
 def alignments_for_translations(

@@ -20,7 +20,7 @@ from syntaxnmt.alignment.symmetrize import symmetrization
 from syntaxnmt.alignment.symmetrize import symmetrize as symmetrize_links
 from syntaxnmt.config import Config
 from syntaxnmt.data.corpus import read_parallel
-from syntaxnmt.data.links import AERResult, Links, aer, format_links, read_alignments
+from syntaxnmt.data.links import AERResult, aer, format_links, read_alignments, transposed
 from syntaxnmt.data.prepare import model_words
 from syntaxnmt.decoding.translate import load_model
 from syntaxnmt.errors import UserError
@@ -124,7 +124,7 @@ def align_sweep(
     src_lengths = [len((toks.src.normalize(line) if normalize else line).split()) for line in src_lines]
     tgt_lengths = [len((toks.tgt.normalize(line) if normalize else line).split()) for line in tgt_lines]
     if transpose_gold:
-        reference = [(_transposed(s), _transposed(p)) for s, p in read_alignments(gold, one_indexed_gold, tgt_lengths, src_lengths)]
+        reference = [(transposed(s), transposed(p)) for s, p in read_alignments(gold, one_indexed_gold, tgt_lengths, src_lengths)]
     else:
         reference = read_alignments(gold, one_indexed_gold, src_lengths, tgt_lengths)
     if not reference:
@@ -134,10 +134,6 @@ def align_sweep(
     sure, possible = [s for s, _ in reference], [p for _, p in reference]
     leaky = bool(getattr(getattr(model, "alignment_pass", None), "leaky", False))
     return SweepResult([(r, aer(sure, possible, hyp)) for r, hyp in zip(readings, links)], len(reference), leaky)
-
-
-def _transposed(links: Links) -> Links:
-    return {(j, i) for i, j in links}
 
 
 def reading_options(r: AttentionReading) -> dict:
@@ -203,7 +199,7 @@ def self_training_alignments(
     method = symmetrization(symmetrize)
     lines = [""] * text.counts["read"]
     for line_number, f, r in zip(text.line_numbers, fwd, rev):
-        lines[line_number - 1] = format_links(symmetrize_links(f, _transposed(r), method))
+        lines[line_number - 1] = format_links(symmetrize_links(f, transposed(r), method))
     write_lines(output, lines)
     log(f"self-training alignments of {len(src_text)} pairs ({method}) written to {output}")
     return chosen

@@ -115,6 +115,11 @@ def read_alignments(
     return out
 
 
+def transposed(links: Iterable[Link]) -> Links:
+    """``(i, j)`` links as ``(j, i)``: a target->source model's links in source-target order, or back."""
+    return {(j, i) for i, j in links}
+
+
 def format_links(links: Iterable[Link]) -> str:
     """``"i-j i-j ..."``, sorted by (source, target), 0-indexed."""
     return " ".join(f"{i}-{j}" for i, j in sorted(links))
