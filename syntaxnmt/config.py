@@ -613,7 +613,8 @@ class DecodeConfig(_Section):
     batch_size: PositiveInt = 64
     """Sentences per decoding batch."""
     workers: NonNegativeInt = 0
-    """Batches searched (and force-decoded for ``--alignments``) at once on the CPU (inter-op parallelism, as CTranslate2's ``inter_threads``),
+    """Batches searched (and force-decoded for ``--alignments``) at once on the CPU (inter-op parallelism, as CTranslate2's ``inter_threads``,
+    which ``--engine ctranslate2`` sets from it),
     the command's threads shared between them: 0 = one per thread (when there are that many
     batches), 1 = one batch at a time on all the threads. See :func:`syntaxnmt.decoding.translate.decode_workers`."""
     nbest: int = 1

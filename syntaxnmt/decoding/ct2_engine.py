@@ -26,7 +26,7 @@ from syntaxnmt.config import Config, DecodeConfig, config_from_dict
 from syntaxnmt.data.prepare import tokenizers_from_assets
 from syntaxnmt.decoding.ct2_export import CONFIG_FILE, SOURCE_TOKENIZER, TARGET_TOKENIZER, export_ct2
 from syntaxnmt.decoding.search import Hypothesis, max_output_lengths
-from syntaxnmt.decoding.translate import encode_source_lines
+from syntaxnmt.decoding.translate import decode_workers, encode_source_lines
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import BOS, PAD, FeatureSpec
 
@@ -34,9 +34,11 @@ from syntaxnmt.inputs import BOS, PAD, FeatureSpec
 class CT2Engine:
     """A CTranslate2 model exported by :func:`syntaxnmt.decoding.ct2_export.export_ct2`, with its tokenizers and config."""
 
-    def __init__(self, path: str | Path, device: str = "cpu", threads: int | None = None, compute_type: str = "default", inter_threads: int = 1):
-        import ctranslate2  # deferred: CTranslate2 loads only for export-ct2 / --engine ctranslate2
-
+    def __init__(self, path: str | Path, device: str = "cpu", threads: int | None = None, compute_type: str = "default", inter_threads: int | None = None):
+        """``threads``: CTranslate2's threads in all (default: torch's). ``inter_threads``: batches
+        searched at once, sharing them; default (None): ``decode.workers`` decides per call, as for
+        the PyTorch engine (:func:`syntaxnmt.decoding.translate.decode_workers`: on the CPU one batch
+        per thread when there are several batches), with a translator made for each split used."""
         path = Path(path)
         if path.is_file():  # a checkpoint: export it to a temporary folder first
             self._tmp = tempfile.TemporaryDirectory(prefix="syntaxnmt-ct2-")
@@ -52,8 +54,21 @@ class CT2Engine:
         assets = {"spm_src": (path / SOURCE_TOKENIZER).read_bytes(), "spm_tgt": (path / TARGET_TOKENIZER).read_bytes(), "tags": None}
         self.toks = tokenizers_from_assets(self.cfg, assets)
         self.tgt_ids = {self.toks.tgt.id_to_piece(i): i for i in range(len(self.toks.tgt))}
-        self.translator = ctranslate2.Translator(str(path), device=device, compute_type=compute_type, inter_threads=inter_threads, intra_threads=threads or torch.get_num_threads())
+        self.path, self.device, self.compute_type = path, device, compute_type
+        self.threads, self.inter_threads = threads or torch.get_num_threads(), inter_threads
+        self._translators: dict[tuple[int, int], object] = {}
+        self.translator = self.translator_for(inter_threads or 1)
         self.suppress = [[self.toks.tgt.id_to_piece(PAD)], [self.toks.tgt.id_to_piece(BOS)]]
+
+    def translator_for(self, workers: int):
+        """The ``ctranslate2.Translator`` searching ``workers`` batches at once (``inter_threads``),
+        the threads shared between them; made once per split."""
+        import ctranslate2
+
+        key = (workers, max(1, self.threads // workers))
+        if key not in self._translators:
+            self._translators[key] = ctranslate2.Translator(str(self.path), device=self.device, compute_type=self.compute_type, inter_threads=key[0], intra_threads=key[1])
+        return self._translators[key]
 
     def translate_ids(self, sources: Sequence[np.ndarray], decode: DecodeConfig, *, beam: int | None = None, nbest: int = 1) -> list[list[Hypothesis]]:
         """Search every source (subword ids, no EOS); results in input order."""
@@ -64,7 +79,9 @@ class CT2Engine:
         limits = max_output_lengths(torch.tensor([len(s) for s in sources]), decode.max_len_a, decode.max_len_b, max_pos).tolist()
         if not sources:
             return []
-        results = self.translator.translate_batch(
+        batches = -(-len(sources) // decode.batch_size)
+        workers = self.inter_threads or decode_workers(decode.workers, batches, torch.device(self.device), self.threads)[0]
+        results = self.translator_for(workers).translate_batch(
             [[self.toks.src.id_to_piece(int(i)) for i in s] for s in sources],
             max_batch_size=decode.batch_size,
             beam_size=beam,

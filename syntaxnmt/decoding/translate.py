@@ -363,7 +363,7 @@ def batches_side_by_side(work: Callable[[Any], None], batches: Sequence[Any], wo
             yield batch
 
 
-def decode_workers(requested: int, batches: int, device: torch.device) -> tuple[int, int]:
+def decode_workers(requested: int, batches: int, device: torch.device, threads: int | None = None) -> tuple[int, int]:
     """How many batches are searched at once on the CPU and with how many torch threads each
     (``decode.workers``; inter-op parallelism, CTranslate2's ``inter_threads``). The products of
     incremental decoding are small (a few hundred rows), so two threads on one product gain little
@@ -371,8 +371,9 @@ def decode_workers(requested: int, batches: int, device: torch.device) -> tuple[
     side. A batch's search is the same either way (same sentences, same steps); only the threads of
     its products change, which can move the last bits of the scores (as any change of threads).
     0 (the default): the command's torch threads, one each, when there are at least two batches;
-    N: N at once (at most the number of batches), the threads shared between them."""
-    threads = torch.get_num_threads()
+    N: N at once (at most the number of batches), the threads shared between them. ``threads``:
+    the threads to share (default: torch's)."""
+    threads = threads or torch.get_num_threads()
     workers = (requested or threads) if device.type == "cpu" else 1
     workers = max(1, min(workers, batches))
     return workers, max(1, threads // workers)

@@ -138,3 +138,22 @@ def test_search_settings_ctranslate2_lacks_are_refused(trained_run, corpus, opti
     )
     assert r.returncode == 2
     assert r.stderr == f"syntaxnmt: error: {message}\n"
+
+
+def test_batches_side_by_side_follow_decode_workers(trained_run, corpus, tmp_path):
+    """Like the PyTorch engine, CTranslate2 searches one batch per thread by default
+    (``decode.workers`` 0 -> ``inter_threads`` = threads when there are several batches), one
+    batch at a time with ``decode.workers: 1`` or one batch only; the outputs are the same."""
+    ckpt = checkpoint_path(trained_run, "best")
+    model, cfg, toks = load_model(ckpt, torch.device("cpu"))
+    sources, _ = encode_source_lines(cfg, toks, read_lines(corpus["test"]["src"]), model.feature_spec)
+    engine = CT2Engine(export_ct2(ckpt, tmp_path / "ct2"), threads=2)
+    decode = cfg.decode.model_copy(update={"beam_size": 2, "batch_size": 3})
+    assert len(sources) > 3
+    side_by_side = engine.translate_ids(sources, decode)
+    assert (2, 1) in engine._translators
+    one_at_a_time = engine.translate_ids(sources, decode.model_copy(update={"workers": 1}))
+    assert (1, 2) in engine._translators
+    assert [[h.tokens for h in nb] for nb in side_by_side] == [[h.tokens for h in nb] for nb in one_at_a_time]
+    engine.translate_ids(sources[:3], decode)  # one batch: one translator with both threads
+    assert set(engine._translators) == {(2, 1), (1, 2)}
