@@ -4,7 +4,8 @@
 #   1. the sentence model, N updates (recipes/bible-en-es/sentence.yaml);
 #   2. three fine-tunings of M updates each from its best.pt, same schedule (warm-up 300):
 #      sentence-more (the sentence model trained on: the control), concat (2-to-1, the previous
-#      verse), han (HAN on the source side, k = 3: the paper's two-stage recipe);
+#      verse), han (HAN on the source side, k = 3: the paper's two-stage recipe), and han-2x
+#      (HAN for 2M updates: about the control's number of target tokens);
 #   3. each translates the test chapters with --docs (beam 4); sacreBLEU BLEU and chrF with paired
 #      bootstrap resampling against sentence-more (the first system).
 # Needs the data (bash recipes/bible-en-es/prepare.sh). Steps already done (a `done` file in their
@@ -37,8 +38,11 @@ FT=(--train.init_from="$WORK/sentence/best.pt" --train.warmup_steps=300)
 train sentence-more sentence.yaml "$M" "${FT[@]}"
 train concat concat.yaml "$M" "${FT[@]}"
 train han han.yaml "$M" "${FT[@]}"
+# HAN's token budget per batch holds the lead-in rows (previous verses of a span starting inside
+# its chapter): its M updates carry about half the control's target tokens; 2M about the same.
+train han-2x han.yaml "$(( 2 * M ))" "${FT[@]}"
 
-systems=(sentence-more sentence concat han)
+systems=(sentence-more sentence concat han han-2x)
 for m in "${systems[@]}"; do
   hyp="$WORK/$m/test.hyp"
   [ -s "$hyp" ] && continue
@@ -50,6 +54,6 @@ for m in "${systems[@]}"; do
 done
 hyps=()
 for m in "${systems[@]}"; do hyps+=("$WORK/$m/test.hyp"); done
-sacrebleu "$R/data/test.es" -i "${hyps[@]}" -m bleu chrf --paired-bs --paired-bs-n 1000 \
+sacrebleu "$R/data/test.es" -i "${hyps[@]}" -m bleu chrf --paired-bs --paired-bs-n 1000 -f text \
   | tee "$WORK/bleu.txt"
 cat "$WORK/timings.tsv"
