@@ -53,7 +53,7 @@ from syntaxnmt.textio import atomic_write_text, read_lines
 
 def engines(model, checkpoint: Path, tmp: Path, threads: int, inter_threads: int = 1):
     """name -> search function from ids to hypotheses: ours on ``model`` (loaded from
-    ``checkpoint``), CTranslate2 with ``inter_threads`` translators of ``threads`` threads each."""
+    ``checkpoint``), CTranslate2 with ``inter_threads`` translators sharing ``threads`` threads."""
     device = torch.device("cpu")
     out = {"syntaxnmt (PyTorch)": lambda sources, decode, anns: translate_ids(model, sources, decode, device, annotations=anns)}
     for quant in ("float32", "int8"):
@@ -90,7 +90,7 @@ def main() -> None:
         model, cfg, toks = load_model(checkpoint, torch.device("cpu"))
         batches = -(-len(lines) // cfg.decode.batch_size)
         workers, per_worker = decode_workers(args.workers, batches, torch.device("cpu"))
-        runs = engines(model, checkpoint, Path(tmp), per_worker, workers)
+        runs = engines(model, checkpoint, Path(tmp), per_worker * workers, workers)
         decode = cfg.decode.model_copy(update={"beam_size": args.beam, "workers": workers})
         sources, anns = encode_source_lines(cfg, toks, lines, model.feature_spec, source_name=str(src))
         names = list(runs)
