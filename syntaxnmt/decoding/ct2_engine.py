@@ -57,12 +57,17 @@ class CT2Engine:
         self.path, self.device, self.compute_type = path, device, compute_type
         self.threads, self.inter_threads = threads or torch.get_num_threads(), inter_threads
         self._translators: dict[tuple[int, int], object] = {}
-        self.translator = self.translator_for(inter_threads or 1)
         self.suppress = [[self.toks.tgt.id_to_piece(PAD)], [self.toks.tgt.id_to_piece(BOS)]]
+
+    @property
+    def translator(self):
+        """The translator of one batch at a time (or of the fixed ``inter_threads``): scoring, checks."""
+        return self.translator_for(self.inter_threads or 1)
 
     def translator_for(self, workers: int):
         """The ``ctranslate2.Translator`` searching ``workers`` batches at once (``inter_threads``),
-        the threads shared between them; made once per split."""
+        the threads shared between them; made once per split, when first used (the model is loaded
+        only for the splits a command searches with)."""
         import ctranslate2
 
         key = (workers, max(1, self.threads // workers))
