@@ -2,11 +2,14 @@
 (2-to-1, 2-to-2) and HAN models on the synthetic document corpus, scored by contrastive accuracy
 per phenomenon x distance under the three context controls, with test BLEU and training cost.
 
-    python benchmarks/discourse_study.py --work runs/discourse --seeds 1 2 3 [--steps 3000] [--write docs/documents.md]
+    python benchmarks/discourse_study.py --work runs/discourse --seeds 1 2 3 [--steps 3000] [--jobs 2] [--write docs/documents.md]
     python benchmarks/discourse_study.py --work /tmp/d --quick          # a smoke run (minutes, meaningless figures)
 
 Every system of a seed shares the prepared corpus; HAN is fine-tuned from the sentence model of its
 seed (train.init_from, Miculicich et al. 2018's two-stage recipe) for the same number of updates.
+``--jobs N`` runs N trainings at a time in worker processes of cores / N threads each (a HAN run
+starts once its seed's sentence model is trained) and reports the study's wall clock: on a 2-core
+CPU two one-thread runs finish sooner than one two-thread run after the other.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,6 +28,7 @@ import torch
 from syntaxnmt.config import load_config
 from syntaxnmt.data.contrastive import read_contrastive
 from syntaxnmt.data.discourse import write_documents
+from syntaxnmt.data.prepare import is_prepared, prepare
 from syntaxnmt.decoding.scoring import CONTEXT_MODES, score_contrastive
 from syntaxnmt.decoding.translate import load_model, translate_lines
 from syntaxnmt.experiments.sets import write_section
@@ -69,7 +74,7 @@ def config(work: Path, corpus: dict, system: str, seed: int, steps: int, quick: 
     return load_config(None, tree)
 
 
-def run_system(cfg, corpus: dict, items, log) -> dict:
+def run_system(cfg, corpus: dict, items, log, draws: int = 1) -> dict:
     done = Path(cfg.work_dir) / "result.json"
     if done.is_file():
         return json.loads(done.read_text())
@@ -92,7 +97,7 @@ def run_system(cfg, corpus: dict, items, log) -> dict:
         "ms_per_update": 1000 * wall / max(progress.step, 1),
         "bleu": corpus_bleu(hyps, [ref]),
         "decode_sent_per_s": len(src) / decode_s,
-        "contrastive": {mode: score_contrastive(model, toks, items, device, context=mode).as_json() for mode in CONTEXT_MODES},
+        "contrastive": {mode: score_contrastive(model, toks, items, device, context=mode, draws=draws if mode == "other-document" else 1).as_json() for mode in CONTEXT_MODES},
     }
     atomic_write_text(done, json.dumps(result, indent=1))
     return result
@@ -129,6 +134,39 @@ def conditions(results: dict[str, list[dict]]) -> str:
     return ", ".join(parts) or "not recorded"
 
 
+def schedule(work: Path, seeds: list[int], chosen: list[str], args) -> float:
+    """Train every (seed, system) not done yet in ``args.jobs`` worker processes at a time (each
+    with cores // jobs threads); sentence models first, since HAN is fine-tuned from them, then the
+    costliest runs first. Returns the wall clock in seconds."""
+    costly = ["sentence", "HAN (k = 3), both sides", "concat 2-to-2", "HAN (k = 3)", "concat 2-to-1"]
+    todo = sorted(((seed, system) for seed in seeds for system in chosen), key=lambda t: (costly.index(t[1]), t[0]))
+    todo = [t for t in todo if not (work / f"{SLUGS[t[1]]}-seed{t[0]}" / "result.json").is_file()]
+    threads = max(1, (os.cpu_count() or 1) // args.jobs)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    running: dict[subprocess.Popen, tuple[int, str]] = {}
+    t0 = time.perf_counter()
+    while todo or running:
+        ready = [t for t in todo if SYSTEMS[t[1]]["kind"] != "han" or (work / f"sentence-seed{t[0]}" / "result.json").is_file()]
+        while ready and len(running) < args.jobs:
+            seed, system = task = ready.pop(0)
+            todo.remove(task)
+            log = open(work / "logs" / f"{SLUGS[system]}-seed{seed}.log", "w")
+            cmd = [sys.executable, __file__, "--work", str(work), "--seeds", str(seed), "--systems", system, "--steps", str(args.steps), "--draws", str(args.draws), "--worker"] + (["--quick"] if args.quick else [])
+            print(f"== {system}, seed {seed}: started ({threads} thread(s), load average {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
+            running[subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)] = task
+            log.close()
+        time.sleep(1.0)
+        for proc in [p for p in running if p.poll() is not None]:
+            seed, system = running.pop(proc)
+            if proc.returncode:
+                for p in running:
+                    p.terminate()
+                sys.exit(f"discourse_study: {system}, seed {seed} failed (exit {proc.returncode}); see {work / 'logs'}")
+            print(f"== {system}, seed {seed}: done at {(time.perf_counter() - t0) / 60:.1f} min", file=sys.stderr, flush=True)
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", default="runs/discourse")
@@ -137,7 +175,12 @@ def main() -> None:
     ap.add_argument("--systems", default=";".join(SYSTEMS), help="the systems to run, their labels joined by ';' (default all): " + "; ".join(SYSTEMS))
     ap.add_argument("--quick", action="store_true", help="a tiny corpus and model: a smoke run")
     ap.add_argument("--write", help="write the table as a section of this Markdown file (e.g. docs/documents.md)")
+    ap.add_argument("--jobs", type=int, default=1, help="trainings at a time, each in its own process with cores // JOBS threads (default 1: in this process)")
+    ap.add_argument("--draws", type=int, default=5, help="other-document control: donors per item (syntaxnmt score --draws)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # one run of --jobs: train the systems asked, no table
     args = ap.parse_args()
+    if args.jobs < 1 or args.draws < 1:
+        ap.error("--jobs and --draws take a positive number")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     work = Path(args.work)
     sizes = dict(n_train_docs=60, n_dev_docs=4, n_test_docs=24) if args.quick else {}
@@ -151,26 +194,37 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown system(s) {unknown}: choose from {'; '.join(SYSTEMS)}")
     chosen = [s for s in SYSTEMS if s in asked]
+    if args.worker:  # one (seed, system) of a --jobs study; its sentence model is trained already
+        for seed in args.seeds:
+            for system in chosen:
+                run_system(config(work, corpus, system, seed, steps, args.quick), corpus, items, log=lambda *a, **k: None, draws=args.draws)
+        return
     if any(SYSTEMS[s]["kind"] == "han" for s in chosen) and "sentence" not in chosen:
         chosen.insert(0, "sentence")
     load0 = os.getloadavg()
+    trained = sum(not (work / f"{SLUGS[system]}-seed{seed}" / "result.json").is_file() for seed in args.seeds for system in chosen)
+    wall = None
+    if args.jobs > 1 and trained:
+        first = config(work, corpus, chosen[0], args.seeds[0], steps, args.quick)
+        if not is_prepared(first):  # the workers share the prepared corpus: build it once, here
+            prepare(first, log=lambda *a, **k: None)
+        wall = schedule(work, args.seeds, chosen, args)
     results: dict[str, list[dict]] = {s: [] for s in chosen}
-    trained = 0
     for seed in args.seeds:
         for system in chosen:
             cfg = config(work, corpus, system, seed, steps, args.quick)
             print(f"== {system}, seed {seed}", file=sys.stderr, flush=True)
-            trained += not (Path(cfg.work_dir) / "result.json").is_file()
-            results[system].append(run_system(cfg, corpus, items, log=lambda *a, **k: None))
+            results[system].append(run_system(cfg, corpus, items, log=lambda *a, **k: None, draws=args.draws))
     text = table(results, items)
     load1 = os.getloadavg()
     caption = (
         f"Contrastive accuracy (%) on {len(items)} items of the synthetic discourse test set by phenomenon and distance "
         f"(chance 50 in every cell by construction), mean ± sd over seeds {', '.join(map(str, args.seeds))}; rows per system: "
-        f"the true context and the two controls (`other-document`, `none`). {steps} updates per system (HAN: fine-tuned from the sentence model "
+        f"the true context and the two controls (`other-document` with {args.draws} donor document(s) per item, `none`). {steps} updates per system (HAN: fine-tuned from the sentence model "
         f"for {steps} more). BLEU: sacreBLEU on the test documents translated with `--docs`, beam 4. "
-        f"Command: `python benchmarks/discourse_study.py --work {args.work} --seeds {' '.join(map(str, args.seeds))} --steps {args.steps}`; "
+        f"Command: `python benchmarks/discourse_study.py --work {args.work} --seeds {' '.join(map(str, args.seeds))} --steps {args.steps} --jobs {args.jobs} --draws {args.draws}`; "
         + (f"load average {load0[0]:.1f} before, {load1[0]:.1f} after, {os.cpu_count()} cores. " if trained else f"every run from its `result.json` (trained earlier), {os.cpu_count()} cores. ")
+        + (f"The {trained} runs took {wall / 60:.0f} minutes of wall clock in all, {args.jobs} at a time. " if wall is not None else "")
         + f"ms/update and sent/s are wall-clock means over the seeds' runs as they ran ({conditions(results)}): "
         "timings, not a cost comparison (docs/documents.md, Cost)."
     )

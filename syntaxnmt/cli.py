@@ -284,7 +284,7 @@ def cmd_score(args, extra) -> None:
     if not items:
         raise UserError(f"{args.contrastive}: no items to score")
     model, _, toks = load_model(_checkpoint_arg(argparse.Namespace(config=None, checkpoint=args.checkpoint), extra), resolve_device(args.device))
-    result = score_contrastive(model, toks, items, resolve_device(args.device), context=args.context, batch_size=args.batch_size)
+    result = score_contrastive(model, toks, items, resolve_device(args.device), context=args.context, batch_size=args.batch_size, draws=args.draws)
     print(f"{args.contrastive} ({len(items)} items, context: {args.context})")
     print(result.table())
     if args.output:
@@ -531,6 +531,7 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--contrastive", required=True, help="contrastive test set: syntaxnmt JSON (syntaxnmt synthetic --documents), ContraPro or Voita et al. 2019")
     s.add_argument("--format", choices=CONTRASTIVE_FORMATS, help="the file's format (default: told from its content)")
     s.add_argument("--context", choices=CONTEXT_MODES, default="true", help="true: the items' context; other-document / none: controls that must bring a context model to chance")
+    s.add_argument("--draws", type=positive_int, default=1, help="--context other-document: score every item with this many other documents' contexts and average (a 100-item cell is within ±5/sqrt(DRAWS) points of chance at one sd)")
     s.add_argument("--context-src", help="ContraPro: the context file of the source side (contrapro.context.src)")
     s.add_argument("--context-tgt", help="ContraPro: the context file of the target side")
     s.add_argument("--phenomenon", help="Voita et al.: the phenomenon's name (default: from the file name)")

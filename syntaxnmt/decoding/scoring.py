@@ -79,23 +79,29 @@ class ContrastiveResult:
     ties: int
     chance: float
     cells: dict[str, dict[str, float]]
+    draws: int = 1  # trials per item: the other-document control scores each item with several donors
+
+    @property
+    def trials(self) -> int:
+        return self.items * self.draws
 
     @property
     def accuracy(self) -> float:
-        return self.correct / self.items if self.items else 0.0
+        return self.correct / self.trials if self.items else 0.0
 
     def as_json(self) -> dict:
-        return {"accuracy": self.accuracy, "items": self.items, "correct": self.correct, "ties": self.ties, "tie_rate": self.ties / max(self.items, 1), "chance": self.chance, "cells": self.cells}
+        return {"accuracy": self.accuracy, "items": self.items, "draws": self.draws, "correct": self.correct, "ties": self.ties, "tie_rate": self.ties / max(self.trials, 1), "chance": self.chance, "cells": self.cells}
 
     def table(self) -> str:
         """The result as the lines ``score`` prints."""
-        lines = [f"accuracy {100 * self.accuracy:.1f}% ({self.correct}/{self.items}), chance {100 * self.chance:.1f}%, ties {self.ties}"]
+        of = f"{self.correct}/{self.items}" if self.draws == 1 else f"{self.correct}/{self.trials}: {self.items} items x {self.draws} other documents"
+        lines = [f"accuracy {100 * self.accuracy:.1f}% ({of}), chance {100 * self.chance:.1f}%, ties {self.ties}"]
         for name, cell in sorted(self.cells.items()):
             lines.append(f"  {name}: {100 * cell['accuracy']:.1f}% of {int(cell['items'])} (chance {100 * cell['chance']:.1f}%)")
         return "\n".join(lines)
 
 
-def contrastive_result(candidates: Sequence[int], correct: Sequence[int], scores: Sequence[Sequence[float]], cells: Sequence[str]) -> ContrastiveResult:
+def contrastive_result(candidates: Sequence[int], correct: Sequence[int], scores: Sequence[Sequence[float]], cells: Sequence[str], draws: int = 1) -> ContrastiveResult:
     """Score items: item i has ``candidates[i]`` candidates with NLLs ``scores[i]``, the one at
     ``correct[i]`` right; it passes when that one has the strictly lowest NLL (a tie fails)."""
     per_cell: dict[str, list] = defaultdict(lambda: [0, 0, 0.0])
@@ -111,8 +117,8 @@ def contrastive_result(candidates: Sequence[int], correct: Sequence[int], scores
         per_cell[cell][2] += 1.0 / n
     total = len(candidates)
     chance = sum(1.0 / n for n in candidates) / total if total else 0.0
-    table = {k: {"accuracy": v[0] / v[1], "items": v[1], "chance": v[2] / v[1]} for k, v in per_cell.items()}
-    return ContrastiveResult(right, total, ties, chance, table)
+    table = {k: {"accuracy": v[0] / v[1], "items": v[1] // draws, "chance": v[2] / v[1]} for k, v in per_cell.items()}
+    return ContrastiveResult(right, total // draws, ties, chance, table, draws)
 
 
 def swap_contexts(documents: Sequence[str], seed: int = 0) -> list[int]:
@@ -129,24 +135,33 @@ def swap_contexts(documents: Sequence[str], seed: int = 0) -> list[int]:
     return out
 
 
-def score_contrastive(model, toks, items: Sequence[ContrastiveItem], device: torch.device, context: str = "true", batch_size: int = 64, seed: int = 0) -> ContrastiveResult:
+def score_contrastive(model, toks, items: Sequence[ContrastiveItem], device: torch.device, context: str = "true", batch_size: int = 64, seed: int = 0, draws: int = 1) -> ContrastiveResult:
     """Contrastive accuracy of ``model`` on ``items`` (:func:`syntaxnmt.data.contrastive.read_contrastive`)
-    with their true context, another document's (``other-document``) or none."""
+    with their true context, another document's (``other-document``) or none.
+
+    ``draws`` (``other-document`` only): score every item with that many donors drawn independently
+    and count every (item, donor) as a trial. A model that reads its context is right about half the
+    time with a random donor, so one draw leaves a 100-item cell ±5 points (one sd) from chance;
+    ``draws`` = R narrows that to ±5/√R."""
     if context not in CONTEXT_MODES:
         raise UserError(f"--context {context}: choose one of {', '.join(CONTEXT_MODES)}")
-    donors = swap_contexts([str(it.doc if it.doc is not None else i) for i, it in enumerate(items)], seed) if context == "other-document" else range(len(items))
+    if draws < 1 or (draws > 1 and context != "other-document"):
+        raise UserError(f"--draws {draws}: give a positive number, above 1 only with --context other-document")
+    doc_ids = [str(it.doc if it.doc is not None else i) for i, it in enumerate(items)]
+    donors = [d for r in range(draws) for d in swap_contexts(doc_ids, seed + r)] if context == "other-document" else range(len(items))
+    trials = [item for _ in range(draws) for item in items]
     pairs, owners = [], []
-    for i, (item, donor) in enumerate(zip(items, donors)):
+    for i, (item, donor) in enumerate(zip(trials, donors)):
         ctx = items[donor]  # the items hold their context nearest last; the model reads it nearest first
         ctx_src, ctx_tgt = ([], []) if context == "none" else (list(reversed(ctx.context_src)), list(reversed(ctx.context_tgt)))
         for candidate in item.candidates:
             pairs.append(ScoredPair(item.src, candidate, ctx_src, ctx_tgt))
             owners.append(i)
     nll = target_nll(model, toks, pairs, device, batch_size)
-    scores: list[list[float]] = [[] for _ in items]
+    scores: list[list[float]] = [[] for _ in trials]
     for i, value in zip(owners, nll):
         scores[i].append(value)
-    cells = [f"{it.phenomenon or 'all'}" + (f" / distance {it.distance}" if it.distance is not None else "") for it in items]
-    result = contrastive_result([len(it.candidates) for it in items], [it.correct for it in items], scores, cells)
+    cells = [f"{it.phenomenon or 'all'}" + (f" / distance {it.distance}" if it.distance is not None else "") for it in trials]
+    result = contrastive_result([len(it.candidates) for it in trials], [it.correct for it in trials], scores, cells, draws)
     result.chance = chance(items)
     return result

@@ -56,6 +56,33 @@ def test_target_nll_is_the_sum_of_the_token_log_probabilities(trained_run):
         assert math.isfinite(value) and value > 0
 
 
+def test_several_draws_count_every_item_and_donor_as_a_trial():
+    result = contrastive_result(candidates=[2, 2, 2, 2], correct=[0, 0, 0, 0], scores=[[1.0, 2.0], [2.0, 1.0], [1.0, 2.0], [1.0, 2.0]], cells=["p", "p", "p", "p"], draws=2)
+    assert (result.items, result.trials, result.correct, result.accuracy) == (2, 4, 3, 0.75)
+    assert result.cells["p"]["items"] == 2 and result.as_json()["draws"] == 2
+    assert "3/4: 2 items x 2 other documents" in result.table()
+
+
+def test_the_other_document_control_draws_independent_donors(monkeypatch):
+    """--draws R: every item is scored R times, each time with the context of an item of another
+    document, drawn with seeds 0..R-1 (seed 0 is the one-draw control)."""
+    from syntaxnmt.data.contrastive import ContrastiveItem
+    from syntaxnmt.decoding import scoring
+
+    items = [ContrastiveItem(f"s{i}", ("a", "b"), 0, (f"ctx{i}",), (f"t{i}",), phenomenon="p", distance=1, doc=f"d{i // 2}") for i in range(8)]
+    seen = []
+    monkeypatch.setattr(scoring, "target_nll", lambda model, toks, pairs, device, batch_size: seen.extend(pairs) or [float(p.tgt == "b") for p in pairs])
+    result = scoring.score_contrastive(None, None, items, torch.device("cpu"), context="other-document", draws=3)
+    assert (result.items, result.draws, result.accuracy) == (8, 3, 1.0)
+    for i, item in enumerate(items):
+        donors = [p.context_src[0] for p in seen if p.src == item.src and p.tgt == "a"]
+        assert len(donors) == 3 and all(int(d[3:]) // 2 != i // 2 for d in donors)
+    first = [p.context_src[0] for p in seen[: 2 * len(items)] if p.tgt == "a"]
+    assert first == [f"ctx{j}" for j in swap_contexts([it.doc for it in items], 0)]
+    with pytest.raises(Exception, match="--draws"):
+        scoring.score_contrastive(None, None, items, torch.device("cpu"), context="true", draws=2)
+
+
 def test_a_sentence_model_scores_the_same_with_any_context(trained_run):
     """The controls only change what a context model reads: a sentence-level model's accuracy and
     scores are the same with the true context, another document's, or none."""
@@ -94,7 +121,8 @@ def test_score_command_prints_accuracy_and_writes_json(tmp_path, capsys):
     results = {}
     for mode in ("true", "none", "other-document"):
         out = tmp_path / f"{mode}.json"
-        code, stdout, err = run_cli(capsys, "score", "--checkpoint", f"{cfg.work_dir}/best.pt", "--contrastive", files["test"]["contrastive"], "--context", mode, "-o", out)
+        draws = ("--draws", "2") if mode == "other-document" else ()
+        code, stdout, err = run_cli(capsys, "score", "--checkpoint", f"{cfg.work_dir}/best.pt", "--contrastive", files["test"]["contrastive"], "--context", mode, *draws, "-o", out)
         assert code == 0, err
         assert "accuracy" in stdout and "chance 50.0%" in stdout
         results[mode] = json.loads(out.read_text())
@@ -103,6 +131,7 @@ def test_score_command_prints_accuracy_and_writes_json(tmp_path, capsys):
     for cell in r["cells"].values():  # a context-free scorer gets exactly chance in every cell
         assert cell["accuracy"] == pytest.approx(0.5)
     assert results["none"]["accuracy"] == results["other-document"]["accuracy"] == r["accuracy"]
+    assert results["other-document"]["draws"] == 2 and results["other-document"]["items"] == r["items"]
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2")
     code, _, err = run_cli(capsys, "score", "--checkpoint", f"{cfg.work_dir}/best.pt", "--contrastive", bad)
