@@ -264,6 +264,26 @@ def test_a_rule_that_reads_the_context_scores_100_and_a_window_of_3_misses_dista
     assert window == {(p, d): 1.0 if d <= 3 else 0.5 for p, d in CELLS}
 
 
+def test_the_controls_bring_a_rule_that_reads_the_context_back_to_chance(items):
+    """Issue 21: the `other-document` and `none` controls of `syntaxnmt score` must not leak. The
+    oracle above (100 % with the true context) is at chance when the context is another document's
+    (every item with 20 donors, as `score --draws 20` draws them) or none."""
+    from syntaxnmt.decoding.scoring import swap_contexts
+
+    docs = [item["doc"] for item in items]
+    for phenomenon in PHENOMENA:
+        right = trials = 0
+        for r in range(20):
+            for item, donor in zip(items, swap_contexts(docs, seed=r)):
+                if item["phenomenon"] == phenomenon:
+                    assert items[donor]["doc"] != item["doc"]
+                    right += oracle(dict(item, context_src=items[donor]["context_src"])) == item["correct"]
+                    trials += 1
+        assert abs(right / trials - 0.5) < 0.1, (phenomenon, right / trials)  # a leak scores near 1.0
+        group = [i for i in items if i["phenomenon"] == phenomenon]
+        assert sum(oracle(dict(i, context_src=[])) == i["correct"] for i in group) / len(group) == 0.5
+
+
 def test_twins_at_distance_4_look_the_same_through_a_window_of_3(items):
     """Any scorer with 3 previous sentences gets exactly 50 % at distance 4 for pronouns and
     cohesion, on both sides; for tense the target context shows the earlier verbs' markers."""
