@@ -88,6 +88,29 @@ def test_loss_gradient_flows_and_ignores_padding():
 # ---------------------------------------------------------------- schedule
 
 
+def test_cpu_optimizer_is_fused_adam_and_follows_the_formula():
+    """On CPU the update is ATen's fused Adam (one kernel for all parameters), and it computes
+    Adam (Kingma & Ba 2015, Algorithm 1) with weight decay added to the gradient."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    t = TrainConfig(lr=0.01, warmup_steps=1, adam_betas=(0.9, 0.98), adam_eps=1e-8, weight_decay=0.1)
+    opt, _ = build_optimizer(model, t)
+    assert opt.param_groups[0]["fused"] is True
+    w = model.weight.detach().clone()
+    m = torch.zeros_like(w)
+    v = torch.zeros_like(w)
+    for step in range(1, 4):
+        opt.zero_grad()
+        model(torch.randn(4, 3)).pow(2).sum().backward()
+        g = model.weight.grad.detach() + t.weight_decay * w
+        m = 0.9 * m + 0.1 * g
+        v = 0.98 * v + 0.02 * g * g
+        w = w - t.lr * (m / (1 - 0.9**step)) / ((v / (1 - 0.98**step)).sqrt() + t.adam_eps)
+        opt.step()
+        assert torch.allclose(model.weight.detach(), w, atol=1e-6)
+
+
+
 def test_inverse_sqrt_schedule():
     warmup, peak = 4, 0.01
     model = torch.nn.Linear(2, 2)
