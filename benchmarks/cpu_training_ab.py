@@ -15,7 +15,9 @@ of the process (with ``--threads 1`` the latter holds up on a loaded machine). V
 - ``bucketN-mkl``: static shapes, linears on MKL;
 - a ``-nopack`` suffix: the position-wise products also on the padding rows
   (``Transformer.pack_granule = 0``; the default computes them on the real rows only,
-  :mod:`syntaxnmt.model.packing`).
+  :mod:`syntaxnmt.model.packing`);
+- a ``-foreach`` suffix: Adam's multi-tensor (``foreach``) update instead of the fused one that
+  ``training/optim.py`` builds on CPU too (issue 26).
 
 The figures and the machine (``syntaxnmt.runtime.machine_info``, load average before and after)
 also go to ``--json`` (default benchmarks/out/cpu_training_ab.json).
@@ -47,7 +49,7 @@ class Variant:
     """One training task with its batch stream and its linear-kernel choice."""
 
     def __init__(self, name: str, config: str, overrides: list[str]):
-        m = re.fullmatch(r"(dynamic|bucket(\d+))(-mkl|-onednn)?(-nopack)?", name)
+        m = re.fullmatch(r"(dynamic|bucket(\d+))(-mkl|-onednn)?(-nopack)?(-foreach)?", name)
         if m is None:
             raise SystemExit(f"unknown variant {name!r}")
         bucket = int(m.group(2) or 0)
@@ -57,6 +59,9 @@ class Variant:
         self.task = SingleModel(cfg, World(), torch.device("cpu"), log=lambda *a, **k: None)
         if m.group(4):
             self.task.raw.pack_granule = 0
+        if m.group(5):
+            for group in self.task.opt.param_groups:
+                group["fused"], group["foreach"] = None, True
         t = self.task.t
         sampler = TokenBatchSampler(self.task.split["src"].lengths, self.task.split["tgt"].lengths, t.max_tokens, cfg.seed, multiple=t.shape_bucket)
         self.stream, self.step, self.accum = sampler.stream(0, 0, 10**9), 0, t.accum_steps
