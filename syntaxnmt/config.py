@@ -549,6 +549,12 @@ class TrainConfig(_Section):
     """CPU training computes the position-wise products on the non-padding rows only
     (:mod:`syntaxnmt.model.packing`): ``on``, ``off``, or ``auto`` (on; timed against off when
     ``cpu_kernels`` is ``auto``). Set explicitly, it wins over the calibration."""
+
+    @field_validator("row_packing", mode="before")
+    @classmethod
+    def _on_off_words(cls, v: object) -> object:
+        """YAML 1.1 (PyYAML, and so ``--train.row_packing=on``) reads ``on``/``off`` as booleans: the words they were."""
+        return ("on" if v else "off") if isinstance(v, bool) else v
     device: str = "auto"
     """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``."""
     precision: Literal["auto", "fp32", "tf32", "bf16"] = "auto"

@@ -127,6 +127,14 @@ def test_overrides_apply_on_top_of_the_file(tmp_path):
     assert cfg.train.warmup_steps == 100  # from the file
 
 
+def test_on_and_off_are_words_for_row_packing_in_yaml_and_on_the_command_line(tmp_path):
+    """PyYAML reads a bare ``on``/``off`` as a boolean; ``train.row_packing`` takes them back as the words."""
+    assert load_config(None, ["--train.row_packing=on"]).train.row_packing == "on"
+    assert load_config(write_yaml(tmp_path / "c.yaml", "train:\n  row_packing: off\n")).train.row_packing == "off"
+    with pytest.raises(UserError, match="row_packing"):
+        load_config(None, ["--train.row_packing=sometimes"])
+
+
 def test_int_is_accepted_for_a_float_key():
     cfg = load_config(None, ["--train.lr=1"])
     assert cfg.train.lr == 1.0 and isinstance(cfg.train.lr, float)

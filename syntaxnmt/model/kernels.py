@@ -66,8 +66,11 @@ from syntaxnmt.textio import atomic_write_text
 MODES = ("auto", "onednn", "aten")
 PACKING = ("auto", "on", "off")
 BUDGET_S = 15.0
-"""Seconds a calibration may spend stepping: the warm-up round always runs, then timed rounds
-while the next one's estimate (the fastest steps so far) fits in what is left."""
+"""Seconds a calibration may spend stepping beyond its first two rounds: the warm-up round and
+one timed round always run (a warm-up step carries one-off costs -- first allocations, oneDNN's
+primitives for new shapes -- that differ between candidates: on a 2-core AVX2 EPYC, deciding on
+warm-up times chose ATen without row packing, 1.14x slower in training than ATen with it,
+docs/benchmarks.md), then more timed rounds while the next one's estimate fits in what is left."""
 STEPS = 3
 """Timed steps per candidate at most (after one warm-up step); the fastest counts (the least
 disturbed by other processes)."""
@@ -208,12 +211,11 @@ class Timing:
 
 def calibrate(candidates: Sequence[Choice], run: Callable[[Choice], None], budget_s: float = BUDGET_S, steps: int = STEPS) -> Timing:
     """Time ``run(choice)`` (one step computed with ``choice`` installed) for every candidate: a
-    warm-up round, then up to ``steps`` rounds, the order rotating each round so that a
-    disturbance from another process falls on all, while the estimate of the next round (the
-    sum of the fastest steps so far) fits in what is left of ``budget_s``. When not even one round
-    fits, the candidates whose warm-up was the fastest get one timed step each while it fits."""
+    warm-up round (not counted), one timed round whatever the budget, then up to ``steps`` rounds
+    in all while the estimate of the next round (the sum of the fastest steps so far) fits in what
+    is left of ``budget_s``; the order rotates each round so that a disturbance from another
+    process falls on all."""
     start = clock()
-    warm: dict[Choice, float] = {}
     best: dict[Choice, float] = {}
     counts = dict.fromkeys(candidates, 0)
 
@@ -224,20 +226,14 @@ def calibrate(candidates: Sequence[Choice], run: Callable[[Choice], None], budge
         counts[c] += 1
 
     for c in candidates:
-        t0 = clock()
         run(c)
-        warm[c] = clock() - t0
     left = lambda: budget_s - (clock() - start)  # noqa: E731
     done = 0
-    while done < steps and sum(best.get(c, warm[c]) for c in candidates) <= left():
+    while done < max(steps, 1) and (not done or sum(best[c] for c in candidates) <= left()):
         for c in list(candidates[done % len(candidates):]) + list(candidates[: done % len(candidates)]):
             timed(c)
         done += 1
-    if not done:
-        for c in sorted(candidates, key=lambda c: warm[c]):
-            if warm[c] <= left():
-                timed(c)
-    ms = {c.name: round(1e3 * best.get(c, warm[c]), 3) for c in candidates}
+    ms = {c.name: round(1e3 * best[c], 3) for c in candidates}
     return Timing(ms, {c.name: counts[c] for c in candidates}, round(clock() - start, 3))
 
 
@@ -347,14 +343,9 @@ def describe(summary: dict) -> str:
     head = f"cpu kernels: {summary['mode']} -> {summary['choice']}"
     if "ms" not in summary:
         return f"{head} ({summary['reason']})"
-    counts = summary["steps"]
-    uniform = len(set(counts.values())) == 1
-    times = "; ".join(f"{name} {ms:.4g} ms" + ("" if uniform or counts.get(name) else " (warm-up)") for name, ms in sorted(summary["ms"].items(), key=lambda kv: kv[1]))
-    n = next(iter(counts.values()), 0)
-    if uniform:
-        steps = f"fastest of {n} step{'s' if n != 1 else ''} each" if n else "warm-up steps only (the budget)"
-    else:
-        steps = "fastest timed step each, the warm-up step where the budget left none"
+    times = "; ".join(f"{name} {ms:.4g} ms" for name, ms in sorted(summary["ms"].items(), key=lambda kv: kv[1]))
+    n = min(summary["steps"].values(), default=0)
+    steps = f"fastest of {n} step{'s' if n != 1 else ''} each" if len(set(summary["steps"].values())) == 1 else f"fastest of {n} or more steps each"
     if summary["timed"]:
         how = f"whole-step calibration: {len(summary['ms'])} candidates in {summary['seconds']:.1f} s, {steps}"
     else:
@@ -430,7 +421,8 @@ def _calibrated(model: nn.Module, candidates: list[Choice], signature: str, run:
     entry = entries.get(signature)
     names = [c.name for c in candidates]
     stale = signature in provisional and load is None  # timed on a busy machine, quiet now: timed again
-    timed = entry is None or stale or any(n not in entry["ms"] for n in names)
+    untimed = entry is not None and any((entry.get("steps") if isinstance(entry.get("steps"), dict) else {}).get(n, 0) < 1 for n in names)
+    timed = entry is None or stale or untimed or any(n not in entry["ms"] for n in names)  # untimed: decided on warm-up steps (before 2026-11-29)
     if timed:
 
         def step(choice: Choice) -> None:

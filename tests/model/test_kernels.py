@@ -172,22 +172,45 @@ def test_the_calibration_leaves_the_model_and_the_generators_as_they_were(monkey
     assert not model.training and not model.drop.training
 
 
-def test_the_budget_bounds_the_timed_rounds(monkeypatch):
+def test_the_budget_bounds_the_timed_rounds_after_the_first(monkeypatch):
+    """A warm-up round (one-off costs, not counted) and one timed round always run, whatever the
+    budget: the choice is never made on warm-up times; more rounds while they fit."""
     model = Packed()
-    steps = FakeSteps(model, {k: 4000.0 for k in TIMES}, monkeypatch)  # 4 s a step: one warm-up round is 16 s
-    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=17.0)
-    assert steps.runs == 4 and summary["steps"] == dict.fromkeys(TIMES, 0)  # nothing more fits: the warm-up times count
-    assert "warm-up steps only (the budget)" in kernels.describe(summary)
+    steps = FakeSteps(model, {**{k: 4000.0 for k in TIMES}, "aten, no packing": 3000.0}, monkeypatch)
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=1.0)  # 15 s of warm-up already
+    assert steps.runs == 4 + 4 and summary["steps"] == dict.fromkeys(TIMES, 1)
+    assert summary["choice"] == "aten, no packing" and "fastest of 1 step each" in kernels.describe(summary)
     steps.signature, steps.runs = "again", 0
-    steps.ms = {**{k: 4000.0 for k in TIMES}, "aten, no packing": 3000.0, "onednn, no packing": 3500.0}
-    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=25.0)  # 14.5 s of warm-up, 10.5 s left
-    assert steps.runs == 4 + 3 and summary["steps"] == {"onednn, row packing": 1, "onednn, no packing": 1, "aten, row packing": 0, "aten, no packing": 1}  # the fastest warm-ups first (ties in order), while they fit
-    assert "aten, row packing 4000 ms (warm-up)" in kernels.describe(summary) and "the warm-up step where the budget left none" in kernels.describe(summary)
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=50.0)  # rounds of 15 s: warm-up, timed (20 s left), timed (5 s left)
+    assert steps.runs == 4 + 4 + 4 and summary["steps"] == dict.fromkeys(TIMES, 2)
     steps.signature, steps.runs = "once more", 0
     steps.ms = {k: 1000.0 for k in TIMES}
-    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=10.0)
-    assert steps.runs == 8 and summary["steps"] == dict.fromkeys(TIMES, 1)
-    assert "fastest of 1 step each" in kernels.describe(summary)
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=100.0)
+    assert steps.runs == 4 * (1 + kernels.STEPS) and summary["steps"] == dict.fromkeys(TIMES, kernels.STEPS)
+
+
+def test_a_warm_up_step_of_one_candidate_cannot_decide(monkeypatch):
+    """One-off costs on a candidate's first step (its warm-up) do not count against it."""
+    model = Packed()
+    steps = FakeSteps(model, {**{k: 2000.0 for k in TIMES}, "aten, row packing": 1900.0}, monkeypatch, jitter=1500.0)
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=0.0)
+    assert summary["choice"] == "aten, row packing" and summary["ms"]["aten, row packing"] == 1900.0
+
+
+def test_a_cached_choice_made_on_warm_up_steps_is_timed_again(monkeypatch, tmp_path):
+    """Caches written before every candidate had a timed step (``steps`` 0) are timed again."""
+    model = Packed()
+    steps = FakeSteps(model, TIMES, monkeypatch)
+    kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=100.0)
+    path = tmp_path / "cache" / kernels.CACHE_FILE
+    doc = json.loads(path.read_text())
+    entry = doc["machines"][kernels.machine_key()]["sig"]
+    entry["steps"]["aten, row packing"] = 0
+    path.write_text(json.dumps(doc))
+    steps.runs = 0
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=100.0)
+    assert summary["timed"] and steps.runs > 0
+    assert json.loads(path.read_text())["machines"][kernels.machine_key()]["sig"]["steps"]["aten, row packing"] >= 1
 
 
 def test_the_cache_is_written_then_read(monkeypatch, tmp_path):
