@@ -89,7 +89,11 @@ def test_documents_are_translated_with_their_context_as_the_python_api_does(han_
 def test_documents_batched_together_keep_their_own_context(han_client, documents):
     served = han_client.app.state.translator
     together = served.documents(documents, 2)
-    assert together == [served.documents([doc], 2)[0] for doc in documents]
+    alone = [served.documents([doc], 2)[0] for doc in documents]
+    # Same translations; the scores to float rounding (the batch's shape changes the products'
+    # blocking: on an AVX2 EPYC the last bits differ, 1e-7).
+    assert [[t for t, _ in d] for d in together] == [[t for t, _ in d] for d in alone]
+    assert [s for d in together for _, s in d] == pytest.approx([s for d in alone for _, s in d], abs=1e-5)
 
 
 def test_a_sentence_level_model_answers_documents_as_flat_sentences(sentence_client, documents):
