@@ -15,13 +15,16 @@ processes, one after another.
 Settings (``--settings``):
 
 - ``default``: what a user gets. syntaxnmt as its command runs (``syntaxnmt/__main__.py`` sets
-  ``OMP_WAIT_POLICY=PASSIVE`` before torch loads; ``runtime.configure_threads`` chooses the threads:
+  ``GOMP_SPINCOUNT=3000``, a short spin, before torch loads; ``runtime.configure_threads`` chooses the threads:
   docs/benchmarks.md, "Thread policy"); OpenNMT-py with torch's defaults.
-- ``N`` (``1``, ``2``, ...): N threads. syntaxnmt ``--threads N`` (passive waiting as by default);
+- ``N`` (``1``, ``2``, ...): N threads. syntaxnmt ``--threads N`` (the short spin as by default);
   OpenNMT-py ``OMP_NUM_THREADS=MKL_NUM_THREADS=N``.
 - ``torch``: syntaxnmt before the thread policy: torch's default threads and libgomp's own waiting
   (``GOMP_SPINCOUNT=300000``, libgomp's value when ``OMP_WAIT_POLICY`` is unset). Not run for the
   peer (it is the peer's ``default``).
+- ``N:S`` (``2:0``, ``2:3000``, ...): syntaxnmt with N threads and ``GOMP_SPINCOUNT=S`` (how long a
+  waiting OpenMP thread spins before it sleeps; 0 = ``OMP_WAIT_POLICY=PASSIVE``). Compares ways of
+  waiting, quiet and busy: ``--toolkits syntaxnmt --settings 2:0,2:3000,2:30000``. Not run for the peer.
 
 Every process starts without the user's ``OMP_*``/``MKL_NUM_THREADS``/``GOMP_SPINCOUNT``. With
 ``--isa avx2`` every measured process (syntaxnmt's and OpenNMT-py's) runs with ATen, oneDNN and MKL
@@ -123,11 +126,24 @@ def base_env(isa: str = "native") -> dict:
     return env
 
 
+def syntaxnmt_only(setting: str) -> bool:
+    """Settings measured for syntaxnmt alone: ``torch`` and ``N:S`` (threads and spin count)."""
+    return setting == "torch" or ":" in setting
+
+
+def valid_setting(setting: str) -> bool:
+    threads, colon, spin = setting.partition(":")
+    return setting in ("default", "torch") or (threads.isdigit() and int(threads) > 0 and (not colon or spin.isdigit()))
+
+
 def syntaxnmt_env(setting: str, isa: str = "native") -> tuple[dict, str]:
     """(environment, run_syntaxnmt.py --threads value) of a syntaxnmt measurement."""
     env = base_env(isa) | {"PYTHONPATH": str(ROOT)}  # this checkout's syntaxnmt
     if setting == "torch":
         return env | {"GOMP_SPINCOUNT": LIBGOMP_DEFAULT_SPIN}, "torch"
+    if ":" in setting:
+        threads, spin = setting.split(":")
+        return env | {"GOMP_SPINCOUNT": spin}, threads
     return env, "policy" if setting == "default" else setting
 
 
@@ -199,7 +215,7 @@ def summarize(measurements: list[dict], toolkits: list[str], settings: list[str]
              + ("".join(f"{'busy/quiet ' + w:>19}" for w in ("train", "decode")) if len(conditions) == 2 else "") + "  threads (train/decode if they differ)"]
     for t in toolkits:
         for s in settings:
-            if t != "syntaxnmt" and s == "torch":
+            if t != "syntaxnmt" and syntaxnmt_only(s):
                 continue
             row = f"{NAMES[t]:<18}{s:<9}" + "".join(f"{fmt(get(t, s, c, k)):>20}" for k in ("train_tok_s", "decode_tok_s") for c in conditions)
             if len(conditions) == 2:
@@ -209,7 +225,7 @@ def summarize(measurements: list[dict], toolkits: list[str], settings: list[str]
     ratios: dict = {}
     if "onmt" in toolkits and "syntaxnmt" in toolkits:
         for s in settings:
-            if s == "torch":
+            if syntaxnmt_only(s):
                 continue
             for c in conditions:
                 ratios[f"{s}/{c}"] = {k: ratio(get("syntaxnmt", s, c, k), get("onmt", s, c, k)) for k in ("train_tok_s", "decode_tok_s")}
@@ -261,7 +277,7 @@ def main() -> int:
     ap.add_argument("--updates", type=int, default=60, help="training updates per measurement; updates --warmup+1.. are timed")
     ap.add_argument("--warmup", type=int, default=sbs.SKIP_UPDATES, help=f"untimed first updates (the peer: {sbs.SKIP_UPDATES})")
     ap.add_argument("--sentences", type=int, default=200, help="test sentences decoded per measurement")
-    ap.add_argument("--settings", default="default,1,2", help="comma-separated: default, torch, or a thread count")
+    ap.add_argument("--settings", default="default,1,2", help="comma-separated: default, torch, a thread count N, or N:S (N threads, GOMP_SPINCOUNT=S; syntaxnmt only)")
     ap.add_argument("--conditions", default=",".join(CONDITIONS), help="quiet, busy or both")
     ap.add_argument("--toolkits", default=",".join(TOOLKITS), help="onmt, syntaxnmt or both")
     ap.add_argument("--repeats", type=int, default=1, help="rounds; medians are reported")
@@ -282,8 +298,8 @@ def main() -> int:
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
     conditions = [c.strip() for c in args.conditions.split(",") if c.strip()]
     toolkits = [t.strip() for t in args.toolkits.split(",") if t.strip()]
-    if not settings or any(s not in ("default", "torch") and not (s.isdigit() and int(s) > 0) for s in settings):
-        raise UserError(f"--settings {args.settings!r}: default, torch or thread counts")
+    if not settings or not all(valid_setting(s) for s in settings):
+        raise UserError(f"--settings {args.settings!r}: default, torch, thread counts N or N:SPINCOUNT")
     if not conditions or set(conditions) - set(CONDITIONS):
         raise UserError(f"--conditions {args.conditions!r}: quiet, busy or both")
     if not toolkits or set(toolkits) - set(TOOLKITS):
@@ -335,7 +351,7 @@ def main() -> int:
                     time.sleep(args.settle)
                 for setting in order:
                     for t in toolkits:
-                        if t != "syntaxnmt" and setting == "torch":
+                        if t != "syntaxnmt" and syntaxnmt_only(setting):
                             continue
                         run_dir = runs_dir / t / f"{condition}-{setting}"
                         log(f"round {r}/{args.repeats}, {condition}: {NAMES[t]}, setting {setting}")
