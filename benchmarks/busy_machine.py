@@ -169,7 +169,7 @@ def measure_syntaxnmt(cfg: str, test_src: Path, updates: int, warmup: int, setti
     return {
         "train_tok_s": t["train_tok_s"], "decode_sent_s": d["decode_sent_s_own_timer"], "sentences": d["sentences"],
         "threads": str(t["torch_threads"]) if t["torch_threads"] == d["torch_threads"] else f"{t['torch_threads']}/{d['torch_threads']}",
-        "train_threads": t["threads"], "decode_threads": d["threads"], "omp_wait_policy": d.get("omp_wait_policy"),
+        "train_threads": t["threads"], "decode_threads": d["threads"], "omp_wait_policy": d.get("omp_wait_policy"), "gomp_spincount": d.get("gomp_spincount"),
         "torch_cpu_capability": d.get("torch_cpu_capability"),  # the measured processes' own (AVX2 with --isa avx2)
     }
 

@@ -691,7 +691,7 @@ class Syntaxnmt(Toolkit):
             "train_peak_mb": res["peak_mb"], "train_wall_s": res["wall_s"], "params": t["params"],
             "decode_sent_s": d["decode_sent_s_own_timer"], "decode_sent_s_wall": self.n_test / dres["wall_s"],
             "decode_peak_mb": dres["peak_mb"], "hyp_lengths": d["hyp_lengths_checked"], "sentences": d["sentences"],
-            "torch_threads": d["torch_threads"], "threads": d.get("threads"), "omp_wait_policy": d.get("omp_wait_policy"),
+            "torch_threads": d["torch_threads"], "threads": d.get("threads"), "omp_wait_policy": d.get("omp_wait_policy"), "gomp_spincount": d.get("gomp_spincount"),
             "torch_cpu_capability": d.get("torch_cpu_capability"),  # the measured processes' own (AVX2 with --isa avx2)
         }
 

@@ -16,8 +16,10 @@ be several times slower than one thread. The other load is the smaller of the 1-
 average (scaled to this process's cores) and the cores that other processes kept busy over a
 tenth of a second now (``/proc/stat``): the first alone still counts a run that has just ended,
 the second alone a burst. A count the user gives (``--threads``, ``train.threads``,
-``OMP_NUM_THREADS``) wins. The other half of the policy, passive OpenMP waiting, must be set
-before torch loads its OpenMP runtime: ``syntaxnmt/__main__.py`` does it.
+``OMP_NUM_THREADS``) wins. Training keeps applying the policy while it runs (:class:`ThreadWatch`):
+a job that starts or ends beside it changes its threads within half a minute. The other half of the
+policy, a short OpenMP spin before a waiting thread sleeps, must be set before torch loads its
+OpenMP runtime: ``syntaxnmt/__main__.py`` does it.
 """
 
 from __future__ import annotations
@@ -92,6 +94,15 @@ def _cpu_jiffies(cpus: Collection[int]) -> tuple[int, int] | None:
     return (busy, total) if total else None
 
 
+def _others_busy(before: tuple[int, int] | None, after: tuple[int, int] | None, n_cpus: int, own_cpu: float, wall: float) -> float | None:
+    """Cores of ``n_cpus`` other processes kept busy between two :func:`_cpu_jiffies` readings,
+    ``wall`` seconds apart, during which this process used ``own_cpu`` CPU seconds."""
+    if before is None or after is None or after[1] <= before[1] or wall <= 0:
+        return None
+    share = (after[0] - before[0]) / (after[1] - before[1])
+    return max(0.0, share * n_cpus - own_cpu / wall)
+
+
 def busy_cores(seconds: float = 0.1, cpus: Collection[int] | None = None) -> float | None:
     """How many of ``cpus`` (default: those this process may run on) other processes keep busy:
     their busy share over the next ``seconds``, times their number, less this process's own CPU
@@ -104,10 +115,7 @@ def busy_cores(seconds: float = 0.1, cpus: Collection[int] | None = None) -> flo
     before, own, start = _cpu_jiffies(cpus), time.process_time(), time.perf_counter()
     time.sleep(seconds)
     after, own, wall = _cpu_jiffies(cpus), time.process_time() - own, time.perf_counter() - start
-    if before is None or after is None or after[1] <= before[1]:
-        return None
-    share = (after[0] - before[0]) / (after[1] - before[1])
-    return max(0.0, share * len(cpus) - own / wall)
+    return _others_busy(before, after, len(cpus), own, wall)
 
 
 def policy_threads(cores: int, other_load: float) -> int:
@@ -134,6 +142,7 @@ def other_load(cores: int) -> tuple[float, str]:
 
 
 _threads_note = ""
+_policy_cores: int | None = None  # the cores the thread policy chose for (None: the user chose the threads)
 
 
 def configure_threads(requested: int | None = None, *, environ: Mapping[str, str] = os.environ, cores: int | None = None, load: float | None = None) -> int:
@@ -141,21 +150,69 @@ def configure_threads(requested: int | None = None, *, environ: Mapping[str, str
     ``train.threads``; None or 0: not given) wins; else a valid ``OMP_NUM_THREADS`` in ``environ``; else
     :func:`policy_threads` of ``cores`` (default :func:`cpu_cores`) and the other processes' load
     (default :func:`other_load`; ``cores`` and ``load`` are given by tests)."""
-    global _threads_note
+    global _threads_note, _policy_cores
     if requested is not None and requested < 0:
         raise UserError(f"--threads {requested}: give at least 1 (or 0 for the default)")
     omp = environ.get("OMP_NUM_THREADS", "").strip()
+    _policy_cores = None
     if requested:
         threads, _threads_note = requested, "as requested"
     elif omp.isdigit() and int(omp) > 0:
         threads, _threads_note = int(omp), "from OMP_NUM_THREADS"
     else:
-        cores = cores or cpu_cores()
+        cores = _policy_cores = cores or cpu_cores()
         measured, how = (load, f"other load {load:.1f}") if load is not None else other_load(cores)
         threads = policy_threads(cores, measured)
         _threads_note = f"of {cores} cores" + ("" if threads == cores else f" (busy machine: {how}; --threads N to choose)")
     torch.set_num_threads(threads)
     return threads
+
+
+THREAD_WATCH_SECONDS = 30.0  # how often a long command re-applies the thread policy
+
+
+class ThreadWatch:
+    """Keeps applying the thread policy while a long command runs (issue 26): every ``interval``
+    seconds (:data:`THREAD_WATCH_SECONDS`) it measures the cores other processes kept busy since its
+    last look (``/proc/stat`` less this process's own CPU time, over the whole interval: no
+    sleeping, and a burst counts as little as it lasted) and sets torch's threads to
+    :func:`policy_threads` of them. A training run started on a quiet machine gives a core back
+    when another job starts beside it, and takes it again when the job ends.
+    :meth:`for_this_process` gives one only where the policy chose the threads; the clocks are
+    injectable for tests."""
+
+    def __init__(self, cores: int, interval: float | None = None, cpus: Collection[int] | None = None, *,
+                 clock: Callable[[], float] = time.perf_counter, cpu_clock: Callable[[], float] = time.process_time):
+        self.cores, self.clock, self.cpu_clock = cores, clock, cpu_clock
+        self.interval = THREAD_WATCH_SECONDS if interval is None else interval
+        self.cpus = cpus if cpus is not None else (os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1))
+        self._mark()
+
+    @classmethod
+    def for_this_process(cls) -> "ThreadWatch | None":
+        """A watch over the threads :func:`configure_threads` chose by the policy; None where the
+        user chose them (``--threads``, ``train.threads``, ``OMP_NUM_THREADS``) or /proc/stat is missing."""
+        watch = cls(_policy_cores) if _policy_cores is not None else None
+        return watch if watch is not None and watch.j0 is not None else None
+
+    def _mark(self) -> None:
+        self.t0, self.own0, self.j0 = self.clock(), self.cpu_clock(), _cpu_jiffies(self.cpus)
+
+    def poll(self, log: Callable[[str], None]) -> int | None:
+        """Once the interval has passed: apply the policy; the new thread count if it changed (logged), else None."""
+        if self.clock() - self.t0 < self.interval:
+            return None
+        wall, own, before = self.clock() - self.t0, self.cpu_clock() - self.own0, self.j0
+        self._mark()
+        other = _others_busy(before, self.j0, len(self.cpus), own, wall)
+        if other is None:
+            return None
+        threads, now = policy_threads(self.cores, other), torch.get_num_threads()
+        if threads == now:
+            return None
+        torch.set_num_threads(threads)
+        log(f"threads {now} -> {threads}: other processes kept {other:.1f} of {self.cores} cores busy over the last {wall:.0f} s (--threads N to fix the count)")
+        return threads
 
 
 def describe_threads() -> str:

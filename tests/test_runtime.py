@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -147,6 +148,68 @@ def test_train_threads_as_requested_or_by_the_policy(capsys, make_config, tmp_pa
     code, out, err = run_cli(capsys, "train", path, "--resume", "--train.max_steps=3", "--train.threads=3")
     assert code == 0, err
     assert "device cpu, 3 threads as requested" in out + err and torch.get_num_threads() == 3
+
+
+class _Machine:
+    """A fake 2-CPU machine for :class:`runtime.ThreadWatch`: seconds pass, this process and the
+    others use CPU time, and /proc/stat counts both (100 ticks a second)."""
+
+    def __init__(self):
+        self.now = self.own = self.busy = 0.0
+
+    def run(self, seconds: float, own_cores: float, other_cores: float) -> None:
+        self.now += seconds
+        self.own += seconds * own_cores
+        self.busy += seconds * min(2.0, own_cores + other_cores)
+
+    def jiffies(self, cpus) -> tuple[int, int]:
+        return int(self.busy * 100), int(self.now * 2 * 100)
+
+
+def test_thread_watch_gives_a_core_back_when_a_job_starts_and_takes_it_again_when_it_ends(monkeypatch, restore_threads):
+    m, said = _Machine(), []
+    monkeypatch.setattr(runtime, "_cpu_jiffies", m.jiffies)
+    torch.set_num_threads(2)
+    watch = runtime.ThreadWatch(2, 30.0, cpus=[0, 1], clock=lambda: m.now, cpu_clock=lambda: m.own)
+    m.run(29, own_cores=2, other_cores=0)
+    assert watch.poll(said.append) is None  # not yet half a minute
+    m.run(2, own_cores=2, other_cores=0)
+    assert watch.poll(said.append) is None and torch.get_num_threads() == 2  # quiet: nothing changes, nothing said
+    m.run(30, own_cores=1.1, other_cores=1.0)  # a job starts: ours get preempted
+    assert watch.poll(said.append) == 1 and torch.get_num_threads() == 1
+    assert said == ["threads 2 -> 1: other processes kept 0.9 of 2 cores busy over the last 30 s (--threads N to fix the count)"]
+    m.run(30, own_cores=1.0, other_cores=1.0)  # still there: one thread stays
+    assert watch.poll(said.append) is None and torch.get_num_threads() == 1
+    m.run(30, own_cores=1.0, other_cores=0.0)  # the job ended
+    assert watch.poll(said.append) == 2 and torch.get_num_threads() == 2 and said[-1].startswith("threads 1 -> 2: other processes kept 0.0 of 2 cores")
+
+
+def test_only_threads_the_policy_chose_are_watched(restore_threads):
+    configure_threads(None, environ={}, cores=2, load=0.0)
+    watch = runtime.ThreadWatch.for_this_process()
+    if watch is None:
+        pytest.skip("no /proc/stat")
+    assert watch.cores == 2 and watch.interval == runtime.THREAD_WATCH_SECONDS
+    configure_threads(2, environ={}, cores=2, load=0.0)
+    assert runtime.ThreadWatch.for_this_process() is None
+    configure_threads(None, environ={"OMP_NUM_THREADS": "2"}, cores=2, load=0.0)
+    assert runtime.ThreadWatch.for_this_process() is None
+
+
+def test_training_applies_the_thread_policy_as_the_load_changes(capsys, make_config, tmp_path, monkeypatch, restore_threads):
+    """Started beside a busy process (1 thread of 2); the process ends, and the run takes both cores."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(runtime, "cpu_cores", lambda: 2)
+    monkeypatch.setattr(runtime, "other_load", lambda cores: (1.0, "fake load"))
+    monkeypatch.setattr(runtime, "THREAD_WATCH_SECONDS", 0.0)  # look after every update
+    quiet = lambda cpus: (int(time.process_time() * 1e6), int(time.perf_counter() * 2e6))  # noqa: E731  (2 CPUs busy only with this process)
+    monkeypatch.setattr(runtime, "_cpu_jiffies", quiet)
+    path = tmp_path / "exp.yaml"
+    make_config({"train": {"max_steps": 2, "valid_every": 2}}).save(path)
+    code, out, err = run_cli(capsys, "train", path)
+    assert code == 0, err
+    assert "device cpu, 1 thread of 2 cores (busy machine: fake load" in out + err
+    assert "threads 1 -> 2: other processes kept 0.0 of 2 cores busy" in out + err and torch.get_num_threads() == 2
 
 
 # ---------------------------------------------------------------- short OpenMP spinning, set before torch loads

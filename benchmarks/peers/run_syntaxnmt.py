@@ -113,6 +113,7 @@ def main() -> int:
     res["torch_threads"] = torch.get_num_threads()
     res["threads"] = describe_threads() if args.threads != "torch" else f"{torch.get_num_threads()} (torch's default)"
     res["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
+    res["gomp_spincount"] = os.environ.get("GOMP_SPINCOUNT")
     res["torch"] = torch.__version__
     res["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()  # AVX2 under --isa avx2 (benchmarks/_isa.py)
     res["cpu_kernels"] = machine_info()["cpu_kernels"]  # the linear layers' kernels chosen (syntaxnmt.model.kernels)

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from syntaxnmt.config import TrainConfig
 from syntaxnmt.data.batches import TokenBatchSampler
 from syntaxnmt.errors import Interrupted, UserError
+from syntaxnmt.runtime import ThreadWatch
 from syntaxnmt.training.distributed import World, broadcast_flag, sum_across
 
 
@@ -156,6 +157,7 @@ def run(task: Task, t: TrainConfig, sampler: TokenBatchSampler, log: Callable, *
     window_start = time.perf_counter()
     watch = Divergence(task, t, world, prog.step + 1)
     session_start = time.perf_counter() - prog.train_seconds
+    threads = None if world.distributed else ThreadWatch.for_this_process()  # the thread policy, applied as the load changes
     result = LoopResult("max_minutes" if bar.spent() else "max_steps")
     try:
         with StopFlag() as stop:
@@ -176,6 +178,8 @@ def run(task: Task, t: TrainConfig, sampler: TokenBatchSampler, log: Callable, *
                     for k, v in stats.items():
                         window[k] = window.get(k, 0.0) + v
                 bar.advance()
+                if threads is not None:
+                    threads.poll(log)
                 if prog.step % t.log_every == 0 or prog.step == 1:
                     figures = watch.check(window, prog.step)
                     _log_window(figures, window, time.perf_counter() - window_start, prog, bar, writer)
