@@ -90,8 +90,12 @@ def test_machine_info_holds_the_cpu_the_libraries_the_threads_and_the_load():
 
 
 @pytest.fixture
-def restore_threads():
+def restore_threads(monkeypatch):
+    """torch's threads and the policy's state as they were: later tests in this process run with
+    the count conftest set, and no later training watches threads the policy chose here."""
     threads = torch.get_num_threads()
+    monkeypatch.setattr(runtime, "_policy_cores", runtime._policy_cores)
+    monkeypatch.setattr(runtime, "_threads_note", runtime._threads_note)
     yield
     torch.set_num_threads(threads)
 
