@@ -8,7 +8,7 @@ microseconds) and then sleeps. libgomp's own default spins 100 times longer (300
 which on a busy machine burns the core that the other thread of the same operation, preempted,
 needs; sleeping at once (``OMP_WAIT_POLICY=PASSIVE``, this command's default until 2026-11-29)
 wakes the threads through the kernel before every operation, 12 % of quiet training speed on a
-2-core AVX2 EPYC (KVM). The short spin keeps most of the quiet speed and 95 % of passive waiting's
+2-core AVX2 EPYC (KVM). The short spin keeps most of the quiet speed and 95-97 % of passive waiting's
 speed beside a busy process (docs/benchmarks.md, "Thread policy"). A user who sets
 ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` keeps them. The number of threads is chosen later, by
 :func:`syntaxnmt.runtime.configure_threads`.

@@ -61,12 +61,17 @@ def keep_freed_memory() -> bool:
     return ok
 
 
+def usable_cpus() -> Collection[int]:
+    """The CPUs this process may run on (all of them where the system cannot say)."""
+    try:
+        return os.sched_getaffinity(0)
+    except AttributeError:  # not Linux
+        return range(os.cpu_count() or 1)
+
+
 def cpu_cores() -> int:
     """The CPU cores this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    return len(usable_cpus())
 
 
 def load_average() -> list[float] | None:
@@ -107,11 +112,7 @@ def busy_cores(seconds: float = 0.1, cpus: Collection[int] | None = None) -> flo
     """How many of ``cpus`` (default: those this process may run on) other processes keep busy:
     their busy share over the next ``seconds``, times their number, less this process's own CPU
     time; None where /proc/stat cannot be read."""
-    if cpus is None:
-        try:
-            cpus = os.sched_getaffinity(0)
-        except AttributeError:
-            return None
+    cpus = usable_cpus() if cpus is None else cpus
     before, own, start = _cpu_jiffies(cpus), time.process_time(), time.perf_counter()
     time.sleep(seconds)
     after, own, wall = _cpu_jiffies(cpus), time.process_time() - own, time.perf_counter() - start
@@ -185,24 +186,27 @@ class ThreadWatch:
                  clock: Callable[[], float] = time.perf_counter, cpu_clock: Callable[[], float] = time.process_time):
         self.cores, self.clock, self.cpu_clock = cores, clock, cpu_clock
         self.interval = THREAD_WATCH_SECONDS if interval is None else interval
-        self.cpus = cpus if cpus is not None else (os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1))
+        self.cpus = usable_cpus() if cpus is None else cpus
         self._mark()
 
     @classmethod
     def for_this_process(cls) -> "ThreadWatch | None":
         """A watch over the threads :func:`configure_threads` chose by the policy; None where the
         user chose them (``--threads``, ``train.threads``, ``OMP_NUM_THREADS``) or /proc/stat is missing."""
-        watch = cls(_policy_cores) if _policy_cores is not None else None
-        return watch if watch is not None and watch.j0 is not None else None
+        if _policy_cores is None:
+            return None
+        watch = cls(_policy_cores)
+        return watch if watch.j0 is not None else None
 
     def _mark(self) -> None:
         self.t0, self.own0, self.j0 = self.clock(), self.cpu_clock(), _cpu_jiffies(self.cpus)
 
     def poll(self, log: Callable[[str], None]) -> int | None:
         """Once the interval has passed: apply the policy; the new thread count if it changed (logged), else None."""
-        if self.clock() - self.t0 < self.interval:
+        wall = self.clock() - self.t0
+        if wall < self.interval:
             return None
-        wall, own, before = self.clock() - self.t0, self.cpu_clock() - self.own0, self.j0
+        own, before = self.cpu_clock() - self.own0, self.j0
         self._mark()
         other = _others_busy(before, self.j0, len(self.cpus), own, wall)
         if other is None:
