@@ -144,6 +144,7 @@ def other_load(cores: int) -> tuple[float, str]:
 
 _threads_note = ""
 _policy_cores: int | None = None  # the cores the thread policy chose for (None: the user chose the threads)
+_watch: "ThreadWatch | None" = None  # the process's watch over them (ThreadWatch.for_this_process)
 
 
 def configure_threads(requested: int | None = None, *, environ: Mapping[str, str] = os.environ, cores: int | None = None, load: float | None = None) -> int:
@@ -151,11 +152,11 @@ def configure_threads(requested: int | None = None, *, environ: Mapping[str, str
     ``train.threads``; None or 0: not given) wins; else a valid ``OMP_NUM_THREADS`` in ``environ``; else
     :func:`policy_threads` of ``cores`` (default :func:`cpu_cores`) and the other processes' load
     (default :func:`other_load`; ``cores`` and ``load`` are given by tests)."""
-    global _threads_note, _policy_cores
+    global _threads_note, _policy_cores, _watch
     if requested is not None and requested < 0:
         raise UserError(f"--threads {requested}: give at least 1 (or 0 for the default)")
     omp = environ.get("OMP_NUM_THREADS", "").strip()
-    _policy_cores = None
+    _policy_cores, _watch = None, None
     if requested:
         threads, _threads_note = requested, "as requested"
     elif omp.isdigit() and int(omp) > 0:
@@ -178,7 +179,9 @@ class ThreadWatch:
     last look (``/proc/stat`` less this process's own CPU time, over the whole interval: no
     sleeping, and a burst counts as little as it lasted) and sets torch's threads to
     :func:`policy_threads` of them. A training run started on a quiet machine gives a core back
-    when another job starts beside it, and takes it again when the job ends.
+    when another job starts beside it, and takes it again when the job ends. Training looks after
+    each update, translation (``translate``, ``serve``'s worker, the Python API) between batches,
+    on the thread that computes (torch keeps a thread count per thread).
     :meth:`for_this_process` gives one only where the policy chose the threads; the clocks are
     injectable for tests."""
 
@@ -191,15 +194,23 @@ class ThreadWatch:
 
     @classmethod
     def for_this_process(cls) -> "ThreadWatch | None":
-        """A watch over the threads :func:`configure_threads` chose by the policy; None where the
-        user chose them (``--threads``, ``train.threads``, ``OMP_NUM_THREADS``) or /proc/stat is missing."""
+        """The watch over the threads :func:`configure_threads` chose by the policy: one per process,
+        shared by training, translation and serving (one measurement from look to look, whoever
+        looks); None where the user chose them (``--threads``, ``train.threads``,
+        ``OMP_NUM_THREADS``) or /proc/stat is missing."""
+        global _watch
         if _policy_cores is None:
             return None
-        watch = cls(_policy_cores)
-        return watch if watch.j0 is not None else None
+        if _watch is None:
+            _watch = cls(_policy_cores)
+        return _watch if _watch.j0 is not None else None
 
     def _mark(self) -> None:
         self.t0, self.own0, self.j0 = self.clock(), self.cpu_clock(), _cpu_jiffies(self.cpus)
+
+    def due(self) -> bool:
+        """Whether the interval has passed (the next :meth:`poll` looks)."""
+        return self.clock() - self.t0 >= self.interval
 
     def poll(self, log: Callable[[str], None]) -> int | None:
         """Once the interval has passed: apply the policy; the new thread count if it changed (logged), else None."""

@@ -1,10 +1,12 @@
 """The process around a command: glibc memory settings, the device, CPU threads, the machine record."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -96,6 +98,7 @@ def restore_threads(monkeypatch):
     threads = torch.get_num_threads()
     monkeypatch.setattr(runtime, "_policy_cores", runtime._policy_cores)
     monkeypatch.setattr(runtime, "_threads_note", runtime._threads_note)
+    monkeypatch.setattr(runtime, "_watch", runtime._watch)
     yield
     torch.set_num_threads(threads)
 
@@ -214,6 +217,28 @@ def test_training_applies_the_thread_policy_as_the_load_changes(capsys, make_con
     assert code == 0, err
     assert "device cpu, 1 thread of 2 cores (busy machine: fake load" in out + err
     assert "threads 1 -> 2: other processes kept 0.0 of 2 cores busy" in out + err and torch.get_num_threads() == 2
+
+
+def test_translation_applies_the_thread_policy_between_batches(capsys, caplog, trained_run, corpus, tmp_path, monkeypatch, restore_threads):
+    """``translate`` started beside a busy process (1 thread of 2); the process ends, and the next
+    batches take both cores (one batch each); the output is the one of a fixed thread count."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(runtime, "cpu_cores", lambda: 2)
+    monkeypatch.setattr(runtime, "other_load", lambda cores: (1.0, "fake load"))
+    monkeypatch.setattr(runtime, "THREAD_WATCH_SECONDS", 0.0)  # look after every batch
+    quiet = lambda cpus: (int(time.process_time() * 1e6), int(time.perf_counter() * 2e6))  # noqa: E731  (2 CPUs busy only with this process)
+    monkeypatch.setattr(runtime, "_cpu_jiffies", quiet)
+    checkpoint, src = Path(trained_run.work_dir) / "best.pt", corpus["test"]["src"]
+    args = ["translate", "--checkpoint", checkpoint, "-i", src, "--decode.batch_size=2"]
+    with caplog.at_level(logging.INFO, logger="syntaxnmt"):
+        code, watched, err = run_cli(capsys, *args, "-o", tmp_path / "watched.txt")
+    assert code == 0, err
+    said = [r.getMessage() for r in caplog.records]
+    assert any(line.startswith("threads 1 -> 2: other processes kept 0.0 of 2 cores busy") for line in said), said
+    assert torch.get_num_threads() == 2
+    code, _, err = run_cli(capsys, *args, "-o", tmp_path / "fixed.txt", "--threads=1")
+    assert code == 0, err
+    assert (tmp_path / "watched.txt").read_text(encoding="utf-8") == (tmp_path / "fixed.txt").read_text(encoding="utf-8")
 
 
 # ---------------------------------------------------------------- short OpenMP spinning, set before torch loads

@@ -4,6 +4,7 @@ batch sentences by length, search, detokenize; and scoring given targets (force-
 from __future__ import annotations
 
 import sys
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from syntaxnmt.model import build_model, set_hard_attention
 from syntaxnmt.model.kernels import model_signature, note
 from syntaxnmt.model.kernels import prepare as prepare_cpu_kernels
 from syntaxnmt.model.transformer import gather_rows
+from syntaxnmt.runtime import ThreadWatch
 
 
 def checkpoint_path(cfg: Config, which: str) -> Path:
@@ -345,12 +347,31 @@ def _translate_wave(model, sources, wave: np.ndarray, results: list, decode: Dec
 def batches_side_by_side(work: Callable[[Any], None], batches: Sequence[Any], workers: int, device: torch.device) -> Iterator[Any]:
     """Run ``work(batch)`` for every batch, ``workers`` at once (:func:`decode_workers`; 0: one per
     torch thread on the CPU), yielding each batch in order once its work is done. The workers run
-    under the caller's grad and inference mode (thread-local in torch)."""
-    n, threads = decode_workers(workers, len(batches), device)
+    under the caller's grad and inference mode (thread-local in torch). On the CPU the thread
+    policy is applied again between batches as the load changes
+    (:meth:`~syntaxnmt.runtime.ThreadWatch.for_this_process`: every 30 s, where the policy chose
+    the threads), and the batches at once follow the new thread count."""
+    watch = ThreadWatch.for_this_process() if device.type == "cpu" else None
+    done = 0
+    while done < len(batches):
+        n, threads = decode_workers(workers, len(batches) - done, device)
+        for batch in _side_by_side(work, batches[done:], n, threads, watch.due if watch is not None else None):
+            done += 1
+            yield batch
+        if watch is not None:
+            watch.poll(note)
+
+
+def _side_by_side(work: Callable[[Any], None], batches: Sequence[Any], n: int, threads: int, stop: Callable[[], bool] | None) -> Iterator[Any]:
+    """:func:`batches_side_by_side` with ``n`` workers of ``threads`` threads, until ``stop()``
+    says so after a batch: the batches not started yet are left for the caller (a prefix of
+    ``batches`` is yielded, in order)."""
     if n == 1:
         for batch in batches:
             work(batch)
             yield batch
+            if stop is not None and stop():
+                return
         return
     inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
 
@@ -359,8 +380,19 @@ def batches_side_by_side(work: Callable[[Any], None], batches: Sequence[Any], wo
             work(batch)
 
     with intra_op_threads(threads), ThreadPoolExecutor(n, thread_name_prefix="syntaxnmt-decode") as pool:
-        for batch, _ in zip(batches, pool.map(in_worker, batches)):
+        pending = deque((batch, pool.submit(in_worker, batch)) for batch in batches)
+        while pending:
+            batch, future = pending.popleft()
+            future.result()
             yield batch
+            if stop is not None and stop():
+                # the pool starts its work in order: cancelling from the newest back leaves the started ones
+                while pending and pending[-1][1].cancel():
+                    pending.pop()
+                for batch, future in pending:
+                    future.result()
+                    yield batch
+                return
 
 
 def decode_workers(requested: int, batches: int, device: torch.device, threads: int | None = None) -> tuple[int, int]:

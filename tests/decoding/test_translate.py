@@ -305,6 +305,53 @@ def test_batches_searched_side_by_side_give_the_sequential_output(trained_run, c
     assert all(len(nb) == nbest for nb in outputs[2, 3])
 
 
+def test_batches_side_by_side_follow_the_thread_policy_as_the_load_changes(monkeypatch):
+    """Between batches the policy's watch looks again (:class:`syntaxnmt.runtime.ThreadWatch`): 2
+    threads (two batches at once, one thread each), then a busy machine (1 thread: one batch at a
+    time on the caller's thread), then quiet again (two at once). Every batch runs once and comes
+    back in order across the changes; the count the watch set stays after."""
+    import threading
+    import time
+
+    import syntaxnmt.decoding.translate as tr
+
+    yielded: list[int] = []
+    plan = [(4, 1), (8, 2)]  # (after this many batches, threads)
+
+    class Watch:  # a scripted ThreadWatch: the load changes after the 4th and the 8th batch
+        def due(self) -> bool:
+            return bool(plan) and len(yielded) >= plan[0][0]
+
+        def poll(self, log):
+            if self.due():
+                torch.set_num_threads(plan.pop(0)[1])
+
+    ran: dict[int, tuple[str, int]] = {}
+    lock = threading.Lock()
+
+    def work(batch: int) -> None:
+        with lock:
+            assert batch not in ran
+            ran[batch] = (threading.current_thread().name, torch.get_num_threads())
+        time.sleep(0.01)  # a search takes a while: the pool does not finish every batch before the first look
+
+    monkeypatch.setattr(tr.ThreadWatch, "for_this_process", classmethod(lambda cls: Watch()))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for batch in tr.batches_side_by_side(work, list(range(12)), 0, CPU):
+            yielded.append(batch)
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert yielded == list(range(12)) and sorted(ran) == yielded and not plan and after == 2
+    where = ["pool" if name.startswith("syntaxnmt-decode") else "caller" for name, _ in (ran[b] for b in yielded)]
+    assert all(threads == 1 for _, threads in ran.values())  # one thread per batch throughout
+    first, last = where.index("caller"), len(where) - where[::-1].index("caller")
+    assert 4 <= first and where[first:last] == ["caller"] * (last - first) and last == 8  # switched back after the 8th
+    assert where[:first] == ["pool"] * first and where[8:] == ["pool"] * 4
+
+
 def test_decode_workers_default_to_one_per_thread_on_the_cpu_only():
     from syntaxnmt.decoding.translate import decode_workers
 
