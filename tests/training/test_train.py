@@ -143,6 +143,33 @@ def test_trained_run_writes_checkpoints_and_no_temp_files(trained_run):
     assert (work / "dev.hyp").is_file()
 
 
+def test_validation_decodes_with_the_weights_of_the_update_it_follows(trained_run, corpus, tmp_path, capsys):
+    """The last validation (update 12) translated the dev sentences with the model saved then: the
+    fused optimizer changes the weights in place, and decoding's cached output weights
+    (``decode_linear``) must not keep those of the first validation (update 6)."""
+    work = Path(trained_run.work_dir)
+    n = trained_run.train.valid_max_sentences
+    src = tmp_path / "dev.src"
+    src.write_text("".join(line + "\n" for line in Path(corpus["dev"]["src"]).read_text(encoding="utf-8").splitlines()[:n]), encoding="utf-8")
+    code, _, err = run_cli(capsys, "translate", "--checkpoint", work / "last.pt", "-i", src, "-o", tmp_path / "dev.hyp", "--beam", "1")
+    assert code == 0, err
+    assert (tmp_path / "dev.hyp").read_text(encoding="utf-8") == (work / "dev.hyp").read_text(encoding="utf-8")
+
+
+def test_an_update_bumps_the_version_of_every_weight():
+    """ATen's fused Adam writes the weights without bumping their versions; the update does, for
+    every cache keyed on them (decoding's ``W^T``, a HAN's composed maps)."""
+    from syntaxnmt.training.optim import build_optimizer
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    opt, sched = build_optimizer(model, TrainConfig())
+    assert opt.defaults["fused"]
+    model(torch.randn(5, 4)).sum().backward()
+    before = [p._version for p in model.parameters()]
+    step_module.apply_gradients(model, opt, sched, TrainConfig())
+    assert all(p._version > v for p, v in zip(model.parameters(), before))
+
+
 def test_resolved_config_is_saved_and_reloads_equal(make_config, monkeypatch, tmp_path):
     monkeypatch.setenv("SNMT_TEST_RUNS", str(tmp_path / "runs"))
     cfg = make_config({"work_dir": "${SNMT_TEST_RUNS}/env_run", "train": {"max_steps": 2, "valid_every": 2, "lr": 1e-3, "adam_betas": [0.85, 0.99]}})
