@@ -203,14 +203,21 @@ def test_only_threads_the_policy_chose_are_watched(restore_threads):
     assert runtime.ThreadWatch.for_this_process() is None
 
 
-def test_training_applies_the_thread_policy_as_the_load_changes(capsys, make_config, tmp_path, monkeypatch, restore_threads):
-    """Started beside a busy process (1 thread of 2); the process ends, and the run takes both cores."""
+@pytest.fixture
+def busy_then_quiet(monkeypatch, restore_threads):
+    """A 2-core machine a command finds busy when it starts (other load 1.0: one thread), and
+    quiet at every later look (/proc/stat counts only this process), which comes after every
+    update or batch (a 0 s interval)."""
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(runtime, "cpu_cores", lambda: 2)
     monkeypatch.setattr(runtime, "other_load", lambda cores: (1.0, "fake load"))
-    monkeypatch.setattr(runtime, "THREAD_WATCH_SECONDS", 0.0)  # look after every update
-    quiet = lambda cpus: (int(time.process_time() * 1e6), int(time.perf_counter() * 2e6))  # noqa: E731  (2 CPUs busy only with this process)
+    monkeypatch.setattr(runtime, "THREAD_WATCH_SECONDS", 0.0)
+    quiet = lambda cpus: (int(time.process_time() * 1e6), int(time.perf_counter() * 2e6))  # noqa: E731
     monkeypatch.setattr(runtime, "_cpu_jiffies", quiet)
+
+
+def test_training_applies_the_thread_policy_as_the_load_changes(capsys, make_config, tmp_path, busy_then_quiet):
+    """Started beside a busy process (1 thread of 2); the process ends, and the run takes both cores."""
     path = tmp_path / "exp.yaml"
     make_config({"train": {"max_steps": 2, "valid_every": 2}}).save(path)
     code, out, err = run_cli(capsys, "train", path)
@@ -219,15 +226,9 @@ def test_training_applies_the_thread_policy_as_the_load_changes(capsys, make_con
     assert "threads 1 -> 2: other processes kept 0.0 of 2 cores busy" in out + err and torch.get_num_threads() == 2
 
 
-def test_translation_applies_the_thread_policy_between_batches(capsys, caplog, trained_run, corpus, tmp_path, monkeypatch, restore_threads):
+def test_translation_applies_the_thread_policy_between_batches(capsys, caplog, trained_run, corpus, tmp_path, busy_then_quiet):
     """``translate`` started beside a busy process (1 thread of 2); the process ends, and the next
     batches take both cores (one batch each); the output is the one of a fixed thread count."""
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(runtime, "cpu_cores", lambda: 2)
-    monkeypatch.setattr(runtime, "other_load", lambda cores: (1.0, "fake load"))
-    monkeypatch.setattr(runtime, "THREAD_WATCH_SECONDS", 0.0)  # look after every batch
-    quiet = lambda cpus: (int(time.process_time() * 1e6), int(time.perf_counter() * 2e6))  # noqa: E731  (2 CPUs busy only with this process)
-    monkeypatch.setattr(runtime, "_cpu_jiffies", quiet)
     checkpoint, src = Path(trained_run.work_dir) / "best.pt", corpus["test"]["src"]
     args = ["translate", "--checkpoint", checkpoint, "-i", src, "--decode.batch_size=2"]
     with caplog.at_level(logging.INFO, logger="syntaxnmt"):
