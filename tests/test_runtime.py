@@ -235,6 +235,7 @@ def test_translation_applies_the_thread_policy_between_batches(capsys, caplog, t
         code, watched, err = run_cli(capsys, *args, "-o", tmp_path / "watched.txt")
     assert code == 0, err
     said = [r.getMessage() for r in caplog.records]
+    assert "device cpu, 1 thread of 2 cores (busy machine: fake load; --threads N to choose)" in said, said
     assert any(line.startswith("threads 1 -> 2: other processes kept 0.0 of 2 cores busy") for line in said), said
     assert torch.get_num_threads() == 2
     code, _, err = run_cli(capsys, *args, "-o", tmp_path / "fixed.txt", "--threads=1")

@@ -31,7 +31,7 @@ from syntaxnmt.model import build_model, set_hard_attention
 from syntaxnmt.model.kernels import model_signature, note
 from syntaxnmt.model.kernels import prepare as prepare_cpu_kernels
 from syntaxnmt.model.transformer import gather_rows
-from syntaxnmt.runtime import ThreadWatch
+from syntaxnmt.runtime import ThreadWatch, describe_threads
 
 
 def checkpoint_path(cfg: Config, which: str) -> Path:
@@ -124,6 +124,7 @@ def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module,
     model.document_context = document_context(cfg, toks.src, toks.tgt)
     load_weights(model, state["model"], path, "the model of its own stored config: a damaged checkpoint, or weights put beside another model's config")
     if device.type == "cpu":
+        note(f"device cpu, {describe_threads()}")  # as training logs it; the thread policy's later changes are logged too
         prepare_cpu_kernels(model, None, timing=lambda: decoding_step(model), log=note)
     return model.to(device).eval(), cfg, toks
 
