@@ -25,7 +25,8 @@ def inverse_sqrt(warmup: int):
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     # One fused kernel for the whole update, on CUDA and on CPU (ATen's fused CPU Adam: 3-5x faster
-    # than the multi-tensor one on the side-by-side model's 7.6M parameters, docs/benchmarks.md).
+    # than the multi-tensor one on the side-by-side model's 7.6M parameters, docs/benchmarks.md). The fused
+    # kernels write the weights without bumping their version counters: step.apply_gradients bumps them.
     fused = all(p.device.type in ("cpu", "cuda") and p.dtype in (torch.float32, torch.float16, torch.bfloat16) for p in model.parameters())
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay, fused=fused or None)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, inverse_sqrt(cfg.warmup_steps))
