@@ -10,6 +10,7 @@ import math
 
 import torch
 from torch import nn
+from torch.autograd.graph import increment_version
 
 from syntaxnmt.config import TrainConfig
 
@@ -25,9 +26,13 @@ def inverse_sqrt(warmup: int):
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     # One fused kernel for the whole update, on CUDA and on CPU (ATen's fused CPU Adam: 3-5x faster
-    # than the multi-tensor one on the side-by-side model's 7.6M parameters, docs/benchmarks.md). The fused
-    # kernels write the weights without bumping their version counters: step.apply_gradients bumps them.
+    # than the multi-tensor one on the side-by-side model's 7.6M parameters, docs/benchmarks.md).
     fused = all(p.device.type in ("cpu", "cuda") and p.dtype in (torch.float32, torch.float16, torch.bfloat16) for p in model.parameters())
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay, fused=fused or None)
+    # The fused kernel writes the weights without bumping their version counters, which the no-grad
+    # caches of decoding key on (the output layer's kept W^T, model.linear.decode_linear; a HAN's
+    # composed maps): without this, validation would decode with the weights of its first run.
+    weights = [p for group in opt.param_groups for p in group["params"]]
+    opt.register_step_post_hook(lambda *_: increment_version(weights))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, inverse_sqrt(cfg.warmup_steps))
     return opt, sched

@@ -9,7 +9,6 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
-from torch.autograd.graph import increment_version
 
 from syntaxnmt.config import Config, TrainConfig
 from syntaxnmt.data.batches import Split, bucket_batches, collate, document_batches, pad_batch, shape_bucket
@@ -170,13 +169,8 @@ def accumulate(stats: dict, logs: dict) -> None:
 
 
 def apply_gradients(model, opt, sched, t: TrainConfig) -> None:
-    """Clip the gradient norm (``train.clip_norm``), step the optimizer and the schedule. The
-    fused Adam kernel changes the weights in place without bumping their version counters, which
-    the no-grad caches of decoding key on (the output layer's kept ``W^T``,
-    :func:`~syntaxnmt.model.linear.decode_linear`; a HAN's composed maps): the versions are
-    bumped here, or validation would decode with the weights of its first run."""
+    """Clip the gradient norm (``train.clip_norm``), step the optimizer and the schedule."""
     if t.clip_norm > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
     opt.step()
-    increment_version([p for group in opt.param_groups for p in group["params"]])
     sched.step()
