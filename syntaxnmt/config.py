@@ -623,6 +623,11 @@ class DecodeConfig(_Section):
     which ``--engine ctranslate2`` sets from it),
     the command's threads shared between them: 0 = one per thread (when there are that many
     batches), 1 = one batch at a time on all the threads. See :func:`syntaxnmt.decoding.translate.decode_workers`."""
+    cpu_softmax: Literal["auto", "torch"] = "auto"
+    """How a search on the CPU turns the output layer's logits into its candidates: ``auto``, the
+    native kernel (:mod:`syntaxnmt.decoding.native`: log-softmax and top-k in one pass over a row)
+    where it was built and the CPU has AVX2/FMA, else PyTorch's operators; ``torch``: always
+    PyTorch's (``log_softmax`` then top-k). The same choices to a few units in the last place."""
     nbest: int = 1
     coverage_penalty: float = 0.0
     """β of the coverage penalty β·Σ_j log(min(Σ_i α_ij, 1)) added to beam scores (Wu et al. 2016, Sec. 7); 0 = off."""

@@ -27,6 +27,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from syntaxnmt.decoding.native import log_softmax_topk, use_native
 from syntaxnmt.inputs import BOS, EOS, PAD, Batch
 
 
@@ -128,10 +129,38 @@ def topk_rows(x: Tensor, k: int, chunk: int = 64) -> tuple[Tensor, Tensor]:
     return values, cols.gather(1, pos)
 
 
+def next_candidates(model, tokens: Tensor, state, k: int, step: int, min_len: int, row_limits: Tensor, native: bool, **step_kwargs) -> tuple[Tensor, Tensor, object]:
+    """The model's step and the ``k`` best next tokens of each row it computed: log-probabilities
+    and tokens (R, k) on the model's device, best first, and the new state. ``row_limits`` (R,): each row's
+    longest output (:func:`_forbid`'s rules: never PAD or BOS, EOS only from ``min_len`` on and
+    nothing else from a row's limit on). With ``native`` (:func:`syntaxnmt.decoding.native.use_native`)
+    the step returns logits and :func:`~syntaxnmt.decoding.native.log_softmax_topk` reads them
+    without writing the log-softmax; otherwise ``log_softmax``, :func:`_forbid` and :func:`topk_rows`
+    (``max`` for k = 1). ``k`` larger than the vocabulary gives all of it."""
+    if not native:
+        log_probs, state = model.step(tokens, state, **step_kwargs)
+        log_probs = _forbid(log_probs.float(), step, min_len, row_limits.to(log_probs.device))
+        k = min(k, log_probs.size(-1))
+        values, index = topk_rows(log_probs, k) if k > 1 else log_probs.max(-1, keepdim=True)
+        return values, index, state
+    logits, state = model.step(tokens, state, normalize=False, **step_kwargs)
+    logits = logits.float()
+    k = min(k, logits.size(-1))
+    no_eos = step < min_len
+    values, index, lse = log_softmax_topk(logits, k, (PAD, BOS, EOS) if no_eos else (PAD, BOS))
+    over = (step >= row_limits).nonzero().view(-1)
+    if len(over):  # only EOS, and from min_len on
+        values[over] = float("-inf")
+        index[over] = EOS
+        if not no_eos:
+            values[over, 0] = logits[over, EOS] - lse[over]
+    return values, index, state
+
+
 @torch.no_grad()
-def greedy_search(model, batch: Batch, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, lp_type: LengthPenaltyType = "power") -> list[list[Hypothesis]]:
+def greedy_search(model, batch: Batch, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, lp_type: LengthPenaltyType = "power", cpu_softmax: str = "auto") -> list[list[Hypothesis]]:
     """Pick the most probable token at every step, for all sentences at once (``max_len``: one
-    for all or one per sentence)."""
+    for all or one per sentence; ``cpu_softmax``: see :func:`next_candidates`)."""
     state = model.init_state(model.encode(batch))
     n = len(batch)
     limits = _limits(max_len, n)
@@ -140,10 +169,10 @@ def greedy_search(model, batch: Batch, max_len: int | Tensor, min_len: int = 0, 
     out = torch.full((n, steps), PAD, dtype=torch.long)
     total = torch.zeros(n)
     finished = torch.zeros(n, dtype=torch.bool)
+    native = use_native(cpu_softmax, batch.src.device, model)
     for t in range(steps):
-        log_probs, state = model.step(tokens, state)
-        log_probs = _forbid(log_probs, t, min_len, limits.to(log_probs.device))
-        best, tokens = log_probs.max(-1)
+        best, tokens, state = next_candidates(model, tokens, state, 1, t, min_len, limits, native)
+        best, tokens = best[:, 0], tokens[:, 0]
         best, tok_cpu = best.cpu(), tokens.cpu()
         total += torch.where(finished, torch.zeros_like(best), best)
         out[:, t] = torch.where(finished, torch.full_like(tok_cpu, PAD), tok_cpu)
@@ -159,9 +188,9 @@ def greedy_search(model, batch: Batch, max_len: int | Tensor, min_len: int = 0, 
 
 
 @torch.no_grad()
-def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0, lp_type: LengthPenaltyType = "power") -> list[list[Hypothesis]]:
+def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0, lp_type: LengthPenaltyType = "power", cpu_softmax: str = "auto") -> list[list[Hypothesis]]:
     """Beam search; returns the ``nbest`` best hypotheses of every sentence, best first (``coverage_penalty``: β;
-    ``max_len``: one for all or one per sentence; ``lp_type``: see :func:`length_penalty`)."""
+    ``max_len``: one for all or one per sentence; ``lp_type``: see :func:`length_penalty`; ``cpu_softmax``: see :func:`next_candidates`)."""
     device = batch.src.device
     n, k = len(batch), beam
     limits = _limits(max_len, n)
@@ -179,6 +208,7 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
     results: list[list[Hypothesis] | None] = [None] * n
     norm = (lambda length: length_penalty(length, alpha, lp_type)) if alpha else (lambda length: torch.ones_like(length))
     partial = getattr(model, "step_rows", False)  # the model's step can skip the finished rows
+    native = use_native(cpu_softmax, device, model)
     frozen = torch.full((k,), float("-inf"))
     frozen[0] = 0.0
     if coverage_penalty:
@@ -194,20 +224,17 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
         open_rows = (~done).view(-1).nonzero().view(-1)
         rows = None if len(open_rows) == m * k or not partial else open_rows
         step_rows = {} if rows is None else {"rows": rows.to(device)}
-        if coverage_penalty:
-            log_probs, state = model.step(tokens, state, need_weights=True, **step_rows)
-            attn = state.last_cross_attention.float().cpu().view(m, k, n_src)
-            coverage = coverage + attn.masked_fill(done[:, :, None], 0.0)  # finished hypotheses keep theirs
-            penalty = coverage_score(coverage, coverage_penalty, no_word[alive][:, None, :])  # (m, k)
-        else:
-            log_probs, state = model.step(tokens, state, **step_rows)
         row_limits = limits[alive].repeat_interleave(k)
-        log_probs = _forbid(log_probs.float().cpu(), t, min_len, row_limits if rows is None else row_limits[rows])
         # Within a beam every candidate has the same length (and coverage penalty), so a beam's
         # best k continuations by log-probability hold all its candidates for the sentence's
         # top k: rank the k*k of them rather than k*V.
-        kk = min(k, log_probs.size(-1))
-        open_lp, open_tok = topk_rows(log_probs, kk)  # (open rows, kk)
+        open_lp, open_tok, state = next_candidates(model, tokens, state, k, t, min_len, row_limits if rows is None else row_limits[rows], native, **step_rows, **({"need_weights": True} if coverage_penalty else {}))
+        if coverage_penalty:
+            attn = state.last_cross_attention.float().cpu().view(m, k, n_src)
+            coverage = coverage + attn.masked_fill(done[:, :, None], 0.0)  # finished hypotheses keep theirs
+            penalty = coverage_score(coverage, coverage_penalty, no_word[alive][:, None, :])  # (m, k)
+        open_lp, open_tok = open_lp.cpu(), open_tok.cpu()
+        kk = open_lp.size(1)  # k, or the vocabulary's size if smaller
         if rows is None:  # every row computed: the finished ones' (if any) are replaced
             cand_lp = torch.where(done[:, :, None], frozen[:kk], open_lp.view(m, k, kk))
             cand_tok = open_tok.view(m, k, kk).masked_fill(done[:, :, None], PAD)
@@ -252,8 +279,8 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
     return results  # type: ignore[return-value]
 
 
-def search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0, lp_type: LengthPenaltyType = "power") -> list[list[Hypothesis]]:
+def search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0, lp_type: LengthPenaltyType = "power", cpu_softmax: str = "auto") -> list[list[Hypothesis]]:
     """Greedy search for beam 1, else beam search."""
     if beam == 1 and nbest == 1:
-        return greedy_search(model, batch, max_len, min_len, alpha, lp_type)
-    return beam_search(model, batch, beam, max_len, min_len, alpha, nbest, coverage_penalty, lp_type)
+        return greedy_search(model, batch, max_len, min_len, alpha, lp_type, cpu_softmax)
+    return beam_search(model, batch, beam, max_len, min_len, alpha, nbest, coverage_penalty, lp_type, cpu_softmax)

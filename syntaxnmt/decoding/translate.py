@@ -330,7 +330,7 @@ def _translate_wave(model, sources, wave: np.ndarray, results: list, decode: Dec
             batch = make_batch([sources[i][:max_pos] for i in idx], None, idx.tolist(), anns, spec).to(device)
         src_lens = batch.src.ne(0).sum(1) - 1
         max_len = max_output_lengths(src_lens, decode.max_len_a, decode.max_len_b, max_pos)
-        hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty, decode.length_penalty_type)
+        hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty, decode.length_penalty_type, decode.cpu_softmax)
         if decode.unk_replace != "none":
             locate_unknown_words(model, batch, hyps, decode)
         if context is not None and context.concat_target:

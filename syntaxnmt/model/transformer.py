@@ -199,6 +199,7 @@ class Transformer(nn.Module):
     pack_granule: int = 128
     alignment_pass: AlignmentPass | None = None
     step_rows = True  # step(..., rows=) computes the next-token distribution of some rows only
+    step_logits = True  # step(..., normalize=False) returns the logits
 
     def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, **tag_vocabs: int):
         super().__init__()
@@ -424,10 +425,12 @@ class Transformer(nn.Module):
     def init_state(self, enc: EncoderOutput) -> DecoderState:
         return DecoderState(enc, 0, [{} for _ in self.decoder])
 
-    def step(self, tokens: Tensor, state: DecoderState, need_weights: bool = False, rows: Tensor | None = None) -> tuple[Tensor, DecoderState]:
+    def step(self, tokens: Tensor, state: DecoderState, need_weights: bool = False, rows: Tensor | None = None, normalize: bool = True) -> tuple[Tensor, DecoderState]:
         """Log-probabilities (N, V) of the next token given the previous one ``tokens`` (N,);
         with ``rows`` (R,), those rows' only (R, V): the output layer and its softmax, the
-        largest products of a step, skip the rows nobody reads (finished hypotheses)."""
+        largest products of a step, skip the rows nobody reads (finished hypotheses). With
+        ``normalize`` False, the logits before the log-softmax (the search normalizes what it
+        reads: :func:`syntaxnmt.decoding.native.log_softmax_topk`)."""
         if state.encoder.target_context_rows is not None:
             raise ValueError("incremental decoding reads computed target-side context states (batch.context_states), not batch rows")
         y = self.tgt_embed(tokens[:, None], offset=state.step)
@@ -442,7 +445,7 @@ class Transformer(nn.Module):
         logits = decode_linear(self.output, final if rows is None else final.index_select(0, rows))
         state.step += 1
         state.last_cross_attention = w[:, :, 0].mean(1) if need_weights else None
-        return torch.log_softmax(logits.float(), dim=-1), state
+        return (torch.log_softmax(logits.float(), dim=-1) if normalize else logits), state
 
     def reorder_state(self, state: DecoderState, index: Tensor, sources_kept: bool = False) -> DecoderState:
         """Keep (and duplicate) hypotheses ``index`` of the decoder state. With ``sources_kept``

@@ -1,0 +1,175 @@
+/* The next-token step of beam search in one pass over each row of logits, on the CPU.
+ *
+ * For a row x of V logits, log_softmax(x)_j = x_j - m - log(sum_i exp(x_i - m)) with m = max_i x_i,
+ * and beam search reads only the k largest of them. Computing the whole log_softmax (V exps and V
+ * writes) and then a top-k over it was about a sixth of a beam-5 step on the CPU; here a row is
+ * read three times (its maximum, the sum of exps with an 8-wide polynomial exp, its k largest
+ * logits among the allowed columns) and only k values, k indices and the row's log-sum-exp are
+ * written. Used by syntaxnmt.decoding.native (which falls back on PyTorch where this module was not
+ * built or the CPU has no AVX2/FMA); docs/deployment.md, "Speed".
+ *
+ * log_softmax_topk(x, rows, V, k, values, indices, lse, forbidden, n_forbidden) takes the addresses
+ * of float32 x (rows, V), float32 values (rows, k), int64 indices (rows, k), float32 lse (rows,)
+ * and int64 forbidden (n_forbidden,): columns never chosen (they still count in the sum). It
+ * releases the GIL, so rows can be split between threads.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define SYNTAXNMT_X86 1
+#endif
+
+/* Insert (v, j) into the k best so far, kept sorted in descending order; v > values[k - 1]. */
+static inline void insert(float v, int64_t j, float *values, int64_t *indices, int64_t k) {
+    int64_t p = k - 1;
+    while (p > 0 && v > values[p - 1]) {
+        values[p] = values[p - 1];
+        indices[p] = indices[p - 1];
+        p--;
+    }
+    values[p] = v;
+    indices[p] = j;
+}
+
+static inline int is_forbidden(int64_t j, const int64_t *forbidden, int64_t n_forbidden) {
+    for (int64_t i = 0; i < n_forbidden; i++)
+        if (forbidden[i] == j) return 1;
+    return 0;
+}
+
+static inline void consider(const float *x, int64_t j, float *values, int64_t *indices, int64_t k, const int64_t *forbidden, int64_t n_forbidden) {
+    if (x[j] > values[k - 1] && !is_forbidden(j, forbidden, n_forbidden)) insert(x[j], j, values, indices, k);
+}
+
+#ifdef SYNTAXNMT_X86
+/* exp of 8 floats <= 0 (Cephes' expf: e^x = 2^n e^r, |r| <= ln2/2, a degree-5 polynomial for e^r;
+ * within 2 ulp of expf); inputs below -87 give e^-87 (about 1.6e-38): nothing in a sum of >= 1. */
+__attribute__((target("avx2,fma"))) static inline __m256 exp8(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+__attribute__((target("avx2,fma"))) static inline float hsum8(__m256 v) {
+    float t[8], s = 0.0f;
+    _mm256_storeu_ps(t, v);
+    for (int i = 0; i < 8; i++) s += t[i];
+    return s;
+}
+
+__attribute__((target("avx2,fma"))) static void row_avx2(const float *x, int64_t V, int64_t k, float *values, int64_t *indices, float *lse, const int64_t *forbidden, int64_t n_forbidden) {
+    int64_t j;
+    /* 1. the maximum */
+    __m256 m8 = _mm256_set1_ps(-INFINITY);
+    for (j = 0; j + 8 <= V; j += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(x + j));
+    float t[8], m = -INFINITY;
+    _mm256_storeu_ps(t, m8);
+    for (int i = 0; i < 8; i++) m = t[i] > m ? t[i] : m;
+    for (; j < V; j++) m = x[j] > m ? x[j] : m;
+    /* 2. the sum of exps, two accumulators */
+    __m256 mm = _mm256_set1_ps(m), s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    for (j = 0; j + 16 <= V; j += 16) {
+        s0 = _mm256_add_ps(s0, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), mm)));
+        s1 = _mm256_add_ps(s1, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j + 8), mm)));
+    }
+    for (; j + 8 <= V; j += 8) s0 = _mm256_add_ps(s0, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), mm)));
+    float sum = hsum8(_mm256_add_ps(s0, s1));
+    for (; j < V; j++) sum += expf(x[j] - m);
+    /* 3. the k largest allowed logits: 8 compared with the k-th best at once */
+    for (int64_t i = 0; i < k; i++) {
+        values[i] = -INFINITY;
+        indices[i] = 0;
+    }
+    for (j = 0; j + 8 <= V; j += 8) {
+        int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + j), _mm256_set1_ps(values[k - 1]), _CMP_GT_OQ));
+        while (mask) {
+            int b = __builtin_ctz(mask);
+            mask &= mask - 1;
+            consider(x, j + b, values, indices, k, forbidden, n_forbidden);
+        }
+    }
+    for (; j < V; j++) consider(x, j, values, indices, k, forbidden, n_forbidden);
+    float log_sum = logf(sum);
+    for (int64_t i = 0; i < k; i++) values[i] = (values[i] - m) - log_sum;
+    *lse = m + log_sum;
+}
+
+static int cpu_has_avx2(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#else
+static int cpu_has_avx2(void) { return 0; }
+#endif
+
+/* The same without vector instructions (expf of the C library). */
+static void row_scalar(const float *x, int64_t V, int64_t k, float *values, int64_t *indices, float *lse, const int64_t *forbidden, int64_t n_forbidden) {
+    float m = -INFINITY, sum = 0.0f;
+    for (int64_t j = 0; j < V; j++) m = x[j] > m ? x[j] : m;
+    for (int64_t j = 0; j < V; j++) sum += expf(x[j] - m);
+    for (int64_t i = 0; i < k; i++) {
+        values[i] = -INFINITY;
+        indices[i] = 0;
+    }
+    for (int64_t j = 0; j < V; j++) consider(x, j, values, indices, k, forbidden, n_forbidden);
+    float log_sum = logf(sum);
+    for (int64_t i = 0; i < k; i++) values[i] = (values[i] - m) - log_sum;
+    *lse = m + log_sum;
+}
+
+static int use_avx2 = 0;
+
+static PyObject *log_softmax_topk(PyObject *self, PyObject *args) {
+    unsigned long long x, values, indices, lse, forbidden;
+    long long rows, V, k, n_forbidden;
+    if (!PyArg_ParseTuple(args, "KLLLKKKKL", &x, &rows, &V, &k, &values, &indices, &lse, &forbidden, &n_forbidden)) return NULL;
+    if (rows < 0 || V < 1 || k < 1 || n_forbidden < 0) {
+        PyErr_SetString(PyExc_ValueError, "log_softmax_topk: rows >= 0, V >= 1, k >= 1 and n_forbidden >= 0");
+        return NULL;
+    }
+    const float *xs = (const float *)(uintptr_t)x;
+    float *vs = (float *)(uintptr_t)values, *ls = (float *)(uintptr_t)lse;
+    int64_t *is = (int64_t *)(uintptr_t)indices;
+    const int64_t *fs = (const int64_t *)(uintptr_t)forbidden;
+    Py_BEGIN_ALLOW_THREADS;
+    for (long long r = 0; r < rows; r++) {
+#ifdef SYNTAXNMT_X86
+        if (use_avx2) {
+            row_avx2(xs + r * V, V, k, vs + r * k, is + r * k, ls + r, fs, n_forbidden);
+            continue;
+        }
+#endif
+        row_scalar(xs + r * V, V, k, vs + r * k, is + r * k, ls + r, fs, n_forbidden);
+    }
+    Py_END_ALLOW_THREADS;
+    Py_RETURN_NONE;
+}
+
+static PyObject *vectorized(PyObject *self, PyObject *args) { return PyBool_FromLong(use_avx2); }
+
+static PyMethodDef methods[] = {
+    {"log_softmax_topk", log_softmax_topk, METH_VARARGS, "k largest log-softmax values of each row, their columns and the rows' log-sum-exp (addresses, see the module source)"},
+    {"vectorized", vectorized, METH_NOARGS, "True when the AVX2/FMA path runs (else the scalar one)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "Native CPU kernels of beam search (see syntaxnmt.decoding.native).", -1, methods};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    use_avx2 = cpu_has_avx2();
+    return PyModule_Create(&module);
+}
