@@ -195,11 +195,13 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
     n, k = len(batch), beam
     limits = _limits(max_len, n)
     nbest = min(nbest, k)
-    enc = model.encode(batch)
-    # Expand to (n * k) hypotheses: rows i*k .. i*k+k-1 belong to sentence i.
-    state = model.init_state(enc.index_select(torch.arange(n, device=device).repeat_interleave(k)))
+    # Hypotheses are rows i*k .. i*k+k-1 of sentence i. The first step has one live beam per
+    # sentence: it runs on the n sentences (and so do the cross-attention's key and value
+    # projections of the encoder output, which decoders cache at their first step); the state is
+    # expanded to the n * k rows after it.
+    state = model.init_state(model.encode(batch))
     alive = torch.arange(n)  # sentence ids of the rows still in the batch
-    tokens = torch.full((n * k,), BOS, dtype=torch.long, device=device)
+    tokens = torch.full((n,), BOS, dtype=torch.long, device=device)  # the first step: one row per sentence
     history = torch.empty(n, k, 0, dtype=torch.long)
     raw = torch.full((n, k), float("-inf"))
     raw[:, 0] = 0.0  # at the first step only one beam is live
@@ -222,15 +224,18 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
         # next-token distributions are computed (the output layer, its softmax and top-k are
         # most of a step's work, and about a seventh of the rows are finished ones at beam 5).
         open_rows = (~done).view(-1).nonzero().view(-1)
-        rows = None if len(open_rows) == m * k or not partial else open_rows
+        rows = None if len(open_rows) == m * k or not partial or t == 0 else open_rows
         step_rows = {} if rows is None else {"rows": rows.to(device)}
         row_limits = limits[alive].repeat_interleave(k)
         # Within a beam every candidate has the same length (and coverage penalty), so a beam's
         # best k continuations by log-probability hold all its candidates for the sentence's
         # top k: rank the k*k of them rather than k*V.
-        open_lp, open_tok, state = next_candidates(model, tokens, state, k, t, min_len, row_limits if rows is None else row_limits[rows], native, **step_rows, **({"need_weights": True} if coverage_penalty else {}))
+        open_lp, open_tok, state = next_candidates(model, tokens, state, k, t, min_len, row_limits[::k] if t == 0 else row_limits if rows is None else row_limits[rows], native, **step_rows, **({"need_weights": True} if coverage_penalty else {}))
+        if t == 0:  # one row per sentence: the other beams' candidates are never live (raw -inf)
+            open_lp, open_tok = open_lp.repeat_interleave(k, 0), open_tok.repeat_interleave(k, 0)
         if coverage_penalty:
-            attn = state.last_cross_attention.float().cpu().view(m, k, n_src)
+            attn = state.last_cross_attention.float().cpu()
+            attn = (attn.repeat_interleave(k, 0) if t == 0 else attn).view(m, k, n_src)
             coverage = coverage + attn.masked_fill(done[:, :, None], 0.0)  # finished hypotheses keep theirs
             penalty = coverage_score(coverage, coverage_penalty, no_word[alive][:, None, :])  # (m, k)
         open_lp, open_tok = open_lp.cpu(), open_tok.cpu()
@@ -273,8 +278,9 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
             if coverage_penalty:
                 coverage = coverage[keep]
             row_index = row_index.view(m, k)[keep].view(-1)
-        # While no sentence leaves, rows only move among the beams of their own sentence.
-        state = model.reorder_state(state, row_index.to(device), sources_kept=len(keep) == m)
+        # While no sentence leaves, rows only move among the beams of their own sentence; after
+        # the first step, every row comes from its sentence's single row.
+        state = model.reorder_state(state, (row_index // k if t == 0 else row_index).to(device), sources_kept=len(keep) == m and t > 0)
         tokens = new_tok.view(-1).to(device)
     return results  # type: ignore[return-value]
 

@@ -400,3 +400,21 @@ def test_without_the_native_kernel_the_search_uses_pytorch(monkeypatch):
     monkeypatch.setattr(native, "_native", None)
     assert not native.available()
     _same(beam_search(model, batch, beam=3, max_len=10, nbest=2, cpu_softmax="auto"), expected)
+
+
+def test_the_first_step_runs_once_per_sentence():
+    """At the first step every beam of a sentence is the same BOS prefix: the model steps on the
+    n sentences and its state is expanded to the n * k hypotheses after that step."""
+    model, batch = _model(8), _batch((3, 9, 1, 6), 8)
+    sizes = []
+    step = model.step
+
+    def counting(tokens, state, **kwargs):
+        sizes.append((len(tokens), len(kwargs["rows"]) if "rows" in kwargs else None))
+        return step(tokens, state, **kwargs)
+
+    model.step = counting
+    hyps = beam_search(model, batch, beam=3, max_len=10, nbest=3)
+    assert sizes[0] == (4, None) and sizes[1][0] == 12
+    del model.step
+    _same(hyps, beam_search(model, batch, beam=3, max_len=10, nbest=3))
