@@ -45,6 +45,17 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _done = False
 
 
+def native_kernels():
+    """The C kernels of incremental decoding (``syntaxnmt/_native.c``, an optional extension that
+    ``pip install`` builds), or None where they were not built (no C compiler at install) or the
+    CPU lacks the AVX2/FMA their fast paths need."""
+    try:
+        from syntaxnmt import _native
+    except ImportError:
+        return None
+    return _native if _native.vectorized() else None
+
+
 def keep_freed_memory() -> bool:
     """Ask glibc to keep freed memory for reuse; True if it took effect (Linux/glibc only)."""
     global _done

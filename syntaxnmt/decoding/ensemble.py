@@ -61,8 +61,13 @@ class Ensemble(nn.Module):
     def encode(self, batch: Batch, need_weights: bool = False) -> EnsembleEncoding:
         return EnsembleEncoding([m.encode(batch) for m in self.models])
 
-    def init_state(self, enc: EnsembleEncoding) -> EnsembleState:
-        return EnsembleState([m.init_state(e) for m, e in zip(self.models, enc.members)])
+    def init_state(self, enc: EnsembleEncoding, native: bool = False) -> EnsembleState:
+        return EnsembleState([m.init_state(e, **({"native": True} if native else {})) for m, e in zip(self.models, enc.members)])
+
+    @property
+    def native_attention(self) -> bool:
+        """Whether ``init_state(..., native=True)`` is supported: every member's is."""
+        return all(getattr(m, "native_attention", False) for m in self.models)
 
     @property
     def step_rows(self) -> bool:

@@ -129,6 +129,13 @@ def topk_rows(x: Tensor, k: int, chunk: int = 64) -> tuple[Tensor, Tensor]:
     return values, cols.gather(1, pos)
 
 
+def native_state(model, native: bool) -> dict:
+    """``init_state``'s keyword for a search that uses the native kernels (``native``): the
+    model's attentions then step in them too where it supports that (``native_attention``; not
+    with the coverage penalty, which reads the attention weights)."""
+    return {"native": True} if native and getattr(model, "native_attention", False) else {}
+
+
 def next_candidates(model, tokens: Tensor, state, k: int, step: int, min_len: int, row_limits: Tensor, native: bool, **step_kwargs) -> tuple[Tensor, Tensor, object]:
     """The model's step and the ``k`` best next tokens of each row it computed: log-probabilities
     and tokens (R, k) on the model's device, best first, and the new state. ``row_limits`` (R,): each row's
@@ -161,7 +168,6 @@ def next_candidates(model, tokens: Tensor, state, k: int, step: int, min_len: in
 def greedy_search(model, batch: Batch, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, lp_type: LengthPenaltyType = "power", cpu_softmax: str = "auto") -> list[list[Hypothesis]]:
     """Pick the most probable token at every step, for all sentences at once (``max_len``: one
     for all or one per sentence; ``cpu_softmax``: see :func:`next_candidates`)."""
-    state = model.init_state(model.encode(batch))
     n = len(batch)
     limits = _limits(max_len, n)
     steps = int(limits.max()) + 1
@@ -170,6 +176,7 @@ def greedy_search(model, batch: Batch, max_len: int | Tensor, min_len: int = 0, 
     total = torch.zeros(n)
     finished = torch.zeros(n, dtype=torch.bool)
     native = use_native(cpu_softmax, batch.src.device, model)
+    state = model.init_state(model.encode(batch), **native_state(model, native))
     for t in range(steps):
         best, tokens, state = next_candidates(model, tokens, state, 1, t, min_len, limits, native)
         best, tokens = best[:, 0], tokens[:, 0]
@@ -199,7 +206,8 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
     # sentence: it runs on the n sentences (and so do the cross-attention's key and value
     # projections of the encoder output, which decoders cache at their first step); the state is
     # expanded to the n * k rows after it.
-    state = model.init_state(model.encode(batch))
+    native = use_native(cpu_softmax, device, model)
+    state = model.init_state(model.encode(batch), **native_state(model, native and not coverage_penalty))
     alive = torch.arange(n)  # sentence ids of the rows still in the batch
     tokens = torch.full((n,), BOS, dtype=torch.long, device=device)  # the first step: one row per sentence
     history = torch.empty(n, k, 0, dtype=torch.long)
@@ -210,7 +218,6 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
     results: list[list[Hypothesis] | None] = [None] * n
     norm = (lambda length: length_penalty(length, alpha, lp_type)) if alpha else (lambda length: torch.ones_like(length))
     partial = getattr(model, "step_rows", False)  # the model's step can skip the finished rows
-    native = use_native(cpu_softmax, device, model)
     frozen = torch.full((k,), float("-inf"))
     frozen[0] = 0.0
     if coverage_penalty:

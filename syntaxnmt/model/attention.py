@@ -28,6 +28,9 @@ from syntaxnmt.model.dropout import dropout
 from syntaxnmt.model.linear import Linear
 from syntaxnmt.model.normalizers import HardMode, Normalizer, attention_weights
 from syntaxnmt.model.packing import gather_rows, on_rows, scatter_rows
+from syntaxnmt.runtime import native_kernels
+
+_native = native_kernels()  # None: incremental decoding keeps PyTorch's operators
 
 
 class AttentionExtension(nn.Module):
@@ -132,6 +135,10 @@ class MultiHeadAttention(nn.Module):
         ``cache['order']`` when beam search left one, :func:`defer_reorder`); with ``static_kv``
         (cross-attention) they are computed once from ``key_value`` and reused.
         """
+        if cache is not None and cache.get("native") and self.native_ready(leak):
+            if need_weights or rows is not None or query.size(1) != 1 or query.dtype != torch.float32 or query.device.type != "cpu":
+                raise ValueError("a native decoding state (init_state(..., native=True)) steps one float32 CPU query per row, without attention weights")
+            return self._native_step(query, key_value, key_padding_mask, cache, static_kv), None
         packed = gather_rows(query, rows)
         q = self._split(scatter_rows(self.q_proj(packed), rows, query))
         if cache is not None and static_kv and "k" in cache:
@@ -160,6 +167,41 @@ class MultiHeadAttention(nn.Module):
         b, _, tq, _ = out.shape
         out = out.transpose(1, 2).reshape(b, tq, self.d_model)
         return on_rows(self.out_proj, out, rows), weights
+
+    def native_ready(self, leak: bool = False) -> bool:
+        """Whether :meth:`_native_step` can compute this attention: the kernel was built for this
+        CPU and the attention is the plain one (softmax, no extension, no leak slot)."""
+        return _native is not None and not self.extensions and self.normalizer == "softmax" and self.hard == "none" and not leak
+
+    def _native_step(self, query: Tensor, key_value: Tensor | None, key_padding_mask: Tensor | None, cache: dict, static_kv: bool) -> Tensor:
+        """One step of incremental decoding (one query per row, float32 on the CPU) in the kernels
+        of ``syntaxnmt/_native.c``, without copying a cache: a self-attention cache keeps every
+        step's keys and values (R_t, D) as that step computed them and an ancestry table (R, t)
+        -- the row of each earlier step a row descends from -- which beam search reorders instead
+        of the keys (:func:`defer_reorder`); a cross-attention cache keeps one key/value block per
+        sentence (its first step's rows) and the block each row reads (``map``, reordered by
+        :func:`reorder_cache`). Same values as the explicit path to float rounding."""
+        x = query.reshape(-1, self.d_model)
+        r, h, d = x.size(0), self.heads, self.d_head
+        q = self.q_proj(x).contiguous()
+        out = torch.empty_like(q)
+        scale = 1.0 / math.sqrt(d)
+        if static_kv:
+            if "map" not in cache:  # the first step: the blocks of the rows' sentences
+                k, v = self.project_kv(key_value)
+                cache["k"], cache["v"], cache["map"] = k.contiguous(), v.contiguous(), torch.arange(r)
+                cache["pad"] = None if key_padding_mask is None else key_padding_mask.contiguous()
+            k, v, pad = cache["k"], cache["v"], cache["pad"]
+            _native.cross_attention(q.data_ptr(), r, h, d, k.size(0), k.size(2), k.data_ptr(), v.data_ptr(), cache["map"].data_ptr(), 0 if pad is None else pad.data_ptr(), out.data_ptr(), scale)
+        else:
+            keys, values = cache.setdefault("keys", []), cache.setdefault("values", [])
+            keys.append(self.k_proj(x).contiguous())
+            values.append(self.v_proj(x).contiguous())
+            new = torch.arange(r)[:, None]
+            cache["anc"] = anc = new if "anc" not in cache else torch.cat([cache["anc"], new], dim=1)
+            steps = torch.tensor([[t.data_ptr() for t in keys], [t.data_ptr() for t in values], [len(t) for t in keys]], dtype=torch.int64)
+            _native.self_attention(q.data_ptr(), r, h, d, len(keys), steps[0].data_ptr(), steps[1].data_ptr(), steps[2].data_ptr(), anc.data_ptr(), out.data_ptr(), scale)
+        return self.out_proj(out).view(query.shape)
 
     def _fused(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool) -> Tensor:
         mask = None
@@ -211,17 +253,26 @@ class MultiHeadAttention(nn.Module):
         return out, weights
 
 
-def reorder_cache(cache: dict[str, Tensor], index: Tensor) -> None:
-    """Select batch rows ``index`` of every cached tensor in place (beam search bookkeeping)."""
+def reorder_cache(cache: dict, index: Tensor) -> None:
+    """Select batch rows ``index`` of every cached tensor in place (beam search bookkeeping); of
+    a native cross-attention cache (:meth:`MultiHeadAttention._native_step`), the map from rows
+    to key/value blocks."""
+    if "map" in cache:
+        cache["map"] = cache["map"].index_select(0, index)
+        return
     for key, value in cache.items():
-        cache[key] = value.index_select(0, index)
+        if isinstance(value, Tensor):
+            cache[key] = value.index_select(0, index)
 
 
 def defer_reorder(cache: dict[str, Tensor], index: Tensor) -> None:
     """Select batch rows ``index`` of a self-attention cache at its next append instead of now:
     :func:`append_rows` then copies the cache once (gather and append together) rather than twice
-    (``index_select`` now, ``torch.cat`` at the next step). Successive selections compose."""
-    if "k" in cache:
+    (``index_select`` now, ``torch.cat`` at the next step). Successive selections compose. A
+    native cache (:meth:`MultiHeadAttention._native_step`) selects rows of its ancestry table now."""
+    if "anc" in cache:
+        cache["anc"] = cache["anc"].index_select(0, index)
+    elif "k" in cache:
         cache["order"] = cache["order"].index_select(0, index) if "order" in cache else index
 
 

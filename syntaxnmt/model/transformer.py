@@ -200,6 +200,7 @@ class Transformer(nn.Module):
     alignment_pass: AlignmentPass | None = None
     step_rows = True  # step(..., rows=) computes the next-token distribution of some rows only
     step_logits = True  # step(..., normalize=False) returns the logits
+    native_attention = True  # init_state(..., native=True) steps the attentions in the C kernels
 
     def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, **tag_vocabs: int):
         super().__init__()
@@ -422,8 +423,10 @@ class Transformer(nn.Module):
         return ModelOutput(states, self.output, enc, cross, own, aligned, leak, target_attention)
 
     # --- incremental decoding -------------------------------------------------------------
-    def init_state(self, enc: EncoderOutput) -> DecoderState:
-        return DecoderState(enc, 0, [{} for _ in self.decoder])
+    def init_state(self, enc: EncoderOutput, native: bool = False) -> DecoderState:
+        """The state before the first step; ``native``: the decoder's plain attentions step in the
+        C kernels (:meth:`MultiHeadAttention._native_step`: CPU, float32, no attention weights)."""
+        return DecoderState(enc, 0, [{"self": {"native": True}, "cross": {"native": True}} if native else {} for _ in self.decoder])
 
     def step(self, tokens: Tensor, state: DecoderState, need_weights: bool = False, rows: Tensor | None = None, normalize: bool = True) -> tuple[Tensor, DecoderState]:
         """Log-probabilities (N, V) of the next token given the previous one ``tokens`` (N,);

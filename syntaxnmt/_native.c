@@ -17,11 +17,14 @@
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #define SYNTAXNMT_X86 1
 #endif
+
+static int use_avx2 = 0; /* set at import: the CPU has AVX2 and FMA */
 
 /* Insert (v, j) into the k best so far, kept sorted in descending order; v > values[k - 1]. */
 static inline void insert(float v, int64_t j, float *values, int64_t *indices, int64_t k) {
@@ -131,7 +134,163 @@ static void row_scalar(const float *x, int64_t V, int64_t k, float *values, int6
     *lse = m + log_sum;
 }
 
-static int use_avx2 = 0;
+
+
+/* ---- Single-query attention of incremental decoding ------------------------------------------
+ * One query per row and head against T keys: softmax(q.k_t * scale) weighted sum of the v_t
+ * (Vaswani et al. 2017, Eq. 1), reading the keys where they are instead of copies: a decoder's
+ * self-attention keys of step t are the rows (R_t, H, d) that step computed, and row r reads row
+ * anc[r, t] of them (its hypothesis's ancestor at step t: beam search reorders this table, not
+ * the cache); the cross-attention's keys are one (H, S, d) block per sentence, read by all the
+ * sentence's rows (rowmap). */
+static void attend_scalar(const float *q, const float **keys, const float **values, int64_t T, int64_t d, float scale, float *scores, float *out) {
+    float m = -INFINITY, sum = 0.0f;
+    for (int64_t t = 0; t < T; t++) {
+        float s = 0.0f;
+        for (int64_t i = 0; i < d; i++) s += q[i] * keys[t][i];
+        scores[t] = s * scale;
+        m = scores[t] > m ? scores[t] : m;
+    }
+    for (int64_t t = 0; t < T; t++) sum += (scores[t] = expf(scores[t] - m));
+    for (int64_t i = 0; i < d; i++) out[i] = 0.0f;
+    for (int64_t t = 0; t < T; t++) {
+        float p = scores[t] / sum;
+        for (int64_t i = 0; i < d; i++) out[i] += p * values[t][i];
+    }
+}
+
+#ifdef SYNTAXNMT_X86
+__attribute__((target("avx2,fma"))) static void attend_avx2(const float *q, const float **keys, const float **values, int64_t T, int64_t d, float scale, float *scores, float *out) {
+    float m = -INFINITY;
+    for (int64_t t = 0; t < T; t++) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t i = 0; i < d; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(keys[t] + i), acc);
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+        float s = _mm_cvtss_f32(h) * scale;
+        scores[t] = s;
+        m = s > m ? s : m;
+    }
+    __m256 mm = _mm256_set1_ps(m), s8 = _mm256_setzero_ps();
+    int64_t t = 0;
+    for (; t + 8 <= T; t += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + t), mm));
+        _mm256_storeu_ps(scores + t, e);
+        s8 = _mm256_add_ps(s8, e);
+    }
+    float sum = hsum8(s8);
+    for (; t < T; t++) sum += (scores[t] = expf(scores[t] - m));
+    float inv = 1.0f / sum;
+    for (int64_t i = 0; i < d; i += 8) {
+        __m256 acc = _mm256_setzero_ps();
+        for (t = 0; t < T; t++) acc = _mm256_fmadd_ps(_mm256_set1_ps(scores[t]), _mm256_loadu_ps(values[t] + i), acc);
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(acc, _mm256_set1_ps(inv)));
+    }
+}
+#endif
+
+static void attend(const float *q, const float **keys, const float **values, int64_t T, int64_t d, float scale, float *scores, float *out) {
+#ifdef SYNTAXNMT_X86
+    if (use_avx2 && d % 8 == 0) {
+        attend_avx2(q, keys, values, T, d, scale, scores, out);
+        return;
+    }
+#endif
+    attend_scalar(q, keys, values, T, d, scale, scores, out);
+}
+
+/* self_attention(q, R, H, d, T, key_steps, value_steps, step_rows, anc, out, scale): q and out
+ * (R, H, d); key_steps and value_steps: T addresses of float32 (R_t, H, d) blocks, step_rows the
+ * T counts R_t (int64); anc (R, T) int64, each anc[r, t] < R_t (checked). */
+static PyObject *self_attention(PyObject *self, PyObject *args) {
+    unsigned long long q, ks, vs, rs, anc, out;
+    long long R, H, d, T;
+    double scale;
+    if (!PyArg_ParseTuple(args, "KLLLLKKKKKd", &q, &R, &H, &d, &T, &ks, &vs, &rs, &anc, &out, &scale)) return NULL;
+    if (R < 0 || H < 1 || d < 1 || T < 1) {
+        PyErr_SetString(PyExc_ValueError, "self_attention: R >= 0, H, d, T >= 1");
+        return NULL;
+    }
+    const int64_t *step_rows = (const int64_t *)(uintptr_t)rs, *a0 = (const int64_t *)(uintptr_t)anc;
+    for (long long i = 0; i < R * T; i++)
+        if (a0[i] < 0 || a0[i] >= step_rows[i % T]) {
+            PyErr_SetString(PyExc_IndexError, "self_attention: an ancestry entry is not a row of its step");
+            return NULL;
+        }
+    const float **keys = malloc(2 * T * sizeof(float *));
+    float *scores = malloc((T + 8) * sizeof(float));
+    if (!keys || !scores) {
+        free(keys);
+        free(scores);
+        return PyErr_NoMemory();
+    }
+    const float **values = keys + T;
+    const float *const *kt = (const float *const *)(uintptr_t)ks, *const *vt = (const float *const *)(uintptr_t)vs;
+    const int64_t *a = (const int64_t *)(uintptr_t)anc;
+    Py_BEGIN_ALLOW_THREADS;
+    for (long long r = 0; r < R; r++)
+        for (long long h = 0; h < H; h++) {
+            for (long long t = 0; t < T; t++) {
+                int64_t off = (a[r * T + t] * H + h) * d;
+                keys[t] = kt[t] + off;
+                values[t] = vt[t] + off;
+            }
+            int64_t at = (r * H + h) * d;
+            attend((const float *)(uintptr_t)q + at, keys, values, T, d, (float)scale, scores, (float *)(uintptr_t)out + at);
+        }
+    Py_END_ALLOW_THREADS;
+    free(keys);
+    free(scores);
+    Py_RETURN_NONE;
+}
+
+/* cross_attention(q, R, H, d, N, S, k, v, rowmap, pad, out, scale): q and out (R, H, d); k and v
+ * (N, H, S, d); rowmap (R,) int64: the block row r reads (< N, checked); pad: 0 or the address of
+ * a uint8 (N, S) mask, nonzero at padding (skipped; a block must keep one key). */
+static PyObject *cross_attention(PyObject *self, PyObject *args) {
+    unsigned long long q, k, v, rowmap, pad, out;
+    long long R, H, d, N, S;
+    double scale;
+    if (!PyArg_ParseTuple(args, "KLLLLLKKKKKd", &q, &R, &H, &d, &N, &S, &k, &v, &rowmap, &pad, &out, &scale)) return NULL;
+    if (R < 0 || H < 1 || d < 1 || S < 1) {
+        PyErr_SetString(PyExc_ValueError, "cross_attention: R >= 0, H, d, S >= 1");
+        return NULL;
+    }
+    for (long long r = 0; r < R; r++)
+        if (((const int64_t *)(uintptr_t)rowmap)[r] < 0 || ((const int64_t *)(uintptr_t)rowmap)[r] >= N) {
+            PyErr_SetString(PyExc_IndexError, "cross_attention: a row's block is not one of the N blocks");
+            return NULL;
+        }
+    const float **keys = malloc(2 * S * sizeof(float *));
+    float *scores = malloc((S + 8) * sizeof(float));
+    if (!keys || !scores) {
+        free(keys);
+        free(scores);
+        return PyErr_NoMemory();
+    }
+    const float **values = keys + S;
+    const float *K = (const float *)(uintptr_t)k, *Vv = (const float *)(uintptr_t)v;
+    const int64_t *map = (const int64_t *)(uintptr_t)rowmap;
+    const uint8_t *P = (const uint8_t *)(uintptr_t)pad;
+    Py_BEGIN_ALLOW_THREADS;
+    for (long long r = 0; r < R; r++)
+        for (long long h = 0; h < H; h++) {
+            int64_t n = map[r], T = 0;
+            for (long long s = 0; s < S; s++) {
+                if (P && P[n * S + s]) continue;
+                int64_t off = ((n * H + h) * S + s) * d;
+                keys[T] = K + off;
+                values[T++] = Vv + off;
+            }
+            int64_t at = (r * H + h) * d;
+            attend((const float *)(uintptr_t)q + at, keys, values, T, d, (float)scale, scores, (float *)(uintptr_t)out + at);
+        }
+    Py_END_ALLOW_THREADS;
+    free(keys);
+    free(scores);
+    Py_RETURN_NONE;
+}
 
 static PyObject *log_softmax_topk(PyObject *self, PyObject *args) {
     unsigned long long x, values, indices, lse, forbidden;
@@ -163,6 +322,8 @@ static PyObject *vectorized(PyObject *self, PyObject *args) { return PyBool_From
 
 static PyMethodDef methods[] = {
     {"log_softmax_topk", log_softmax_topk, METH_VARARGS, "k largest log-softmax values of each row, their columns and the rows' log-sum-exp (addresses, see the module source)"},
+    {"self_attention", self_attention, METH_VARARGS, "single-query self-attention over the key/value blocks of the steps, through the ancestry table (see the module source)"},
+    {"cross_attention", cross_attention, METH_VARARGS, "single-query attention over one key/value block per sentence (see the module source)"},
     {"vectorized", vectorized, METH_NOARGS, "True when the AVX2/FMA path runs (else the scalar one)"},
     {NULL, NULL, 0, NULL},
 };
