@@ -1,17 +1,23 @@
-/* The next-token step of beam search in one pass over each row of logits, on the CPU.
+/* Native CPU kernels of incremental decoding: a search step's log-softmax top-k and single-query attention.
  *
- * For a row x of V logits, log_softmax(x)_j = x_j - m - log(sum_i exp(x_i - m)) with m = max_i x_i,
- * and beam search reads only the k largest of them. Computing the whole log_softmax (V exps and V
- * writes) and then a top-k over it was about a sixth of a beam-5 step on the CPU; here a row is
- * read three times (its maximum, the sum of exps with an 8-wide polynomial exp, its k largest
- * logits among the allowed columns) and only k values, k indices and the row's log-sum-exp are
- * written. Used by syntaxnmt.decoding.native (which falls back on PyTorch where this module was not
- * built or the CPU has no AVX2/FMA); docs/deployment.md, "Speed".
+ * An optional C extension (pyproject.toml builds it at pip install; without a C compiler the
+ * install goes on and syntaxnmt.runtime.native_kernels() is None, so decoding keeps PyTorch's
+ * operators). Two kernels, each replacing a chain of small PyTorch operators and their copies at
+ * the shapes of beam search on the CPU (docs/deployment.md, "The native search step"):
  *
- * log_softmax_topk(x, rows, V, k, values, indices, lse, forbidden, n_forbidden) takes the addresses
- * of float32 x (rows, V), float32 values (rows, k), int64 indices (rows, k), float32 lse (rows,)
- * and int64 forbidden (n_forbidden,): columns never chosen (they still count in the sum). It
- * releases the GIL, so rows can be split between threads.
+ * log_softmax_topk(x, rows, V, k, values, indices, lse, forbidden, n_forbidden): for a row x of V
+ * logits, log_softmax(x)_j = x_j - m - log(sum_i exp(x_i - m)) with m = max_i x_i, and beam search
+ * reads only the k largest of them. A row is read three times (its maximum, the sum of exps with an
+ * 8-wide polynomial exp, its k largest logits outside the forbidden columns, which still count in
+ * the sum) and only k values, k indices and the row's log-sum-exp are written. Addresses of
+ * float32 x (rows, V), float32 values (rows, k), int64 indices (rows, k), float32 lse (rows,) and
+ * int64 forbidden (n_forbidden,). Used by syntaxnmt.decoding.native.
+ *
+ * self_attention and cross_attention (below): one query per row and head, reading keys and values
+ * where they are instead of copies of the caches. Used by syntaxnmt.model.attention.
+ *
+ * Every function releases the GIL, so batches (or rows) can run in threads side by side. The fast
+ * paths need AVX2 and FMA (checked at import: vectorized()); the scalar ones are for tests.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

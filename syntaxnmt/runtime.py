@@ -50,7 +50,7 @@ def native_kernels():
     ``pip install`` builds), or None where they were not built (no C compiler at install) or the
     CPU lacks the AVX2/FMA their fast paths need."""
     try:
-        from syntaxnmt import _native
+        import syntaxnmt._native as _native
     except ImportError:
         return None
     return _native if _native.vectorized() else None

@@ -15,6 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "syntaxnmt"
 # The rank of each top-level module or stage package; a module may import only modules of a
 # lower rank, or modules of its own stage package (without a cycle).
 STAGES: dict[str, int] = {
+    "_native": 0,  # the C extension (syntaxnmt/_native.c): imports nothing of the package
     "errors": 0,
     "textio": 1,
     "syntax": 1,
@@ -40,9 +41,9 @@ MAX_TOP_LEVEL_MODULES = 12
 
 
 def module_names() -> dict[str, Path]:
-    """``{dotted name: file}`` of every module of the package."""
+    """``{dotted name: file}`` of every module of the package (a C extension: its ``.c`` source)."""
     names = {}
-    for path in PACKAGE.rglob("*.py"):
+    for path in [*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.c")]:
         parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         names[name] = path
@@ -52,7 +53,9 @@ def module_names() -> dict[str, Path]:
 def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The package modules that ``name`` imports, anywhere in its file."""
     is_package = path.name == "__init__.py"
-    found = set()
+    found: set[str] = set()
+    if path.suffix == ".c":
+        return found
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
