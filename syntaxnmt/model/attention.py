@@ -17,6 +17,7 @@ With no extension and no request for the weights, the fused
 from __future__ import annotations
 
 import math
+from array import array
 from typing import Sequence
 
 import torch
@@ -194,13 +195,15 @@ class MultiHeadAttention(nn.Module):
             k, v, pad = cache["k"], cache["v"], cache["pad"]
             _native.cross_attention(q.data_ptr(), r, h, d, k.size(0), k.size(2), k.data_ptr(), v.data_ptr(), cache["map"].data_ptr(), 0 if pad is None else pad.data_ptr(), out.data_ptr(), scale)
         else:
-            keys, values = cache.setdefault("keys", []), cache.setdefault("values", [])
-            keys.append(self.k_proj(x).contiguous())
-            values.append(self.v_proj(x).contiguous())
+            k, v = self.k_proj(x).contiguous(), self.v_proj(x).contiguous()
+            keys = cache.setdefault("keys", [])  # the tensors, kept alive; their addresses and rows below
+            keys.append((k, v))
+            for name, value in (("key_at", k.data_ptr()), ("value_at", v.data_ptr()), ("rows_at", r)):
+                cache.setdefault(name, array("q")).append(value)
             new = torch.arange(r)[:, None]
             cache["anc"] = anc = new if "anc" not in cache else torch.cat([cache["anc"], new], dim=1)
-            steps = torch.tensor([[t.data_ptr() for t in keys], [t.data_ptr() for t in values], [len(t) for t in keys]], dtype=torch.int64)
-            _native.self_attention(q.data_ptr(), r, h, d, len(keys), steps[0].data_ptr(), steps[1].data_ptr(), steps[2].data_ptr(), anc.data_ptr(), out.data_ptr(), scale)
+            at = [cache[name].buffer_info()[0] for name in ("key_at", "value_at", "rows_at")]
+            _native.self_attention(q.data_ptr(), r, h, d, len(keys), *at, anc.data_ptr(), out.data_ptr(), scale)
         return self.out_proj(out).view(query.shape)
 
     def _fused(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool) -> Tensor:
