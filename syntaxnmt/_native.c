@@ -206,6 +206,20 @@ static void attend(const float *q, const float **keys, const float **values, int
     attend_scalar(q, keys, values, T, d, scale, scores, out);
 }
 
+/* One block with room for T key and T value addresses and T (+8) scores; NULL, with Python's
+ * MemoryError set, if there is none. */
+static void *attention_buffers(int64_t T, const float ***keys, const float ***values, float **scores) {
+    void *block = malloc(2 * T * sizeof(float *) + (T + 8) * sizeof(float));
+    if (!block) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    *keys = (const float **)block;
+    *values = *keys + T;
+    *scores = (float *)(*values + T);
+    return block;
+}
+
 /* self_attention(q, R, H, d, T, key_steps, value_steps, step_rows, anc, out, scale): q and out
  * (R, H, d); key_steps and value_steps: T addresses of float32 (R_t, H, d) blocks, step_rows the
  * T counts R_t (int64); anc (R, T) int64, each anc[r, t] < R_t (checked). */
@@ -224,14 +238,10 @@ static PyObject *self_attention(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_IndexError, "self_attention: an ancestry entry is not a row of its step");
             return NULL;
         }
-    const float **keys = malloc(2 * T * sizeof(float *));
-    float *scores = malloc((T + 8) * sizeof(float));
-    if (!keys || !scores) {
-        free(keys);
-        free(scores);
-        return PyErr_NoMemory();
-    }
-    const float **values = keys + T;
+    const float **keys, **values;
+    float *scores;
+    void *block = attention_buffers(T, &keys, &values, &scores);
+    if (!block) return NULL;
     const float *const *kt = (const float *const *)(uintptr_t)ks, *const *vt = (const float *const *)(uintptr_t)vs;
     const int64_t *a = (const int64_t *)(uintptr_t)anc;
     Py_BEGIN_ALLOW_THREADS;
@@ -246,8 +256,7 @@ static PyObject *self_attention(PyObject *self, PyObject *args) {
             attend((const float *)(uintptr_t)q + at, keys, values, T, d, (float)scale, scores, (float *)(uintptr_t)out + at);
         }
     Py_END_ALLOW_THREADS;
-    free(keys);
-    free(scores);
+    free(block);
     Py_RETURN_NONE;
 }
 
@@ -268,14 +277,10 @@ static PyObject *cross_attention(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_IndexError, "cross_attention: a row's block is not one of the N blocks");
             return NULL;
         }
-    const float **keys = malloc(2 * S * sizeof(float *));
-    float *scores = malloc((S + 8) * sizeof(float));
-    if (!keys || !scores) {
-        free(keys);
-        free(scores);
-        return PyErr_NoMemory();
-    }
-    const float **values = keys + S;
+    const float **keys, **values;
+    float *scores;
+    void *block = attention_buffers(S, &keys, &values, &scores);
+    if (!block) return NULL;
     const float *K = (const float *)(uintptr_t)k, *Vv = (const float *)(uintptr_t)v;
     const int64_t *map = (const int64_t *)(uintptr_t)rowmap;
     const uint8_t *P = (const uint8_t *)(uintptr_t)pad;
@@ -293,8 +298,7 @@ static PyObject *cross_attention(PyObject *self, PyObject *args) {
             attend((const float *)(uintptr_t)q + at, keys, values, T, d, (float)scale, scores, (float *)(uintptr_t)out + at);
         }
     Py_END_ALLOW_THREADS;
-    free(keys);
-    free(scores);
+    free(block);
     Py_RETURN_NONE;
 }
 

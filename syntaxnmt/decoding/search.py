@@ -5,7 +5,11 @@ A model provides ``encode(batch)``, ``init_state(encoder_output)``, ``step(token
 True`` takes ``step(..., rows=)``: the log-probabilities of those rows only; the Transformer and
 later model families share this search. ``sources_kept`` says that ``index`` only moves rows among
 the beams of their own sentence (none left the batch), so per-sentence tensors -- the encoder
-output and the keys/values computed from it -- need no reordering.
+output and the keys/values computed from it -- need no reordering. On the CPU, a model with
+``step_logits`` (``step(..., normalize=False)`` returns logits) has its candidates read by the
+native log-softmax top-k, and one with ``native_attention`` (``init_state(..., native=True)``)
+steps its attentions in the native kernels too (:mod:`syntaxnmt.decoding.native`,
+``decode.cpu_softmax``).
 
 Beam search is vectorized over sentences and beams (no Python loop over hypotheses). Hypotheses
 are ranked by ``log P(y|x) / lp(y)``: length normalization, ``lp(y) = |y|**alpha`` or GNMT's
