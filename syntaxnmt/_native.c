@@ -206,23 +206,48 @@ static void attend(const float *q, const float **keys, const float **values, int
     attend_scalar(q, keys, values, T, d, scale, scores, out);
 }
 
-/* One block with room for T key and T value addresses and T (+8) scores; NULL, with Python's
- * MemoryError set, if there is none. */
-static void *attention_buffers(int64_t T, const float ***keys, const float ***values, float **scores) {
+/* Where the keys and values of one (row, head) are: fills keys and values (at most T each) and
+ * returns how many. */
+typedef int64_t (*locate_fn)(const void *where, int64_t r, int64_t h, const float **keys, const float **values);
+
+/* The attention of every row and head of q (R, H, d) into out (R, H, d), the keys and values of
+ * each found by locate; T: the most keys a row may have. Returns NULL with MemoryError set if
+ * there is no room for T addresses, else None. */
+static PyObject *attend_rows(const float *q, float *out, int64_t R, int64_t H, int64_t d, int64_t T, double scale, locate_fn locate, const void *where) {
     void *block = malloc(2 * T * sizeof(float *) + (T + 8) * sizeof(float));
-    if (!block) {
-        PyErr_NoMemory();
-        return NULL;
-    }
-    *keys = (const float **)block;
-    *values = *keys + T;
-    *scores = (float *)(*values + T);
-    return block;
+    if (!block) return PyErr_NoMemory();
+    const float **keys = (const float **)block, **values = keys + T;
+    float *scores = (float *)(values + T);
+    Py_BEGIN_ALLOW_THREADS;
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t h = 0; h < H; h++) {
+            int64_t n = locate(where, r, h, keys, values), at = (r * H + h) * d;
+            attend(q + at, keys, values, n, d, (float)scale, scores, out + at);
+        }
+    Py_END_ALLOW_THREADS;
+    free(block);
+    Py_RETURN_NONE;
 }
 
 /* self_attention(q, R, H, d, T, key_steps, value_steps, step_rows, anc, out, scale): q and out
  * (R, H, d); key_steps and value_steps: T addresses of float32 (R_t, H, d) blocks, step_rows the
  * T counts R_t (int64); anc (R, T) int64, each anc[r, t] < R_t (checked). */
+struct steps {
+    const float *const *keys, *const *values;
+    const int64_t *anc;
+    int64_t H, d, T;
+};
+
+static int64_t locate_steps(const void *where, int64_t r, int64_t h, const float **keys, const float **values) {
+    const struct steps *s = where;
+    for (int64_t t = 0; t < s->T; t++) {
+        int64_t off = (s->anc[r * s->T + t] * s->H + h) * s->d;
+        keys[t] = s->keys[t] + off;
+        values[t] = s->values[t] + off;
+    }
+    return s->T;
+}
+
 static PyObject *self_attention(PyObject *self, PyObject *args) {
     unsigned long long q, ks, vs, rs, anc, out;
     long long R, H, d, T;
@@ -232,37 +257,38 @@ static PyObject *self_attention(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "self_attention: R >= 0, H, d, T >= 1");
         return NULL;
     }
-    const int64_t *step_rows = (const int64_t *)(uintptr_t)rs, *a0 = (const int64_t *)(uintptr_t)anc;
+    struct steps where = {(const float *const *)(uintptr_t)ks, (const float *const *)(uintptr_t)vs, (const int64_t *)(uintptr_t)anc, H, d, T};
+    const int64_t *step_rows = (const int64_t *)(uintptr_t)rs;
     for (long long i = 0; i < R * T; i++)
-        if (a0[i] < 0 || a0[i] >= step_rows[i % T]) {
+        if (where.anc[i] < 0 || where.anc[i] >= step_rows[i % T]) {
             PyErr_SetString(PyExc_IndexError, "self_attention: an ancestry entry is not a row of its step");
             return NULL;
         }
-    const float **keys, **values;
-    float *scores;
-    void *block = attention_buffers(T, &keys, &values, &scores);
-    if (!block) return NULL;
-    const float *const *kt = (const float *const *)(uintptr_t)ks, *const *vt = (const float *const *)(uintptr_t)vs;
-    const int64_t *a = (const int64_t *)(uintptr_t)anc;
-    Py_BEGIN_ALLOW_THREADS;
-    for (long long r = 0; r < R; r++)
-        for (long long h = 0; h < H; h++) {
-            for (long long t = 0; t < T; t++) {
-                int64_t off = (a[r * T + t] * H + h) * d;
-                keys[t] = kt[t] + off;
-                values[t] = vt[t] + off;
-            }
-            int64_t at = (r * H + h) * d;
-            attend((const float *)(uintptr_t)q + at, keys, values, T, d, (float)scale, scores, (float *)(uintptr_t)out + at);
-        }
-    Py_END_ALLOW_THREADS;
-    free(block);
-    Py_RETURN_NONE;
+    return attend_rows((const float *)(uintptr_t)q, (float *)(uintptr_t)out, R, H, d, T, scale, locate_steps, &where);
 }
 
 /* cross_attention(q, R, H, d, N, S, k, v, rowmap, pad, out, scale): q and out (R, H, d); k and v
  * (N, H, S, d); rowmap (R,) int64: the block row r reads (< N, checked); pad: 0 or the address of
  * a uint8 (N, S) mask, nonzero at padding (skipped; a block must keep one key). */
+struct blocks {
+    const float *keys, *values;
+    const int64_t *map;
+    const uint8_t *pad;
+    int64_t H, d, S;
+};
+
+static int64_t locate_blocks(const void *where, int64_t r, int64_t h, const float **keys, const float **values) {
+    const struct blocks *b = where;
+    int64_t n = b->map[r], T = 0;
+    for (int64_t s = 0; s < b->S; s++) {
+        if (b->pad && b->pad[n * b->S + s]) continue;
+        int64_t off = ((n * b->H + h) * b->S + s) * b->d;
+        keys[T] = b->keys + off;
+        values[T++] = b->values + off;
+    }
+    return T;
+}
+
 static PyObject *cross_attention(PyObject *self, PyObject *args) {
     unsigned long long q, k, v, rowmap, pad, out;
     long long R, H, d, N, S;
@@ -272,34 +298,13 @@ static PyObject *cross_attention(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "cross_attention: R >= 0, H, d, S >= 1");
         return NULL;
     }
+    struct blocks where = {(const float *)(uintptr_t)k, (const float *)(uintptr_t)v, (const int64_t *)(uintptr_t)rowmap, (const uint8_t *)(uintptr_t)pad, H, d, S};
     for (long long r = 0; r < R; r++)
-        if (((const int64_t *)(uintptr_t)rowmap)[r] < 0 || ((const int64_t *)(uintptr_t)rowmap)[r] >= N) {
+        if (where.map[r] < 0 || where.map[r] >= N) {
             PyErr_SetString(PyExc_IndexError, "cross_attention: a row's block is not one of the N blocks");
             return NULL;
         }
-    const float **keys, **values;
-    float *scores;
-    void *block = attention_buffers(S, &keys, &values, &scores);
-    if (!block) return NULL;
-    const float *K = (const float *)(uintptr_t)k, *Vv = (const float *)(uintptr_t)v;
-    const int64_t *map = (const int64_t *)(uintptr_t)rowmap;
-    const uint8_t *P = (const uint8_t *)(uintptr_t)pad;
-    Py_BEGIN_ALLOW_THREADS;
-    for (long long r = 0; r < R; r++)
-        for (long long h = 0; h < H; h++) {
-            int64_t n = map[r], T = 0;
-            for (long long s = 0; s < S; s++) {
-                if (P && P[n * S + s]) continue;
-                int64_t off = ((n * H + h) * S + s) * d;
-                keys[T] = K + off;
-                values[T++] = Vv + off;
-            }
-            int64_t at = (r * H + h) * d;
-            attend((const float *)(uintptr_t)q + at, keys, values, T, d, (float)scale, scores, (float *)(uintptr_t)out + at);
-        }
-    Py_END_ALLOW_THREADS;
-    free(block);
-    Py_RETURN_NONE;
+    return attend_rows((const float *)(uintptr_t)q, (float *)(uintptr_t)out, R, H, d, S, scale, locate_blocks, &where);
 }
 
 static PyObject *log_softmax_topk(PyObject *self, PyObject *args) {

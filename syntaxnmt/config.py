@@ -603,6 +603,9 @@ class TrainConfig(_Section):
         return self.precision == "bf16"
 
 
+CpuSoftmax = Literal["auto", "torch"]  # decode.cpu_softmax
+
+
 class DecodeConfig(_Section):
     """Search settings for ``syntaxnmt translate`` (also used for validation BLEU, with beam 1)."""
 
@@ -623,7 +626,7 @@ class DecodeConfig(_Section):
     which ``--engine ctranslate2`` sets from it),
     the command's threads shared between them: 0 = one per thread (when there are that many
     batches), 1 = one batch at a time on all the threads. See :func:`syntaxnmt.decoding.translate.decode_workers`."""
-    cpu_softmax: Literal["auto", "torch"] = "auto"
+    cpu_softmax: CpuSoftmax = "auto"
     """How a search on the CPU turns the output layer's logits into its candidates: ``auto``, the
     native kernel (:mod:`syntaxnmt.decoding.native`: log-softmax and top-k in one pass over a row)
     where it was built and the CPU has AVX2/FMA, else PyTorch's operators; ``torch``: always

@@ -16,16 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Literal
+from functools import lru_cache
 
 import torch
 from torch import Tensor
 
+from syntaxnmt.config import CpuSoftmax
 from syntaxnmt.runtime import native_kernels
 
 _native = native_kernels()
-
-CpuSoftmax = Literal["auto", "torch"]
 
 _pool: ThreadPoolExecutor | None = None
 _MIN_ROWS_PER_THREAD = 32
@@ -41,6 +40,12 @@ def use_native(choice: CpuSoftmax, device: torch.device, model) -> bool:
     ``decode.cpu_softmax`` = ``choice`` is ``auto`` (``torch``: never), the device the CPU, the
     kernel :func:`available` and the model able to return logits from its step (``step_logits``)."""
     return choice == "auto" and device.type == "cpu" and getattr(model, "step_logits", False) and available()
+
+
+@lru_cache(maxsize=8)
+def _columns(columns: tuple[int, ...]) -> Tensor:
+    """The forbidden columns as the int64 tensor the kernel reads (the same few every step)."""
+    return torch.tensor(columns, dtype=torch.long)
 
 
 def _run(x: Tensor, k: int, values: Tensor, indices: Tensor, lse: Tensor, forbidden: Tensor) -> None:
@@ -59,7 +64,7 @@ def log_softmax_topk(x: Tensor, k: int, forbidden: Sequence[int] = ()) -> tuple[
     x = x.contiguous()
     r = x.size(0)
     values, indices, lse = x.new_empty(r, k), torch.empty(r, k, dtype=torch.long), x.new_empty(r)
-    banned = torch.tensor(list(forbidden), dtype=torch.long)
+    banned = _columns(tuple(forbidden))
     threads = min(torch.get_num_threads(), r // _MIN_ROWS_PER_THREAD)
     if threads <= 1:
         _run(x, k, values, indices, lse, banned)
