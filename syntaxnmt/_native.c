@@ -1,9 +1,10 @@
-/* Native CPU kernels of incremental decoding: a search step's log-softmax top-k and single-query attention.
+/* Native CPU kernels: beam search's log-softmax top-k and single-query attention; training's attention of short sequences and its label-smoothed loss.
  *
  * An optional C extension (pyproject.toml builds it at pip install; without a C compiler the
  * install goes on and syntaxnmt.runtime.native_kernels() is None, so decoding keeps PyTorch's
- * operators). Two kernels, each replacing a chain of small PyTorch operators and their copies at
- * the shapes of beam search on the CPU (docs/deployment.md, "The native search step"):
+ * operators). Each kernel replaces a chain of PyTorch operators and their copies at the shapes of
+ * beam search (docs/deployment.md, "The native search step") or of training (docs/benchmarks.md,
+ * "Native kernels of training") on the CPU:
  *
  * log_softmax_topk(x, rows, V, k, values, indices, lse, forbidden, n_forbidden): for a row x of V
  * logits, log_softmax(x)_j = x_j - m - log(sum_i exp(x_i - m)) with m = max_i x_i, and beam search
@@ -16,14 +17,22 @@
  * self_attention and cross_attention (below): one query per row and head, reading keys and values
  * where they are instead of copies of the caches. Used by syntaxnmt.model.attention.
  *
+ * attention_forward and attention_backward (below): whole-sequence attention of training and
+ * scoring, per sentence and head, with its gradients. Used by syntaxnmt.model.native_attention.
+ *
+ * smoothed_xent (below): the label-smoothed cross-entropy of a chunk of logits and its gradient
+ * in place. Used by syntaxnmt.training.losses.
+ *
  * Every function releases the GIL, so batches (or rows) can run in threads side by side. The fast
- * paths need AVX2 and FMA (checked at import: vectorized()); the scalar ones are for tests.
+ * paths need AVX2 and FMA (checked at import: vectorized(); syntaxnmt.runtime.native_kernels() is
+ * None without them); the decoding kernels' scalar paths are for tests, the training kernels have none.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -307,6 +316,340 @@ static PyObject *cross_attention(PyObject *self, PyObject *args) {
     return attend_rows((const float *)(uintptr_t)q, (float *)(uintptr_t)out, R, H, d, S, scale, locate_blocks, &where);
 }
 
+/* ---- Attention of training and scoring: whole sequences, forward and backward ----------------
+ * Per sentence b and head h (Vaswani et al. 2017, Eq. 1): S = scale * Q K^T, masked (keys at
+ * padding; causal: key j <= query i), P = softmax(S) by rows (a row with no key left: zeros),
+ * O = P V. The backward pass reads the P the forward pass kept:
+ *     dV = P^T dO,   dP = dO V^T,   dS = P o (dP - rowsum(P o dP)),   dQ = scale dS K,   dK = scale dS^T Q
+ * (the softmax's Jacobian; rowsum(P o dP) equals rowsum(dO o O)). At the short sentences of
+ * sentence-level NMT (Multi30k batches: 12-32 positions, 4 heads, d 64) PyTorch's fused CPU kernel
+ * spends most of its time per (sentence, head) block outside the arithmetic; these loops keep one
+ * block's rows in the L1 cache and vectorize over the head dimension (d a multiple of 8). Used by
+ * syntaxnmt.model.native_attention. Tensors are (B, H, L, d) views given by their address and
+ * strides in elements (the head dimension contiguous), so the heads of a (B, L, H * d) projection
+ * are read where they are. */
+struct view {
+    float *p;
+    int64_t sb, sh, sl; /* element (b, h, l, c) at p[b * sb + h * sh + l * sl + c] */
+};
+
+static inline float *at(const struct view *v, int64_t b, int64_t h, int64_t l) { return v->p + b * v->sb + h * v->sh + l * v->sl; }
+
+static int parse_view(PyObject *o, void *out) {
+    struct view *v = out;
+    unsigned long long p;
+    long long sb, sh, sl;
+    if (!PyArg_ParseTuple(o, "KLLL", &p, &sb, &sh, &sl)) return 0;
+    v->p = (float *)(uintptr_t)p;
+    v->sb = sb, v->sh = sh, v->sl = sl;
+    return 1;
+}
+
+#ifdef SYNTAXNMT_X86
+/* The dot products of a (d floats) with b0..b3, d a multiple of 8. */
+__attribute__((target("avx2,fma"))) static inline __m128 dot4(const float *a, const float *b0, const float *b1, const float *b2, const float *b3, int64_t d) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (int64_t c = 0; c < d; c += 8) {
+        __m256 x = _mm256_loadu_ps(a + c);
+        s0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b0 + c), s0);
+        s1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b1 + c), s1);
+        s2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b2 + c), s2);
+        s3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b3 + c), s3);
+    }
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(s0, s1), _mm256_hadd_ps(s2, s3));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/* out[j] = scale * (a . rows[j]) for n rows of d floats (one after another). Eight at a time
+ * through one 256-bit store: a later 8-wide load of two 4-wide stores would miss the CPU's store
+ * forwarding and stall (it did: 40 % of the forward pass). */
+__attribute__((target("avx2,fma"))) static void dots(const float *a, const float *rows, int64_t n, int64_t d, float scale, float *out) {
+    __m256 sc = _mm256_set1_ps(scale);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const float *r = rows + j * d;
+        __m128 lo = dot4(a, r, r + d, r + 2 * d, r + 3 * d, d), hi = dot4(a, r + 4 * d, r + 5 * d, r + 6 * d, r + 7 * d, d);
+        _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_set_m128(hi, lo), sc));
+    }
+    for (; j + 4 <= n; j += 4) _mm_storeu_ps(out + j, _mm_mul_ps(dot4(a, rows + j * d, rows + (j + 1) * d, rows + (j + 2) * d, rows + (j + 3) * d, d), _mm256_castps256_ps128(sc)));
+    for (; j < n; j++) {
+        const float *r = rows + j * d;
+        out[j] = scale * _mm_cvtss_f32(dot4(a, r, r, r, r, d));
+    }
+}
+
+/* y = sum_j w[j] rows[j] over n rows of d floats; zero weights skipped. */
+__attribute__((target("avx2,fma"))) static void weighted_sum(const float *w, const float *rows, int64_t n, int64_t d, float *y) {
+    int64_t c = 0;
+    for (; c + 32 <= d; c += 32) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t j = 0; j < n; j++) {
+            if (w[j] == 0.0f) continue;
+            __m256 p = _mm256_set1_ps(w[j]);
+            const float *r = rows + j * d + c;
+            a0 = _mm256_fmadd_ps(p, _mm256_loadu_ps(r), a0);
+            a1 = _mm256_fmadd_ps(p, _mm256_loadu_ps(r + 8), a1);
+            a2 = _mm256_fmadd_ps(p, _mm256_loadu_ps(r + 16), a2);
+            a3 = _mm256_fmadd_ps(p, _mm256_loadu_ps(r + 24), a3);
+        }
+        _mm256_storeu_ps(y + c, a0);
+        _mm256_storeu_ps(y + c + 8, a1);
+        _mm256_storeu_ps(y + c + 16, a2);
+        _mm256_storeu_ps(y + c + 24, a3);
+    }
+    for (; c < d; c += 8) {
+        __m256 a = _mm256_setzero_ps();
+        for (int64_t j = 0; j < n; j++)
+            if (w[j] != 0.0f) a = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), _mm256_loadu_ps(rows + j * d + c), a);
+        _mm256_storeu_ps(y + c, a);
+    }
+}
+
+/* y += w x (d floats). */
+__attribute__((target("avx2,fma"))) static inline void axpy(float w, const float *x, float *y, int64_t d) {
+    __m256 p = _mm256_set1_ps(w);
+    for (int64_t c = 0; c < d; c += 8) _mm256_storeu_ps(y + c, _mm256_fmadd_ps(p, _mm256_loadu_ps(x + c), _mm256_loadu_ps(y + c)));
+}
+
+/* The probabilities of one query row in place: s (n scores, already scaled) -> softmax, zero at
+ * padding (pad: Lk flags or NULL); a row with no key left becomes all zeros. */
+__attribute__((target("avx2,fma"))) static void softmax_row(float *s, int64_t n, const uint8_t *pad) {
+    float m = -INFINITY;
+    for (int64_t j = 0; j < n; j++) {
+        if (pad && pad[j]) s[j] = -INFINITY;
+        m = s[j] > m ? s[j] : m;
+    }
+    if (m == -INFINITY) {
+        for (int64_t j = 0; j < n; j++) s[j] = 0.0f;
+        return;
+    }
+    __m256 mm = _mm256_set1_ps(m);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mm)));
+    if (j < n) { /* the tail: a masked 8-wide load and store (no libm call per element) */
+        __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - j)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        _mm256_maskstore_ps(s + j, lanes, exp8(_mm256_sub_ps(_mm256_maskload_ps(s + j, lanes), mm)));
+    }
+    float sum = 0.0f;
+    for (j = 0; j < n; j++) {
+        if (pad && pad[j]) s[j] = 0.0f; /* exp8 stops at e^-87, not 0 */
+        sum += s[j];
+    }
+    float inv = 1.0f / sum;
+    for (j = 0; j < n; j++) s[j] *= inv;
+}
+
+/* Copy the L rows (d floats) of sentence b, head h of a view into a block of rows one after
+ * another, or back (to_view). A block's rows lie 1 KB or more apart in the projections, so that
+ * a head's rows of the seven arrays the backward pass reads would share a few L1 sets. */
+__attribute__((target("avx2,fma"))) static inline void pack(const struct view *v, int64_t b, int64_t h, int64_t L, int64_t d, float *block, int to_view) {
+    for (int64_t l = 0; l < L; l++) {
+        float *r = at(v, b, h, l), *x = block + l * d;
+        if (to_view)
+            for (int64_t c = 0; c < d; c += 8) _mm256_storeu_ps(r + c, _mm256_loadu_ps(x + c));
+        else
+            for (int64_t c = 0; c < d; c += 8) _mm256_storeu_ps(x + c, _mm256_loadu_ps(r + c));
+    }
+}
+
+/* Ask for the L rows of the next block (sentence b, head h) while this one computes: a head's rows
+ * are 256-byte pieces 1 KB or more apart, a pattern the hardware prefetchers do not follow, and
+ * the projections they come from are larger than L2. */
+static inline void prefetch_block(const struct view *v, int64_t b, int64_t h, int64_t L, int64_t d) {
+    for (int64_t l = 0; l < L; l++) {
+        const char *r = (const char *)at(v, b, h, l);
+        for (int64_t c = 0; c < (int64_t)(d * sizeof(float)); c += 64) __builtin_prefetch(r + c, 0, 3);
+    }
+}
+
+/* The block after (b, h) in the order b, then h (b1: the end of the sentences). */
+static inline void next_block(int64_t *b, int64_t *h, int64_t H) {
+    if (++*h == H) *h = 0, ++*b;
+}
+
+/* work: 2 Lk d floats. */
+__attribute__((target("avx2,fma"))) static void forward_block(const struct view *q, const struct view *k, const struct view *v, const struct view *o, float *P, const uint8_t *pad, int64_t b, int64_t h, int64_t Lq, int64_t Lk, int64_t d, int causal, float scale, float *work) {
+    float *K = work, *V = K + Lk * d; /* the query rows are read once each: left where they are */
+    pack(k, b, h, Lk, d, K, 0);
+    pack(v, b, h, Lk, d, V, 0);
+    for (int64_t i = 0; i < Lq; i++) {
+        float *p = P + i * Lk;
+        int64_t n = causal ? (i + 1 < Lk ? i + 1 : Lk) : Lk;
+        dots(at(q, b, h, i), K, n, d, scale, p);
+        softmax_row(p, n, pad);
+        for (int64_t j = n; j < Lk; j++) p[j] = 0.0f;
+        weighted_sum(p, V, n, d, at(o, b, h, i));
+    }
+}
+
+/* work: (2 Lq + 2 Lk) d floats for Q, dO, K, V, then (Lq + 2 Lk) d for dQ, dK, dV, and Lk for dP. */
+__attribute__((target("avx2,fma"))) static void backward_block(const struct view *q, const struct view *k, const struct view *v, const struct view *dout, const struct view *dq, const struct view *dk, const struct view *dv, const float *P, int64_t b, int64_t h, int64_t Lq, int64_t Lk, int64_t d, int causal, float scale, float *work) {
+    float *Q = work, *G = Q + Lq * d, *K = G + Lq * d, *V = K + Lk * d, *dQ = V + Lk * d, *dK = dQ + Lq * d, *dV = dK + Lk * d, *dp = dV + Lk * d;
+    pack(q, b, h, Lq, d, Q, 0);
+    pack(dout, b, h, Lq, d, G, 0);
+    pack(k, b, h, Lk, d, K, 0);
+    pack(v, b, h, Lk, d, V, 0);
+    memset(dK, 0, 2 * Lk * d * sizeof(float));
+    for (int64_t i = 0; i < Lq; i++) {
+        const float *p = P + i * Lk, *g = G + i * d, *qi = Q + i * d;
+        int64_t n = causal ? (i + 1 < Lk ? i + 1 : Lk) : Lk;
+        dots(g, V, n, d, 1.0f, dp);
+        float D = 0.0f;
+        for (int64_t j = 0; j < n; j++) D += p[j] * dp[j];
+        for (int64_t j = 0; j < n; j++) dp[j] = p[j] * (dp[j] - D) * scale; /* now scale dS */
+        weighted_sum(dp, K, n, d, dQ + i * d);
+        for (int64_t j = 0; j < n; j++) {
+            if (p[j] == 0.0f) continue;
+            axpy(dp[j], qi, dK + j * d, d);
+            axpy(p[j], g, dV + j * d, d);
+        }
+    }
+    pack(dq, b, h, Lq, d, dQ, 1);
+    pack(dk, b, h, Lk, d, dK, 1);
+    pack(dv, b, h, Lk, d, dV, 1);
+}
+#endif
+
+/* attention_forward(q, k, v, out, P, pad, b0, b1, H, Lq, Lk, d, causal, scale): q, k, v, out are
+ * (address, sb, sh, sl) views; P: float32 (B, H, Lq, Lk) contiguous, written; pad: 0 or a uint8
+ * (B, Lk) mask (nonzero at padding). Sentences b0 <= b < b1. */
+static PyObject *attention_forward(PyObject *self, PyObject *args) {
+    struct view q, k, v, o;
+    unsigned long long P, pad;
+    long long b0, b1, H, Lq, Lk, d;
+    int causal;
+    double scale;
+    if (!PyArg_ParseTuple(args, "O&O&O&O&KKLLLLLLpd", parse_view, &q, parse_view, &k, parse_view, &v, parse_view, &o, &P, &pad, &b0, &b1, &H, &Lq, &Lk, &d, &causal, &scale)) return NULL;
+    if (b0 < 0 || b1 < b0 || H < 1 || Lq < 1 || Lk < 1 || d < 8 || d % 8 || !use_avx2) {
+        PyErr_SetString(PyExc_ValueError, "attention_forward: 0 <= b0 <= b1, H, Lq, Lk >= 1, d a multiple of 8, and an AVX2/FMA CPU");
+        return NULL;
+    }
+#ifdef SYNTAXNMT_X86
+    float *probs = (float *)(uintptr_t)P, *work = malloc(2 * Lk * d * sizeof(float));
+    if (!work) return PyErr_NoMemory();
+    const uint8_t *mask = (const uint8_t *)(uintptr_t)pad;
+    Py_BEGIN_ALLOW_THREADS;
+    for (int64_t b = b0; b < b1; b++)
+        for (int64_t h = 0; h < H; h++) {
+            int64_t nb = b, nh = h;
+            next_block(&nb, &nh, H);
+            if (nb < b1) {
+                prefetch_block(&k, nb, nh, Lk, d);
+                prefetch_block(&v, nb, nh, Lk, d);
+            }
+            forward_block(&q, &k, &v, &o, probs + (b * H + h) * Lq * Lk, mask ? mask + b * Lk : NULL, b, h, Lq, Lk, d, causal, (float)scale, work);
+        }
+    Py_END_ALLOW_THREADS;
+    free(work);
+#endif
+    Py_RETURN_NONE;
+}
+
+/* attention_backward(q, k, v, dout, dq, dk, dv, P, b0, b1, H, Lq, Lk, d, causal, scale): views as
+ * above (dq, dk, dv written, every element of sentences b0 <= b < b1); P as the forward wrote it. */
+static PyObject *attention_backward(PyObject *self, PyObject *args) {
+    struct view q, k, v, dout, dq, dk, dv;
+    unsigned long long P;
+    long long b0, b1, H, Lq, Lk, d;
+    int causal;
+    double scale;
+    if (!PyArg_ParseTuple(args, "O&O&O&O&O&O&O&KLLLLLLpd", parse_view, &q, parse_view, &k, parse_view, &v, parse_view, &dout, parse_view, &dq, parse_view, &dk, parse_view, &dv, &P, &b0, &b1, &H, &Lq, &Lk, &d, &causal, &scale)) return NULL;
+    if (b0 < 0 || b1 < b0 || H < 1 || Lq < 1 || Lk < 1 || d < 8 || d % 8 || !use_avx2) {
+        PyErr_SetString(PyExc_ValueError, "attention_backward: 0 <= b0 <= b1, H, Lq, Lk >= 1, d a multiple of 8, and an AVX2/FMA CPU");
+        return NULL;
+    }
+#ifdef SYNTAXNMT_X86
+    float *work = malloc(((3 * Lq + 4 * Lk) * d + Lk) * sizeof(float));
+    if (!work) return PyErr_NoMemory();
+    const float *probs = (const float *)(uintptr_t)P;
+    Py_BEGIN_ALLOW_THREADS;
+    for (int64_t b = b0; b < b1; b++)
+        for (int64_t h = 0; h < H; h++) {
+            int64_t nb = b, nh = h;
+            next_block(&nb, &nh, H);
+            if (nb < b1) {
+                const struct view *reads[] = {&q, &dout, &k, &v, &dq, &dk, &dv};
+                for (int i = 0; i < 7; i++) prefetch_block(reads[i], nb, nh, i == 0 || i == 1 || i == 4 ? Lq : Lk, d);
+            }
+            backward_block(&q, &k, &v, &dout, &dq, &dk, &dv, probs + (b * H + h) * Lq * Lk, b, h, Lq, Lk, d, causal, (float)scale, work);
+        }
+    Py_END_ALLOW_THREADS;
+    free(work);
+#endif
+    Py_RETURN_NONE;
+}
+
+/* ---- The label-smoothed cross-entropy of training and its gradient, in one pass per row -------
+ * smoothed_xent(z, rows, V, target, eps, loss, nll): for each row z of V logits (float32, rows x V,
+ * overwritten) and its class y (int64), with lse = log sum_v exp(z_v):
+ *     nll = lse - z_y,   loss = (1 - eps) nll + eps (lse - mean_v z_v)          (Szegedy et al. 2016)
+ * written to loss[r] and nll[r] (float32), and z becomes dloss/dz = softmax(z) - eps / V - (1 - eps) onehot(y).
+ * PyTorch's chain (log_softmax, gather, sum, exp_, sub_, index_put_) reads and writes a chunk of
+ * logits 1,024 x 8,000 (32 MB, larger than the caches) about seven times; here a row (32 KB) is
+ * read from memory once, twice more from the cache, and written once. Used by
+ * syntaxnmt.training.losses. */
+#ifdef SYNTAXNMT_X86
+__attribute__((target("avx2,fma"))) static void xent_row(float *z, int64_t V, int64_t y, float eps, float *loss, float *nll) {
+    const float zy = z[y];
+    __m256 m8 = _mm256_set1_ps(-INFINITY), t8 = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= V; j += 8) {
+        __m256 x = _mm256_loadu_ps(z + j);
+        m8 = _mm256_max_ps(m8, x);
+        t8 = _mm256_add_ps(t8, x);
+    }
+    float t[8], m = -INFINITY, total = 0.0f;
+    _mm256_storeu_ps(t, m8);
+    for (int i = 0; i < 8; i++) m = t[i] > m ? t[i] : m;
+    total = hsum8(t8);
+    for (; j < V; j++) {
+        m = z[j] > m ? z[j] : m;
+        total += z[j];
+    }
+    __m256 mm = _mm256_set1_ps(m), s0 = _mm256_setzero_ps(), s1 = s0;
+    for (j = 0; j + 16 <= V; j += 16) {
+        __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(z + j), mm)), e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(z + j + 8), mm));
+        _mm256_storeu_ps(z + j, e0);
+        _mm256_storeu_ps(z + j + 8, e1);
+        s0 = _mm256_add_ps(s0, e0);
+        s1 = _mm256_add_ps(s1, e1);
+    }
+    float sum = hsum8(_mm256_add_ps(s0, s1));
+    for (; j < V; j++) sum += (z[j] = expf(z[j] - m));
+    float lse = m + logf(sum);
+    *nll = lse - zy;
+    *loss = (1.0f - eps) * (lse - zy) + eps * (lse - total / (float)V);
+    __m256 inv = _mm256_set1_ps(1.0f / sum), off = _mm256_set1_ps(eps / (float)V);
+    for (j = 0; j + 8 <= V; j += 8) _mm256_storeu_ps(z + j, _mm256_fmsub_ps(_mm256_loadu_ps(z + j), inv, off));
+    for (; j < V; j++) z[j] = z[j] / sum - eps / (float)V;
+    z[y] -= 1.0f - eps;
+}
+#endif
+
+static PyObject *smoothed_xent(PyObject *self, PyObject *args) {
+    unsigned long long z, target, loss, nll;
+    long long rows, V;
+    double eps;
+    if (!PyArg_ParseTuple(args, "KLLKdKK", &z, &rows, &V, &target, &eps, &loss, &nll)) return NULL;
+    if (rows < 0 || V < 1 || !use_avx2) {
+        PyErr_SetString(PyExc_ValueError, "smoothed_xent: rows >= 0, V >= 1, and an AVX2/FMA CPU");
+        return NULL;
+    }
+    const int64_t *ys = (const int64_t *)(uintptr_t)target;
+    for (long long r = 0; r < rows; r++)
+        if (ys[r] < 0 || ys[r] >= V) {
+            PyErr_SetString(PyExc_IndexError, "smoothed_xent: a target class is not one of the V columns");
+            return NULL;
+        }
+#ifdef SYNTAXNMT_X86
+    float *zs = (float *)(uintptr_t)z, *ls = (float *)(uintptr_t)loss, *ns = (float *)(uintptr_t)nll;
+    Py_BEGIN_ALLOW_THREADS;
+    for (long long r = 0; r < rows; r++) xent_row(zs + r * V, V, ys[r], (float)eps, ls + r, ns + r);
+    Py_END_ALLOW_THREADS;
+#endif
+    Py_RETURN_NONE;
+}
+
 static PyObject *log_softmax_topk(PyObject *self, PyObject *args) {
     unsigned long long x, values, indices, lse, forbidden;
     long long rows, V, k, n_forbidden;
@@ -339,6 +682,9 @@ static PyMethodDef methods[] = {
     {"log_softmax_topk", log_softmax_topk, METH_VARARGS, "k largest log-softmax values of each row, their columns and the rows' log-sum-exp (addresses, see the module source)"},
     {"self_attention", self_attention, METH_VARARGS, "single-query self-attention over the key/value blocks of the steps, through the ancestry table (see the module source)"},
     {"cross_attention", cross_attention, METH_VARARGS, "single-query attention over one key/value block per sentence (see the module source)"},
+    {"attention_forward", attention_forward, METH_VARARGS, "whole-sequence attention of sentences b0..b1, keeping the probabilities (see the module source)"},
+    {"attention_backward", attention_backward, METH_VARARGS, "the gradients of attention_forward's queries, keys and values (see the module source)"},
+    {"smoothed_xent", smoothed_xent, METH_VARARGS, "label-smoothed cross-entropy of each row and its gradient in place of the logits (see the module source)"},
     {"vectorized", vectorized, METH_NOARGS, "True when the AVX2/FMA path runs (else the scalar one)"},
     {NULL, NULL, 0, NULL},
 };

@@ -550,6 +550,14 @@ class TrainConfig(_Section):
     (:mod:`syntaxnmt.model.packing`): ``on``, ``off``, or ``auto`` (on; timed against off when
     ``cpu_kernels`` is ``auto``). Set explicitly, it wins over the calibration."""
 
+    cpu_native: Literal["auto", "torch"] = "auto"
+    """The C kernels of ``syntaxnmt/_native.c`` in CPU training, where they were built for this CPU
+    (AVX2/FMA): ``auto`` computes the attention of sequences up to 128 positions
+    (:mod:`syntaxnmt.model.native_attention`) and the label-smoothed loss with its gradient
+    (:func:`syntaxnmt.training.losses.native_smoothed_xent`) there; ``torch`` keeps PyTorch's
+    operators (flash attention, log-softmax) everywhere. The same values to float rounding;
+    docs/benchmarks.md, "Native kernels of training"."""
+
     @field_validator("row_packing", mode="before")
     @classmethod
     def _on_off_words(cls, v: object) -> object:

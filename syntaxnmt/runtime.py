@@ -33,6 +33,7 @@ import re
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Collection, Mapping
@@ -54,6 +55,47 @@ def native_kernels():
     except ImportError:
         return None
     return _native if _native.vectorized() else None
+
+
+_native_training = True
+
+
+def set_native_training(on: bool) -> None:
+    """Let training use the C kernels (``train.cpu_native``: ``auto`` on, ``torch`` off) in this process."""
+    global _native_training
+    _native_training = on
+
+
+def native_training_kernels():
+    """:func:`native_kernels` for training's kernels (whole-sequence attention, the loss), or None
+    where they are missing or turned off (:func:`set_native_training`)."""
+    return native_kernels() if _native_training else None
+
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def in_threads(work: Callable[[int, int], None], n: int, min_per_thread: int = 1) -> None:
+    """Run ``work(a, b)`` over the parts ``[a, b)`` of ``range(n)`` on ``torch.get_num_threads()``
+    threads (fewer when a part would have under ``min_per_thread`` items): one part in this
+    thread, the others in a shared pool. For the native kernels, which release the GIL; an
+    exception of any part is raised here after all parts ended."""
+    threads = max(1, min(torch.get_num_threads(), n // max(1, min_per_thread)))
+    if threads == 1:
+        work(0, n)
+        return
+    global _pool
+    if _pool is None or _pool._max_workers < threads - 1:
+        _pool = ThreadPoolExecutor(threads - 1, thread_name_prefix="syntaxnmt-native")
+    bounds = [n * i // threads for i in range(threads + 1)]
+    futures = [_pool.submit(work, a, b) for a, b in zip(bounds[1:-1], bounds[2:])]
+    try:
+        work(bounds[0], bounds[1])
+    finally:
+        for f in futures:
+            f.exception()  # wait for every part before raising
+    for f in futures:
+        f.result()
 
 
 def keep_freed_memory() -> bool:

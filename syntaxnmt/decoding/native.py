@@ -15,18 +15,16 @@ the last place (the kernel's exp is Cephes' polynomial, not Sleef's).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 
 import torch
 from torch import Tensor
 
 from syntaxnmt.config import CpuSoftmax
-from syntaxnmt.runtime import native_kernels
+from syntaxnmt.runtime import in_threads, native_kernels
 
 _native = native_kernels()
 
-_pool: ThreadPoolExecutor | None = None
 _MIN_ROWS_PER_THREAD = 32
 
 
@@ -65,17 +63,5 @@ def log_softmax_topk(x: Tensor, k: int, forbidden: Sequence[int] = ()) -> tuple[
     r = x.size(0)
     values, indices, lse = x.new_empty(r, k), torch.empty(r, k, dtype=torch.long), x.new_empty(r)
     banned = _columns(tuple(forbidden))
-    threads = min(torch.get_num_threads(), r // _MIN_ROWS_PER_THREAD)
-    if threads <= 1:
-        _run(x, k, values, indices, lse, banned)
-        return values, indices, lse
-    global _pool
-    if _pool is None or _pool._max_workers < threads - 1:
-        _pool = ThreadPoolExecutor(threads - 1, thread_name_prefix="syntaxnmt-softmax")
-    bounds = [r * i // threads for i in range(threads + 1)]
-    parts = [(x[a:b], values[a:b], indices[a:b], lse[a:b]) for a, b in zip(bounds, bounds[1:])]
-    futures = [_pool.submit(_run, p[0], k, p[1], p[2], p[3], banned) for p in parts[1:]]
-    _run(parts[0][0], k, parts[0][1], parts[0][2], parts[0][3], banned)
-    for f in futures:
-        f.result()
+    in_threads(lambda a, b: _run(x[a:b], k, values[a:b], indices[a:b], lse[a:b], banned), r, _MIN_ROWS_PER_THREAD)
     return values, indices, lse

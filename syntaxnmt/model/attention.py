@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from syntaxnmt.inputs import SourceFeatures
+from syntaxnmt.model import native_attention
 from syntaxnmt.model.dropout import dropout
 from syntaxnmt.model.linear import Linear
 from syntaxnmt.model.normalizers import HardMode, Normalizer, attention_weights
@@ -211,6 +212,8 @@ class MultiHeadAttention(nn.Module):
         if key_padding_mask is not None:
             mask = ~key_padding_mask[:, None, None, :]  # True = may attend
         p = self.dropout if self.training else 0.0
+        if native_attention.usable(q, k, p, causal):  # CPU, short sequences: the C kernels
+            return native_attention.attention(q, k, v, key_padding_mask, causal)
         if causal and mask is not None:
             tq, tk = q.size(2), k.size(2)
             future = torch.ones(tq, tk, dtype=torch.bool, device=q.device).triu(tk - tq + 1)

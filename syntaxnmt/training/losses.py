@@ -19,6 +19,7 @@ from syntaxnmt.config import Config, parse_decay
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD, FeatureSpec
 from syntaxnmt.model.linear import linear
+from syntaxnmt.runtime import in_threads, native_training_kernels
 
 
 def smoothed_cross_entropy(logits: Tensor, target: Tensor, smoothing: float, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -75,15 +76,22 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             real = hc.size(0)
             hc = pad_rows(hc, min(chunk, _ChunkedLinearCrossEntropy.GRANULE))
             z = linear(hc, weight).float()
-            z = torch.log_softmax(z, dim=-1)  # one fused kernel; logsumexp then sub_ made 4 passes and a temporary
-            nll_c = -z[:real].gather(1, tc[:, None]).sum()
-            nll += nll_c
-            loss += (1.0 - eps) * nll_c - eps * z[:real].sum() / n_classes if eps else nll_c
+            if native_training_kernels() is not None and z.device.type == "cpu":
+                loss_c, nll_c = native_smoothed_xent(z[:real], tc, eps)  # z[:real] becomes dL/dz
+                loss += loss_c
+                nll += nll_c
+                g = z
+            else:
+                z = torch.log_softmax(z, dim=-1)  # one fused kernel; logsumexp then sub_ made 4 passes and a temporary
+                nll_c = -z[:real].gather(1, tc[:, None]).sum()
+                nll += nll_c
+                loss += (1.0 - eps) * nll_c - eps * z[:real].sum() / n_classes if eps else nll_c
+                if need_grad:
+                    g = z.exp_()  # softmax
+                    if eps:
+                        g.sub_(eps / n_classes)
+                    g[rows[:real], tc] -= 1.0 - eps
             if need_grad:
-                g = z.exp_()  # softmax
-                if eps:
-                    g.sub_(eps / n_classes)
-                g[rows[:real], tc] -= 1.0 - eps
                 g = g.to(h.dtype)
                 grad_h[start : start + real] = linear(g, weight.t())[:real]
                 grad_wt += linear(hc.t().contiguous(), g.t())  # h^T g: transposing h (D wide) is cheaper than g (V wide)
@@ -95,6 +103,26 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
         grad_h, grad_w = ctx.saved_tensors
         return grad_h * grad_loss, grad_w * grad_loss, None, None, None, None
+
+
+def native_smoothed_xent(z: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """The summed label-smoothed cross-entropy and NLL of logits ``z`` (N, V; float32, contiguous,
+    CPU) for classes ``target`` (N,), as :func:`smoothed_cross_entropy` defines them, computed
+    in the C kernel ``smoothed_xent`` (``syntaxnmt/_native.c``: one read of each row from memory
+    instead of about seven passes over the chunk), which **overwrites z with dloss/dz** =
+    ``softmax(z) - eps / V - (1 - eps) onehot(target)``. Rows are split between torch's threads.
+    Only where :func:`~syntaxnmt.runtime.native_training_kernels` is not None."""
+    native = native_training_kernels()
+    if native is None or z.dtype != torch.float32 or z.device.type != "cpu" or not z.is_contiguous():
+        raise ValueError("native_smoothed_xent takes contiguous float32 CPU logits, with the native kernels built and on")
+    n, v = z.shape
+    if n == 0:
+        return z.new_zeros(()), z.new_zeros(())
+    target = target.to(torch.long).contiguous()
+    rows = z.new_empty(2, n)  # per-row loss, per-row NLL
+    in_threads(lambda a, b: native.smoothed_xent(z[a].data_ptr(), b - a, v, target[a:].data_ptr(), eps, rows[0, a:].data_ptr(), rows[1, a:].data_ptr()), n, 16)
+    total = rows.sum(dim=1)
+    return total[0], total[1]
 
 
 def sequence_loss(out, target: Tensor, smoothing: float, chunk: int = 1024, static: bool = False) -> tuple[Tensor, Tensor]:

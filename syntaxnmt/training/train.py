@@ -30,7 +30,7 @@ from syntaxnmt.errors import UserError
 from syntaxnmt.metrics import corpus_bleu
 from syntaxnmt.model import build_model
 from syntaxnmt.model.kernels import prepare as prepare_cpu_kernels
-from syntaxnmt.runtime import configure_threads, describe_threads, keep_freed_memory, resolve_device
+from syntaxnmt.runtime import configure_threads, describe_threads, keep_freed_memory, resolve_device, set_native_training
 from syntaxnmt.textio import read_lines, remove_stale_temporaries, write_lines
 from syntaxnmt.training import loop
 from syntaxnmt.training.cuda_graphs import GraphedStep
@@ -209,11 +209,12 @@ class SingleModel:
         self.graphed = GraphedStep(self.raw, lambda batch, step: forward_loss(self.raw, batch, t, self.objectives, step, static=True)) if t.cuda_graphs else None
 
     def choose_cpu_kernels(self) -> None:
-        """On CPU, the linear layers' kernels and row packing (``train.cpu_kernels``,
+        """On CPU, the native kernels (``train.cpu_native``), the linear layers' kernels and row packing (``train.cpu_kernels``,
         ``train.row_packing``, :mod:`syntaxnmt.model.kernels`): in mode ``auto`` timed on whole
         training steps of this model (:func:`~syntaxnmt.training.step.timing_step`); a resumed run
         reuses the choice its checkpoint records, and the checkpoints record it."""
         if self.device.type == "cpu":
+            set_native_training(self.t.cpu_native == "auto")  # before the timing: the steps as they will run
             timing = lambda: timing_step(self.raw, self.split, self.t, self.device, self.objectives)  # noqa: E731
             self.run.cpu_kernels = prepare_cpu_kernels(self.raw, self.t.cpu_kernels, row_packing=self.t.row_packing, timing=timing, log=self.log, recorded=self.run.cpu_kernels)["record"]
 

@@ -8,7 +8,18 @@ import torch.nn.functional as F
 
 from syntaxnmt.inputs import PAD
 from syntaxnmt.model.outputs import ModelOutput
-from syntaxnmt.training.losses import label_smoothed_nll, sequence_loss
+from syntaxnmt.runtime import native_kernels, set_native_training
+from syntaxnmt.training.losses import label_smoothed_nll, native_smoothed_xent, sequence_loss
+
+needs_kernels = pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/_native.c not built or no AVX2/FMA on this CPU")
+
+
+@pytest.fixture(params=["auto", "torch"])
+def cpu_native(request):
+    """Both paths of the fused loss: the C kernel (train.cpu_native: auto, where built) and PyTorch's operators."""
+    set_native_training(request.param == "auto")
+    yield request.param
+    set_native_training(True)
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
@@ -54,7 +65,7 @@ def test_sequence_loss_projects_only_real_tokens():
 
 @pytest.mark.parametrize("eps", [0.0, 0.1])
 @pytest.mark.parametrize("chunk", [3, 4])
-def test_chunked_fused_output_loss_matches_the_reference(eps, chunk):
+def test_chunked_fused_output_loss_matches_the_reference(eps, chunk, cpu_native):
     """A bias-free nn.Linear output layer takes the fused, chunked path: same loss and gradients
     (chunk 4: 9 rows make chunks of 4, 4 and 1, the last padded with zero rows to 4)."""
     torch.manual_seed(3)
@@ -75,6 +86,35 @@ def test_chunked_fused_output_loss_matches_the_reference(eps, chunk):
     assert torch.allclose(g_chunked, layer.weight.grad, atol=1e-5)
     with torch.no_grad():  # validation: no gradients computed, same value
         assert sequence_loss(ModelOutput(states, layer, encoder=None), target, eps, chunk=4)[0].item() == pytest.approx(ref.item(), rel=1e-5)
+
+
+@needs_kernels
+@pytest.mark.parametrize("v", [7, 8, 11, 16, 8003])
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_the_native_loss_and_gradient_equal_pytorchs(v, eps):
+    g = torch.Generator().manual_seed(v)
+    z = torch.randn(70, v, generator=g) * 4
+    target = torch.randint(0, v, (70,), generator=g)
+    z[0, target[0]] = -200.0  # a target far below the maximum: its NLL is not cut at exp's floor
+    z[1] = 50.0  # a flat row
+    ref = z.double().requires_grad_()
+    want = F.cross_entropy(ref, target, label_smoothing=eps, reduction="sum")
+    want.backward()
+    want_nll = F.cross_entropy(ref.detach(), target, reduction="sum")
+    grad = z.clone()
+    loss, nll = native_smoothed_xent(grad, target, eps)
+    assert loss.item() == pytest.approx(want.item(), rel=1e-5)
+    assert nll.item() == pytest.approx(want_nll.item(), rel=1e-5)
+    assert torch.allclose(grad.double(), ref.grad, atol=1e-6)
+    assert nll.item() > 200.0
+
+
+@needs_kernels
+def test_the_native_loss_refuses_a_class_outside_the_vocabulary():
+    with pytest.raises(IndexError, match="target class"):
+        native_smoothed_xent(torch.zeros(3, 5), torch.tensor([0, 5, 1]), 0.1)
+    with pytest.raises(ValueError, match="float32"):
+        native_smoothed_xent(torch.zeros(3, 5, dtype=torch.float64), torch.tensor([0, 1, 1]), 0.1)
 
 
 def test_every_registered_objective_is_trained_and_a_new_one_needs_only_its_module(monkeypatch, corpus, tmp_path):

@@ -1,0 +1,106 @@
+"""Whole-sequence attention on the CPU in the C kernels, forward and backward (training, scoring).
+
+    O = softmax(Q K^T / sqrt(d) + mask) V                      (Vaswani et al. 2017, Eq. 1)
+    dV = P^T dO,  dS = P o (dP - rowsum(P o dP)) with dP = dO V^T,  dQ = dS K / sqrt(d),  dK = dS^T Q / sqrt(d)
+
+At the sentence lengths of sentence-level NMT (Multi30k's batches: 12-32 positions, 4 heads of
+64) PyTorch's fused CPU kernel (``scaled_dot_product_attention``, flash attention) runs at about
+a tenth of the machine's arithmetic rate: its time goes to the bookkeeping of each (sentence,
+head) block, and attention took 8 % of a training update of the side-by-side model on a 2-core
+AVX2 EPYC (docs/benchmarks.md). :func:`attention` computes each block in
+``syntaxnmt/_native.c`` (``attention_forward``/``attention_backward``) with its rows in the L1
+cache, keeps the probabilities P (B, H, Tq, Tk) for the backward pass, reads the heads of the
+projections where they are and writes the output and the gradients in the (B, T, H, d) layout the
+projections use, so merging the heads copies nothing. Sentences are split between torch's
+threads; each is computed by one thread, so the result does not depend on the thread count.
+
+:func:`usable` says when :meth:`MultiHeadAttention._fused
+<syntaxnmt.model.attention.MultiHeadAttention._fused>` takes this path: float32 on the CPU, the
+kernel built for this CPU (AVX2/FMA), no attention dropout, a head size that is a multiple of 8,
+at most :data:`MAX_LENGTH` positions, a causal mask only over equal query and key lengths, and
+training's kernels not turned off (``train.cpu_native: torch`` keeps PyTorch's kernel,
+:func:`syntaxnmt.runtime.set_native_training`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from syntaxnmt.runtime import in_threads, native_kernels, native_training_kernels
+
+_native = native_kernels()
+
+MAX_LENGTH = 128
+"""The longest query or key sequence the kernel takes; longer ones keep PyTorch's flash attention,
+whose blocking pays off there (docs/benchmarks.md, "Attention of training")."""
+
+
+def available() -> bool:
+    """True when the kernel was built and runs on this CPU (AVX2/FMA)."""
+    return _native is not None
+
+
+def usable(q: Tensor, k: Tensor, dropout_p: float, causal: bool) -> bool:
+    """Whether :func:`attention` computes this attention (see the module docstring)."""
+    return (
+        native_training_kernels() is not None and q.device.type == "cpu" and q.dtype == torch.float32 and k.dtype == torch.float32
+        and dropout_p == 0.0 and q.size(-1) % 8 == 0 and max(q.size(2), k.size(2)) <= MAX_LENGTH
+        and not (causal and q.size(2) != k.size(2)) and q.size(0) > 0
+    )
+
+
+def _view(x: Tensor) -> tuple[int, int, int, int]:
+    return x.data_ptr(), x.stride(0), x.stride(1), x.stride(2)
+
+
+def _heads_last(like: Tensor, length: int) -> Tensor:
+    """An empty (B, H, length, d) tensor laid out as (B, length, H, d)."""
+    b, h, _, d = like.shape
+    return like.new_empty(b, length, h, d).transpose(1, 2)
+
+
+def _unit_stride(x: Tensor) -> Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, pad: Tensor | None, causal: bool) -> Tensor:
+        q, k, v = _unit_stride(q), _unit_stride(k), _unit_stride(v)
+        b, h, tq, d = q.shape
+        tk = k.size(2)
+        out = _heads_last(q, tq)
+        probs = q.new_empty(b, h, tq, tk)
+        mask = 0 if pad is None else pad.contiguous().view(torch.uint8).data_ptr()
+        scale = 1.0 / math.sqrt(d)
+        in_threads(lambda a, z: _native.attention_forward(_view(q), _view(k), _view(v), _view(out), probs.data_ptr(), mask, a, z, h, tq, tk, d, causal, scale), b)
+        ctx.save_for_backward(q, k, v, probs)
+        ctx.causal = causal
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        q, k, v, probs = ctx.saved_tensors
+        grad = _unit_stride(grad)
+        b, h, tq, d = q.shape
+        tk = k.size(2)
+        dq, dk, dv = _heads_last(q, tq), _heads_last(k, tk), _heads_last(v, tk)
+        scale = 1.0 / math.sqrt(d)
+        in_threads(lambda a, z: _native.attention_backward(_view(q), _view(k), _view(v), _view(grad), _view(dq), _view(dk), _view(dv), probs.data_ptr(), a, z, h, tq, tk, d, ctx.causal, scale), b)
+        return dq, dk, dv, None, None
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None, causal: bool = False) -> Tensor:
+    """``softmax(q k^T / sqrt(d)) v`` for ``q`` (B, H, Tq, d), ``k`` and ``v`` (B, H, Tk, d):
+    keys where ``key_padding_mask`` (B, Tk) is True are ignored, and with ``causal`` (Tq = Tk)
+    query i sees keys j <= i; a query with no key left gets zeros (PyTorch's kernel gives NaN or
+    zeros there). Returns (B, H, Tq, d), stored as (B, Tq, H, d). Differentiable in q, k and v.
+    Only where :func:`usable`; raises RuntimeError where the kernel is not :func:`available`."""
+    if _native is None:
+        raise RuntimeError("the native kernel syntaxnmt/_native.c was not built (install with a C compiler: pip install -e .) or this CPU lacks AVX2/FMA")
+    if key_padding_mask is not None and key_padding_mask.shape != (q.size(0), k.size(2)):
+        raise ValueError(f"key_padding_mask must be (B, Tk) = {(q.size(0), k.size(2))}, not {tuple(key_padding_mask.shape)}")
+    return _Attention.apply(q, k, v, key_padding_mask, causal)

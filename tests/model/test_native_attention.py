@@ -1,0 +1,139 @@
+"""The C kernels of whole-sequence attention (syntaxnmt.model.native_attention) against a float64
+reference, through MultiHeadAttention and a training step."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from syntaxnmt.model import native_attention
+from syntaxnmt.model.attention import MultiHeadAttention
+from syntaxnmt.runtime import native_kernels, set_native_training
+
+pytestmark = pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/_native.c not built or no AVX2/FMA on this CPU")
+
+
+def reference(q, k, v, pad, causal):
+    """softmax(q k^T / sqrt(d) + mask) v in float64; a query with no key left gets zeros."""
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(q.size(-1))
+    masked = torch.zeros(s.shape, dtype=torch.bool)
+    if causal:
+        masked = masked | torch.ones(s.size(-2), s.size(-1), dtype=torch.bool).triu(1)
+    if pad is not None:
+        masked = masked | pad[:, None, None, :]
+    weights = s.masked_fill(masked, float("-inf")).softmax(-1).nan_to_num(0.0)
+    return weights @ v
+
+
+def heads(x: torch.Tensor, h: int) -> torch.Tensor:
+    """(B, T, H * d) -> the (B, H, T, d) view MultiHeadAttention makes of a projection."""
+    b, t, e = x.shape
+    return x.view(b, t, h, e // h).transpose(1, 2)
+
+
+def run(fn, q, k, v, pad, causal, grad, dtype):
+    leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+    out = fn(*(heads(t, 4) for t in leaves), pad, causal)
+    out.backward(heads(grad.to(dtype), 4))
+    return [out.double(), *(t.grad.double() for t in leaves)]
+
+
+@pytest.mark.parametrize("b, tq, tk, d, causal, padded", [
+    (5, 7, 9, 64, False, True),   # cross-attention lengths, padded keys
+    (4, 12, 12, 64, True, False),  # the decoder's self-attention
+    (3, 10, 10, 64, True, True),   # causal and padded
+    (6, 13, 11, 24, False, True),  # d not a multiple of 32
+    (2, 5, 5, 8, True, False),     # fewer keys than one vector
+    (2, 33, 33, 128, False, True),
+])
+def test_values_and_gradients_equal_the_reference(b, tq, tk, d, causal, padded):
+    g = torch.Generator().manual_seed(tq * 100 + tk)
+    q, grad = (torch.randn(b, tq, 4 * d, generator=g, dtype=torch.float64) for _ in range(2))
+    k, v = (torch.randn(b, tk, 4 * d, generator=g, dtype=torch.float64) for _ in range(2))
+    pad = None
+    if padded:
+        pad = torch.zeros(b, tk, dtype=torch.bool)
+        pad[0, tk - 2:] = True
+        pad[1, 1:] = True  # one key left
+    want = run(reference, q, k, v, pad, causal, grad, torch.float64)
+    got = run(native_attention.attention, q, k, v, pad, causal, grad, torch.float32)
+    for name, a, w in zip(("output", "dq", "dk", "dv"), got, want):
+        assert torch.allclose(a, w, atol=2e-5, rtol=1e-4), (name, (a - w).abs().max().item())
+
+
+def test_a_query_without_keys_gets_zeros_and_no_gradient():
+    q, k, v = (torch.randn(2, 4, 3, 16, requires_grad=True) for _ in range(3))
+    pad = torch.tensor([[True, True, True], [False, True, True]])
+    out = native_attention.attention(q, k, v, pad)
+    assert torch.equal(out[0], torch.zeros(4, 3, 16))
+    out.sum().backward()
+    assert torch.equal(q.grad[0], torch.zeros(4, 3, 16)) and torch.equal(k.grad[0], torch.zeros(4, 3, 16))
+    assert torch.equal(k.grad[1, :, 1:], torch.zeros(4, 2, 16))  # padded keys get nothing
+    assert torch.allclose(out[1], v[1, :, :1].expand(4, 3, 16))  # the one key left takes all the weight
+
+
+def test_the_thread_count_does_not_change_a_bit():
+    g = torch.Generator().manual_seed(0)
+    q, k, v, grad = (torch.randn(64, 4, 12, 64, generator=g) for _ in range(4))
+    results = []
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+            out = native_attention.attention(*leaves, causal=True)
+            out.backward(grad)
+            results.append([out, *(t.grad for t in leaves)])
+    finally:
+        torch.set_num_threads(threads)
+    for other in results[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(results[0], other))
+
+
+def test_multi_head_attention_trains_the_same_with_either_kernel():
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(64, 4).train()
+    x, mem = torch.randn(3, 9, 64), torch.randn(3, 7, 64)
+    pad = torch.zeros(3, 7, dtype=torch.bool)
+    pad[2, 4:] = True
+    results = []
+    try:
+        for on in (True, False):
+            set_native_training(on)
+            attn.zero_grad()
+            self_out, _ = attn(x, causal=True)
+            cross_out, _ = attn(x, mem, key_padding_mask=pad)
+            (self_out.square().sum() + cross_out.square().sum()).backward()
+            results.append([self_out.detach(), cross_out.detach(), *(p.grad.clone() for p in attn.parameters())])
+    finally:
+        set_native_training(True)
+    for a, b in zip(*results):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_when_the_native_path_is_taken():
+    q, k = torch.randn(2, 4, 10, 64), torch.randn(2, 4, 12, 64)
+    assert native_attention.usable(q, k, 0.0, False)
+    assert not native_attention.usable(q, k, 0.1, False)  # attention dropout: PyTorch's kernel
+    assert not native_attention.usable(q, k, 0.0, True)  # causal over unequal lengths
+    assert not native_attention.usable(q.double(), k.double(), 0.0, False)
+    assert not native_attention.usable(torch.randn(2, 4, 10, 12), torch.randn(2, 4, 10, 12), 0.0, False)  # d % 8
+    long = torch.randn(1, 4, native_attention.MAX_LENGTH + 1, 64)
+    assert not native_attention.usable(long, long, 0.0, True)
+    try:
+        set_native_training(False)
+        assert not native_attention.usable(q, k, 0.0, False)
+    finally:
+        set_native_training(True)
+
+
+def test_bad_arguments_are_refused():
+    q = torch.randn(2, 4, 5, 16)
+    with pytest.raises(ValueError, match="key_padding_mask"):
+        native_attention.attention(q, q, q, torch.zeros(2, 4, dtype=torch.bool))
+    kernels = native_kernels()
+    view = (q.data_ptr(), *q.stride()[:3])
+    with pytest.raises(ValueError, match="multiple of 8"):
+        kernels.attention_forward(view, view, view, view, 0, 0, 0, 2, 4, 5, 5, 12, False, 1.0)
