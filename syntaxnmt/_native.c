@@ -1,4 +1,4 @@
-/* Native CPU kernels: beam search's log-softmax top-k and single-query attention; training's attention of short sequences and its label-smoothed loss.
+/* Native CPU kernels: beam search's log-softmax top-k and single-query attention; training's attention of short sequences, dropout and label-smoothed loss.
  *
  * An optional C extension (pyproject.toml builds it at pip install; without a C compiler the
  * install goes on and syntaxnmt.runtime.native_kernels() is None, so decoding keeps PyTorch's
@@ -22,6 +22,9 @@
  *
  * smoothed_xent (below): the label-smoothed cross-entropy of a chunk of logits and its gradient
  * in place. Used by syntaxnmt.training.losses.
+ *
+ * dropout_forward and dropout_backward (below): dropout with a counter-based generator, its mask
+ * kept as bits. Used by syntaxnmt.model.dropout.
  *
  * Every function releases the GIL, so batches (or rows) can run in threads side by side. The fast
  * paths need AVX2 and FMA (checked at import: vectorized(); syntaxnmt.runtime.native_kernels() is
@@ -650,6 +653,109 @@ static PyObject *smoothed_xent(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- Dropout of training: the mask drawn, applied and kept as bits in one pass ---------------
+ * dropout_forward(x, out, bits, n, threshold, scale, seed, g0, g1): element i of x (float32) is
+ * kept when the top 24 bits of its random word u_i are >= threshold (ceil(p 2^24): kept with
+ * probability 1 - p, Srivastava et al. 2014) and scaled by 1 / (1 - p); out gets the result and
+ * bit i of bits (uint8, 4 bytes per group) whether it was kept. Words come from Philox4x32-10
+ * (Salmon et al. 2011, "Parallel random numbers: as easy as 1, 2, 3"), a counter-based generator:
+ * word w of counter 8g + l (key: the 64-bit seed) is element 32g + 8w + l, so each group g of 32
+ * elements depends on the seed and g alone, whatever the threads' split (groups g0 <= g < g1).
+ * dropout_backward(grad, out, bits, n, scale, g0, g1): out = grad scaled where kept, 0 elsewhere.
+ * Used by syntaxnmt.model.dropout. */
+#ifdef SYNTAXNMT_X86
+/* The high and low 32 bits of the products of the eight lanes of a with m. */
+__attribute__((target("avx2,fma"))) static inline void mulhilo8(__m256i a, __m256i m, __m256i *hi, __m256i *lo) {
+    __m256i even = _mm256_mul_epu32(a, m), odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
+    *lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+    *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+}
+
+/* Philox4x32-10 of the counters (c0, c1, 0, 0) of eight lanes under key (k0, k1): four words each. */
+__attribute__((target("avx2,fma"))) static inline void philox8(__m256i c0, __m256i c1, uint32_t k0, uint32_t k1, __m256i w[4]) {
+    __m256i x0 = c0, x1 = c1, x2 = _mm256_setzero_si256(), x3 = x2, hi0, lo0, hi1, lo1;
+    const __m256i m0 = _mm256_set1_epi32((int)0xD2511F53u), m1 = _mm256_set1_epi32((int)0xCD9E8D57u);
+    for (int round = 0; round < 10; round++) {
+        mulhilo8(x0, m0, &hi0, &lo0);
+        mulhilo8(x2, m1, &hi1, &lo1);
+        __m256i y0 = _mm256_xor_si256(_mm256_xor_si256(hi1, x1), _mm256_set1_epi32((int)k0));
+        __m256i y2 = _mm256_xor_si256(_mm256_xor_si256(hi0, x3), _mm256_set1_epi32((int)k1));
+        x0 = y0, x1 = lo1, x2 = y2, x3 = lo0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    w[0] = x0, w[1] = x1, w[2] = x2, w[3] = x3;
+}
+
+__attribute__((target("avx2,fma"))) static void dropout_groups(const float *x, float *out, uint8_t *bits, int64_t n, int32_t threshold, float scale, uint64_t seed, int64_t g0, int64_t g1) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), below = _mm256_set1_epi32(threshold - 1);
+    const __m256 sc = _mm256_set1_ps(scale);
+    for (int64_t g = g0; g < g1; g++) {
+        uint64_t counter = (uint64_t)g * 8;
+        __m256i w[4];
+        philox8(_mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)counter), lane), _mm256_set1_epi32((int)(uint32_t)(counter >> 32)), (uint32_t)seed, (uint32_t)(seed >> 32), w);
+        for (int k = 0; k < 4; k++) {
+            int64_t i = g * 32 + k * 8;
+            __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_srli_epi32(w[k], 8), below));
+            bits[g * 4 + k] = (uint8_t)_mm256_movemask_ps(keep);
+            if (i + 8 <= n)
+                _mm256_storeu_ps(out + i, _mm256_and_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), sc), keep));
+            else
+                for (int64_t j = i; j < n; j++) out[j] = (bits[g * 4 + k] >> (j - i)) & 1 ? x[j] * scale : 0.0f;
+        }
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void dropout_back_groups(const float *grad, float *out, const uint8_t *bits, int64_t n, float scale, int64_t g0, int64_t g1) {
+    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256 sc = _mm256_set1_ps(scale);
+    for (int64_t b = g0 * 4; b < g1 * 4; b++) {
+        int64_t i = b * 8;
+        if (i >= n) break;
+        if (i + 8 <= n) {
+            __m256i kept = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits[b]), bit), bit);
+            _mm256_storeu_ps(out + i, _mm256_and_ps(_mm256_mul_ps(_mm256_loadu_ps(grad + i), sc), _mm256_castsi256_ps(kept)));
+        } else
+            for (int64_t j = i; j < n; j++) out[j] = (bits[b] >> (j - i)) & 1 ? grad[j] * scale : 0.0f;
+    }
+}
+#endif
+
+static PyObject *dropout_forward(PyObject *self, PyObject *args) {
+    unsigned long long x, out, bits, seed;
+    long long n, g0, g1;
+    int threshold;
+    double scale;
+    if (!PyArg_ParseTuple(args, "KKKLidKLL", &x, &out, &bits, &n, &threshold, &scale, &seed, &g0, &g1)) return NULL;
+    if (n < 0 || g0 < 0 || g1 < g0 || g1 * 32 > n + 31 || threshold < 1 || threshold > (1 << 24) || !use_avx2) {
+        PyErr_SetString(PyExc_ValueError, "dropout_forward: n >= 0, 0 <= g0 <= g1 <= ceil(n / 32), 1 <= threshold <= 2^24, and an AVX2/FMA CPU");
+        return NULL;
+    }
+#ifdef SYNTAXNMT_X86
+    Py_BEGIN_ALLOW_THREADS;
+    dropout_groups((const float *)(uintptr_t)x, (float *)(uintptr_t)out, (uint8_t *)(uintptr_t)bits, n, threshold, (float)scale, (uint64_t)seed, g0, g1);
+    Py_END_ALLOW_THREADS;
+#endif
+    Py_RETURN_NONE;
+}
+
+static PyObject *dropout_backward(PyObject *self, PyObject *args) {
+    unsigned long long grad, out, bits;
+    long long n, g0, g1;
+    double scale;
+    if (!PyArg_ParseTuple(args, "KKKLdLL", &grad, &out, &bits, &n, &scale, &g0, &g1)) return NULL;
+    if (n < 0 || g0 < 0 || g1 < g0 || g1 * 32 > n + 31 || !use_avx2) {
+        PyErr_SetString(PyExc_ValueError, "dropout_backward: n >= 0, 0 <= g0 <= g1 <= ceil(n / 32), and an AVX2/FMA CPU");
+        return NULL;
+    }
+#ifdef SYNTAXNMT_X86
+    Py_BEGIN_ALLOW_THREADS;
+    dropout_back_groups((const float *)(uintptr_t)grad, (float *)(uintptr_t)out, (const uint8_t *)(uintptr_t)bits, n, (float)scale, g0, g1);
+    Py_END_ALLOW_THREADS;
+#endif
+    Py_RETURN_NONE;
+}
+
 static PyObject *log_softmax_topk(PyObject *self, PyObject *args) {
     unsigned long long x, values, indices, lse, forbidden;
     long long rows, V, k, n_forbidden;
@@ -685,6 +791,8 @@ static PyMethodDef methods[] = {
     {"attention_forward", attention_forward, METH_VARARGS, "whole-sequence attention of sentences b0..b1, keeping the probabilities (see the module source)"},
     {"attention_backward", attention_backward, METH_VARARGS, "the gradients of attention_forward's queries, keys and values (see the module source)"},
     {"smoothed_xent", smoothed_xent, METH_VARARGS, "label-smoothed cross-entropy of each row and its gradient in place of the logits (see the module source)"},
+    {"dropout_forward", dropout_forward, METH_VARARGS, "dropout of groups g0..g1 of 32 elements, Philox4x32-10 words, the mask kept as bits (see the module source)"},
+    {"dropout_backward", dropout_backward, METH_VARARGS, "the gradient of dropout_forward through its bits (see the module source)"},
     {"vectorized", vectorized, METH_NOARGS, "True when the AVX2/FMA path runs (else the scalar one)"},
     {NULL, NULL, 0, NULL},
 };

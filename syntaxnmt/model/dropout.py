@@ -3,22 +3,34 @@
 ``torch.nn.Dropout`` draws its mask with ``bernoulli_``, and even ``torch.rand`` is slow on CPU:
 its Mersenne-Twister fill runs on one thread, at about 3 ns a number. At the recipe size the
 masks cost about a tenth of a training update on 2 cores (docs/benchmarks.md, issue 14's
-profile). :class:`Dropout` keeps a unit with probability 1 - p (``u >= p`` for float32
-``u ~ U[0, 1)``) and scales kept units by 1 / (1 - p), exactly as ``nn.Dropout`` does; the
-uniform numbers come from NumPy's PCG64 (:func:`uniform_like`), in blocks filled on torch's
-threads. Every block's seed is drawn from torch's CPU generator, so ``torch.manual_seed`` and a
-resumed run's saved RNG state still decide every mask, whatever the number of threads. On other
-devices, whose dropout kernels are fused, it calls ``torch.nn.functional.dropout``.
+profile). :class:`Dropout` keeps a unit with probability 1 - p and scales kept units by
+1 / (1 - p), exactly as ``nn.Dropout`` does, in one of two ways on CPU:
+
+- float32 with the native kernels (:func:`~syntaxnmt.runtime.native_training_kernels`; not
+  ``train.cpu_native: torch``): ``dropout_forward`` of ``syntaxnmt/_native.c`` draws Philox4x32-10
+  words (Salmon et al. 2011; the generator of PyTorch's and JAX's GPU dropout), keeps a unit when
+  the top 24 bits of its word are at least ceil(p 2^24), writes the result and keeps the mask as
+  bits for the backward pass: one pass over the tensor instead of five (fill, compare, scale,
+  multiply, and the gradient's multiply read a float mask);
+- otherwise ``u >= p`` for float32 ``u ~ U[0, 1)`` from NumPy's PCG64 (:func:`uniform_like`), in
+  blocks filled on torch's threads.
+
+Either way the seed (of every block) is drawn from torch's CPU generator, so ``torch.manual_seed``
+and a resumed run's saved RNG state still decide every mask, whatever the number of threads. On
+other devices, whose dropout kernels are fused, it calls ``torch.nn.functional.dropout``.
 """
 
 from __future__ import annotations
 
+import math
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from syntaxnmt.runtime import in_threads, native_training_kernels
 
 BLOCK = 1 << 18  # uniform numbers per seed: the result does not depend on the thread count
 _pool: ThreadPoolExecutor | None = None
@@ -50,11 +62,44 @@ def uniform_like(x: Tensor) -> Tensor:
     return torch.from_numpy(out).view(x.shape)
 
 
+_GROUP = 32  # elements per Philox group of the kernel: four words of eight counters
+_MIN_GROUPS_PER_THREAD = 1024
+
+
+class _NativeDropout(torch.autograd.Function):
+    """Dropout in the C kernels (see the module docstring); the mask is kept as bits."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, p: float) -> Tensor:
+        native = native_training_kernels()
+        x = x.contiguous()
+        n = x.numel()
+        groups = -(-n // _GROUP)
+        out, bits = torch.empty_like(x), torch.empty(groups * 4, dtype=torch.uint8)
+        seed = int(torch.randint(0, 2**63 - 1, (1,)).item())  # torch's generator decides the mask
+        threshold, scale = max(1, math.ceil(p * 2**24)), 1.0 / (1.0 - p)
+        in_threads(lambda a, b: native.dropout_forward(x.data_ptr(), out.data_ptr(), bits.data_ptr(), n, threshold, scale, seed, a, b), groups, _MIN_GROUPS_PER_THREAD)
+        ctx.save_for_backward(bits)
+        ctx.scale, ctx.n = scale, n
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        native = native_training_kernels()
+        (bits,) = ctx.saved_tensors
+        grad = grad.contiguous()
+        out = torch.empty_like(grad)
+        in_threads(lambda a, b: native.dropout_backward(grad.data_ptr(), out.data_ptr(), bits.data_ptr(), ctx.n, ctx.scale, a, b), bits.numel() // 4, _MIN_GROUPS_PER_THREAD)
+        return out, None
+
+
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     if not training or p == 0.0:
         return x
     if x.device.type != "cpu" or p >= 1.0:
         return F.dropout(x, p, training)
+    if x.dtype == torch.float32 and x.numel() and native_training_kernels() is not None:
+        return _NativeDropout.apply(x, p)
     u = uniform_like(x) if x.dtype == torch.float32 else torch.rand_like(x)
     mask = u.ge_(p).mul_(1.0 / (1.0 - p))
     return x * mask

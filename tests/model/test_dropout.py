@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from syntaxnmt.model.dropout import Dropout, dropout
+from syntaxnmt.runtime import native_kernels, set_native_training
 
 
 def test_identity_in_eval_and_at_zero():
@@ -64,3 +65,76 @@ def test_masks_follow_torch_manual_seed():
     a = dropout(x, 0.1, True)
     torch.manual_seed(3)
     assert torch.equal(dropout(x, 0.1, True), a)
+
+
+needs_kernels = pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/_native.c not built or no AVX2/FMA on this CPU")
+
+
+@needs_kernels
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 1000, 70_001])
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_the_native_kernel_drops_scales_and_passes_the_gradient_through_its_mask(n, p):
+    torch.manual_seed(n)
+    x = (torch.rand(n) + 0.5).requires_grad_()  # no zeros: a zero output means dropped
+    y = dropout(x, p, True)
+    kept = y != 0
+    assert torch.allclose(y[kept], x[kept] / (1 - p), rtol=1e-6)
+    if n >= 1000:
+        sd = (p * (1 - p) / n) ** 0.5
+        assert abs(kept.float().mean().item() - (1 - p)) < 5 * sd
+    g = torch.randn(n)
+    (grad,) = torch.autograd.grad(y, x, g)
+    assert torch.equal(grad, torch.where(kept, g * (1.0 / (1 - p)), torch.zeros(())))
+
+
+@needs_kernels
+def test_the_native_masks_are_independent_of_position_threads_and_calls():
+    """Every position (lane and word of the generator) keeps at the same rate, neighbours are
+    uncorrelated, the thread count changes nothing and the generator moves on between calls."""
+    torch.manual_seed(0)
+    draws = torch.stack([dropout(torch.ones(96), 0.5, True) != 0 for _ in range(4000)]).float()
+    rate, sd = draws.mean(0), (0.25 / 4000) ** 0.5
+    assert (rate - 0.5).abs().max().item() < 5 * sd
+    centered = draws - 0.5
+    corr = (centered[:, :-1] * centered[:, 1:]).mean(0) / 0.25
+    assert corr.abs().max().item() < 5 / 4000**0.5
+    x = torch.ones(300_000)
+    threads = torch.get_num_threads()
+    masks = []
+    try:
+        for t in (1, 2, 3):
+            torch.set_num_threads(t)
+            torch.manual_seed(5)
+            masks.append(dropout(x, 0.1, True))
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(masks[0], m) for m in masks[1:])
+    assert not torch.equal(dropout(x, 0.1, True), dropout(x, 0.1, True))
+
+
+@needs_kernels
+def test_cpu_native_torch_keeps_the_numpy_masks():
+    x = torch.ones(64, 300)
+    try:
+        set_native_training(False)
+        torch.manual_seed(3)
+        numpy_mask = dropout(x, 0.1, True)
+    finally:
+        set_native_training(True)
+    torch.manual_seed(3)
+    native_mask = dropout(x, 0.1, True)
+    torch.manual_seed(3)
+    from syntaxnmt.model.dropout import uniform_like
+
+    assert torch.equal(numpy_mask != 0, uniform_like(x) >= 0.1)
+    assert not torch.equal(numpy_mask, native_mask)  # the two generators differ
+
+
+@needs_kernels
+def test_the_kernel_refuses_bad_arguments():
+    kernels = native_kernels()
+    x = torch.ones(64)
+    with pytest.raises(ValueError, match="threshold"):
+        kernels.dropout_forward(x.data_ptr(), x.data_ptr(), 0, 64, 0, 1.0, 1, 0, 2)
+    with pytest.raises(ValueError, match="g1"):
+        kernels.dropout_forward(x.data_ptr(), x.data_ptr(), 0, 64, 10, 1.0, 1, 0, 3)
