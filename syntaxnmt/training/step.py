@@ -16,6 +16,7 @@ from syntaxnmt.data.documents import DocumentContext
 from syntaxnmt.inputs import Batch, FeatureSpec
 from syntaxnmt.model.kernels import model_signature
 from syntaxnmt.model.linear import onednn_in_training
+from syntaxnmt.runtime import native_training_kernels
 from syntaxnmt.training import alignment, multitask  # noqa: F401  (importing them registers their objectives)
 from syntaxnmt.training.cuda_graphs import GraphedStep
 from syntaxnmt.training.distributed import World, no_sync, sum_across, unwrap
@@ -102,7 +103,9 @@ def timing_step(model, split: Split, t: TrainConfig, device: torch.device, objec
     typical = sorted(batches, key=lambda idx: int(np.maximum(src_lens[idx], tgt_lens[idx]).max()))[len(batches) // 2]
     batch = training_batch(split, typical, objective_requests(raw, objectives)[0], t, objectives, context).to(device)
     n_tokens = int(tgt_lens[typical].sum()) + len(typical)
-    signature = f"train {model_signature(raw)} | max_tokens {t.max_tokens} bucket {t.shape_bucket} | batch {tuple(batch.src.shape)} {tuple(batch.tgt_in.shape)}"
+    # The native kernels (train.cpu_native) change what the rest of a step costs: their own times.
+    native = " | native kernels" if native_training_kernels() is not None else ""
+    signature = f"train {model_signature(raw)} | max_tokens {t.max_tokens} bucket {t.shape_bucket} | batch {tuple(batch.src.shape)} {tuple(batch.tgt_in.shape)}{native}"
 
     def run() -> dict[str, torch.Tensor]:
         raw.train()
