@@ -1,0 +1,185 @@
+"""The native kernels of CPU training against PyTorch's operators, on the same batches, in one run.
+
+    python benchmarks/native_training.py [--config benchmarks/out/side_by_side/syntaxnmt.yaml]
+        [--batches 24] [--warmup 4] [--threads 2] [--json benchmarks/out/native_training.json]
+
+``train.cpu_native: auto`` computes three pieces of a CPU training update in the C kernels of
+``syntaxnmt/_native.c`` (docs/benchmarks.md, "Native kernels of training"): the attention of
+short sequences (:mod:`syntaxnmt.model.native_attention`), dropout
+(:mod:`syntaxnmt.model.dropout`) and the label-smoothed loss with its gradient
+(:func:`syntaxnmt.training.losses.native_smoothed_xent`); ``torch`` keeps PyTorch's operators.
+On a machine whose speed drifts by 10-15 % within minutes (a KVM guest), blocks of updates timed
+one after another compare the drift, not the code. This script therefore trains the side-by-side
+model (the config ``benchmarks/side_by_side.py`` writes) as ``benchmarks/speed.py`` does and
+times **every batch twice in a row**, once per setting (the order alternating from batch to
+batch), so that each pair sees the same batch on the same machine state. It prints the speed-up
+of the native kernels over the total time and the median of the per-batch ratios, and, for the
+shapes of the last batch, each kernel alone against its PyTorch counterpart (forward and
+backward). The figures and the machine (``syntaxnmt.runtime.machine_info``, load average before
+and after) also go to ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import syntaxnmt.__main__  # noqa: F401  (first: the command's OpenMP defaults, set before torch loads)
+
+# isort: split
+import torch
+import torch.nn.functional as F
+
+from syntaxnmt.config import load_config
+from syntaxnmt.data.batches import TokenBatchSampler
+from syntaxnmt.model import native_attention
+from syntaxnmt.model.dropout import dropout
+from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, native_training_kernels, set_native_training, with_load_after
+from syntaxnmt.textio import atomic_write_text
+from syntaxnmt.training.distributed import World
+from syntaxnmt.training.loop import seed_everything
+from syntaxnmt.training.train import SingleModel
+
+
+def best_ms(fn, repeats: int = 5) -> float:
+    """The fastest of ``repeats`` calls of ``fn``, in ms (after one untimed call)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times) * 1000
+
+
+def both(fn) -> dict[str, float]:
+    """``fn`` timed with the native kernels and with PyTorch's operators."""
+    out = {}
+    for name, on in (("native", True), ("torch", False)):
+        set_native_training(on)
+        out[name] = best_ms(fn)
+    set_native_training(True)
+    return out
+
+
+def kernels_alone(batch_shape: tuple[int, int], d_model: int, heads: int, ffn: int, vocab: int) -> dict[str, dict[str, float]]:
+    """Each kernel against PyTorch's operators at one batch's shapes (forward and backward)."""
+    b, t = batch_shape
+    d = d_model // heads
+    gen = torch.Generator().manual_seed(0)
+    figures: dict[str, dict[str, float]] = {}
+
+    def attention(causal: bool):
+        x = [torch.randn(b, t, d_model, generator=gen).requires_grad_() for _ in range(3)]
+        pad = torch.zeros(b, t, dtype=torch.bool)
+        pad[: b // 2, t - 2 :] = True
+        grad = torch.randn(b, t, d_model, generator=gen)
+
+        def run():
+            q, k, v = (y.view(b, t, heads, d).transpose(1, 2) for y in x)
+            if native_training_kernels() is not None:
+                out = native_attention.attention(q, k, v, None if causal else pad, causal)
+            elif causal:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=~pad[:, None, None, :])
+            torch.autograd.grad(out.transpose(1, 2).reshape(b, t, d_model), x, grad)
+
+        return run
+
+    figures[f"self-attention, causal ({b} x {heads} heads x {t} x {d})"] = both(attention(True))
+    figures[f"attention, padded keys ({b} x {heads} heads x {t} x {d})"] = both(attention(False))
+    xs = [torch.randn(b * t, width, generator=gen).requires_grad_() for width in [d_model] * 17 + [ffn] * 6]
+
+    def dropouts():
+        for x in xs:
+            y = dropout(x, 0.1, True)
+            torch.autograd.grad(y, x, y)
+
+    figures[f"dropout of an update (17 x {b * t} x {d_model}, 6 x {b * t} x {ffn})"] = both(dropouts)
+    from syntaxnmt.model.outputs import ModelOutput
+    from syntaxnmt.training.losses import sequence_loss
+
+    states = torch.randn(b * t, d_model, generator=gen).requires_grad_()
+    layer = torch.nn.Linear(d_model, vocab, bias=False)
+    target = torch.randint(4, vocab, (b * t,), generator=gen)
+
+    def loss():
+        value, _ = sequence_loss(ModelOutput(states, layer, encoder=None), target, 0.1)
+        torch.autograd.grad(value, [states, layer.weight])
+
+    figures[f"output layer and loss ({b * t} x {d_model} -> {vocab})"] = both(loss)
+    return figures
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="benchmarks/out/side_by_side/syntaxnmt.yaml")
+    ap.add_argument("--batches", type=int, default=24, help="batches, each timed once per setting")
+    ap.add_argument("--warmup", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", default="benchmarks/out/native_training.json", help="figures and the machine record")
+    args = ap.parse_args()
+    if native_training_kernels() is None:
+        sys.exit("native_training: syntaxnmt/_native.c was not built (pip install -e . with a C compiler) or this CPU lacks AVX2/FMA: nothing to compare")
+    keep_freed_memory()
+    torch.set_num_threads(args.threads)
+    machine = machine_info()
+    cfg = load_config(args.config)
+    seed_everything(cfg.seed)
+    task = SingleModel(cfg, World(), torch.device("cpu"), log=lambda *a, **k: None)
+    task.choose_cpu_kernels()  # as `syntaxnmt train` does (train.cpu_kernels; cached per machine)
+    set_native_training(True)
+    t = cfg.train
+    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, multiple=task.t.shape_bucket)
+    stream = sampler.stream(0, 0, 10**9)
+    step = 0
+    for _ in range(args.warmup):
+        task.update([next(stream)[2]], step)
+        step += 1
+    totals, ratios, tokens = {True: 0.0, False: 0.0}, [], 0
+    for i in range(args.batches):
+        batch = next(stream)[2]
+        seconds = {}
+        for on in (True, False) if i % 2 == 0 else (False, True):
+            set_native_training(on)
+            start = time.perf_counter()
+            n = task.update([batch], step)["tokens"]
+            seconds[on] = time.perf_counter() - start
+            step += 1
+        tokens += n
+        totals[True] += seconds[True]
+        totals[False] += seconds[False]
+        ratios.append(seconds[False] / seconds[True])
+    set_native_training(True)
+    figures = {
+        "batches": args.batches, "threads": torch.get_num_threads(), "tokens_per_update": tokens / args.batches,
+        "native_tok_s": tokens / totals[True], "torch_tok_s": tokens / totals[False],
+        "speedup_total": totals[False] / totals[True], "speedup_median_paired": statistics.median(ratios), "paired": ratios,
+    }
+    print(f"{args.batches} batches of the side-by-side model, each trained once per setting, {torch.get_num_threads()} threads, {tokens / args.batches:.0f} target tokens per update")
+    print(f"train.cpu_native auto:  {figures['native_tok_s']:7.0f} target tok/s")
+    print(f"train.cpu_native torch: {figures['torch_tok_s']:7.0f} target tok/s")
+    print(f"speed-up: {figures['speedup_total']:.3f}x over the total time, {figures['speedup_median_paired']:.3f}x median of the per-batch ratios "
+          f"(range {min(ratios):.2f}-{max(ratios):.2f})")
+    longest = int(max(task.split["src"].lengths[batch].max(), task.split["tgt"].lengths[batch].max())) + 1  # + EOS
+    mc = cfg.model
+    alone = kernels_alone((len(batch), longest), mc.d_model, mc.heads, mc.ffn_dim, task.raw.output.weight.size(0))
+    figures["kernels_ms"] = alone
+    print("each kernel alone, forward and backward, fastest of 5 (ms): native / torch")
+    for name, ms in alone.items():
+        print(f"  {name}: {ms['native']:.1f} / {ms['torch']:.1f} ({ms['torch'] / ms['native']:.2f}x)")
+    with_load_after(machine)
+    print(machine_summary(machine))
+    doc = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "config": args.config, **figures, "machine": machine}
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.json, json.dumps(doc, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
