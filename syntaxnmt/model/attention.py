@@ -11,7 +11,9 @@ per-batch inputs (tags, relation ids, parent positions) from the typed
 
 With no extension and no request for the weights, the fused
 :func:`torch.nn.functional.scaled_dot_product_attention` kernel computes the same thing faster
-(except for single queries on CPU, as in incremental decoding, where plain matrix products win).
+(except for single queries on CPU, as in incremental decoding, where plain matrix products or the
+native search step win, and for sequences of up to 128 positions on CPU, where the C kernels of
+:mod:`syntaxnmt.model.native_attention` do).
 """
 
 from __future__ import annotations

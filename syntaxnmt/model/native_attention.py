@@ -5,9 +5,9 @@
 
 At the sentence lengths of sentence-level NMT (Multi30k's batches: 12-32 positions, 4 heads of
 64) PyTorch's fused CPU kernel (``scaled_dot_product_attention``, flash attention) runs at about
-a tenth of the machine's arithmetic rate: its time goes to the bookkeeping of each (sentence,
+a seventh of the machine's arithmetic rate: its time goes to the bookkeeping of each (sentence,
 head) block, and attention took 8 % of a training update of the side-by-side model on a 2-core
-AVX2 EPYC (docs/benchmarks.md). :func:`attention` computes each block in
+AVX2 EPYC (docs/benchmarks.md, "Native kernels of training"). :func:`attention` computes each block in
 ``syntaxnmt/_native.c`` (``attention_forward``/``attention_backward``) with its rows in the L1
 cache, keeps the probabilities P (B, H, Tq, Tk) for the backward pass, reads the heads of the
 projections where they are and writes the output and the gradients in the (B, T, H, d) layout the
@@ -35,7 +35,7 @@ _native = native_kernels()
 
 MAX_LENGTH = 128
 """The longest query or key sequence the kernel takes; longer ones keep PyTorch's flash attention,
-whose blocking pays off there (docs/benchmarks.md, "Attention of training")."""
+whose blocking pays off there (docs/benchmarks.md, "Native kernels of training")."""
 
 
 def available() -> bool:
