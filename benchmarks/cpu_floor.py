@@ -36,14 +36,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from speed import training_task  # noqa: E402
+
 from syntaxnmt.config import load_config  # noqa: E402
 from syntaxnmt.data.batches import TokenBatchSampler, round_up  # noqa: E402
 from syntaxnmt.model import linear as linear_module  # noqa: E402
 from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after  # noqa: E402
 from syntaxnmt.textio import atomic_write_text  # noqa: E402
-from syntaxnmt.training.distributed import World  # noqa: E402
-from syntaxnmt.training.loop import seed_everything  # noqa: E402
-from syntaxnmt.training.train import SingleModel  # noqa: E402
 
 Product = tuple[tuple, tuple, tuple, tuple, bool]  # x shape, x stride, w shape, w stride, has bias
 
@@ -128,11 +127,8 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     machine = machine_info()
     cfg = load_config(args.config)
-    seed_everything(cfg.seed)
-    task = SingleModel(cfg, World(), torch.device("cpu"), log=lambda *a, **k: None)
+    task, stream = training_task(cfg, torch.device("cpu"), choose_kernels=False)  # the script's fixed oneDNN path
     t = cfg.train
-    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, multiple=task.t.shape_bucket)
-    stream = sampler.stream(0, 0, 10**9)
     for u in range(args.warmup):
         task.update([next(stream)[2] for _ in range(t.accum_steps)], u)
     groups = [[next(stream)[2] for _ in range(t.accum_steps)] for _ in range(args.updates)]

@@ -35,14 +35,13 @@ import torch
 import torch.nn.functional as F
 
 from syntaxnmt.config import load_config
-from syntaxnmt.data.batches import TokenBatchSampler
 from syntaxnmt.model import native_attention
 from syntaxnmt.model.dropout import dropout
 from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, native_training_kernels, set_native_training, with_load_after
 from syntaxnmt.textio import atomic_write_text
-from syntaxnmt.training.distributed import World
-from syntaxnmt.training.loop import seed_everything
-from syntaxnmt.training.train import SingleModel
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from speed import training_task  # noqa: E402
 
 
 def best_ms(fn, repeats: int = 5) -> float:
@@ -130,13 +129,8 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     machine = machine_info()
     cfg = load_config(args.config)
-    seed_everything(cfg.seed)
-    task = SingleModel(cfg, World(), torch.device("cpu"), log=lambda *a, **k: None)
-    task.choose_cpu_kernels()  # as `syntaxnmt train` does (train.cpu_kernels; cached per machine)
+    task, stream = training_task(cfg, torch.device("cpu"))
     set_native_training(True)
-    t = cfg.train
-    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, multiple=task.t.shape_bucket)
-    stream = sampler.stream(0, 0, 10**9)
     step = 0
     for _ in range(args.warmup):
         task.update([next(stream)[2]], step)

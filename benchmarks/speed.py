@@ -30,6 +30,7 @@ import os
 import resource
 import time
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -48,16 +49,26 @@ from syntaxnmt.training.loop import seed_everything
 from syntaxnmt.training.train import SingleModel
 
 
+def training_task(cfg, device, choose_kernels: bool = True) -> tuple[SingleModel, Iterator]:
+    """The training task of ``cfg`` seeded as ``syntaxnmt train`` builds it, its CPU kernels chosen
+    as the command chooses them (``train.cpu_kernels``, ``train.cpu_native``; cached per machine)
+    unless ``choose_kernels`` is False, and the endless stream of its batches (epoch after epoch:
+    ``(epoch, position, indices)``)."""
+    seed_everything(cfg.seed)
+    task = SingleModel(cfg, World(), device, log=lambda *a, **k: None)
+    if choose_kernels:
+        task.choose_cpu_kernels()
+    t = cfg.train
+    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, multiple=task.t.shape_bucket)
+    return task, sampler.stream(0, 0, 10**9)
+
+
 def measure_training(cfg, device, updates: int, warmup: int) -> float:
     """Target tokens/s of ``updates`` updates after ``warmup`` untimed ones (the batches of as many
     epochs as it takes), through the training task itself (CUDA graphs, static shapes, precision
     as configured)."""
-    seed_everything(cfg.seed)
-    task = SingleModel(cfg, World(), device, log=lambda *a, **k: None)
-    task.choose_cpu_kernels()  # as `syntaxnmt train` does (train.cpu_kernels; cached per machine)
+    task, stream = training_task(cfg, device)
     t = cfg.train
-    sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, multiple=task.t.shape_bucket)
-    stream = sampler.stream(0, 0, 10**9)
     tokens, start = 0, None
     for u in range(warmup + updates):
         if u == warmup:

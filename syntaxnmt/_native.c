@@ -348,6 +348,15 @@ static int parse_view(PyObject *o, void *out) {
     return 1;
 }
 
+/* The arguments of an attention call's blocks; else False with ValueError set. */
+static int blocks_ok(const char *name, long long b0, long long b1, long long H, long long Lq, long long Lk, long long d) {
+    if (b0 < 0 || b1 < b0 || H < 1 || Lq < 1 || Lk < 1 || d < 8 || d % 8 || !use_avx2) {
+        PyErr_Format(PyExc_ValueError, "%s: 0 <= b0 <= b1, H, Lq, Lk >= 1, d a multiple of 8, and an AVX2/FMA CPU", name);
+        return 0;
+    }
+    return 1;
+}
+
 #ifdef SYNTAXNMT_X86
 /* The dot products of a (d floats) with b0..b3, d a multiple of 8. */
 __attribute__((target("avx2,fma"))) static inline __m128 dot4(const float *a, const float *b0, const float *b1, const float *b2, const float *b3, int64_t d) {
@@ -415,12 +424,19 @@ __attribute__((target("avx2,fma"))) static inline void axpy(float w, const float
 }
 
 /* The probabilities of one query row in place: s (n scores, already scaled) -> softmax, zero at
- * padding (pad: Lk flags or NULL); a row with no key left becomes all zeros. */
+ * padding (pad: Lk flags or NULL); a row with no key left becomes all zeros. A NaN or +inf score
+ * (diverged weights) makes the row NaN, as in PyTorch's kernels: training must see it. */
 __attribute__((target("avx2,fma"))) static void softmax_row(float *s, int64_t n, const uint8_t *pad) {
     float m = -INFINITY;
+    int bad = 0;
     for (int64_t j = 0; j < n; j++) {
         if (pad && pad[j]) s[j] = -INFINITY;
+        bad |= s[j] != s[j] || s[j] == INFINITY;
         m = s[j] > m ? s[j] : m;
+    }
+    if (bad) {
+        for (int64_t j = 0; j < n; j++) s[j] = NAN;
+        return;
     }
     if (m == -INFINITY) {
         for (int64_t j = 0; j < n; j++) s[j] = 0.0f;
@@ -465,10 +481,14 @@ static inline void prefetch_block(const struct view *v, int64_t b, int64_t h, in
     }
 }
 
-/* The block after (b, h) in the order b, then h (b1: the end of the sentences). */
-static inline void next_block(int64_t *b, int64_t *h, int64_t H) {
-    if (++*h == H) *h = 0, ++*b;
+/* Prefetch the rows of the block after (b, h) (in the order b, then h; none after sentence b1 - 1)
+ * of the n views, views[i] with lengths[i] rows. */
+static inline void prefetch_next(const struct view *const *views, const int64_t *lengths, int n, int64_t b, int64_t h, int64_t b1, int64_t H, int64_t d) {
+    if (++h == H) h = 0, ++b;
+    if (b >= b1) return;
+    for (int i = 0; i < n; i++) prefetch_block(views[i], b, h, lengths[i], d);
 }
+
 
 /* work: 2 Lk d floats. */
 __attribute__((target("avx2,fma"))) static void forward_block(const struct view *q, const struct view *k, const struct view *v, const struct view *o, float *P, const uint8_t *pad, int64_t b, int64_t h, int64_t Lq, int64_t Lk, int64_t d, int causal, float scale, float *work) {
@@ -523,10 +543,7 @@ static PyObject *attention_forward(PyObject *self, PyObject *args) {
     int causal;
     double scale;
     if (!PyArg_ParseTuple(args, "O&O&O&O&KKLLLLLLpd", parse_view, &q, parse_view, &k, parse_view, &v, parse_view, &o, &P, &pad, &b0, &b1, &H, &Lq, &Lk, &d, &causal, &scale)) return NULL;
-    if (b0 < 0 || b1 < b0 || H < 1 || Lq < 1 || Lk < 1 || d < 8 || d % 8 || !use_avx2) {
-        PyErr_SetString(PyExc_ValueError, "attention_forward: 0 <= b0 <= b1, H, Lq, Lk >= 1, d a multiple of 8, and an AVX2/FMA CPU");
-        return NULL;
-    }
+    if (!blocks_ok("attention_forward", b0, b1, H, Lq, Lk, d)) return NULL;
 #ifdef SYNTAXNMT_X86
     float *probs = (float *)(uintptr_t)P, *work = malloc(2 * Lk * d * sizeof(float));
     if (!work) return PyErr_NoMemory();
@@ -534,12 +551,9 @@ static PyObject *attention_forward(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS;
     for (int64_t b = b0; b < b1; b++)
         for (int64_t h = 0; h < H; h++) {
-            int64_t nb = b, nh = h;
-            next_block(&nb, &nh, H);
-            if (nb < b1) {
-                prefetch_block(&k, nb, nh, Lk, d);
-                prefetch_block(&v, nb, nh, Lk, d);
-            }
+            const struct view *ahead[] = {&k, &v};
+            const int64_t lengths[] = {Lk, Lk};
+            prefetch_next(ahead, lengths, 2, b, h, b1, H, d);
             forward_block(&q, &k, &v, &o, probs + (b * H + h) * Lq * Lk, mask ? mask + b * Lk : NULL, b, h, Lq, Lk, d, causal, (float)scale, work);
         }
     Py_END_ALLOW_THREADS;
@@ -557,10 +571,7 @@ static PyObject *attention_backward(PyObject *self, PyObject *args) {
     int causal;
     double scale;
     if (!PyArg_ParseTuple(args, "O&O&O&O&O&O&O&KLLLLLLpd", parse_view, &q, parse_view, &k, parse_view, &v, parse_view, &dout, parse_view, &dq, parse_view, &dk, parse_view, &dv, &P, &b0, &b1, &H, &Lq, &Lk, &d, &causal, &scale)) return NULL;
-    if (b0 < 0 || b1 < b0 || H < 1 || Lq < 1 || Lk < 1 || d < 8 || d % 8 || !use_avx2) {
-        PyErr_SetString(PyExc_ValueError, "attention_backward: 0 <= b0 <= b1, H, Lq, Lk >= 1, d a multiple of 8, and an AVX2/FMA CPU");
-        return NULL;
-    }
+    if (!blocks_ok("attention_backward", b0, b1, H, Lq, Lk, d)) return NULL;
 #ifdef SYNTAXNMT_X86
     float *work = malloc(((3 * Lq + 4 * Lk) * d + Lk) * sizeof(float));
     if (!work) return PyErr_NoMemory();
@@ -568,12 +579,9 @@ static PyObject *attention_backward(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS;
     for (int64_t b = b0; b < b1; b++)
         for (int64_t h = 0; h < H; h++) {
-            int64_t nb = b, nh = h;
-            next_block(&nb, &nh, H);
-            if (nb < b1) {
-                const struct view *reads[] = {&q, &dout, &k, &v, &dq, &dk, &dv};
-                for (int i = 0; i < 7; i++) prefetch_block(reads[i], nb, nh, i == 0 || i == 1 || i == 4 ? Lq : Lk, d);
-            }
+            const struct view *ahead[] = {&q, &dout, &dq, &k, &v, &dk, &dv};
+            const int64_t lengths[] = {Lq, Lq, Lq, Lk, Lk, Lk, Lk};
+            prefetch_next(ahead, lengths, 7, b, h, b1, H, d);
             backward_block(&q, &k, &v, &dout, &dq, &dk, &dv, probs + (b * H + h) * Lq * Lk, b, h, Lq, Lk, d, causal, (float)scale, work);
         }
     Py_END_ALLOW_THREADS;
@@ -608,6 +616,11 @@ __attribute__((target("avx2,fma"))) static void xent_row(float *z, int64_t V, in
     for (; j < V; j++) {
         m = z[j] > m ? z[j] : m;
         total += z[j];
+    }
+    if (!isfinite(total)) { /* a NaN or infinite logit (diverged weights): NaN loss and gradient, as in PyTorch */
+        for (j = 0; j < V; j++) z[j] = NAN;
+        *loss = *nll = NAN;
+        return;
     }
     __m256 mm = _mm256_set1_ps(m), s0 = _mm256_setzero_ps(), s1 = s0;
     for (j = 0; j + 16 <= V; j += 16) {
@@ -699,9 +712,9 @@ __attribute__((target("avx2,fma"))) static void dropout_groups(const float *x, f
             __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_srli_epi32(w[k], 8), below));
             bits[g * 4 + k] = (uint8_t)_mm256_movemask_ps(keep);
             if (i + 8 <= n)
-                _mm256_storeu_ps(out + i, _mm256_and_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), sc), keep));
+                _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_and_ps(sc, keep))); /* x * 0 keeps a NaN, as x * mask does */
             else
-                for (int64_t j = i; j < n; j++) out[j] = (bits[g * 4 + k] >> (j - i)) & 1 ? x[j] * scale : 0.0f;
+                for (int64_t j = i; j < n; j++) out[j] = x[j] * ((bits[g * 4 + k] >> (j - i)) & 1 ? scale : 0.0f);
         }
     }
 }
@@ -714,9 +727,9 @@ __attribute__((target("avx2,fma"))) static void dropout_back_groups(const float 
         if (i >= n) break;
         if (i + 8 <= n) {
             __m256i kept = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits[b]), bit), bit);
-            _mm256_storeu_ps(out + i, _mm256_and_ps(_mm256_mul_ps(_mm256_loadu_ps(grad + i), sc), _mm256_castsi256_ps(kept)));
+            _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(grad + i), _mm256_and_ps(sc, _mm256_castsi256_ps(kept))));
         } else
-            for (int64_t j = i; j < n; j++) out[j] = (bits[b] >> (j - i)) & 1 ? grad[j] * scale : 0.0f;
+            for (int64_t j = i; j < n; j++) out[j] = grad[j] * ((bits[b] >> (j - i)) & 1 ? scale : 0.0f);
     }
 }
 #endif

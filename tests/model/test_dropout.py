@@ -138,3 +138,13 @@ def test_the_kernel_refuses_bad_arguments():
         kernels.dropout_forward(x.data_ptr(), x.data_ptr(), 0, 64, 0, 1.0, 1, 0, 2)
     with pytest.raises(ValueError, match="g1"):
         kernels.dropout_forward(x.data_ptr(), x.data_ptr(), 0, 64, 10, 1.0, 1, 0, 3)
+
+
+@needs_kernels
+def test_a_nan_stays_a_nan_dropped_or_kept():
+    """x * mask keeps NaN where a unit is dropped (0 * NaN); the kernel must too: a diverged run has
+    to show in its loss."""
+    x = torch.randn(1000)
+    x[::7] = float("nan")
+    y = dropout(x, 0.5, True)
+    assert torch.equal(y.isnan(), x.isnan())

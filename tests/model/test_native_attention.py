@@ -137,3 +137,13 @@ def test_bad_arguments_are_refused():
     view = (q.data_ptr(), *q.stride()[:3])
     with pytest.raises(ValueError, match="multiple of 8"):
         kernels.attention_forward(view, view, view, view, 0, 0, 0, 2, 4, 5, 5, 12, False, 1.0)
+
+
+def test_a_nan_reaches_the_output_as_in_pytorchs_kernel():
+    """Diverged weights must show in the loss (training stops on a NaN dev loss): a NaN score
+    makes its row NaN instead of being dropped by the softmax's maximum."""
+    q, k, v = (torch.randn(2, 4, 5, 16) for _ in range(3))
+    k[1, 0, 2, 0] = float("nan")
+    out = native_attention.attention(q, k, v, causal=True)
+    assert out[1, 0, 2:].isnan().all() and not out[1, 0, :2].isnan().any()  # causal: rows 0-1 never see key 2
+    assert not out[0].isnan().any() and not out[1, 1:].isnan().any()

@@ -110,6 +110,15 @@ def test_the_native_loss_and_gradient_equal_pytorchs(v, eps):
 
 
 @needs_kernels
+def test_a_nan_logit_makes_the_native_loss_and_its_row_nan():
+    z = torch.randn(3, 20)
+    z[1, 5] = float("nan")
+    loss, nll = native_smoothed_xent(z, torch.tensor([0, 1, 2]), 0.0)
+    assert loss.isnan() and nll.isnan()
+    assert z[1].isnan().all() and not z[0].isnan().any() and not z[2].isnan().any()
+
+
+@needs_kernels
 def test_the_native_loss_refuses_a_class_outside_the_vocabulary():
     with pytest.raises(IndexError, match="target class"):
         native_smoothed_xent(torch.zeros(3, 5), torch.tensor([0, 5, 1]), 0.1)
