@@ -75,6 +75,16 @@ def native_training_kernels():
 _pool: ThreadPoolExecutor | None = None
 
 
+def _forget_pool() -> None:
+    """In a forked child the pool's threads do not exist: a part submitted to it would never run."""
+    global _pool
+    _pool = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 def in_threads(work: Callable[[int, int], None], n: int, min_per_thread: int = 1) -> None:
     """Run ``work(a, b)`` over the parts ``[a, b)`` of ``range(n)`` on ``torch.get_num_threads()``
     threads (fewer when a part would have under ``min_per_thread`` items): one part in this

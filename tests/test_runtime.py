@@ -268,3 +268,28 @@ def test_the_command_makes_openmp_threads_spin_briefly_unless_the_user_chose():
     shown = _openmp_display(["-m", "syntaxnmt", "--version"])
     assert "GOMP_SPINCOUNT = '3000'" in shown and "300000" not in shown
     assert "OMP_WAIT_POLICY = 'ACTIVE'" in _openmp_display(["-m", "syntaxnmt", "--version"], OMP_WAIT_POLICY="ACTIVE")
+
+
+def test_in_threads_runs_in_a_forked_child():
+    """A child forked after the shared pool started has no pool threads: its parts must still run
+    (the pool is forgotten at fork), not wait forever."""
+    import signal as _signal
+
+    from syntaxnmt.runtime import in_threads
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        seen: list[tuple[int, int]] = []
+        in_threads(lambda a, b: seen.append((a, b)), 100)  # starts the pool
+        assert sorted(seen) == [(0, 50), (50, 100)]
+        pid = os.fork()
+        if pid == 0:  # the child: killed by the alarm if a part never runs
+            _signal.alarm(20)
+            parts: list[tuple[int, int]] = []
+            in_threads(lambda a, b: parts.append((a, b)), 100)
+            os._exit(0 if sorted(parts) == [(0, 50), (50, 100)] else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    finally:
+        torch.set_num_threads(threads)

@@ -23,6 +23,7 @@ other devices, whose dropout kernels are fused, it calls ``torch.nn.functional.d
 from __future__ import annotations
 
 import math
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -34,6 +35,16 @@ from syntaxnmt.runtime import in_threads, native_training_kernels
 
 BLOCK = 1 << 18  # uniform numbers per seed: the result does not depend on the thread count
 _pool: ThreadPoolExecutor | None = None
+
+
+def _forget_pool() -> None:
+    """In a forked child the pool's threads do not exist (:func:`syntaxnmt.runtime.in_threads` does the same)."""
+    global _pool
+    _pool = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _fill(out: np.ndarray, seed: int) -> None:
