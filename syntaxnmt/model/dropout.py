@@ -23,8 +23,6 @@ other devices, whose dropout kernels are fused, it calls ``torch.nn.functional.d
 from __future__ import annotations
 
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -34,17 +32,6 @@ from torch import Tensor, nn
 from syntaxnmt.runtime import in_threads, native_training_kernels
 
 BLOCK = 1 << 18  # uniform numbers per seed: the result does not depend on the thread count
-_pool: ThreadPoolExecutor | None = None
-
-
-def _forget_pool() -> None:
-    """In a forked child the pool's threads do not exist (:func:`syntaxnmt.runtime.in_threads` does the same)."""
-    global _pool
-    _pool = None
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _fill(out: np.ndarray, seed: int) -> None:
@@ -54,22 +41,18 @@ def _fill(out: np.ndarray, seed: int) -> None:
 def uniform_like(x: Tensor) -> Tensor:
     """float32 numbers ~ U[0, 1) shaped like ``x`` (CPU): NumPy's PCG64, one stream per block of
     :data:`BLOCK` numbers seeded from torch's generator, blocks filled on ``torch.get_num_threads()``
-    threads (NumPy releases the GIL while filling)."""
-    global _pool
+    threads (:func:`~syntaxnmt.runtime.in_threads`; NumPy releases the GIL while filling)."""
     n = x.numel()
     out = np.empty(n, dtype=np.float32)
     starts = range(0, n, BLOCK)
     seeds = torch.randint(0, 2**62, (len(starts),), dtype=torch.int64).tolist()
     jobs = [(out[s : s + BLOCK], seed) for s, seed in zip(starts, seeds)]
-    threads = torch.get_num_threads()
-    if threads > 1 and len(jobs) > 1:
-        if _pool is None or _pool._max_workers != threads:
-            _pool = ThreadPoolExecutor(threads, thread_name_prefix="syntaxnmt-dropout")
-        for f in [_pool.submit(_fill, *job) for job in jobs]:
-            f.result()
-    else:
-        for job in jobs:
+
+    def fill(a: int, b: int) -> None:
+        for job in jobs[a:b]:
             _fill(*job)
+
+    in_threads(fill, len(jobs))
     return torch.from_numpy(out).view(x.shape)
 
 
