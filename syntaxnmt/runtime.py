@@ -67,7 +67,7 @@ def set_native_training(on: bool) -> None:
 
 
 def native_training_kernels():
-    """:func:`native_kernels` for training's kernels (whole-sequence attention, the loss), or None
+    """:func:`native_kernels` for training's kernels (whole-sequence attention, dropout, the loss), or None
     where they are missing or turned off (:func:`set_native_training`)."""
     return native_kernels() if _native_training else None
 

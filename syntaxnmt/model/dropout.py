@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from syntaxnmt.runtime import in_threads, native_training_kernels
+from syntaxnmt.runtime import in_threads, native_kernels, native_training_kernels
 
 BLOCK = 1 << 18  # uniform numbers per seed: the result does not depend on the thread count
 
@@ -74,16 +74,16 @@ class _NativeDropout(torch.autograd.Function):
         threshold, scale = max(1, math.ceil(p * 2**24)), 1.0 / (1.0 - p)
         in_threads(lambda a, b: native.dropout_forward(x.data_ptr(), out.data_ptr(), bits.data_ptr(), n, threshold, scale, seed, a, b), groups, _MIN_GROUPS_PER_THREAD)
         ctx.save_for_backward(bits)
-        ctx.scale, ctx.n = scale, n
+        ctx.scale = scale
         return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        native = native_training_kernels()
+        native = native_kernels()  # the forward pass ran the kernel: whatever the switch says now
         (bits,) = ctx.saved_tensors
         grad = grad.contiguous()
         out = torch.empty_like(grad)
-        in_threads(lambda a, b: native.dropout_backward(grad.data_ptr(), out.data_ptr(), bits.data_ptr(), ctx.n, ctx.scale, a, b), bits.numel() // 4, _MIN_GROUPS_PER_THREAD)
+        in_threads(lambda a, b: native.dropout_backward(grad.data_ptr(), out.data_ptr(), bits.data_ptr(), grad.numel(), ctx.scale, a, b), bits.numel() // 4, _MIN_GROUPS_PER_THREAD)
         return out, None
 
 

@@ -38,11 +38,6 @@ MAX_LENGTH = 128
 whose blocking pays off there (docs/benchmarks.md, "Native kernels of training")."""
 
 
-def available() -> bool:
-    """True when the kernel was built and runs on this CPU (AVX2/FMA)."""
-    return _native is not None
-
-
 def usable(q: Tensor, k: Tensor, dropout_p: float, causal: bool) -> bool:
     """Whether :func:`attention` computes this attention (see the module docstring)."""
     return (
@@ -98,7 +93,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None =
     keys where ``key_padding_mask`` (B, Tk) is True are ignored, and with ``causal`` (Tq = Tk)
     query i sees keys j <= i; a query with no key left gets zeros (PyTorch's kernel gives NaN or
     zeros there). Returns (B, H, Tq, d), stored as (B, Tq, H, d). Differentiable in q, k and v.
-    Only where :func:`usable`; raises RuntimeError where the kernel is not :func:`available`."""
+    Only where :func:`usable`; raises RuntimeError where the kernel was not built for this CPU."""
     if _native is None:
         raise RuntimeError("the native kernel syntaxnmt/_native.c was not built (install with a C compiler: pip install -e .) or this CPU lacks AVX2/FMA")
     if key_padding_mask is not None and key_padding_mask.shape != (q.size(0), k.size(2)):
