@@ -7,9 +7,9 @@ Runs the calibration of ``train.cpu_kernels: auto`` (syntaxnmt/model/kernels.py)
 reading or writing the user's cache, on a Transformer of these sizes (the recipe model of the
 side-by-side by default: d_model 256, FFN 1024, 3+3 layers, 8k joint vocabulary), as a run does at
 start-up: training steps (forward and backward of one batch of ``--max-tokens`` tokens, sentences
-of ``--length`` - 4 to ``--length`` pieces, padded to the CPU shape bucket) of the four candidates
-kernels {oneDNN, ATen} x row packing {on, off}, then decoding steps (a forced beam-5 decode of 8
-sentences, 10 steps) of {oneDNN, ATen}, each within ``--budget`` seconds. Prints per candidate
+of ``--length`` - 4 to ``--length`` pieces, padded to the CPU shape bucket) of the candidates
+kernels {oneDNN, ATen, OpenBLAS} x row packing {on, off}, then decoding steps (a forced beam-5
+decode of 8 sentences, 10 steps) of {oneDNN, ATen, OpenBLAS}, each within ``--budget`` seconds. Prints per candidate
 the fastest timed step (after a warm-up step) and the one chosen, then the machine record (load
 average before and after); both go to ``--json`` (default benchmarks/out/cpu_kernels.json).
 Times, not a timed test: on a busy machine they move from run to run.

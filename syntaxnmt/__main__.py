@@ -12,6 +12,14 @@ wakes the threads through the kernel before every operation, 12 % of quiet train
 speed beside a busy process (docs/benchmarks.md, "Thread policy"). A user who sets
 ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` keeps them. The number of threads is chosen later, by
 :func:`syntaxnmt.runtime.configure_threads`.
+
+numpy's OpenBLAS (the third kernel choice of the linear layers, :mod:`syntaxnmt.model.blas`) has
+a thread pool of its own, whose idle threads spin for ``2**OPENBLAS_THREAD_TIMEOUT`` cycles
+(default 2**28, about 0.1 s) before they sleep -- holding the core that torch's next operator
+wants. ``OPENBLAS_THREAD_TIMEOUT=4`` (the least it takes) makes them sleep at once, which costs a
+wake-up of some microseconds per product of a millisecond or more; read when numpy loads OpenBLAS,
+so set here too. Paired training updates on a 2-core AVX2 EPYC: OpenBLAS 0.94x ATen with the
+default spin, 1.03-1.11x with this one (docs/benchmarks.md, "OpenBLAS products").
 """
 
 from __future__ import annotations
@@ -21,14 +29,16 @@ from typing import Mapping
 
 OPENMP_DEFAULTS = {"GOMP_SPINCOUNT": "3000"}
 USER_WAIT_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")  # either one means the user chose how threads wait
+OPENBLAS_DEFAULTS = {"OPENBLAS_THREAD_TIMEOUT": "4"}
+USER_OPENBLAS_SETTINGS = ("OPENBLAS_THREAD_TIMEOUT", "GOTO_THREAD_TIMEOUT")
 
 
 def openmp_defaults(environ: Mapping[str, str]) -> dict[str, str]:
     """The variables to add to ``environ``: :data:`OPENMP_DEFAULTS`, unless the user set how
-    OpenMP threads wait (an empty value counts as unset)."""
-    if any(environ.get(k, "").strip() for k in USER_WAIT_SETTINGS):
-        return {}
-    return dict(OPENMP_DEFAULTS)
+    OpenMP threads wait, and :data:`OPENBLAS_DEFAULTS`, unless the user set how OpenBLAS threads
+    wait (an empty value counts as unset)."""
+    chosen = lambda names: any(environ.get(k, "").strip() for k in names)  # noqa: E731
+    return {**({} if chosen(USER_WAIT_SETTINGS) else OPENMP_DEFAULTS), **({} if chosen(USER_OPENBLAS_SETTINGS) else OPENBLAS_DEFAULTS)}
 
 
 os.environ.update(openmp_defaults(os.environ))

@@ -445,7 +445,7 @@ def cmd_demo(args, extra) -> None:
 def _threads_flag(s: argparse.ArgumentParser, what: str = "") -> None:
     """``--threads N``: torch CPU threads of the command (:func:`syntaxnmt.runtime.configure_threads`)."""
     s.add_argument("--threads", type=int, help=f"torch CPU threads{what} (default: every core, fewer when other processes keep cores busy; docs/benchmarks.md)")
-    s.add_argument("--cpu-kernels", choices=KERNEL_MODES, help="the linear layers' CPU kernels: auto (time whole steps of the model with oneDNN and with ATen, once per machine and model: cached), onednn or aten (default: " + DEFAULT_CPU_KERNELS + (", or train.cpu_kernels" if "train." in what else "") + ")")
+    s.add_argument("--cpu-kernels", choices=KERNEL_MODES, help="the linear layers' CPU kernels: auto (time whole steps of the model with oneDNN, ATen and OpenBLAS, once per machine and model: cached), onednn, aten or openblas (default: " + DEFAULT_CPU_KERNELS + (", or train.cpu_kernels" if "train." in what else "") + ")")
 
 
 

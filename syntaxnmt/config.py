@@ -482,7 +482,7 @@ class MultitaskConfig(_Section):
         return bool(self.tasks())
 
 
-DEFAULT_CPU_KERNELS: Literal["auto", "onednn", "aten"] = "auto"
+DEFAULT_CPU_KERNELS: Literal["auto", "onednn", "aten", "openblas"] = "auto"
 """``train.cpu_kernels`` and ``--cpu-kernels`` when unset: ``auto``, the whole-step calibration,
 which won end to end on a quiet machine (1.11-1.13x the fixed rule in training, 1.05-1.07x in
 decoding) and costs ``syntaxnmt demo`` 2.5 s once (docs/benchmarks.md, "CPU kernel choice")."""
@@ -536,13 +536,14 @@ class TrainConfig(_Section):
     tensorboard: bool = True
     threads: NonNegativeInt = 0
     """torch CPU threads (0: the command's thread policy, :func:`syntaxnmt.runtime.configure_threads`: every core, fewer when other processes keep cores busy)."""
-    cpu_kernels: Literal["auto", "onednn", "aten"] = DEFAULT_CPU_KERNELS
+    cpu_kernels: Literal["auto", "onednn", "aten", "openblas"] = DEFAULT_CPU_KERNELS
     """The path of the linear layers' float32 products on CPU (:mod:`syntaxnmt.model.kernels`):
     ``auto`` (the default) times whole training steps of the run's model with each kernel choice
     and with row packing on and off (``row_packing``) at start-up (up to 15 s, once per machine and
     model: cached) and takes the fastest; ``onednn`` (oneDNN wherever the fixed rule of
-    :mod:`syntaxnmt.model.linear` lets it run) or ``aten`` decide without timing
-    (docs/benchmarks.md, "CPU kernel choice").
+    :mod:`syntaxnmt.model.linear` lets it run), ``aten`` (MKL's sgemm) or ``openblas`` (numpy's
+    OpenBLAS, :mod:`syntaxnmt.model.blas`) decide without timing (docs/benchmarks.md, "CPU kernel
+    choice", "OpenBLAS products").
     The choice is recorded in the checkpoints, and ``--resume`` reuses it (exact resume) unless
     this key or ``row_packing`` changed; ``SYNTAXNMT_CPU_KERNELS`` overrides it."""
     row_packing: Literal["auto", "on", "off"] = "auto"

@@ -303,6 +303,41 @@ def describe_threads() -> str:
 _cpu_kernels: dict | None = None
 
 
+@lru_cache(maxsize=1)
+def _openblas():
+    """threadpoolctl's controller of numpy's OpenBLAS, or None (numpy built with another BLAS)."""
+    from threadpoolctl import ThreadpoolController
+
+    found = ThreadpoolController().select(internal_api="openblas")
+    return found.lib_controllers[0] if found.lib_controllers else None
+
+
+_openblas_threads: int | None = None
+
+
+def openblas_available() -> bool:
+    """Whether numpy's BLAS is OpenBLAS (the PyPI wheels' scipy-openblas), whose threads this process can set."""
+    return _openblas() is not None
+
+
+def openblas_threads() -> None:
+    """Give numpy's OpenBLAS torch's current thread count (the policy may change it while a command
+    runs, :class:`ThreadWatch`); a no-op when it already has it. Before each OpenBLAS product."""
+    global _openblas_threads
+    n = torch.get_num_threads()
+    if n != _openblas_threads:
+        _openblas().set_num_threads(n)
+        _openblas_threads = n
+
+
+def _openblas_info() -> dict | None:
+    lib = _openblas()
+    if lib is None:
+        return None
+    info = lib.info()
+    return {k: info.get(k) for k in ("version", "architecture", "num_threads", "threading_layer")} | {"thread_timeout": os.environ.get("OPENBLAS_THREAD_TIMEOUT")}
+
+
 def record_cpu_kernels(summary: dict | None) -> None:
     """Keep the CPU kernel choice of this process (:func:`syntaxnmt.model.kernels.prepare`) for
     :func:`machine_info`."""
@@ -399,8 +434,9 @@ def machine_info() -> dict:
     :data:`ISA_FLAGS` and any ``amx_*``, the kernels torch dispatches to, and the limits set on
     the libraries' instruction set (``isa_limits``: :data:`ISA_VARIABLES` set in the environment,
     e.g. by ``--isa avx2``, else None; ``isa_note`` in words)), torch and its oneDNN,
-    MKL and OpenMP, the thread settings (torch's threads, :data:`THREAD_VARIABLES`, the thread
-    policy's reason), the CPU kernel choice of the linear layers when a model has made one
+    MKL and OpenMP, numpy's OpenBLAS (``openblas``: version, kernel architecture, threads,
+    ``OPENBLAS_THREAD_TIMEOUT``; None when numpy has another BLAS), the thread settings (torch's
+    threads, :data:`THREAD_VARIABLES`, the thread policy's reason), the CPU kernel choice of the linear layers when a model has made one
     (``cpu_kernels``: :func:`syntaxnmt.model.kernels.prepare`'s summary: mode, choice and whole-step times, else None) and the load average when called (``load_average_before``; a benchmark adds
     ``load_average_after`` with :func:`with_load_after`)."""
     model, flags, physical = _cpuinfo()
@@ -427,6 +463,7 @@ def machine_info() -> dict:
         "mkl": _config_version(r"Math Kernel Library Version ([\w.]+)", config) if torch.backends.mkl.is_available() else None,
         "openmp": _config_version(r"OpenMP (\d+)", config),
         "openmp_runtimes": _openmp_runtimes(),
+        "openblas": _openblas_info(),
         "torch_threads": torch.get_num_threads(),
         "thread_policy": _threads_note or None,
         "env": {k: os.environ.get(k) for k in THREAD_VARIABLES},
@@ -453,6 +490,12 @@ def _openmp_shown(info: dict) -> str:
     return shown + (f" (+{others} other cop{'y' if others == 1 else 'ies'})" if others > 0 else "")
 
 
+def _openblas_shown(info: dict) -> str:
+    """numpy's OpenBLAS and its kernels' architecture (``0.3.31 Haswell``), ``-`` without one."""
+    blas = info.get("openblas")
+    return f"{blas['version']} {blas['architecture']}" if blas else "-"
+
+
 def machine_summary(info: dict) -> str:
     """:func:`machine_info` in two lines for a benchmark's printed table."""
     isa = " ".join(f for f, present in info["isa"].items() if present) or "none of " + ", ".join(ISA_FLAGS[:4])
@@ -473,7 +516,7 @@ def machine_summary(info: dict) -> str:
         kernels_shown = f"; cpu kernels {kernels['mode']}" + (f" -> {kernels['choice']}" if kernels.get("choice") else "") if kernels else ""
     return (
         f"machine: {info['cpu']}, {cores}; ISA {isa} (torch kernels {info['torch_cpu_capability']}); "
-        f"torch {info['torch']}, oneDNN {info['onednn'] or '-'}, MKL {info['mkl'] or '-'}, OpenMP {_openmp_shown(info)}\n"
+        f"torch {info['torch']}, oneDNN {info['onednn'] or '-'}, MKL {info['mkl'] or '-'}, OpenBLAS {_openblas_shown(info)}, OpenMP {_openmp_shown(info)}\n"
         f"threads: torch {info['torch_threads']}" + (f" {info['thread_policy']}" if info.get("thread_policy") else "") + f", {env}; "
         f"load average (1/5/15 min) before {load('load_average_before')}{after}{kernels_shown}"
     )

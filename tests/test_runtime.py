@@ -247,10 +247,12 @@ def test_translation_applies_the_thread_policy_between_batches(capsys, caplog, t
 
 
 def test_openmp_defaults_keep_what_the_user_set():
-    assert openmp_defaults({}) == {"GOMP_SPINCOUNT": "3000"}
-    assert openmp_defaults({"OMP_WAIT_POLICY": ""}) == {"GOMP_SPINCOUNT": "3000"}  # empty: unset
-    assert openmp_defaults({"OMP_WAIT_POLICY": "ACTIVE"}) == {}
-    assert openmp_defaults({"GOMP_SPINCOUNT": "300000"}) == {}
+    both = {"GOMP_SPINCOUNT": "3000", "OPENBLAS_THREAD_TIMEOUT": "4"}
+    assert openmp_defaults({}) == both
+    assert openmp_defaults({"OMP_WAIT_POLICY": ""}) == both  # empty: unset
+    assert openmp_defaults({"OMP_WAIT_POLICY": "ACTIVE"}) == {"OPENBLAS_THREAD_TIMEOUT": "4"}
+    assert openmp_defaults({"GOMP_SPINCOUNT": "300000"}) == {"OPENBLAS_THREAD_TIMEOUT": "4"}
+    assert openmp_defaults({"GOTO_THREAD_TIMEOUT": "20"}) == openmp_defaults({"OPENBLAS_THREAD_TIMEOUT": "20"}) == {"GOMP_SPINCOUNT": "3000"}
 
 
 def _openmp_display(argv: list[str], **env: str) -> str:

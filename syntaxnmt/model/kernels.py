@@ -1,7 +1,8 @@
 """CPU kernel and layout choice, by timing whole steps of the model on the machine at hand.
 
-:mod:`syntaxnmt.model.linear` can run a float32 CPU product through oneDNN's inner-product kernel
-or through ATen (``F.linear``: MKL's or OpenBLAS's sgemm), and CPU training can compute the
+:mod:`syntaxnmt.model.linear` can run a float32 CPU product through oneDNN's inner-product kernel,
+through ATen (``F.linear``: MKL's sgemm in the PyPI wheels) or through numpy's OpenBLAS
+(:mod:`syntaxnmt.model.blas`), and CPU training can compute the
 position-wise products on the non-padding rows only (row packing,
 :attr:`~syntaxnmt.model.transformer.Transformer.pack_granule`). Which is faster depends on the
 instruction set, the thread count and the shapes: oneDNN won 1.4x on the AVX-512 EPYC where the
@@ -11,7 +12,7 @@ kernel choice"), so ``auto`` times **whole steps** of the run's own model:
 
 - ``auto``: :func:`prepare` runs a few steps of each candidate configuration -- in training
   (:func:`syntaxnmt.training.step.timing_step`: forward and backward of one real batch of the run's
-  typical shape, no optimizer step) the kernels {oneDNN, ATen} x row packing {on, off}, in
+  typical shape, no optimizer step) the kernels {oneDNN, ATen, OpenBLAS} x row packing {on, off}, in
   inference (:func:`syntaxnmt.decoding.translate.decoding_step`: a short forced beam-5 decode)
   the kernels -- one warm-up step each, then rounds of one timed step per candidate (the order
   rotating) while the next round fits in :data:`BUDGET_S`; the fastest step of each counts and
@@ -23,7 +24,9 @@ kernel choice"), so ``auto`` times **whole steps** of the run's own model:
   and timed again by the next run on a quieter machine;
 - ``onednn``: oneDNN wherever :mod:`~syntaxnmt.model.linear` allows it (without autograd, and in
   training on bucketed shapes), row packing on: the fixed rule;
-- ``aten``: ATen everywhere, row packing on.
+- ``aten``: ATen everywhere, row packing on;
+- ``openblas``: numpy's OpenBLAS for every product of the linear layers (ATen where numpy has
+  another BLAS), row packing on.
 
 ``train.row_packing`` (``on``/``off``), when set, fixes the packing (``auto`` calibrates it in
 mode ``auto``, and is on otherwise); ``train.shape_bucket`` is never calibrated (it changes the
@@ -60,10 +63,10 @@ from torch import nn
 from syntaxnmt.config import DEFAULT_CPU_KERNELS
 from syntaxnmt.errors import UserError
 from syntaxnmt.model import linear as lin
-from syntaxnmt.runtime import load_average, machine_info, record_cpu_kernels
+from syntaxnmt.runtime import load_average, machine_info, openblas_available, record_cpu_kernels
 from syntaxnmt.textio import atomic_write_text
 
-MODES = ("auto", "onednn", "aten")
+MODES = ("auto", "onednn", "aten", "openblas")
 PACKING = ("auto", "on", "off")
 BUDGET_S = 15.0
 """Seconds a calibration may spend stepping beyond its first two rounds: the warm-up round and
@@ -90,7 +93,7 @@ class Choice:
     """One candidate configuration: the linear layers' kernels and, in training, row packing (None:
     a choice for inference, where nothing is packed)."""
 
-    kernels: str  # "onednn" | "aten"
+    kernels: str  # "onednn" | "aten" | "openblas"
     packing: bool | None = None
 
     @property
@@ -104,7 +107,7 @@ class Choice:
         if not isinstance(name, str):
             return None
         kernels, _, packing = name.partition(", ")
-        if kernels not in ("onednn", "aten") or packing not in ("", "row packing", "no packing"):
+        if kernels not in lin.KERNELS or packing not in ("", "row packing", "no packing"):
             return None
         return cls(kernels, None if not packing else packing == "row packing")
 
@@ -122,15 +125,15 @@ def configure(mode: str | None) -> str:
             raise UserError(f"cpu kernels {mode!r}: expected one of {', '.join(MODES)}")
         _mode = mode
         if mode != "auto":
-            lin.set_onednn(mode == "onednn")
+            lin.set_kernels(mode)
     return _mode
 
 
 def install(model: nn.Module, choice: Choice) -> None:
     """Make ``model`` (and the process's linear layers) compute with ``choice``: the kernels for
-    every model of the process (:func:`syntaxnmt.model.linear.set_onednn`), the packing for the
+    every model of the process (:func:`syntaxnmt.model.linear.set_kernels`), the packing for the
     modules of ``model`` that pack rows (those with a ``pack_granule``; their class's granule, or 0)."""
-    lin.set_onednn(choice.kernels == "onednn")
+    lin.set_kernels(choice.kernels)
     if choice.packing is not None:
         for m in model.modules():
             default = getattr(type(m), "pack_granule", None)
@@ -308,11 +311,12 @@ def write_cache(path: Path, doc: dict) -> None:
 
 def candidates_for(mode: str, row_packing: str | None) -> list[Choice]:
     """The configurations ``mode`` and ``row_packing`` leave open (``row_packing`` None: inference,
-    nothing packed): a fixed mode or packing is one value; ``auto`` kernels are both (oneDNN
-    first: the default's), ``auto`` packing is both in mode ``auto`` and on otherwise (the rule)."""
-    kernels = ["onednn", "aten"] if mode == "auto" else [mode]
-    if not lin.enabled():
-        kernels = ["aten"]
+    nothing packed): a fixed mode or packing is one value; ``auto`` kernels are all three (oneDNN
+    first: the default's), ``auto`` packing is both in mode ``auto`` and on otherwise (the rule).
+    oneDNN is left out where its linears are off, OpenBLAS where numpy has another BLAS (ATen
+    stands in for a fixed mode that is not available)."""
+    kernels = list(lin.KERNELS) if mode == "auto" else [mode]
+    kernels = [k for k in kernels if (k != "onednn" or lin.enabled()) and (k != "openblas" or openblas_available())] or ["aten"]
     if row_packing is None:
         packing: list[bool | None] = [None]
     elif row_packing == "auto":
@@ -390,11 +394,13 @@ def prepare(
         choice, summary["reason"] = reuse, "recorded in the run, reused without timing: exact resume"
     elif len(candidates) == 1 or timing is None:
         choice = candidates[0]
-        if mode != "aten" and not lin.enabled():
+        if mode == "openblas" and choice.kernels != "openblas":
+            why = "numpy's BLAS is not OpenBLAS: ATen everywhere"
+        elif mode in ("auto", "onednn") and not lin.enabled() and choice.kernels == "aten":
             why = "oneDNN linears unavailable or off (SYNTAXNMT_ONEDNN_LINEAR=0): ATen everywhere"
         else:
             why = f"{ENV}={mode}" if os.environ.get(ENV) else "as configured"
-            why += {"onednn": ": oneDNN wherever it may run", "aten": ": ATen everywhere"}.get(mode, ": the one candidate left")
+            why += {"onednn": ": oneDNN wherever it may run", "aten": ": ATen everywhere", "openblas": ": OpenBLAS everywhere"}.get(mode, ": the one candidate left")
         summary["reason"] = why if len(candidates) == 1 else f"{why}; no step to time: the first candidate"
     else:
         with preserved(model):  # the batch is made and the steps run: the run's state stays as it was

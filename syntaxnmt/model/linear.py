@@ -18,9 +18,12 @@ chooses where :class:`Linear` uses it:
 - ``train``: in training with every batch shape too (memory grows with each new shape);
 - ``infer``: never in training; ``0``: never.
 
-Where oneDNN may run, the kernel choice (:func:`set_onednn`, made by :mod:`syntaxnmt.model.kernels`
+Where oneDNN may run, the kernel choice (:func:`set_kernels`, made by :mod:`syntaxnmt.model.kernels`
 from ``train.cpu_kernels`` / ``--cpu-kernels`` and a whole-step calibration on the machine at hand)
-says whether it does or ATen's ``F.linear`` runs instead, for every product of the process.
+says whether it does or ATen's ``F.linear`` runs instead, for every product of the process. The
+third choice, ``openblas``, sends every float32 CPU product of :func:`linear` (with and without
+autograd, any shape: OpenBLAS keeps no state per shape) to numpy's OpenBLAS
+(:mod:`syntaxnmt.model.blas`).
 
 Same parameters, state-dict keys and numbers (up to float32 rounding) as ``nn.Linear``; outside
 float32 CPU work without autocast, and where the op is missing, it is ``nn.Linear``.
@@ -37,6 +40,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from syntaxnmt.errors import UserError
+from syntaxnmt.model import blas
+from syntaxnmt.runtime import openblas_available
 
 _OP = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
 MODES = ("auto", "infer", "train", "0")
@@ -45,8 +50,10 @@ MODES = ("auto", "infer", "train", "0")
 MODE: str | None = None
 ENABLED = False
 TRAIN = False
-# The kernel choice: False sends every product to ATen (model.kernels).
+# The kernel choice (model.kernels): oneDNN where it may run, else ATen; or OpenBLAS everywhere.
 ONEDNN = True
+OPENBLAS = False
+KERNELS = ("onednn", "aten", "openblas")
 
 
 def configure(mode: str | None = None) -> bool:
@@ -72,10 +79,18 @@ def train_allowed() -> bool:
     return enabled() and MODE in ("auto", "train")
 
 
-def set_onednn(on: bool) -> None:
-    """Choose between oneDNN (where it may run) and ATen for every product of the process."""
-    global ONEDNN
-    ONEDNN = on
+def set_kernels(kernels: str) -> None:
+    """Choose the kernels of every product of the process: ``onednn`` (where it may run, else
+    ATen), ``aten`` or ``openblas`` (where numpy's BLAS is OpenBLAS; else ATen)."""
+    global ONEDNN, OPENBLAS
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels {kernels!r}: expected one of {', '.join(KERNELS)}")
+    ONEDNN, OPENBLAS = kernels == "onednn", kernels == "openblas" and openblas_available()
+
+
+def kernels() -> str:
+    """The kernel choice in force (:func:`set_kernels`)."""
+    return "openblas" if OPENBLAS else "onednn" if ONEDNN else "aten"
 
 
 @contextmanager
@@ -128,7 +143,11 @@ def _weight_grad(g2d: Tensor, x2d: Tensor) -> Tensor:
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``F.linear`` through oneDNN for float32 CPU tensors without autocast (see the module docstring)."""
+    """``F.linear`` through oneDNN or OpenBLAS for float32 CPU tensors without autocast (see the module docstring)."""
+    if OPENBLAS and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32 and (bias is None or bias.dtype == torch.float32) and not torch.is_autocast_enabled("cpu"):
+        if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)):
+            return blas.Linear.apply(x, weight, bias)
+        return blas.linear(x, weight, bias)
     if (ENABLED if MODE is not None else enabled()) and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32 and x.numel() and not torch.is_autocast_enabled("cpu"):
         grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
         if (grad and not TRAIN) or not ONEDNN:

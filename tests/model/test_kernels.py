@@ -33,7 +33,9 @@ def fresh_state(monkeypatch, tmp_path):
     monkeypatch.setattr(kernels, "load_average", lambda: [0.0, 0.0, 0.0])
     monkeypatch.setattr(kernels, "_mode", "auto")
     monkeypatch.setattr(lin, "ONEDNN", True)
+    monkeypatch.setattr(lin, "OPENBLAS", False)
     monkeypatch.setattr(lin, "TRAIN", True)
+    monkeypatch.setattr(kernels, "openblas_available", lambda: False)  # the OpenBLAS tests turn it on
 
 
 class Packed(nn.Module):
@@ -60,7 +62,7 @@ class FakeSteps:
 
     def installed(self) -> str:
         granule = self.model.__dict__.get("pack_granule")
-        return Choice("onednn" if lin.ONEDNN else "aten", None if granule is None else granule > 0).name
+        return Choice(lin.kernels(), None if granule is None else granule > 0).name
 
     def __call__(self):
         def run():
@@ -101,10 +103,10 @@ def test_both_kernels_compute_the_same_values_and_gradients(rows, d_in, d_out):
     torch.manual_seed(0)
     layer = lin.Linear(d_in, d_out)
     x, g = torch.randn(3, rows, d_in), torch.randn(3, rows, d_out)
-    lin.set_onednn(True)
+    lin.set_kernels("onednn")
     assert uses_onednn(layer, rows)
     onednn = run(layer, x, g)
-    lin.set_onednn(False)
+    lin.set_kernels("aten")
     assert not uses_onednn(layer, rows)
     aten = run(layer, x, g)
     for a, b, name in zip(onednn, aten, ("output", "grad x", "grad W", "grad b", "output without autograd")):
@@ -346,7 +348,7 @@ def test_the_environment_variable_overrides_every_mode(value, monkeypatch):
 
 def test_a_bad_environment_value_is_a_user_error(monkeypatch):
     monkeypatch.setenv(kernels.ENV, "fast")
-    with pytest.raises(kernels.UserError, match=rf"^{kernels.ENV}='fast': expected one of auto, onednn, aten$"):
+    with pytest.raises(kernels.UserError, match=rf"^{kernels.ENV}='fast': expected one of auto, onednn, aten, openblas$"):
         kernels.configure(None)
 
 
@@ -386,3 +388,38 @@ def test_the_real_clock_times_real_steps(monkeypatch):
     calls = []
     summary = kernels.prepare(model, "auto", row_packing="auto", timing=lambda: ("real", lambda: calls.append(model.inner(torch.randn(64, 8)))), budget_s=1.0)
     assert set(summary["ms"]) == set(TIMES) and all(v >= 0 for v in summary["ms"].values()) and len(calls) >= 4
+
+
+# ---------------------------------------------------------------- the third kernels: numpy's OpenBLAS
+
+
+def test_openblas_is_a_candidate_where_numpy_has_it(monkeypatch):
+    monkeypatch.setattr(kernels, "openblas_available", lambda: True)
+    assert kernels.candidates_for("auto", "auto") == [*ALL, Choice("openblas", True), Choice("openblas", False)]
+    assert kernels.candidates_for("auto", None) == [Choice("onednn"), Choice("aten"), Choice("openblas")]
+    assert kernels.candidates_for("openblas", "auto") == [Choice("openblas", True)]
+    assert Choice.parse("openblas, no packing") == Choice("openblas", False) and Choice.parse("mkl, row packing") is None
+    monkeypatch.setattr(kernels, "openblas_available", lambda: False)
+    assert kernels.candidates_for("openblas", "off") == [Choice("aten", False)]  # ATen stands in
+
+
+@pytest.mark.skipif(not runtime.openblas_available(), reason="numpy's BLAS is not OpenBLAS")
+def test_auto_takes_openblas_when_its_steps_are_the_fastest(monkeypatch):
+    monkeypatch.setattr(kernels, "openblas_available", lambda: True)
+    model = Packed()
+    steps = FakeSteps(model, {**TIMES, "openblas, row packing": 20.0, "openblas, no packing": 35.0}, monkeypatch)
+    logged = []
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, log=logged.append)
+    assert summary["choice"] == "openblas, row packing" and lin.kernels() == "openblas" and model.pack_granule == Packed.pack_granule
+    assert "6 candidates" in logged[0] and logged[0].index("openblas, row packing 20 ms") < logged[0].index("aten, row packing 30 ms")
+    y = model.inner(torch.randn(4, 8, requires_grad=True))
+    assert type(y.grad_fn).__name__ == "LinearBackward"  # model.blas.Linear computes it
+    again = kernels.prepare(model, "auto", row_packing="auto", timing=steps)  # from the cache, no step
+    assert again["choice"] == "openblas, row packing" and not again["timed"]
+
+
+def test_a_fixed_openblas_mode_without_openblas_says_why():
+    logged = []
+    summary = kernels.prepare(Packed(), "openblas", row_packing="on", log=logged.append)
+    assert summary["choice"] == "aten, row packing" and lin.kernels() == "aten"
+    assert logged == ["cpu kernels: openblas -> aten, row packing (numpy's BLAS is not OpenBLAS: ATen everywhere)"]

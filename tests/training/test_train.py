@@ -20,6 +20,7 @@ from syntaxnmt.data.prepare import load_split, load_tokenizers
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD
 from syntaxnmt.model import build_model
+from syntaxnmt.runtime import openblas_available
 from syntaxnmt.textio import read_lines
 from syntaxnmt.training import joint
 from syntaxnmt.training import step as step_module
@@ -579,8 +580,8 @@ def mocked_timings(monkeypatch, kernels, ms: dict[str, float]) -> list:
 
 
 def test_cpu_training_calibrates_on_whole_steps_and_logs_the_choice(make_config, auto_kernels):
-    """``train.cpu_kernels: auto`` times real training steps of the run's model (4 candidates:
-    kernels x row packing) once, logs the choice in one line and records it in the checkpoints
+    """``train.cpu_kernels: auto`` times real training steps of the run's model (6 candidates:
+    kernels x row packing; 4 where numpy's BLAS is not OpenBLAS) once, logs the choice in one line and records it in the checkpoints
     and the machine record; a second run of the model reads the cache."""
     from syntaxnmt.runtime import machine_info
 
@@ -589,9 +590,10 @@ def test_cpu_training_calibrates_on_whole_steps_and_logs_the_choice(make_config,
     assert train(cfg, log=messages.append).step == 2
     lines = [m for m in messages if m.startswith("cpu kernels: ")]
     assert len(lines) == 1
-    m = re.fullmatch(r"cpu kernels: auto -> ((?:onednn|aten), (?:row|no) packing) \(whole-step calibration: 4 candidates in [\d.]+ s, (fastest of [123] steps? each), 1 thread: (.*)\)", lines[0])
+    kinds = ["aten", "onednn", *(["openblas"] if openblas_available() else [])]
+    m = re.fullmatch(rf"cpu kernels: auto -> ((?:onednn|aten|openblas), (?:row|no) packing) \(whole-step calibration: {2 * len(kinds)} candidates in [\d.]+ s, (fastest of [123] steps? each), 1 thread: (.*)\)", lines[0])
     assert m, lines[0]
-    assert sorted(re.sub(r" [\d.e+]+ ms$", "", part) for part in m.group(3).split("; ")) == ["aten, no packing", "aten, row packing", "onednn, no packing", "onednn, row packing"]
+    assert sorted(re.sub(r" [\d.e+]+ ms$", "", part) for part in m.group(3).split("; ")) == [f"{k}, {p} packing" for k in kinds for p in ("no", "row")]
     record = machine_info()["cpu_kernels"]
     assert record["choice"] == m.group(1) and record["signature"].startswith("train d32 ffn64 layers 1+1 heads 4") and "max_tokens 2048 bucket 4" in record["signature"]
     assert _params(cfg.work_dir)["cpu_kernels"] == {"mode": "auto", "row_packing": "auto", "choice": m.group(1)}
@@ -608,7 +610,8 @@ def test_cpu_training_calibrates_by_default(make_config, auto_kernels, monkeypat
     assert "cpu_kernels" not in cfg.train.model_fields_set
     messages = []
     train(cfg, log=messages.append)
-    assert [sorted(t) for t in timed] == [["aten, no packing", "aten, row packing", "onednn, no packing", "onednn, row packing"]]
+    kinds = ["aten", "onednn", *(["openblas"] if openblas_available() else [])]
+    assert [sorted(t) for t in timed] == [[f"{k}, {p} packing" for k in kinds for p in ("no", "row")]]
     assert next(m for m in messages if m.startswith("cpu kernels: ")).startswith("cpu kernels: auto -> aten, no packing (whole-step calibration: ")
     assert _params(cfg.work_dir)["cpu_kernels"] == {"mode": "auto", "row_packing": "auto", "choice": "aten, no packing"}
 
@@ -673,7 +676,7 @@ def test_the_calibration_leaves_the_run_untouched(make_config, auto_kernels):
     messages = []
     task.log = messages.append
     task.choose_cpu_kernels()
-    assert "whole-step calibration: 4 candidates" in messages[0]
+    assert f"whole-step calibration: {6 if openblas_available() else 4} candidates" in messages[0]
     assert all(torch.equal(v, params[k]) for k, v in task.raw.state_dict().items())
     assert str(task.opt.state_dict()) == opt_state and all(p.grad is None for p in task.raw.parameters())
     assert torch.equal(torch.get_rng_state(), rng[0]) and np.array_equal(np.random.get_state()[1], rng[1]) and random.getstate() == rng[2]

@@ -1,0 +1,81 @@
+"""Float32 CPU matrix products through OpenBLAS, the BLAS that numpy's PyPI wheels bundle.
+
+PyTorch's CPU ``mm``/``addmm`` call MKL's sgemm (or oneDNN's, :mod:`syntaxnmt.model.linear`).
+On a 2-core AMD EPYC with AVX2 only (Zen 3), numpy's OpenBLAS (its Haswell kernels) ran the
+training products of the side-by-side model at about 150-165 GFLOP/s where MKL ran them at
+110-130 (each library alone in its own process, the same shapes: docs/benchmarks.md, "OpenBLAS
+products"); on Intel machines MKL and oneDNN are the fast ones. So OpenBLAS is one more candidate
+of the whole-step calibration (:mod:`syntaxnmt.model.kernels`), not a rule.
+
+:func:`mm` multiplies torch tensors in place through ``numpy.matmul`` (zero-copy views; a
+transposed operand is passed to sgemm as transposed, not copied). OpenBLAS has its own thread
+pool: :func:`mm` gives it torch's current thread count (which the thread policy may change while
+a command runs, :class:`syntaxnmt.runtime.ThreadWatch`) through ``threadpoolctl``
+(:func:`syntaxnmt.runtime.openblas_threads`). Its idle
+threads spin for ``2**OPENBLAS_THREAD_TIMEOUT`` cycles before they sleep; the ``syntaxnmt``
+command sets a short spin (``syntaxnmt/__main__.py``), as for OpenMP, so that a spinning OpenBLAS
+thread does not hold the core that torch's next operator needs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from syntaxnmt.runtime import openblas_threads
+
+
+def _blasable(t: Tensor) -> bool:
+    """Whether sgemm reads ``t`` (2-D) as it is: rows or columns contiguous (a transposed view)."""
+    rows, cols = t.shape
+    s0, s1 = t.stride()
+    return (s1 == 1 and s0 >= max(cols, 1)) or (s0 == 1 and s1 >= max(rows, 1))
+
+
+def mm(a: Tensor, b: Tensor, out: Tensor | None = None) -> Tensor:
+    """``a @ b`` for 2-D float32 CPU tensors through OpenBLAS's sgemm, written into ``out``
+    (contiguous, (M, N); new when None). Autograd does not see it: callers give the gradients."""
+    a = a if _blasable(a) else a.contiguous()
+    b = b if _blasable(b) else b.contiguous()
+    if out is None:
+        out = a.new_empty(a.size(0), b.size(1))
+    if out.numel() == 0:
+        return out
+    if a.size(1) == 0:
+        return out.zero_()
+    openblas_threads()
+    np.matmul(a.detach().numpy(), b.detach().numpy(), out=out.detach().numpy())
+    return out
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``F.linear(x, weight, bias)`` without autograd, through :func:`mm`."""
+    x2d = x.reshape(-1, x.size(-1))
+    out = mm(x2d, weight.t())
+    if bias is not None:
+        out += bias
+    return out.view(*x.shape[:-1], weight.size(0))
+
+
+class Linear(torch.autograd.Function):
+    """``F.linear`` with its gradients (``g W``, ``g^T x``, the column sums of ``g``) through :func:`mm`."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, weight = ctx.saved_tensors
+        g2d = grad.reshape(-1, grad.size(-1))
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_x = mm(g2d, weight).view(x.shape)
+        if ctx.needs_input_grad[1]:
+            grad_w = mm(g2d.t(), x.reshape(-1, x.size(-1)))
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = g2d.sum(0)
+        return grad_x, grad_w, grad_b
