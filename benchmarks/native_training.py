@@ -1,7 +1,7 @@
 """The native kernels of CPU training against PyTorch's operators, on the same batches, in one run.
 
     python benchmarks/native_training.py [--config benchmarks/out/side_by_side/syntaxnmt.yaml]
-        [--batches 24] [--warmup 4] [--threads 2] [--json benchmarks/out/native_training.json]
+        [--batches 24] [--warmup 4] [--threads 2] [--kernels A,B] [--json benchmarks/out/native_training.json]
 
 ``train.cpu_native: auto`` computes three pieces of a CPU training update in the C kernels of
 ``syntaxnmt/_native.c`` (docs/benchmarks.md, "Native kernels of training"): the attention of
@@ -17,6 +17,10 @@ of the native kernels over the total time and the median of the per-batch ratios
 shapes of the last batch, each kernel alone against its PyTorch counterpart (forward and
 backward). The figures and the machine (``syntaxnmt.runtime.machine_info``, load average before
 and after) also go to ``--json``.
+
+``--kernels openblas,aten`` pairs two kernel choices of the linear layers the same way instead
+(``syntaxnmt.model.linear.set_kernels``; docs/benchmarks.md, "OpenBLAS products"), the native
+kernels on, row packing as the calibration chose it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import syntaxnmt.__main__  # noqa: F401  (first: the command's OpenMP defaults, set before torch loads)
 
@@ -35,9 +40,10 @@ import torch
 import torch.nn.functional as F
 
 from syntaxnmt.config import load_config
+from syntaxnmt.model import linear as lin
 from syntaxnmt.model import native_attention
 from syntaxnmt.model.dropout import dropout
-from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, native_training_kernels, set_native_training, with_load_after
+from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, native_training_kernels, openblas_available, set_native_training, with_load_after
 from syntaxnmt.textio import atomic_write_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -115,58 +121,83 @@ def kernels_alone(batch_shape: tuple[int, int], d_model: int, heads: int, ffn: i
     return figures
 
 
+def paired_updates(task, stream, settings: dict[str, Callable[[], None]], batches: int, warmup: int) -> dict:
+    """Train ``warmup`` batches, then each of ``batches`` batches once per setting (``settings``:
+    two names and what installs each; the order alternating from batch to batch). Returns the
+    tokens, the seconds per setting and the per-batch ratios (second setting's time over the first's)."""
+    (a, install_a), (b, install_b) = settings.items()
+    step = 0
+    for i in range(warmup):
+        (install_a if i % 2 == 0 else install_b)()
+        task.update([next(stream)[2]], step)
+        step += 1
+    seconds, ratios, tokens = {a: 0.0, b: 0.0}, [], 0
+    for i in range(batches):
+        batch = next(stream)[2]
+        took = {}
+        for name in (a, b) if i % 2 == 0 else (b, a):
+            settings[name]()
+            start = time.perf_counter()
+            n = task.update([batch], step)["tokens"]
+            took[name] = time.perf_counter() - start
+            step += 1
+        tokens += n
+        for name in (a, b):
+            seconds[name] += took[name]
+        ratios.append(took[b] / took[a])
+    return {"tokens": tokens, "seconds": seconds, "ratios": ratios, "last_batch": batch}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="benchmarks/out/side_by_side/syntaxnmt.yaml")
     ap.add_argument("--batches", type=int, default=24, help="batches, each timed once per setting")
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--kernels", metavar="A,B", help="compare two kernel choices of the linear layers (e.g. openblas,aten; "
+                    "syntaxnmt.model.linear.set_kernels) instead of the native kernels on and off; row packing as the calibration chose it")
     ap.add_argument("--json", default="benchmarks/out/native_training.json", help="figures and the machine record")
     args = ap.parse_args()
-    if native_training_kernels() is None:
-        sys.exit("native_training: syntaxnmt/_native.c was not built (pip install -e . with a C compiler) or this CPU lacks AVX2/FMA: nothing to compare")
+    if args.kernels:
+        names = args.kernels.split(",")
+        if len(names) != 2 or any(k not in lin.KERNELS for k in names):
+            sys.exit(f"native_training: --kernels takes two of {', '.join(lin.KERNELS)}, as A,B")
+        if "openblas" in names and not openblas_available():
+            sys.exit("native_training: numpy's BLAS is not OpenBLAS: nothing to compare")
+        settings = {k: (lambda k=k: lin.set_kernels(k)) for k in names}
+    else:
+        if native_training_kernels() is None:
+            sys.exit("native_training: syntaxnmt/_native.c was not built (pip install -e . with a C compiler) or this CPU lacks AVX2/FMA: nothing to compare")
+        settings = {"train.cpu_native auto": lambda: set_native_training(True), "train.cpu_native torch": lambda: set_native_training(False)}
     keep_freed_memory()
     torch.set_num_threads(args.threads)
     machine = machine_info()
     cfg = load_config(args.config)
     task, stream = training_task(cfg, torch.device("cpu"))
+    chosen = lin.kernels()
+    run = paired_updates(task, stream, settings, args.batches, args.warmup)
     set_native_training(True)
-    step = 0
-    for _ in range(args.warmup):
-        task.update([next(stream)[2]], step)
-        step += 1
-    totals, ratios, tokens = {True: 0.0, False: 0.0}, [], 0
-    for i in range(args.batches):
-        batch = next(stream)[2]
-        seconds = {}
-        for on in (True, False) if i % 2 == 0 else (False, True):
-            set_native_training(on)
-            start = time.perf_counter()
-            n = task.update([batch], step)["tokens"]
-            seconds[on] = time.perf_counter() - start
-            step += 1
-        tokens += n
-        totals[True] += seconds[True]
-        totals[False] += seconds[False]
-        ratios.append(seconds[False] / seconds[True])
-    set_native_training(True)
+    lin.set_kernels(chosen)
+    (a, b), tokens, seconds, ratios = settings, run["tokens"], run["seconds"], run["ratios"]
     figures = {
-        "batches": args.batches, "threads": torch.get_num_threads(), "tokens_per_update": tokens / args.batches,
-        "native_tok_s": tokens / totals[True], "torch_tok_s": tokens / totals[False],
-        "speedup_total": totals[False] / totals[True], "speedup_median_paired": statistics.median(ratios), "paired": ratios,
+        "batches": args.batches, "threads": torch.get_num_threads(), "tokens_per_update": tokens / args.batches, "compared": [a, b],
+        "tok_s": {name: tokens / seconds[name] for name in (a, b)},
+        "speedup_total": seconds[b] / seconds[a], "speedup_median_paired": statistics.median(ratios), "paired": ratios,
     }
     print(f"{args.batches} batches of the side-by-side model, each trained once per setting, {torch.get_num_threads()} threads, {tokens / args.batches:.0f} target tokens per update")
-    print(f"train.cpu_native auto:  {figures['native_tok_s']:7.0f} target tok/s")
-    print(f"train.cpu_native torch: {figures['torch_tok_s']:7.0f} target tok/s")
-    print(f"speed-up: {figures['speedup_total']:.3f}x over the total time, {figures['speedup_median_paired']:.3f}x median of the per-batch ratios "
+    for name in (a, b):
+        print(f"{name}: {figures['tok_s'][name]:7.0f} target tok/s")
+    print(f"speed-up of {a} over {b}: {figures['speedup_total']:.3f}x over the total time, {figures['speedup_median_paired']:.3f}x median of the per-batch ratios "
           f"(range {min(ratios):.2f}-{max(ratios):.2f})")
-    longest = int(max(task.split["src"].lengths[batch].max(), task.split["tgt"].lengths[batch].max())) + 1  # + EOS
-    mc = cfg.model
-    alone = kernels_alone((len(batch), longest), mc.d_model, mc.heads, mc.ffn_dim, task.raw.output.weight.size(0))
-    figures["kernels_ms"] = alone
-    print("each kernel alone, forward and backward, fastest of 5 (ms): native / torch")
-    for name, ms in alone.items():
-        print(f"  {name}: {ms['native']:.1f} / {ms['torch']:.1f} ({ms['torch'] / ms['native']:.2f}x)")
+    if not args.kernels:
+        batch = run["last_batch"]
+        longest = int(max(task.split["src"].lengths[batch].max(), task.split["tgt"].lengths[batch].max())) + 1  # + EOS
+        mc = cfg.model
+        alone = kernels_alone((len(batch), longest), mc.d_model, mc.heads, mc.ffn_dim, task.raw.output.weight.size(0))
+        figures["kernels_ms"] = alone
+        print("each kernel alone, forward and backward, fastest of 5 (ms): native / torch")
+        for name, ms in alone.items():
+            print(f"  {name}: {ms['native']:.1f} / {ms['torch']:.1f} ({ms['torch'] / ms['native']:.2f}x)")
     with_load_after(machine)
     print(machine_summary(machine))
     doc = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "config": args.config, **figures, "machine": machine}

@@ -19,3 +19,20 @@ def test_each_kernel_is_timed_with_both_settings_and_the_kernels_stay_on():
     assert len(figures) == 4 and any("causal" in name for name in figures) and any("loss" in name for name in figures)
     assert all(set(ms) == {"native", "torch"} and ms["native"] > 0 and ms["torch"] > 0 for ms in figures.values())
     assert native_training_kernels() is not None
+
+
+def test_paired_updates_train_each_batch_once_per_setting_in_alternating_order():
+    bench = load_script(SCRIPT)
+    current, seen = [None], []
+
+    class Task:
+        def update(self, group, step):
+            seen.append((current[0], group[0], step))
+            return {"tokens": 10}
+
+    stream = iter((0, i, f"b{i}") for i in range(100))
+    settings = {"A": lambda: current.__setitem__(0, "A"), "B": lambda: current.__setitem__(0, "B")}
+    run = bench.paired_updates(Task(), stream, settings, batches=3, warmup=2)
+    assert [s[:2] for s in seen] == [("A", "b0"), ("B", "b1"), ("A", "b2"), ("B", "b2"), ("B", "b3"), ("A", "b3"), ("A", "b4"), ("B", "b4")]
+    assert [s[2] for s in seen] == list(range(8))  # the update counter goes on
+    assert run["tokens"] == 30 and len(run["ratios"]) == 3 and set(run["seconds"]) == {"A", "B"} and run["last_batch"] == "b4"

@@ -14,9 +14,10 @@ kernel choice"), so ``auto`` times **whole steps** of the run's own model:
   (:func:`syntaxnmt.training.step.timing_step`: forward and backward of one real batch of the run's
   typical shape, no optimizer step) the kernels {oneDNN, ATen, OpenBLAS} x row packing {on, off}, in
   inference (:func:`syntaxnmt.decoding.translate.decoding_step`: a short forced beam-5 decode)
-  the kernels -- one warm-up step each, then rounds of one timed step per candidate (the order
-  rotating) while the next round fits in :data:`BUDGET_S`; the fastest step of each counts and
-  the fastest candidate is chosen. Nothing of the model or the run changes: the random generators,
+  the kernels -- one warm-up step each, a round of one timed step per candidate, then rounds of
+  the candidates still close to the fastest (:data:`CONTENDERS`; the order rotating) while the
+  next round fits in :data:`BUDGET_S`; the fastest step of each counts and the fastest candidate
+  is chosen. Nothing of the model or the run changes: the random generators,
   the gradients and the buffers are restored (:func:`preserved`), and no optimizer steps. The times
   are cached per machine (CPU model, ISA flags, torch version, threads) and signature (the model's
   sizes, the step's shape) in ``cpu_kernels.json`` under :func:`cache_dir`, so only the first run
@@ -77,6 +78,12 @@ docs/benchmarks.md), then more timed rounds while the next one's estimate fits i
 STEPS = 3
 """Timed steps per candidate at most (after one warm-up step); the fastest counts (the least
 disturbed by other processes)."""
+CONTENDERS = 1.10
+"""After the first timed round, only candidates whose fastest step is within this factor of the
+fastest one's are timed again (:func:`calibrate`): single steps of one candidate differ by up to
+10-15 % on a busy or virtual machine, so a closer one may still win; a slower one spends no more
+of the budget. With the six candidates of training (three kernels x row packing) the side-by-side
+model's steps fill the budget after one round, and the close ones then get their second and third."""
 CACHE_FILE = "cpu_kernels.json"
 CACHE_VERSION = 2  # 1: per-product times (replaced by whole steps)
 ENV = "SYNTAXNMT_CPU_KERNELS"
@@ -214,10 +221,12 @@ class Timing:
 
 def calibrate(candidates: Sequence[Choice], run: Callable[[Choice], None], budget_s: float = BUDGET_S, steps: int = STEPS) -> Timing:
     """Time ``run(choice)`` (one step computed with ``choice`` installed) for every candidate: a
-    warm-up round (not counted), one timed round whatever the budget, then up to ``steps`` rounds
-    in all while the estimate of the next round (the sum of the fastest steps so far) fits in what
-    is left of ``budget_s``; the order rotates each round so that a disturbance from another
-    process falls on all."""
+    warm-up round (not counted) and one timed round whatever the budget; then, up to ``steps``
+    timed rounds in all, rounds of the **contenders** only -- the candidates whose fastest step so
+    far is within :data:`CONTENDERS` of the fastest one (successive halving: a candidate clearly
+    slower after one step gets no more of the budget) -- while there are two or more of them and
+    the estimate of the next round (the sum of their fastest steps) fits in what is left of
+    ``budget_s``. The order rotates each round so that a disturbance from another process falls on all."""
     start = clock()
     best: dict[Choice, float] = {}
     counts = dict.fromkeys(candidates, 0)
@@ -231,11 +240,12 @@ def calibrate(candidates: Sequence[Choice], run: Callable[[Choice], None], budge
     for c in candidates:
         run(c)
     left = lambda: budget_s - (clock() - start)  # noqa: E731
-    done = 0
-    while done < max(steps, 1) and (not done or sum(best[c] for c in candidates) <= left()):
-        for c in list(candidates[done % len(candidates):]) + list(candidates[: done % len(candidates)]):
+    contenders, done = list(candidates), 0
+    while done < max(steps, 1) and (not done or (len(contenders) > 1 and sum(best[c] for c in contenders) <= left())):
+        for c in contenders[done % len(contenders):] + contenders[: done % len(contenders)]:
             timed(c)
         done += 1
+        contenders = [c for c in contenders if best[c] <= CONTENDERS * min(best.values())]
     ms = {c.name: round(1e3 * best[c], 3) for c in candidates}
     return Timing(ms, {c.name: counts[c] for c in candidates}, round(clock() - start, 3))
 

@@ -6,6 +6,7 @@ override wins over it, and a recorded choice is reused. No assertion here is abo
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import numpy as np
@@ -36,6 +37,7 @@ def fresh_state(monkeypatch, tmp_path):
     monkeypatch.setattr(lin, "OPENBLAS", False)
     monkeypatch.setattr(lin, "TRAIN", True)
     monkeypatch.setattr(kernels, "openblas_available", lambda: False)  # the OpenBLAS tests turn it on
+    monkeypatch.setattr(kernels, "CONTENDERS", math.inf)  # every candidate timed each round; the contenders' test sets it
 
 
 class Packed(nn.Module):
@@ -423,3 +425,20 @@ def test_a_fixed_openblas_mode_without_openblas_says_why():
     summary = kernels.prepare(Packed(), "openblas", row_packing="on", log=logged.append)
     assert summary["choice"] == "aten, row packing" and lin.kernels() == "aten"
     assert logged == ["cpu kernels: openblas -> aten, row packing (numpy's BLAS is not OpenBLAS: ATen everywhere)"]
+
+
+def test_after_the_first_round_only_the_close_candidates_are_timed_again(monkeypatch):
+    """Successive halving: a candidate more than CONTENDERS slower than the fastest after the first
+    timed round gets no more steps; the close ones share the budget; one left stops the timing."""
+    monkeypatch.setattr(kernels, "CONTENDERS", 1.10)
+    model = Packed()
+    steps = FakeSteps(model, {"onednn, row packing": 50.0, "onednn, no packing": 45.0, "aten, row packing": 30.0, "aten, no packing": 32.0}, monkeypatch)
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=100.0)
+    assert summary["choice"] == "aten, row packing"
+    assert summary["steps"] == {"onednn, row packing": 1, "onednn, no packing": 1, "aten, row packing": kernels.STEPS, "aten, no packing": kernels.STEPS}
+    assert steps.runs == 4 + 4 + 2 * (kernels.STEPS - 1)
+    assert "fastest of 1 or more steps each" in kernels.describe(summary)
+    steps.signature, steps.runs = "clear winner", 0
+    steps.ms = {**steps.ms, "aten, no packing": 40.0}
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=100.0)
+    assert summary["choice"] == "aten, row packing" and summary["steps"] == dict.fromkeys(steps.ms, 1) and steps.runs == 4 + 4

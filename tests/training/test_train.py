@@ -688,10 +688,12 @@ def test_explicit_settings_win_and_the_test_override_times_nothing(make_config, 
     each fixed setting leaves fewer candidates (one: nothing timed); and the test session's
     SYNTAXNMT_CPU_KERNELS=onednn keeps ``auto`` from timing."""
     timed = mocked_timings(monkeypatch, auto_kernels, {"aten, row packing": 10.0, "onednn, no packing": 20.0})
+    unpacked = ["onednn, no packing", "aten, no packing", *(["openblas, no packing"] if openblas_available() else [])]
     cases = [
         ({"cpu_kernels": "aten", "row_packing": "off"}, "cpu kernels: aten -> aten, no packing (as configured: ATen everywhere)", []),
         ({"cpu_kernels": "onednn"}, "cpu kernels: onednn -> onednn, row packing (as configured: oneDNN wherever it may run)", []),
-        ({"cpu_kernels": "auto", "row_packing": "off"}, "cpu kernels: auto -> onednn, no packing (whole-step calibration: 2 candidates in 0.1 s, fastest of 2 steps each, 1 thread: onednn, no packing 20 ms; aten, no packing 100 ms)", [["onednn, no packing", "aten, no packing"]]),
+        ({"cpu_kernels": "auto", "row_packing": "off"}, f"cpu kernels: auto -> onednn, no packing (whole-step calibration: {len(unpacked)} candidates in 0.1 s, fastest of 2 steps each, 1 thread: onednn, no packing 20 ms; "
+         + "; ".join(f"{name} 100 ms" for name in unpacked[1:]) + ")", [unpacked]),
     ]
     for settings, line, calls in cases:
         timed.clear()
