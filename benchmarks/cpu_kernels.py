@@ -9,10 +9,13 @@ side-by-side by default: d_model 256, FFN 1024, 3+3 layers, 8k joint vocabulary)
 start-up: training steps (forward and backward of one batch of ``--max-tokens`` tokens, sentences
 of ``--length`` - 4 to ``--length`` pieces, padded to the CPU shape bucket) of the candidates
 kernels {oneDNN, ATen, OpenBLAS} x row packing {on, off}, then decoding steps (a forced beam-5
-decode of 8 sentences, 10 steps) of {oneDNN, ATen, OpenBLAS}, each within ``--budget`` seconds. Prints per candidate
+decode of 8 sentences, 10 steps) of {oneDNN, ATen}, each within ``--budget`` seconds. Prints per candidate
 the fastest timed step (after a warm-up step) and the one chosen, then the machine record (load
 average before and after); both go to ``--json`` (default benchmarks/out/cpu_kernels.json).
-Times, not a timed test: on a busy machine they move from run to run.
+Times, not a timed test: on a busy machine they move from run to run. The threads wait as the
+``syntaxnmt`` command makes them (``GOMP_SPINCOUNT``, ``OPENBLAS_THREAD_TIMEOUT``:
+syntaxnmt/__main__.py) unless set in the environment: a run with libgomp's and OpenBLAS's own
+long spins timed OpenBLAS's steps 1.7-15x slower than ATen's, as the pools held each other's cores.
 """
 
 from __future__ import annotations
@@ -25,10 +28,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import syntaxnmt.__main__  # noqa: E402,F401  (first: the command's waiting defaults, set before torch and numpy load)
+
+# isort: split
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
 from syntaxnmt.config import CPU_SHAPE_BUCKET, load_config  # noqa: E402
 from syntaxnmt.data.batches import make_batch, pad_batch, shape_bucket  # noqa: E402
 from syntaxnmt.decoding.translate import decoding_step  # noqa: E402

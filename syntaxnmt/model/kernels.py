@@ -321,11 +321,13 @@ def write_cache(path: Path, doc: dict) -> None:
 
 def candidates_for(mode: str, row_packing: str | None) -> list[Choice]:
     """The configurations ``mode`` and ``row_packing`` leave open (``row_packing`` None: inference,
-    nothing packed): a fixed mode or packing is one value; ``auto`` kernels are all three (oneDNN
-    first: the default's), ``auto`` packing is both in mode ``auto`` and on otherwise (the rule).
+    nothing packed): a fixed mode or packing is one value; ``auto`` kernels are all three in
+    training (oneDNN first: the default's) and oneDNN and ATen in inference (beam search's
+    products go to MKL directly, and OpenBLAS lost its decoding steps: docs/benchmarks.md,
+    "OpenBLAS products"); ``auto`` packing is both in mode ``auto`` and on otherwise (the rule).
     oneDNN is left out where its linears are off, OpenBLAS where numpy has another BLAS (ATen
     stands in for a fixed mode that is not available)."""
-    kernels = list(lin.KERNELS) if mode == "auto" else [mode]
+    kernels = list(lin.KERNELS if row_packing is not None else ("onednn", "aten")) if mode == "auto" else [mode]
     kernels = [k for k in kernels if (k != "onednn" or lin.enabled()) and (k != "openblas" or openblas_available())] or ["aten"]
     if row_packing is None:
         packing: list[bool | None] = [None]

@@ -398,7 +398,8 @@ def test_the_real_clock_times_real_steps(monkeypatch):
 def test_openblas_is_a_candidate_where_numpy_has_it(monkeypatch):
     monkeypatch.setattr(kernels, "openblas_available", lambda: True)
     assert kernels.candidates_for("auto", "auto") == [*ALL, Choice("openblas", True), Choice("openblas", False)]
-    assert kernels.candidates_for("auto", None) == [Choice("onednn"), Choice("aten"), Choice("openblas")]
+    assert kernels.candidates_for("auto", None) == [Choice("onednn"), Choice("aten")]  # inference: not OpenBLAS
+    assert kernels.candidates_for("openblas", None) == [Choice("openblas")]
     assert kernels.candidates_for("openblas", "auto") == [Choice("openblas", True)]
     assert Choice.parse("openblas, no packing") == Choice("openblas", False) and Choice.parse("mkl, row packing") is None
     monkeypatch.setattr(kernels, "openblas_available", lambda: False)
