@@ -305,11 +305,14 @@ _cpu_kernels: dict | None = None
 
 @lru_cache(maxsize=1)
 def _openblas():
-    """threadpoolctl's controller of numpy's OpenBLAS, or None (numpy built with another BLAS)."""
+    """threadpoolctl's controller of numpy's own OpenBLAS (the copy in its wheel: ``numpy.libs/``,
+    not another package's, e.g. scipy's), or None (numpy built with another BLAS)."""
+    import numpy  # loads numpy's BLAS, so that threadpoolctl finds it
     from threadpoolctl import ThreadpoolController
 
-    found = ThreadpoolController().select(internal_api="openblas")
-    return found.lib_controllers[0] if found.lib_controllers else None
+    home = str(Path(numpy.__file__).resolve().parent)  # .../numpy; its wheel's libraries are in .../numpy.libs
+    found = [c for c in ThreadpoolController().select(internal_api="openblas").lib_controllers if str(Path(c.filepath).resolve().parent).startswith(home)]
+    return found[0] if found else None
 
 
 _openblas_threads: int | None = None

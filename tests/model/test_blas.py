@@ -4,6 +4,8 @@ count. No assertion here is about speed."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -48,6 +50,13 @@ def test_mm_of_empty_operands():
     assert blas.mm(torch.randn(0, 4), torch.randn(4, 3)).shape == (0, 3)
     assert torch.equal(blas.mm(torch.randn(2, 0), torch.randn(0, 3)), torch.zeros(2, 3))  # an empty sum
     assert blas.mm(torch.randn(2, 4), torch.randn(4, 0)).shape == (2, 0)
+
+
+def test_the_openblas_is_numpys_own_copy():
+    """Not another package's copy (scipy's wheel loads one of its own)."""
+    scipy = pytest.importorskip("scipy.linalg")  # noqa: F841  (when installed: both copies loaded)
+    runtime._openblas.cache_clear()
+    assert Path(runtime._openblas().filepath).resolve().parent.name.startswith("numpy")
 
 
 def test_openblas_gets_torchs_thread_count():
