@@ -1,6 +1,6 @@
 """The float32 products of CPU training through MKL (ATen) and numpy's OpenBLAS, on this machine.
 
-    python benchmarks/products.py [--rows 3600] [--d-model 256] [--ffn 1024] [--vocab 8000]
+    python benchmarks/products.py [--rows 3600] [--d-model 256] [--ffn-dim 1024] [--vocab 8000]
         [--rounds 3] [--threads 2] [--json benchmarks/out/products.json]
 
 The shapes are those of an update of the side-by-side model (docs/benchmarks.md, "OpenBLAS
@@ -94,7 +94,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=3600)
     ap.add_argument("--d-model", type=int, default=256)
-    ap.add_argument("--ffn", type=int, default=1024)
+    ap.add_argument("--ffn-dim", type=int, default=1024)
     ap.add_argument("--vocab", type=int, default=8000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
@@ -104,7 +104,7 @@ def main() -> int:
     if not openblas_available():
         sys.exit("products: numpy's BLAS is not OpenBLAS: nothing to compare")
     torch.set_num_threads(args.threads)
-    todo = shapes(args.rows, args.d_model, args.ffn, args.vocab)
+    todo = shapes(args.rows, args.d_model, args.ffn_dim, args.vocab)
     if args.alone:
         print(json.dumps(measure((args.alone,), todo, args.rounds, interleaved=False)[args.alone]))
         return 0

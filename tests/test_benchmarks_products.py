@@ -26,7 +26,7 @@ def test_the_shapes_are_an_updates_products():
 @pytest.mark.skipif(not openblas_available(), reason="numpy's BLAS is not OpenBLAS")
 def test_a_tiny_run_prints_both_libraries_and_writes_its_json(tmp_path):
     out = tmp_path / "products.json"
-    done = subprocess.run([sys.executable, str(SCRIPT), "--rows", "16", "--d-model", "8", "--ffn", "16", "--vocab", "40", "--rounds", "1", "--threads", "1", "--json", str(out)],
+    done = subprocess.run([sys.executable, str(SCRIPT), "--rows", "16", "--d-model", "8", "--ffn-dim", "16", "--vocab", "40", "--rounds", "1", "--threads", "1", "--json", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "| MKL alone | OpenBLAS alone | MKL interleaved | OpenBLAS interleaved |" in done.stdout and "OpenBLAS / MKL interleaved: " in done.stdout

@@ -20,7 +20,6 @@ thread does not hold the core that torch's next operator needs.
 from __future__ import annotations
 
 import numpy as np
-import torch
 from torch import Tensor
 
 from syntaxnmt.runtime import openblas_threads
@@ -50,32 +49,10 @@ def mm(a: Tensor, b: Tensor, out: Tensor | None = None) -> Tensor:
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """``F.linear(x, weight, bias)`` without autograd, through :func:`mm`."""
+    """``F.linear(x, weight, bias)`` without autograd, through :func:`mm` (with autograd:
+    ``syntaxnmt.model.linear``, whose autograd function gives the gradients through :func:`mm`)."""
     x2d = x.reshape(-1, x.size(-1))
     out = mm(x2d, weight.t())
     if bias is not None:
         out += bias
     return out.view(*x.shape[:-1], weight.size(0))
-
-
-class Linear(torch.autograd.Function):
-    """``F.linear`` with its gradients (``g W``, ``g^T x``, the column sums of ``g``) through :func:`mm`."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        ctx.save_for_backward(x, weight)
-        ctx.has_bias = bias is not None
-        return linear(x, weight, bias)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        x, weight = ctx.saved_tensors
-        g2d = grad.reshape(-1, grad.size(-1))
-        grad_x = grad_w = grad_b = None
-        if ctx.needs_input_grad[0]:
-            grad_x = mm(g2d, weight).view(x.shape)
-        if ctx.needs_input_grad[1]:
-            grad_w = mm(g2d.t(), x.reshape(-1, x.size(-1)))
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_b = g2d.sum(0)
-        return grad_x, grad_w, grad_b

@@ -111,28 +111,6 @@ def _dnn(x2d: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return _OP(x2d, weight, bias, "none", [], "")
 
 
-class _OneDNNLinear(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        x2d = x.reshape(-1, x.size(-1))
-        ctx.save_for_backward(x2d, weight)
-        ctx.has_bias, ctx.shape = bias is not None, x.shape
-        return _dnn(x2d, weight, bias).view(*x.shape[:-1], weight.size(0))
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        x2d, weight = ctx.saved_tensors
-        g2d = grad.reshape(-1, grad.size(-1))
-        grad_x = grad_w = grad_b = None
-        if ctx.needs_input_grad[0]:
-            grad_x = _dnn(g2d, weight.t(), None).view(ctx.shape)  # g W
-        if ctx.needs_input_grad[1]:
-            grad_w = _weight_grad(g2d, x2d)
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_b = g2d.sum(0)
-        return grad_x, grad_w, grad_b
-
-
 def _weight_grad(g2d: Tensor, x2d: Tensor) -> Tensor:
     """``g^T x`` (out x in) for row-major ``g`` (N x out) and ``x`` (N x in). oneDNN copies a
     transposed input to row-major first; that copy is the larger the wider the operand, so the
@@ -142,18 +120,50 @@ def _weight_grad(g2d: Tensor, x2d: Tensor) -> Tensor:
     return _dnn(g2d.t(), x2d.t(), None)
 
 
+_PRODUCTS = {  # per kernels: x W^T + b, g W, g^T x (x, g: 2-D)
+    "onednn": (_dnn, lambda g2d, weight: _dnn(g2d, weight.t(), None), _weight_grad),
+    "openblas": (blas.linear, blas.mm, lambda g2d, x2d: blas.mm(g2d.t(), x2d)),
+}
+
+
+class _KernelLinear(torch.autograd.Function):
+    """``F.linear`` with its gradients (``g W``, ``g^T x``, the column sums of ``g``) through
+    oneDNN or OpenBLAS (:data:`_PRODUCTS`); ``grad_fn.kernels`` says which."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, kernels: str) -> Tensor:
+        x2d = x.reshape(-1, x.size(-1))
+        ctx.save_for_backward(x2d, weight)
+        ctx.has_bias, ctx.shape, ctx.kernels = bias is not None, x.shape, kernels
+        return _PRODUCTS[kernels][0](x2d, weight, bias).view(*x.shape[:-1], weight.size(0))
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x2d, weight = ctx.saved_tensors
+        _, times_weight, weight_grad = _PRODUCTS[ctx.kernels]
+        g2d = grad.reshape(-1, grad.size(-1))
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_x = times_weight(g2d, weight).view(ctx.shape)  # g W
+        if ctx.needs_input_grad[1]:
+            grad_w = weight_grad(g2d, x2d)  # g^T x
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = g2d.sum(0)
+        return grad_x, grad_w, grad_b, None
+
+
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear`` through oneDNN or OpenBLAS for float32 CPU tensors without autocast (see the module docstring)."""
     if OPENBLAS and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32 and (bias is None or bias.dtype == torch.float32) and not torch.is_autocast_enabled("cpu"):
         if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)):
-            return blas.Linear.apply(x, weight, bias)
+            return _KernelLinear.apply(x, weight, bias, "openblas")
         return blas.linear(x, weight, bias)
     if (ENABLED if MODE is not None else enabled()) and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32 and x.numel() and not torch.is_autocast_enabled("cpu"):
         grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
         if (grad and not TRAIN) or not ONEDNN:
             return F.linear(x, weight, bias)
         if grad:
-            return _OneDNNLinear.apply(x, weight, bias)
+            return _KernelLinear.apply(x, weight, bias, "onednn")
         return _dnn(x.reshape(-1, x.size(-1)), weight, bias).view(*x.shape[:-1], weight.size(0))
     return F.linear(x, weight, bias)
 

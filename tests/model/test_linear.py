@@ -44,9 +44,9 @@ def test_training_uses_onednn_only_when_asked(monkeypatch):
         pytest.skip("oneDNN linear op not available")
     x = torch.randn(4, 8, requires_grad=True)
     layer = lin.Linear(8, 3)
-    assert not type(layer(x).grad_fn).__name__.startswith("_OneDNNLinear")  # default: inference only
+    assert not getattr(layer(x).grad_fn, "kernels", None) == "onednn"  # default: inference only
     monkeypatch.setattr(lin, "TRAIN", True)
-    assert type(layer(x).grad_fn).__name__.startswith("_OneDNNLinear")
+    assert getattr(layer(x).grad_fn, "kernels", None) == "onednn"
 
 
 @pytest.mark.parametrize("mode", ["auto", "infer", "train"])
@@ -61,7 +61,7 @@ def test_training_on_static_shapes_uses_onednn_in_auto_mode(mode, monkeypatch):
     layer = lin.Linear(8, 3)
     for enabled in (True, False):
         with lin.onednn_in_training(enabled):
-            inside = type(layer(x).grad_fn).__name__.startswith("_OneDNNLinear")
+            inside = getattr(layer(x).grad_fn, "kernels", None) == "onednn"
         assert inside == (mode == "train" or (mode == "auto" and enabled))
         assert lin.TRAIN == (mode == "train")
 
