@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import syntaxnmt.__main__  # noqa: E402,F401  (first: the command's waiting defaults, set before torch and numpy load)
+if "--alone" not in sys.argv:  # a child of one library inherits the environment its parent set
+    import syntaxnmt.__main__  # noqa: F401  (first: the command's waiting defaults, set before torch and numpy load)
 
 # isort: split
 import torch  # noqa: E402
