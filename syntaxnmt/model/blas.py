@@ -2,10 +2,10 @@
 
 PyTorch's CPU ``mm``/``addmm`` call MKL's sgemm (or oneDNN's, :mod:`syntaxnmt.model.linear`).
 On a 2-core AMD EPYC with AVX2 only (Zen 3), numpy's OpenBLAS (its Haswell kernels) ran the
-training products of the side-by-side model at about 150-165 GFLOP/s where MKL ran them at
-110-130 (each library alone in its own process, the same shapes: docs/benchmarks.md, "OpenBLAS
-products"); on Intel machines MKL and oneDNN are the fast ones. So OpenBLAS is one more candidate
-of the whole-step calibration (:mod:`syntaxnmt.model.kernels`), not a rule.
+products of the side-by-side model's update as fast as MKL beside torch's operators (134 against
+133 GFLOP/s; alone MKL was faster, 153 against 132) and whole training updates about 1.04x
+faster (paired; docs/benchmarks.md, "OpenBLAS products"). So OpenBLAS is one more candidate of
+the whole-step calibration (:mod:`syntaxnmt.model.kernels`), not a rule.
 
 :func:`mm` multiplies torch tensors in place through ``numpy.matmul`` (zero-copy views; a
 transposed operand is passed to sgemm as transposed, not copied). OpenBLAS has its own thread

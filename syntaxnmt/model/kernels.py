@@ -82,8 +82,9 @@ CONTENDERS = 1.10
 """After the first timed round, only candidates whose fastest step is within this factor of the
 fastest one's are timed again (:func:`calibrate`): single steps of one candidate differ by up to
 10-15 % on a busy or virtual machine, so a closer one may still win; a slower one spends no more
-of the budget. With the six candidates of training (three kernels x row packing) the side-by-side
-model's steps fill the budget after one round, and the close ones then get their second and third."""
+of the budget. With the six candidates of training (three kernels x row packing), a small model's
+close candidates get their second and third steps; the side-by-side model's warm-up and first
+round already fill the budget, so there each candidate has one timed step."""
 CACHE_FILE = "cpu_kernels.json"
 CACHE_VERSION = 2  # 1: per-product times (replaced by whole steps)
 ENV = "SYNTAXNMT_CPU_KERNELS"

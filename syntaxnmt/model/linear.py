@@ -154,18 +154,16 @@ class _KernelLinear(torch.autograd.Function):
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear`` through oneDNN or OpenBLAS for float32 CPU tensors without autocast (see the module docstring)."""
-    if OPENBLAS and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32 and (bias is None or bias.dtype == torch.float32) and not torch.is_autocast_enabled("cpu"):
-        if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)):
-            return _KernelLinear.apply(x, weight, bias, "openblas")
-        return blas.linear(x, weight, bias)
-    if (ENABLED if MODE is not None else enabled()) and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32 and x.numel() and not torch.is_autocast_enabled("cpu"):
-        grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-        if (grad and not TRAIN) or not ONEDNN:
-            return F.linear(x, weight, bias)
-        if grad:
-            return _KernelLinear.apply(x, weight, bias, "onednn")
-        return _dnn(x.reshape(-1, x.size(-1)), weight, bias).view(*x.shape[:-1], weight.size(0))
-    return F.linear(x, weight, bias)
+    if x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32 or torch.is_autocast_enabled("cpu"):
+        return F.linear(x, weight, bias)
+    grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
+    if OPENBLAS:
+        return _KernelLinear.apply(x, weight, bias, "openblas") if grad else blas.linear(x, weight, bias)
+    if not (ENABLED if MODE is not None else enabled()) or not ONEDNN or not x.numel() or (grad and not TRAIN):
+        return F.linear(x, weight, bias)
+    if grad:
+        return _KernelLinear.apply(x, weight, bias, "onednn")
+    return _dnn(x.reshape(-1, x.size(-1)), weight, bias).view(*x.shape[:-1], weight.size(0))
 
 
 class Linear(nn.Linear):
