@@ -1,4 +1,4 @@
-/* Native CPU kernels: beam search's log-softmax top-k and single-query attention; training's attention of short sequences, dropout and label-smoothed loss.
+/* Native CPU kernels: beam search's log-softmax top-k and single-query attention; training's attention of short sequences, dropout (fused with a bias, ReLU or residual) and label-smoothed loss.
  *
  * An optional C extension (pyproject.toml builds it at pip install; without a C compiler the
  * install goes on and syntaxnmt.runtime.native_kernels() is None, so decoding keeps PyTorch's
@@ -24,7 +24,7 @@
  * in place. Used by syntaxnmt.training.losses.
  *
  * dropout_forward and dropout_backward (below): dropout with a counter-based generator, its mask
- * kept as bits. Used by syntaxnmt.model.dropout.
+ * kept as bits, alone or fused with a bias, a ReLU and a residual. Used by syntaxnmt.model.dropout.
  *
  * Every function releases the GIL, so batches (or rows) can run in threads side by side. The fast
  * paths need AVX2 and FMA (checked at import: vectorized(); syntaxnmt.runtime.native_kernels() is
@@ -675,6 +675,10 @@ static PyObject *smoothed_xent(PyObject *self, PyObject *args) {
  * word w of counter 8g + l (key: the 64-bit seed) is element 32g + 8w + l, so each group g of 32
  * elements depends on the seed and g alone, whatever the threads' split (groups g0 <= g < g1).
  * dropout_backward(grad, out, bits, n, scale, g0, g1): out = grad scaled where kept, 0 elsewhere.
+ * Fused forms, for the blocks of a Transformer layer (optional trailing arguments): the forward's
+ * bias, cols, relu, residual give out = residual + dropout(relu(x + bias)) -- the ReLU's zeros
+ * clear their bits too, so the bits alone give the gradient of x -- and the backward's colsum, cols
+ * add the column sums of out (the bias's gradient) to a float64 array in the same pass.
  * Used by syntaxnmt.model.dropout. */
 #ifdef SYNTAXNMT_X86
 /* The high and low 32 bits of the products of the eight lanes of a with m. */
@@ -700,9 +704,19 @@ __attribute__((target("avx2,fma"))) static inline void philox8(__m256i c0, __m25
     w[0] = x0, w[1] = x1, w[2] = x2, w[3] = x3;
 }
 
-__attribute__((target("avx2,fma"))) static void dropout_groups(const float *x, float *out, uint8_t *bits, int64_t n, int32_t threshold, float scale, uint64_t seed, int64_t g0, int64_t g1) {
+/* Options of the fused forms (all off: plain dropout): a bias of cols columns added first, a ReLU
+ * after it (a unit is kept only where it is positive too, so one bit serves both gradients), and a
+ * residual added to the result. */
+struct dropout_extra {
+    const float *bias; /* NULL or (cols,) */
+    int64_t cols;      /* the row length when bias: a multiple of 8 that divides n */
+    int relu;
+    const float *residual; /* NULL or (n,) */
+};
+
+__attribute__((target("avx2,fma"))) static void dropout_groups(const float *x, float *out, uint8_t *bits, int64_t n, int32_t threshold, float scale, uint64_t seed, int64_t g0, int64_t g1, const struct dropout_extra *e) {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), below = _mm256_set1_epi32(threshold - 1);
-    const __m256 sc = _mm256_set1_ps(scale);
+    const __m256 sc = _mm256_set1_ps(scale), zero = _mm256_setzero_ps();
     for (int64_t g = g0; g < g1; g++) {
         uint64_t counter = (uint64_t)g * 8;
         __m256i w[4];
@@ -710,16 +724,31 @@ __attribute__((target("avx2,fma"))) static void dropout_groups(const float *x, f
         for (int k = 0; k < 4; k++) {
             int64_t i = g * 32 + k * 8;
             __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_srli_epi32(w[k], 8), below));
-            bits[g * 4 + k] = (uint8_t)_mm256_movemask_ps(keep);
-            if (i + 8 <= n)
-                _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_and_ps(sc, keep))); /* x * 0 keeps a NaN, as x * mask does */
-            else
-                for (int64_t j = i; j < n; j++) out[j] = x[j] * ((bits[g * 4 + k] >> (j - i)) & 1 ? scale : 0.0f);
+            if (i + 8 <= n) {
+                __m256 v = _mm256_loadu_ps(x + i);
+                if (e->bias) v = _mm256_add_ps(v, _mm256_loadu_ps(e->bias + i % e->cols));
+                if (e->relu) keep = _mm256_and_ps(keep, _mm256_cmp_ps(v, zero, _CMP_GT_OQ));
+                v = _mm256_mul_ps(v, _mm256_and_ps(sc, keep)); /* v * 0 keeps a NaN, as x * mask does */
+                if (e->residual) v = _mm256_add_ps(_mm256_loadu_ps(e->residual + i), v);
+                _mm256_storeu_ps(out + i, v);
+                bits[g * 4 + k] = (uint8_t)_mm256_movemask_ps(keep);
+            } else { /* the tail: no bias here (n is a multiple of cols, cols of 8) */
+                int m = _mm256_movemask_ps(keep);
+                for (int64_t j = i; j < n; j++) {
+                    float v = x[j];
+                    if (e->relu && !(v > 0.0f)) m &= ~(1 << (j - i));
+                    v *= (m >> (j - i)) & 1 ? scale : 0.0f;
+                    out[j] = e->residual ? e->residual[j] + v : v;
+                }
+                bits[g * 4 + k] = (uint8_t)m;
+            }
         }
     }
 }
 
-__attribute__((target("avx2,fma"))) static void dropout_back_groups(const float *grad, float *out, const uint8_t *bits, int64_t n, float scale, int64_t g0, int64_t g1) {
+/* colsum: NULL or (cols,) doubles, to which the column sums of out are added (a bias's gradient;
+ * cols a multiple of 8 that divides n). */
+__attribute__((target("avx2,fma"))) static void dropout_back_groups(const float *grad, float *out, const uint8_t *bits, int64_t n, float scale, int64_t g0, int64_t g1, double *colsum, int64_t cols) {
     const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
     const __m256 sc = _mm256_set1_ps(scale);
     for (int64_t b = g0 * 4; b < g1 * 4; b++) {
@@ -727,43 +756,60 @@ __attribute__((target("avx2,fma"))) static void dropout_back_groups(const float 
         if (i >= n) break;
         if (i + 8 <= n) {
             __m256i kept = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits[b]), bit), bit);
-            _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(grad + i), _mm256_and_ps(sc, _mm256_castsi256_ps(kept))));
+            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(grad + i), _mm256_and_ps(sc, _mm256_castsi256_ps(kept)));
+            _mm256_storeu_ps(out + i, v);
+            if (colsum) {
+                double *c = colsum + i % cols;
+                _mm256_storeu_pd(c, _mm256_add_pd(_mm256_loadu_pd(c), _mm256_cvtps_pd(_mm256_castps256_ps128(v))));
+                _mm256_storeu_pd(c + 4, _mm256_add_pd(_mm256_loadu_pd(c + 4), _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))));
+            }
         } else
             for (int64_t j = i; j < n; j++) out[j] = grad[j] * ((bits[b] >> (j - i)) & 1 ? scale : 0.0f);
     }
 }
 #endif
 
+static int columns_ok(const char *name, long long n, long long cols) {
+    if (cols < 8 || cols % 8 || n % cols) {
+        PyErr_Format(PyExc_ValueError, "%s: a bias or column sums need cols a multiple of 8 that divides n", name);
+        return 0;
+    }
+    return 1;
+}
+
 static PyObject *dropout_forward(PyObject *self, PyObject *args) {
-    unsigned long long x, out, bits, seed;
-    long long n, g0, g1;
-    int threshold;
+    unsigned long long x, out, bits, seed, bias = 0, residual = 0;
+    long long n, g0, g1, cols = 0;
+    int threshold, relu = 0;
     double scale;
-    if (!PyArg_ParseTuple(args, "KKKLidKLL", &x, &out, &bits, &n, &threshold, &scale, &seed, &g0, &g1)) return NULL;
+    if (!PyArg_ParseTuple(args, "KKKLidKLL|KLpK", &x, &out, &bits, &n, &threshold, &scale, &seed, &g0, &g1, &bias, &cols, &relu, &residual)) return NULL;
     if (n < 0 || g0 < 0 || g1 < g0 || g1 * 32 > n + 31 || threshold < 1 || threshold > (1 << 24) || !use_avx2) {
         PyErr_SetString(PyExc_ValueError, "dropout_forward: n >= 0, 0 <= g0 <= g1 <= ceil(n / 32), 1 <= threshold <= 2^24, and an AVX2/FMA CPU");
         return NULL;
     }
+    if (bias && !columns_ok("dropout_forward", n, cols)) return NULL;
 #ifdef SYNTAXNMT_X86
+    struct dropout_extra e = {(const float *)(uintptr_t)bias, cols, relu, (const float *)(uintptr_t)residual};
     Py_BEGIN_ALLOW_THREADS;
-    dropout_groups((const float *)(uintptr_t)x, (float *)(uintptr_t)out, (uint8_t *)(uintptr_t)bits, n, threshold, (float)scale, (uint64_t)seed, g0, g1);
+    dropout_groups((const float *)(uintptr_t)x, (float *)(uintptr_t)out, (uint8_t *)(uintptr_t)bits, n, threshold, (float)scale, (uint64_t)seed, g0, g1, &e);
     Py_END_ALLOW_THREADS;
 #endif
     Py_RETURN_NONE;
 }
 
 static PyObject *dropout_backward(PyObject *self, PyObject *args) {
-    unsigned long long grad, out, bits;
-    long long n, g0, g1;
+    unsigned long long grad, out, bits, colsum = 0;
+    long long n, g0, g1, cols = 0;
     double scale;
-    if (!PyArg_ParseTuple(args, "KKKLdLL", &grad, &out, &bits, &n, &scale, &g0, &g1)) return NULL;
+    if (!PyArg_ParseTuple(args, "KKKLdLL|KL", &grad, &out, &bits, &n, &scale, &g0, &g1, &colsum, &cols)) return NULL;
     if (n < 0 || g0 < 0 || g1 < g0 || g1 * 32 > n + 31 || !use_avx2) {
         PyErr_SetString(PyExc_ValueError, "dropout_backward: n >= 0, 0 <= g0 <= g1 <= ceil(n / 32), and an AVX2/FMA CPU");
         return NULL;
     }
+    if (colsum && !columns_ok("dropout_backward", n, cols)) return NULL;
 #ifdef SYNTAXNMT_X86
     Py_BEGIN_ALLOW_THREADS;
-    dropout_back_groups((const float *)(uintptr_t)grad, (float *)(uintptr_t)out, (const uint8_t *)(uintptr_t)bits, n, (float)scale, g0, g1);
+    dropout_back_groups((const float *)(uintptr_t)grad, (float *)(uintptr_t)out, (const uint8_t *)(uintptr_t)bits, n, (float)scale, g0, g1, (double *)(uintptr_t)colsum, cols);
     Py_END_ALLOW_THREADS;
 #endif
     Py_RETURN_NONE;

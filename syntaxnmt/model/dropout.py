@@ -15,6 +15,11 @@ profile). :class:`Dropout` keeps a unit with probability 1 - p and scales kept u
 - otherwise ``u >= p`` for float32 ``u ~ U[0, 1)`` from NumPy's PCG64 (:func:`uniform_like`), in
   blocks filled on torch's threads.
 
+The C kernel also fuses dropout with its neighbours in a Transformer layer:
+:func:`bias_relu_dropout` (the feed-forward block's hidden layer, whose product then runs without
+its bias) and :func:`dropout_add` (the residual connection) each make one pass forward and one
+back instead of three (or two), with the masks and values of the separate operators.
+
 Either way the seed (of every block) is drawn from torch's CPU generator, so ``torch.manual_seed``
 and a resumed run's saved RNG state still decide every mask, whatever the number of threads. On
 other devices, whose dropout kernels are fused, it calls ``torch.nn.functional.dropout``.
@@ -61,10 +66,13 @@ _MIN_GROUPS_PER_THREAD = 1024
 
 
 class _NativeDropout(torch.autograd.Function):
-    """Dropout in the C kernels (see the module docstring); the mask is kept as bits."""
+    """Dropout in the C kernels (see the module docstring); the mask is kept as bits. Optionally
+    fused: ``residual + dropout(relu(x + bias))`` in one pass, whose bits (kept and, with ``relu``,
+    positive) give the gradient of ``x`` alone, and the backward pass adds up the bias's gradient
+    (column sums) in the same pass."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, p: float) -> Tensor:
+    def forward(ctx, x: Tensor, p: float, bias: Tensor | None = None, relu: bool = False, residual: Tensor | None = None) -> Tensor:
         native = native_training_kernels()
         x = x.contiguous()
         n = x.numel()
@@ -72,9 +80,12 @@ class _NativeDropout(torch.autograd.Function):
         out, bits = torch.empty_like(x), torch.empty(groups * 4, dtype=torch.uint8)
         seed = int(torch.randint(0, 2**63 - 1, (1,)).item())  # torch's generator decides the mask
         threshold, scale = max(1, math.ceil(p * 2**24)), 1.0 / (1.0 - p)
-        in_threads(lambda a, b: native.dropout_forward(x.data_ptr(), out.data_ptr(), bits.data_ptr(), n, threshold, scale, seed, a, b), groups, _MIN_GROUPS_PER_THREAD)
+        cols = x.size(-1)
+        residual = None if residual is None else residual.contiguous()  # kept alive while the kernel reads it
+        extra = (0 if bias is None else bias.data_ptr(), cols, relu, 0 if residual is None else residual.data_ptr())
+        in_threads(lambda a, b: native.dropout_forward(x.data_ptr(), out.data_ptr(), bits.data_ptr(), n, threshold, scale, seed, a, b, *extra), groups, _MIN_GROUPS_PER_THREAD)
         ctx.save_for_backward(bits)
-        ctx.scale = scale
+        ctx.scale, ctx.cols, ctx.has_residual = scale, cols, residual is not None
         return out
 
     @staticmethod
@@ -83,8 +94,29 @@ class _NativeDropout(torch.autograd.Function):
         (bits,) = ctx.saved_tensors
         grad = grad.contiguous()
         out = torch.empty_like(grad)
-        in_threads(lambda a, b: native.dropout_backward(grad.data_ptr(), out.data_ptr(), bits.data_ptr(), grad.numel(), ctx.scale, a, b), bits.numel() // 4, _MIN_GROUPS_PER_THREAD)
-        return out, None
+        sums: list[Tensor] = []  # the bias's gradient: one float64 partial per part of the work
+
+        def part(a: int, b: int) -> None:
+            colsum = 0
+            if ctx.needs_input_grad[2]:
+                sums.append(partial := torch.zeros(ctx.cols, dtype=torch.float64))
+                colsum = partial.data_ptr()
+            native.dropout_backward(grad.data_ptr(), out.data_ptr(), bits.data_ptr(), grad.numel(), ctx.scale, a, b, colsum, ctx.cols)
+
+        in_threads(part, bits.numel() // 4, _MIN_GROUPS_PER_THREAD)
+        grad_bias = torch.stack(sums).sum(0).float() if sums else None
+        return out, None, grad_bias, None, grad if ctx.has_residual else None
+
+
+def _native_ok(x: Tensor, p: float, training: bool) -> bool:
+    return training and 0.0 < p < 1.0 and x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() > 0 and native_training_kernels() is not None
+
+
+def fuses_bias(x: Tensor, p: float, training: bool, width: int) -> bool:
+    """Whether :func:`bias_relu_dropout` runs in one pass of the C kernel for inputs like ``x``
+    (``width`` units a row, a bias of as many): where :func:`dropout` does and ``width`` is a
+    multiple of 8."""
+    return width % 8 == 0 and _native_ok(x, p, training)
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
@@ -92,11 +124,29 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
         return x
     if x.device.type != "cpu" or p >= 1.0:
         return F.dropout(x, p, training)
-    if x.dtype == torch.float32 and x.numel() and native_training_kernels() is not None:
-        return _NativeDropout.apply(x, p)
+    if _native_ok(x, p, training):
+        return _NativeDropout.apply(x, p, None, False, None)
     u = uniform_like(x) if x.dtype == torch.float32 else torch.rand_like(x)
     mask = u.ge_(p).mul_(1.0 / (1.0 - p))
     return x * mask
+
+
+def bias_relu_dropout(x: Tensor, bias: Tensor | None, p: float, training: bool) -> Tensor:
+    """``dropout(relu(x + bias))`` (a feed-forward block's hidden layer, Vaswani et al. 2017, Eq. 2),
+    in one pass of the C kernel where :func:`dropout` runs it (and ``bias``, if any, is float32 with a
+    length that is a multiple of 8): the same values and masks as the three operators, and one pass
+    instead of three back too, the bias's gradient included."""
+    if fuses_bias(x, p, training, x.size(-1)) and (bias is None or (bias.dtype == torch.float32 and bias.shape == x.shape[-1:])):
+        return _NativeDropout.apply(x, p, None if bias is None else bias.contiguous(), True, None)
+    return dropout(F.relu(x if bias is None else x + bias), p, training)
+
+
+def dropout_add(residual: Tensor, y: Tensor, p: float, training: bool) -> Tensor:
+    """``residual + dropout(y)`` (a residual connection, Vaswani et al. 2017, Sec. 5.4), in one pass
+    of the C kernel where :func:`dropout` runs it: the same values and mask as the two operators."""
+    if _native_ok(y, p, training) and residual.shape == y.shape and residual.dtype == y.dtype:
+        return _NativeDropout.apply(y, p, None, False, residual)
+    return residual + dropout(y, p, training)
 
 
 class Dropout(nn.Module):

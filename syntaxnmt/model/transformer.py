@@ -19,8 +19,8 @@ from syntaxnmt.config import ModelConfig
 from syntaxnmt.inputs import PAD, Batch, FeatureSpec, SourceFeatures
 from syntaxnmt.model.attention import MultiHeadAttention, defer_reorder, reorder_cache
 from syntaxnmt.model.context import HierarchicalContext
-from syntaxnmt.model.dropout import Dropout
-from syntaxnmt.model.linear import Linear, decode_linear
+from syntaxnmt.model.dropout import Dropout, bias_relu_dropout, dropout_add, fuses_bias
+from syntaxnmt.model.linear import Linear, decode_linear, linear
 from syntaxnmt.model.outputs import ContextAttention, DecoderState, EncoderOutput, ForcedAttention, ModelOutput
 from syntaxnmt.model.packing import on_rows, packed_rows
 from syntaxnmt.model.syntax_attention import InputFeatures, encoder_extensions
@@ -79,7 +79,13 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor, rows: Tensor | None = None) -> Tensor:
         """``x`` (..., D); with ``rows`` (flat row indices, :func:`packed_rows`) only those rows are
         computed and every other row of the output is 0."""
-        return on_rows(lambda h: self.fc2(self.dropout(self.act(self.fc1(h)))), x, rows)
+        return on_rows(self._block, x, rows)
+
+    def _block(self, h: Tensor) -> Tensor:
+        p = self.dropout.p
+        if self.act is F.relu and fuses_bias(h, p, self.training, self.fc1.out_features):  # bias, ReLU and dropout in one pass
+            return self.fc2(bias_relu_dropout(linear(h, self.fc1.weight), self.fc1.bias, p, True))
+        return self.fc2(self.dropout(self.act(self.fc1(h))))
 
 
 class Residual(nn.Module):
@@ -93,7 +99,7 @@ class Residual(nn.Module):
 
     def forward(self, x: Tensor, f) -> tuple[Tensor, object]:
         y, aux = f(self.norm(x) if self.pre else x)
-        x = x + self.dropout(y)
+        x = dropout_add(x, y, self.dropout.p, self.training)  # x + dropout(y), in one pass where it can
         return (x if self.pre else self.norm(x)), aux
 
 

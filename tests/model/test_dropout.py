@@ -148,3 +148,96 @@ def test_a_nan_stays_a_nan_dropped_or_kept():
     x[::7] = float("nan")
     y = dropout(x, 0.5, True)
     assert torch.equal(y.isnan(), x.isnan())
+
+
+def _grads(f, *xs, g):
+    for x in xs:
+        x.grad = None
+    f().backward(g)
+    return [x.grad.clone() for x in xs]
+
+
+@needs_kernels
+@pytest.mark.parametrize("shape", [(37, 1024), (3, 5, 64)])
+def test_bias_relu_dropout_is_the_three_operators_in_one_pass(shape):
+    """Same values and masks as dropout(relu(x + b)) under the same seed, the same gradient of x,
+    and the bias's gradient (summed in the kernel, float64) to float32 rounding."""
+    from syntaxnmt.model.dropout import bias_relu_dropout, fuses_bias
+
+    torch.manual_seed(0)
+    x = torch.randn(*shape, requires_grad=True)
+    b = torch.randn(shape[-1], requires_grad=True)
+    g = torch.randn(*shape)
+    assert fuses_bias(x, 0.1, True, shape[-1])
+    torch.manual_seed(5)
+    fused = bias_relu_dropout(x, b, 0.1, True)
+    assert fused.grad_fn.name().endswith("_NativeDropoutBackward")  # the kernel, not the fallback
+    torch.manual_seed(5)
+    plain = dropout(torch.relu(x + b), 0.1, True)
+    assert torch.equal(fused, plain)
+    positive = x + b > 0
+    assert torch.equal(fused[~positive], torch.zeros_like(fused[~positive]))  # the ReLU's zeros
+    assert (fused[positive] == 0).float().mean().item() == pytest.approx(0.1, abs=0.05)  # and p of the rest
+    torch.manual_seed(5)
+    gx, gb = _grads(lambda: bias_relu_dropout(x, b, 0.1, True), x, b, g=g)
+    torch.manual_seed(5)
+    px, pb = _grads(lambda: dropout(torch.relu(x + b), 0.1, True), x, b, g=g)
+    assert torch.equal(gx, px)
+    assert torch.allclose(gb, pb, rtol=1e-5, atol=1e-4) and gb.abs().max() > 1
+
+
+@needs_kernels
+def test_bias_relu_dropout_falls_back_where_the_kernel_cannot_fuse():
+    from syntaxnmt.model.dropout import bias_relu_dropout, fuses_bias
+
+    x, b = torch.randn(4, 12), torch.randn(12)  # 12 columns: not a multiple of 8
+    assert not fuses_bias(x, 0.1, True, 12) and not fuses_bias(torch.randn(4, 16), 0.1, False, 16)
+    torch.manual_seed(1)
+    y = bias_relu_dropout(x, b, 0.1, True)
+    torch.manual_seed(1)
+    assert torch.equal(y, dropout(torch.relu(x + b), 0.1, True))
+    assert torch.equal(bias_relu_dropout(x, b, 0.1, False), torch.relu(x + b))  # eval: the ReLU only
+
+
+@needs_kernels
+@pytest.mark.parametrize("n", [4096, 1000])  # whole groups of 32, and a tail
+def test_dropout_add_is_the_residual_plus_dropout_in_one_pass(n):
+    from syntaxnmt.model.dropout import dropout_add
+
+    torch.manual_seed(0)
+    r, y, g = torch.randn(n, requires_grad=True), torch.randn(n, requires_grad=True), torch.randn(n)
+    torch.manual_seed(9)
+    fused = dropout_add(r, y, 0.2, True)
+    assert fused.grad_fn.name().endswith("_NativeDropoutBackward")
+    torch.manual_seed(9)
+    assert torch.equal(fused, r + dropout(y, 0.2, True))
+    torch.manual_seed(9)
+    gr, gy = _grads(lambda: dropout_add(r, y, 0.2, True), r, y, g=g)
+    torch.manual_seed(9)
+    pr, py = _grads(lambda: r + dropout(y, 0.2, True), r, y, g=g)
+    assert torch.equal(gr, pr) and torch.equal(gy, py)
+    assert torch.equal(dropout_add(r, y, 0.2, False), r + y)
+
+
+@needs_kernels
+def test_relu_tail_and_nan_in_the_fused_kernel():
+    """Without a bias the ReLU form takes any length (the scalar tail); a NaN stays a NaN."""
+    from syntaxnmt.model.dropout import _NativeDropout
+
+    x = torch.randn(77)
+    x[5] = float("nan")
+    torch.manual_seed(2)
+    y = _NativeDropout.apply(x, 0.3, None, True, None)
+    torch.manual_seed(2)
+    plain = dropout(torch.relu(x), 0.3, True)
+    assert torch.equal(y.isnan(), plain.isnan()) and torch.equal(y[~y.isnan()], plain[~plain.isnan()])
+
+
+@needs_kernels
+def test_the_kernel_refuses_a_bias_whose_columns_do_not_fit():
+    kernels = native_kernels()
+    x, b = torch.ones(64), torch.ones(12)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        kernels.dropout_forward(x.data_ptr(), x.data_ptr(), torch.empty(8, dtype=torch.uint8).data_ptr(), 64, 10, 1.0, 1, 0, 2, b.data_ptr(), 12, True, 0)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        kernels.dropout_backward(x.data_ptr(), x.data_ptr(), torch.zeros(8, dtype=torch.uint8).data_ptr(), 64, 1.0, 0, 2, torch.zeros(12, dtype=torch.float64).data_ptr(), 12)

@@ -199,3 +199,32 @@ def test_a_model_too_large_to_allocate_is_a_user_error_naming_its_sizes(model, k
     """An absurd size failed with PyTorch's allocation traceback (issue 25)."""
     with pytest.raises(UserError, match=r"the model of this config cannot be allocated \(one tensor needs [\d,.]+ GiB\): .*" + key.replace(".", r"\.")):
         build_model(load_config(None, {"model": model}), 200, 200)
+
+
+@pytest.mark.skipif(__import__("syntaxnmt.runtime", fromlist=["x"]).native_training_kernels() is None, reason="the native kernels are not built for this CPU")
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_training_with_the_fused_dropout_kernels_equals_the_separate_operators(norm, monkeypatch):
+    """With dropout on, CPU training runs bias + ReLU + dropout of each FFN and every residual's
+    dropout + add in one kernel pass each: same states under the same seed, same gradients."""
+    from syntaxnmt.model import dropout as drop
+    from syntaxnmt.model import transformer as tr
+
+    batch = _batch(src_lens=(9, 3, 5, 2), tgt_lens=(4, 10, 1, 6))
+    calls = []
+    fused = tr.bias_relu_dropout
+    monkeypatch.setattr(tr, "bias_relu_dropout", lambda *a: calls.append("ffn") or fused(*a))
+    results = []
+    for plain in (False, True):
+        if plain:
+            monkeypatch.setattr(tr, "fuses_bias", lambda *a: False)
+            monkeypatch.setattr(tr, "dropout_add", lambda r, y, p, training: r + drop.dropout(y, p, training))
+        model = _model(norm=norm).train()
+        torch.manual_seed(11)
+        out = model(batch)
+        (out.states ** 2).sum().backward()
+        results.append((out.states.detach(), [p.grad for p in model.parameters()]))
+    assert calls.count("ffn") == 4  # every FFN of the fused run, none of the plain one
+    (s0, g0), (s1, g1) = results
+    torch.testing.assert_close(s1, s0)
+    for a, b in zip(g0, g1):
+        torch.testing.assert_close(b, a)
