@@ -40,10 +40,16 @@ whose blocking pays off there (docs/benchmarks.md, "Native kernels of training")
 
 def usable(q: Tensor, k: Tensor, dropout_p: float, causal: bool) -> bool:
     """Whether :func:`attention` computes this attention (see the module docstring)."""
+    return shapes_usable(q, q.size(0), q.size(2), k.size(2), q.size(-1), dropout_p, causal) and k.dtype == torch.float32
+
+
+def shapes_usable(x: Tensor, b: int, tq: int, tk: int, d_head: int, dropout_p: float, causal: bool) -> bool:
+    """:func:`usable` for queries of ``x``'s device and dtype, ``b`` sentences of ``tq`` queries and
+    ``tk`` keys, heads of ``d_head`` (also :func:`stacked_attention`'s condition)."""
     return (
-        native_training_kernels() is not None and q.device.type == "cpu" and q.dtype == torch.float32 and k.dtype == torch.float32
-        and dropout_p == 0.0 and q.size(-1) % 8 == 0 and max(q.size(2), k.size(2)) <= MAX_LENGTH
-        and not (causal and q.size(2) != k.size(2)) and q.size(0) > 0
+        native_training_kernels() is not None and x.device.type == "cpu" and x.dtype == torch.float32
+        and dropout_p == 0.0 and d_head % 8 == 0 and max(tq, tk) <= MAX_LENGTH
+        and not (causal and tq != tk) and b > 0
     )
 
 
@@ -61,10 +67,25 @@ def _unit_stride(x: Tensor) -> Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
+def _stacked_heads(sources: tuple[Tensor, ...], heads: int) -> list[Tensor]:
+    """q, k and v as (B, H, T, d) views of stacked projections: ``sources`` is (B, T, 3D) [q | k | v]
+    or (B, Tq, D) q and (B, Tk, 2D) [k | v]."""
+    views = []
+    for x, parts in zip(sources, (3,) if len(sources) == 1 else (1, 2)):
+        b, t, w = x.shape
+        views += x.view(b, t, parts, heads, w // (parts * heads)).permute(2, 0, 3, 1, 4).unbind(0)
+    return views
+
+
 class _Attention(torch.autograd.Function):
+    """The kernels with their gradients. ``sources``: q, k, v (B, H, T, d) each (``heads`` 0), or
+    stacked projections (:func:`_stacked_heads`), whose gradients the backward pass then writes
+    into one tensor per source (no copies to stack them)."""
+
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, pad: Tensor | None, causal: bool) -> Tensor:
-        q, k, v = _unit_stride(q), _unit_stride(k), _unit_stride(v)
+    def forward(ctx, pad: Tensor | None, causal: bool, heads: int, *sources: Tensor) -> Tensor:
+        sources = tuple(_unit_stride(x) if not heads else x.contiguous() for x in sources)
+        q, k, v = _stacked_heads(sources, heads) if heads else sources
         b, h, tq, d = q.shape
         tk = k.size(2)
         out = _heads_last(q, tq)
@@ -72,20 +93,27 @@ class _Attention(torch.autograd.Function):
         mask = 0 if pad is None else pad.contiguous().view(torch.uint8).data_ptr()
         scale = 1.0 / math.sqrt(d)
         in_threads(lambda a, z: _native.attention_forward(_view(q), _view(k), _view(v), _view(out), probs.data_ptr(), mask, a, z, h, tq, tk, d, causal, scale), b)
-        ctx.save_for_backward(q, k, v, probs)
-        ctx.causal = causal
+        ctx.save_for_backward(probs, *sources)
+        ctx.causal, ctx.heads = causal, heads
         return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        q, k, v, probs = ctx.saved_tensors
+        probs, *sources = ctx.saved_tensors
+        heads = ctx.heads
+        q, k, v = _stacked_heads(sources, heads) if heads else sources
         grad = _unit_stride(grad)
         b, h, tq, d = q.shape
         tk = k.size(2)
-        dq, dk, dv = _heads_last(q, tq), _heads_last(k, tk), _heads_last(v, tk)
+        if heads:
+            grads = [torch.empty_like(x) for x in sources]
+            dq, dk, dv = _stacked_heads(grads, heads)
+        else:
+            grads = [_heads_last(q, tq), _heads_last(k, tk), _heads_last(v, tk)]
+            dq, dk, dv = grads
         scale = 1.0 / math.sqrt(d)
         in_threads(lambda a, z: _native.attention_backward(_view(q), _view(k), _view(v), _view(grad), _view(dq), _view(dk), _view(dv), probs.data_ptr(), a, z, h, tq, tk, d, ctx.causal, scale), b)
-        return dq, dk, dv, None, None
+        return None, None, None, *grads
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None, causal: bool = False) -> Tensor:
@@ -98,4 +126,15 @@ def attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None =
         raise RuntimeError("the native kernel syntaxnmt/_native.c was not built (install with a C compiler: pip install -e .) or this CPU lacks AVX2/FMA")
     if key_padding_mask is not None and key_padding_mask.shape != (q.size(0), k.size(2)):
         raise ValueError(f"key_padding_mask must be (B, Tk) = {(q.size(0), k.size(2))}, not {tuple(key_padding_mask.shape)}")
-    return _Attention.apply(q, k, v, key_padding_mask, causal)
+    return _Attention.apply(key_padding_mask, causal, 0, q, k, v)
+
+
+def stacked_attention(sources: tuple[Tensor, ...], heads: int, key_padding_mask: Tensor | None = None, causal: bool = False) -> Tensor:
+    """:func:`attention` of ``heads`` heads whose q, k and v are column blocks of stacked
+    projections: ``sources`` (qkv,) with qkv (B, T, 3D) (self-attention) or (q, kv) with q (B, Tq, D)
+    and kv (B, Tk, 2D) (cross-attention), each the output of one product (the projections' weights
+    side by side). The gradient of each source comes out as one tensor. Returns (B, H, Tq, d),
+    stored as (B, Tq, H, d). Only where :func:`shapes_usable`."""
+    if _native is None:
+        raise RuntimeError("the native kernel syntaxnmt/_native.c was not built (install with a C compiler: pip install -e .) or this CPU lacks AVX2/FMA")
+    return _Attention.apply(key_padding_mask, causal, heads, *sources)

@@ -147,3 +147,38 @@ def test_a_nan_reaches_the_output_as_in_pytorchs_kernel():
     out = native_attention.attention(q, k, v, causal=True)
     assert out[1, 0, 2:].isnan().all() and not out[1, 0, :2].isnan().any()  # causal: rows 0-1 never see key 2
     assert not out[0].isnan().any() and not out[1, 1:].isnan().any()
+
+
+@pytest.mark.parametrize("cross,packed", [(False, False), (True, False), (False, True), (True, True)])
+def test_stacked_projections_equal_the_three_separate_ones(cross, packed, monkeypatch):
+    """In CPU training the plain attention computes q, k, v (or k, v) as one product on the stacked
+    weights and the kernels write the gradients of the stacked output directly: same output and
+    gradients (of the input, of every weight and bias) as the separate projections, with padding,
+    a causal mask, and on packed rows."""
+    from syntaxnmt.model.packing import packed_rows
+
+    torch.manual_seed(0)
+    x, memory = torch.randn(3, 9, 32), torch.randn(3, 6, 32)
+    pad = torch.zeros(3, 6, dtype=torch.bool)
+    pad[1, 4:] = pad[2, 2:] = True
+    grad = torch.randn(3, 9, 32)
+    rows = packed_rows(torch.zeros(3, 9, dtype=torch.bool), 8) if packed else None
+    kv_rows = packed_rows(pad, 8) if packed else None
+    results, calls = [], []
+    kernel = native_attention.stacked_attention
+    monkeypatch.setattr(native_attention, "stacked_attention", lambda *a: calls.append(len(a[0])) or kernel(*a))
+    for stacked in (True, False):
+        torch.manual_seed(1)
+        mha = MultiHeadAttention(32, 4).train()
+        if not stacked:
+            monkeypatch.setattr(MultiHeadAttention, "_stackable", lambda *a: False)
+        leaves = [x.clone().requires_grad_(), memory.clone().requires_grad_()]
+        if cross:
+            out, _ = mha(leaves[0], leaves[1], key_padding_mask=pad, rows=rows, kv_rows=kv_rows)
+        else:
+            out, _ = mha(leaves[0], causal=True, rows=rows)
+        assert calls == [2 if cross else 1]  # the stacked sources, in the first run only
+        out.backward(grad)
+        results.append([out.detach(), leaves[0].grad, *(leaves[1].grad for _ in [0] if cross), *(p.grad for p in mha.parameters())])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
