@@ -539,8 +539,8 @@ class TrainConfig(_Section):
     cpu_kernels: Literal["auto", "onednn", "aten", "openblas"] = DEFAULT_CPU_KERNELS
     """The path of the linear layers' float32 products on CPU (:mod:`syntaxnmt.model.kernels`):
     ``auto`` (the default) times whole training steps of the run's model with each kernel choice
-    and with row packing on and off (``row_packing``) at start-up (up to 15 s, once per machine and
-    model: cached) and takes the fastest; ``onednn`` (oneDNN wherever the fixed rule of
+    and with row packing on and off (``row_packing``) at start-up (two rounds of steps and up to 15 s
+    more, once per machine and model: cached) and takes the fastest; ``onednn`` (oneDNN wherever the fixed rule of
     :mod:`syntaxnmt.model.linear` lets it run), ``aten`` (MKL's sgemm) or ``openblas`` (numpy's
     OpenBLAS, :mod:`syntaxnmt.model.blas`) decide without timing (docs/benchmarks.md, "CPU kernel
     choice", "OpenBLAS products").

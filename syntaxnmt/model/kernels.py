@@ -70,11 +70,14 @@ from syntaxnmt.textio import atomic_write_text
 MODES = ("auto", "onednn", "aten", "openblas")
 PACKING = ("auto", "on", "off")
 BUDGET_S = 15.0
-"""Seconds a calibration may spend stepping beyond its first two rounds: the warm-up round and
-one timed round always run (a warm-up step carries one-off costs -- first allocations, oneDNN's
-primitives for new shapes -- that differ between candidates: on a 2-core AVX2 EPYC, deciding on
-warm-up times chose ATen without row packing, 1.14x slower in training than ATen with it,
-docs/benchmarks.md), then more timed rounds while the next one's estimate fits in what is left."""
+"""Seconds a calibration may spend on the contenders' rounds after its first two: the warm-up
+round and one timed round always run (a warm-up step carries one-off costs -- first allocations,
+oneDNN's primitives for new shapes -- that differ between candidates: on a 2-core AVX2 EPYC,
+deciding on warm-up times chose ATen without row packing, 1.14x slower in training than ATen with
+it, docs/benchmarks.md), then more timed rounds of the close candidates while the next one's
+estimate fits in this budget. Counted from the end of the first timed round (it used to count
+from the start: the side-by-side model's first two rounds took ~24 s, so its six candidates were
+decided on one step each, and it chose row packing off, 1.08x slower in paired updates)."""
 STEPS = 3
 """Timed steps per candidate at most (after one warm-up step); the fastest counts (the least
 disturbed by other processes)."""
@@ -84,7 +87,7 @@ fastest one's are timed again (:func:`calibrate`): single steps of one candidate
 10-15 % on a busy or virtual machine, so a closer one may still win; a slower one spends no more
 of the budget. With the six candidates of training (three kernels x row packing), a small model's
 close candidates get their second and third steps; the side-by-side model's warm-up and first
-round already fill the budget, so there each candidate has one timed step."""
+round take ~24 s, and its close candidates then get their further steps within the budget."""
 CACHE_FILE = "cpu_kernels.json"
 CACHE_VERSION = 2  # 1: per-product times (replaced by whole steps)
 ENV = "SYNTAXNMT_CPU_KERNELS"
@@ -227,8 +230,8 @@ def calibrate(candidates: Sequence[Choice], run: Callable[[Choice], None], budge
     far is within :data:`CONTENDERS` of the fastest one (successive halving: a candidate clearly
     slower after one step gets no more of the budget) -- while there are two or more of them and
     the estimate of the next round (the sum of their fastest steps) fits in what is left of
-    ``budget_s``. The order rotates each round so that a disturbance from another process falls on all."""
-    start = clock()
+    ``budget_s``, counted from the end of the first timed round. The order rotates each round so that a disturbance from another process falls on all."""
+    begun = clock()
     best: dict[Choice, float] = {}
     counts = dict.fromkeys(candidates, 0)
 
@@ -240,15 +243,16 @@ def calibrate(candidates: Sequence[Choice], run: Callable[[Choice], None], budge
 
     for c in candidates:
         run(c)
-    left = lambda: budget_s - (clock() - start)  # noqa: E731
-    contenders, done = list(candidates), 0
+    contenders, done, start = list(candidates), 0, math.inf
+    left = lambda: budget_s - (clock() - start)  # noqa: E731  (counted from the end of the first timed round)
     while done < max(steps, 1) and (not done or (len(contenders) > 1 and sum(best[c] for c in contenders) <= left())):
         for c in contenders[done % len(contenders):] + contenders[: done % len(contenders)]:
             timed(c)
         done += 1
+        start = clock() if done == 1 else start
         contenders = [c for c in contenders if best[c] <= CONTENDERS * min(best.values())]
     ms = {c.name: round(1e3 * best[c], 3) for c in candidates}
-    return Timing(ms, {c.name: counts[c] for c in candidates}, round(clock() - start, 3))
+    return Timing(ms, {c.name: counts[c] for c in candidates}, round(clock() - begun, 3))
 
 
 def fastest(ms: dict[str, float], candidates: Sequence[Choice]) -> Choice:

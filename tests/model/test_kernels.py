@@ -178,14 +178,15 @@ def test_the_calibration_leaves_the_model_and_the_generators_as_they_were(monkey
 
 def test_the_budget_bounds_the_timed_rounds_after_the_first(monkeypatch):
     """A warm-up round (one-off costs, not counted) and one timed round always run, whatever the
-    budget: the choice is never made on warm-up times; more rounds while they fit."""
+    budget: the choice is never made on warm-up times; more rounds while they fit in the budget,
+    counted from the end of the first timed round."""
     model = Packed()
     steps = FakeSteps(model, {**{k: 4000.0 for k in TIMES}, "aten, no packing": 3000.0}, monkeypatch)
     summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=1.0)  # 15 s of warm-up already
     assert steps.runs == 4 + 4 and summary["steps"] == dict.fromkeys(TIMES, 1)
     assert summary["choice"] == "aten, no packing" and "fastest of 1 step each" in kernels.describe(summary)
     steps.signature, steps.runs = "again", 0
-    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=50.0)  # rounds of 15 s: warm-up, timed (20 s left), timed (5 s left)
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=20.0)  # rounds of 15 s: warm-up, timed, then 20 s: timed (5 s left)
     assert steps.runs == 4 + 4 + 4 and summary["steps"] == dict.fromkeys(TIMES, 2)
     steps.signature, steps.runs = "once more", 0
     steps.ms = {k: 1000.0 for k in TIMES}
