@@ -19,19 +19,69 @@ from torch import Tensor
 
 def packed_rows(pad: Tensor, granule: int) -> Tensor | None:
     """The flat indices of the non-padding positions of ``pad`` (B, T; True at padding), topped up
-    with padding positions to a multiple of ``granule`` rows; None when that would be every position."""
+    with padding positions to a multiple of ``granule`` rows; None when that would be every position.
+    The positions left out ride along as the tensor's ``rest`` attribute (:func:`rest_of`)."""
     flat = pad.reshape(-1)
     real = (~flat).nonzero()[:, 0]
     n = -(-real.numel() // granule) * granule
     if n >= flat.numel():
         return None
-    return torch.cat([real, flat.nonzero()[: n - real.numel(), 0]])
+    padding = flat.nonzero()[:, 0]
+    rows = torch.cat([real, padding[: n - real.numel()]])
+    rows.rest = padding[n - real.numel() :]
+    return rows
+
+
+def rest_of(rows: Tensor, total: int) -> Tensor:
+    """The flat positions of ``range(total)`` that ``rows`` leaves out (kept by :func:`packed_rows`,
+    else computed)."""
+    rest = getattr(rows, "rest", None)
+    if rest is None:
+        keep = torch.ones(total, dtype=torch.bool, device=rows.device)
+        keep[rows] = False
+        rest = keep.nonzero()[:, 0]
+    return rest
+
+
+def _placed(y: Tensor, rows: Tensor, rest: Tensor, total: int) -> Tensor:
+    """(total, E): ``y`` (len(rows), E) at ``rows``, zeros at ``rest`` -- only the left-out rows are
+    zero-filled, not the whole tensor first."""
+    out = y.new_empty(total, y.size(1))
+    out.index_copy_(0, rows, y)
+    return out.index_fill_(0, rest, 0.0)
+
+
+class _Gather(torch.autograd.Function):
+    """``flat.index_select(0, rows)``, whose gradient is placed with :func:`_placed` (rows are
+    distinct: a copy, not the zero fill and scatter-add of ``index_select``'s own backward)."""
+
+    @staticmethod
+    def forward(ctx, flat: Tensor, rows: Tensor) -> Tensor:
+        ctx.rows, ctx.rest, ctx.total = rows, rest_of(rows, flat.size(0)), flat.size(0)
+        return flat.index_select(0, rows)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return _placed(grad.contiguous(), ctx.rows, ctx.rest, ctx.total), None
+
+
+class _Scatter(torch.autograd.Function):
+    """:func:`_placed` with the gradient ``grad.index_select(0, rows)``."""
+
+    @staticmethod
+    def forward(ctx, y: Tensor, rows: Tensor, total: int) -> Tensor:
+        ctx.rows = rows
+        return _placed(y.contiguous(), rows, rest_of(rows, total), total)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return grad.index_select(0, ctx.rows), None, None
 
 
 def gather_rows(x: Tensor, rows: Tensor | None) -> Tensor:
     """``x`` (..., D) as (len(rows), D): the rows ``rows`` of its flattened positions (all of them if None)."""
     flat = x.reshape(-1, x.size(-1))
-    return flat if rows is None else flat.index_select(0, rows)
+    return flat if rows is None else _Gather.apply(flat, rows)
 
 
 def scatter_rows(y: Tensor, rows: Tensor | None, like: Tensor) -> Tensor:
@@ -40,7 +90,7 @@ def scatter_rows(y: Tensor, rows: Tensor | None, like: Tensor) -> Tensor:
     shape = (*like.shape[:-1], y.size(-1))
     if rows is None:
         return y.view(shape)
-    return y.new_zeros(like.numel() // like.size(-1), y.size(-1)).index_copy(0, rows, y).view(shape)
+    return _Scatter.apply(y, rows, like.numel() // like.size(-1)).view(shape)
 
 
 def on_rows(f: Callable[[Tensor], Tensor], x: Tensor, rows: Tensor | None) -> Tensor:

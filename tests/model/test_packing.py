@@ -25,3 +25,28 @@ def test_on_rows_computes_the_chosen_rows_and_zeros_elsewhere():
     assert x.grad.view(-1, 3)[others].eq(0).all() and x.grad.view(-1, 3)[rows].ne(0).all()
     assert on_rows(lambda h: h @ w, x, None) is not None and torch.equal(gather_rows(x, None), x.reshape(-1, 3))
     torch.testing.assert_close(scatter_rows(gather_rows(x, rows), rows, x).view(-1, 3)[rows], x.view(-1, 3)[rows])
+
+
+def test_the_left_out_positions_ride_along_and_only_they_are_zeroed():
+    """packed_rows keeps the positions it leaves out (``rest``); scatter_rows and the gradient of
+    gather_rows zero only those, and both ways give what index_select / zeros + index_copy give."""
+    from syntaxnmt.model.packing import rest_of
+
+    pad = torch.tensor([[False, False, True, True, True], [False, True, True, True, True]])
+    rows = packed_rows(pad, 2)
+    assert rows.tolist() == [0, 1, 5, 2] and rows.rest.tolist() == [3, 4, 6, 7, 8, 9]
+    assert torch.equal(rest_of(rows.clone(), 10), rows.rest)  # computed when not carried
+    x = torch.randn(2, 5, 3, requires_grad=True)
+    y = torch.randn(4, 6, requires_grad=True)
+    torch.empty(10, 6).fill_(float("nan"))  # a freed block of garbage the scatter may reuse
+    placed = scatter_rows(y, rows, x)
+    expected = torch.zeros(10, 6).index_copy(0, rows, y.detach()).view(2, 5, 6)
+    assert torch.equal(placed, expected)
+    g = torch.randn(2, 5, 6)
+    placed.backward(g)
+    assert torch.equal(y.grad, g.view(10, 6)[rows])
+    picked = gather_rows(x, rows)
+    assert torch.equal(picked, x.detach().view(10, 3)[rows])
+    h = torch.randn(4, 3)
+    picked.backward(h)
+    assert torch.equal(x.grad.view(10, 3), torch.zeros(10, 3).index_copy(0, rows, h))
