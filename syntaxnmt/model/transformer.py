@@ -22,7 +22,8 @@ from syntaxnmt.model.context import HierarchicalContext
 from syntaxnmt.model.dropout import Dropout, bias_relu_dropout, dropout_add, fuses_bias
 from syntaxnmt.model.linear import Linear, decode_linear, linear
 from syntaxnmt.model.outputs import ContextAttention, DecoderState, EncoderOutput, ForcedAttention, ModelOutput
-from syntaxnmt.model.packing import on_rows, packed_rows
+from syntaxnmt.model.packing import gather_rows as gather_packed
+from syntaxnmt.model.packing import on_rows, packed_rows, scatter_rows
 from syntaxnmt.model.syntax_attention import InputFeatures, encoder_extensions
 
 
@@ -114,6 +115,14 @@ class EncoderLayer(nn.Module):
         x, w = self.res_attn(x, lambda h: self.self_attn(h, key_padding_mask=pad_mask, need_weights=need_weights, features=features, rows=rows))
         x, _ = self.res_ffn(x, lambda h: (self.ffn(h, rows), None))
         return x, w
+
+    def forward_packed(self, x: Tensor, pad_mask: Tensor, rows: Tensor, like: Tensor) -> Tensor:
+        """:meth:`forward` on packed states: ``x`` (R, D) are the positions ``rows`` of ``like``'s
+        (B, S, ...), and so is the output (:meth:`Transformer.encode`; only where
+        :meth:`MultiHeadAttention._stackable`, nothing asked of the attention)."""
+        x, _ = self.res_attn(x, lambda h: (self.self_attn.packed_self_attention(h, pad_mask, rows, like), None))
+        x, _ = self.res_ffn(x, lambda h: (self.ffn(h), None))
+        return x
 
 
 class DecoderLayer(nn.Module):
@@ -250,11 +259,20 @@ class Transformer(nn.Module):
         wanted = {i % len(self.encoder) for i in encoder_weights}
         weights, states = [], []
         rows = self.compute_rows(pad_mask)
-        for i, layer in enumerate(self.encoder):
-            x, w = layer(x, pad_mask, need_weights or i in wanted, batch.features, rows)
-            weights.append(w)
-            states.append(x)
-        hidden = self.enc_norm(x)
+        if rows is not None and not need_weights and not wanted and all(layer.self_attn._stackable(x, None, False, False) for layer in self.encoder):
+            # packed through: the layers compute on the real rows only; each layer's states are placed
+            # back (zeros at padding) for their readers (multitask heads), the output once
+            packed = gather_packed(x, rows)
+            for layer in self.encoder:
+                packed = layer.forward_packed(packed, pad_mask, rows, x)
+                states.append(scatter_rows(packed, rows, x))
+            hidden = scatter_rows(self.enc_norm(packed), rows, x)
+        else:
+            for i, layer in enumerate(self.encoder):
+                x, w = layer(x, pad_mask, need_weights or i in wanted, batch.features, rows)
+                weights.append(w)
+                states.append(x)
+            hidden = self.enc_norm(x)
         target_context = context_attention = target_rows = None
         if self.han is not None or self.han_target is not None:
             hidden, target_context, target_rows, context_attention = self.read_context(batch, hidden, pad_mask, need_weights)

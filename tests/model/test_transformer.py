@@ -173,10 +173,17 @@ def test_step_starts_from_bos_like_forward():
 
 
 @pytest.mark.parametrize("norm,need_weights", [("pre", False), ("post", False), ("pre", True)])
-def test_training_on_packed_rows_equals_every_row(norm, need_weights):
+def test_training_on_packed_rows_equals_every_row(norm, need_weights, monkeypatch):
     """CPU training computes the attention projections and FFNs on the non-padding rows only
     (topped up to a multiple of the granule): same states at every real position, same gradients,
-    with the fused kernel and with the explicit path that extensions use (``need_weights``)."""
+    with the fused kernel and with the explicit path that extensions use (``need_weights``). With
+    the native kernels and no weights asked for, the encoder's states stay packed between its layers."""
+    from syntaxnmt.model.transformer import EncoderLayer
+    from syntaxnmt.runtime import native_training_kernels
+
+    calls = []
+    packed = EncoderLayer.forward_packed
+    monkeypatch.setattr(EncoderLayer, "forward_packed", lambda *a: calls.append(1) or packed(*a))
     batch = _batch(src_lens=(9, 3, 5, 2), tgt_lens=(4, 10, 1, 6))
     results = []
     for granule in (0, 8):
@@ -186,10 +193,13 @@ def test_training_on_packed_rows_equals_every_row(norm, need_weights):
         out = model(batch, need_weights=need_weights)
         real = batch.tgt_out.ne(PAD)
         (out.states[real] ** 2).sum().backward()
-        results.append((out.states[real].detach(), out.encoder.hidden[~out.encoder.pad_mask].detach(), [p.grad for p in model.parameters()]))
-    (s0, e0, g0), (s1, e1, g1) = results
+        src = ~out.encoder.pad_mask
+        results.append((out.states[real].detach(), out.encoder.hidden[src].detach(), [x[src].detach() for x in out.encoder.layers], [p.grad for p in model.parameters()]))
+    assert len(calls) == (2 if native_training_kernels() is not None and not need_weights else 0)
+    (s0, e0, l0, g0), (s1, e1, l1, g1) = results
     torch.testing.assert_close(s1, s0)
     torch.testing.assert_close(e1, e0)
+    torch.testing.assert_close(l1, l0)
     for a, b in zip(g0, g1):
         torch.testing.assert_close(b, a)
 
