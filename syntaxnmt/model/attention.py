@@ -206,15 +206,19 @@ class MultiHeadAttention(nn.Module):
         b, _, tq, _ = out.shape
         return on_rows(self.out_proj, out.transpose(1, 2).reshape(b, tq, self.d_model), rows)
 
-    def packed_self_attention(self, h: Tensor, key_padding_mask: Tensor, rows: Tensor, like: Tensor) -> Tensor:
-        """:meth:`_stacked` self-attention (unmasked but for padding) of an encoder whose states
-        stay packed between layers: ``h`` (R, D) holds the positions ``rows`` of ``like``'s (B, S,
-        ...) and so does the result. Only the stacked q, k, v are placed in (B, S, 3D) for the
-        kernels and their output gathered back: the layer's other operators run on the R rows."""
-        qkv = scatter_rows(self._projection(h, (self.q_proj, self.k_proj, self.v_proj), None), rows, like)
-        out = native_attention.stacked_attention((qkv,), self.heads, key_padding_mask, False)
-        b, _, s, _ = out.shape
-        return self.out_proj(gather_rows(out.transpose(1, 2).reshape(b, s, self.d_model), rows))
+    def packed_attention(self, h: Tensor, rows: Tensor, like: Tensor, key_padding_mask: Tensor | None = None, causal: bool = False, memory: Tensor | None = None, memory_rows: Tensor | None = None) -> Tensor:
+        """:meth:`_stacked` attention of layers whose states stay packed between them: ``h`` (R, D)
+        holds the positions ``rows`` of ``like``'s (B, T, ...) and so does the result; ``memory``
+        (B, S, D; None: self-attention) is read on its rows ``memory_rows``. Only the kernels' q, k,
+        v are placed in (B, T, ...) and their output gathered back: the layer's other operators run
+        on the R rows (:meth:`syntaxnmt.model.transformer.Transformer.encode`, ``decode``)."""
+        if memory is None:
+            sources = (scatter_rows(self._projection(h, (self.q_proj, self.k_proj, self.v_proj), None), rows, like),)
+        else:
+            sources = (scatter_rows(self.q_proj(h), rows, like), self._projection(memory, (self.k_proj, self.v_proj), memory_rows))
+        out = native_attention.stacked_attention(sources, self.heads, key_padding_mask, causal)
+        b, _, t, _ = out.shape
+        return self.out_proj(gather_rows(out.transpose(1, 2).reshape(b, t, self.d_model), rows))
 
     def native_ready(self, leak: bool = False) -> bool:
         """Whether :meth:`_native_step` can compute this attention: the kernel was built for this

@@ -120,7 +120,7 @@ class EncoderLayer(nn.Module):
         """:meth:`forward` on packed states: ``x`` (R, D) are the positions ``rows`` of ``like``'s
         (B, S, ...), and so is the output (:meth:`Transformer.encode`; only where
         :meth:`MultiHeadAttention._stackable`, nothing asked of the attention)."""
-        x, _ = self.res_attn(x, lambda h: (self.self_attn.packed_self_attention(h, pad_mask, rows, like), None))
+        x, _ = self.res_attn(x, lambda h: (self.self_attn.packed_attention(h, rows, like, pad_mask), None))
         x, _ = self.res_ffn(x, lambda h: (self.ffn(h), None))
         return x
 
@@ -144,6 +144,15 @@ class DecoderLayer(nn.Module):
         y, w = self.res_cross(y, lambda h: self.cross_attn(h, memory, key_padding_mask=memory_mask, cache=cross_cache, static_kv=True, need_weights=need_weights, rows=rows, kv_rows=memory_rows, leak=leak))
         y, _ = self.res_ffn(y, lambda h: (self.ffn(h, rows), None))
         return y, w, ws
+
+    def forward_packed(self, y: Tensor, memory: Tensor, memory_mask: Tensor, rows: Tensor, memory_rows: Tensor | None, like: Tensor) -> Tensor:
+        """:meth:`forward` in training on packed states: ``y`` (R, D) are the positions ``rows`` of
+        ``like``'s (B, T, ...), and so is the output (:meth:`Transformer.decode`; only where
+        :meth:`MultiHeadAttention._stackable`, nothing asked of the attentions)."""
+        y, _ = self.res_self(y, lambda h: (self.self_attn.packed_attention(h, rows, like, causal=True), None))
+        y, _ = self.res_cross(y, lambda h: (self.cross_attn.packed_attention(h, rows, like, memory_mask, memory=memory, memory_rows=memory_rows), None))
+        y, _ = self.res_ffn(y, lambda h: (self.ffn(h), None))
+        return y
 
     def full_context_attention(self, y: Tensor, tgt_pad: Tensor, memory: Tensor, memory_mask: Tensor, rows: Tensor | None = None, memory_rows: Tensor | None = None, leak: bool = False) -> Tensor:
         """Cross-attention weights (B, H, T, S) of an extra pass through this layer whose
@@ -259,7 +268,7 @@ class Transformer(nn.Module):
         wanted = {i % len(self.encoder) for i in encoder_weights}
         weights, states = [], []
         rows = self.compute_rows(pad_mask)
-        if rows is not None and not need_weights and not wanted and all(layer.self_attn._stackable(x, None, False, False) for layer in self.encoder):
+        if rows is not None and not need_weights and not wanted and self.packs_through(x):
             # packed through: the layers compute on the real rows only; each layer's states are placed
             # back (zeros at padding) for their readers (multitask heads), the output once
             packed = gather_packed(x, rows)
@@ -372,6 +381,12 @@ class Transformer(nn.Module):
         rows, memory_rows = self.compute_rows(pad), self.compute_rows(enc.pad_mask)
         ap = self.alignment_pass
         aligned = leak = None
+        if rows is not None and not need_weights and ap is None and enc.target_context_rows is None and self.packs_through(y, enc.hidden):
+            packed = gather_packed(y, rows)  # the states stay packed between the layers
+            for layer in self.decoder:
+                packed = layer.forward_packed(packed, enc.hidden, enc.pad_mask, rows, memory_rows, y)
+            states, target_attention = self.read_target_context(scatter_rows(self.dec_norm(packed), rows, y), enc)
+            return states, [], [], None, None, target_attention
         for i, layer in enumerate(self.decoder):
             if need_weights and ap is not None and ap.full_context and i == ap.layer:
                 aligned, leak = split_leak(layer.full_context_attention(y, pad, enc.hidden, enc.pad_mask, rows, memory_rows, leak=ap.leaky), ap.leaky)
@@ -427,6 +442,14 @@ class Transformer(nn.Module):
             out.alignment_leak = leak if leak is not None else out.alignment_leak
             out.cross_attention[i] = w if i in wanted else None
         return out
+
+    def packs_through(self, x: Tensor, memory: Tensor | None = None) -> bool:
+        """Whether the encoder's layers (``memory`` None) or the decoder's (``memory``: the encoder
+        output) can keep packed states between them for inputs like ``x``: every attention is the
+        plain one the C kernels compute (:meth:`MultiHeadAttention._stackable`)."""
+        if memory is None:
+            return all(layer.self_attn._stackable(x, None, False, False) for layer in self.encoder)
+        return all(layer.self_attn._stackable(x, None, True, False) and layer.cross_attn._stackable(x, memory, False, False) for layer in self.decoder)
 
     def han_granule(self, pad: Tensor) -> int:
         """The granule of the per-token products on the real positions in training on CPU (HAN's and

@@ -178,12 +178,12 @@ def test_training_on_packed_rows_equals_every_row(norm, need_weights, monkeypatc
     (topped up to a multiple of the granule): same states at every real position, same gradients,
     with the fused kernel and with the explicit path that extensions use (``need_weights``). With
     the native kernels and no weights asked for, the encoder's states stay packed between its layers."""
-    from syntaxnmt.model.transformer import EncoderLayer
+    from syntaxnmt.model.transformer import DecoderLayer, EncoderLayer
     from syntaxnmt.runtime import native_training_kernels
 
     calls = []
-    packed = EncoderLayer.forward_packed
-    monkeypatch.setattr(EncoderLayer, "forward_packed", lambda *a: calls.append(1) or packed(*a))
+    for cls in (EncoderLayer, DecoderLayer):
+        monkeypatch.setattr(cls, "forward_packed", lambda *a, f=cls.forward_packed, c=cls: calls.append(c.__name__) or f(*a))
     batch = _batch(src_lens=(9, 3, 5, 2), tgt_lens=(4, 10, 1, 6))
     results = []
     for granule in (0, 8):
@@ -195,7 +195,8 @@ def test_training_on_packed_rows_equals_every_row(norm, need_weights, monkeypatc
         (out.states[real] ** 2).sum().backward()
         src = ~out.encoder.pad_mask
         results.append((out.states[real].detach(), out.encoder.hidden[src].detach(), [x[src].detach() for x in out.encoder.layers], [p.grad for p in model.parameters()]))
-    assert len(calls) == (2 if native_training_kernels() is not None and not need_weights else 0)
+    through = native_training_kernels() is not None and not need_weights
+    assert calls == (["EncoderLayer"] * 2 + ["DecoderLayer"] * 2 if through else [])
     (s0, e0, l0, g0), (s1, e1, l1, g1) = results
     torch.testing.assert_close(s1, s0)
     torch.testing.assert_close(e1, e0)
