@@ -20,7 +20,16 @@ and after) also go to ``--json``.
 
 ``--kernels openblas,aten`` pairs two kernel choices of the linear layers the same way instead
 (``syntaxnmt.model.linear.set_kernels``; docs/benchmarks.md, "OpenBLAS products"), the native
-kernels on, row packing as the calibration chose it.
+kernels on, row packing as the calibration chose it. ``--switch NAME`` pairs one part of the
+native training path on and off (docs/benchmarks.md, "Fused dropout kernels, stacked projections
+and packed layers"), the rest as the command runs it, row packing on unless NAME is row-packing:
+
+- ``fused-dropout``: bias + ReLU + dropout and dropout + residual in one kernel pass each
+  (``syntaxnmt.model.dropout.FUSED``);
+- ``stacked-projections``: q, k, v as one product (``MultiHeadAttention.stack_projections``; off
+  also keeps the layers' states unpacked);
+- ``packed-layers``: the states packed between the layers (``Transformer.pack_through``);
+- ``row-packing``: the products on the real rows (``Transformer.pack_granule``).
 """
 
 from __future__ import annotations
@@ -121,6 +130,26 @@ def kernels_alone(batch_shape: tuple[int, int], d_model: int, heads: int, ffn: i
     return figures
 
 
+def switch(task, name: str) -> dict[str, Callable[[], None]]:
+    """The two settings of ``--switch name`` (on first) for the model of ``task``."""
+    from syntaxnmt.model import dropout as drop
+    from syntaxnmt.model.attention import MultiHeadAttention
+
+    model = task.raw
+    flip = {
+        "fused-dropout": lambda on: setattr(drop, "FUSED", on),
+        "stacked-projections": lambda on: setattr(MultiHeadAttention, "stack_projections", on),
+        "packed-layers": lambda on: setattr(model, "pack_through", on),
+        "row-packing": lambda on: setattr(model, "pack_granule", type(model).pack_granule if on else 0),
+    }[name]
+    if name != "row-packing":
+        model.pack_granule = type(model).pack_granule
+    return {f"{name} on": lambda: flip(True), f"{name} off": lambda: flip(False)}
+
+
+SWITCHES = ("fused-dropout", "stacked-projections", "packed-layers", "row-packing")
+
+
 def paired_updates(task, stream, settings: dict[str, Callable[[], None]], batches: int, warmup: int) -> dict:
     """Train ``warmup`` batches, then each of ``batches`` batches once per setting (``settings``:
     two names and what installs each; the order alternating from batch to batch). Returns the
@@ -156,9 +185,16 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kernels", metavar="A,B", help="compare two kernel choices of the linear layers (e.g. openblas,aten; "
                     "syntaxnmt.model.linear.set_kernels) instead of the native kernels on and off; row packing as the calibration chose it")
+    ap.add_argument("--switch", choices=SWITCHES, help="pair one part of the native training path on and off instead (see above)")
     ap.add_argument("--json", default="benchmarks/out/native_training.json", help="figures and the machine record")
     args = ap.parse_args()
-    if args.kernels:
+    if args.kernels and args.switch:
+        sys.exit("native_training: --kernels or --switch, not both")
+    if args.switch:
+        if native_training_kernels() is None:
+            sys.exit("native_training: syntaxnmt/_native.c was not built or this CPU lacks AVX2/FMA: nothing to switch")
+        settings = None
+    elif args.kernels:
         names = args.kernels.split(",")
         if len(names) != 2 or any(k not in lin.KERNELS for k in names):
             sys.exit(f"native_training: --kernels takes two of {', '.join(lin.KERNELS)}, as A,B")
@@ -174,10 +210,17 @@ def main() -> int:
     machine = machine_info()
     cfg = load_config(args.config)
     task, stream = training_task(cfg, torch.device("cpu"))
-    chosen = lin.kernels()
-    run = paired_updates(task, stream, settings, args.batches, args.warmup)
-    set_native_training(True)
-    lin.set_kernels(chosen)
+    chosen, granule = lin.kernels(), task.raw.pack_granule
+    if args.switch:
+        settings = switch(task, args.switch)
+    try:
+        run = paired_updates(task, stream, settings, args.batches, args.warmup)
+    finally:
+        set_native_training(True)
+        lin.set_kernels(chosen)
+        if args.switch:
+            settings[f"{args.switch} on"]()
+            task.raw.pack_granule = granule
     (a, b), tokens, seconds, ratios = settings, run["tokens"], run["seconds"], run["ratios"]
     figures = {
         "batches": args.batches, "threads": torch.get_num_threads(), "tokens_per_update": tokens / args.batches, "compared": [a, b],
@@ -189,7 +232,7 @@ def main() -> int:
         print(f"{name}: {figures['tok_s'][name]:7.0f} target tok/s")
     print(f"speed-up of {a} over {b}: {figures['speedup_total']:.3f}x over the total time, {figures['speedup_median_paired']:.3f}x median of the per-batch ratios "
           f"(range {min(ratios):.2f}-{max(ratios):.2f})")
-    if not args.kernels:
+    if not args.kernels and not args.switch:
         batch = run["last_batch"]
         longest = int(max(task.split["src"].lengths[batch].max(), task.split["tgt"].lengths[batch].max())) + 1  # + EOS
         mc = cfg.model

@@ -36,3 +36,30 @@ def test_paired_updates_train_each_batch_once_per_setting_in_alternating_order()
     assert [s[:2] for s in seen] == [("A", "b0"), ("B", "b1"), ("A", "b2"), ("B", "b2"), ("B", "b3"), ("A", "b3"), ("A", "b4"), ("B", "b4")]
     assert [s[2] for s in seen] == list(range(8))  # the update counter goes on
     assert run["tokens"] == 30 and len(run["ratios"]) == 3 and set(run["seconds"]) == {"A", "B"} and run["last_batch"] == "b4"
+
+
+@pytest.mark.parametrize("name", ["fused-dropout", "stacked-projections", "packed-layers", "row-packing"])
+def test_each_switch_turns_its_part_off_and_on_again(name, monkeypatch):
+    """--switch NAME: the two settings flip exactly that part of the native path (row packing on
+    for the others), and turning it on again restores the defaults."""
+    from syntaxnmt.model import dropout as drop
+    from syntaxnmt.model.attention import MultiHeadAttention
+    from syntaxnmt.model.transformer import Transformer
+
+    bench = load_script(SCRIPT)
+
+    class Task:
+        raw = type("Model", (), {"pack_granule": 128, "pack_through": True})()
+
+    Task.raw.pack_granule = 0  # as a calibration that chose no packing leaves it
+    settings = bench.switch(Task(), name)
+    assert list(settings) == [f"{name} on", f"{name} off"]
+    state = lambda: (drop.FUSED, MultiHeadAttention.stack_projections, Task.raw.pack_through, Task.raw.pack_granule)  # noqa: E731
+    on = (True, True, True, 128)
+    assert state() == (on if name != "row-packing" else (True, True, True, 0))
+    settings[f"{name} off"]()
+    off = dict(zip(bench.SWITCHES, range(4)))[name]
+    assert state() == tuple(False if i == off and i < 3 else 0 if i == off else v for i, v in enumerate(on))
+    settings[f"{name} on"]()
+    assert state() == on
+    assert Transformer.pack_through and Transformer.pack_granule == 128

@@ -61,6 +61,11 @@ def uniform_like(x: Tensor) -> Tensor:
     return torch.from_numpy(out).view(x.shape)
 
 
+FUSED = True
+"""Whether :func:`bias_relu_dropout` and :func:`dropout_add` run their fused kernel where they can
+(False: the separate operators, with the same values; for paired benchmarks,
+``benchmarks/native_training.py --switch fused-dropout``)."""
+
 _GROUP = 32  # elements per Philox group of the kernel: four words of eight counters
 _MIN_GROUPS_PER_THREAD = 1024
 
@@ -116,7 +121,7 @@ def fuses_bias(x: Tensor, p: float, training: bool, width: int) -> bool:
     """Whether :func:`bias_relu_dropout` runs in one pass of the C kernel for inputs like ``x``
     (``width`` units a row, a bias of as many): where :func:`dropout` does and ``width`` is a
     multiple of 8."""
-    return width % 8 == 0 and _native_ok(x, p, training)
+    return FUSED and width % 8 == 0 and _native_ok(x, p, training) and not torch.is_autocast_enabled("cpu")  # under autocast the product is bf16
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
@@ -144,7 +149,7 @@ def bias_relu_dropout(x: Tensor, bias: Tensor | None, p: float, training: bool) 
 def dropout_add(residual: Tensor, y: Tensor, p: float, training: bool) -> Tensor:
     """``residual + dropout(y)`` (a residual connection, Vaswani et al. 2017, Sec. 5.4), in one pass
     of the C kernel where :func:`dropout` runs it: the same values and mask as the two operators."""
-    if _native_ok(y, p, training) and residual.shape == y.shape and residual.dtype == y.dtype:
+    if FUSED and _native_ok(y, p, training) and residual.shape == y.shape and residual.dtype == y.dtype:
         return _NativeDropout.apply(y, p, None, False, residual)
     return residual + dropout(y, p, training)
 

@@ -137,4 +137,6 @@ def stacked_attention(sources: tuple[Tensor, ...], heads: int, key_padding_mask:
     stored as (B, Tq, H, d). Only where :func:`shapes_usable`."""
     if _native is None:
         raise RuntimeError("the native kernel syntaxnmt/_native.c was not built (install with a C compiler: pip install -e .) or this CPU lacks AVX2/FMA")
+    if any(x.dtype != torch.float32 or x.device.type != "cpu" for x in sources):
+        raise ValueError(f"stacked_attention computes float32 CPU tensors, not {', '.join(f'{x.dtype} on {x.device}' for x in sources)}")
     return _Attention.apply(key_padding_mask, causal, heads, *sources)

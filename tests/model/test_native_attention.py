@@ -182,3 +182,16 @@ def test_stacked_projections_equal_the_three_separate_ones(cross, packed, monkey
         results.append([out.detach(), leaves[0].grad, *(leaves[1].grad for _ in [0] if cross), *(p.grad for p in mha.parameters())])
     for a, b in zip(*results):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_stacked_attention_refuses_what_the_kernels_cannot_read_and_autocast_keeps_pytorch():
+    """A bf16 projection (CPU autocast) must never reach the float32 kernels (it crashed the process)."""
+    with pytest.raises(ValueError, match="float32 CPU"):
+        native_attention.stacked_attention((torch.randn(2, 5, 96).bfloat16(),), 4)
+    mha = MultiHeadAttention(32, 4).train()
+    x = torch.randn(2, 5, 32)
+    assert mha._stackable(x, None, True, False)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not mha._stackable(x, None, True, False)
+        out, _ = mha(x, causal=True)
+    assert out.dtype == torch.bfloat16
