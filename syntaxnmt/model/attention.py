@@ -87,7 +87,7 @@ class MultiHeadAttention(nn.Module):
     """
 
     stack_projections = True
-    """CPU training computes q, k, v (k, v) as one product where it can (:meth:`_stacked`); False:
+    """CPU training computes q, k, v (k, v) as one product where it can (:meth:`packed_attention`); False:
     three (two), with the same values (for paired benchmarks, ``benchmarks/native_training.py
     --switch stacked-projections``; it also keeps the states of the layers unpacked)."""
 
@@ -149,7 +149,8 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError("a native decoding state (init_state(..., native=True)) steps one float32 CPU query per row, without attention weights")
             return self._native_step(query, key_value, key_padding_mask, cache, static_kv), None
         if cache is None and not need_weights and self._stackable(query, key_value, causal, leak):
-            return self._stacked(query, key_value, key_padding_mask, causal, rows, kv_rows), None
+            out = self.packed_attention(gather_rows(query, rows), rows, query, key_padding_mask, causal, key_value, kv_rows)
+            return scatter_rows(out, rows, query), None
         packed = gather_rows(query, rows)
         q = self._split(scatter_rows(self.q_proj(packed), rows, query))
         if cache is not None and static_kv and "k" in cache:
@@ -180,7 +181,7 @@ class MultiHeadAttention(nn.Module):
         return on_rows(self.out_proj, out, rows), weights
 
     def _stackable(self, query: Tensor, key_value: Tensor | None, causal: bool, leak: bool) -> bool:
-        """Whether :meth:`_stacked` computes this call: the plain attention of CPU training in the C
+        """Whether :meth:`packed_attention` computes this call: the plain attention of CPU training in the C
         kernels (:func:`~syntaxnmt.model.native_attention.shapes_usable`), :attr:`stack_projections` on."""
         tk = query.size(1) if key_value is None else key_value.size(1)
         return (
@@ -198,26 +199,17 @@ class MultiHeadAttention(nn.Module):
         bias = torch.cat([p.bias for p in layers]) if layers[0].bias is not None else None
         return on_rows(lambda h: linear(h, weight, bias), x, rows)
 
-    def _stacked(self, query: Tensor, key_value: Tensor | None, key_padding_mask: Tensor | None, causal: bool, rows: Tensor | None, kv_rows: Tensor | None) -> Tensor:
-        """:meth:`forward`'s output for CPU training in the C kernels with the projections stacked:
-        q, k, v (self-attention) or k, v (cross-attention) are one product each, on the wider
-        weight, and the kernels read their heads where the product wrote them and write their
-        gradients into one tensor (:func:`~syntaxnmt.model.native_attention.stacked_attention`):
-        fewer, larger products than three, and no sums of the three input gradients."""
-        if key_value is None:
-            sources = (self._projection(query, (self.q_proj, self.k_proj, self.v_proj), rows),)
-        else:
-            sources = (self._projection(query, (self.q_proj,), rows), self._projection(key_value, (self.k_proj, self.v_proj), kv_rows))
-        out = native_attention.stacked_attention(sources, self.heads, key_padding_mask, causal)
-        b, _, tq, _ = out.shape
-        return on_rows(self.out_proj, out.transpose(1, 2).reshape(b, tq, self.d_model), rows)
-
-    def packed_attention(self, h: Tensor, rows: Tensor, like: Tensor, key_padding_mask: Tensor | None = None, causal: bool = False, memory: Tensor | None = None, memory_rows: Tensor | None = None) -> Tensor:
-        """:meth:`_stacked` attention of layers whose states stay packed between them: ``h`` (R, D)
-        holds the positions ``rows`` of ``like``'s (B, T, ...) and so does the result; ``memory``
-        (B, S, D; None: self-attention) is read on its rows ``memory_rows``. Only the kernels' q, k,
-        v are placed in (B, T, ...) and their output gathered back: the layer's other operators run
-        on the R rows (:meth:`syntaxnmt.model.transformer.Transformer.encode`, ``decode``)."""
+    def packed_attention(self, h: Tensor, rows: Tensor | None, like: Tensor, key_padding_mask: Tensor | None = None, causal: bool = False, memory: Tensor | None = None, memory_rows: Tensor | None = None) -> Tensor:
+        """The plain attention of CPU training in the C kernels with the projections stacked: q, k,
+        v (self-attention) or k, v (cross-attention, ``memory`` (B, S, D) read on its rows
+        ``memory_rows``) are one product each, on the wider weight, and the kernels read their heads
+        where the product wrote them and write their gradients into one tensor
+        (:func:`~syntaxnmt.model.native_attention.stacked_attention`): fewer, larger products than
+        three, and no sums of the three input gradients. ``h`` (R, D) holds the positions ``rows``
+        of ``like``'s (B, T, ...) (None: all of them) and so does the result: only the kernels' q,
+        k, v are placed in (B, T, ...) and their output gathered back, so layers whose states stay
+        packed between them (:meth:`syntaxnmt.model.transformer.Transformer.encode`, ``decode``)
+        run their other operators on the R rows; :meth:`forward` packs and places around it."""
         if memory is None:
             sources = (scatter_rows(self._projection(h, (self.q_proj, self.k_proj, self.v_proj), None), rows, like),)
         else:
