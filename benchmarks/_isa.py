@@ -6,7 +6,8 @@ they load: ATen's vectorized kernels ``ATEN_CPU_CAPABILITY=avx2`` (then
 (``ONEDNN_VERBOSE=1``: ``isa:Intel AVX2``, ``brg_matmul:avx2``), MKL's GEMM
 ``MKL_ENABLE_INSTRUCTIONS=AVX2`` (``MKL_VERBOSE=1``: ``Intel(R) AVX2 enabled processors``), and
 CTranslate2 ``CT2_FORCE_CPU_ISA=AVX2`` for its own kernels (its bundled MKL follows
-``MKL_ENABLE_INSTRUCTIONS``). So the limit must be in the environment before the process imports
+``MKL_ENABLE_INSTRUCTIONS``), and numpy's OpenBLAS (``cpu_kernels: openblas``)
+``OPENBLAS_CORETYPE=Haswell`` (``threadpoolctl``: ``architecture: Haswell``, else ``SkylakeX``). So the limit must be in the environment before the process imports
 torch: :func:`child_env` gives it to child processes (syntaxnmt's and the peers', whose venvs load
 the same libraries), and :func:`reexec_for_isa` restarts a benchmark script with it before the
 script imports torch. ``native`` removes these variables, so that a figure labelled native is one.
@@ -27,14 +28,14 @@ ISAS = ("native", "avx2")
 # Every variable that limits the instruction set of a library these benchmarks load (the same
 # list as syntaxnmt.runtime.ISA_VARIABLES, which records them; a test keeps the two equal).
 # DNNL_MAX_CPU_ISA is oneDNN's older name for ONEDNN_MAX_CPU_ISA: ``native`` removes it too.
-VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "CT2_FORCE_CPU_ISA")
+VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "CT2_FORCE_CPU_ISA", "OPENBLAS_CORETYPE")
 LIMITS: dict[str, dict[str, str]] = {
     "native": {},
-    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "CT2_FORCE_CPU_ISA": "AVX2"},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "CT2_FORCE_CPU_ISA": "AVX2", "OPENBLAS_CORETYPE": "Haswell"},
 }
 HELP = (
     "instruction set of the libraries every measured process loads: native (the CPU's), or avx2 "
-    "(ATen, oneDNN, MKL and CTranslate2 restricted to AVX2 through the environment: an emulation of "
+    "(ATen, oneDNN, MKL, CTranslate2 and OpenBLAS restricted to AVX2 through the environment: an emulation of "
     "an AVX2 machine on this CPU, recorded as such in the machine record)"
 )
 

@@ -358,7 +358,10 @@ ISA_VARIABLES = {
     "DNNL_MAX_CPU_ISA": "oneDNN",
     "MKL_ENABLE_INSTRUCTIONS": "MKL",
     "CT2_FORCE_CPU_ISA": "CTranslate2",
+    "OPENBLAS_CORETYPE": "OpenBLAS",
 }
+# OpenBLAS is limited by naming the core whose kernels it loads: the instruction set of each name.
+OPENBLAS_CORE_ISA = {"HASWELL": "AVX2", "ZEN": "AVX2", "SKYLAKEX": "AVX512", "COOPERLAKE": "AVX512", "SAPPHIRERAPIDS": "AVX512"}
 
 
 @lru_cache(maxsize=1)
@@ -417,17 +420,18 @@ def isa_limits(environ: Mapping[str, str] = os.environ) -> dict[str, str] | None
 def describe_isa_limits(limits: Mapping[str, str] | None) -> str:
     """``limits`` (:func:`isa_limits`) in words for the machine line: ``restricted to AVX2 by
     ATEN_CPU_CAPABILITY/ONEDNN_MAX_CPU_ISA/MKL_ENABLE_INSTRUCTIONS: an emulation of an AVX2 machine,
-    not one``, naming the libraries among ATen, oneDNN and MKL left unrestricted; '' without limits."""
+    not one``, naming the libraries among ATen, oneDNN, MKL and OpenBLAS left unrestricted (an
+    ``OPENBLAS_CORETYPE`` counts as the instruction set of the core it names); '' without limits."""
     if not limits:
         return ""
-    levels = {v.strip().upper() for v in limits.values()}
+    levels = {OPENBLAS_CORE_ISA.get(v.strip().upper(), v.strip().upper()) if k == "OPENBLAS_CORETYPE" else v.strip().upper() for k, v in limits.items()}
     if len(levels) == 1:
         level = levels.pop()
         text = f"restricted to {level} by {'/'.join(limits)}: an emulation of an {level} machine, not one"
     else:
         text = f"restricted by {', '.join(f'{k}={v}' for k, v in limits.items())}: an emulation, not a machine of that kind"
     covered = {ISA_VARIABLES[k] for k in limits}
-    free = [lib for lib in ("ATen", "oneDNN", "MKL") if lib not in covered]
+    free = [lib for lib in ("ATen", "oneDNN", "MKL", "OpenBLAS") if lib not in covered]
     return text + (f"; {', '.join(free)} not restricted" if free else "")
 
 
