@@ -1,7 +1,7 @@
 """The native kernels of CPU training against PyTorch's operators, on the same batches, in one run.
 
     python benchmarks/native_training.py [--config benchmarks/out/side_by_side/syntaxnmt.yaml]
-        [--batches 24] [--warmup 4] [--threads 2] [--kernels A,B] [--json benchmarks/out/native_training.json]
+        [--batches 24] [--warmup 4] [--threads 2] [--kernels A,B] [--json benchmarks/out/native_training.json] [--isa native|avx2]
 
 ``train.cpu_native: auto`` computes three pieces of a CPU training update in the C kernels of
 ``syntaxnmt/_native.c`` (docs/benchmarks.md, "Native kernels of training"): the attention of
@@ -30,6 +30,9 @@ and packed layers"), the rest as the command runs it, row packing on unless NAME
   also keeps the layers' states unpacked);
 - ``packed-layers``: the states packed between the layers (``Transformer.pack_through``);
 - ``row-packing``: the products on the real rows (``Transformer.pack_granule``).
+
+``--isa avx2`` restarts the script with ATen, oneDNN, MKL and OpenBLAS restricted to AVX2
+(``benchmarks/_isa.py``: an emulation of an AVX2 machine on this CPU, which the machine record says).
 """
 
 from __future__ import annotations
@@ -42,11 +45,19 @@ import time
 from pathlib import Path
 from typing import Callable
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _isa  # noqa: E402  (before torch: --isa avx2 restarts this script with the AVX2 limits)
+
+if __name__ == "__main__":
+    _isa.reexec_for_isa()
+
+# isort: split
 import syntaxnmt.__main__  # noqa: F401  (first: the command's OpenMP defaults, set before torch loads)
 
 # isort: split
 import torch
 import torch.nn.functional as F
+from speed import training_task  # noqa: E402
 
 from syntaxnmt.config import load_config
 from syntaxnmt.model import linear as lin
@@ -54,9 +65,6 @@ from syntaxnmt.model import native_attention
 from syntaxnmt.model.dropout import dropout
 from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, native_training_kernels, openblas_available, set_native_training, with_load_after
 from syntaxnmt.textio import atomic_write_text
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed import training_task  # noqa: E402
 
 
 def best_ms(fn, repeats: int = 5) -> float:
@@ -187,6 +195,7 @@ def main() -> int:
                     "syntaxnmt.model.linear.set_kernels) instead of the native kernels on and off; row packing as the calibration chose it")
     ap.add_argument("--switch", choices=SWITCHES, help="pair one part of the native training path on and off instead (see above)")
     ap.add_argument("--json", default="benchmarks/out/native_training.json", help="figures and the machine record")
+    _isa.add_isa_argument(ap)
     args = ap.parse_args()
     if args.kernels and args.switch:
         sys.exit("native_training: --kernels or --switch, not both")
