@@ -290,6 +290,7 @@ def main() -> int:
     ap.add_argument("--json", help="results file (default benchmarks/out/busy_machine.json, busy_machine-avx2.json with --isa avx2)")
     _isa.add_isa_argument(ap)
     args = ap.parse_args()
+    sbs.stop_on_sigterm()
     args.json = args.json or str(sbs.OUT / ("busy_machine.json" if args.isa == "native" else f"busy_machine-{args.isa}.json"))
     if args.tiny:
         args.updates, args.sentences, args.settle = 20, 20, 0.0

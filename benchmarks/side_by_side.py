@@ -61,6 +61,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import time
@@ -143,7 +144,12 @@ def run_measured(cmd: list[str], log_path: Path, env: dict, cwd: Path, stdout_pa
         try:
             start = time.perf_counter()
             p = subprocess.Popen(cmd, stdout=out, stderr=logf, stdin=inp, env=env, cwd=cwd)
-            _, status, usage = os.wait4(p.pid, 0)
+            try:
+                _, status, usage = os.wait4(p.pid, 0)
+            except BaseException:  # Ctrl-C or SIGTERM (stop_on_sigterm): no toolkit left training behind
+                p.kill()
+                p.wait()
+                raise
             wall = time.perf_counter() - start
             p.returncode = os.waitstatus_to_exitcode(status)
         finally:
@@ -152,6 +158,13 @@ def run_measured(cmd: list[str], log_path: Path, env: dict, cwd: Path, stdout_pa
             if stdin_path:
                 inp.close()
     return {"rc": p.returncode, "wall_s": wall, "peak_mb": usage.ru_maxrss / 1024}
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM end this benchmark as Ctrl-C does, through exceptions, so that
+    :func:`run_measured` kills the toolkit process it waits for (by default SIGTERM ends Python at
+    once and the child goes on training, slowing whatever is measured next)."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def check_rc(res: dict, what: str, log_path: Path) -> None:
@@ -799,6 +812,7 @@ def main() -> int:
     ap.add_argument("--json", help="results file (default benchmarks/out/side_by_side.json, -tiny with --tiny, -avx2 with --isa avx2)")
     _isa.add_isa_argument(ap)
     args = ap.parse_args()
+    stop_on_sigterm()
     toolkits = [t.strip() for t in args.toolkits.split(",") if t.strip()]
     bad = [t for t in toolkits if t not in TOOLKITS]
     if bad or not toolkits:

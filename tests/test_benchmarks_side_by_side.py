@@ -50,3 +50,36 @@ def test_a_file_of_another_setting_is_replaced(sbs, tmp_path):
     assert sbs.read_previous(tmp_path / "missing.json", {"tiny": False}) is None
     runs, _, inv = sbs.merge_runs(None, [run("syntaxnmt", 2, "d1")], {}, {"command": "x", "date": "d1", "toolkits": ["syntaxnmt"]})
     assert [r["toolkit"] for r in runs] == ["syntaxnmt"] and len(inv) == 1
+
+
+DRIVER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import side_by_side as sbs
+from pathlib import Path
+sbs.stop_on_sigterm()
+child = [sys.executable, "-c", "import os, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(120)".replace("sys.argv[1]", repr(sys.argv[2]))]
+sbs.run_measured(child, Path(sys.argv[3]), {}, Path.cwd())
+"""
+
+
+def test_sigterm_stops_the_toolkit_process_it_waits_for(tmp_path):
+    """A benchmark stopped with SIGTERM (kill, pkill) kills the toolkit it was measuring instead
+    of leaving it training beside the next measurement."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    driver, pid_file = tmp_path / "driver.py", tmp_path / "child.pid"
+    driver.write_text(DRIVER)
+    p = subprocess.Popen([sys.executable, str(driver), str(ROOT / "benchmarks"), str(pid_file), str(tmp_path / "child.log")], cwd=tmp_path)
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    child = int(pid_file.read_text())
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=30) == 128 + signal.SIGTERM
+    with pytest.raises(ProcessLookupError):  # killed and reaped by the driver
+        os.kill(child, 0)
