@@ -113,8 +113,8 @@ def main() -> int:
     machine = machine_info()
     reference = large_product_gflops(args.reference)
     cfg = load_config(args.config)
-    cfg.train.cpu_kernels, cfg.train.row_packing = "aten", args.row_packing  # products the profiler counts
-    os.environ[kernels.ENV] = "aten"  # which also wins over a SYNTAXNMT_CPU_KERNELS of the environment
+    cfg.train.row_packing = args.row_packing
+    os.environ[kernels.ENV] = "aten"  # the products the profiler counts; wins over train.cpu_kernels and the caller's setting
     task, stream = training_task(cfg, torch.device("cpu"))
     events, tokens = profile_updates(task, stream, args.updates, args.warmup)
     s = summarize(events, args.updates, tokens, args.top)

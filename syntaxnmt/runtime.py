@@ -417,6 +417,12 @@ def isa_limits(environ: Mapping[str, str] = os.environ) -> dict[str, str] | None
     return limits or None
 
 
+def _isa_level(variable: str, value: str) -> str:
+    """The instruction set a limit names: its value, or for OpenBLAS that of the core it names."""
+    level = value.strip().upper()
+    return OPENBLAS_CORE_ISA.get(level, level) if variable == "OPENBLAS_CORETYPE" else level
+
+
 def describe_isa_limits(limits: Mapping[str, str] | None) -> str:
     """``limits`` (:func:`isa_limits`) in words for the machine line: ``restricted to AVX2 by
     ATEN_CPU_CAPABILITY/ONEDNN_MAX_CPU_ISA/MKL_ENABLE_INSTRUCTIONS: an emulation of an AVX2 machine,
@@ -424,7 +430,7 @@ def describe_isa_limits(limits: Mapping[str, str] | None) -> str:
     ``OPENBLAS_CORETYPE`` counts as the instruction set of the core it names); '' without limits."""
     if not limits:
         return ""
-    levels = {OPENBLAS_CORE_ISA.get(v.strip().upper(), v.strip().upper()) if k == "OPENBLAS_CORETYPE" else v.strip().upper() for k, v in limits.items()}
+    levels = {_isa_level(k, v) for k, v in limits.items()}
     if len(levels) == 1:
         level = levels.pop()
         text = f"restricted to {level} by {'/'.join(limits)}: an emulation of an {level} machine, not one"

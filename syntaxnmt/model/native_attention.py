@@ -77,6 +77,11 @@ def _stacked_heads(sources: tuple[Tensor, ...], heads: int) -> list[Tensor]:
     return views
 
 
+def _require_native() -> None:
+    if _native is None:
+        raise RuntimeError("the native kernel syntaxnmt/_native.c was not built (install with a C compiler: pip install -e .) or this CPU lacks AVX2/FMA")
+
+
 class _Attention(torch.autograd.Function):
     """The kernels with their gradients. ``sources``: q, k, v (B, H, T, d) each (``heads`` 0), or
     stacked projections (:func:`_stacked_heads`), whose gradients the backward pass then writes
@@ -122,8 +127,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None =
     query i sees keys j <= i; a query with no key left gets zeros (PyTorch's kernel gives NaN or
     zeros there). Returns (B, H, Tq, d), stored as (B, Tq, H, d). Differentiable in q, k and v.
     Only where :func:`usable`; raises RuntimeError where the kernel was not built for this CPU."""
-    if _native is None:
-        raise RuntimeError("the native kernel syntaxnmt/_native.c was not built (install with a C compiler: pip install -e .) or this CPU lacks AVX2/FMA")
+    _require_native()
     if key_padding_mask is not None and key_padding_mask.shape != (q.size(0), k.size(2)):
         raise ValueError(f"key_padding_mask must be (B, Tk) = {(q.size(0), k.size(2))}, not {tuple(key_padding_mask.shape)}")
     return _Attention.apply(key_padding_mask, causal, 0, q, k, v)
@@ -135,8 +139,7 @@ def stacked_attention(sources: tuple[Tensor, ...], heads: int, key_padding_mask:
     and kv (B, Tk, 2D) (cross-attention), each the output of one product (the projections' weights
     side by side). The gradient of each source comes out as one tensor. Returns (B, H, Tq, d),
     stored as (B, Tq, H, d). Only where :func:`shapes_usable`."""
-    if _native is None:
-        raise RuntimeError("the native kernel syntaxnmt/_native.c was not built (install with a C compiler: pip install -e .) or this CPU lacks AVX2/FMA")
+    _require_native()
     if any(x.dtype != torch.float32 or x.device.type != "cpu" for x in sources):
         raise ValueError(f"stacked_attention computes float32 CPU tensors, not {', '.join(f'{x.dtype} on {x.device}' for x in sources)}")
     return _Attention.apply(key_padding_mask, causal, heads, *sources)
