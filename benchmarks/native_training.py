@@ -29,6 +29,8 @@ and packed layers"), the rest as the command runs it, row packing on unless NAME
 - ``stacked-projections``: q, k, v as one product (``MultiHeadAttention.stack_projections``; off
   also keeps the layers' states unpacked);
 - ``packed-layers``: the states packed between the layers (``Transformer.pack_through``);
+- ``row-maps``: the attention kernels read and write packed rows through row maps instead of
+  q, k, v placed in (B, T, ...) and the output gathered back (``native_attention.ROW_MAPS``);
 - ``row-packing``: the products on the real rows (``Transformer.pack_granule``).
 
 ``--isa avx2`` restarts the script with ATen, oneDNN, MKL and OpenBLAS restricted to AVX2
@@ -141,6 +143,7 @@ def kernels_alone(batch_shape: tuple[int, int], d_model: int, heads: int, ffn: i
 def switch(task, name: str) -> dict[str, Callable[[], None]]:
     """The two settings of ``--switch name`` (on first) for the model of ``task``."""
     from syntaxnmt.model import dropout as drop
+    from syntaxnmt.model import native_attention
     from syntaxnmt.model.attention import MultiHeadAttention
 
     model = task.raw
@@ -148,6 +151,7 @@ def switch(task, name: str) -> dict[str, Callable[[], None]]:
         "fused-dropout": lambda on: setattr(drop, "FUSED", on),
         "stacked-projections": lambda on: setattr(MultiHeadAttention, "stack_projections", on),
         "packed-layers": lambda on: setattr(model, "pack_through", on),
+        "row-maps": lambda on: setattr(native_attention, "ROW_MAPS", on),
         "row-packing": lambda on: setattr(model, "pack_granule", type(model).pack_granule if on else 0),
     }[name]
     if name != "row-packing":
@@ -155,7 +159,7 @@ def switch(task, name: str) -> dict[str, Callable[[], None]]:
     return {f"{name} on": lambda: flip(True), f"{name} off": lambda: flip(False)}
 
 
-SWITCHES = ("fused-dropout", "stacked-projections", "packed-layers", "row-packing")
+SWITCHES = ("fused-dropout", "stacked-projections", "packed-layers", "row-maps", "row-packing")
 
 
 def paired_updates(task, stream, settings: dict[str, Callable[[], None]], batches: int, warmup: int) -> dict:

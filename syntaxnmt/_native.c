@@ -334,18 +334,36 @@ static PyObject *cross_attention(PyObject *self, PyObject *args) {
 struct view {
     float *p;
     int64_t sb, sh, sl; /* element (b, h, l, c) at p[b * sb + h * sh + l * sl + c] */
+    const int64_t *map; /* or, for packed rows: at p[map[b * L + l] * sl + h * sh + c] */
+    int64_t L;
+    float *absent;      /* the row of a position whose map entry is -1 (not among the packed rows) */
 };
 
-static inline float *at(const struct view *v, int64_t b, int64_t h, int64_t l) { return v->p + b * v->sb + h * v->sh + l * v->sl; }
+static inline float *at(const struct view *v, int64_t b, int64_t h, int64_t l) {
+    if (v->map) {
+        int64_t r = v->map[b * v->L + l];
+        return r < 0 ? v->absent : v->p + r * v->sl + h * v->sh;
+    }
+    return v->p + b * v->sb + h * v->sh + l * v->sl;
+}
 
+/* (address, sb, sh, sl) or, for packed rows, (address, 0, sh, sl, map, L): map (B * L int64) gives
+ * the packed row of each position, -1 for a position that has none; such a position reads zeros
+ * and what is written there is dropped (the absent rows are set by the caller: set_absent). */
 static int parse_view(PyObject *o, void *out) {
     struct view *v = out;
-    unsigned long long p;
-    long long sb, sh, sl;
-    if (!PyArg_ParseTuple(o, "KLLL", &p, &sb, &sh, &sl)) return 0;
+    unsigned long long p, map = 0;
+    long long sb, sh, sl, L = 0;
+    if (!PyArg_ParseTuple(o, "KLLL|KL", &p, &sb, &sh, &sl, &map, &L)) return 0;
     v->p = (float *)(uintptr_t)p;
     v->sb = sb, v->sh = sh, v->sl = sl;
+    v->map = (const int64_t *)(uintptr_t)map, v->L = L, v->absent = NULL;
     return 1;
+}
+
+/* Point the absent rows of n views at buf (d floats, zeroed: reads give zeros, writes land there). */
+static void set_absent(struct view *const *views, int n, float *buf) {
+    for (int i = 0; i < n; i++) views[i]->absent = buf;
 }
 
 /* The arguments of an attention call's blocks; else False with ValueError set. */
@@ -534,7 +552,7 @@ __attribute__((target("avx2,fma"))) static void backward_block(const struct view
 #endif
 
 /* attention_forward(q, k, v, out, P, pad, b0, b1, H, Lq, Lk, d, causal, scale): q, k, v, out are
- * (address, sb, sh, sl) views; P: float32 (B, H, Lq, Lk) contiguous, written; pad: 0 or a uint8
+ * views (parse_view: strided, or packed rows with a row map); P: float32 (B, H, Lq, Lk) contiguous, written; pad: 0 or a uint8
  * (B, Lk) mask (nonzero at padding). Sentences b0 <= b < b1. */
 static PyObject *attention_forward(PyObject *self, PyObject *args) {
     struct view q, k, v, o;
@@ -545,8 +563,14 @@ static PyObject *attention_forward(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O&O&O&O&KKLLLLLLpd", parse_view, &q, parse_view, &k, parse_view, &v, parse_view, &o, &P, &pad, &b0, &b1, &H, &Lq, &Lk, &d, &causal, &scale)) return NULL;
     if (!blocks_ok("attention_forward", b0, b1, H, Lq, Lk, d)) return NULL;
 #ifdef SYNTAXNMT_X86
-    float *probs = (float *)(uintptr_t)P, *work = malloc(2 * Lk * d * sizeof(float));
-    if (!work) return PyErr_NoMemory();
+    float *probs = (float *)(uintptr_t)P, *work = malloc(2 * Lk * d * sizeof(float)), *absent = calloc(2 * d, sizeof(float));
+    if (!work || !absent) {
+        free(work), free(absent);
+        return PyErr_NoMemory();
+    }
+    struct view *reads[] = {&q, &k, &v}, *writes[] = {&o};
+    set_absent(reads, 3, absent);
+    set_absent(writes, 1, absent + d);
     const uint8_t *mask = (const uint8_t *)(uintptr_t)pad;
     Py_BEGIN_ALLOW_THREADS;
     for (int64_t b = b0; b < b1; b++)
@@ -557,7 +581,7 @@ static PyObject *attention_forward(PyObject *self, PyObject *args) {
             forward_block(&q, &k, &v, &o, probs + (b * H + h) * Lq * Lk, mask ? mask + b * Lk : NULL, b, h, Lq, Lk, d, causal, (float)scale, work);
         }
     Py_END_ALLOW_THREADS;
-    free(work);
+    free(work), free(absent);
 #endif
     Py_RETURN_NONE;
 }
@@ -573,8 +597,14 @@ static PyObject *attention_backward(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O&O&O&O&O&O&O&KLLLLLLpd", parse_view, &q, parse_view, &k, parse_view, &v, parse_view, &dout, parse_view, &dq, parse_view, &dk, parse_view, &dv, &P, &b0, &b1, &H, &Lq, &Lk, &d, &causal, &scale)) return NULL;
     if (!blocks_ok("attention_backward", b0, b1, H, Lq, Lk, d)) return NULL;
 #ifdef SYNTAXNMT_X86
-    float *work = malloc(((3 * Lq + 4 * Lk) * d + Lk) * sizeof(float));
-    if (!work) return PyErr_NoMemory();
+    float *work = malloc(((3 * Lq + 4 * Lk) * d + Lk) * sizeof(float)), *absent = calloc(2 * d, sizeof(float));
+    if (!work || !absent) {
+        free(work), free(absent);
+        return PyErr_NoMemory();
+    }
+    struct view *reads[] = {&q, &k, &v, &dout}, *writes[] = {&dq, &dk, &dv};
+    set_absent(reads, 4, absent);
+    set_absent(writes, 3, absent + d);
     const float *probs = (const float *)(uintptr_t)P;
     Py_BEGIN_ALLOW_THREADS;
     for (int64_t b = b0; b < b1; b++)
@@ -585,7 +615,7 @@ static PyObject *attention_backward(PyObject *self, PyObject *args) {
             backward_block(&q, &k, &v, &dout, &dq, &dk, &dv, probs + (b * H + h) * Lq * Lk, b, h, Lq, Lk, d, causal, (float)scale, work);
         }
     Py_END_ALLOW_THREADS;
-    free(work);
+    free(work), free(absent);
 #endif
     Py_RETURN_NONE;
 }

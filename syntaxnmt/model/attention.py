@@ -31,7 +31,7 @@ from syntaxnmt.model import native_attention
 from syntaxnmt.model.dropout import dropout
 from syntaxnmt.model.linear import Linear, linear
 from syntaxnmt.model.normalizers import HardMode, Normalizer, attention_weights
-from syntaxnmt.model.packing import gather_rows, on_rows, scatter_rows
+from syntaxnmt.model.packing import Place, gather_rows, on_rows, scatter_rows
 from syntaxnmt.runtime import native_kernels
 
 _native = native_kernels()  # None: incremental decoding keeps PyTorch's operators
@@ -149,7 +149,9 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError("a native decoding state (init_state(..., native=True)) steps one float32 CPU query per row, without attention weights")
             return self._native_step(query, key_value, key_padding_mask, cache, static_kv), None
         if cache is None and not need_weights and self._stackable(query, key_value, causal, leak):
-            out = self.packed_attention(gather_rows(query, rows), rows, query, key_padding_mask, causal, key_value, kv_rows)
+            place = Place(rows, query.size(0), query.size(1))
+            memory, memory_place = (None, None) if key_value is None else (gather_rows(key_value, kv_rows), Place(kv_rows, key_value.size(0), key_value.size(1)))
+            out = self.packed_attention(gather_rows(query, rows), place, key_padding_mask, causal, memory, memory_place)
             return scatter_rows(out, rows, query), None
         packed = gather_rows(query, rows)
         q = self._split(scatter_rows(self.q_proj(packed), rows, query))
@@ -199,24 +201,22 @@ class MultiHeadAttention(nn.Module):
         bias = torch.cat([p.bias for p in layers]) if layers[0].bias is not None else None
         return on_rows(lambda h: linear(h, weight, bias), x, rows)
 
-    def packed_attention(self, h: Tensor, rows: Tensor | None, like: Tensor, key_padding_mask: Tensor | None = None, causal: bool = False, memory: Tensor | None = None, memory_rows: Tensor | None = None) -> Tensor:
+    def packed_attention(self, h: Tensor, place: Place, key_padding_mask: Tensor | None = None, causal: bool = False, memory: Tensor | None = None, memory_place: Place | None = None) -> Tensor:
         """The plain attention of CPU training in the C kernels with the projections stacked: q, k,
-        v (self-attention) or k, v (cross-attention, ``memory`` (B, S, D) read on its rows
-        ``memory_rows``) are one product each, on the wider weight, and the kernels read their heads
-        where the product wrote them and write their gradients into one tensor
-        (:func:`~syntaxnmt.model.native_attention.stacked_attention`): fewer, larger products than
-        three, and no sums of the three input gradients. ``h`` (R, D) holds the positions ``rows``
-        of ``like``'s (B, T, ...) (None: all of them) and so does the result: only the kernels' q,
-        k, v are placed in (B, T, ...) and their output gathered back, so layers whose states stay
-        packed between them (:meth:`syntaxnmt.model.transformer.Transformer.encode`, ``decode``)
-        run their other operators on the R rows; :meth:`forward` packs and places around it."""
+        v (self-attention) or k, v (cross-attention, of ``memory``) are one product each, on the
+        wider weight, and the kernels read their heads where the product wrote them and write their
+        gradients into one tensor (:func:`~syntaxnmt.model.native_attention.packed_attention`):
+        fewer, larger products than three, and no sums of the three input gradients. ``h`` (R, D)
+        holds the positions of ``place`` (:class:`~syntaxnmt.model.packing.Place`: packed rows, or
+        every position in order), ``memory`` (Rs, D) those of ``memory_place``, and so does the
+        result: the kernels read and write the packed rows through a row map, so layers whose
+        states stay packed between them (:meth:`syntaxnmt.model.transformer.Transformer.encode`,
+        ``decode``) run every operator on the R rows; :meth:`forward` packs and places around it."""
         if memory is None:
-            sources = (scatter_rows(self._projection(h, (self.q_proj, self.k_proj, self.v_proj), None), rows, like),)
+            sources, places = (self._projection(h, (self.q_proj, self.k_proj, self.v_proj), None),), (place,)
         else:
-            sources = (scatter_rows(self.q_proj(h), rows, like), self._projection(memory, (self.k_proj, self.v_proj), memory_rows))
-        out = native_attention.stacked_attention(sources, self.heads, key_padding_mask, causal)
-        b, _, t, _ = out.shape
-        return self.out_proj(gather_rows(out.transpose(1, 2).reshape(b, t, self.d_model), rows))
+            sources, places = (self.q_proj(h), self._projection(memory, (self.k_proj, self.v_proj), None)), (place, memory_place)
+        return self.out_proj(native_attention.packed_attention(sources, places, self.heads, key_padding_mask, causal))
 
     def native_ready(self, leak: bool = False) -> bool:
         """Whether :meth:`_native_step` can compute this attention: the kernel was built for this

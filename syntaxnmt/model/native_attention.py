@@ -29,6 +29,7 @@ import math
 import torch
 from torch import Tensor
 
+from syntaxnmt.model.packing import Place, gather_rows, scatter_rows
 from syntaxnmt.runtime import in_threads, native_kernels, native_training_kernels
 
 _native = native_kernels()
@@ -38,6 +39,13 @@ MAX_LENGTH = 128
 whose blocking pays off there (docs/benchmarks.md, "Native kernels of training")."""
 
 
+ROW_MAPS = True
+"""Whether :func:`packed_attention` reads and writes packed rows through their row maps (False:
+it places the sources in (B, T, ...) with zeros at the positions without a row and gathers the
+output's rows back, the copies the maps save, with the same values; for paired benchmarks,
+``benchmarks/native_training.py --switch row-maps``)."""
+
+
 def usable(q: Tensor, k: Tensor, dropout_p: float, causal: bool) -> bool:
     """Whether :func:`attention` computes this attention (see the module docstring)."""
     return shapes_usable(q, q.size(0), q.size(2), k.size(2), q.size(-1), dropout_p, causal) and k.dtype == torch.float32
@@ -45,7 +53,7 @@ def usable(q: Tensor, k: Tensor, dropout_p: float, causal: bool) -> bool:
 
 def shapes_usable(x: Tensor, b: int, tq: int, tk: int, d_head: int, dropout_p: float, causal: bool) -> bool:
     """:func:`usable` for queries of ``x``'s device and dtype, ``b`` sentences of ``tq`` queries and
-    ``tk`` keys, heads of ``d_head`` (also :func:`stacked_attention`'s condition)."""
+    ``tk`` keys, heads of ``d_head`` (also :func:`packed_attention`'s condition)."""
     return (
         native_training_kernels() is not None and x.device.type == "cpu" and x.dtype == torch.float32
         and dropout_p == 0.0 and d_head % 8 == 0 and max(tq, tk) <= MAX_LENGTH
@@ -67,14 +75,19 @@ def _unit_stride(x: Tensor) -> Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def _stacked_heads(sources: tuple[Tensor, ...], heads: int) -> list[Tensor]:
-    """q, k and v as (B, H, T, d) views of stacked projections: ``sources`` is (B, T, 3D) [q | k | v]
-    or (B, Tq, D) q and (B, Tk, 2D) [k | v]."""
-    views = []
-    for x, parts in zip(sources, (3,) if len(sources) == 1 else (1, 2)):
-        b, t, w = x.shape
-        views += x.view(b, t, parts, heads, w // (parts * heads)).permute(2, 0, 3, 1, 4).unbind(0)
-    return views
+def _packed_views(x: Tensor, parts: int, heads: int, place: Place) -> list[tuple[int, ...]]:
+    """The kernel views (``parse_view`` of ``_native.c``) of the ``parts`` column blocks of ``x``
+    (R, parts * heads * d), whose rows are the positions ``place.rows`` of a (B, T) layout: each
+    position's row is looked up in :meth:`Place.row_map` (-1: zeros, writes dropped)."""
+    d, w = x.size(1) // (parts * heads), x.stride(0)
+    where = (0, d, w, place.row_map().data_ptr(), place.length) if place.rows is not None else (place.length * w, d, w)  # the map is kept on rows
+    return [(x.data_ptr() + x.element_size() * i * heads * d, *where) for i in range(parts)]
+
+
+def _stacked_views(sources: list[Tensor] | tuple[Tensor, ...], heads: int, places: tuple[Place, ...]) -> list[tuple[int, ...]]:
+    """The views of q, k and v in ``sources``: (qkv,) with qkv (R, 3D), or (q, kv) with kv (Rk, 2D)."""
+    parts = (3,) if len(sources) == 1 else (1, 2)
+    return [v for x, n, place in zip(sources, parts, places) for v in _packed_views(x, n, heads, place)]
 
 
 def _require_native() -> None:
@@ -82,43 +95,65 @@ def _require_native() -> None:
         raise RuntimeError("the native kernel syntaxnmt/_native.c was not built (install with a C compiler: pip install -e .) or this CPU lacks AVX2/FMA")
 
 
-class _Attention(torch.autograd.Function):
-    """The kernels with their gradients. ``sources``: q, k, v (B, H, T, d) each (``heads`` 0), or
-    stacked projections (:func:`_stacked_heads`), whose gradients the backward pass then writes
-    into one tensor per source (no copies to stack them)."""
+def _forward(views: list, out_view: tuple, pad: Tensor | None, b: int, h: int, tq: int, tk: int, d: int, causal: bool) -> Tensor:
+    """The forward kernel over ``b`` sentences split between torch's threads; returns P (B, H, Tq, Tk)."""
+    probs = torch.empty(b, h, tq, tk)
+    mask = 0 if pad is None else pad.contiguous().view(torch.uint8).data_ptr()
+    in_threads(lambda a, z: _native.attention_forward(*views, out_view, probs.data_ptr(), mask, a, z, h, tq, tk, d, causal, 1.0 / math.sqrt(d)), b)
+    return probs
+
+
+def _backward(views: list, grad_view: tuple, grad_views: list, probs: Tensor, d: int, causal: bool) -> None:
+    """The backward kernel (the gradients written through ``grad_views``) over P's sentences."""
+    b, h, tq, tk = probs.shape
+    in_threads(lambda a, z: _native.attention_backward(*views, grad_view, *grad_views, probs.data_ptr(), a, z, h, tq, tk, d, causal, 1.0 / math.sqrt(d)), b)
+
+
+class _PackedAttention(torch.autograd.Function):
+    """:class:`_Attention` of stacked projections whose rows are packed (:mod:`syntaxnmt.model.packing`):
+    the kernels read q, k, v through each source's row map and write the output (and, back, the
+    gradients) in the rows of the query's source, so nothing is placed in a (B, T, ...) layout
+    and gathered back."""
 
     @staticmethod
-    def forward(ctx, pad: Tensor | None, causal: bool, heads: int, *sources: Tensor) -> Tensor:
-        sources = tuple(_unit_stride(x) if not heads else x.contiguous() for x in sources)
-        q, k, v = _stacked_heads(sources, heads) if heads else sources
-        b, h, tq, d = q.shape
-        tk = k.size(2)
-        out = _heads_last(q, tq)
-        probs = q.new_empty(b, h, tq, tk)
-        mask = 0 if pad is None else pad.contiguous().view(torch.uint8).data_ptr()
-        scale = 1.0 / math.sqrt(d)
-        in_threads(lambda a, z: _native.attention_forward(_view(q), _view(k), _view(v), _view(out), probs.data_ptr(), mask, a, z, h, tq, tk, d, causal, scale), b)
+    def forward(ctx, pad: Tensor | None, causal: bool, heads: int, places: tuple[Place, ...], *sources: Tensor) -> Tensor:
+        sources = tuple(x.contiguous() for x in sources)
+        d = sources[0].size(1) // ((3 if len(sources) == 1 else 1) * heads)
+        out = sources[0].new_empty(sources[0].size(0), heads * d)
+        probs = _forward(_stacked_views(sources, heads, places), _packed_views(out, 1, heads, places[0])[0], pad, places[0].batch, heads, places[0].length, places[-1].length, d, causal)
         ctx.save_for_backward(probs, *sources)
-        ctx.causal, ctx.heads = causal, heads
+        ctx.causal, ctx.heads, ctx.places = causal, heads, places
         return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         probs, *sources = ctx.saved_tensors
-        heads = ctx.heads
-        q, k, v = _stacked_heads(sources, heads) if heads else sources
-        grad = _unit_stride(grad)
+        grads = [torch.empty_like(x) for x in sources]
+        heads, places = ctx.heads, ctx.places
+        grad_view = _packed_views(grad.contiguous(), 1, heads, places[0])[0]
+        _backward(_stacked_views(sources, heads, places), grad_view, _stacked_views(grads, heads, places), probs, grad.size(1) // heads, ctx.causal)
+        return None, None, None, None, *grads
+
+
+class _Attention(torch.autograd.Function):
+    """The kernels with their gradients, for q, k, v (B, H, T, d) each."""
+
+    @staticmethod
+    def forward(ctx, pad: Tensor | None, causal: bool, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        q, k, v = (_unit_stride(x) for x in (q, k, v))
         b, h, tq, d = q.shape
-        tk = k.size(2)
-        if heads:
-            grads = [torch.empty_like(x) for x in sources]
-            dq, dk, dv = _stacked_heads(grads, heads)
-        else:
-            grads = [_heads_last(q, tq), _heads_last(k, tk), _heads_last(v, tk)]
-            dq, dk, dv = grads
-        scale = 1.0 / math.sqrt(d)
-        in_threads(lambda a, z: _native.attention_backward(_view(q), _view(k), _view(v), _view(grad), _view(dq), _view(dk), _view(dv), probs.data_ptr(), a, z, h, tq, tk, d, ctx.causal, scale), b)
-        return None, None, None, *grads
+        out = _heads_last(q, tq)
+        probs = _forward([_view(q), _view(k), _view(v)], _view(out), pad, b, h, tq, k.size(2), d, causal)
+        ctx.save_for_backward(probs, q, k, v)
+        ctx.causal = causal
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        probs, q, k, v = ctx.saved_tensors
+        grads = [_heads_last(q, q.size(2)), _heads_last(k, k.size(2)), _heads_last(v, k.size(2))]
+        _backward([_view(q), _view(k), _view(v)], _view(_unit_stride(grad)), [_view(x) for x in grads], probs, q.size(3), ctx.causal)
+        return None, None, *grads
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None, causal: bool = False) -> Tensor:
@@ -130,16 +165,24 @@ def attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None =
     _require_native()
     if key_padding_mask is not None and key_padding_mask.shape != (q.size(0), k.size(2)):
         raise ValueError(f"key_padding_mask must be (B, Tk) = {(q.size(0), k.size(2))}, not {tuple(key_padding_mask.shape)}")
-    return _Attention.apply(key_padding_mask, causal, 0, q, k, v)
+    return _Attention.apply(key_padding_mask, causal, q, k, v)
 
 
-def stacked_attention(sources: tuple[Tensor, ...], heads: int, key_padding_mask: Tensor | None = None, causal: bool = False) -> Tensor:
+def packed_attention(sources: tuple[Tensor, ...], places: tuple[Place, ...], heads: int, key_padding_mask: Tensor | None = None, causal: bool = False) -> Tensor:
     """:func:`attention` of ``heads`` heads whose q, k and v are column blocks of stacked
-    projections: ``sources`` (qkv,) with qkv (B, T, 3D) (self-attention) or (q, kv) with q (B, Tq, D)
-    and kv (B, Tk, 2D) (cross-attention), each the output of one product (the projections' weights
-    side by side). The gradient of each source comes out as one tensor. Returns (B, H, Tq, d),
-    stored as (B, Tq, H, d). Only where :func:`shapes_usable`."""
+    projections on packed rows: ``sources`` (qkv,) with qkv (R, 3D) (self-attention) or (q, kv)
+    with q (Rq, D) and kv (Rk, 2D) (cross-attention), each the output of one product (the
+    projections' weights side by side), the rows of each the positions of its
+    :class:`~syntaxnmt.model.packing.Place` in the query's (B, Tq) or the keys' (B, Tk) layout
+    (rows None: every position in order). Returns (Rq, D), the output at the query's rows; the
+    gradient of each source comes out as one tensor. The same values as placing the sources in
+    (B, T, ...) with zeros at the positions without a row, attending, and gathering the output's
+    rows, without those copies. Only where :func:`shapes_usable`."""
     _require_native()
-    if any(x.dtype != torch.float32 or x.device.type != "cpu" for x in sources):
-        raise ValueError(f"stacked_attention computes float32 CPU tensors, not {', '.join(f'{x.dtype} on {x.device}' for x in sources)}")
-    return _Attention.apply(key_padding_mask, causal, heads, *sources)
+    if any(x.dtype != torch.float32 or x.device.type != "cpu" or x.dim() != 2 for x in sources):
+        raise ValueError(f"packed_attention computes (rows, width) float32 CPU tensors, not {', '.join(f'{tuple(x.shape)} {x.dtype} on {x.device}' for x in sources)}")
+    if ROW_MAPS or all(p.rows is None for p in places):
+        return _PackedAttention.apply(key_padding_mask, causal, heads, places, *sources)
+    placed = tuple(x if p.rows is None else scatter_rows(x, p.rows, x.new_empty(p.batch * p.length, 1)) for x, p in zip(sources, places))
+    out = _PackedAttention.apply(key_padding_mask, causal, heads, tuple(Place(None, p.batch, p.length) for p in places), *placed)
+    return gather_rows(out, places[0].rows)

@@ -11,7 +11,7 @@ products still see only a few shapes.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 from torch import Tensor
@@ -41,6 +41,25 @@ def rest_of(rows: Tensor, total: int) -> Tensor:
         keep[rows] = False
         rest = keep.nonzero()[:, 0]
     return rest
+
+
+class Place(NamedTuple):
+    """Where the rows of a packed tensor (R, D) lie in a (batch, length) layout: row i is the flat
+    position ``rows[i]`` (None: every position in order, R = batch * length)."""
+
+    rows: Tensor | None
+    batch: int
+    length: int
+
+    def row_map(self) -> Tensor:
+        """(batch * length,) int64: the row of each position, -1 where it has none (kept on
+        ``rows``, which must not be None)."""
+        found = getattr(self.rows, "row_map", None)
+        if found is None:
+            found = torch.full((self.batch * self.length,), -1, dtype=torch.int64)
+            found[self.rows] = torch.arange(self.rows.numel())
+            self.rows.row_map = found
+        return found
 
 
 def _placed(y: Tensor, rows: Tensor, rest: Tensor, total: int) -> Tensor:

@@ -22,8 +22,8 @@ from syntaxnmt.model.context import HierarchicalContext
 from syntaxnmt.model.dropout import Dropout, bias_relu_dropout, dropout_add, fuses_bias
 from syntaxnmt.model.linear import Linear, decode_linear, linear
 from syntaxnmt.model.outputs import ContextAttention, DecoderState, EncoderOutput, ForcedAttention, ModelOutput
+from syntaxnmt.model.packing import Place, on_rows, packed_rows, scatter_rows
 from syntaxnmt.model.packing import gather_rows as gather_packed
-from syntaxnmt.model.packing import on_rows, packed_rows, scatter_rows
 from syntaxnmt.model.syntax_attention import InputFeatures, encoder_extensions
 
 
@@ -116,11 +116,11 @@ class EncoderLayer(nn.Module):
         x, _ = self.res_ffn(x, lambda h: (self.ffn(h, rows), None))
         return x, w
 
-    def forward_packed(self, x: Tensor, pad_mask: Tensor, rows: Tensor, like: Tensor) -> Tensor:
-        """:meth:`forward` on packed states: ``x`` (R, D) are the positions ``rows`` of ``like``'s
-        (B, S, ...), and so is the output (:meth:`Transformer.encode`; only where
+    def forward_packed(self, x: Tensor, pad_mask: Tensor, place: Place) -> Tensor:
+        """:meth:`forward` on packed states: ``x`` (R, D) are the positions of ``place`` in the
+        (B, S) source, and so is the output (:meth:`Transformer.encode`; only where
         :meth:`MultiHeadAttention._stackable`, nothing asked of the attention)."""
-        x, _ = self.res_attn(x, lambda h: (self.self_attn.packed_attention(h, rows, like, pad_mask), None))
+        x, _ = self.res_attn(x, lambda h: (self.self_attn.packed_attention(h, place, pad_mask), None))
         x, _ = self.res_ffn(x, lambda h: (self.ffn(h), None))
         return x
 
@@ -145,12 +145,13 @@ class DecoderLayer(nn.Module):
         y, _ = self.res_ffn(y, lambda h: (self.ffn(h, rows), None))
         return y, w, ws
 
-    def forward_packed(self, y: Tensor, memory: Tensor, memory_mask: Tensor, rows: Tensor, memory_rows: Tensor | None, like: Tensor) -> Tensor:
-        """:meth:`forward` in training on packed states: ``y`` (R, D) are the positions ``rows`` of
-        ``like``'s (B, T, ...), and so is the output (:meth:`Transformer.decode`; only where
+    def forward_packed(self, y: Tensor, memory: Tensor, memory_mask: Tensor, place: Place, memory_place: Place) -> Tensor:
+        """:meth:`forward` in training on packed states: ``y`` (R, D) are the positions of
+        ``place`` in the (B, T) target, ``memory`` (Rs, D) those of ``memory_place`` in the source,
+        and the output is ``y``'s (:meth:`Transformer.decode`; only where
         :meth:`MultiHeadAttention._stackable`, nothing asked of the attentions)."""
-        y, _ = self.res_self(y, lambda h: (self.self_attn.packed_attention(h, rows, like, causal=True), None))
-        y, _ = self.res_cross(y, lambda h: (self.cross_attn.packed_attention(h, rows, like, memory_mask, memory=memory, memory_rows=memory_rows), None))
+        y, _ = self.res_self(y, lambda h: (self.self_attn.packed_attention(h, place, causal=True), None))
+        y, _ = self.res_cross(y, lambda h: (self.cross_attn.packed_attention(h, place, memory_mask, memory=memory, memory_place=memory_place), None))
         y, _ = self.res_ffn(y, lambda h: (self.ffn(h), None))
         return y
 
@@ -163,7 +164,6 @@ class DecoderLayer(nn.Module):
         h, _ = self.res_self(y, lambda x: self.self_attn(x, key_padding_mask=tgt_pad, rows=rows))
         _, w = self.res_cross(h, lambda x: self.cross_attn(x, memory, key_padding_mask=memory_mask, need_weights=True, rows=rows, kv_rows=memory_rows, leak=leak))
         return w
-
 
     def cross_weights(self, y: Tensor, memory: Tensor, memory_mask: Tensor, tgt_pad: Tensor | None = None, rows: Tensor | None = None, memory_rows: Tensor | None = None, leak: bool = False) -> Tensor:
         """This layer's cross-attention weights (B, H, T, S) and nothing after them (no values, no
@@ -278,9 +278,9 @@ class Transformer(nn.Module):
         if rows is not None and not need_weights and not wanted and self.packs_through(x):
             # packed through: the layers compute on the real rows only; each layer's states are placed
             # back (zeros at padding) for their readers (multitask heads), the output once
-            packed = gather_packed(x, rows)
+            packed, place = gather_packed(x, rows), Place(rows, x.size(0), x.size(1))
             for layer in self.encoder:
-                packed = layer.forward_packed(packed, pad_mask, rows, x)
+                packed = layer.forward_packed(packed, pad_mask, place)
                 states.append(scatter_rows(packed, rows, x))
             hidden = scatter_rows(self.enc_norm(packed), rows, x)
         else:
@@ -389,9 +389,11 @@ class Transformer(nn.Module):
         ap = self.alignment_pass
         aligned = leak = None
         if rows is not None and not need_weights and ap is None and enc.target_context_rows is None and self.packs_through(y, enc.hidden):
-            packed = gather_packed(y, rows)  # the states stay packed between the layers
+            packed = gather_packed(y, rows)  # the states stay packed between the layers, and so does the memory
+            place, memory_place = Place(rows, y.size(0), y.size(1)), Place(memory_rows, *enc.hidden.shape[:2])
+            memory = gather_packed(enc.hidden, memory_rows)
             for layer in self.decoder:
-                packed = layer.forward_packed(packed, enc.hidden, enc.pad_mask, rows, memory_rows, y)
+                packed = layer.forward_packed(packed, memory, enc.pad_mask, place, memory_place)
             states, target_attention = self.read_target_context(scatter_rows(self.dec_norm(packed), rows, y), enc)
             return states, [], [], None, None, target_attention
         for i, layer in enumerate(self.decoder):

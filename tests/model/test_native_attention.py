@@ -10,6 +10,7 @@ import torch
 
 from syntaxnmt.model import native_attention
 from syntaxnmt.model.attention import MultiHeadAttention
+from syntaxnmt.model.packing import Place
 from syntaxnmt.runtime import native_kernels, set_native_training
 
 pytestmark = pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/_native.c not built or no AVX2/FMA on this CPU")
@@ -165,8 +166,8 @@ def test_stacked_projections_equal_the_three_separate_ones(cross, packed, monkey
     rows = packed_rows(torch.zeros(3, 9, dtype=torch.bool), 8) if packed else None
     kv_rows = packed_rows(pad, 8) if packed else None
     results, calls = [], []
-    kernel = native_attention.stacked_attention
-    monkeypatch.setattr(native_attention, "stacked_attention", lambda *a: calls.append(len(a[0])) or kernel(*a))
+    kernel = native_attention.packed_attention
+    monkeypatch.setattr(native_attention, "packed_attention", lambda *a: calls.append(len(a[0])) or kernel(*a))
     for stacked in (True, False):
         torch.manual_seed(1)
         mha = MultiHeadAttention(32, 4).train()
@@ -184,10 +185,51 @@ def test_stacked_projections_equal_the_three_separate_ones(cross, packed, monkey
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-def test_stacked_attention_refuses_what_the_kernels_cannot_read_and_autocast_keeps_pytorch():
+@pytest.mark.parametrize("cross", [False, True])
+@pytest.mark.parametrize("row_maps", [True, False])
+def test_packed_rows_give_the_values_of_the_placed_layout_bit_for_bit(cross, row_maps, monkeypatch):
+    """The kernels read packed rows through a row map: output and gradients are exactly those of
+    placing the rows in (B, T, ...) with zeros at the positions without a row, attending there,
+    and gathering the query rows back (what training did before), including rows that are
+    padding topped up into the packed set and positions left out."""
+    from syntaxnmt.model.packing import gather_rows, packed_rows, scatter_rows
+
+    torch.manual_seed(0)
+    b, t, s, heads, d = 3, 7, 5, 4, 16
+    tgt_pad, src_pad = torch.zeros(b, t, dtype=torch.bool), torch.zeros(b, s, dtype=torch.bool)
+    tgt_pad[1, 4:] = tgt_pad[2, 2:] = src_pad[0, 3:] = src_pad[2, 1:] = True
+    rows, memory_rows = packed_rows(tgt_pad, 4), packed_rows(src_pad, 4)
+    assert rows is not None and memory_rows is not None and rows.numel() < b * t and memory_rows.numel() < b * s
+    like, memory_like = torch.empty(b, t, 1), torch.empty(b, s, 1)
+    if cross:
+        sources = [torch.randn(rows.numel(), heads * d), torch.randn(memory_rows.numel(), 2 * heads * d)]
+        places = (Place(rows, b, t), Place(memory_rows, b, s))
+        layouts = [(rows, like), (memory_rows, memory_like)]
+        pad, causal = src_pad, False
+    else:
+        sources, places, layouts, pad, causal = [torch.randn(rows.numel(), 3 * heads * d)], (Place(rows, b, t),), [(rows, like)], None, True
+    grad = torch.randn(rows.numel(), heads * d)
+    monkeypatch.setattr(native_attention, "ROW_MAPS", row_maps)  # False: packed_attention places and gathers
+    results = []
+    for packed in (True, False):
+        leaves = [x.clone().requires_grad_() for x in sources]
+        if packed:
+            out = native_attention.packed_attention(tuple(leaves), places, heads, pad, causal)
+        else:
+            placed = [scatter_rows(x, r, lk) for x, (r, lk) in zip(leaves, layouts)]
+            q, k, v = (h.transpose(1, 2) for x in placed for h in x.view(b, x.size(1), -1, heads, d).unbind(2))
+            full = native_attention.attention(q, k, v, pad, causal)
+            out = gather_rows(full.transpose(1, 2).reshape(b, t, heads * d), rows)
+        out.backward(grad)
+        results.append([out.detach(), *(x.grad for x in leaves)])
+    for got, want in zip(*results):
+        assert torch.equal(got, want)
+
+
+def test_packed_attention_refuses_what_the_kernels_cannot_read_and_autocast_keeps_pytorch():
     """A bf16 projection (CPU autocast) must never reach the float32 kernels (it crashed the process)."""
     with pytest.raises(ValueError, match="float32 CPU"):
-        native_attention.stacked_attention((torch.randn(2, 5, 96).bfloat16(),), 4)
+        native_attention.packed_attention((torch.randn(10, 96).bfloat16(),), (Place(None, 2, 5),), 4)
     mha = MultiHeadAttention(32, 4).train()
     x = torch.randn(2, 5, 32)
     assert mha._stackable(x, None, True, False)
