@@ -376,104 +376,151 @@ static int blocks_ok(const char *name, long long b0, long long b1, long long H, 
 }
 
 #ifdef SYNTAXNMT_X86
-/* The dot products of a (d floats) with b0..b3, d a multiple of 8. */
-__attribute__((target("avx2,fma"))) static inline __m128 dot4(const float *a, const float *b0, const float *b1, const float *b2, const float *b3, int64_t d) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    for (int64_t c = 0; c < d; c += 8) {
-        __m256 x = _mm256_loadu_ps(a + c);
-        s0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b0 + c), s0);
-        s1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b1 + c), s1);
-        s2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b2 + c), s2);
-        s3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b3 + c), s3);
-    }
-    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(s0, s1), _mm256_hadd_ps(s2, s3));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+/* The 8 x 8 floats of r transposed in place (row t becomes column t). */
+__attribute__((target("avx2,fma"))) static inline void transpose8(__m256 r[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20), r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20), r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31), r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31), r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-/* out[j] = scale * (a . rows[j]) for n rows of d floats (one after another). Eight at a time
- * through one 256-bit store: a later 8-wide load of two 4-wide stores would miss the CPU's store
- * forwarding and stall (it did: 40 % of the forward pass). */
-__attribute__((target("avx2,fma"))) static void dots(const float *a, const float *rows, int64_t n, int64_t d, float scale, float *out) {
-    __m256 sc = _mm256_set1_ps(scale);
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-        const float *r = rows + j * d;
-        __m128 lo = dot4(a, r, r + d, r + 2 * d, r + 3 * d, d), hi = dot4(a, r + 4 * d, r + 5 * d, r + 6 * d, r + 7 * d, d);
-        _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_set_m128(hi, lo), sc));
-    }
-    for (; j + 4 <= n; j += 4) _mm_storeu_ps(out + j, _mm_mul_ps(dot4(a, rows + j * d, rows + (j + 1) * d, rows + (j + 2) * d, rows + (j + 3) * d, d), _mm256_castps256_ps128(sc)));
-    for (; j < n; j++) {
-        const float *r = rows + j * d;
-        out[j] = scale * _mm_cvtss_f32(dot4(a, r, r, r, r, d));
-    }
-}
-
-/* y = sum_j w[j] rows[j] over n rows of d floats; zero weights skipped. */
-__attribute__((target("avx2,fma"))) static void weighted_sum(const float *w, const float *rows, int64_t n, int64_t d, float *y) {
-    int64_t c = 0;
-    for (; c + 32 <= d; c += 32) {
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int64_t j = 0; j < n; j++) {
-            if (w[j] == 0.0f) continue;
-            __m256 p = _mm256_set1_ps(w[j]);
-            const float *r = rows + j * d + c;
-            a0 = _mm256_fmadd_ps(p, _mm256_loadu_ps(r), a0);
-            a1 = _mm256_fmadd_ps(p, _mm256_loadu_ps(r + 8), a1);
-            a2 = _mm256_fmadd_ps(p, _mm256_loadu_ps(r + 16), a2);
-            a3 = _mm256_fmadd_ps(p, _mm256_loadu_ps(r + 24), a3);
+/* Kt (d x L8) = the transpose of the L rows of K (d floats each, one after another), zeros in the
+ * columns L..L8-1 (L8: L rounded up to 8), through 8 x 8 tiles in registers. */
+__attribute__((target("avx2,fma"))) static void transpose_rows(const float *K, int64_t L, int64_t d, float *Kt, int64_t L8) {
+    for (int64_t j = 0; j < L8; j += 8)
+        for (int64_t c = 0; c < d; c += 8) {
+            __m256 r[8];
+            for (int t = 0; t < 8; t++) r[t] = j + t < L ? _mm256_loadu_ps(K + (j + t) * d + c) : _mm256_setzero_ps();
+            transpose8(r);
+            for (int t = 0; t < 8; t++) _mm256_storeu_ps(Kt + (c + t) * L8 + j, r[t]);
         }
-        _mm256_storeu_ps(y + c, a0);
-        _mm256_storeu_ps(y + c + 8, a1);
-        _mm256_storeu_ps(y + c + 16, a2);
-        _mm256_storeu_ps(y + c + 24, a3);
-    }
-    for (; c < d; c += 8) {
-        __m256 a = _mm256_setzero_ps();
-        for (int64_t j = 0; j < n; j++)
-            if (w[j] != 0.0f) a = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), _mm256_loadu_ps(rows + j * d + c), a);
-        _mm256_storeu_ps(y + c, a);
+}
+
+/* S[i][j] = scale * (A_i . B_j) for the na rows A_i of A (d floats each, one after another) and
+ * the columns j of Bt (d x L8, B transposed): all L8 columns, or with causal the columns up to row
+ * i's own rounded up to 8 (the rest of a row is left as it was). Tiles of 4 rows x 16 columns
+ * accumulate in 8 registers: per element of d, 2 loads of Bt and 4 broadcasts of A feed 8 FMAs,
+ * and no horizontal sums. S rows are L8 floats apart. */
+__attribute__((target("avx2,fma"))) static void scores_tile(const float *A, int64_t na, const float *Bt, int64_t L8, int64_t d, float scale, int causal, float *S) {
+    __m256 sc = _mm256_set1_ps(scale);
+    for (int64_t i = 0; i < na; i += 4) {
+        int64_t rows = na - i < 4 ? na - i : 4, nj = L8;
+        if (causal && (i + rows + 7) / 8 * 8 < L8) nj = (i + rows + 7) / 8 * 8;
+        const float *a0 = A + i * d, *a1 = A + (i + (rows > 1)) * d, *a2 = A + (i + (rows > 2) * 2) * d, *a3 = A + (i + (rows > 3) * 3) * d;
+        int64_t j = 0;
+        for (; j + 16 <= nj; j += 16) {
+            __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+            for (int64_t c = 0; c < d; c++) {
+                const float *bt = Bt + c * L8 + j;
+                __m256 b0 = _mm256_loadu_ps(bt), b1 = _mm256_loadu_ps(bt + 8), x;
+                x = _mm256_broadcast_ss(a0 + c), c00 = _mm256_fmadd_ps(x, b0, c00), c01 = _mm256_fmadd_ps(x, b1, c01);
+                x = _mm256_broadcast_ss(a1 + c), c10 = _mm256_fmadd_ps(x, b0, c10), c11 = _mm256_fmadd_ps(x, b1, c11);
+                x = _mm256_broadcast_ss(a2 + c), c20 = _mm256_fmadd_ps(x, b0, c20), c21 = _mm256_fmadd_ps(x, b1, c21);
+                x = _mm256_broadcast_ss(a3 + c), c30 = _mm256_fmadd_ps(x, b0, c30), c31 = _mm256_fmadd_ps(x, b1, c31);
+            }
+            float *s = S + i * L8 + j;
+            __m256 out[8] = {c00, c01, c10, c11, c20, c21, c30, c31};
+            for (int64_t r = 0; r < rows; r++) {
+                _mm256_storeu_ps(s + r * L8, _mm256_mul_ps(out[2 * r], sc));
+                _mm256_storeu_ps(s + r * L8 + 8, _mm256_mul_ps(out[2 * r + 1], sc));
+            }
+        }
+        if (j < nj) { /* the last 8 columns */
+            __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+            for (int64_t c = 0; c < d; c++) {
+                __m256 b0 = _mm256_loadu_ps(Bt + c * L8 + j);
+                c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(a0 + c), b0, c0);
+                c1 = _mm256_fmadd_ps(_mm256_broadcast_ss(a1 + c), b0, c1);
+                c2 = _mm256_fmadd_ps(_mm256_broadcast_ss(a2 + c), b0, c2);
+                c3 = _mm256_fmadd_ps(_mm256_broadcast_ss(a3 + c), b0, c3);
+            }
+            __m256 out[4] = {c0, c1, c2, c3};
+            for (int64_t r = 0; r < rows; r++) _mm256_storeu_ps(S + (i + r) * L8 + j, _mm256_mul_ps(out[r], sc));
+        }
     }
 }
 
-/* y += w x (d floats). */
-__attribute__((target("avx2,fma"))) static inline void axpy(float w, const float *x, float *y, int64_t d) {
-    __m256 p = _mm256_set1_ps(w);
-    for (int64_t c = 0; c < d; c += 8) _mm256_storeu_ps(y + c, _mm256_fmadd_ps(p, _mm256_loadu_ps(x + c), _mm256_loadu_ps(y + c)));
+/* Y_o = sum_k W[o * wo + k * wk] X_k for the n_out rows Y_o of Y (d floats each, one after
+ * another; overwritten) over the rows X_k of X, k < nk, or with causal only the k that can have
+ * a nonzero weight for a pair of rows (o, o + 1): k <= o + 1 (mode 1: P V, dS K) or k >= o
+ * (mode 2: the transposed weights of dS^T Q, P^T dO). Pairs of rows x 32 columns accumulate in 8
+ * registers: per k, 4 loads of X and 2 broadcasts feed 8 FMAs. */
+__attribute__((target("avx2,fma"))) static void combine_rows(const float *W, int64_t wo, int64_t wk, const float *X, int64_t nk, int64_t n_out, int64_t d, int mode, float *Y) {
+    for (int64_t o = 0; o < n_out; o += 2) {
+        int two = o + 1 < n_out;
+        int64_t lo = mode == 2 ? o : 0, hi = mode == 1 && o + 2 < nk ? o + 2 : nk;
+        const float *w0 = W + o * wo, *w1 = two ? w0 + wo : w0;
+        float *y0 = Y + o * d, *y1 = y0 + d;
+        int64_t c = 0;
+        for (; c + 32 <= d; c += 32) {
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+            for (int64_t k = lo; k < hi; k++) {
+                const float *x = X + k * d + c;
+                __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8), x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
+                __m256 p = _mm256_broadcast_ss(w0 + k * wk), q = _mm256_broadcast_ss(w1 + k * wk);
+                a0 = _mm256_fmadd_ps(p, x0, a0), a1 = _mm256_fmadd_ps(p, x1, a1), a2 = _mm256_fmadd_ps(p, x2, a2), a3 = _mm256_fmadd_ps(p, x3, a3);
+                b0 = _mm256_fmadd_ps(q, x0, b0), b1 = _mm256_fmadd_ps(q, x1, b1), b2 = _mm256_fmadd_ps(q, x2, b2), b3 = _mm256_fmadd_ps(q, x3, b3);
+            }
+            _mm256_storeu_ps(y0 + c, a0), _mm256_storeu_ps(y0 + c + 8, a1), _mm256_storeu_ps(y0 + c + 16, a2), _mm256_storeu_ps(y0 + c + 24, a3);
+            if (two) _mm256_storeu_ps(y1 + c, b0), _mm256_storeu_ps(y1 + c + 8, b1), _mm256_storeu_ps(y1 + c + 16, b2), _mm256_storeu_ps(y1 + c + 24, b3);
+        }
+        for (; c < d; c += 8) {
+            __m256 a = _mm256_setzero_ps(), b = a;
+            for (int64_t k = lo; k < hi; k++) {
+                __m256 x = _mm256_loadu_ps(X + k * d + c);
+                a = _mm256_fmadd_ps(_mm256_broadcast_ss(w0 + k * wk), x, a);
+                b = _mm256_fmadd_ps(_mm256_broadcast_ss(w1 + k * wk), x, b);
+            }
+            _mm256_storeu_ps(y0 + c, a);
+            if (two) _mm256_storeu_ps(y1 + c, b);
+        }
+    }
 }
 
-/* The probabilities of one query row in place: s (n scores, already scaled) -> softmax, zero at
- * padding (pad: Lk flags or NULL); a row with no key left becomes all zeros. A NaN or +inf score
- * (diverged weights) makes the row NaN, as in PyTorch's kernels: training must see it. */
-__attribute__((target("avx2,fma"))) static void softmax_row(float *s, int64_t n, const uint8_t *pad) {
-    float m = -INFINITY;
-    int bad = 0;
-    for (int64_t j = 0; j < n; j++) {
-        if (pad && pad[j]) s[j] = -INFINITY;
-        bad |= s[j] != s[j] || s[j] == INFINITY;
-        m = s[j] > m ? s[j] : m;
+/* One row of probabilities in place: s (L8 scaled scores) becomes the softmax over the keys
+ * j < n that are not dead (dead: L8 lane masks, all ones at a padded key or a column >= Lk) and
+ * zeros elsewhere; a row with no key left becomes zeros. A NaN or +inf score among its keys
+ * (diverged weights) makes its first n entries NaN, as in PyTorch's kernels: training must see it. */
+__attribute__((target("avx2,fma"))) static void softmax_lanes(float *s, int64_t n, int64_t L8, const int32_t *dead) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), pinf = _mm256_set1_ps(INFINITY);
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256 m = ninf, bad = _mm256_setzero_ps();
+    for (int64_t j = 0; j < L8; j += 8) {
+        __m256i beyond = _mm256_cmpgt_epi32(_mm256_add_epi32(iota, _mm256_set1_epi32((int)j)), _mm256_set1_epi32((int)n - 1));
+        __m256 off = _mm256_or_ps(_mm256_loadu_ps((const float *)(dead + j)), _mm256_castsi256_ps(beyond));
+        __m256 x = _mm256_blendv_ps(_mm256_loadu_ps(s + j), ninf, off);
+        _mm256_storeu_ps(s + j, x);
+        bad = _mm256_or_ps(bad, _mm256_or_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q), _mm256_cmp_ps(x, pinf, _CMP_EQ_OQ)));
+        m = _mm256_max_ps(m, x);
     }
-    if (bad) {
-        for (int64_t j = 0; j < n; j++) s[j] = NAN;
+    if (_mm256_movemask_ps(bad)) {
+        for (int64_t j = 0; j < L8; j++) s[j] = j < n ? NAN : 0.0f;
         return;
     }
-    if (m == -INFINITY) {
-        for (int64_t j = 0; j < n; j++) s[j] = 0.0f;
+    float t[8], mx = -INFINITY;
+    _mm256_storeu_ps(t, m);
+    for (int i = 0; i < 8; i++) mx = t[i] > mx ? t[i] : mx;
+    if (mx == -INFINITY) {
+        memset(s, 0, L8 * sizeof(float));
         return;
     }
-    __m256 mm = _mm256_set1_ps(m);
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mm)));
-    if (j < n) { /* the tail: a masked 8-wide load and store (no libm call per element) */
-        __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - j)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        _mm256_maskstore_ps(s + j, lanes, exp8(_mm256_sub_ps(_mm256_maskload_ps(s + j, lanes), mm)));
+    __m256 mm = _mm256_set1_ps(mx), sum = _mm256_setzero_ps();
+    for (int64_t j = 0; j < L8; j += 8) {
+        __m256 x = _mm256_loadu_ps(s + j);
+        __m256 e = _mm256_andnot_ps(_mm256_cmp_ps(x, ninf, _CMP_EQ_OQ), exp8(_mm256_sub_ps(x, mm))); /* exp8 stops at e^-87, not 0 */
+        _mm256_storeu_ps(s + j, e);
+        sum = _mm256_add_ps(sum, e);
     }
-    float sum = 0.0f;
-    for (j = 0; j < n; j++) {
-        if (pad && pad[j]) s[j] = 0.0f; /* exp8 stops at e^-87, not 0 */
-        sum += s[j];
-    }
-    float inv = 1.0f / sum;
-    for (j = 0; j < n; j++) s[j] *= inv;
+    __m256 inv = _mm256_set1_ps(1.0f / hsum8(sum));
+    for (int64_t j = 0; j < L8; j += 8) _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), inv));
 }
 
 /* Copy the L rows (d floats) of sentence b, head h of a view into a block of rows one after
@@ -507,44 +554,57 @@ static inline void prefetch_next(const struct view *const *views, const int64_t 
     for (int i = 0; i < n; i++) prefetch_block(views[i], b, h, lengths[i], d);
 }
 
+static inline int64_t round8(int64_t n) { return (n + 7) / 8 * 8; }
 
-/* work: 2 Lk d floats. */
+/* The floats of forward_block's work: Q, O (Lq d), K, V (Lk d), Kt (d L8), S (Lq L8), dead (L8). */
+static inline int64_t forward_work(int64_t Lq, int64_t Lk, int64_t d) { return (2 * Lq + 2 * Lk) * d + (d + Lq + 1) * round8(Lk); }
+
 __attribute__((target("avx2,fma"))) static void forward_block(const struct view *q, const struct view *k, const struct view *v, const struct view *o, float *P, const uint8_t *pad, int64_t b, int64_t h, int64_t Lq, int64_t Lk, int64_t d, int causal, float scale, float *work) {
-    float *K = work, *V = K + Lk * d; /* the query rows are read once each: left where they are */
+    int64_t L8 = round8(Lk);
+    float *Q = work, *O = Q + Lq * d, *K = O + Lq * d, *V = K + Lk * d, *Kt = V + Lk * d, *S = Kt + d * L8;
+    int32_t *dead = (int32_t *)(S + Lq * L8);
+    pack(q, b, h, Lq, d, Q, 0);
     pack(k, b, h, Lk, d, K, 0);
     pack(v, b, h, Lk, d, V, 0);
+    transpose_rows(K, Lk, d, Kt, L8);
+    for (int64_t j = 0; j < L8; j++) dead[j] = j >= Lk || (pad && pad[j]) ? -1 : 0;
+    scores_tile(Q, Lq, Kt, L8, d, scale, causal, S);
     for (int64_t i = 0; i < Lq; i++) {
-        float *p = P + i * Lk;
-        int64_t n = causal ? (i + 1 < Lk ? i + 1 : Lk) : Lk;
-        dots(at(q, b, h, i), K, n, d, scale, p);
-        softmax_row(p, n, pad);
-        for (int64_t j = n; j < Lk; j++) p[j] = 0.0f;
-        weighted_sum(p, V, n, d, at(o, b, h, i));
+        softmax_lanes(S + i * L8, causal && i + 1 < Lk ? i + 1 : Lk, L8, dead);
+        memcpy(P + i * Lk, S + i * L8, Lk * sizeof(float));
     }
+    combine_rows(S, L8, 1, V, Lk, Lq, d, causal, O);
+    pack(o, b, h, Lq, d, O, 1);
 }
 
-/* work: (2 Lq + 2 Lk) d floats for Q, dO, K, V, then (Lq + 2 Lk) d for dQ, dK, dV, and Lk for dP. */
+/* The floats of backward_block's work: Q, G, dQ (Lq d), K, V, dK, dV (Lk d), Vt (d L8), P, dS (Lq L8). */
+static inline int64_t backward_work(int64_t Lq, int64_t Lk, int64_t d) { return (3 * Lq + 4 * Lk) * d + (d + 2 * Lq) * round8(Lk); }
+
 __attribute__((target("avx2,fma"))) static void backward_block(const struct view *q, const struct view *k, const struct view *v, const struct view *dout, const struct view *dq, const struct view *dk, const struct view *dv, const float *P, int64_t b, int64_t h, int64_t Lq, int64_t Lk, int64_t d, int causal, float scale, float *work) {
-    float *Q = work, *G = Q + Lq * d, *K = G + Lq * d, *V = K + Lk * d, *dQ = V + Lk * d, *dK = dQ + Lq * d, *dV = dK + Lk * d, *dp = dV + Lk * d;
+    int64_t L8 = round8(Lk);
+    float *Q = work, *G = Q + Lq * d, *dQ = G + Lq * d, *K = dQ + Lq * d, *V = K + Lk * d, *dK = V + Lk * d, *dV = dK + Lk * d, *Vt = dV + Lk * d, *Pb = Vt + d * L8, *dS = Pb + Lq * L8;
     pack(q, b, h, Lq, d, Q, 0);
     pack(dout, b, h, Lq, d, G, 0);
     pack(k, b, h, Lk, d, K, 0);
     pack(v, b, h, Lk, d, V, 0);
-    memset(dK, 0, 2 * Lk * d * sizeof(float));
+    transpose_rows(V, Lk, d, Vt, L8);
     for (int64_t i = 0; i < Lq; i++) {
-        const float *p = P + i * Lk, *g = G + i * d, *qi = Q + i * d;
-        int64_t n = causal ? (i + 1 < Lk ? i + 1 : Lk) : Lk;
-        dots(g, V, n, d, 1.0f, dp);
-        float D = 0.0f;
-        for (int64_t j = 0; j < n; j++) D += p[j] * dp[j];
-        for (int64_t j = 0; j < n; j++) dp[j] = p[j] * (dp[j] - D) * scale; /* now scale dS */
-        weighted_sum(dp, K, n, d, dQ + i * d);
-        for (int64_t j = 0; j < n; j++) {
-            if (p[j] == 0.0f) continue;
-            axpy(dp[j], qi, dK + j * d, d);
-            axpy(p[j], g, dV + j * d, d);
-        }
+        memcpy(Pb + i * L8, P + i * Lk, Lk * sizeof(float));
+        for (int64_t j = Lk; j < L8; j++) Pb[i * L8 + j] = 0.0f;
     }
+    memset(dS, 0, Lq * L8 * sizeof(float)); /* causal: the columns scores_tile leaves out */
+    scores_tile(G, Lq, Vt, L8, d, 1.0f, causal, dS); /* dP = dO V^T */
+    __m256 sc = _mm256_set1_ps(scale);
+    for (int64_t i = 0; i < Lq; i++) { /* dS = P o (dP - rowsum(P o dP)), times scale */
+        float *p = Pb + i * L8, *s = dS + i * L8;
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t j = 0; j < L8; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(p + j), _mm256_loadu_ps(s + j), acc);
+        __m256 D = _mm256_set1_ps(hsum8(acc));
+        for (int64_t j = 0; j < L8; j += 8) _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(p + j), _mm256_sub_ps(_mm256_loadu_ps(s + j), D)), sc));
+    }
+    combine_rows(dS, L8, 1, K, Lk, Lq, d, causal, dQ);           /* dQ = dS K */
+    combine_rows(dS, 1, L8, Q, Lq, Lk, d, causal ? 2 : 0, dK);   /* dK = dS^T Q */
+    combine_rows(Pb, 1, L8, G, Lq, Lk, d, causal ? 2 : 0, dV);   /* dV = P^T dO */
     pack(dq, b, h, Lq, d, dQ, 1);
     pack(dk, b, h, Lk, d, dK, 1);
     pack(dv, b, h, Lk, d, dV, 1);
@@ -563,7 +623,7 @@ static PyObject *attention_forward(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O&O&O&O&KKLLLLLLpd", parse_view, &q, parse_view, &k, parse_view, &v, parse_view, &o, &P, &pad, &b0, &b1, &H, &Lq, &Lk, &d, &causal, &scale)) return NULL;
     if (!blocks_ok("attention_forward", b0, b1, H, Lq, Lk, d)) return NULL;
 #ifdef SYNTAXNMT_X86
-    float *probs = (float *)(uintptr_t)P, *work = malloc(2 * Lk * d * sizeof(float)), *absent = calloc(2 * d, sizeof(float));
+    float *probs = (float *)(uintptr_t)P, *work = malloc(forward_work(Lq, Lk, d) * sizeof(float)), *absent = calloc(2 * d, sizeof(float));
     if (!work || !absent) {
         free(work), free(absent);
         return PyErr_NoMemory();
@@ -597,7 +657,7 @@ static PyObject *attention_backward(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O&O&O&O&O&O&O&KLLLLLLpd", parse_view, &q, parse_view, &k, parse_view, &v, parse_view, &dout, parse_view, &dq, parse_view, &dk, parse_view, &dv, &P, &b0, &b1, &H, &Lq, &Lk, &d, &causal, &scale)) return NULL;
     if (!blocks_ok("attention_backward", b0, b1, H, Lq, Lk, d)) return NULL;
 #ifdef SYNTAXNMT_X86
-    float *work = malloc(((3 * Lq + 4 * Lk) * d + Lk) * sizeof(float)), *absent = calloc(2 * d, sizeof(float));
+    float *work = malloc(backward_work(Lq, Lk, d) * sizeof(float)), *absent = calloc(2 * d, sizeof(float));
     if (!work || !absent) {
         free(work), free(absent);
         return PyErr_NoMemory();
@@ -698,12 +758,15 @@ static PyObject *smoothed_xent(PyObject *self, PyObject *args) {
 
 /* ---- Dropout of training: the mask drawn, applied and kept as bits in one pass ---------------
  * dropout_forward(x, out, bits, n, threshold, scale, seed, g0, g1): element i of x (float32) is
- * kept when the top 24 bits of its random word u_i are >= threshold (ceil(p 2^24): kept with
- * probability 1 - p, Srivastava et al. 2014) and scaled by 1 / (1 - p); out gets the result and
- * bit i of bits (uint8, 4 bytes per group) whether it was kept. Words come from Philox4x32-10
- * (Salmon et al. 2011, "Parallel random numbers: as easy as 1, 2, 3"), a counter-based generator:
- * word w of counter 8g + l (key: the 64-bit seed) is element 32g + 8w + l, so each group g of 32
- * elements depends on the seed and g alone, whatever the threads' split (groups g0 <= g < g1).
+ * kept when its 16-bit random number u_i is >= threshold (ceil(p 2^16): kept with probability
+ * 1 - p to within 2^-16, Srivastava et al. 2014) and scaled by 1 / (1 - p); out gets the result
+ * and bit i of bits (uint8, 8 bytes per group) whether it was kept. Numbers come from
+ * Philox4x32-10 (Salmon et al. 2011, "Parallel random numbers: as easy as 1, 2, 3"), a
+ * counter-based generator: the low and high halves of word w of counter 8g + l (key: the 64-bit
+ * seed) are elements 64g + 16w + l and 64g + 16w + 8 + l, so each group g of 64 elements depends
+ * on the seed and g alone, whatever the threads' split (groups g0 <= g < g1). Two elements per
+ * 32-bit word halve the generator's work, most of the kernel's time (FlashAttention's dropout
+ * compares 8-bit numbers; 16 bits keep the keep-probability within 1.6e-5 of 1 - p).
  * dropout_backward(grad, out, bits, n, scale, g0, g1): out = grad scaled where kept, 0 elsewhere.
  * Fused forms, for the blocks of a Transformer layer (optional trailing arguments): the forward's
  * bias, cols, relu, residual give out = residual + dropout(relu(x + bias)) -- the ReLU's zeros
@@ -745,15 +808,16 @@ struct dropout_extra {
 };
 
 __attribute__((target("avx2,fma"))) static void dropout_groups(const float *x, float *out, uint8_t *bits, int64_t n, int32_t threshold, float scale, uint64_t seed, int64_t g0, int64_t g1, const struct dropout_extra *e) {
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), below = _mm256_set1_epi32(threshold - 1);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), below = _mm256_set1_epi32(threshold - 1), low = _mm256_set1_epi32(0xFFFF);
     const __m256 sc = _mm256_set1_ps(scale), zero = _mm256_setzero_ps();
     for (int64_t g = g0; g < g1; g++) {
         uint64_t counter = (uint64_t)g * 8;
         __m256i w[4];
         philox8(_mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)counter), lane), _mm256_set1_epi32((int)(uint32_t)(counter >> 32)), (uint32_t)seed, (uint32_t)(seed >> 32), w);
-        for (int k = 0; k < 4; k++) {
-            int64_t i = g * 32 + k * 8;
-            __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_srli_epi32(w[k], 8), below));
+        for (int k = 0; k < 8; k++) {
+            int64_t i = g * 64 + k * 8;
+            __m256i u = k & 1 ? _mm256_srli_epi32(w[k >> 1], 16) : _mm256_and_si256(w[k >> 1], low);
+            __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(u, below));
             if (i + 8 <= n) {
                 __m256 v = _mm256_loadu_ps(x + i);
                 if (e->bias) v = _mm256_add_ps(v, _mm256_loadu_ps(e->bias + i % e->cols));
@@ -761,7 +825,7 @@ __attribute__((target("avx2,fma"))) static void dropout_groups(const float *x, f
                 v = _mm256_mul_ps(v, _mm256_and_ps(sc, keep)); /* v * 0 keeps a NaN, as x * mask does */
                 if (e->residual) v = _mm256_add_ps(_mm256_loadu_ps(e->residual + i), v);
                 _mm256_storeu_ps(out + i, v);
-                bits[g * 4 + k] = (uint8_t)_mm256_movemask_ps(keep);
+                bits[g * 8 + k] = (uint8_t)_mm256_movemask_ps(keep);
             } else { /* the tail: no bias here (n is a multiple of cols, cols of 8) */
                 int m = _mm256_movemask_ps(keep);
                 for (int64_t j = i; j < n; j++) {
@@ -770,7 +834,7 @@ __attribute__((target("avx2,fma"))) static void dropout_groups(const float *x, f
                     v *= (m >> (j - i)) & 1 ? scale : 0.0f;
                     out[j] = e->residual ? e->residual[j] + v : v;
                 }
-                bits[g * 4 + k] = (uint8_t)m;
+                bits[g * 8 + k] = (uint8_t)m;
             }
         }
     }
@@ -781,7 +845,7 @@ __attribute__((target("avx2,fma"))) static void dropout_groups(const float *x, f
 __attribute__((target("avx2,fma"))) static void dropout_back_groups(const float *grad, float *out, const uint8_t *bits, int64_t n, float scale, int64_t g0, int64_t g1, double *colsum, int64_t cols) {
     const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
     const __m256 sc = _mm256_set1_ps(scale);
-    for (int64_t b = g0 * 4; b < g1 * 4; b++) {
+    for (int64_t b = g0 * 8; b < g1 * 8; b++) {
         int64_t i = b * 8;
         if (i >= n) break;
         if (i + 8 <= n) {
@@ -813,8 +877,8 @@ static PyObject *dropout_forward(PyObject *self, PyObject *args) {
     int threshold, relu = 0;
     double scale;
     if (!PyArg_ParseTuple(args, "KKKLidKLL|KLpK", &x, &out, &bits, &n, &threshold, &scale, &seed, &g0, &g1, &bias, &cols, &relu, &residual)) return NULL;
-    if (n < 0 || g0 < 0 || g1 < g0 || g1 * 32 > n + 31 || threshold < 1 || threshold > (1 << 24) || !use_avx2) {
-        PyErr_SetString(PyExc_ValueError, "dropout_forward: n >= 0, 0 <= g0 <= g1 <= ceil(n / 32), 1 <= threshold <= 2^24, and an AVX2/FMA CPU");
+    if (n < 0 || g0 < 0 || g1 < g0 || g1 * 64 > n + 63 || threshold < 1 || threshold > (1 << 16) || !use_avx2) {
+        PyErr_SetString(PyExc_ValueError, "dropout_forward: n >= 0, 0 <= g0 <= g1 <= ceil(n / 64), 1 <= threshold <= 2^16, and an AVX2/FMA CPU");
         return NULL;
     }
     if (bias && !columns_ok("dropout_forward", n, cols)) return NULL;
@@ -832,8 +896,8 @@ static PyObject *dropout_backward(PyObject *self, PyObject *args) {
     long long n, g0, g1, cols = 0;
     double scale;
     if (!PyArg_ParseTuple(args, "KKKLdLL|KL", &grad, &out, &bits, &n, &scale, &g0, &g1, &colsum, &cols)) return NULL;
-    if (n < 0 || g0 < 0 || g1 < g0 || g1 * 32 > n + 31 || !use_avx2) {
-        PyErr_SetString(PyExc_ValueError, "dropout_backward: n >= 0, 0 <= g0 <= g1 <= ceil(n / 32), and an AVX2/FMA CPU");
+    if (n < 0 || g0 < 0 || g1 < g0 || g1 * 64 > n + 63 || !use_avx2) {
+        PyErr_SetString(PyExc_ValueError, "dropout_backward: n >= 0, 0 <= g0 <= g1 <= ceil(n / 64), and an AVX2/FMA CPU");
         return NULL;
     }
     if (colsum && !columns_ok("dropout_backward", n, cols)) return NULL;

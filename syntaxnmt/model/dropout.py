@@ -9,9 +9,10 @@ profile). :class:`Dropout` keeps a unit with probability 1 - p and scales kept u
 - float32 with the native kernels (:func:`~syntaxnmt.runtime.native_training_kernels`; not
   ``train.cpu_native: torch``): ``dropout_forward`` of ``syntaxnmt/_native.c`` draws Philox4x32-10
   words (Salmon et al. 2011; the generator of PyTorch's and JAX's GPU dropout), keeps a unit when
-  the top 24 bits of its word are at least ceil(p 2^24), writes the result and keeps the mask as
-  bits for the backward pass: one pass over the tensor instead of five (fill, compare, scale,
-  multiply, and the gradient's multiply read a float mask);
+  its 16-bit half of a word is at least ceil(p 2^16) (two units per word: the generator is most
+  of the kernel's time; the keep probability is 1 - p to within 2^-16), writes the result and
+  keeps the mask as bits for the backward pass: one pass over the tensor instead of five (fill,
+  compare, scale, multiply, and the gradient's multiply read a float mask);
 - otherwise ``u >= p`` for float32 ``u ~ U[0, 1)`` from NumPy's PCG64 (:func:`uniform_like`), in
   blocks filled on torch's threads.
 
@@ -66,8 +67,8 @@ FUSED = True
 (False: the separate operators, with the same values; for paired benchmarks,
 ``benchmarks/native_training.py --switch fused-dropout``)."""
 
-_GROUP = 32  # elements per Philox group of the kernel: four words of eight counters
-_MIN_GROUPS_PER_THREAD = 1024
+_GROUP = 64  # elements per Philox group of the kernel: four words of eight counters, two halves each
+_MIN_GROUPS_PER_THREAD = 512  # 32K elements
 
 
 class _NativeDropout(torch.autograd.Function):
@@ -82,9 +83,9 @@ class _NativeDropout(torch.autograd.Function):
         x = x.contiguous()
         n = x.numel()
         groups = -(-n // _GROUP)
-        out, bits = torch.empty_like(x), torch.empty(groups * 4, dtype=torch.uint8)
+        out, bits = torch.empty_like(x), torch.empty(groups * 8, dtype=torch.uint8)
         seed = int(torch.randint(0, 2**63 - 1, (1,)).item())  # torch's generator decides the mask
-        threshold, scale = max(1, math.ceil(p * 2**24)), 1.0 / (1.0 - p)
+        threshold, scale = max(1, math.ceil(p * 2**16)), 1.0 / (1.0 - p)
         cols = x.size(-1)
         residual = None if residual is None else residual.contiguous()  # kept alive while the kernel reads it
         extra = (0 if bias is None else bias.data_ptr(), cols, relu, 0 if residual is None else residual.data_ptr())
@@ -108,7 +109,7 @@ class _NativeDropout(torch.autograd.Function):
                 colsum = partial.data_ptr()
             native.dropout_backward(grad.data_ptr(), out.data_ptr(), bits.data_ptr(), grad.numel(), ctx.scale, a, b, colsum, ctx.cols)
 
-        in_threads(part, bits.numel() // 4, _MIN_GROUPS_PER_THREAD)
+        in_threads(part, bits.numel() // 8, _MIN_GROUPS_PER_THREAD)
         grad_bias = torch.stack(sums).sum(0).float() if sums else None
         return out, None, grad_bias, None, grad if ctx.has_residual else None
 

@@ -71,7 +71,7 @@ needs_kernels = pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/_
 
 
 @needs_kernels
-@pytest.mark.parametrize("n", [1, 31, 32, 33, 1000, 70_001])
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 63, 64, 65, 1000, 70_001])
 @pytest.mark.parametrize("p", [0.1, 0.5])
 def test_the_native_kernel_drops_scales_and_passes_the_gradient_through_its_mask(n, p):
     torch.manual_seed(n)
@@ -200,7 +200,7 @@ def test_bias_relu_dropout_falls_back_where_the_kernel_cannot_fuse():
 
 
 @needs_kernels
-@pytest.mark.parametrize("n", [4096, 1000])  # whole groups of 32, and a tail
+@pytest.mark.parametrize("n", [4096, 1000])  # whole groups of 64, and a tail
 def test_dropout_add_is_the_residual_plus_dropout_in_one_pass(n):
     from syntaxnmt.model.dropout import dropout_add
 
@@ -238,6 +238,6 @@ def test_the_kernel_refuses_a_bias_whose_columns_do_not_fit():
     kernels = native_kernels()
     x, b = torch.ones(64), torch.ones(12)
     with pytest.raises(ValueError, match="multiple of 8"):
-        kernels.dropout_forward(x.data_ptr(), x.data_ptr(), torch.empty(8, dtype=torch.uint8).data_ptr(), 64, 10, 1.0, 1, 0, 2, b.data_ptr(), 12, True, 0)
+        kernels.dropout_forward(x.data_ptr(), x.data_ptr(), torch.empty(8, dtype=torch.uint8).data_ptr(), 64, 10, 1.0, 1, 0, 1, b.data_ptr(), 12, True, 0)
     with pytest.raises(ValueError, match="multiple of 8"):
-        kernels.dropout_backward(x.data_ptr(), x.data_ptr(), torch.zeros(8, dtype=torch.uint8).data_ptr(), 64, 1.0, 0, 2, torch.zeros(12, dtype=torch.float64).data_ptr(), 12)
+        kernels.dropout_backward(x.data_ptr(), x.data_ptr(), torch.zeros(8, dtype=torch.uint8).data_ptr(), 64, 1.0, 0, 1, torch.zeros(12, dtype=torch.float64).data_ptr(), 12)
