@@ -166,6 +166,18 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return _dnn(x.reshape(-1, x.size(-1)), weight, bias).view(*x.shape[:-1], weight.size(0))
 
 
+def add_weight_grad(acc: Tensor | None, g2d: Tensor, x2d: Tensor) -> Tensor:
+    """``acc + g^T x`` (out x in; ``acc`` None: ``g^T x``) for row-major ``g`` (N x out) and ``x``
+    (N x in), outside autograd, with the kernels of :func:`linear`: ATen's in place, one product
+    with beta 1 on the transposed operand (no temporary, no transposed copy, no separate sum);
+    oneDNN and OpenBLAS compute the product and add it. For gradients summed over chunks of rows
+    (:class:`syntaxnmt.training.losses._ChunkedLinearCrossEntropy`)."""
+    if x2d.device.type == "cpu" and x2d.dtype == torch.float32 and not torch.is_autocast_enabled("cpu") and (OPENBLAS or (ONEDNN and enabled())):
+        w = _PRODUCTS["openblas" if OPENBLAS else "onednn"][2](g2d, x2d)
+        return w if acc is None else acc.add_(w)
+    return torch.mm(g2d.t(), x2d) if acc is None else acc.addmm_(g2d.t(), x2d)
+
+
 class Linear(nn.Linear):
     """Drop-in for ``nn.Linear`` (see the module docstring)."""
 

@@ -60,6 +60,10 @@ class ModelOutput:
     alignment_attention: Tensor | None = None  # (B, H, T, S): the supervised layer's full-context pass (train.alignment.full_context), on request
     alignment_leak: Tensor | None = None  # (B, H, T): the leak slot's weights in the supervised attention (train.alignment.leaky), on request
     target_context_attention: ContextAttention | None = None  # the target-side HAN's weights over the previous target sentences (S = T, Sc = Tc), on request
+    real: tuple[Tensor, Tensor] | None = None
+    """Where training computed the decoder on packed rows (:mod:`syntaxnmt.model.packing`): the
+    positions that are not padding, (B, T) True there, and ``states`` at them in flat order (N, D):
+    the rows the loss reads, without a placement into (B, T, D) and a selection back."""
 
     @property
     def logits(self) -> Tensor:

@@ -375,13 +375,13 @@ class Transformer(nn.Module):
             return states, None
         return self.han_target(states, *enc.target_context, need_weights=need_weights, cache=cache, groups=enc.target_context_index)
 
-    def decode(self, tgt_in: Tensor, enc: EncoderOutput, need_weights: bool = False, self_weights: bool = True) -> tuple[Tensor, list[Tensor], list[Tensor], Tensor | None, Tensor | None, ContextAttention | None]:
+    def decode(self, tgt_in: Tensor, enc: EncoderOutput, need_weights: bool = False, self_weights: bool = True) -> tuple[Tensor, list[Tensor], list[Tensor], Tensor | None, Tensor | None, ContextAttention | None, tuple[Tensor, Tensor] | None]:
         """Final decoder states (B, T, D), normalized (and read by the target-side HAN of a
         context model, :meth:`read_target_context`), before the output layer; cross- and
         self-attention weights per layer on request, and with them the supervised layer's
         full-context cross-attention (B, H, T, S) of a model with ``alignment_pass.full_context``,
         the leak weights (B, H, T) of the supervised attention of a leaky one and the target-side
-        HAN's weights."""
+        HAN's weights; last :attr:`ModelOutput.real` where the layers ran on packed rows."""
         y = self.tgt_embed(tgt_in)
         cross, own = [], []
         pad = tgt_in.eq(PAD)
@@ -394,8 +394,11 @@ class Transformer(nn.Module):
             memory = gather_packed(enc.hidden, memory_rows)
             for layer in self.decoder:
                 packed = layer.forward_packed(packed, memory, enc.pad_mask, place, memory_place)
-            states, target_attention = self.read_target_context(scatter_rows(self.dec_norm(packed), rows, y), enc)
-            return states, [], [], None, None, target_attention
+            final = self.dec_norm(packed)
+            placed = scatter_rows(final, rows, y)
+            states, target_attention = self.read_target_context(placed, enc)
+            real = (~pad, final[: int((~pad).sum())]) if states is placed else None  # packed_rows puts the real rows first
+            return states, [], [], None, None, target_attention, real
         for i, layer in enumerate(self.decoder):
             if need_weights and ap is not None and ap.full_context and i == ap.layer:
                 aligned, leak = split_leak(layer.full_context_attention(y, pad, enc.hidden, enc.pad_mask, rows, memory_rows, leak=ap.leaky), ap.leaky)
@@ -412,7 +415,7 @@ class Transformer(nn.Module):
             states, target_attention = self.han_target(states, None, ctx_pad, need_weights=need_weights, cache=cache, pad=pad, granule=granule)
         else:
             states, target_attention = self.read_target_context(states, enc, need_weights)
-        return states, (cross if need_weights else []), (own if need_weights and self_weights else []), aligned, leak, target_attention
+        return states, (cross if need_weights else []), (own if need_weights and self_weights else []), aligned, leak, target_attention, None
 
     def forced_attention(self, batch: Batch, layers: Collection[int] = (), full_context: bool = False, enc: EncoderOutput | None = None) -> ForcedAttention:
         """The cross-attention of decoder ``layers`` (negative: from the end) and, with
@@ -477,8 +480,8 @@ class Transformer(nn.Module):
         the cross-attention's only when ``self_weights`` is False (the self-attentions then keep
         the fused kernel)."""
         enc = self.encode(batch, need_weights and self_weights, encoder_weights)
-        states, cross, own, aligned, leak, target_attention = self.decode(batch.tgt_in, enc, need_weights, self_weights)
-        return ModelOutput(states, self.output, enc, cross, own, aligned, leak, target_attention)
+        states, cross, own, aligned, leak, target_attention, real = self.decode(batch.tgt_in, enc, need_weights, self_weights)
+        return ModelOutput(states, self.output, enc, cross, own, aligned, leak, target_attention, real)
 
     # --- incremental decoding -------------------------------------------------------------
     def init_state(self, enc: EncoderOutput, native: bool = False) -> DecoderState:

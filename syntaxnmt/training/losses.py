@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from syntaxnmt.config import Config, parse_decay
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD, FeatureSpec
-from syntaxnmt.model.linear import linear
+from syntaxnmt.model.linear import add_weight_grad, linear
 from syntaxnmt.runtime import in_threads, native_training_kernels
 
 
@@ -54,7 +54,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
 
     The loss is a scalar, so its gradients are known in the forward pass up to the upstream
     factor: per chunk, ``dL/dz = softmax(z) - q`` (q the smoothed target) gives ``dL/dh = (dL/dz) W``
-    and adds ``(dL/dz)^T h`` to ``dL/dW`` (as ``h^T (dL/dz)``, accumulated transposed); backward only scales them. One chunk of logits lives at
+    and adds ``(dL/dz)^T h`` to ``dL/dW`` (in place: :func:`~syntaxnmt.model.linear.add_weight_grad`); backward only scales them. One chunk of logits lives at
     a time, and the log-softmax and the softmax are computed in its buffer. The last chunk is
     padded with zero rows to a multiple of ``GRANULE`` rows (left out of the loss; zero rows add
     nothing to ``dL/dW``), so the products have a few shapes only, whatever N (oneDNN keeps
@@ -69,7 +69,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         loss = h.new_zeros((), dtype=torch.float32)
         nll = h.new_zeros((), dtype=torch.float32)
         grad_h = torch.empty_like(h) if need_grad else None
-        grad_wt = h.new_zeros(weight.size(1), n_classes) if need_grad else None  # dL/dW, transposed
+        grad_w = None  # dL/dW, summed over the chunks
         rows = torch.arange(min(chunk, n), device=h.device)
         for start in range(0, n, chunk):
             hc, tc = h[start : start + chunk], target[start : start + chunk]
@@ -94,8 +94,10 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             if need_grad:
                 g = g.to(h.dtype)
                 grad_h[start : start + real] = linear(g, weight.t())[:real]
-                grad_wt += linear(hc.t().contiguous(), g.t())  # h^T g: transposing h (D wide) is cheaper than g (V wide)
-        ctx.save_for_backward(grad_h, grad_wt.t().contiguous() if need_grad else None)
+                grad_w = add_weight_grad(grad_w, g, hc)  # g^T h
+        if need_grad and grad_w is None:  # no rows
+            grad_w = torch.zeros_like(weight)
+        ctx.save_for_backward(grad_h, grad_w)
         ctx.mark_non_differentiable(nll)
         return loss, nll
 
@@ -136,10 +138,12 @@ def sequence_loss(out, target: Tensor, smoothing: float, chunk: int = 1024, stat
     oneDNN's per-shape state); the loss is the same.
     """
     keep = target.ne(PAD)
+    real = getattr(out, "real", None)
     if static:
         states, project = out.states.reshape(-1, out.states.size(-1)), out.project
         return smoothed_cross_entropy(project(states), target.reshape(-1), smoothing, keep.reshape(-1).to(torch.float32))
-    states, project = out.states[keep], out.project
+    states = real[1] if real is not None and torch.equal(real[0], keep) else out.states[keep]  # the same rows
+    project = out.project
     if isinstance(project, nn.Linear) and project.bias is None and states.dtype == project.weight.dtype and not torch.is_autocast_enabled(states.device.type):
         need_grad = torch.is_grad_enabled() and (states.requires_grad or project.weight.requires_grad)
         return _ChunkedLinearCrossEntropy.apply(states, project.weight, target[keep], float(smoothing), chunk, need_grad)

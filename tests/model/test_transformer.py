@@ -189,6 +189,7 @@ def test_training_on_packed_rows_equals_every_row(norm, need_weights, monkeypatc
     for granule in (0, 8):
         model = _model(dropout=0.0, norm=norm).train()
         model.pack_granule = granule
+        assert granule or model(batch).real is None
         assert (model.compute_rows(batch.src_pad_mask) is None) == (granule == 0) and (model.compute_rows(batch.tgt_in.eq(PAD)) is None) == (granule == 0)
         out = model(batch, need_weights=need_weights)
         real = batch.tgt_out.ne(PAD)
@@ -197,6 +198,10 @@ def test_training_on_packed_rows_equals_every_row(norm, need_weights, monkeypatc
         results.append((out.states[real].detach(), out.encoder.hidden[src].detach(), [x[src].detach() for x in out.encoder.layers], [p.grad for p in model.parameters()]))
     through = native_training_kernels() is not None and not need_weights
     assert calls == (["EncoderLayer"] * 2 + ["DecoderLayer"] * 2 if through else [])
+    if through:  # the loss's rows come without a placement: the states at the real positions, in order
+        assert torch.equal(out.real[0], batch.tgt_in.ne(PAD)) and torch.equal(out.real[1], out.states[out.real[0]])
+    else:
+        assert out.real is None
     (s0, e0, l0, g0), (s1, e1, l1, g1) = results
     torch.testing.assert_close(s1, s0)
     torch.testing.assert_close(e1, e0)

@@ -65,9 +65,15 @@ def test_sequence_loss_projects_only_real_tokens():
 
 @pytest.mark.parametrize("eps", [0.0, 0.1])
 @pytest.mark.parametrize("chunk", [3, 4])
-def test_chunked_fused_output_loss_matches_the_reference(eps, chunk, cpu_native):
+@pytest.mark.parametrize("kernels", ["aten", "onednn", "openblas"])
+def test_chunked_fused_output_loss_matches_the_reference(eps, chunk, kernels, cpu_native, monkeypatch):
     """A bias-free nn.Linear output layer takes the fused, chunked path: same loss and gradients
-    (chunk 4: 9 rows make chunks of 4, 4 and 1, the last padded with zero rows to 4)."""
+    (chunk 4: 9 rows make chunks of 4, 4 and 1, the last padded with zero rows to 4), whichever
+    kernels compute the products (the weight's gradient summed over the chunks in place with ATen)."""
+    from syntaxnmt.model import linear as lin
+
+    monkeypatch.setattr(lin, "ONEDNN", kernels == "onednn")
+    monkeypatch.setattr(lin, "OPENBLAS", kernels == "openblas" and lin.openblas_available())
     torch.manual_seed(3)
     states = torch.randn(3, 5, 8)
     target = torch.tensor([[4, 9, 2, PAD, PAD], [1, 1, 7, 8, 3], [5, PAD, PAD, PAD, PAD]])
@@ -86,6 +92,27 @@ def test_chunked_fused_output_loss_matches_the_reference(eps, chunk, cpu_native)
     assert torch.allclose(g_chunked, layer.weight.grad, atol=1e-5)
     with torch.no_grad():  # validation: no gradients computed, same value
         assert sequence_loss(ModelOutput(states, layer, encoder=None), target, eps, chunk=4)[0].item() == pytest.approx(ref.item(), rel=1e-5)
+
+
+def test_sequence_loss_reads_the_packed_real_rows_only_for_the_same_positions():
+    """With ``out.real`` (the decoder ran on packed rows) the loss reads those rows, not a selection
+    of ``out.states``; a mask of other positions than the target's real ones is not used."""
+    torch.manual_seed(4)
+    target = torch.tensor([[3, 8, PAD], [4, PAD, PAD]])
+    keep = target.ne(PAD)
+    layer = torch.nn.Linear(6, 9, bias=False)
+    states = torch.randn(2, 3, 6)
+    rows = states[keep].clone().requires_grad_()
+    reference = sequence_loss(ModelOutput(states, layer, encoder=None), target, 0.1)[0]
+    elsewhere = torch.full_like(states, 5.0)  # what a placement would hold; must not be read
+    loss = sequence_loss(ModelOutput(elsewhere, layer, encoder=None, real=(keep, rows)), target, 0.1)[0]
+    assert loss.item() == pytest.approx(reference.item(), rel=1e-6)
+    loss.backward()
+    assert rows.grad is not None and rows.grad.abs().sum() > 0
+    other = keep.clone()
+    other[1, 1] = True
+    loss = sequence_loss(ModelOutput(elsewhere, layer, encoder=None, real=(other, torch.zeros(4, 6))), target, 0.1)[0]
+    assert loss.item() == pytest.approx(sequence_loss(ModelOutput(elsewhere, layer, encoder=None), target, 0.1)[0].item(), rel=1e-6)
 
 
 @needs_kernels
