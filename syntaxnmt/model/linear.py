@@ -93,6 +93,13 @@ def kernels() -> str:
     return "openblas" if OPENBLAS else "onednn" if ONEDNN else "aten"
 
 
+def row_granule(granule: int) -> int:
+    """The multiple to which a product's row count is rounded up: ``granule`` where oneDNN may
+    compute it (oneDNN keeps state per shape: a few row counts), else 8 (ATen's and OpenBLAS's
+    products take any shape; fewer zero or padding rows are computed)."""
+    return granule if ONEDNN and not OPENBLAS else min(granule, 8)
+
+
 @contextmanager
 def onednn_in_training(enabled: bool = True) -> Iterator[None]:
     """Inside, :class:`Linear` also uses oneDNN with autograd (``SYNTAXNMT_ONEDNN_LINEAR`` auto

@@ -20,7 +20,7 @@ from syntaxnmt.inputs import PAD, Batch, FeatureSpec, SourceFeatures
 from syntaxnmt.model.attention import MultiHeadAttention, defer_reorder, reorder_cache
 from syntaxnmt.model.context import HierarchicalContext
 from syntaxnmt.model.dropout import Dropout, bias_relu_dropout, dropout_add, fuses_bias
-from syntaxnmt.model.linear import Linear, decode_linear, linear
+from syntaxnmt.model.linear import Linear, decode_linear, linear, row_granule
 from syntaxnmt.model.outputs import ContextAttention, DecoderState, EncoderOutput, ForcedAttention, ModelOutput
 from syntaxnmt.model.packing import Place, on_rows, packed_rows, scatter_rows
 from syntaxnmt.model.packing import gather_rows as gather_packed
@@ -467,8 +467,9 @@ class Transformer(nn.Module):
 
     def han_granule(self, pad: Tensor) -> int:
         """The granule of the per-token products on the real positions in training on CPU (HAN's and
-        :meth:`compute_rows`'s); 0: every position."""
-        return self.pack_granule if self.training and pad.device.type == "cpu" else 0
+        :meth:`compute_rows`'s): :attr:`pack_granule` where oneDNN computes them, else 8
+        (:func:`~syntaxnmt.model.linear.row_granule`); 0: every position."""
+        return row_granule(self.pack_granule) if self.training and pad.device.type == "cpu" and self.pack_granule else 0
 
     def compute_rows(self, pad: Tensor) -> Tensor | None:
         """The rows the position-wise products compute in training on CPU (:func:`packed_rows`); None: all of them."""

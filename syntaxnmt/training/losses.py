@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from syntaxnmt.config import Config, parse_decay
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD, FeatureSpec
-from syntaxnmt.model.linear import add_weight_grad, linear
+from syntaxnmt.model.linear import add_weight_grad, linear, row_granule
 from syntaxnmt.runtime import in_threads, native_training_kernels
 
 
@@ -56,7 +56,8 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     factor: per chunk, ``dL/dz = softmax(z) - q`` (q the smoothed target) gives ``dL/dh = (dL/dz) W``
     and adds ``(dL/dz)^T h`` to ``dL/dW`` (in place: :func:`~syntaxnmt.model.linear.add_weight_grad`); backward only scales them. One chunk of logits lives at
     a time, and the log-softmax and the softmax are computed in its buffer. The last chunk is
-    padded with zero rows to a multiple of ``GRANULE`` rows (left out of the loss; zero rows add
+    padded with zero rows to a multiple of ``GRANULE`` rows where oneDNN computes the products, of 8
+    otherwise (:func:`~syntaxnmt.model.linear.row_granule`; left out of the loss; zero rows add
     nothing to ``dL/dW``), so the products have a few shapes only, whatever N (oneDNN keeps
     state per shape: :mod:`syntaxnmt.model.linear`).
     """
@@ -74,7 +75,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         for start in range(0, n, chunk):
             hc, tc = h[start : start + chunk], target[start : start + chunk]
             real = hc.size(0)
-            hc = pad_rows(hc, min(chunk, _ChunkedLinearCrossEntropy.GRANULE))
+            hc = pad_rows(hc, min(chunk, row_granule(_ChunkedLinearCrossEntropy.GRANULE)))
             z = linear(hc, weight).float()
             if native_training_kernels() is not None and z.device.type == "cpu":
                 loss_c, nll_c = native_smoothed_xent(z[:real], tc, eps)  # z[:real] becomes dL/dz
@@ -147,7 +148,7 @@ def sequence_loss(out, target: Tensor, smoothing: float, chunk: int = 1024, stat
     if isinstance(project, nn.Linear) and project.bias is None and states.dtype == project.weight.dtype and not torch.is_autocast_enabled(states.device.type):
         need_grad = torch.is_grad_enabled() and (states.requires_grad or project.weight.requires_grad)
         return _ChunkedLinearCrossEntropy.apply(states, project.weight, target[keep], float(smoothing), chunk, need_grad)
-    logits = project(pad_rows(states, _ChunkedLinearCrossEntropy.GRANULE))[: states.size(0)]  # a few shapes (oneDNN)
+    logits = project(pad_rows(states, row_granule(_ChunkedLinearCrossEntropy.GRANULE)))[: states.size(0)]  # a few shapes (oneDNN)
     return smoothed_cross_entropy(logits, target[keep], smoothing)
 
 

@@ -108,3 +108,14 @@ def test_decode_linear_equals_the_layer_and_follows_weight_updates():
             assert torch.allclose(lin.decode_linear(layer, x), layer(x), atol=1e-5)
     y = lin.decode_linear(layer, x.requires_grad_())  # with autograd: the layer itself
     assert y.requires_grad and torch.allclose(y, layer(x), atol=1e-5)
+
+
+def test_row_counts_are_rounded_to_a_few_shapes_only_where_onednn_computes(monkeypatch):
+    """oneDNN keeps state per shape, so its products see row counts rounded up to 128; ATen's
+    and OpenBLAS's take any shape, so only 8 (fewer padding rows computed)."""
+    monkeypatch.setattr(lin, "OPENBLAS", False)
+    assert lin.row_granule(128) == 128
+    monkeypatch.setattr(lin, "ONEDNN", False)
+    assert lin.row_granule(128) == 8 and lin.row_granule(4) == 4
+    monkeypatch.setattr(lin, "OPENBLAS", True)
+    assert lin.row_granule(128) == 8

@@ -210,6 +210,20 @@ def test_training_on_packed_rows_equals_every_row(norm, need_weights, monkeypatc
         torch.testing.assert_close(b, a)
 
 
+@pytest.mark.parametrize("kernels, multiple", [("onednn", 128), ("aten", 8), ("openblas", 8)])
+def test_packed_rows_are_topped_up_to_the_granule_of_the_kernels(kernels, multiple, monkeypatch):
+    from syntaxnmt.model import linear as lin
+
+    monkeypatch.setattr(lin, "ONEDNN", kernels == "onednn")
+    monkeypatch.setattr(lin, "OPENBLAS", kernels == "openblas")
+    model = _model().train()
+    pad = torch.ones(30, 20, dtype=torch.bool)
+    pad[:, :5] = False  # 150 real positions of 600
+    rows = model.compute_rows(pad)
+    assert rows.numel() == -(-150 // multiple) * multiple
+    assert model.eval().compute_rows(pad) is None
+
+
 @pytest.mark.parametrize("model, key", [({"ffn_dim": 10**12}, "model.ffn_dim 1000000000000"), ({"arch": "rnn", "rnn": {"hidden": 10**9}}, "model.rnn.hidden 1000000000")])
 def test_a_model_too_large_to_allocate_is_a_user_error_naming_its_sizes(model, key):
     """An absurd size failed with PyTorch's allocation traceback (issue 25)."""
