@@ -31,9 +31,6 @@ and packed layers"), the rest as the command runs it, row packing on unless NAME
 - ``packed-layers``: the states packed between the layers (``Transformer.pack_through``);
 - ``row-maps``: the attention kernels read and write packed rows through row maps instead of
   q, k, v placed in (B, T, ...) and the output gathered back (``native_attention.ROW_MAPS``);
-- ``deferred-bias``: the packed layers' last products (the attention's output projection, the
-  FFN's second layer) leave out their biases, which the residual dropout's pass adds
-  (``Residual.add_biased``), instead of ``addmm`` copying each bias into its output first;
 - ``row-packing``: the products on the real rows (``Transformer.pack_granule``).
 
 ``--isa avx2`` restarts the script with ATen, oneDNN, MKL and OpenBLAS restricted to AVX2
@@ -143,26 +140,6 @@ def kernels_alone(batch_shape: tuple[int, int], d_model: int, heads: int, ffn: i
     return figures
 
 
-def defer_biases(on: bool) -> None:
-    """On: the packed layers' last products leave out their biases, which the dropout's pass adds
-    (the library's way); off: the products add them (``F.linear`` with a bias: ``addmm`` copies it
-    into the output first) and the dropout adds nothing, as before 2026-11-30's stop 45."""
-    from syntaxnmt.model.attention import MultiHeadAttention
-    from syntaxnmt.model.transformer import FeedForward
-
-    originals = defer_biases.__dict__.setdefault("originals", (FeedForward.unbiased, MultiHeadAttention.packed_attention))
-    if on:
-        FeedForward.unbiased, MultiHeadAttention.packed_attention = originals
-        return
-
-    def packed_attention(self, *args, unbiased: bool = False, **kwargs):
-        out = originals[1](self, *args, **kwargs)
-        return (out, None) if unbiased else out
-
-    FeedForward.unbiased = lambda self, h: (self._block(h), None)
-    MultiHeadAttention.packed_attention = packed_attention
-
-
 def switch(task, name: str) -> dict[str, Callable[[], None]]:
     """The two settings of ``--switch name`` (on first) for the model of ``task``."""
     from syntaxnmt.model import dropout as drop
@@ -175,7 +152,6 @@ def switch(task, name: str) -> dict[str, Callable[[], None]]:
         "stacked-projections": lambda on: setattr(MultiHeadAttention, "stack_projections", on),
         "packed-layers": lambda on: setattr(model, "pack_through", on),
         "row-maps": lambda on: setattr(native_attention, "ROW_MAPS", on),
-        "deferred-bias": defer_biases,
         "row-packing": lambda on: setattr(model, "pack_granule", type(model).pack_granule if on else 0),
     }[name]
     if name != "row-packing":
@@ -183,7 +159,7 @@ def switch(task, name: str) -> dict[str, Callable[[], None]]:
     return {f"{name} on": lambda: flip(True), f"{name} off": lambda: flip(False)}
 
 
-SWITCHES = ("fused-dropout", "stacked-projections", "packed-layers", "row-maps", "deferred-bias", "row-packing")
+SWITCHES = ("fused-dropout", "stacked-projections", "packed-layers", "row-maps", "row-packing")
 
 
 def paired_updates(task, stream, settings: dict[str, Callable[[], None]], batches: int, warmup: int) -> dict:

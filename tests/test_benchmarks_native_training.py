@@ -38,7 +38,7 @@ def test_paired_updates_train_each_batch_once_per_setting_in_alternating_order()
     assert run["tokens"] == 30 and len(run["ratios"]) == 3 and set(run["seconds"]) == {"A", "B"} and run["last_batch"] == "b4"
 
 
-@pytest.mark.parametrize("name", ["fused-dropout", "stacked-projections", "packed-layers", "row-maps", "deferred-bias", "row-packing"])
+@pytest.mark.parametrize("name", ["fused-dropout", "stacked-projections", "packed-layers", "row-maps", "row-packing"])
 def test_each_switch_turns_its_part_off_and_on_again(name, monkeypatch):
     """--switch NAME: the two settings flip exactly that part of the native path (row packing on
     for the others), and turning it on again restores the defaults."""
@@ -55,15 +55,12 @@ def test_each_switch_turns_its_part_off_and_on_again(name, monkeypatch):
     Task.raw.pack_granule = 0  # as a calibration that chose no packing leaves it
     settings = bench.switch(Task(), name)
     assert list(settings) == [f"{name} on", f"{name} off"]
-    from syntaxnmt.model.transformer import FeedForward
-
-    unbiased = FeedForward.unbiased
-    state = lambda: (drop.FUSED, MultiHeadAttention.stack_projections, Task.raw.pack_through, native_attention.ROW_MAPS, FeedForward.unbiased is unbiased, Task.raw.pack_granule)  # noqa: E731
-    on = (True, True, True, True, True, 128)
-    assert state() == (on if name != "row-packing" else (True, True, True, True, True, 0))
+    state = lambda: (drop.FUSED, MultiHeadAttention.stack_projections, Task.raw.pack_through, native_attention.ROW_MAPS, Task.raw.pack_granule)  # noqa: E731
+    on = (True, True, True, True, 128)
+    assert state() == (on if name != "row-packing" else (True, True, True, True, 0))
     settings[f"{name} off"]()
     off = bench.SWITCHES.index(name)
-    assert state() == tuple(False if i == off and i < 5 else 0 if i == off else v for i, v in enumerate(on))
+    assert state() == tuple(False if i == off and i < 4 else 0 if i == off else v for i, v in enumerate(on))
     settings[f"{name} on"]()
     assert state() == on
     assert Transformer.pack_through and Transformer.pack_granule == 128

@@ -201,7 +201,7 @@ class MultiHeadAttention(nn.Module):
         bias = torch.cat([p.bias for p in layers]) if layers[0].bias is not None else None
         return on_rows(lambda h: linear(h, weight, bias), x, rows)
 
-    def packed_attention(self, h: Tensor, place: Place, key_padding_mask: Tensor | None = None, causal: bool = False, memory: Tensor | None = None, memory_place: Place | None = None, unbiased: bool = False) -> Tensor | tuple[Tensor, Tensor | None]:
+    def packed_attention(self, h: Tensor, place: Place, key_padding_mask: Tensor | None = None, causal: bool = False, memory: Tensor | None = None, memory_place: Place | None = None) -> Tensor:
         """The plain attention of CPU training in the C kernels with the projections stacked: q, k,
         v (self-attention) or k, v (cross-attention, of ``memory``) are one product each, on the
         wider weight, and the kernels read their heads where the product wrote them and write their
@@ -211,15 +211,12 @@ class MultiHeadAttention(nn.Module):
         every position in order), ``memory`` (Rs, D) those of ``memory_place``, and so does the
         result: the kernels read and write the packed rows through a row map, so layers whose
         states stay packed between them (:meth:`syntaxnmt.model.transformer.Transformer.encode`,
-        ``decode``) run every operator on the R rows; :meth:`forward` packs and places around it.
-        ``unbiased``: the output without the output projection's bias, and that bias
-        (:meth:`syntaxnmt.model.transformer.Residual.add_biased` adds it)."""
+        ``decode``) run every operator on the R rows; :meth:`forward` packs and places around it."""
         if memory is None:
             sources, places = (self._projection(h, (self.q_proj, self.k_proj, self.v_proj), None),), (place,)
         else:
             sources, places = (self.q_proj(h), self._projection(memory, (self.k_proj, self.v_proj), None)), (place, memory_place)
-        out = native_attention.packed_attention(sources, places, self.heads, key_padding_mask, causal)
-        return (linear(out, self.out_proj.weight), self.out_proj.bias) if unbiased else self.out_proj(out)
+        return self.out_proj(native_attention.packed_attention(sources, places, self.heads, key_padding_mask, causal))
 
     def native_ready(self, leak: bool = False) -> bool:
         """Whether :meth:`_native_step` can compute this attention: the kernel was built for this

@@ -147,15 +147,12 @@ def bias_relu_dropout(x: Tensor, bias: Tensor | None, p: float, training: bool) 
     return dropout(F.relu(x if bias is None else x + bias), p, training)
 
 
-def dropout_add(residual: Tensor, y: Tensor, p: float, training: bool, bias: Tensor | None = None) -> Tensor:
-    """``residual + dropout(y + bias)`` (a residual connection, Vaswani et al. 2017, Sec. 5.4; ``bias``
-    the sublayer's last bias, left out of its product, or None), in one pass of the C kernel where
-    :func:`dropout` runs it (a bias of float32, its length a multiple of 8): the same mask as the
-    separate operators, and the bias's gradient summed in the backward pass."""
-    fits = bias is None or (bias.dtype == y.dtype and bias.shape == y.shape[-1:] and y.size(-1) % 8 == 0)
-    if FUSED and fits and _native_ok(y, p, training) and residual.shape == y.shape and residual.dtype == y.dtype:
-        return _NativeDropout.apply(y, p, None if bias is None else bias.contiguous(), False, residual)
-    return residual + dropout(y if bias is None else y + bias, p, training)
+def dropout_add(residual: Tensor, y: Tensor, p: float, training: bool) -> Tensor:
+    """``residual + dropout(y)`` (a residual connection, Vaswani et al. 2017, Sec. 5.4), in one pass
+    of the C kernel where :func:`dropout` runs it: the same values and mask as the two operators."""
+    if FUSED and _native_ok(y, p, training) and residual.shape == y.shape and residual.dtype == y.dtype:
+        return _NativeDropout.apply(y, p, None, False, residual)
+    return residual + dropout(y, p, training)
 
 
 class Dropout(nn.Module):

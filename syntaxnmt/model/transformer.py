@@ -82,18 +82,11 @@ class FeedForward(nn.Module):
         computed and every other row of the output is 0."""
         return on_rows(self._block, x, rows)
 
-    def _hidden(self, h: Tensor) -> Tensor:
+    def _block(self, h: Tensor) -> Tensor:
         p = self.dropout.p
         if self.act is F.relu and fuses_bias(h, p, self.training, self.fc1.out_features):  # bias, ReLU and dropout in one pass
-            return bias_relu_dropout(linear(h, self.fc1.weight), self.fc1.bias, p, True)
-        return self.dropout(self.act(self.fc1(h)))
-
-    def _block(self, h: Tensor) -> Tensor:
-        return self.fc2(self._hidden(h))
-
-    def unbiased(self, h: Tensor) -> tuple[Tensor, Tensor | None]:
-        """The block of ``h`` without fc2's bias, and that bias (:meth:`Residual.add_biased` adds it)."""
-        return linear(self._hidden(h), self.fc2.weight), self.fc2.bias
+            return self.fc2(bias_relu_dropout(linear(h, self.fc1.weight), self.fc1.bias, p, True))
+        return self.fc2(self.dropout(self.act(self.fc1(h))))
 
 
 class Residual(nn.Module):
@@ -109,15 +102,6 @@ class Residual(nn.Module):
         y, aux = f(self.norm(x) if self.pre else x)
         x = dropout_add(x, y, self.dropout.p, self.training)  # x + dropout(y), in one pass where it can
         return (x if self.pre else self.norm(x)), aux
-
-    def add_biased(self, x: Tensor, f) -> Tensor:
-        """:meth:`forward` for a sublayer ``f`` whose last product leaves out its bias and returns
-        it beside its output, ``(y, bias)``: the bias is added in the dropout's pass, and its
-        gradient summed there (:func:`dropout_add`), instead of a product that first copies the
-        bias into every row of its output and a separate sum of the gradient's columns."""
-        y, bias = f(self.norm(x) if self.pre else x)
-        x = dropout_add(x, y, self.dropout.p, self.training, bias)
-        return x if self.pre else self.norm(x)
 
 
 class EncoderLayer(nn.Module):
@@ -136,8 +120,9 @@ class EncoderLayer(nn.Module):
         """:meth:`forward` on packed states: ``x`` (R, D) are the positions of ``place`` in the
         (B, S) source, and so is the output (:meth:`Transformer.encode`; only where
         :meth:`MultiHeadAttention._stackable`, nothing asked of the attention)."""
-        x = self.res_attn.add_biased(x, lambda h: self.self_attn.packed_attention(h, place, pad_mask, unbiased=True))
-        return self.res_ffn.add_biased(x, self.ffn.unbiased)
+        x, _ = self.res_attn(x, lambda h: (self.self_attn.packed_attention(h, place, pad_mask), None))
+        x, _ = self.res_ffn(x, lambda h: (self.ffn(h), None))
+        return x
 
 
 class DecoderLayer(nn.Module):
@@ -165,9 +150,10 @@ class DecoderLayer(nn.Module):
         ``place`` in the (B, T) target, ``memory`` (Rs, D) those of ``memory_place`` in the source,
         and the output is ``y``'s (:meth:`Transformer.decode`; only where
         :meth:`MultiHeadAttention._stackable`, nothing asked of the attentions)."""
-        y = self.res_self.add_biased(y, lambda h: self.self_attn.packed_attention(h, place, causal=True, unbiased=True))
-        y = self.res_cross.add_biased(y, lambda h: self.cross_attn.packed_attention(h, place, memory_mask, memory=memory, memory_place=memory_place, unbiased=True))
-        return self.res_ffn.add_biased(y, self.ffn.unbiased)
+        y, _ = self.res_self(y, lambda h: (self.self_attn.packed_attention(h, place, causal=True), None))
+        y, _ = self.res_cross(y, lambda h: (self.cross_attn.packed_attention(h, place, memory_mask, memory=memory, memory_place=memory_place), None))
+        y, _ = self.res_ffn(y, lambda h: (self.ffn(h), None))
+        return y
 
     def full_context_attention(self, y: Tensor, tgt_pad: Tensor, memory: Tensor, memory_mask: Tensor, rows: Tensor | None = None, memory_rows: Tensor | None = None, leak: bool = False) -> Tensor:
         """Cross-attention weights (B, H, T, S) of an extra pass through this layer whose

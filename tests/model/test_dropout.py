@@ -220,31 +220,6 @@ def test_dropout_add_is_the_residual_plus_dropout_in_one_pass(n):
 
 
 @needs_kernels
-def test_dropout_add_with_a_bias_adds_it_in_the_same_pass_and_sums_its_gradient():
-    """``residual + dropout(y + bias)`` (a sublayer whose product left its bias out): the values,
-    mask and gradients of the separate operators, the bias's gradient summed in the kernel (float
-    sums, so to rounding); a bias that does not fit the rows takes the separate operators."""
-    from syntaxnmt.model.dropout import dropout_add
-
-    torch.manual_seed(0)
-    r, y, g = torch.randn(40, 64, requires_grad=True), torch.randn(40, 64, requires_grad=True), torch.randn(40, 64)
-    bias = torch.randn(64, requires_grad=True)
-    torch.manual_seed(9)
-    fused = dropout_add(r, y, 0.2, True, bias)
-    assert fused.grad_fn.name().endswith("_NativeDropoutBackward")
-    torch.manual_seed(9)
-    torch.testing.assert_close(fused, r + dropout(y + bias, 0.2, True))
-    torch.manual_seed(9)
-    got = _grads(lambda: dropout_add(r, y, 0.2, True, bias), r, y, bias, g=g)
-    torch.manual_seed(9)
-    want = _grads(lambda: r + dropout(y + bias, 0.2, True), r, y, bias, g=g)
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b)
-    odd = torch.randn(60, requires_grad=True)
-    assert not dropout_add(r[:, :60], y[:, :60], 0.2, True, odd).grad_fn.name().endswith("_NativeDropoutBackward")
-
-
-@needs_kernels
 def test_relu_tail_and_nan_in_the_fused_kernel():
     """Without a bias the ReLU form takes any length (the scalar tail); a NaN stays a NaN."""
     from syntaxnmt.model.dropout import _NativeDropout
