@@ -31,6 +31,11 @@ and packed layers"), the rest as the command runs it, row packing on unless NAME
 - ``packed-layers``: the states packed between the layers (``Transformer.pack_through``);
 - ``row-maps``: the attention kernels read and write packed rows through row maps instead of
   q, k, v placed in (B, T, ...) and the output gathered back (``native_attention.ROW_MAPS``);
+- ``row-granule``: packed rows (and the loss's last chunk) topped up to 8 rows where ATen or
+  OpenBLAS compute the products, instead of the 128 that oneDNN's per-shape state needs
+  (``linear.row_granule``);
+- ``logits-buffer``: the loss writes every chunk's logits into one buffer instead of a new
+  32 MB tensor per chunk (``linear.linear_into``);
 - ``row-packing``: the products on the real rows (``Transformer.pack_granule``).
 
 ``--isa avx2`` restarts the script with ATen, oneDNN, MKL and OpenBLAS restricted to AVX2
@@ -140,6 +145,30 @@ def kernels_alone(batch_shape: tuple[int, int], d_model: int, heads: int, ffn: i
     return figures
 
 
+def patched(module, name: str, on: bool, off_value) -> None:
+    """``module.name`` as the library has it (on) or ``off_value`` (off), the original kept on first use."""
+    originals = patched.__dict__.setdefault("originals", {})
+    original = originals.setdefault((module.__name__, name), getattr(module, name))
+    setattr(module, name, original if on else off_value)
+
+
+def row_granule(on: bool) -> None:
+    """On: packed rows topped up to 8 where ATen or OpenBLAS compute (``linear.row_granule``); off: always to the class's granule (128)."""
+    from syntaxnmt.model import transformer
+    from syntaxnmt.training import losses
+
+    for module in (transformer, losses):
+        patched(module, "row_granule", on, lambda granule: granule)
+
+
+def logits_buffer(on: bool) -> None:
+    """On: the loss writes every chunk's logits into one buffer (``linear.linear_into``); off: a new tensor per chunk."""
+    from syntaxnmt.model.linear import linear
+    from syntaxnmt.training import losses
+
+    patched(losses, "linear_into", on, lambda x, weight, out: linear(x, weight))
+
+
 def switch(task, name: str) -> dict[str, Callable[[], None]]:
     """The two settings of ``--switch name`` (on first) for the model of ``task``."""
     from syntaxnmt.model import dropout as drop
@@ -152,6 +181,8 @@ def switch(task, name: str) -> dict[str, Callable[[], None]]:
         "stacked-projections": lambda on: setattr(MultiHeadAttention, "stack_projections", on),
         "packed-layers": lambda on: setattr(model, "pack_through", on),
         "row-maps": lambda on: setattr(native_attention, "ROW_MAPS", on),
+        "row-granule": row_granule,
+        "logits-buffer": logits_buffer,
         "row-packing": lambda on: setattr(model, "pack_granule", type(model).pack_granule if on else 0),
     }[name]
     if name != "row-packing":
@@ -159,7 +190,7 @@ def switch(task, name: str) -> dict[str, Callable[[], None]]:
     return {f"{name} on": lambda: flip(True), f"{name} off": lambda: flip(False)}
 
 
-SWITCHES = ("fused-dropout", "stacked-projections", "packed-layers", "row-maps", "row-packing")
+SWITCHES = ("fused-dropout", "stacked-projections", "packed-layers", "row-maps", "row-granule", "logits-buffer", "row-packing")
 
 
 def paired_updates(task, stream, settings: dict[str, Callable[[], None]], batches: int, warmup: int) -> dict:
