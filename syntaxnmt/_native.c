@@ -962,7 +962,7 @@ static PyMethodDef methods[] = {
     {"attention_forward", attention_forward, METH_VARARGS, "whole-sequence attention of sentences b0..b1, keeping the probabilities (see the module source)"},
     {"attention_backward", attention_backward, METH_VARARGS, "the gradients of attention_forward's queries, keys and values (see the module source)"},
     {"smoothed_xent", smoothed_xent, METH_VARARGS, "label-smoothed cross-entropy of each row and its gradient in place of the logits (see the module source)"},
-    {"dropout_forward", dropout_forward, METH_VARARGS, "dropout of groups g0..g1 of 32 elements, Philox4x32-10 words, the mask kept as bits (see the module source)"},
+    {"dropout_forward", dropout_forward, METH_VARARGS, "dropout of groups g0..g1 of 64 elements, Philox4x32-10 words, the mask kept as bits (see the module source)"},
     {"dropout_backward", dropout_backward, METH_VARARGS, "the gradient of dropout_forward through its bits (see the module source)"},
     {"vectorized", vectorized, METH_NOARGS, "True when the AVX2/FMA path runs (else the scalar one)"},
     {NULL, NULL, 0, NULL},
