@@ -34,8 +34,6 @@ and packed layers"), the rest as the command runs it, row packing on unless NAME
 - ``row-granule``: packed rows (and the loss's last chunk) topped up to 8 rows where ATen or
   OpenBLAS compute the products, instead of the 128 that oneDNN's per-shape state needs
   (``linear.row_granule``);
-- ``logits-buffer``: the loss writes every chunk's logits into one buffer instead of a new
-  32 MB tensor per chunk (``linear.linear_into``);
 - ``row-packing``: the products on the real rows (``Transformer.pack_granule``).
 
 ``--isa avx2`` restarts the script with ATen, oneDNN, MKL and OpenBLAS restricted to AVX2
@@ -161,14 +159,6 @@ def row_granule(on: bool) -> None:
         patched(module, "row_granule", on, lambda granule: granule)
 
 
-def logits_buffer(on: bool) -> None:
-    """On: the loss writes every chunk's logits into one buffer (``linear.linear_into``); off: a new tensor per chunk."""
-    from syntaxnmt.model.linear import linear
-    from syntaxnmt.training import losses
-
-    patched(losses, "linear_into", on, lambda x, weight, out: linear(x, weight))
-
-
 def switch(task, name: str) -> dict[str, Callable[[], None]]:
     """The two settings of ``--switch name`` (on first) for the model of ``task``."""
     from syntaxnmt.model import dropout as drop
@@ -182,7 +172,6 @@ def switch(task, name: str) -> dict[str, Callable[[], None]]:
         "packed-layers": lambda on: setattr(model, "pack_through", on),
         "row-maps": lambda on: setattr(native_attention, "ROW_MAPS", on),
         "row-granule": row_granule,
-        "logits-buffer": logits_buffer,
         "row-packing": lambda on: setattr(model, "pack_granule", type(model).pack_granule if on else 0),
     }[name]
     if name != "row-packing":
@@ -190,7 +179,7 @@ def switch(task, name: str) -> dict[str, Callable[[], None]]:
     return {f"{name} on": lambda: flip(True), f"{name} off": lambda: flip(False)}
 
 
-SWITCHES = ("fused-dropout", "stacked-projections", "packed-layers", "row-maps", "row-granule", "logits-buffer", "row-packing")
+SWITCHES = ("fused-dropout", "stacked-projections", "packed-layers", "row-maps", "row-granule", "row-packing")
 
 
 def paired_updates(task, stream, settings: dict[str, Callable[[], None]], batches: int, warmup: int) -> dict:

@@ -44,7 +44,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from syntaxnmt.config import load_config
 from syntaxnmt.model import kernels
-from syntaxnmt.runtime import machine_info, machine_summary, with_load_after
+from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after
 from syntaxnmt.textio import atomic_write_text
 
 PRODUCTS = ("aten::mm", "aten::addmm")
@@ -110,6 +110,7 @@ def main() -> int:
     if not Path(args.config).is_file():
         sys.exit(f"update_profile: {args.config} not found (benchmarks/side_by_side.py writes the default; or give --config)")
     torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as the syntaxnmt command does (a new large tensor is otherwise fresh pages: faults and zeroing)
     machine = machine_info()
     reference = large_product_gflops(args.reference)
     cfg = load_config(args.config)

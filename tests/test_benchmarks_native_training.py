@@ -38,7 +38,7 @@ def test_paired_updates_train_each_batch_once_per_setting_in_alternating_order()
     assert run["tokens"] == 30 and len(run["ratios"]) == 3 and set(run["seconds"]) == {"A", "B"} and run["last_batch"] == "b4"
 
 
-@pytest.mark.parametrize("name", ["fused-dropout", "stacked-projections", "packed-layers", "row-maps", "row-granule", "logits-buffer", "row-packing"])
+@pytest.mark.parametrize("name", ["fused-dropout", "stacked-projections", "packed-layers", "row-maps", "row-granule", "row-packing"])
 def test_each_switch_turns_its_part_off_and_on_again(name, monkeypatch):
     """--switch NAME: the two settings flip exactly that part of the native path (row packing on
     for the others), and turning it on again restores the defaults."""
@@ -59,13 +59,12 @@ def test_each_switch_turns_its_part_off_and_on_again(name, monkeypatch):
     from syntaxnmt.training import losses
 
     library = lambda: transformer.row_granule is linear.row_granule and losses.row_granule is linear.row_granule  # noqa: E731
-    buffer = lambda: losses.linear_into is linear.linear_into  # noqa: E731
-    state = lambda: (drop.FUSED, MultiHeadAttention.stack_projections, Task.raw.pack_through, native_attention.ROW_MAPS, library(), buffer(), Task.raw.pack_granule)  # noqa: E731
-    on = (True, True, True, True, True, True, 128)
+    state = lambda: (drop.FUSED, MultiHeadAttention.stack_projections, Task.raw.pack_through, native_attention.ROW_MAPS, library(), Task.raw.pack_granule)  # noqa: E731
+    on = (True, True, True, True, True, 128)
     assert state() == (on if name != "row-packing" else (*on[:-1], 0))
     settings[f"{name} off"]()
     off = bench.SWITCHES.index(name)
-    assert state() == tuple(False if i == off and i < 6 else 0 if i == off else v for i, v in enumerate(on))
+    assert state() == tuple(False if i == off and i < 5 else 0 if i == off else v for i, v in enumerate(on))
     settings[f"{name} on"]()
     assert state() == on
     assert Transformer.pack_through and Transformer.pack_granule == 128

@@ -173,16 +173,6 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return _dnn(x.reshape(-1, x.size(-1)), weight, bias).view(*x.shape[:-1], weight.size(0))
 
 
-def linear_into(x: Tensor, weight: Tensor, out: Tensor) -> Tensor:
-    """``x W^T`` (no bias, outside autograd) written into ``out`` where ATen computes it, else a
-    new tensor from :func:`linear`. For a large product made again and again (the loss's chunks of
-    logits, 32 MB each): each new tensor that large is fresh memory from the kernel (glibc maps
-    blocks of 32 MiB and more), so its first write pays a page fault and a zeroing per page."""
-    if x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32 and not torch.is_autocast_enabled("cpu") and (OPENBLAS or (ONEDNN and enabled())):
-        return linear(x, weight)
-    return torch.mm(x, weight.t(), out=out)
-
-
 def add_weight_grad(acc: Tensor | None, g2d: Tensor, x2d: Tensor) -> Tensor:
     """``acc + g^T x`` (out x in; ``acc`` None: ``g^T x``) for row-major ``g`` (N x out) and ``x``
     (N x in), outside autograd, with the kernels of :func:`linear`: ATen's in place, one product

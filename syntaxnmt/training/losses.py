@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from syntaxnmt.config import Config, parse_decay
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD, FeatureSpec
-from syntaxnmt.model.linear import add_weight_grad, linear, linear_into, row_granule
+from syntaxnmt.model.linear import add_weight_grad, linear, row_granule
 from syntaxnmt.runtime import in_threads, native_training_kernels
 
 
@@ -72,14 +72,11 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         grad_h = torch.empty_like(h) if need_grad else None
         grad_w = None  # dL/dW, summed over the chunks
         rows = torch.arange(min(chunk, n), device=h.device)
-        logits = None  # one buffer for every chunk's logits (linear_into)
         for start in range(0, n, chunk):
             hc, tc = h[start : start + chunk], target[start : start + chunk]
             real = hc.size(0)
             hc = pad_rows(hc, min(chunk, row_granule(_ChunkedLinearCrossEntropy.GRANULE)))
-            if logits is None:
-                logits = hc.new_empty(hc.size(0), n_classes)
-            z = linear_into(hc, weight, logits[: hc.size(0)]).float()
+            z = linear(hc, weight).float()
             if native_training_kernels() is not None and z.device.type == "cpu":
                 loss_c, nll_c = native_smoothed_xent(z[:real], tc, eps)  # z[:real] becomes dL/dz
                 loss += loss_c
