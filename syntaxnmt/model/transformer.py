@@ -397,7 +397,8 @@ class Transformer(nn.Module):
             final = self.dec_norm(packed)
             placed = scatter_rows(final, rows, y)
             states, target_attention = self.read_target_context(placed, enc)
-            real = (~pad, final[: int((~pad).sum())]) if states is placed else None  # packed_rows puts the real rows first
+            kept = ~pad
+            real = (kept, final[: int(kept.sum())]) if states is placed else None  # packed_rows puts the real rows first
             return states, [], [], None, None, target_attention, real
         for i, layer in enumerate(self.decoder):
             if need_weights and ap is not None and ap.full_context and i == ap.layer:

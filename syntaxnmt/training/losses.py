@@ -139,7 +139,7 @@ def sequence_loss(out, target: Tensor, smoothing: float, chunk: int = 1024, stat
     oneDNN's per-shape state); the loss is the same.
     """
     keep = target.ne(PAD)
-    real = getattr(out, "real", None)
+    real = out.real
     if static:
         states, project = out.states.reshape(-1, out.states.size(-1)), out.project
         return smoothed_cross_entropy(project(states), target.reshape(-1), smoothing, keep.reshape(-1).to(torch.float32))
