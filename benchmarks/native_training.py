@@ -34,7 +34,9 @@ and packed layers"), the rest as the command runs it, row packing on unless NAME
 - ``row-granule``: packed rows (and the loss's last chunk) topped up to 8 rows where ATen or
   OpenBLAS compute the products, instead of the 128 that oneDNN's per-shape state needs
   (``linear.row_granule``);
-- ``row-packing``: the products on the real rows (``Transformer.pack_granule``).
+- ``row-packing``: the products on the real rows (``Transformer.pack_granule``);
+- ``add-norm``: a pre-norm residual connection and the next layer norm in one kernel pass each
+  (``syntaxnmt.model.dropout.FUSED_NORM``; off: the fused dropout + residual, then ATen's norm).
 
 ``--isa avx2`` restarts the script with ATen, oneDNN, MKL and OpenBLAS restricted to AVX2
 (``benchmarks/_isa.py``: an emulation of an AVX2 machine on this CPU, which the machine record says).
@@ -173,13 +175,14 @@ def switch(task, name: str) -> dict[str, Callable[[], None]]:
         "row-maps": lambda on: setattr(native_attention, "ROW_MAPS", on),
         "row-granule": row_granule,
         "row-packing": lambda on: setattr(model, "pack_granule", type(model).pack_granule if on else 0),
+        "add-norm": lambda on: setattr(drop, "FUSED_NORM", on),
     }[name]
     if name != "row-packing":
         model.pack_granule = type(model).pack_granule
     return {f"{name} on": lambda: flip(True), f"{name} off": lambda: flip(False)}
 
 
-SWITCHES = ("fused-dropout", "stacked-projections", "packed-layers", "row-maps", "row-granule", "row-packing")
+SWITCHES = ("fused-dropout", "stacked-projections", "packed-layers", "row-maps", "row-granule", "row-packing", "add-norm")
 
 
 def paired_updates(task, stream, settings: dict[str, Callable[[], None]], batches: int, warmup: int) -> dict:

@@ -24,7 +24,8 @@
  * in place. Used by syntaxnmt.training.losses.
  *
  * dropout_forward and dropout_backward (below): dropout with a counter-based generator, its mask
- * kept as bits, alone or fused with a bias, a ReLU and a residual. Used by syntaxnmt.model.dropout.
+ * kept as bits, alone or fused with a bias, a ReLU and a residual; add_norm_forward and
+ * add_norm_backward: a residual's dropout and the next layer norm in one pass. Used by syntaxnmt.model.dropout.
  *
  * Every function releases the GIL, so batches (or rows) can run in threads side by side. The fast
  * paths need AVX2 and FMA (checked at import: vectorized(); syntaxnmt.runtime.native_kernels() is
@@ -876,6 +877,78 @@ __attribute__((target("avx2,fma"))) static void dropout_back_groups(const float 
     }
     if (colsum) flush_sums(colsum, fsum, cols);
 }
+
+/* add_norm_forward(x, y, xo, h, bits, stats, gamma, beta, rows, cols, threshold, scale, seed, eps,
+ * r0, r1): a pre-norm Transformer's residual connection and the next block's layer norm (Ba et al.
+ * 2016) in one pass over rows r0..r1 of cols floats (cols a multiple of 64): xo = x + dropout(y),
+ * the dropout of dropout_forward with the same seed (the same bits, groups of 64 elements, a row
+ * its own groups), and h = gamma (xo - mean) / sqrt(var + eps) + beta with the row's mean and
+ * (biased) variance; stats gets each row's mean and 1 / sqrt(var + eps). A row is in L1 between
+ * the two, so the layer norm reads nothing from memory.
+ * add_norm_backward(gxo, gh, xo, stats, gamma, bits, gx, gy, rows, cols, scale, r0, r1, ggamma,
+ * gbeta): with xh = (xo - mean) rstd and gxh = gh gamma, the gradient of xo (the residual path's
+ * gxo, or none: 0, plus the norm's rstd (gxh - mean(gxh) - xh mean(gxh xh))) goes to gx, which is
+ * also x's gradient, and through the bits to gy, y's; ggamma and gbeta (float64, cols) get the
+ * column sums of gh xh and gh added. Used by syntaxnmt.model.dropout (dropout_add_norm). */
+__attribute__((target("avx2,fma"))) static void norm_row(const float *xo, float *h, float *stats, const float *gamma, const float *beta, int64_t cols, float eps) {
+    __m256 s = _mm256_setzero_ps();
+    for (int64_t c = 0; c < cols; c += 8) s = _mm256_add_ps(s, _mm256_loadu_ps(xo + c));
+    float mean = hsum8(s) / (float)cols;
+    __m256 m = _mm256_set1_ps(mean), q = _mm256_setzero_ps();
+    for (int64_t c = 0; c < cols; c += 8) {
+        __m256 d = _mm256_sub_ps(_mm256_loadu_ps(xo + c), m);
+        q = _mm256_fmadd_ps(d, d, q);
+    }
+    float rstd = 1.0f / sqrtf(hsum8(q) / (float)cols + eps);
+    __m256 r = _mm256_set1_ps(rstd);
+    for (int64_t c = 0; c < cols; c += 8) {
+        __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xo + c), m), r);
+        _mm256_storeu_ps(h + c, _mm256_fmadd_ps(xh, _mm256_loadu_ps(gamma + c), _mm256_loadu_ps(beta + c)));
+    }
+    stats[0] = mean, stats[1] = rstd;
+}
+
+__attribute__((target("avx2,fma"))) static void add_norm_rows(const float *x, const float *y, float *xo, float *h, uint8_t *bits, float *stats, const float *gamma, const float *beta, int64_t rows, int64_t cols, int32_t threshold, float scale, uint64_t seed, float eps, int64_t r0, int64_t r1) {
+    int64_t per = cols / 64, n = rows * cols;
+    struct dropout_extra e = {NULL, cols, 0, x};
+    for (int64_t r = r0; r < r1; r++) {
+        dropout_groups(y, xo, bits, n, threshold, scale, seed, r * per, (r + 1) * per, &e);
+        norm_row(xo + r * cols, h + r * cols, stats + 2 * r, gamma, beta, cols, eps);
+    }
+}
+
+/* sum += the cols floats of v (8 at a time) */
+__attribute__((target("avx2,fma"))) static inline void add_row(float *sum, const float *v, int64_t cols) {
+    for (int64_t c = 0; c < cols; c += 8) _mm256_storeu_ps(sum + c, _mm256_add_ps(_mm256_loadu_ps(sum + c), _mm256_loadu_ps(v + c)));
+}
+
+__attribute__((target("avx2,fma"))) static void add_norm_back_rows(const float *gxo, const float *gh, const float *xo, const float *stats, const float *gamma, const uint8_t *bits, float *gx, float *gy, int64_t rows, int64_t cols, float scale, int64_t r0, int64_t r1, double *ggamma, double *gbeta, float *fsum) {
+    int64_t per = cols / 64, n = rows * cols, pending = 0;
+    float *fg = fsum, *fb = fsum + cols, *t = fsum + 2 * cols; /* float sums of gamma's and beta's gradients; t: gh xh of a row */
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = xo + r * cols, *g = gh + r * cols;
+        __m256 m = _mm256_set1_ps(stats[2 * r]), rs = _mm256_set1_ps(stats[2 * r + 1]), a = _mm256_setzero_ps(), b = a;
+        for (int64_t c = 0; c < cols; c += 8) {
+            __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + c), m), rs), gv = _mm256_loadu_ps(g + c);
+            __m256 gxh = _mm256_mul_ps(gv, _mm256_loadu_ps(gamma + c));
+            a = _mm256_add_ps(a, gxh), b = _mm256_fmadd_ps(gxh, xh, b);
+            _mm256_storeu_ps(t + c, _mm256_mul_ps(gv, xh));
+        }
+        add_row(fg, t, cols), add_row(fb, g, cols);
+        __m256 ma = _mm256_set1_ps(hsum8(a) / (float)cols), mb = _mm256_set1_ps(hsum8(b) / (float)cols);
+        float *o = gx + r * cols;
+        for (int64_t c = 0; c < cols; c += 8) {
+            __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + c), m), rs);
+            __m256 gxh = _mm256_mul_ps(_mm256_loadu_ps(g + c), _mm256_loadu_ps(gamma + c));
+            __m256 v = _mm256_mul_ps(rs, _mm256_sub_ps(_mm256_sub_ps(gxh, ma), _mm256_mul_ps(xh, mb)));
+            if (gxo) v = _mm256_add_ps(v, _mm256_loadu_ps(gxo + r * cols + c));
+            _mm256_storeu_ps(o + c, v);
+        }
+        dropout_back_groups(gx, gy, bits, n, scale, r * per, (r + 1) * per, NULL, NULL, cols);
+        if (++pending == 32) flush_sums(ggamma, fg, cols), flush_sums(gbeta, fb, cols), pending = 0;
+    }
+    flush_sums(ggamma, fg, cols), flush_sums(gbeta, fb, cols);
+}
 #endif
 
 static int columns_ok(const char *name, long long n, long long cols) {
@@ -927,6 +1000,50 @@ static PyObject *dropout_backward(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static int add_norm_ok(const char *name, long long rows, long long cols, long long r0, long long r1) {
+    if (rows < 0 || cols < 64 || cols % 64 || r0 < 0 || r1 < r0 || r1 > rows || !use_avx2) {
+        PyErr_Format(PyExc_ValueError, "%s: rows >= 0, cols a multiple of 64, 0 <= r0 <= r1 <= rows, and an AVX2/FMA CPU", name);
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *add_norm_forward(PyObject *self, PyObject *args) {
+    unsigned long long x, y, xo, h, bits, stats, gamma, beta, seed;
+    long long rows, cols, r0, r1;
+    int threshold;
+    double scale, eps;
+    if (!PyArg_ParseTuple(args, "KKKKKKKKLLidKdLL", &x, &y, &xo, &h, &bits, &stats, &gamma, &beta, &rows, &cols, &threshold, &scale, &seed, &eps, &r0, &r1)) return NULL;
+    if (!add_norm_ok("add_norm_forward", rows, cols, r0, r1)) return NULL;
+    if (threshold < 1 || threshold > (1 << 16)) {
+        PyErr_SetString(PyExc_ValueError, "add_norm_forward: 1 <= threshold <= 2^16");
+        return NULL;
+    }
+#ifdef SYNTAXNMT_X86
+    Py_BEGIN_ALLOW_THREADS;
+    add_norm_rows((const float *)(uintptr_t)x, (const float *)(uintptr_t)y, (float *)(uintptr_t)xo, (float *)(uintptr_t)h, (uint8_t *)(uintptr_t)bits, (float *)(uintptr_t)stats, (const float *)(uintptr_t)gamma, (const float *)(uintptr_t)beta, rows, cols, threshold, (float)scale, (uint64_t)seed, (float)eps, r0, r1);
+    Py_END_ALLOW_THREADS;
+#endif
+    Py_RETURN_NONE;
+}
+
+static PyObject *add_norm_backward(PyObject *self, PyObject *args) {
+    unsigned long long gxo, gh, xo, stats, gamma, bits, gx, gy, ggamma, gbeta;
+    long long rows, cols, r0, r1;
+    double scale;
+    if (!PyArg_ParseTuple(args, "KKKKKKKKLLdLLKK", &gxo, &gh, &xo, &stats, &gamma, &bits, &gx, &gy, &rows, &cols, &scale, &r0, &r1, &ggamma, &gbeta)) return NULL;
+    if (!add_norm_ok("add_norm_backward", rows, cols, r0, r1)) return NULL;
+#ifdef SYNTAXNMT_X86
+    float *fsum = calloc(3 * cols, sizeof(float));
+    if (!fsum) return PyErr_NoMemory();
+    Py_BEGIN_ALLOW_THREADS;
+    add_norm_back_rows((const float *)(uintptr_t)gxo, (const float *)(uintptr_t)gh, (const float *)(uintptr_t)xo, (const float *)(uintptr_t)stats, (const float *)(uintptr_t)gamma, (const uint8_t *)(uintptr_t)bits, (float *)(uintptr_t)gx, (float *)(uintptr_t)gy, rows, cols, (float)scale, r0, r1, (double *)(uintptr_t)ggamma, (double *)(uintptr_t)gbeta, fsum);
+    Py_END_ALLOW_THREADS;
+    free(fsum);
+#endif
+    Py_RETURN_NONE;
+}
+
 static PyObject *log_softmax_topk(PyObject *self, PyObject *args) {
     unsigned long long x, values, indices, lse, forbidden;
     long long rows, V, k, n_forbidden;
@@ -964,6 +1081,8 @@ static PyMethodDef methods[] = {
     {"smoothed_xent", smoothed_xent, METH_VARARGS, "label-smoothed cross-entropy of each row and its gradient in place of the logits (see the module source)"},
     {"dropout_forward", dropout_forward, METH_VARARGS, "dropout of groups g0..g1 of 64 elements, Philox4x32-10 words, the mask kept as bits (see the module source)"},
     {"dropout_backward", dropout_backward, METH_VARARGS, "the gradient of dropout_forward through its bits (see the module source)"},
+    {"add_norm_forward", add_norm_forward, METH_VARARGS, "x + dropout(y) and its layer norm, rows r0..r1 in one pass (see the module source)"},
+    {"add_norm_backward", add_norm_backward, METH_VARARGS, "the gradients of add_norm_forward's x, y, gamma and beta (see the module source)"},
     {"vectorized", vectorized, METH_NOARGS, "True when the AVX2/FMA path runs (else the scalar one)"},
     {NULL, NULL, 0, NULL},
 };

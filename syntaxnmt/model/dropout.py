@@ -67,6 +67,10 @@ FUSED = True
 (False: the separate operators, with the same values; for paired benchmarks,
 ``benchmarks/native_training.py --switch fused-dropout``)."""
 
+FUSED_NORM = True
+"""Whether :func:`dropout_add_norm` runs its fused kernel where it can (False: :func:`dropout_add`
+and the norm, with the same values; ``benchmarks/native_training.py --switch add-norm``)."""
+
 _GROUP = 64  # elements per Philox group of the kernel: four words of eight counters, two halves each
 _MIN_GROUPS_PER_THREAD = 512  # 32K elements
 
@@ -153,6 +157,78 @@ def dropout_add(residual: Tensor, y: Tensor, p: float, training: bool) -> Tensor
     if FUSED and _native_ok(y, p, training) and residual.shape == y.shape and residual.dtype == y.dtype:
         return _NativeDropout.apply(y, p, None, False, residual)
     return residual + dropout(y, p, training)
+
+
+_MIN_ROWS_ELEMENTS = 32768  # elements per thread of add_norm's rows
+
+
+class _NativeAddNorm(torch.autograd.Function):
+    """``xo = x + dropout(y)`` and ``h = layer_norm(xo)`` in one pass of the C kernels, forward and
+    back: the mask of :class:`_NativeDropout` with the same seed, the norm on each row while it is
+    in L1; back, the residual path's gradient, the norm's and the mask in one pass (the sum of the
+    two gradients of ``xo`` is not a separate operator)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, y: Tensor, p: float, weight: Tensor, bias: Tensor, eps: float):
+        native = native_training_kernels()
+        x, y = x.contiguous(), y.contiguous()
+        rows, cols = y.numel() // y.size(-1), y.size(-1)
+        xo, h = torch.empty_like(y), torch.empty_like(y)
+        bits, stats = torch.empty(y.numel() // 8, dtype=torch.uint8), torch.empty(rows, 2)
+        seed = int(torch.randint(0, 2**63 - 1, (1,)).item())  # drawn as _NativeDropout draws it: the same mask
+        threshold, scale = max(1, math.ceil(p * 2**16)), 1.0 / (1.0 - p)
+        w, b = weight.contiguous(), bias.contiguous()
+        in_threads(lambda r0, r1: native.add_norm_forward(x.data_ptr(), y.data_ptr(), xo.data_ptr(), h.data_ptr(), bits.data_ptr(), stats.data_ptr(), w.data_ptr(), b.data_ptr(), rows, cols, threshold, scale, seed, eps, r0, r1), rows, max(1, _MIN_ROWS_ELEMENTS // cols))
+        ctx.save_for_backward(xo, stats, w, bits)
+        ctx.scale = scale
+        ctx.set_materialize_grads(False)
+        return xo, h
+
+    @staticmethod
+    def backward(ctx, gxo: Tensor | None, gh: Tensor | None):
+        xo, stats, w, bits = ctx.saved_tensors
+        if gh is None and gxo is None:
+            return None, None, None, None, None, None
+        gh = torch.zeros_like(xo) if gh is None else gh.contiguous()  # the norm's output unused (not in a Transformer's chain)
+        native = native_kernels()
+        rows, cols = xo.numel() // xo.size(-1), xo.size(-1)
+        gxo = None if gxo is None else gxo.contiguous()
+        gx, gy = torch.empty_like(xo), torch.empty_like(xo)
+        sums: list[tuple[Tensor, Tensor]] = []
+
+        def part(r0: int, r1: int) -> None:
+            sums.append(pair := (torch.zeros(cols, dtype=torch.float64), torch.zeros(cols, dtype=torch.float64)))
+            native.add_norm_backward(0 if gxo is None else gxo.data_ptr(), gh.data_ptr(), xo.data_ptr(), stats.data_ptr(), w.data_ptr(), bits.data_ptr(), gx.data_ptr(), gy.data_ptr(), rows, cols, ctx.scale, r0, r1, pair[0].data_ptr(), pair[1].data_ptr())
+
+        in_threads(part, rows, max(1, _MIN_ROWS_ELEMENTS // cols))
+        gw = torch.stack([s[0] for s in sums]).sum(0).float()
+        gb = torch.stack([s[1] for s in sums]).sum(0).float()
+        return gx, gy, None, gw, gb, None
+
+
+def dropout_add_norm(residual: Tensor, y: Tensor, p: float, training: bool, norm: nn.Module) -> tuple[Tensor, Tensor]:
+    """``x = residual + dropout(y)`` and ``norm(x)``: a pre-norm residual connection and the next
+    block's layer norm (Ba et al. 2016; Xiong et al. 2020). One pass of the C kernel each way
+    where :func:`dropout_add` runs it, ``norm`` is an ``nn.LayerNorm`` of the last dimension with
+    weight and bias, and the rows are a multiple of 64 floats; else the two operators. The same
+    mask as :func:`dropout_add` with the same generator state."""
+    if (
+        FUSED
+        and FUSED_NORM
+        and isinstance(norm, nn.LayerNorm)
+        and norm.normalized_shape == (y.size(-1),)
+        and y.size(-1) % 64 == 0
+        and norm.weight is not None
+        and norm.bias is not None
+        and norm.weight.dtype == torch.float32
+        and _native_ok(y, p, training)
+        and residual.shape == y.shape
+        and residual.dtype == y.dtype
+        and not torch.is_autocast_enabled("cpu")
+    ):
+        return _NativeAddNorm.apply(residual, y, p, norm.weight, norm.bias, norm.eps)
+    x = dropout_add(residual, y, p, training)
+    return x, norm(x)
 
 
 class Dropout(nn.Module):

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from syntaxnmt.errors import UserError
+from syntaxnmt.model.packing import Place
 
 
 @dataclass
@@ -36,6 +37,7 @@ class EncoderOutput:
     context_attention: ContextAttention | None = None  # HAN's weights over the previous sentences, on request
     target_context_rows: Tensor | None = None  # target-side HAN on a batch of rows (B, k): the decoder pass gathers its own states of these rows
     target_context_index: Tensor | None = None  # (B,): the row of ``target_context`` each row reads (None: its own)
+    packed: tuple[Tensor, Place] | None = None  # CPU training on packed rows: ``hidden``'s rows as computed, and where they lie (the decoder reads these)
 
     def index_select(self, index: Tensor) -> "EncoderOutput":
         """Rows ``index`` (beam search: each sentence's row once per hypothesis). The target-side

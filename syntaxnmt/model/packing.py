@@ -11,7 +11,8 @@ products still see only a few shapes.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -60,6 +61,32 @@ class Place(NamedTuple):
             found[self.rows] = torch.arange(self.rows.numel())
             self.rows.row_map = found
         return found
+
+    def placed(self, y: Tensor) -> Tensor:
+        """(batch, length, E): the rows ``y`` (R, E) at their positions, zeros elsewhere."""
+        if self.rows is None:
+            return y.view(self.batch, self.length, y.size(-1))
+        return _Scatter.apply(y, self.rows, self.batch * self.length).view(self.batch, self.length, y.size(-1))
+
+
+class PlacedRows(Sequence[Tensor]):
+    """Packed tensors (R, E) of one :class:`Place` read as (batch, length, E) tensors, each placed
+    (zeros at the other positions) when first read: the per-layer states of a packed encoder,
+    which only some objectives read (multi-task heads)."""
+
+    def __init__(self, packed: Sequence[Tensor], place: Place):
+        self.packed, self.place, self._placed = list(packed), place, {}
+
+    def __len__(self) -> int:
+        return len(self.packed)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(len(self))[i]]
+        i = range(len(self))[i]  # negative indices; IndexError beyond
+        if i not in self._placed:
+            self._placed[i] = self.place.placed(self.packed[i])
+        return self._placed[i]
 
 
 def _placed(y: Tensor, rows: Tensor, rest: Tensor, total: int) -> Tensor:

@@ -8,8 +8,8 @@ values (self-attention grows its cache; cross-attention projects the encoder out
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Collection
 
 import torch
 import torch.nn.functional as F
@@ -19,10 +19,10 @@ from syntaxnmt.config import ModelConfig
 from syntaxnmt.inputs import PAD, Batch, FeatureSpec, SourceFeatures
 from syntaxnmt.model.attention import MultiHeadAttention, defer_reorder, reorder_cache
 from syntaxnmt.model.context import HierarchicalContext
-from syntaxnmt.model.dropout import Dropout, bias_relu_dropout, dropout_add, fuses_bias
+from syntaxnmt.model.dropout import Dropout, bias_relu_dropout, dropout_add, dropout_add_norm, fuses_bias
 from syntaxnmt.model.linear import Linear, decode_linear, linear, row_granule
 from syntaxnmt.model.outputs import ContextAttention, DecoderState, EncoderOutput, ForcedAttention, ModelOutput
-from syntaxnmt.model.packing import Place, on_rows, packed_rows, scatter_rows
+from syntaxnmt.model.packing import Place, PlacedRows, on_rows, packed_rows
 from syntaxnmt.model.packing import gather_rows as gather_packed
 from syntaxnmt.model.syntax_attention import InputFeatures, encoder_extensions
 
@@ -68,6 +68,18 @@ class Embeddings(nn.Module):
         x = x * self.scale
         return self.dropout(x + pos if self.absolute else x)
 
+    def rows(self, tokens: Tensor, rows: Tensor, features: SourceFeatures | None = None) -> Tensor:
+        """:meth:`forward`'s rows at the flat positions ``rows`` of ``tokens`` (B, L), (len(rows), D),
+        computed on those rows only (the padding of a bucketed batch is not embedded); with input
+        features, the whole batch and then its rows."""
+        if self.features is not None:
+            return gather_packed(self(tokens, features=features), rows)
+        x = self.tokens(tokens.reshape(-1)[rows]) * self.scale
+        if self.absolute:
+            at = rows % tokens.size(1)
+            x = x + (self.positions(at) if self.learned else self.table[at])
+        return self.dropout(x)
+
 
 class FeedForward(nn.Module):
     def __init__(self, cfg: ModelConfig):
@@ -104,6 +116,21 @@ class Residual(nn.Module):
         return (x if self.pre else self.norm(x)), aux
 
 
+Block = tuple[Residual, Callable[[Tensor], Tensor]]  # a residual block and the function f it wraps
+
+
+def pre_norm_chain(x: Tensor, blocks: Sequence[Block], final_norm: nn.Module, training: bool) -> tuple[Tensor, list[Tensor]]:
+    """Pre-norm residual blocks ``x <- x + dropout(f(norm(x)))`` in order, then ``final_norm(x)``,
+    with each residual connection and the norm after it (the next block's, or ``final_norm``) in
+    one pass (:func:`dropout_add_norm`): the normalized output and each block's ``x``."""
+    h, outputs = blocks[0][0].norm(x), []
+    for i, (res, f) in enumerate(blocks):
+        after = blocks[i + 1][0].norm if i + 1 < len(blocks) else final_norm
+        x, h = dropout_add_norm(x, f(h), res.dropout.p, training, after)
+        outputs.append(x)
+    return h, outputs
+
+
 class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, extensions=()):
         super().__init__()
@@ -120,9 +147,13 @@ class EncoderLayer(nn.Module):
         """:meth:`forward` on packed states: ``x`` (R, D) are the positions of ``place`` in the
         (B, S) source, and so is the output (:meth:`Transformer.encode`; only where
         :meth:`MultiHeadAttention._stackable`, nothing asked of the attention)."""
-        x, _ = self.res_attn(x, lambda h: (self.self_attn.packed_attention(h, place, pad_mask), None))
-        x, _ = self.res_ffn(x, lambda h: (self.ffn(h), None))
+        for res, f in self.packed_blocks(pad_mask, place):
+            x, _ = res(x, lambda h: (f(h), None))
         return x
+
+    def packed_blocks(self, pad_mask: Tensor, place: Place) -> list[Block]:
+        """The residual blocks of :meth:`forward_packed` (for :func:`pre_norm_chain`)."""
+        return [(self.res_attn, lambda h: self.self_attn.packed_attention(h, place, pad_mask)), (self.res_ffn, self.ffn)]
 
 
 class DecoderLayer(nn.Module):
@@ -150,10 +181,17 @@ class DecoderLayer(nn.Module):
         ``place`` in the (B, T) target, ``memory`` (Rs, D) those of ``memory_place`` in the source,
         and the output is ``y``'s (:meth:`Transformer.decode`; only where
         :meth:`MultiHeadAttention._stackable`, nothing asked of the attentions)."""
-        y, _ = self.res_self(y, lambda h: (self.self_attn.packed_attention(h, place, causal=True), None))
-        y, _ = self.res_cross(y, lambda h: (self.cross_attn.packed_attention(h, place, memory_mask, memory=memory, memory_place=memory_place), None))
-        y, _ = self.res_ffn(y, lambda h: (self.ffn(h), None))
+        for res, f in self.packed_blocks(memory, memory_mask, place, memory_place):
+            y, _ = res(y, lambda h: (f(h), None))
         return y
+
+    def packed_blocks(self, memory: Tensor, memory_mask: Tensor, place: Place, memory_place: Place) -> list[Block]:
+        """The residual blocks of :meth:`forward_packed` (for :func:`pre_norm_chain`)."""
+        return [
+            (self.res_self, lambda h: self.self_attn.packed_attention(h, place, causal=True)),
+            (self.res_cross, lambda h: self.cross_attn.packed_attention(h, place, memory_mask, memory=memory, memory_place=memory_place)),
+            (self.res_ffn, self.ffn),
+        ]
 
     def full_context_attention(self, y: Tensor, tgt_pad: Tensor, memory: Tensor, memory_mask: Tensor, rows: Tensor | None = None, memory_rows: Tensor | None = None, leak: bool = False) -> Tensor:
         """Cross-attention weights (B, H, T, S) of an extra pass through this layer whose
@@ -271,19 +309,29 @@ class Transformer(nn.Module):
         ``need_weights``, else of the layers ``encoder_weights`` (negative: from the end) only, so
         the other layers keep the fused kernel."""
         pad_mask = batch.src_pad_mask
-        x = self.src_embed(batch.src, features=batch.features)
         wanted = {i % len(self.encoder) for i in encoder_weights}
         weights, states = [], []
-        rows = self.compute_rows(pad_mask)
-        if rows is not None and not need_weights and not wanted and self.packs_through(x):
-            # packed through: the layers compute on the real rows only; each layer's states are placed
-            # back (zeros at padding) for their readers (multitask heads), the output once
-            packed, place = gather_packed(x, rows), Place(rows, x.size(0), x.size(1))
-            for layer in self.encoder:
-                packed = layer.forward_packed(packed, pad_mask, place)
-                states.append(scatter_rows(packed, rows, x))
-            hidden = scatter_rows(self.enc_norm(packed), rows, x)
+        rows, packed_out = self.compute_rows(pad_mask), None
+        if rows is not None and not need_weights and not wanted and self.packs_through(self.states_like(batch.src)):
+            # packed through: the layers compute on the real rows only, from the embeddings of those
+            # rows; each layer's states are placed back (zeros at padding) when read (multitask
+            # heads), the output once; the decoder reads the output's packed rows
+            place = Place(rows, *batch.src.shape)
+            packed = self.src_embed.rows(batch.src, rows, batch.features)
+            if self.cfg.norm == "pre":  # each residual connection and the next norm in one pass
+                blocks = [block for layer in self.encoder for block in layer.packed_blocks(pad_mask, place)]
+                final, outputs = pre_norm_chain(packed, blocks, self.enc_norm, self.training)
+                per = len(blocks) // len(self.encoder)
+                outputs = outputs[per - 1 :: per]
+            else:
+                outputs = []
+                for layer in self.encoder:
+                    outputs.append(packed := layer.forward_packed(packed, pad_mask, place))
+                final = self.enc_norm(packed)
+            states = PlacedRows(outputs, place)
+            hidden, packed_out = place.placed(final), (final, place)
         else:
+            x = self.src_embed(batch.src, features=batch.features)
             for i, layer in enumerate(self.encoder):
                 x, w = layer(x, pad_mask, need_weights or i in wanted, batch.features, rows)
                 weights.append(w)
@@ -292,7 +340,8 @@ class Transformer(nn.Module):
         target_context = context_attention = target_rows = None
         if self.han is not None or self.han_target is not None:
             hidden, target_context, target_rows, context_attention = self.read_context(batch, hidden, pad_mask, need_weights)
-        return EncoderOutput(hidden, pad_mask, weights if need_weights or wanted else [], states, target_context=target_context, context_attention=context_attention, target_context_rows=target_rows)
+            packed_out = None if self.han is not None else packed_out  # the encoder-side HAN changes the output
+        return EncoderOutput(hidden, pad_mask, weights if need_weights or wanted else [], states, target_context=target_context, context_attention=context_attention, target_context_rows=target_rows, packed=packed_out)
 
     def read_context(self, batch: Batch, hidden: Tensor, pad_mask: Tensor, need_weights: bool = False):
         """HAN on the encoder states ``hidden`` (B, S, D) of ``batch`` (Miculicich et al. 2018, Sec. 2).
@@ -382,24 +431,34 @@ class Transformer(nn.Module):
         full-context cross-attention (B, H, T, S) of a model with ``alignment_pass.full_context``,
         the leak weights (B, H, T) of the supervised attention of a leaky one and the target-side
         HAN's weights; last :attr:`ModelOutput.real` where the layers ran on packed rows."""
-        y = self.tgt_embed(tgt_in)
         cross, own = [], []
         pad = tgt_in.eq(PAD)
-        rows, memory_rows = self.compute_rows(pad), self.compute_rows(enc.pad_mask)
+        rows = self.compute_rows(pad)
         ap = self.alignment_pass
         aligned = leak = None
-        if rows is not None and not need_weights and ap is None and enc.target_context_rows is None and self.packs_through(y, enc.hidden):
-            packed = gather_packed(y, rows)  # the states stay packed between the layers, and so does the memory
-            place, memory_place = Place(rows, y.size(0), y.size(1)), Place(memory_rows, *enc.hidden.shape[:2])
-            memory = gather_packed(enc.hidden, memory_rows)
-            for layer in self.decoder:
-                packed = layer.forward_packed(packed, memory, enc.pad_mask, place, memory_place)
-            final = self.dec_norm(packed)
-            placed = scatter_rows(final, rows, y)
+        if rows is not None and not need_weights and ap is None and enc.target_context_rows is None and self.packs_through(self.states_like(tgt_in), enc.hidden):
+            # the states stay packed between the layers, from the embeddings of the real rows, and so does the memory
+            place = Place(rows, *tgt_in.shape)
+            packed = self.tgt_embed.rows(tgt_in, rows)
+            if enc.packed is not None:  # the encoder's output rows as it computed them
+                memory, memory_place = enc.packed
+            else:
+                memory_place = Place(self.compute_rows(enc.pad_mask), *enc.hidden.shape[:2])
+                memory = gather_packed(enc.hidden, memory_place.rows)
+            if self.cfg.norm == "pre":
+                blocks = [block for layer in self.decoder for block in layer.packed_blocks(memory, enc.pad_mask, place, memory_place)]
+                final = pre_norm_chain(packed, blocks, self.dec_norm, self.training)[0]
+            else:
+                for layer in self.decoder:
+                    packed = layer.forward_packed(packed, memory, enc.pad_mask, place, memory_place)
+                final = self.dec_norm(packed)
+            placed = place.placed(final)
             states, target_attention = self.read_target_context(placed, enc)
             kept = ~pad
             real = (kept, final[: int(kept.sum())]) if states is placed else None  # packed_rows puts the real rows first
             return states, [], [], None, None, target_attention, real
+        y = self.tgt_embed(tgt_in)
+        memory_rows = self.compute_rows(enc.pad_mask)
         for i, layer in enumerate(self.decoder):
             if need_weights and ap is not None and ap.full_context and i == ap.layer:
                 aligned, leak = split_leak(layer.full_context_attention(y, pad, enc.hidden, enc.pad_mask, rows, memory_rows, leak=ap.leaky), ap.leaky)
@@ -455,6 +514,11 @@ class Transformer(nn.Module):
             out.alignment_leak = leak if leak is not None else out.alignment_leak
             out.cross_attention[i] = w if i in wanted else None
         return out
+
+    def states_like(self, tokens: Tensor) -> Tensor:
+        """An empty (B, L, 0) tensor of the states' dtype and device for ``tokens`` (B, L): what
+        :meth:`packs_through` reads of the states (shape, dtype, device), before computing any."""
+        return self.tgt_embed.tokens.weight.new_empty(*tokens.shape, 0)
 
     def packs_through(self, x: Tensor, memory: Tensor | None = None) -> bool:
         """Whether the encoder's layers (``memory`` None) or the decoder's (``memory``: the encoder

@@ -241,3 +241,57 @@ def test_the_kernel_refuses_a_bias_whose_columns_do_not_fit():
         kernels.dropout_forward(x.data_ptr(), x.data_ptr(), torch.empty(8, dtype=torch.uint8).data_ptr(), 64, 10, 1.0, 1, 0, 1, b.data_ptr(), 12, True, 0)
     with pytest.raises(ValueError, match="multiple of 8"):
         kernels.dropout_backward(x.data_ptr(), x.data_ptr(), torch.zeros(8, dtype=torch.uint8).data_ptr(), 64, 1.0, 0, 1, torch.zeros(12, dtype=torch.float64).data_ptr(), 12)
+
+
+@needs_kernels
+@pytest.mark.parametrize("rows,gxo", [(70, True), (3, True), (70, False)])
+def test_dropout_add_norm_is_the_residual_and_the_next_layer_norm_in_one_pass(rows, gxo):
+    """The residual connection the same bit for bit (the mask of dropout_add under the same seed);
+    the norm, and every gradient -- x's (the residual path's plus the norm's), y's, and the norm's
+    weight and bias -- to float32 rounding; without a gradient of the residual output (the last
+    block of a stack) too."""
+    from torch import nn
+
+    from syntaxnmt.model.dropout import dropout_add, dropout_add_norm
+
+    torch.manual_seed(0)
+    norm = nn.LayerNorm(128)
+    nn.init.normal_(norm.weight), nn.init.normal_(norm.bias)
+    x, y = torch.randn(rows, 128, requires_grad=True), torch.randn(rows, 128, requires_grad=True)
+    g_out, g_norm = torch.randn(rows, 128), torch.randn(rows, 128)
+    params = (x, y, norm.weight, norm.bias)
+
+    def grads(f):
+        torch.manual_seed(4)
+        out, h = f()
+        torch.autograd.backward([out, h] if gxo else [h], [g_out, g_norm] if gxo else [g_norm])
+        found = [p.grad.clone() for p in params]
+        for p in params:
+            p.grad = None
+        return out.detach(), h.detach(), found
+
+    torch.manual_seed(4)
+    out, h = dropout_add_norm(x, y, 0.3, True, norm)
+    assert out.grad_fn.name().endswith("_NativeAddNormBackward")  # the kernel, not the fallback
+    fused = grads(lambda: dropout_add_norm(x, y, 0.3, True, norm))
+    plain = grads(lambda: (lambda o: (o, norm(o)))(dropout_add(x, y, 0.3, True)))
+    assert torch.equal(fused[0], plain[0]) and (fused[0] == x).float().mean().item() == pytest.approx(0.3, abs=0.1)
+    assert torch.allclose(fused[1], plain[1], atol=1e-5)
+    for a, b in zip(fused[2], plain[2]):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-4) and a.abs().max() > 0.1
+
+
+@needs_kernels
+def test_dropout_add_norm_falls_back_where_the_kernel_cannot_fuse():
+    """Rows of 96 floats (not a multiple of 64), a norm without bias, eval: the two operators."""
+    from torch import nn
+
+    from syntaxnmt.model.dropout import dropout_add, dropout_add_norm
+
+    x, y = torch.randn(5, 96), torch.randn(5, 96)
+    for norm, training in ((nn.LayerNorm(96), True), (nn.LayerNorm(96, bias=False), True), (nn.LayerNorm(96), False)):
+        torch.manual_seed(1)
+        out, h = dropout_add_norm(x, y, 0.1, training, norm)
+        torch.manual_seed(1)
+        plain = dropout_add(x, y, 0.1, training)
+        assert torch.equal(out, plain) and torch.equal(h, norm(plain))

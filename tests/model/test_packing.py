@@ -50,3 +50,26 @@ def test_the_left_out_positions_ride_along_and_only_they_are_zeroed():
     h = torch.randn(4, 3)
     picked.backward(h)
     assert torch.equal(x.grad.view(10, 3), torch.zeros(10, 3).index_copy(0, rows, h))
+
+
+def test_placed_rows_place_each_packed_tensor_once_when_read():
+    """PlacedRows: the (B, L, E) tensors of Place.placed, made on first reading and kept; negative
+    indices, slices and iteration as a list's."""
+    from syntaxnmt.model.packing import Place, PlacedRows
+
+    pad = torch.tensor([[False, False, True], [False, True, True]])
+    rows = packed_rows(pad, 1)
+    packed = [torch.randn(3, 4), torch.randn(3, 4)]
+    layers = PlacedRows(packed, Place(rows, 2, 3))
+    assert len(layers) == 2 and layers._placed == {}
+    first = layers[0]
+    assert first.shape == (2, 3, 4) and torch.equal(first.view(-1, 4)[rows], packed[0]) and first.view(-1, 4)[[2, 4, 5]].eq(0).all()
+    assert layers[0] is first and layers[-2] is first and list(layers)[1] is layers[1]
+    assert [x is y for x, y in zip(layers[:], layers)] == [True, True]
+    try:
+        layers[2]
+    except IndexError:
+        pass
+    else:
+        raise AssertionError("index 2 of 2 layers must raise IndexError")
+    assert torch.equal(Place(None, 2, 3).placed(torch.arange(12.0).view(6, 2)), torch.arange(12.0).view(2, 3, 2))

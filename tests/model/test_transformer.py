@@ -12,6 +12,7 @@ from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import BOS, PAD
 from syntaxnmt.model import build_model
 from syntaxnmt.model.attention import AttentionExtension
+from syntaxnmt.model.packing import packed_rows
 from syntaxnmt.model.transformer import Transformer, sinusoidal_table
 
 V = 40
@@ -183,7 +184,7 @@ def test_training_on_packed_rows_equals_every_row(norm, need_weights, monkeypatc
 
     calls = []
     for cls in (EncoderLayer, DecoderLayer):
-        monkeypatch.setattr(cls, "forward_packed", lambda *a, f=cls.forward_packed, c=cls: calls.append(c.__name__) or f(*a))
+        monkeypatch.setattr(cls, "packed_blocks", lambda *a, f=cls.packed_blocks, c=cls: calls.append(c.__name__) or f(*a))
     batch = _batch(src_lens=(9, 3, 5, 2), tgt_lens=(4, 10, 1, 6))
     results = []
     for granule in (0, 8):
@@ -208,6 +209,55 @@ def test_training_on_packed_rows_equals_every_row(norm, need_weights, monkeypatc
     torch.testing.assert_close(l1, l0)
     for a, b in zip(g0, g1):
         torch.testing.assert_close(b, a)
+
+
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned", "none"])
+def test_embeddings_of_packed_rows_are_those_rows_of_the_batch_embeddings(positions):
+    """Embeddings.rows embeds only the given positions (their tokens and their positions in the
+    sentence), as the rows of the whole batch's embeddings, and the gradient reaches the same
+    embedding rows."""
+    model = _model(positions=positions)
+    batch = _batch(src_lens=(9, 3, 5))
+    rows = packed_rows(batch.src_pad_mask, 4)
+    embed = model.src_embed
+    whole = embed(batch.src).reshape(-1, 32)[rows]
+    part = embed.rows(batch.src, rows)
+    torch.testing.assert_close(part, whole)
+    part.sum().backward()
+    g_rows = embed.tokens.weight.grad.clone()
+    embed.zero_grad()
+    whole.sum().backward()
+    torch.testing.assert_close(g_rows, embed.tokens.weight.grad)
+
+
+def test_the_pre_norm_chain_with_fused_residual_norms_is_the_layers_one_by_one(monkeypatch):
+    """Training with dropout on packed states: each residual connection and the next norm in one
+    pass of the C kernel (the stacks' final norms included) give the states, the per-layer states
+    and the gradients of the layers run one by one with the separate operators, under the same seed."""
+    from syntaxnmt.model import dropout as dropout_module
+    from syntaxnmt.runtime import native_training_kernels
+
+    if native_training_kernels() is None:
+        pytest.skip("the fused kernel needs the native training kernels")
+    batch = _batch(src_lens=(9, 3, 5, 2), tgt_lens=(4, 10, 1, 6))
+    found, kinds = [], []
+    apply = dropout_module._NativeAddNorm.apply
+    monkeypatch.setattr(dropout_module._NativeAddNorm, "apply", lambda *a: kinds.append(len(found)) or apply(*a))
+    for fused in (True, False):
+        monkeypatch.setattr(dropout_module, "FUSED", fused)
+        model = _model(d_model=64, ffn_dim=128, dropout=0.2).train()
+        model.pack_granule = 8
+        torch.manual_seed(11)
+        out = model(batch)
+        real = batch.tgt_out.ne(PAD)
+        (out.states[real] ** 2).sum().backward()
+        found.append((out.states[real].detach(), [x.detach() for x in out.encoder.layers], [p.grad for p in model.parameters()]))
+    assert kinds == [0] * (2 * 2 + 2 * 3)  # every block of both stacks (2 layers each) fused, and only with FUSED
+    (s0, l0, g0), (s1, l1, g1) = found
+    torch.testing.assert_close(s0, s1)
+    torch.testing.assert_close(l0, l1)
+    for a, b in zip(g0, g1):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)  # float32 rounding through 10 blocks; a wrong mask or norm is off by O(1)
 
 
 @pytest.mark.parametrize("kernels, multiple", [("onednn", 128), ("aten", 8), ("openblas", 8)])
