@@ -17,7 +17,8 @@ Times, in one process (each figure the median of ``--repeats`` calls after warm-
 ``--against REF`` also builds ``syntaxnmt/_native.c`` of the git revision REF (``git show``; ``cc -O3``
 as the package builds it) into a temporary folder and times its attention kernels
 through the same calls, paired call by call with this tree's (their interface has not changed
-since the row maps of 2026-11-30; dropout's contract has, so only the attention is compared).
+since the row maps of 2026-11-30 but for the ``threads`` argument of stop 46, which an older build
+gets as Python threads, :class:`OlderBuild`; dropout's contract has, so only the attention is compared).
 The figures of an older tree come from running this script there (it uses only functions that
 tree has). Prints a table and the machine record (load average before and after), both also to
 ``--json``. ``--isa avx2``: the libraries restricted to AVX2 (``benchmarks/_isa.py``; the C
@@ -52,7 +53,7 @@ import torch
 
 from syntaxnmt.model import dropout as drop
 from syntaxnmt.model import native_attention
-from syntaxnmt.runtime import machine_info, machine_summary, with_load_after
+from syntaxnmt.runtime import in_threads, machine_info, machine_summary, with_load_after
 from syntaxnmt.textio import atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,11 +78,35 @@ def build_revision(ref: str, folder: Path):
         sys.exit(f"native_kernels: --against {ref}: {source.stderr.strip()}")
     (folder / "_native.c").write_text(source.stdout)
     target = folder / f"_native{sysconfig.get_config_var('EXT_SUFFIX')}"
-    subprocess.run(["cc", "-O3", "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}", str(folder / "_native.c"), "-o", str(target)], check=True)
+    subprocess.run(["cc", "-O3", "-pthread", "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}", str(folder / "_native.c"), "-o", str(target)], check=True)
     spec = importlib.util.spec_from_file_location("_native", target)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module
+    return OlderBuild(module)
+
+
+class OlderBuild:
+    """A build's attention kernels behind this tree's calls. Before their own worker threads
+    (2026-11-30, stop 46) the kernels took no ``threads`` argument and the Python side split the
+    sentences between threads (``runtime.in_threads``): such a build is called that way."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def _call(self, name: str, args: tuple, at: int) -> None:
+        kernel = getattr(self.module, name)
+        try:
+            kernel(*args)
+        except TypeError:  # no threads argument: the sentences b0..b1 (args[at], args[at + 1]) in Python threads
+            *rest, threads = args
+            b0 = rest[at]
+            in_threads(lambda a, z: kernel(*rest[:at], b0 + a, b0 + z, *rest[at + 2 :]), rest[at + 1] - b0)
+
+    def attention_forward(self, *args) -> None:
+        self._call("attention_forward", args, 6)  # q, k, v, out, P, pad, then b0, b1
+
+    def attention_backward(self, *args) -> None:
+        self._call("attention_backward", args, 8)  # q, k, v, dout, dq, dk, dv, P, then b0, b1
 
 
 def attention_cases(b: int, t: int, heads: int, d: int) -> dict[str, tuple]:

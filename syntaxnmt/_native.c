@@ -27,13 +27,19 @@
  * kept as bits, alone or fused with a bias, a ReLU and a residual; add_norm_forward and
  * add_norm_backward: a residual's dropout and the next layer norm in one pass. Used by syntaxnmt.model.dropout.
  *
- * Every function releases the GIL, so batches (or rows) can run in threads side by side. The fast
+ * Every function releases the GIL. The kernels of training and log_softmax_topk take a last,
+ * optional argument threads (default 1) and split their range between the calling thread and
+ * threads - 1 workers of their own (below, "Threads"); sums over the range are made in fixed
+ * chunks, so a result does not depend on the threads. The fast
  * paths need AVX2 and FMA (checked at import: vectorized(); syntaxnmt.runtime.native_kernels() is
  * None without them); the decoding kernels' scalar paths are for tests, the training kernels have none.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +50,118 @@
 #endif
 
 static int use_avx2 = 0; /* set at import: the CPU has AVX2 and FMA */
+
+/* ---- Threads: a kernel's range split between the calling thread and a few workers ------------
+ * A Python thread pool costs a kernel call 100-250 microseconds on a 2-core KVM guest (the GIL
+ * handed between threads and each hand-over a wake-up of an idle virtual CPU; docs/benchmarks.md,
+ * "Threads of the native kernels"), about 1.5 % of a training update. Here the caller gives
+ * threads (torch's intra-op count), the range is cut in chunks that the calling thread and
+ * threads - 1 persistent workers claim one at a time from an atomic ticket (a worker that wakes
+ * late takes fewer, none if the caller took them all), and the caller spins until the chunks in
+ * flight are done: no GIL, and no wake-up at the end. One call at a time uses the workers; a call
+ * made while another runs (from a second Python thread) computes in its own thread. After fork the
+ * child starts workers of its own. */
+#define MAX_THREADS 64
+typedef void (*part_fn)(void *ctx, int64_t a, int64_t b, int slot); /* items a..b of the range, on per-thread buffers `slot` */
+
+static struct {
+    pthread_mutex_t mu;   /* guards gen, threads and the job's fields while published */
+    pthread_cond_t wake;
+    pthread_mutex_t busy; /* held by the call whose job the workers serve */
+    uint64_t gen;         /* the number of the current job */
+    int threads, started; /* the current job's threads; workers running (slots 1..started) */
+    part_fn fn;
+    void *ctx;
+    int64_t n, chunk, chunks;
+    _Atomic uint64_t ticket; /* (job number mod 2^32) << 32 | next chunk */
+    _Atomic int64_t done;    /* chunks of the current job finished */
+} pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER, .busy = PTHREAD_MUTEX_INITIALIZER};
+
+/* threads clamped to 1..MAX_THREADS: the number of per-thread buffers a call allocates */
+static int slots_of(int threads) { return threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads; }
+
+/* total[c] += parts[i * cols + c] for i = 0, 1, ..., count - 1, in that order */
+static void add_parts(double *total, const double *parts, int64_t count, int64_t cols) {
+    for (int64_t i = 0; i < count; i++)
+        for (int64_t c = 0; c < cols; c++) total[c] += parts[i * cols + c];
+}
+
+/* Claim and compute chunks of job g (slot: the thread's buffers) until none is left. */
+static void take_chunks(uint32_t g, int slot) {
+    for (;;) {
+        uint64_t t = atomic_load_explicit(&pool.ticket, memory_order_acquire);
+        if ((uint32_t)(t >> 32) != g || (int64_t)(t & 0xFFFFFFFFu) >= pool.chunks) return;
+        if (!atomic_compare_exchange_weak_explicit(&pool.ticket, &t, t + 1, memory_order_acq_rel, memory_order_acquire)) continue;
+        int64_t a = (int64_t)(t & 0xFFFFFFFFu) * pool.chunk, b = a + pool.chunk < pool.n ? a + pool.chunk : pool.n;
+        pool.fn(pool.ctx, a, b, slot); /* the job's fields stay while a chunk of it is not done */
+        atomic_fetch_add_explicit(&pool.done, 1, memory_order_acq_rel);
+    }
+}
+
+static void *worker_main(void *arg) {
+    int slot = (int)(intptr_t)arg;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&pool.mu);
+    for (;;) {
+        while (pool.gen == seen) pthread_cond_wait(&pool.wake, &pool.mu);
+        seen = pool.gen;
+        int threads = pool.threads;
+        pthread_mutex_unlock(&pool.mu);
+        if (slot < threads) take_chunks((uint32_t)seen, slot);
+        pthread_mutex_lock(&pool.mu);
+    }
+    return NULL;
+}
+
+static void pool_after_fork(void) { /* the child has none of the parent's workers */
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER, busy = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+    pool.mu = mu, pool.busy = busy, pool.wake = wake, pool.started = 0;
+}
+
+/* fn over items 0..n-1 in threads threads (at most MAX_THREADS; slots 0..threads-1), in chunks
+ * of `chunk` items (0: about 8 a thread). A kernel that sums over its chunks gives a fixed chunk
+ * and keeps one partial sum per chunk (item a belongs to chunk a / chunk), added in chunk order:
+ * the same sum whatever the threads and whichever thread took which chunk. */
+static void run_parts(part_fn fn, void *ctx, int64_t n, int threads, int64_t chunk) {
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if (threads > n) threads = (int)n;
+    if (threads <= 1 || pthread_mutex_trylock(&pool.busy) != 0) {
+        int64_t step = chunk > 0 ? chunk : n;
+        for (int64_t a = 0; a < n; a += step) fn(ctx, a, a + step < n ? a + step : n, 0);
+        return;
+    }
+    pthread_mutex_lock(&pool.mu);
+    while (pool.started < threads - 1) { /* start the workers this call needs */
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int failed = pthread_create(&t, &attr, worker_main, (void *)(intptr_t)(pool.started + 1));
+        pthread_attr_destroy(&attr);
+        if (failed) break;
+        pool.started++;
+    }
+    if (threads > pool.started + 1) threads = pool.started + 1;
+    if (chunk <= 0) { /* 8 a thread: a worker that wakes late costs at most one chunk */
+        int64_t chunks = 8 * (int64_t)threads < n ? 8 * (int64_t)threads : n;
+        chunk = (n + chunks - 1) / chunks;
+    }
+    uint32_t g = (uint32_t)++pool.gen;
+    pool.threads = threads, pool.fn = fn, pool.ctx = ctx, pool.n = n, pool.chunk = chunk, pool.chunks = (n + chunk - 1) / chunk;
+    atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
+    atomic_store_explicit(&pool.ticket, (uint64_t)g << 32, memory_order_release);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.mu);
+    take_chunks(g, 0);
+    for (long spins = 0; atomic_load_explicit(&pool.done, memory_order_acquire) < pool.chunks; spins++) {
+#if defined(__x86_64__) || defined(_M_X64)
+        _mm_pause();
+#endif
+        if (spins > 20000) sched_yield(); /* a worker preempted mid-chunk (a busy machine): let it run */
+    }
+    pthread_mutex_unlock(&pool.busy);
+}
 
 /* Insert (v, j) into the k best so far, kept sorted in descending order; v > values[k - 1]. */
 static inline void insert(float v, int64_t j, float *values, int64_t *indices, int64_t k) {
@@ -615,32 +733,68 @@ __attribute__((target("avx2,fma"))) static void backward_block(const struct view
 /* attention_forward(q, k, v, out, P, pad, b0, b1, H, Lq, Lk, d, causal, scale): q, k, v, out are
  * views (parse_view: strided, or packed rows with a row map); P: float32 (B, H, Lq, Lk) contiguous, written; pad: 0 or a uint8
  * (B, Lk) mask (nonzero at padding). Sentences b0 <= b < b1. */
+#ifdef SYNTAXNMT_X86
+struct attention_job {
+    struct view *q, *k, *v, *o, *dout, *dq, *dk, *dv;
+    float *probs, *work; /* work: per slot per_slot floats */
+    const uint8_t *mask;
+    int64_t b0, H, Lq, Lk, d, per_slot;
+    int causal;
+    float scale;
+};
+
+/* Each thread's absent rows: its own write row, so that no two threads write one row. */
+static void attention_forward_part(void *ctx, int64_t a, int64_t z, int slot) {
+    struct attention_job *j = ctx;
+    float *work = j->work + slot * j->per_slot;
+    struct view o = *j->o;
+    o.absent = work + j->per_slot - j->d; /* this thread's row for dropped writes */
+    for (int64_t b = j->b0 + a; b < j->b0 + z; b++)
+        for (int64_t h = 0; h < j->H; h++) {
+            const struct view *ahead[] = {j->k, j->v};
+            const int64_t lengths[] = {j->Lk, j->Lk};
+            prefetch_next(ahead, lengths, 2, b, h, j->b0 + z, j->H, j->d);
+            forward_block(j->q, j->k, j->v, &o, j->probs + (b * j->H + h) * j->Lq * j->Lk, j->mask ? j->mask + b * j->Lk : NULL, b, h, j->Lq, j->Lk, j->d, j->causal, j->scale, work);
+        }
+}
+
+static void attention_backward_part(void *ctx, int64_t a, int64_t z, int slot) {
+    struct attention_job *j = ctx;
+    float *work = j->work + slot * j->per_slot;
+    struct view dq = *j->dq, dk = *j->dk, dv = *j->dv;
+    dq.absent = dk.absent = dv.absent = work + j->per_slot - j->d;
+    for (int64_t b = j->b0 + a; b < j->b0 + z; b++)
+        for (int64_t h = 0; h < j->H; h++) {
+            const struct view *ahead[] = {j->q, j->dout, &dq, j->k, j->v, &dk, &dv};
+            const int64_t lengths[] = {j->Lq, j->Lq, j->Lq, j->Lk, j->Lk, j->Lk, j->Lk};
+            prefetch_next(ahead, lengths, 7, b, h, j->b0 + z, j->H, j->d);
+            backward_block(j->q, j->k, j->v, j->dout, &dq, &dk, &dv, j->probs + (b * j->H + h) * j->Lq * j->Lk, b, h, j->Lq, j->Lk, j->d, j->causal, j->scale, work);
+        }
+}
+#endif
+
 static PyObject *attention_forward(PyObject *self, PyObject *args) {
     struct view q, k, v, o;
     unsigned long long P, pad;
     long long b0, b1, H, Lq, Lk, d;
-    int causal;
+    int causal, threads = 1;
     double scale;
-    if (!PyArg_ParseTuple(args, "O&O&O&O&KKLLLLLLpd", parse_view, &q, parse_view, &k, parse_view, &v, parse_view, &o, &P, &pad, &b0, &b1, &H, &Lq, &Lk, &d, &causal, &scale)) return NULL;
+    if (!PyArg_ParseTuple(args, "O&O&O&O&KKLLLLLLpd|i", parse_view, &q, parse_view, &k, parse_view, &v, parse_view, &o, &P, &pad, &b0, &b1, &H, &Lq, &Lk, &d, &causal, &scale, &threads)) return NULL;
     if (!blocks_ok("attention_forward", b0, b1, H, Lq, Lk, d)) return NULL;
 #ifdef SYNTAXNMT_X86
-    float *probs = (float *)(uintptr_t)P, *work = malloc(forward_work(Lq, Lk, d) * sizeof(float)), *absent = calloc(2 * d, sizeof(float));
+    int slots = slots_of(threads);
+    int64_t per_slot = forward_work(Lq, Lk, d) + d; /* a block's work, then the row of dropped writes */
+    float *work = malloc(slots * per_slot * sizeof(float)), *absent = calloc(d, sizeof(float));
     if (!work || !absent) {
         free(work), free(absent);
         return PyErr_NoMemory();
     }
-    struct view *reads[] = {&q, &k, &v}, *writes[] = {&o};
-    set_absent(reads, 3, absent);
-    set_absent(writes, 1, absent + d);
-    const uint8_t *mask = (const uint8_t *)(uintptr_t)pad;
+    struct view *reads[] = {&q, &k, &v};
+    set_absent(reads, 3, absent); /* zeros, read by every thread */
+    struct attention_job j = {.q = &q, .k = &k, .v = &v, .o = &o, .probs = (float *)(uintptr_t)P, .work = work, .mask = (const uint8_t *)(uintptr_t)pad,
+                              .b0 = b0, .H = H, .Lq = Lq, .Lk = Lk, .d = d, .per_slot = per_slot, .causal = causal, .scale = (float)scale};
     Py_BEGIN_ALLOW_THREADS;
-    for (int64_t b = b0; b < b1; b++)
-        for (int64_t h = 0; h < H; h++) {
-            const struct view *ahead[] = {&k, &v};
-            const int64_t lengths[] = {Lk, Lk};
-            prefetch_next(ahead, lengths, 2, b, h, b1, H, d);
-            forward_block(&q, &k, &v, &o, probs + (b * H + h) * Lq * Lk, mask ? mask + b * Lk : NULL, b, h, Lq, Lk, d, causal, (float)scale, work);
-        }
+    run_parts(attention_forward_part, &j, b1 - b0, slots, 0);
     Py_END_ALLOW_THREADS;
     free(work), free(absent);
 #endif
@@ -653,28 +807,24 @@ static PyObject *attention_backward(PyObject *self, PyObject *args) {
     struct view q, k, v, dout, dq, dk, dv;
     unsigned long long P;
     long long b0, b1, H, Lq, Lk, d;
-    int causal;
+    int causal, threads = 1;
     double scale;
-    if (!PyArg_ParseTuple(args, "O&O&O&O&O&O&O&KLLLLLLpd", parse_view, &q, parse_view, &k, parse_view, &v, parse_view, &dout, parse_view, &dq, parse_view, &dk, parse_view, &dv, &P, &b0, &b1, &H, &Lq, &Lk, &d, &causal, &scale)) return NULL;
+    if (!PyArg_ParseTuple(args, "O&O&O&O&O&O&O&KLLLLLLpd|i", parse_view, &q, parse_view, &k, parse_view, &v, parse_view, &dout, parse_view, &dq, parse_view, &dk, parse_view, &dv, &P, &b0, &b1, &H, &Lq, &Lk, &d, &causal, &scale, &threads)) return NULL;
     if (!blocks_ok("attention_backward", b0, b1, H, Lq, Lk, d)) return NULL;
 #ifdef SYNTAXNMT_X86
-    float *work = malloc(backward_work(Lq, Lk, d) * sizeof(float)), *absent = calloc(2 * d, sizeof(float));
+    int slots = slots_of(threads);
+    int64_t per_slot = backward_work(Lq, Lk, d) + d; /* a block's work, then the row of dropped writes */
+    float *work = malloc(slots * per_slot * sizeof(float)), *absent = calloc(d, sizeof(float));
     if (!work || !absent) {
         free(work), free(absent);
         return PyErr_NoMemory();
     }
-    struct view *reads[] = {&q, &k, &v, &dout}, *writes[] = {&dq, &dk, &dv};
-    set_absent(reads, 4, absent);
-    set_absent(writes, 3, absent + d);
-    const float *probs = (const float *)(uintptr_t)P;
+    struct view *reads[] = {&q, &k, &v, &dout};
+    set_absent(reads, 4, absent); /* zeros, read by every thread */
+    struct attention_job j = {.q = &q, .k = &k, .v = &v, .dout = &dout, .dq = &dq, .dk = &dk, .dv = &dv, .probs = (float *)(uintptr_t)P, .work = work,
+                              .b0 = b0, .H = H, .Lq = Lq, .Lk = Lk, .d = d, .per_slot = per_slot, .causal = causal, .scale = (float)scale};
     Py_BEGIN_ALLOW_THREADS;
-    for (int64_t b = b0; b < b1; b++)
-        for (int64_t h = 0; h < H; h++) {
-            const struct view *ahead[] = {&q, &dout, &dq, &k, &v, &dk, &dv};
-            const int64_t lengths[] = {Lq, Lq, Lq, Lk, Lk, Lk, Lk};
-            prefetch_next(ahead, lengths, 7, b, h, b1, H, d);
-            backward_block(&q, &k, &v, &dout, &dq, &dk, &dv, probs + (b * H + h) * Lq * Lk, b, h, Lq, Lk, d, causal, (float)scale, work);
-        }
+    run_parts(attention_backward_part, &j, b1 - b0, slots, 0);
     Py_END_ALLOW_THREADS;
     free(work), free(absent);
 #endif
@@ -733,11 +883,26 @@ __attribute__((target("avx2,fma"))) static void xent_row(float *z, int64_t V, in
 }
 #endif
 
+#ifdef SYNTAXNMT_X86
+struct xent_job {
+    float *z, *loss, *nll;
+    const int64_t *ys;
+    int64_t V;
+    float eps;
+};
+
+static void xent_part(void *ctx, int64_t a, int64_t b, int slot) {
+    struct xent_job *j = ctx;
+    for (int64_t r = a; r < b; r++) xent_row(j->z + r * j->V, j->V, j->ys[r], j->eps, j->loss + r, j->nll + r);
+}
+#endif
+
 static PyObject *smoothed_xent(PyObject *self, PyObject *args) {
     unsigned long long z, target, loss, nll;
     long long rows, V;
     double eps;
-    if (!PyArg_ParseTuple(args, "KLLKdKK", &z, &rows, &V, &target, &eps, &loss, &nll)) return NULL;
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "KLLKdKK|i", &z, &rows, &V, &target, &eps, &loss, &nll, &threads)) return NULL;
     if (rows < 0 || V < 1 || !use_avx2) {
         PyErr_SetString(PyExc_ValueError, "smoothed_xent: rows >= 0, V >= 1, and an AVX2/FMA CPU");
         return NULL;
@@ -749,9 +914,9 @@ static PyObject *smoothed_xent(PyObject *self, PyObject *args) {
             return NULL;
         }
 #ifdef SYNTAXNMT_X86
-    float *zs = (float *)(uintptr_t)z, *ls = (float *)(uintptr_t)loss, *ns = (float *)(uintptr_t)nll;
+    struct xent_job j = {(float *)(uintptr_t)z, (float *)(uintptr_t)loss, (float *)(uintptr_t)nll, ys, V, (float)eps};
     Py_BEGIN_ALLOW_THREADS;
-    for (long long r = 0; r < rows; r++) xent_row(zs + r * V, V, ys[r], (float)eps, ls + r, ns + r);
+    run_parts(xent_part, &j, rows, threads, 0);
     Py_END_ALLOW_THREADS;
 #endif
     Py_RETURN_NONE;
@@ -959,43 +1124,90 @@ static int columns_ok(const char *name, long long n, long long cols) {
     return 1;
 }
 
+#ifdef SYNTAXNMT_X86
+struct dropout_job {
+    const float *x;
+    float *out;
+    uint8_t *bits;
+    int64_t n, g0;
+    int32_t threshold;
+    float scale;
+    uint64_t seed;
+    struct dropout_extra e;
+};
+
+static void dropout_part(void *ctx, int64_t a, int64_t b, int slot) {
+    struct dropout_job *j = ctx;
+    dropout_groups(j->x, j->out, j->bits, j->n, j->threshold, j->scale, j->seed, j->g0 + a, j->g0 + b, &j->e);
+}
+#endif
+
 static PyObject *dropout_forward(PyObject *self, PyObject *args) {
     unsigned long long x, out, bits, seed, bias = 0, residual = 0;
     long long n, g0, g1, cols = 0;
-    int threshold, relu = 0;
+    int threshold, relu = 0, threads = 1;
     double scale;
-    if (!PyArg_ParseTuple(args, "KKKLidKLL|KLpK", &x, &out, &bits, &n, &threshold, &scale, &seed, &g0, &g1, &bias, &cols, &relu, &residual)) return NULL;
+    if (!PyArg_ParseTuple(args, "KKKLidKLL|KLpKi", &x, &out, &bits, &n, &threshold, &scale, &seed, &g0, &g1, &bias, &cols, &relu, &residual, &threads)) return NULL;
     if (n < 0 || g0 < 0 || g1 < g0 || g1 * 64 > n + 63 || threshold < 1 || threshold > (1 << 16) || !use_avx2) {
         PyErr_SetString(PyExc_ValueError, "dropout_forward: n >= 0, 0 <= g0 <= g1 <= ceil(n / 64), 1 <= threshold <= 2^16, and an AVX2/FMA CPU");
         return NULL;
     }
     if (bias && !columns_ok("dropout_forward", n, cols)) return NULL;
 #ifdef SYNTAXNMT_X86
-    struct dropout_extra e = {(const float *)(uintptr_t)bias, cols, relu, (const float *)(uintptr_t)residual};
+    struct dropout_job j = {(const float *)(uintptr_t)x, (float *)(uintptr_t)out, (uint8_t *)(uintptr_t)bits, n, g0, threshold, (float)scale, (uint64_t)seed, {(const float *)(uintptr_t)bias, cols, relu, (const float *)(uintptr_t)residual}};
     Py_BEGIN_ALLOW_THREADS;
-    dropout_groups((const float *)(uintptr_t)x, (float *)(uintptr_t)out, (uint8_t *)(uintptr_t)bits, n, threshold, (float)scale, (uint64_t)seed, g0, g1, &e);
+    run_parts(dropout_part, &j, g1 - g0, threads, 0);
     Py_END_ALLOW_THREADS;
 #endif
     Py_RETURN_NONE;
 }
 
+#ifdef SYNTAXNMT_X86
+struct dropout_back_job {
+    const float *grad;
+    float *out;
+    const uint8_t *bits;
+    int64_t n, g0, cols;
+    float scale;
+    double *sums; /* NULL, or per chunk cols doubles */
+    float *fsum;  /* per slot cols floats */
+};
+
+#define SUM_CHUNK 512 /* groups of 64 elements in a chunk of a backward pass that sums columns */
+
+static void dropout_back_part(void *ctx, int64_t a, int64_t b, int slot) {
+    struct dropout_back_job *j = ctx;
+    dropout_back_groups(j->grad, j->out, j->bits, j->n, j->scale, j->g0 + a, j->g0 + b, j->sums ? j->sums + a / SUM_CHUNK * j->cols : NULL, j->fsum ? j->fsum + slot * j->cols : NULL, j->cols);
+}
+
+#endif
+
 static PyObject *dropout_backward(PyObject *self, PyObject *args) {
     unsigned long long grad, out, bits, colsum = 0;
     long long n, g0, g1, cols = 0;
+    int threads = 1;
     double scale;
-    if (!PyArg_ParseTuple(args, "KKKLdLL|KL", &grad, &out, &bits, &n, &scale, &g0, &g1, &colsum, &cols)) return NULL;
+    if (!PyArg_ParseTuple(args, "KKKLdLL|KLi", &grad, &out, &bits, &n, &scale, &g0, &g1, &colsum, &cols, &threads)) return NULL;
     if (n < 0 || g0 < 0 || g1 < g0 || g1 * 64 > n + 63 || !use_avx2) {
         PyErr_SetString(PyExc_ValueError, "dropout_backward: n >= 0, 0 <= g0 <= g1 <= ceil(n / 64), and an AVX2/FMA CPU");
         return NULL;
     }
     if (colsum && !columns_ok("dropout_backward", n, cols)) return NULL;
 #ifdef SYNTAXNMT_X86
-    float *fsum = colsum ? calloc(cols, sizeof(float)) : NULL;
-    if (colsum && !fsum) return PyErr_NoMemory();
+    int slots = slots_of(threads);
+    int64_t chunks = (g1 - g0 + SUM_CHUNK - 1) / SUM_CHUNK;
+    float *fsum = colsum ? calloc(slots * cols, sizeof(float)) : NULL;
+    double *sums = colsum ? calloc(chunks * cols, sizeof(double)) : NULL;
+    if (colsum && (!fsum || !sums)) {
+        free(fsum), free(sums);
+        return PyErr_NoMemory();
+    }
+    struct dropout_back_job j = {(const float *)(uintptr_t)grad, (float *)(uintptr_t)out, (const uint8_t *)(uintptr_t)bits, n, g0, cols, (float)scale, sums, fsum};
     Py_BEGIN_ALLOW_THREADS;
-    dropout_back_groups((const float *)(uintptr_t)grad, (float *)(uintptr_t)out, (const uint8_t *)(uintptr_t)bits, n, (float)scale, g0, g1, (double *)(uintptr_t)colsum, fsum, cols);
+    run_parts(dropout_back_part, &j, g1 - g0, slots, colsum ? SUM_CHUNK : 0);
+    if (colsum) add_parts((double *)(uintptr_t)colsum, sums, chunks, cols);
     Py_END_ALLOW_THREADS;
-    free(fsum);
+    free(fsum), free(sums);
 #endif
     Py_RETURN_NONE;
 }
@@ -1008,20 +1220,49 @@ static int add_norm_ok(const char *name, long long rows, long long cols, long lo
     return 1;
 }
 
+#ifdef SYNTAXNMT_X86
+struct add_norm_job {
+    const float *x, *y, *gamma, *beta, *gxo, *gh, *xo_in;
+    float *xo, *h, *stats, *gx, *gy, *fsum;
+    uint8_t *bits;
+    int64_t rows, cols, r0;
+    int32_t threshold;
+    float scale, eps;
+    uint64_t seed;
+    double *gsums; /* backward: per chunk of NORM_CHUNK rows 2 cols doubles (gamma's, beta's) */
+};
+
+#define NORM_CHUNK 64 /* rows in a chunk of add_norm's backward pass (it sums columns) */
+
+static void add_norm_part(void *ctx, int64_t a, int64_t b, int slot) {
+    struct add_norm_job *j = ctx;
+    add_norm_rows(j->x, j->y, j->xo, j->h, j->bits, j->stats, j->gamma, j->beta, j->rows, j->cols, j->threshold, j->scale, j->seed, j->eps, j->r0 + a, j->r0 + b);
+}
+
+static void add_norm_back_part(void *ctx, int64_t a, int64_t b, int slot) {
+    struct add_norm_job *j = ctx;
+    double *g = j->gsums + 2 * (a / NORM_CHUNK) * j->cols;
+    add_norm_back_rows(j->gxo, j->gh, j->xo_in, j->stats, j->gamma, j->bits, j->gx, j->gy, j->rows, j->cols, j->scale, j->r0 + a, j->r0 + b, g, g + j->cols, j->fsum + 3 * slot * j->cols);
+}
+#endif
+
 static PyObject *add_norm_forward(PyObject *self, PyObject *args) {
     unsigned long long x, y, xo, h, bits, stats, gamma, beta, seed;
     long long rows, cols, r0, r1;
-    int threshold;
+    int threshold, threads = 1;
     double scale, eps;
-    if (!PyArg_ParseTuple(args, "KKKKKKKKLLidKdLL", &x, &y, &xo, &h, &bits, &stats, &gamma, &beta, &rows, &cols, &threshold, &scale, &seed, &eps, &r0, &r1)) return NULL;
+    if (!PyArg_ParseTuple(args, "KKKKKKKKLLidKdLL|i", &x, &y, &xo, &h, &bits, &stats, &gamma, &beta, &rows, &cols, &threshold, &scale, &seed, &eps, &r0, &r1, &threads)) return NULL;
     if (!add_norm_ok("add_norm_forward", rows, cols, r0, r1)) return NULL;
     if (threshold < 1 || threshold > (1 << 16)) {
         PyErr_SetString(PyExc_ValueError, "add_norm_forward: 1 <= threshold <= 2^16");
         return NULL;
     }
 #ifdef SYNTAXNMT_X86
+    struct add_norm_job j = {.x = (const float *)(uintptr_t)x, .y = (const float *)(uintptr_t)y, .gamma = (const float *)(uintptr_t)gamma, .beta = (const float *)(uintptr_t)beta,
+                             .xo = (float *)(uintptr_t)xo, .h = (float *)(uintptr_t)h, .stats = (float *)(uintptr_t)stats, .bits = (uint8_t *)(uintptr_t)bits,
+                             .rows = rows, .cols = cols, .r0 = r0, .threshold = threshold, .scale = (float)scale, .eps = (float)eps, .seed = (uint64_t)seed};
     Py_BEGIN_ALLOW_THREADS;
-    add_norm_rows((const float *)(uintptr_t)x, (const float *)(uintptr_t)y, (float *)(uintptr_t)xo, (float *)(uintptr_t)h, (uint8_t *)(uintptr_t)bits, (float *)(uintptr_t)stats, (const float *)(uintptr_t)gamma, (const float *)(uintptr_t)beta, rows, cols, threshold, (float)scale, (uint64_t)seed, (float)eps, r0, r1);
+    run_parts(add_norm_part, &j, r1 - r0, threads, 0);
     Py_END_ALLOW_THREADS;
 #endif
     Py_RETURN_NONE;
@@ -1030,24 +1271,60 @@ static PyObject *add_norm_forward(PyObject *self, PyObject *args) {
 static PyObject *add_norm_backward(PyObject *self, PyObject *args) {
     unsigned long long gxo, gh, xo, stats, gamma, bits, gx, gy, ggamma, gbeta;
     long long rows, cols, r0, r1;
+    int threads = 1;
     double scale;
-    if (!PyArg_ParseTuple(args, "KKKKKKKKLLdLLKK", &gxo, &gh, &xo, &stats, &gamma, &bits, &gx, &gy, &rows, &cols, &scale, &r0, &r1, &ggamma, &gbeta)) return NULL;
+    if (!PyArg_ParseTuple(args, "KKKKKKKKLLdLLKK|i", &gxo, &gh, &xo, &stats, &gamma, &bits, &gx, &gy, &rows, &cols, &scale, &r0, &r1, &ggamma, &gbeta, &threads)) return NULL;
     if (!add_norm_ok("add_norm_backward", rows, cols, r0, r1)) return NULL;
 #ifdef SYNTAXNMT_X86
-    float *fsum = calloc(3 * cols, sizeof(float));
-    if (!fsum) return PyErr_NoMemory();
+    int slots = slots_of(threads);
+    int64_t chunks = (r1 - r0 + NORM_CHUNK - 1) / NORM_CHUNK;
+    float *fsum = calloc(3 * slots * cols, sizeof(float));
+    double *gsums = calloc(2 * chunks * cols, sizeof(double));
+    if (!fsum || !gsums) {
+        free(fsum), free(gsums);
+        return PyErr_NoMemory();
+    }
+    struct add_norm_job j = {.gxo = (const float *)(uintptr_t)gxo, .gh = (const float *)(uintptr_t)gh, .xo_in = (const float *)(uintptr_t)xo, .stats = (float *)(uintptr_t)stats,
+                             .gamma = (const float *)(uintptr_t)gamma, .bits = (uint8_t *)(uintptr_t)bits, .gx = (float *)(uintptr_t)gx, .gy = (float *)(uintptr_t)gy,
+                             .rows = rows, .cols = cols, .r0 = r0, .scale = (float)scale, .gsums = gsums, .fsum = fsum};
     Py_BEGIN_ALLOW_THREADS;
-    add_norm_back_rows((const float *)(uintptr_t)gxo, (const float *)(uintptr_t)gh, (const float *)(uintptr_t)xo, (const float *)(uintptr_t)stats, (const float *)(uintptr_t)gamma, (const uint8_t *)(uintptr_t)bits, (float *)(uintptr_t)gx, (float *)(uintptr_t)gy, rows, cols, (float)scale, r0, r1, (double *)(uintptr_t)ggamma, (double *)(uintptr_t)gbeta, fsum);
+    run_parts(add_norm_back_part, &j, r1 - r0, slots, NORM_CHUNK);
+    for (int64_t k = 0; k < chunks; k++) { /* chunk k: gamma's sums, then beta's */
+        add_parts((double *)(uintptr_t)ggamma, gsums + 2 * k * cols, 1, cols);
+        add_parts((double *)(uintptr_t)gbeta, gsums + (2 * k + 1) * cols, 1, cols);
+    }
     Py_END_ALLOW_THREADS;
-    free(fsum);
+    free(fsum), free(gsums);
 #endif
     Py_RETURN_NONE;
+}
+
+struct topk_job {
+    const float *xs;
+    float *vs, *ls;
+    int64_t *is;
+    const int64_t *fs;
+    int64_t V, k, n_forbidden;
+};
+
+static void topk_part(void *ctx, int64_t a, int64_t b, int slot) {
+    struct topk_job *j = ctx;
+    for (int64_t r = a; r < b; r++) {
+#ifdef SYNTAXNMT_X86
+        if (use_avx2) {
+            row_avx2(j->xs + r * j->V, j->V, j->k, j->vs + r * j->k, j->is + r * j->k, j->ls + r, j->fs, j->n_forbidden);
+            continue;
+        }
+#endif
+        row_scalar(j->xs + r * j->V, j->V, j->k, j->vs + r * j->k, j->is + r * j->k, j->ls + r, j->fs, j->n_forbidden);
+    }
 }
 
 static PyObject *log_softmax_topk(PyObject *self, PyObject *args) {
     unsigned long long x, values, indices, lse, forbidden;
     long long rows, V, k, n_forbidden;
-    if (!PyArg_ParseTuple(args, "KLLLKKKKL", &x, &rows, &V, &k, &values, &indices, &lse, &forbidden, &n_forbidden)) return NULL;
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "KLLLKKKKL|i", &x, &rows, &V, &k, &values, &indices, &lse, &forbidden, &n_forbidden, &threads)) return NULL;
     if (rows < 0 || V < 1 || k < 1 || n_forbidden < 0) {
         PyErr_SetString(PyExc_ValueError, "log_softmax_topk: rows >= 0, V >= 1, k >= 1 and n_forbidden >= 0");
         return NULL;
@@ -1056,16 +1333,9 @@ static PyObject *log_softmax_topk(PyObject *self, PyObject *args) {
     float *vs = (float *)(uintptr_t)values, *ls = (float *)(uintptr_t)lse;
     int64_t *is = (int64_t *)(uintptr_t)indices;
     const int64_t *fs = (const int64_t *)(uintptr_t)forbidden;
+    struct topk_job j = {xs, vs, ls, is, fs, V, k, n_forbidden};
     Py_BEGIN_ALLOW_THREADS;
-    for (long long r = 0; r < rows; r++) {
-#ifdef SYNTAXNMT_X86
-        if (use_avx2) {
-            row_avx2(xs + r * V, V, k, vs + r * k, is + r * k, ls + r, fs, n_forbidden);
-            continue;
-        }
-#endif
-        row_scalar(xs + r * V, V, k, vs + r * k, is + r * k, ls + r, fs, n_forbidden);
-    }
+    run_parts(topk_part, &j, rows, threads, 0);
     Py_END_ALLOW_THREADS;
     Py_RETURN_NONE;
 }
@@ -1091,5 +1361,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "Native CP
 
 PyMODINIT_FUNC PyInit__native(void) {
     use_avx2 = cpu_has_avx2();
+    pthread_atfork(NULL, NULL, pool_after_fork);
     return PyModule_Create(&module);
 }

@@ -85,6 +85,13 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool)
 
 
+def kernel_threads(n: int, min_per_thread: int = 1) -> int:
+    """The threads a native kernel splits ``n`` items between (its ``threads`` argument, which its
+    own workers serve: ``syntaxnmt/_native.c``, "Threads"): ``torch.get_num_threads()``, fewer
+    when a thread would get under ``min_per_thread`` items."""
+    return max(1, min(torch.get_num_threads(), n // max(1, min_per_thread)))
+
+
 def in_threads(work: Callable[[int, int], None], n: int, min_per_thread: int = 1) -> None:
     """Run ``work(a, b)`` over the parts ``[a, b)`` of ``range(n)`` on ``torch.get_num_threads()``
     threads (fewer when a part would have under ``min_per_thread`` items): one part in this

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from syntaxnmt.config import CpuSoftmax
-from syntaxnmt.runtime import in_threads, native_kernels
+from syntaxnmt.runtime import kernel_threads, native_kernels
 
 _native = native_kernels()
 
@@ -46,8 +46,8 @@ def _columns(columns: tuple[int, ...]) -> Tensor:
     return torch.tensor(columns, dtype=torch.long)
 
 
-def _run(x: Tensor, k: int, values: Tensor, indices: Tensor, lse: Tensor, forbidden: Tensor) -> None:
-    _native.log_softmax_topk(x.data_ptr(), x.size(0), x.size(1), k, values.data_ptr(), indices.data_ptr(), lse.data_ptr(), forbidden.data_ptr(), forbidden.numel())
+def _run(x: Tensor, k: int, values: Tensor, indices: Tensor, lse: Tensor, forbidden: Tensor, threads: int = 1) -> None:
+    _native.log_softmax_topk(x.data_ptr(), x.size(0), x.size(1), k, values.data_ptr(), indices.data_ptr(), lse.data_ptr(), forbidden.data_ptr(), forbidden.numel(), threads)
 
 
 def log_softmax_topk(x: Tensor, k: int, forbidden: Sequence[int] = ()) -> tuple[Tensor, Tensor, Tensor]:
@@ -63,5 +63,5 @@ def log_softmax_topk(x: Tensor, k: int, forbidden: Sequence[int] = ()) -> tuple[
     r = x.size(0)
     values, indices, lse = x.new_empty(r, k), torch.empty(r, k, dtype=torch.long), x.new_empty(r)
     banned = _columns(tuple(forbidden))
-    in_threads(lambda a, b: _run(x[a:b], k, values[a:b], indices[a:b], lse[a:b], banned), r, _MIN_ROWS_PER_THREAD)
+    _run(x, k, values, indices, lse, banned, kernel_threads(r, _MIN_ROWS_PER_THREAD))
     return values, indices, lse

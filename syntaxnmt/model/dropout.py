@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from syntaxnmt.runtime import in_threads, native_kernels, native_training_kernels
+from syntaxnmt.runtime import in_threads, kernel_threads, native_kernels, native_training_kernels
 
 BLOCK = 1 << 18  # uniform numbers per seed: the result does not depend on the thread count
 
@@ -93,7 +93,7 @@ class _NativeDropout(torch.autograd.Function):
         cols = x.size(-1)
         residual = None if residual is None else residual.contiguous()  # kept alive while the kernel reads it
         extra = (0 if bias is None else bias.data_ptr(), cols, relu, 0 if residual is None else residual.data_ptr())
-        in_threads(lambda a, b: native.dropout_forward(x.data_ptr(), out.data_ptr(), bits.data_ptr(), n, threshold, scale, seed, a, b, *extra), groups, _MIN_GROUPS_PER_THREAD)
+        native.dropout_forward(x.data_ptr(), out.data_ptr(), bits.data_ptr(), n, threshold, scale, seed, 0, groups, *extra, kernel_threads(groups, _MIN_GROUPS_PER_THREAD))
         ctx.save_for_backward(bits)
         ctx.scale, ctx.cols, ctx.has_residual = scale, cols, residual is not None
         return out
@@ -104,17 +104,10 @@ class _NativeDropout(torch.autograd.Function):
         (bits,) = ctx.saved_tensors
         grad = grad.contiguous()
         out = torch.empty_like(grad)
-        sums: list[Tensor] = []  # the bias's gradient: one float64 partial per part of the work
-
-        def part(a: int, b: int) -> None:
-            colsum = 0
-            if ctx.needs_input_grad[2]:
-                sums.append(partial := torch.zeros(ctx.cols, dtype=torch.float64))
-                colsum = partial.data_ptr()
-            native.dropout_backward(grad.data_ptr(), out.data_ptr(), bits.data_ptr(), grad.numel(), ctx.scale, a, b, colsum, ctx.cols)
-
-        in_threads(part, bits.numel() // 8, _MIN_GROUPS_PER_THREAD)
-        grad_bias = torch.stack(sums).sum(0).float() if sums else None
+        colsum = torch.zeros(ctx.cols, dtype=torch.float64) if ctx.needs_input_grad[2] else None  # the bias's gradient
+        groups = bits.numel() // 8
+        native.dropout_backward(grad.data_ptr(), out.data_ptr(), bits.data_ptr(), grad.numel(), ctx.scale, 0, groups, 0 if colsum is None else colsum.data_ptr(), ctx.cols, kernel_threads(groups, _MIN_GROUPS_PER_THREAD))
+        grad_bias = None if colsum is None else colsum.float()
         return out, None, grad_bias, None, grad if ctx.has_residual else None
 
 
@@ -178,7 +171,7 @@ class _NativeAddNorm(torch.autograd.Function):
         seed = int(torch.randint(0, 2**63 - 1, (1,)).item())  # drawn as _NativeDropout draws it: the same mask
         threshold, scale = max(1, math.ceil(p * 2**16)), 1.0 / (1.0 - p)
         w, b = weight.contiguous(), bias.contiguous()
-        in_threads(lambda r0, r1: native.add_norm_forward(x.data_ptr(), y.data_ptr(), xo.data_ptr(), h.data_ptr(), bits.data_ptr(), stats.data_ptr(), w.data_ptr(), b.data_ptr(), rows, cols, threshold, scale, seed, eps, r0, r1), rows, max(1, _MIN_ROWS_ELEMENTS // cols))
+        native.add_norm_forward(x.data_ptr(), y.data_ptr(), xo.data_ptr(), h.data_ptr(), bits.data_ptr(), stats.data_ptr(), w.data_ptr(), b.data_ptr(), rows, cols, threshold, scale, seed, eps, 0, rows, kernel_threads(rows, _MIN_ROWS_ELEMENTS // cols))
         ctx.save_for_backward(xo, stats, w, bits)
         ctx.scale = scale
         ctx.set_materialize_grads(False)
@@ -194,15 +187,9 @@ class _NativeAddNorm(torch.autograd.Function):
         rows, cols = xo.numel() // xo.size(-1), xo.size(-1)
         gxo = None if gxo is None else gxo.contiguous()
         gx, gy = torch.empty_like(xo), torch.empty_like(xo)
-        sums: list[tuple[Tensor, Tensor]] = []
-
-        def part(r0: int, r1: int) -> None:
-            sums.append(pair := (torch.zeros(cols, dtype=torch.float64), torch.zeros(cols, dtype=torch.float64)))
-            native.add_norm_backward(0 if gxo is None else gxo.data_ptr(), gh.data_ptr(), xo.data_ptr(), stats.data_ptr(), w.data_ptr(), bits.data_ptr(), gx.data_ptr(), gy.data_ptr(), rows, cols, ctx.scale, r0, r1, pair[0].data_ptr(), pair[1].data_ptr())
-
-        in_threads(part, rows, max(1, _MIN_ROWS_ELEMENTS // cols))
-        gw = torch.stack([s[0] for s in sums]).sum(0).float()
-        gb = torch.stack([s[1] for s in sums]).sum(0).float()
+        sums = torch.zeros(2, cols, dtype=torch.float64)  # the norm's weight's and bias's gradients
+        native.add_norm_backward(0 if gxo is None else gxo.data_ptr(), gh.data_ptr(), xo.data_ptr(), stats.data_ptr(), w.data_ptr(), bits.data_ptr(), gx.data_ptr(), gy.data_ptr(), rows, cols, ctx.scale, 0, rows, sums[0].data_ptr(), sums[1].data_ptr(), kernel_threads(rows, _MIN_ROWS_ELEMENTS // cols))
+        gw, gb = sums.float()
         return gx, gy, None, gw, gb, None
 
 

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from syntaxnmt.model.packing import Place, gather_rows, scatter_rows
-from syntaxnmt.runtime import in_threads, native_kernels, native_training_kernels
+from syntaxnmt.runtime import kernel_threads, native_kernels, native_training_kernels
 
 _native = native_kernels()
 
@@ -99,14 +99,14 @@ def _forward(views: list, out_view: tuple, pad: Tensor | None, b: int, h: int, t
     """The forward kernel over ``b`` sentences split between torch's threads; returns P (B, H, Tq, Tk)."""
     probs = torch.empty(b, h, tq, tk)
     mask = 0 if pad is None else pad.contiguous().view(torch.uint8).data_ptr()
-    in_threads(lambda a, z: _native.attention_forward(*views, out_view, probs.data_ptr(), mask, a, z, h, tq, tk, d, causal, 1.0 / math.sqrt(d)), b)
+    _native.attention_forward(*views, out_view, probs.data_ptr(), mask, 0, b, h, tq, tk, d, causal, 1.0 / math.sqrt(d), kernel_threads(b))
     return probs
 
 
 def _backward(views: list, grad_view: tuple, grad_views: list, probs: Tensor, d: int, causal: bool) -> None:
     """The backward kernel (the gradients written through ``grad_views``) over P's sentences."""
     b, h, tq, tk = probs.shape
-    in_threads(lambda a, z: _native.attention_backward(*views, grad_view, *grad_views, probs.data_ptr(), a, z, h, tq, tk, d, causal, 1.0 / math.sqrt(d)), b)
+    _native.attention_backward(*views, grad_view, *grad_views, probs.data_ptr(), 0, b, h, tq, tk, d, causal, 1.0 / math.sqrt(d), kernel_threads(b))
 
 
 class _PackedAttention(torch.autograd.Function):

@@ -19,7 +19,7 @@ from syntaxnmt.config import Config, parse_decay
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD, FeatureSpec
 from syntaxnmt.model.linear import add_weight_grad, linear, row_granule
-from syntaxnmt.runtime import in_threads, native_training_kernels
+from syntaxnmt.runtime import kernel_threads, native_training_kernels
 
 
 def smoothed_cross_entropy(logits: Tensor, target: Tensor, smoothing: float, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -123,7 +123,7 @@ def native_smoothed_xent(z: Tensor, target: Tensor, eps: float) -> tuple[Tensor,
         return z.new_zeros(()), z.new_zeros(())
     target = target.to(torch.long).contiguous()
     rows = z.new_empty(2, n)  # per-row loss, per-row NLL
-    in_threads(lambda a, b: native.smoothed_xent(z[a].data_ptr(), b - a, v, target[a:].data_ptr(), eps, rows[0, a:].data_ptr(), rows[1, a:].data_ptr()), n, 16)
+    native.smoothed_xent(z.data_ptr(), n, v, target.data_ptr(), eps, rows[0].data_ptr(), rows[1].data_ptr(), kernel_threads(n, 16))
     total = rows.sum(dim=1)
     return total[0], total[1]
 
