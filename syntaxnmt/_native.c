@@ -28,18 +28,15 @@
  * add_norm_backward: a residual's dropout and the next layer norm in one pass. Used by syntaxnmt.model.dropout.
  *
  * Every function releases the GIL. The kernels of training and log_softmax_topk take a last,
- * optional argument threads (default 1) and split their range between the calling thread and
- * threads - 1 workers of their own (below, "Threads"); sums over the range are made in fixed
- * chunks, so a result does not depend on the threads. The fast
+ * optional argument threads (default 1) and split their range between torch's OpenMP threads
+ * (below, "Threads"); sums over the range are made in fixed chunks, so a result does not depend
+ * on the threads. The fast
  * paths need AVX2 and FMA (checked at import: vectorized(); syntaxnmt.runtime.native_kernels() is
  * None without them); the decoding kernels' scalar paths are for tests, the training kernels have none.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
-#include <pthread.h>
-#include <sched.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,34 +45,58 @@
 #include <immintrin.h>
 #define SYNTAXNMT_X86 1
 #endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 static int use_avx2 = 0; /* set at import: the CPU has AVX2 and FMA */
 
-/* ---- Threads: a kernel's range split between the calling thread and a few workers ------------
- * A Python thread pool costs a kernel call 100-250 microseconds on a 2-core KVM guest (the GIL
- * handed between threads and each hand-over a wake-up of an idle virtual CPU; docs/benchmarks.md,
- * "Threads of the native kernels"), about 1.5 % of a training update. Here the caller gives
- * threads (torch's intra-op count), the range is cut in chunks that the calling thread and
- * threads - 1 persistent workers claim one at a time from an atomic ticket (a worker that wakes
- * late takes fewer, none if the caller took them all), and the caller spins until the chunks in
- * flight are done: no GIL, and no wake-up at the end. One call at a time uses the workers; a call
- * made while another runs (from a second Python thread) computes in its own thread. After fork the
- * child starts workers of its own. */
+/* ---- Threads: a kernel's range split between torch's OpenMP threads --------------------------
+ * A Python thread pool cost a kernel call 100-250 microseconds on a 2-core KVM guest (the GIL
+ * handed between threads, each hand-over a wake-up of an idle virtual CPU), and a pool of the
+ * kernels' own threads still woke an idle thread per call, which a spinning OpenMP thread of the
+ * products held off (docs/benchmarks.md, "Threads of the native kernels"). So the kernels run in
+ * an OpenMP parallel region: the module is built with -fopenmp and loaded after torch, so its
+ * libgomp.so.1 is torch's (tests/test_native_threads.py checks that it loads no other), and a kernel
+ * that follows a product finds the same threads still spinning. The caller gives threads (torch's
+ * intra-op count); the range is cut in chunks taken one at a time (schedule dynamic: a thread
+ * that starts late takes fewer). Sums over the range are made per chunk of a fixed size and added
+ * in chunk order, so a result does not depend on the threads. Without OpenMP at build time a
+ * kernel computes in the calling thread. As torch's own operators, a kernel with threads > 1 in a
+ * child forked after the parent ran a parallel region waits forever (libgomp is not fork-safe):
+ * set torch's threads to 1 there, as torch's DataLoader workers do. */
 #define MAX_THREADS 64
 typedef void (*part_fn)(void *ctx, int64_t a, int64_t b, int slot); /* items a..b of the range, on per-thread buffers `slot` */
 
-static struct {
-    pthread_mutex_t mu;   /* guards gen, threads and the job's fields while published */
-    pthread_cond_t wake;
-    pthread_mutex_t busy; /* held by the call whose job the workers serve */
-    uint64_t gen;         /* the number of the current job */
-    int threads, started; /* the current job's threads; workers running (slots 1..started) */
-    part_fn fn;
-    void *ctx;
-    int64_t n, chunk, chunks;
-    _Atomic uint64_t ticket; /* (job number mod 2^32) << 32 | next chunk */
-    _Atomic int64_t done;    /* chunks of the current job finished */
-} pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER, .busy = PTHREAD_MUTEX_INITIALIZER};
+/* fn over items 0..n-1 in threads threads (at most MAX_THREADS; slots 0..threads-1), in chunks
+ * of `chunk` items (0: about 8 a thread). A kernel that sums over its chunks gives a fixed chunk
+ * and keeps one partial sum per chunk (item a belongs to chunk a / chunk), added in chunk order:
+ * the same sum whatever the threads and whichever thread took which chunk. */
+static void run_parts(part_fn fn, void *ctx, int64_t n, int threads, int64_t chunk) {
+    if (n <= 0) return;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if (threads > n) threads = (int)n;
+#ifndef _OPENMP
+    threads = 1;
+#endif
+    if (chunk <= 0) { /* 8 a thread: a thread that starts late costs at most one chunk */
+        int64_t chunks = threads > 1 ? (8 * (int64_t)threads < n ? 8 * (int64_t)threads : n) : 1;
+        chunk = (n + chunks - 1) / chunks;
+    }
+    int64_t chunks = (n + chunk - 1) / chunk;
+    if (threads <= 1) {
+        for (int64_t c = 0; c < chunks; c++) fn(ctx, c * chunk, (c + 1) * chunk < n ? (c + 1) * chunk : n, 0);
+        return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads)
+    {
+        int slot = omp_get_thread_num();
+#pragma omp for schedule(dynamic, 1) nowait
+        for (int64_t c = 0; c < chunks; c++) fn(ctx, c * chunk, (c + 1) * chunk < n ? (c + 1) * chunk : n, slot);
+    }
+#endif
+}
 
 /* threads clamped to 1..MAX_THREADS: the number of per-thread buffers a call allocates */
 static int slots_of(int threads) { return threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads; }
@@ -84,83 +105,6 @@ static int slots_of(int threads) { return threads < 1 ? 1 : threads > MAX_THREAD
 static void add_parts(double *total, const double *parts, int64_t count, int64_t cols) {
     for (int64_t i = 0; i < count; i++)
         for (int64_t c = 0; c < cols; c++) total[c] += parts[i * cols + c];
-}
-
-/* Claim and compute chunks of job g (slot: the thread's buffers) until none is left. */
-static void take_chunks(uint32_t g, int slot) {
-    for (;;) {
-        uint64_t t = atomic_load_explicit(&pool.ticket, memory_order_acquire);
-        if ((uint32_t)(t >> 32) != g || (int64_t)(t & 0xFFFFFFFFu) >= pool.chunks) return;
-        if (!atomic_compare_exchange_weak_explicit(&pool.ticket, &t, t + 1, memory_order_acq_rel, memory_order_acquire)) continue;
-        int64_t a = (int64_t)(t & 0xFFFFFFFFu) * pool.chunk, b = a + pool.chunk < pool.n ? a + pool.chunk : pool.n;
-        pool.fn(pool.ctx, a, b, slot); /* the job's fields stay while a chunk of it is not done */
-        atomic_fetch_add_explicit(&pool.done, 1, memory_order_acq_rel);
-    }
-}
-
-static void *worker_main(void *arg) {
-    int slot = (int)(intptr_t)arg;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&pool.mu);
-    for (;;) {
-        while (pool.gen == seen) pthread_cond_wait(&pool.wake, &pool.mu);
-        seen = pool.gen;
-        int threads = pool.threads;
-        pthread_mutex_unlock(&pool.mu);
-        if (slot < threads) take_chunks((uint32_t)seen, slot);
-        pthread_mutex_lock(&pool.mu);
-    }
-    return NULL;
-}
-
-static void pool_after_fork(void) { /* the child has none of the parent's workers */
-    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER, busy = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
-    pool.mu = mu, pool.busy = busy, pool.wake = wake, pool.started = 0;
-}
-
-/* fn over items 0..n-1 in threads threads (at most MAX_THREADS; slots 0..threads-1), in chunks
- * of `chunk` items (0: about 8 a thread). A kernel that sums over its chunks gives a fixed chunk
- * and keeps one partial sum per chunk (item a belongs to chunk a / chunk), added in chunk order:
- * the same sum whatever the threads and whichever thread took which chunk. */
-static void run_parts(part_fn fn, void *ctx, int64_t n, int threads, int64_t chunk) {
-    if (threads > MAX_THREADS) threads = MAX_THREADS;
-    if (threads > n) threads = (int)n;
-    if (threads <= 1 || pthread_mutex_trylock(&pool.busy) != 0) {
-        int64_t step = chunk > 0 ? chunk : n;
-        for (int64_t a = 0; a < n; a += step) fn(ctx, a, a + step < n ? a + step : n, 0);
-        return;
-    }
-    pthread_mutex_lock(&pool.mu);
-    while (pool.started < threads - 1) { /* start the workers this call needs */
-        pthread_t t;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        int failed = pthread_create(&t, &attr, worker_main, (void *)(intptr_t)(pool.started + 1));
-        pthread_attr_destroy(&attr);
-        if (failed) break;
-        pool.started++;
-    }
-    if (threads > pool.started + 1) threads = pool.started + 1;
-    if (chunk <= 0) { /* 8 a thread: a worker that wakes late costs at most one chunk */
-        int64_t chunks = 8 * (int64_t)threads < n ? 8 * (int64_t)threads : n;
-        chunk = (n + chunks - 1) / chunks;
-    }
-    uint32_t g = (uint32_t)++pool.gen;
-    pool.threads = threads, pool.fn = fn, pool.ctx = ctx, pool.n = n, pool.chunk = chunk, pool.chunks = (n + chunk - 1) / chunk;
-    atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
-    atomic_store_explicit(&pool.ticket, (uint64_t)g << 32, memory_order_release);
-    pthread_cond_broadcast(&pool.wake);
-    pthread_mutex_unlock(&pool.mu);
-    take_chunks(g, 0);
-    for (long spins = 0; atomic_load_explicit(&pool.done, memory_order_acquire) < pool.chunks; spins++) {
-#if defined(__x86_64__) || defined(_M_X64)
-        _mm_pause();
-#endif
-        if (spins > 20000) sched_yield(); /* a worker preempted mid-chunk (a busy machine): let it run */
-    }
-    pthread_mutex_unlock(&pool.busy);
 }
 
 /* Insert (v, j) into the k best so far, kept sorted in descending order; v > values[k - 1]. */
@@ -1361,6 +1305,5 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "Native CP
 
 PyMODINIT_FUNC PyInit__native(void) {
     use_avx2 = cpu_has_avx2();
-    pthread_atfork(NULL, NULL, pool_after_fork);
     return PyModule_Create(&module);
 }

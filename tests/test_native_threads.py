@@ -1,6 +1,7 @@
-"""The worker threads of the C kernels (``syntaxnmt/_native.c``, "Threads"): a kernel's range split
-between the caller and persistent workers gives the values of one thread, bit for bit, whatever
-the number of threads, after a fork, and with two Python threads calling at once."""
+"""The threads of the C kernels (``syntaxnmt/_native.c``, "Threads"): a kernel's range split
+between torch's OpenMP threads gives the values of one thread, bit for bit, whatever the number of
+threads, with two Python threads calling at once, and in a forked child with one thread; the
+kernels load no OpenMP runtime besides torch's."""
 
 from __future__ import annotations
 
@@ -74,17 +75,13 @@ def test_every_thread_count_gives_the_values_of_one_thread(kernels):
         torch.set_num_threads(before)
 
 
-def test_kernels_run_in_a_forked_child_and_beside_another_python_thread():
-    """A forked child starts workers of its own (the parent's do not exist there); two Python
-    threads calling at once each get their own values (the second computes in its own thread)."""
+def test_kernels_run_beside_another_python_thread_and_in_a_forked_child():
+    """Two Python threads calling at once each get their own values (each has its own OpenMP
+    team); a child forked after the parent's parallel regions computes them with torch's threads
+    at 1 (libgomp is not fork-safe, for torch's operators as for these: torch's DataLoader workers
+    run with one thread)."""
     expected = _dropout_both_ways(1)
-    assert all(torch.equal(a, b) for a, b in zip(expected, _dropout_both_ways(2)))  # the parent's workers started
-    if hasattr(os, "fork"):
-        pid = os.fork()
-        if pid == 0:  # the child: exit 0 only if its kernels give the parent's values
-            ok = all(torch.equal(a, b) for a, b in zip(expected, _dropout_both_ways(2)))
-            os._exit(0 if ok else 1)
-        assert os.waitpid(pid, 0)[1] == 0
+    assert all(torch.equal(a, b) for a, b in zip(expected, _dropout_both_ways(2)))  # a parallel region in the parent
     found: list[bool] = []
 
     def run() -> None:
@@ -97,6 +94,33 @@ def test_kernels_run_in_a_forked_child_and_beside_another_python_thread():
     for t in threads:
         t.join()
     assert found == [True] * 40
+    if hasattr(os, "fork"):
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 only if its kernels give the parent's values
+            torch.set_num_threads(1)
+            ok = all(torch.equal(a, b) for a, b in zip(expected, _dropout_both_ways(kernel_threads(10**6))))
+            os._exit(0 if ok else 1)
+        assert os.waitpid(pid, 0)[1] == 0
+
+
+def test_the_kernels_use_torchs_openmp_runtime():
+    """The module is linked with -fopenmp and loaded after torch: its libgomp.so.1 is the copy
+    torch loaded, not a second OpenMP runtime with threads of its own (Linux: /proc/self/maps)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "def gomp(): return sorted({l.split()[-1] for l in open('/proc/self/maps') if 'libgomp' in l})\n"
+        "before = gomp()\n"
+        "from syntaxnmt.runtime import native_kernels\n"
+        "assert native_kernels() is not None\n"
+        "print(before == gomp(), before)\n"
+    )
+    if not os.path.exists("/proc/self/maps"):
+        pytest.skip("no /proc/self/maps")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("True"), out
 
 
 def test_kernel_threads_follow_torch_and_the_smallest_part():
