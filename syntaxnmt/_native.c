@@ -59,9 +59,11 @@ static int use_avx2 = 0; /* set at import: the CPU has AVX2 and FMA */
  * an OpenMP parallel region: the module is built with -fopenmp and loaded after torch, so its
  * libgomp.so.1 is torch's (tests/test_native_threads.py checks that it loads no other), and a kernel
  * that follows a product finds the same threads still spinning. The caller gives threads (torch's
- * intra-op count); the range is cut in chunks taken one at a time (schedule dynamic: a thread
- * that starts late takes fewer). Sums over the range are made per chunk of a fixed size and added
- * in chunk order, so a result does not depend on the threads. Without OpenMP at build time a
+ * intra-op count); the range is cut in contiguous blocks, the first to thread 0 (schedule
+ * static, as torch's own operators split rows: the next product finds the rows a thread wrote in
+ * that thread's cache; chunks claimed dynamically interleaved them and the following products
+ * ran slower in paired profiles). Sums over the range are made per chunk of a fixed size and
+ * added in chunk order, so a result does not depend on the threads. Without OpenMP at build time a
  * kernel computes in the calling thread. As torch's own operators, a kernel with threads > 1 in a
  * child forked after the parent ran a parallel region waits forever (libgomp is not fork-safe):
  * set torch's threads to 1 there, as torch's DataLoader workers do. */
@@ -69,7 +71,7 @@ static int use_avx2 = 0; /* set at import: the CPU has AVX2 and FMA */
 typedef void (*part_fn)(void *ctx, int64_t a, int64_t b, int slot); /* items a..b of the range, on per-thread buffers `slot` */
 
 /* fn over items 0..n-1 in threads threads (at most MAX_THREADS; slots 0..threads-1), in chunks
- * of `chunk` items (0: about 8 a thread). A kernel that sums over its chunks gives a fixed chunk
+ * of `chunk` items (0: one a thread), each thread a contiguous run of chunks. A kernel that sums over its chunks gives a fixed chunk
  * and keeps one partial sum per chunk (item a belongs to chunk a / chunk), added in chunk order:
  * the same sum whatever the threads and whichever thread took which chunk. */
 static void run_parts(part_fn fn, void *ctx, int64_t n, int threads, int64_t chunk) {
@@ -79,10 +81,7 @@ static void run_parts(part_fn fn, void *ctx, int64_t n, int threads, int64_t chu
 #ifndef _OPENMP
     threads = 1;
 #endif
-    if (chunk <= 0) { /* 8 a thread: a thread that starts late costs at most one chunk */
-        int64_t chunks = threads > 1 ? (8 * (int64_t)threads < n ? 8 * (int64_t)threads : n) : 1;
-        chunk = (n + chunks - 1) / chunks;
-    }
+    if (chunk <= 0) chunk = (n + threads - 1) / threads; /* one a thread */
     int64_t chunks = (n + chunk - 1) / chunk;
     if (threads <= 1) {
         for (int64_t c = 0; c < chunks; c++) fn(ctx, c * chunk, (c + 1) * chunk < n ? (c + 1) * chunk : n, 0);
@@ -92,7 +91,7 @@ static void run_parts(part_fn fn, void *ctx, int64_t n, int threads, int64_t chu
 #pragma omp parallel num_threads(threads)
     {
         int slot = omp_get_thread_num();
-#pragma omp for schedule(dynamic, 1) nowait
+#pragma omp for schedule(static) nowait
         for (int64_t c = 0; c < chunks; c++) fn(ctx, c * chunk, (c + 1) * chunk < n ? (c + 1) * chunk : n, slot);
     }
 #endif
