@@ -55,7 +55,8 @@ static int use_avx2 = 0; /* set at import: the CPU has AVX2 and FMA */
  * A Python thread pool cost a kernel call 100-250 microseconds on a 2-core KVM guest (the GIL
  * handed between threads, each hand-over a wake-up of an idle virtual CPU), and a pool of the
  * kernels' own threads still woke an idle thread per call, which a spinning OpenMP thread of the
- * products held off (docs/benchmarks.md, "Threads of the native kernels"). So the kernels run in
+ * products held off (docs/benchmarks.md, "Fused residual norms, packed embeddings and the
+ * kernels' threads"). So the kernels run in
  * an OpenMP parallel region: the module is built with -fopenmp and loaded after torch, so its
  * libgomp.so.1 is torch's (tests/test_native_threads.py checks that it loads no other), and a kernel
  * that follows a product finds the same threads still spinning. The caller gives threads (torch's

@@ -95,8 +95,9 @@ def kernel_threads(n: int, min_per_thread: int = 1) -> int:
 def in_threads(work: Callable[[int, int], None], n: int, min_per_thread: int = 1) -> None:
     """Run ``work(a, b)`` over the parts ``[a, b)`` of ``range(n)`` on ``torch.get_num_threads()``
     threads (fewer when a part would have under ``min_per_thread`` items): one part in this
-    thread, the others in a shared pool. For the native kernels, which release the GIL; an
-    exception of any part is raised here after all parts ended."""
+    thread, the others in a shared pool. For work that releases the GIL in Python (NumPy's fills
+    of :func:`syntaxnmt.model.dropout.uniform_like`; the C kernels split their own range,
+    :func:`kernel_threads`); an exception of any part is raised here after all parts ended."""
     threads = max(1, min(torch.get_num_threads(), n // max(1, min_per_thread)))
     if threads == 1:
         work(0, n)
