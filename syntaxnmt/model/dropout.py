@@ -19,7 +19,8 @@ profile). :class:`Dropout` keeps a unit with probability 1 - p and scales kept u
 The C kernel also fuses dropout with its neighbours in a Transformer layer:
 :func:`bias_relu_dropout` (the feed-forward block's hidden layer, whose product then runs without
 its bias) and :func:`dropout_add` (the residual connection) each make one pass forward and one
-back instead of three (or two), with the masks and values of the separate operators.
+back instead of three (or two), with the masks and values of the separate operators;
+:func:`dropout_add_norm` adds the next block's layer norm to the residual connection's pass.
 
 Either way the seed (of every block) is drawn from torch's CPU generator, so ``torch.manual_seed``
 and a resumed run's saved RNG state still decide every mask, whatever the number of threads. On
