@@ -14,8 +14,8 @@ Times, in one process (each figure the median of ``--repeats`` calls after warm-
   and backward on ``--rows`` x ``--ffn-dim`` floats, p = 0.1, beside two operators that only move
   memory (``x * 1.1``, ``r + x``): how far a kernel is from the memory's speed.
 
-``--against REF`` also builds ``syntaxnmt/_native.c`` of the git revision REF (``git show``; ``cc -O3``
-as the package builds it) into a temporary folder and times its attention kernels
+``--against REF`` also builds ``syntaxnmt/_native.c`` of the git revision REF (``git show``; ``cc -O3
+-fopenmp`` as the package builds it) into a temporary folder and times its attention kernels
 through the same calls, paired call by call with this tree's (their interface has not changed
 since the row maps of 2026-11-30 but for the ``threads`` argument of stop 46, which an older build
 gets as Python threads, :class:`OlderBuild`; dropout's contract has, so only the attention is compared).
@@ -78,7 +78,7 @@ def build_revision(ref: str, folder: Path):
         sys.exit(f"native_kernels: --against {ref}: {source.stderr.strip()}")
     (folder / "_native.c").write_text(source.stdout)
     target = folder / f"_native{sysconfig.get_config_var('EXT_SUFFIX')}"
-    subprocess.run(["cc", "-O3", "-pthread", "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}", str(folder / "_native.c"), "-o", str(target)], check=True)
+    subprocess.run(["cc", "-O3", "-fopenmp", "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}", str(folder / "_native.c"), "-o", str(target)], check=True)
     spec = importlib.util.spec_from_file_location("_native", target)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -72,9 +72,9 @@ static int use_avx2 = 0; /* set at import: the CPU has AVX2 and FMA */
 typedef void (*part_fn)(void *ctx, int64_t a, int64_t b, int slot); /* items a..b of the range, on per-thread buffers `slot` */
 
 /* fn over items 0..n-1 in threads threads (at most MAX_THREADS; slots 0..threads-1), in chunks
- * of `chunk` items (0: one a thread), each thread a contiguous run of chunks. A kernel that sums over its chunks gives a fixed chunk
- * and keeps one partial sum per chunk (item a belongs to chunk a / chunk), added in chunk order:
- * the same sum whatever the threads and whichever thread took which chunk. */
+ * of `chunk` items (0: one a thread), each thread a contiguous run of chunks. A kernel that sums
+ * over its range gives a fixed chunk and keeps one partial sum per chunk (item a belongs to chunk
+ * a / chunk), added in chunk order: the same sum whatever the threads. */
 static void run_parts(part_fn fn, void *ctx, int64_t n, int threads, int64_t chunk) {
     if (n <= 0) return;
     if (threads > MAX_THREADS) threads = MAX_THREADS;
@@ -1173,7 +1173,8 @@ struct add_norm_job {
     int32_t threshold;
     float scale, eps;
     uint64_t seed;
-    double *gsums; /* backward: per chunk of NORM_CHUNK rows 2 cols doubles (gamma's, beta's) */
+    double *gsums; /* backward: gamma's partial sums, cols doubles per chunk of NORM_CHUNK rows, then beta's */
+    int64_t chunks;
 };
 
 #define NORM_CHUNK 64 /* rows in a chunk of add_norm's backward pass (it sums columns) */
@@ -1185,8 +1186,8 @@ static void add_norm_part(void *ctx, int64_t a, int64_t b, int slot) {
 
 static void add_norm_back_part(void *ctx, int64_t a, int64_t b, int slot) {
     struct add_norm_job *j = ctx;
-    double *g = j->gsums + 2 * (a / NORM_CHUNK) * j->cols;
-    add_norm_back_rows(j->gxo, j->gh, j->xo_in, j->stats, j->gamma, j->bits, j->gx, j->gy, j->rows, j->cols, j->scale, j->r0 + a, j->r0 + b, g, g + j->cols, j->fsum + 3 * slot * j->cols);
+    double *g = j->gsums + a / NORM_CHUNK * j->cols;
+    add_norm_back_rows(j->gxo, j->gh, j->xo_in, j->stats, j->gamma, j->bits, j->gx, j->gy, j->rows, j->cols, j->scale, j->r0 + a, j->r0 + b, g, g + j->chunks * j->cols, j->fsum + 3 * slot * j->cols);
 }
 #endif
 
@@ -1230,13 +1231,11 @@ static PyObject *add_norm_backward(PyObject *self, PyObject *args) {
     }
     struct add_norm_job j = {.gxo = (const float *)(uintptr_t)gxo, .gh = (const float *)(uintptr_t)gh, .xo_in = (const float *)(uintptr_t)xo, .stats = (float *)(uintptr_t)stats,
                              .gamma = (const float *)(uintptr_t)gamma, .bits = (uint8_t *)(uintptr_t)bits, .gx = (float *)(uintptr_t)gx, .gy = (float *)(uintptr_t)gy,
-                             .rows = rows, .cols = cols, .r0 = r0, .scale = (float)scale, .gsums = gsums, .fsum = fsum};
+                             .rows = rows, .cols = cols, .r0 = r0, .scale = (float)scale, .gsums = gsums, .chunks = chunks, .fsum = fsum};
     Py_BEGIN_ALLOW_THREADS;
     run_parts(add_norm_back_part, &j, r1 - r0, slots, NORM_CHUNK);
-    for (int64_t k = 0; k < chunks; k++) { /* chunk k: gamma's sums, then beta's */
-        add_parts((double *)(uintptr_t)ggamma, gsums + 2 * k * cols, 1, cols);
-        add_parts((double *)(uintptr_t)gbeta, gsums + (2 * k + 1) * cols, 1, cols);
-    }
+    add_parts((double *)(uintptr_t)ggamma, gsums, chunks, cols);
+    add_parts((double *)(uintptr_t)gbeta, gsums + chunks * cols, chunks, cols);
     Py_END_ALLOW_THREADS;
     free(fsum), free(gsums);
 #endif

@@ -86,9 +86,9 @@ if hasattr(os, "register_at_fork"):
 
 
 def kernel_threads(n: int, min_per_thread: int = 1) -> int:
-    """The threads a native kernel splits ``n`` items between (its ``threads`` argument, which its
-    own workers serve: ``syntaxnmt/_native.c``, "Threads"): ``torch.get_num_threads()``, fewer
-    when a thread would get under ``min_per_thread`` items."""
+    """The threads to split ``n`` items between: ``torch.get_num_threads()``, fewer when a thread
+    would get under ``min_per_thread`` items (a native kernel's ``threads`` argument, torch's
+    OpenMP threads: ``syntaxnmt/_native.c``, "Threads"; and :func:`in_threads`)."""
     return max(1, min(torch.get_num_threads(), n // max(1, min_per_thread)))
 
 
@@ -98,7 +98,7 @@ def in_threads(work: Callable[[int, int], None], n: int, min_per_thread: int = 1
     thread, the others in a shared pool. For work that releases the GIL in Python (NumPy's fills
     of :func:`syntaxnmt.model.dropout.uniform_like`; the C kernels split their own range,
     :func:`kernel_threads`); an exception of any part is raised here after all parts ended."""
-    threads = max(1, min(torch.get_num_threads(), n // max(1, min_per_thread)))
+    threads = kernel_threads(n, min_per_thread)
     if threads == 1:
         work(0, n)
         return

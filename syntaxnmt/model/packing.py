@@ -11,6 +11,7 @@ products still see only a few shapes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -64,9 +65,7 @@ class Place(NamedTuple):
 
     def placed(self, y: Tensor) -> Tensor:
         """(batch, length, E): the rows ``y`` (R, E) at their positions, zeros elsewhere."""
-        if self.rows is None:
-            return y.view(self.batch, self.length, y.size(-1))
-        return _Scatter.apply(y, self.rows, self.batch * self.length).view(self.batch, self.length, y.size(-1))
+        return _placed_as(y, self.rows, (self.batch, self.length))
 
 
 class PlacedRows(Sequence[Tensor]):
@@ -133,10 +132,13 @@ def gather_rows(x: Tensor, rows: Tensor | None) -> Tensor:
 def scatter_rows(y: Tensor, rows: Tensor | None, like: Tensor) -> Tensor:
     """The inverse of :func:`gather_rows` for ``like``'s positions: ``y`` (len(rows), E) placed at
     ``rows``, zeros elsewhere, shaped (*like.shape[:-1], E)."""
-    shape = (*like.shape[:-1], y.size(-1))
-    if rows is None:
-        return y.view(shape)
-    return _Scatter.apply(y, rows, like.numel() // like.size(-1)).view(shape)
+    return _placed_as(y, rows, like.shape[:-1])
+
+
+def _placed_as(y: Tensor, rows: Tensor | None, positions: tuple[int, ...]) -> Tensor:
+    """``y`` (len(rows), E) at ``rows`` of ``positions`` (a shape), zeros elsewhere: (*positions, E)."""
+    shape = (*positions, y.size(-1))
+    return y.view(shape) if rows is None else _Scatter.apply(y, rows, math.prod(positions)).view(shape)
 
 
 def on_rows(f: Callable[[Tensor], Tensor], x: Tensor, rows: Tensor | None) -> Tensor:
