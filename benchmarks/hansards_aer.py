@@ -931,6 +931,8 @@ def main(argv: list[str] | None = None) -> dict:
                 print(unfinished_line(task["name"], unfinished[task["name"]], args))
         sys.stdout.flush()
         if died:
+            sys.stderr.write("\n")  # a killed worker's progress bar (on this stderr) never ended its line
+            sys.stderr.flush()
             raise WorkerDied(f"{', '.join(died)}: {WORKER_DIED} (killed by the system, out of memory?), which ends the others' workers too: {len(unfinished)} model(s) unfinished, each at its last saved last.pt; re-run the same command to continue")
         if signum is not None:
             raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name}: {len(unfinished)} model(s) unfinished, their last.pt saved; re-run the same command to continue")
