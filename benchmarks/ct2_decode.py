@@ -54,14 +54,17 @@ from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, 
 from syntaxnmt.textio import atomic_write_text, read_lines
 
 
-def engines(model, checkpoint: Path, tmp: Path, threads: int, inter_threads: int = 1, torch_operators: bool = False):
+def engines(model, checkpoint: Path, tmp: Path, threads: int, inter_threads: int = 1, torch_operators: bool = False, processes: bool = False):
     """name -> search function from ids to hypotheses: ours on ``model`` (loaded from
     ``checkpoint``; with ``torch_operators`` also ours with ``decode.cpu_softmax: torch``, PyTorch's
-    operators instead of the native kernels), CTranslate2 with ``inter_threads`` translators sharing ``threads`` threads."""
+    operators instead of the native kernels; with ``processes`` also ours with ``decode.processes``,
+    the batches at once in forked processes), CTranslate2 with ``inter_threads`` translators sharing ``threads`` threads."""
     device = torch.device("cpu")
     out = {"syntaxnmt (PyTorch)": lambda sources, decode, anns: translate_ids(model, sources, decode, device, annotations=anns)}
     if torch_operators:
         out["syntaxnmt, cpu_softmax torch"] = lambda sources, decode, anns: translate_ids(model, sources, decode.model_copy(update={"cpu_softmax": "torch"}), device, annotations=anns)
+    if processes:
+        out["syntaxnmt, processes"] = lambda sources, decode, anns: translate_ids(model, sources, decode.model_copy(update={"processes": True}), device, annotations=anns)
     for quant in ("float32", "int8"):
         engine = CT2Engine(export_ct2(checkpoint, tmp / quant, quant), threads=threads, inter_threads=inter_threads)
         out[f"CTranslate2 {quant}"] = lambda sources, decode, anns, engine=engine: engine.translate_ids(sources, decode)
@@ -82,6 +85,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=100, help="sentences each engine translates untimed first")
     ap.add_argument("--limit", type=int, default=0, help="only the first N sentences (quick checks)")
     ap.add_argument("--torch-operators", action="store_true", help="also time our search with decode.cpu_softmax torch (PyTorch's operators, not the native kernels of syntaxnmt/_native.c)")
+    ap.add_argument("--processes", action="store_true", help="also time our search with decode.processes (the batches at once in forked processes instead of threads)")
     _isa.add_isa_argument(ap)
     ap.add_argument("--json", default="benchmarks/out/ct2_decode.json", help="figures and the machine record")
     args = ap.parse_args()
@@ -97,7 +101,7 @@ def main() -> None:
         model, cfg, toks = load_model(checkpoint, torch.device("cpu"))
         batches = -(-len(lines) // cfg.decode.batch_size)
         workers, per_worker = decode_workers(args.workers, batches, torch.device("cpu"))
-        runs = engines(model, checkpoint, Path(tmp), per_worker * workers, workers, args.torch_operators)
+        runs = engines(model, checkpoint, Path(tmp), per_worker * workers, workers, args.torch_operators, args.processes)
         decode = cfg.decode.model_copy(update={"beam_size": args.beam, "workers": workers})
         sources, anns = encode_source_lines(cfg, toks, lines, model.feature_spec, source_name=str(src))
         names = list(runs)

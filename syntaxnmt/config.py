@@ -635,6 +635,11 @@ class DecodeConfig(_Section):
     which ``--engine ctranslate2`` sets from it),
     the command's threads shared between them: 0 = one per thread (when there are that many
     batches), 1 = one batch at a time on all the threads. See :func:`syntaxnmt.decoding.translate.decode_workers`."""
+    processes: bool = False
+    """Search the batches at once (``workers``, one thread each) in processes forked from the
+    command's instead of threads of it: no GIL between them (two on two cores: about 1.2x the
+    sentences/s of two threads, docs/deployment.md). CPU only; force-decoding for ``--alignments``
+    keeps threads."""
     cpu_softmax: CpuSoftmax = "auto"
     """How a search on the CPU turns the output layer's logits into its candidates: ``auto``, the
     native kernel (:mod:`syntaxnmt.decoding.native`: log-softmax and top-k in one pass over a row)

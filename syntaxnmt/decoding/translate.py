@@ -3,9 +3,11 @@ batch sentences by length, search, detokenize; and scoring given targets (force-
 
 from __future__ import annotations
 
+import multiprocessing
 import sys
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -317,7 +319,7 @@ def _translate_wave(model, sources, wave: np.ndarray, results: list, decode: Dec
     context = getattr(model, "document_context", None) if contexts is not None else None
     order = wave[np.argsort([len(sources[i]) for i in wave], kind="stable")[::-1]]
 
-    def search_batch(idx: np.ndarray) -> None:
+    def search_batch(idx: np.ndarray) -> list[list[Hypothesis]]:
         anns = [_truncate(annotations[i], max_pos) for i in idx] if spec else None
         if states is not None:
             batch = make_batch([sources[i][:max_pos] for i in idx], None, idx.tolist()).to(device)
@@ -337,63 +339,107 @@ def _translate_wave(model, sources, wave: np.ndarray, results: list, decode: Dec
             for h in (h for nb in hyps for h in nb):
                 current = context.current_part(h.tokens)
                 h.context_tokens, h.tokens = h.tokens[: len(h.tokens) - len(current)], current
+        return hyps
+
+    def store(idx: np.ndarray, hyps: list[list[Hypothesis]]) -> None:
         for i, h in zip(idx, hyps):
             results[i] = h
 
     batches = [order[start : start + decode.batch_size] for start in range(0, len(order), decode.batch_size)]
-    for idx in batches_side_by_side(search_batch, batches, decode.workers, device):
+    for idx in batches_side_by_side(search_batch, batches, decode.workers, device, store, decode.processes):
         bar.update(len(idx))
 
 
-def batches_side_by_side(work: Callable[[Any], None], batches: Sequence[Any], workers: int, device: torch.device) -> Iterator[Any]:
+def batches_side_by_side(work: Callable[[Any], Any], batches: Sequence[Any], workers: int, device: torch.device, store: Callable[[Any, Any], None] | None = None, processes: bool = False) -> Iterator[Any]:
     """Run ``work(batch)`` for every batch, ``workers`` at once (:func:`decode_workers`; 0: one per
-    torch thread on the CPU), yielding each batch in order once its work is done. The workers run
-    under the caller's grad and inference mode (thread-local in torch). On the CPU the thread
-    policy is applied again between batches as the load changes
-    (:meth:`~syntaxnmt.runtime.ThreadWatch.for_this_process`: every 30 s, where the policy chose
-    the threads), and the batches at once follow the new thread count."""
+    torch thread on the CPU), yielding each batch in order once its work is done and ``store(batch,
+    work(batch))`` (when given) has run in the caller's thread. The workers run under the caller's
+    grad and inference mode (thread-local in torch). On the CPU the thread policy is applied again
+    between batches as the load changes (:meth:`~syntaxnmt.runtime.ThreadWatch.for_this_process`:
+    every 30 s, where the policy chose the threads), and the batches at once follow the new thread
+    count. ``processes`` (``decode.processes``): batches at once of one thread each are searched in
+    forked processes instead of threads (:func:`_forked_pool`); ``work`` must then hand its whole
+    effect back as its result, for ``store``."""
     watch = ThreadWatch.for_this_process() if device.type == "cpu" else None
     done = 0
     while done < len(batches):
         n, threads = decode_workers(workers, len(batches) - done, device)
-        for batch in _side_by_side(work, batches[done:], n, threads, watch.due if watch is not None else None):
+        fork = processes and device.type == "cpu" and n > 1 and threads == 1
+        for batch in _side_by_side(work, batches[done:], n, threads, watch.due if watch is not None else None, store, fork):
             done += 1
             yield batch
         if watch is not None:
             watch.poll(note)
 
 
-def _side_by_side(work: Callable[[Any], None], batches: Sequence[Any], n: int, threads: int, stop: Callable[[], bool] | None) -> Iterator[Any]:
-    """:func:`batches_side_by_side` with ``n`` workers of ``threads`` threads, until ``stop()``
-    says so after a batch: the batches not started yet are left for the caller (a prefix of
-    ``batches`` is yielded, in order)."""
+def _side_by_side(work: Callable[[Any], Any], batches: Sequence[Any], n: int, threads: int, stop: Callable[[], bool] | None, store: Callable[[Any, Any], None] | None = None, fork: bool = False) -> Iterator[Any]:
+    """:func:`batches_side_by_side` with ``n`` workers of ``threads`` threads (``fork``: processes
+    of one thread), until ``stop()`` says so after a batch: the batches not started yet are left for
+    the caller (a prefix of ``batches`` is yielded, in order)."""
+    store = store or (lambda batch, result: None)
     if n == 1:
         for batch in batches:
-            work(batch)
+            store(batch, work(batch))
             yield batch
             if stop is not None and stop():
                 return
         return
     inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
 
-    def in_worker(batch) -> None:
+    def in_worker(batch) -> Any:
         with torch.inference_mode(inference), torch.set_grad_enabled(grad):
-            work(batch)
+            return work(batch)
 
-    with intra_op_threads(threads), ThreadPoolExecutor(n, thread_name_prefix="syntaxnmt-decode") as pool:
-        pending = deque((batch, pool.submit(in_worker, batch)) for batch in batches)
+    with intra_op_threads(threads), (_forked_pool(in_worker, n) if fork else ThreadPoolExecutor(n, thread_name_prefix="syntaxnmt-decode")) as pool:
+        submit = (lambda batch: pool.submit(_forked_call, id(in_worker), batch)) if fork else (lambda batch: pool.submit(in_worker, batch))
+        pending = deque((batch, submit(batch)) for batch in batches)
         while pending:
             batch, future = pending.popleft()
-            future.result()
+            store(batch, _result(future))
             yield batch
             if stop is not None and stop():
                 # the pool starts its work in order: cancelling from the newest back leaves the started ones
                 while pending and pending[-1][1].cancel():
                     pending.pop()
                 for batch, future in pending:
-                    future.result()
+                    store(batch, _result(future))
                     yield batch
                 return
+
+
+_FORKED: dict[int, Callable[[Any], Any]] = {}  # the work of each forked pool, by id: what its children inherit
+
+
+def _forked_call(key: int, batch: Any) -> Any:
+    """In a forked search process: the inherited work of its pool, on one batch."""
+    return _FORKED[key](batch)
+
+
+def _forked_start() -> None:
+    """A forked search process runs one OpenMP thread: libgomp is not fork-safe with a bigger team
+    (as torch's DataLoader workers)."""
+    torch.set_num_threads(1)
+
+
+@contextmanager
+def _forked_pool(work: Callable[[Any], Any], n: int) -> Iterator[ProcessPoolExecutor]:
+    """``n`` processes forked from this one (the model, the sources and ``work`` shared
+    copy-on-write), each searching one batch at a time: no GIL between the batches searched at once
+    (``decode.processes``; docs/deployment.md). Results come back pickled."""
+    _FORKED[id(work)] = work
+    try:
+        with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork"), initializer=_forked_start) as pool:
+            yield pool
+    finally:
+        del _FORKED[id(work)]
+
+
+def _result(future) -> Any:
+    """A batch's result; a search process that died is one clear error."""
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        raise UserError("decode.processes: a search process died (killed by the system, out of memory?); run again, or with decode.processes: false") from None
 
 
 def decode_workers(requested: int, batches: int, device: torch.device, threads: int | None = None) -> tuple[int, int]:

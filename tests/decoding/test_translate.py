@@ -305,6 +305,72 @@ def test_batches_searched_side_by_side_give_the_sequential_output(trained_run, c
     assert all(len(nb) == nbest for nb in outputs[2, 3])
 
 
+def test_batches_searched_in_forked_processes_give_the_sequential_output(trained_run, corpus, monkeypatch):
+    """``decode.processes``: with two threads, the two batches at once are searched in processes
+    forked from this one, of one torch thread each, and give the hypotheses (tokens, scores, order)
+    that one batch after another in this process gives; this process's threads are restored."""
+    import syntaxnmt.decoding.translate as tr
+
+    model, cfg, toks = load_model(Path(trained_run.work_dir) / "best.pt", CPU)
+    lines = corpus["test"]["src"].read_text(encoding="utf-8").splitlines()[:23]
+    sources = [np.asarray(ids, dtype=np.int64) for ids in toks.src.encode_batch(lines)]
+    real = tr.search
+
+    def recording(*args, **kw):  # each hypothesis says where it was searched (its attributes come back pickled)
+        hyps = real(*args, **kw)
+        for nb in hyps:
+            for h in nb:
+                h.searched_in = (os.getpid(), torch.get_num_threads())
+        return hyps
+
+    monkeypatch.setattr(tr, "search", recording)
+    before = torch.get_num_threads()
+    outputs, where = {}, {}
+    try:
+        for threads, processes in ((1, False), (2, True)):
+            torch.set_num_threads(threads)
+            decode = cfg.decode.model_copy(update={"batch_size": 5, "workers": 0, "processes": processes})
+            hyps = translate_ids(model, sources, decode, CPU, beam=3, nbest=2)
+            outputs[processes] = [[(h.tokens, h.score, h.log_prob) for h in nb] for nb in hyps]
+            where[processes] = {h.searched_in for nb in hyps for h in nb}
+            assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+    assert outputs[False] == outputs[True] and all(len(nb) == 2 for nb in outputs[True])
+    assert where[False] == {(os.getpid(), 1)}
+    pids = {pid for pid, _ in where[True]}
+    assert os.getpid() not in pids and len(pids) == 2 and {t for _, t in where[True]} == {1}
+
+
+def test_a_search_process_that_dies_is_one_clear_error():
+    """A forked search process killed outright (as the out-of-memory killer does) ends the search
+    with a :class:`UserError` naming ``decode.processes``; the results of the others reach ``store``
+    in the caller's thread, in order, until then."""
+    import signal
+
+    import syntaxnmt.decoding.translate as tr
+    from syntaxnmt.errors import UserError
+
+    parent = os.getpid()
+
+    def work(batch: int) -> tuple[int, int]:
+        if batch == 3 and os.getpid() != parent:  # never this process, should the batch run here
+            os.kill(os.getpid(), signal.SIGKILL)
+        return batch * 10, os.getpid()
+
+    stored: list[tuple[int, int]] = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with pytest.raises(UserError, match=r"^decode.processes: a search process died .*decode.processes: false$"):
+            for _ in tr.batches_side_by_side(work, list(range(6)), 0, CPU, lambda b, r: stored.append((b, r[0])), processes=True):
+                pass
+    finally:
+        torch.set_num_threads(before)
+    assert stored == [(b, 10 * b) for b in range(len(stored))] and len(stored) <= 3
+    assert not tr._FORKED  # the pool's work is forgotten
+
+
 def test_batches_side_by_side_follow_the_thread_policy_as_the_load_changes(monkeypatch):
     """Between batches the policy's watch looks again (:class:`syntaxnmt.runtime.ThreadWatch`): 2
     threads (two batches at once, one thread each), then a busy machine (1 thread: one batch at a
