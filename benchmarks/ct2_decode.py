@@ -1,7 +1,7 @@
 """Our beam search against CTranslate2 (float32 and int8) on one checkpoint: sentences/s and sacreBLEU.
 
     python benchmarks/ct2_decode.py --checkpoint runs/multi30k-en-de/baseline/best.pt \
-        [--threads 2] [--workers 0] [--beam 5] [--repeats 5] [--root DIR] [--test-src F --test-ref F] [--limit N] [--isa native|avx2] [--torch-operators]
+        [--threads 2] [--workers 0] [--beam 5] [--repeats 5] [--root DIR] [--test-src F --test-ref F] [--limit N] [--isa native|avx2] [--torch-operators] [--processes]
 
 The source lines are turned into subword ids once (the pipeline both engines share: the parser's
 words for a model trained on a parsed corpus, SentencePiece); what is timed is the search from
@@ -18,7 +18,7 @@ table gives the median sentences/s (and the range), ours divided by each engine 
 repeat (the median of these paired ratios, less moved by a load that changes between repeats),
 corpus BLEU of the detokenized output, and how many sentences are word-for-word ours
 (``--torch-operators`` adds our search with ``decode.cpu_softmax: torch``: PyTorch's operators
-instead of the native kernels of ``syntaxnmt/_native.c``). ``--root`` is the folder that relative paths in the
+instead of the native kernels of ``syntaxnmt/_native.c``; ``--processes`` adds it with ``decode.processes``, the batches at once in forked processes; each variant of ours is also given against CTranslate2 float32, paired). ``--root`` is the folder that relative paths in the
 checkpoint's stored config start from (e.g. the repository the run was trained in). The figures
 and the machine (``syntaxnmt.runtime.machine_info``, load average before and after) also go to
 ``--json`` (default benchmarks/out/ct2_decode.json). ``--isa avx2`` restarts the script with ATen,
@@ -132,6 +132,10 @@ def main() -> None:
         rows[name] = {"sent_s": s, "median_sent_s": statistics.median(s), "vs_ours": statistics.median(s) / base, "ours_vs_engine_paired": paired, "bleu": bleu.bleu, "same_as_ours": same}
         print(f"| {name} | {statistics.median(s):.1f} ({min(s):.1f}-{max(s):.1f}) | {statistics.median(s) / base:.2f}x | {paired:.2f}x | {bleu.bleu:.2f} | {same}/{len(ours)} |")
     print()
+    for name in names[1:]:
+        if name.startswith("syntaxnmt,"):  # each variant of ours against CTranslate2 float32, paired as above
+            rows[name]["vs_ct2_float32_paired"] = vs = statistics.median(a / b for a, b in zip(speeds[name], speeds["CTranslate2 float32"]))
+            print(f"{name} / CTranslate2 float32, paired: {vs:.2f}x")
     ct2_version = __import__("ctranslate2").__version__
     print(f"{len(sources)} sentences of {src.name}, beam {args.beam}, length penalty {decode.length_penalty}, batch {decode.batch_size}, {args.threads} threads "
           f"({workers} batch{'es' if workers > 1 else ''} at once, {per_worker} thread{'s' if per_worker > 1 else ''} each; CTranslate2 inter_threads {workers}, intra_threads {per_worker}); "
