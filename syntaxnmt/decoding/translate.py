@@ -4,6 +4,7 @@ batch sentences by length, search, detokenize; and scoring given targets (force-
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import sys
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -417,8 +418,10 @@ def _forked_call(key: int, batch: Any) -> Any:
 
 def _forked_start() -> None:
     """A forked search process runs one OpenMP thread: libgomp is not fork-safe with a bigger team
-    (as torch's DataLoader workers)."""
+    (as torch's DataLoader workers); Ctrl-C is the command's to handle (as with threads, the
+    batches under way finish first)."""
     torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @contextmanager
