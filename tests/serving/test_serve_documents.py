@@ -195,3 +195,30 @@ def test_documents_with_alignments_or_markup_are_refused_as_the_python_api_refus
     assert r.status_code == 422, r.text
     expected = str(refused.value) if "alignments" in flags else f"markup is put back through the alignments: {refused.value}"
     assert r.json()["error"] == expected
+
+
+def test_documents_searched_in_forked_processes_give_the_threads_translations(han_both_checkpoint, documents, monkeypatch):
+    """``decode.processes`` on a document model: each wave (the documents' first sentences, then
+    their second ones, ...) is searched in processes forked after the previous wave's translations
+    and states were stored, and gives what the threads give."""
+    import torch
+
+    import syntaxnmt.decoding.translate as tr
+
+    forks = []
+    real = tr._forked_pool
+    monkeypatch.setattr(tr, "_forked_pool", lambda work, n: forks.append(n) or real(work, n))
+    flat = [s for doc in documents for s in doc]
+    ids = [f"doc{n}" for n, doc in enumerate(documents) for _ in doc]
+    translator = Translator.from_checkpoint(han_both_checkpoint, device="cpu")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        threads = translator.translate(flat, beam=2, docs=ids, batch_size=1)
+        assert not forks
+        processes = translator.translate(flat, beam=2, docs=ids, batch_size=1, processes=True)
+    finally:
+        torch.set_num_threads(before)
+    assert forks and set(forks) == {2}  # the waves of two or three sentences: two processes each
+    assert [t.text for t in processes] == [t.text for t in threads]
+    assert [t.score for t in processes] == pytest.approx([t.score for t in threads], abs=1e-6)
