@@ -60,11 +60,15 @@ def engines(model, checkpoint: Path, tmp: Path, threads: int, inter_threads: int
     operators instead of the native kernels; with ``processes`` also ours with ``decode.processes``,
     the batches at once in forked processes), CTranslate2 with ``inter_threads`` translators sharing ``threads`` threads."""
     device = torch.device("cpu")
-    out = {"syntaxnmt (PyTorch)": lambda sources, decode, anns: translate_ids(model, sources, decode, device, annotations=anns)}
+
+    def ours(**update):  # our search with these decode keys changed
+        return lambda sources, decode, anns: translate_ids(model, sources, decode.model_copy(update=update), device, annotations=anns)
+
+    out = {"syntaxnmt (PyTorch)": ours()}
     if torch_operators:
-        out["syntaxnmt, cpu_softmax torch"] = lambda sources, decode, anns: translate_ids(model, sources, decode.model_copy(update={"cpu_softmax": "torch"}), device, annotations=anns)
+        out["syntaxnmt, cpu_softmax torch"] = ours(cpu_softmax="torch")
     if processes:
-        out["syntaxnmt, processes"] = lambda sources, decode, anns: translate_ids(model, sources, decode.model_copy(update={"processes": True}), device, annotations=anns)
+        out["syntaxnmt, processes"] = ours(processes=True)
     for quant in ("float32", "int8"):
         engine = CT2Engine(export_ct2(checkpoint, tmp / quant, quant), threads=threads, inter_threads=inter_threads)
         out[f"CTranslate2 {quant}"] = lambda sources, decode, anns, engine=engine: engine.translate_ids(sources, decode)

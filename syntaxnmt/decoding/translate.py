@@ -7,7 +7,7 @@ import multiprocessing
 import signal
 import sys
 from collections import deque
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -391,8 +391,7 @@ def _side_by_side(work: Callable[[Any], Any], batches: Sequence[Any], n: int, th
         with torch.inference_mode(inference), torch.set_grad_enabled(grad):
             return work(batch)
 
-    with intra_op_threads(threads), (_forked_pool(in_worker, n) if fork else ThreadPoolExecutor(n, thread_name_prefix="syntaxnmt-decode")) as pool:
-        submit = (lambda batch: pool.submit(_forked_call, id(in_worker), batch)) if fork else (lambda batch: pool.submit(in_worker, batch))
+    with intra_op_threads(threads), (_forked_pool if fork else _thread_pool)(in_worker, n) as submit:
         pending = deque((batch, submit(batch)) for batch in batches)
         while pending:
             batch, future = pending.popleft()
@@ -425,16 +424,25 @@ def _forked_start() -> None:
 
 
 @contextmanager
-def _forked_pool(work: Callable[[Any], Any], n: int) -> Iterator[ProcessPoolExecutor]:
-    """``n`` processes forked from this one (the model, the sources and ``work`` shared
-    copy-on-write), each searching one batch at a time: no GIL between the batches searched at once
-    (``decode.processes``; docs/deployment.md). Results come back pickled."""
-    _FORKED[id(work)] = work
+def _thread_pool(work: Callable[[Any], Any], n: int) -> Iterator[Callable[[Any], Future]]:
+    """``submit(batch)``: ``work(batch)`` in one of ``n`` threads of this process."""
+    with ThreadPoolExecutor(n, thread_name_prefix="syntaxnmt-decode") as pool:
+        yield lambda batch: pool.submit(work, batch)
+
+
+@contextmanager
+def _forked_pool(work: Callable[[Any], Any], n: int) -> Iterator[Callable[[Any], Future]]:
+    """``submit(batch)``: ``work(batch)`` in one of ``n`` processes forked from this one (the
+    model, the sources and ``work`` shared copy-on-write), each searching one batch at a time: no
+    GIL between the batches searched at once (``decode.processes``; docs/deployment.md). Results
+    come back pickled."""
+    key = id(work)
+    _FORKED[key] = work
     try:
         with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork"), initializer=_forked_start) as pool:
-            yield pool
+            yield lambda batch: pool.submit(_forked_call, key, batch)
     finally:
-        del _FORKED[id(work)]
+        del _FORKED[key]
 
 
 def _result(future) -> Any:
