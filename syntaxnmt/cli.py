@@ -47,7 +47,7 @@ from syntaxnmt.model.kernels import configure as configure_kernels
 from syntaxnmt.model.linear import configure
 from syntaxnmt.runtime import configure_threads, resolve_device, run_command
 from syntaxnmt.serving.server import Limits, serve
-from syntaxnmt.textio import atomic_write_text, package_version, read_lines, write_lines
+from syntaxnmt.textio import atomic_write_text, package_version, read_input, read_lines, write_lines
 from syntaxnmt.training.joint import train_joint
 from syntaxnmt.training.train import train
 
@@ -194,16 +194,7 @@ def cmd_aer(args, extra) -> None:
     print(aer_report(args.gold, args.hyp, args.one_indexed_gold, args.src, args.tgt, args.bitext))
 
 
-def _read_input(path: str | None) -> list[str]:
-    if path and path != "-":
-        return read_lines(path)
-    lines = []
-    for lineno, raw in enumerate(sys.stdin.buffer, start=1):
-        try:
-            lines.append(raw.decode("utf-8").rstrip("\r\n"))
-        except UnicodeDecodeError as e:
-            raise UserError(f"<stdin>:{lineno}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
-    return lines
+_read_input = read_input  # a file, or stdin for None and '-' (textio: the one reader of text)
 
 
 def _aligning(args, paths: list[Path]) -> bool:
@@ -387,7 +378,7 @@ def cmd_decode_experiment(args, extra) -> None:
 def cmd_parse(args, extra) -> None:
     _no_overrides(extra)
     lines = _read_input(args.input)
-    parses = SpacyParser(args.pipeline).parse(lines, progress=args.output is not None)
+    parses = SpacyParser(args.pipeline).parse(lines, progress=args.output is not None, source=args.input or "<stdin>")
     source = args.input or "<stdin>"
     for i, p in enumerate(parses, start=1):
         check_parse(p, f"{source} sentence {i}")

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegative
 
 from syntaxnmt.errors import UserError
 from syntaxnmt.syntax import RELATION_KINDS
-from syntaxnmt.textio import atomic_write_text
+from syntaxnmt.textio import atomic_write_text, read_text
 
 
 class _Section(BaseModel):
@@ -898,13 +898,11 @@ def read_yaml_file(path: str | os.PathLike) -> Any:
     """The YAML document in the file ``path``, read with the config loader (no aliases, no
     duplicate keys); invalid YAML or UTF-8 is a :class:`UserError` naming the file and line."""
     try:
-        return yaml_load(Path(path).read_text(encoding="utf-8"))
+        return yaml_load(read_text(path))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
         raise UserError(f"{path}{where}: invalid YAML ({getattr(e, 'problem', None) or e})") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: invalid UTF-8") from None
 
 
 def read_yaml_tree(path: str | os.PathLike, _seen: tuple = ()) -> dict:
