@@ -135,6 +135,53 @@ def test_foreign_files_are_one_line_user_errors(trained_run, tmp_path, capsys):
         assert out == ""
 
 
+def test_a_damaged_stored_tokenizer_is_one_line_naming_the_checkpoint(trained_run, tmp_path, capsys):
+    """Issue 49: SentencePiece's traceback at the first use of a damaged tokenizer."""
+    state = load_checkpoint(Path(trained_run.work_dir) / "best.pt")
+    good = state["assets"]["spm_tgt"]
+    damaged = {
+        "cut.pt": ({**state["assets"], "spm_tgt": good[: len(good) // 3]}, "target tokenizer ('assets' spm_tgt) is not a readable SentencePiece model"),
+        "text.pt": ({**state["assets"], "spm_src": "a string"}, "source tokenizer ('assets' spm_src) is a str"),
+        "list.pt": ([1, 2], "stored tokenizers ('assets') are a list"),
+    }
+    for name, (assets, fragment) in damaged.items():
+        save_checkpoint(tmp_path / name, {**state, "assets": assets})
+        code, out, err = run_cli(capsys, "translate", "--checkpoint", tmp_path / name, "-i", trained_run.data.dev_src)
+        line = one_line_error(code, err)
+        assert f"{tmp_path / name}: " in line and fragment in line, line
+
+
+def test_integer_weights_are_refused_not_loaded_truncated(trained_run, tmp_path, capsys):
+    state = load_checkpoint(Path(trained_run.work_dir) / "best.pt")
+    name = next(k for k, v in state["model"].items() if v.is_floating_point())
+    state["model"][name] = (state["model"][name] * 100).long()
+    save_checkpoint(tmp_path / "int.pt", state)
+    code, out, err = run_cli(capsys, "translate", "--checkpoint", tmp_path / "int.pt", "-i", trained_run.data.dev_src)
+    line = one_line_error(code, err)
+    assert f"{tmp_path / 'int.pt'}: its weights do not fit" in line and f"{name} is int64 in the checkpoint, float32 in the model" in line, line
+
+
+def test_the_loader_bounds_what_a_small_checkpoint_expands_to(trained_run, tmp_path):
+    """Issue 49: a 1 MB zip of deflated zeros made the loader allocate 1 GiB; refused from the
+    archive's directory, and a stride-0 view of one element is refused before it is checked."""
+    import zipfile
+
+    state = load_checkpoint(Path(trained_run.work_dir) / "best.pt")
+    torch.save({**state, "unused": torch.zeros(16 << 20)}, tmp_path / "big.pt")  # 64 MiB of zeros
+    with zipfile.ZipFile(tmp_path / "big.pt") as z, zipfile.ZipFile(tmp_path / "bomb.pt", "w", zipfile.ZIP_DEFLATED) as out:
+        for info in z.infolist():
+            out.writestr(info.filename, z.read(info.filename))
+    assert (tmp_path / "bomb.pt").stat().st_size < 2 << 20
+    with pytest.raises(UserError, match=r"bomb\.pt: its archive expands to [\d,]+ bytes from [\d,]+ on disk"):
+        load_checkpoint(tmp_path / "bomb.pt")
+    load_checkpoint(tmp_path / "big.pt")  # stored uncompressed, as torch.save writes it: loads
+    name = next(k for k, v in state["model"].items() if v.is_floating_point())
+    state["model"][name] = torch.zeros(1).expand(1 << 28)
+    save_checkpoint(tmp_path / "view.pt", state)
+    with pytest.raises(UserError, match=rf"view\.pt: the model weight {re.escape(name)} claims 268,435,456 elements over a storage of 4 bytes"):
+        load_checkpoint(tmp_path / "view.pt")
+
+
 # ---------------------------------------------------------------- real checkpoints
 
 
