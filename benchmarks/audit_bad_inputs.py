@@ -425,7 +425,7 @@ def input_hygiene_cases(env: Env) -> list[Case]:
           setup=_edit_checkpoint("int.pt", lambda s: s["model"].update({_first_float(s): (s["model"][_first_float(s)] * 100).long()})), fragments=("int.pt", "int64")),
         C("translate-zip-bomb", "translate", ["translate", "--checkpoint", "{case}/bomb.pt", "-i", one], setup=_zip_bomb, fragments=("bomb.pt", "expands to")),
         C("translate-stride-zero-weight", "translate", ["translate", "--checkpoint", "{case}/view.pt", "-i", one],
-          setup=_edit_checkpoint("view.pt", lambda s: s["model"].update({_first_float(s): torch.zeros(1).expand(1 << 28)})), fragments=("view.pt", "claims")),
+          setup=_edit_checkpoint("view.pt", lambda s: s["model"].update({_first_float(s): torch.zeros(1).expand(1 << 36)})), fragments=("view.pt", "claims")),  # checking it whole: 64 GB
         C("average-damaged-tokenizer", "average-checkpoints", ["average-checkpoints", "--inputs", ck, "{case}/tok.pt", "-o", "{case}/avg.pt"],
           setup=_edit_checkpoint("tok.pt", lambda s: s["assets"].update(spm_src=b"not a model")), fragments=("tok.pt", "source tokenizer")),
     ]
