@@ -24,8 +24,8 @@ MAX_LINE_BYTES = 1 << 20
 line -- or an input with no newline within that much, such as ``-i /dev/zero`` -- is a
 :class:`UserError` naming the file and line, read in bounded steps (never unbounded memory)."""
 
-MAX_TEXT_BYTES = 64 << 20
-"""The largest whole-file text input :func:`read_text` reads (a YAML config): 64 MiB."""
+MAX_TEXT_BYTES = 256 << 20
+"""The largest whole-file text input :func:`read_text` reads (a YAML config, a JSON contrastive set): 256 MiB."""
 
 BOM = "\ufeff"
 """The byte-order mark: removed from the start of every text input (editors on Windows write it),

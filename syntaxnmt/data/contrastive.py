@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from syntaxnmt.errors import UserError
-from syntaxnmt.textio import read_lines
+from syntaxnmt.textio import read_lines, read_text
 
 FORMATS = ("syntaxnmt", "contrapro", "voita")
 VOITA_SEPARATOR = " _eos "
@@ -72,7 +72,7 @@ def chance(items: Sequence[ContrastiveItem]) -> float:
 
 
 def _load_json(path: Path) -> Any:
-    text = "\n".join(read_lines(path))
+    text = read_text(path)  # a whole file: a JSON set may be one line longer than a text line may be
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:

@@ -197,3 +197,11 @@ def test_bad_context_files_are_one_line_errors(tmp_path):
         read_contrastive(voita, context_src=five, context_tgt=five)
     with pytest.raises(UserError, match="unknown contrastive format 'xml'"):
         read_contrastive(voita, format="xml")
+
+
+def test_a_json_set_on_one_line_longer_than_a_text_line_loads(tmp_path):
+    """Issue 49: text lines are at most 1 MiB, a JSON file is read whole (with a leading BOM)."""
+    items = [{"src": f"sentence {i} " + "x" * 100, "candidates": ["a", "b"], "correct": 0} for i in range(20000)]
+    path = tmp_path / "big.json"
+    path.write_bytes("\ufeff".encode("utf-8") + json.dumps({"items": items}).encode("utf-8"))
+    assert path.stat().st_size > 1 << 21 and len(read_contrastive(path)) == 20000
