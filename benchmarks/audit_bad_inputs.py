@@ -376,15 +376,20 @@ def _zip_bomb(case: Path, env: Env) -> None:
             out.writestr(info.filename, z.read(info.filename))
 
 
+_TMPFS: list[bool] = []  # the answer of _tmpfs_possible, found once
+
+
 def _tmpfs_possible() -> bool:
     """Whether this process may mount a tmpfs (root, and a ``mount`` that works): the full-disk case needs one."""
-    if os.geteuid() != 0 or not shutil.which("mount"):
-        return False
-    with tempfile.TemporaryDirectory() as d:
-        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", d], capture_output=True).returncode != 0:
-            return False
-        subprocess.run(["umount", d], capture_output=True)
-    return True
+    if not _TMPFS:
+        ok = os.geteuid() == 0 and shutil.which("mount") is not None
+        if ok:
+            with tempfile.TemporaryDirectory() as d:
+                ok = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", d], capture_output=True).returncode == 0
+                if ok:
+                    subprocess.run(["umount", d], capture_output=True)
+        _TMPFS.append(ok)
+    return _TMPFS[0]
 
 
 def _full_tensorboard_disk(case: Path, _env: Env) -> None:
