@@ -193,11 +193,27 @@ def check_tokenizer_assets(path: str | os.PathLike, assets: Any) -> None:
         raise UserError(f"{path}: its stored tag vocabularies ('assets' tags) are a {type(assets['tags']).__name__}, not a dict: a damaged checkpoint")
 
 
-def load_checkpoint(path: str | os.PathLike, trust: bool | None = None) -> dict[str, Any]:
+def _torch_load(path: Path, weights_only: bool, lazy: bool) -> Any:
+    """``torch.load`` onto the CPU; ``lazy``: the archive's tensors memory-mapped, so that those of
+    keys nobody reads (a training checkpoint's optimizer state, for translation) are never read --
+    an archive that cannot be mapped (deflated entries) is read in full, within :func:`uncompressed_limit`."""
+    if lazy:
+        try:
+            return torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
+        except pickle.UnpicklingError:  # refused objects: the caller decides
+            raise
+        except Exception:  # not mappable; reading it in full says what is wrong, if anything
+            pass
+    return torch.load(path, map_location="cpu", weights_only=weights_only)
+
+
+def load_checkpoint(path: str | os.PathLike, trust: bool | None = None, lazy: bool = False) -> dict[str, Any]:
     """The dict saved at ``path``, loaded with ``weights_only=True`` (no code runs). A file that
     holds other Python objects is a :class:`UserError` unless ``trust`` (default: the
     ``--trust-checkpoint`` switch, :func:`trusting_checkpoints`); so are a missing, damaged or
-    foreign file, an object that is not a dict, and model weights with NaN or inf."""
+    foreign file, an object that is not a dict, and model weights with NaN or inf. ``lazy``: the
+    tensors are memory-mapped, so that those of keys the caller does not use are never read (for
+    inference: the optimizer state of a training checkpoint, or any key it does not know)."""
     path = Path(path)
     trust = _trust if trust is None else trust
     if not path.is_file():
@@ -212,7 +228,7 @@ def load_checkpoint(path: str | os.PathLike, trust: bool | None = None) -> dict[
         with warnings.catch_warnings():  # one line on stderr: no note on a plain pickle's protocol
             warnings.filterwarnings("ignore", message="Detected pickle protocol")
             with torch.serialization.safe_globals(_NUMPY_ARRAYS):
-                state = torch.load(path, map_location="cpu", weights_only=True)
+                state = _torch_load(path, True, lazy=lazy and start.startswith(b"PK"))
     except pickle.UnpicklingError as e:
         refused = _refused_globals(path, e)
         if not refused:
@@ -223,7 +239,7 @@ def load_checkpoint(path: str | os.PathLike, trust: bool | None = None) -> dict[
                 "as unpickling them can run code; pass --trust-checkpoint to load it only if you trust its origin"
             ) from None
         try:
-            state = torch.load(path, map_location="cpu", weights_only=False)
+            state = _torch_load(path, False, lazy=lazy and start.startswith(b"PK"))
         except Exception as e2:
             raise UserError(f"{path}: not a readable syntaxnmt checkpoint ({_reason(e2)})") from None
     except Exception as e:  # a truncated or damaged file
@@ -240,10 +256,10 @@ def load_checkpoint(path: str | os.PathLike, trust: bool | None = None) -> dict[
     return state
 
 
-def load_model_checkpoint(path: str | os.PathLike, trust: bool | None = None) -> dict[str, Any]:
+def load_model_checkpoint(path: str | os.PathLike, trust: bool | None = None, lazy: bool = False) -> dict[str, Any]:
     """:func:`load_checkpoint`, and a :class:`UserError` unless it holds a model: a ``config``
     dict and the ``model`` weights (a bare state dict, for one, does not)."""
-    state = load_checkpoint(path, trust)
+    state = load_checkpoint(path, trust, lazy)
     missing = [k for k in ("config", "model") if not isinstance(state.get(k), Mapping)]
     if missing:
         keys = ", ".join(map(repr, list(state)[:3])) or "none"

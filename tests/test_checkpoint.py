@@ -182,6 +182,33 @@ def test_the_loader_bounds_what_a_small_checkpoint_expands_to(trained_run, tmp_p
         load_checkpoint(tmp_path / "view.pt")
 
 
+MEASURE = """
+import sys, torch
+from syntaxnmt.decoding import translate
+def rss():
+    with open("/proc/self/status") as f:
+        return int(next(line for line in f if line.startswith("VmRSS:")).split()[1]) // 1024
+load_weights = translate.load_weights
+def measuring(*args, **kw):  # called while the loaded checkpoint is held
+    print(rss() - before)
+    return load_weights(*args, **kw)
+translate.load_weights = measuring
+before = rss()
+translate.load_model(sys.argv[1], torch.device("cpu"))
+"""
+
+
+def test_translation_skips_the_keys_it_does_not_use_unread(trained_run, tmp_path):
+    """Issue 49: loading a model read every key of its checkpoint (a training checkpoint's optimizer
+    state, or anything else); memory-mapped, what translation does not use is never read. Measured
+    in a process of its own (this one keeps the memory it frees: ``runtime.keep_freed_memory``)."""
+    state = load_checkpoint(Path(trained_run.work_dir) / "best.pt")
+    save_checkpoint(tmp_path / "big.pt", {**state, "unused": torch.ones(64 << 20)})  # 256 MiB
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([sys.executable, "-c", MEASURE, str(tmp_path / "big.pt")], capture_output=True, text=True, env=env, timeout=300, check=True)
+    assert int(done.stdout.split()[0]) < 128, done.stdout  # MiB grown while the checkpoint is held
+    assert load_checkpoint(tmp_path / "big.pt", lazy=True)["unused"][-1] == 1  # there, when it is read
+
 # ---------------------------------------------------------------- real checkpoints
 
 

@@ -114,7 +114,7 @@ def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module,
     in the checkpoint; one written before they were is read with its run's prepared corpus); on
     CPU with its linear layers' kernels chosen (:func:`syntaxnmt.model.kernels.prepare`, the
     process's ``--cpu-kernels``)."""
-    state = load_model_checkpoint(path)
+    state = load_model_checkpoint(path, lazy=True)  # a training checkpoint's optimizer state is never read
     cfg = config_from_dict(state["config"], source=f"{path} (stored config)")
     if "assets" in state:
         toks = tokenizers_from_assets(cfg, state["assets"])
