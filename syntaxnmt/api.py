@@ -14,7 +14,7 @@ force-decoding it: the alignment as ``syntaxnmt translate --alignments`` reads i
 attention`` reads it. Options are those
 of ``syntaxnmt translate``: the ``decode`` keys (``beam_size``, ``length_penalty``, ...), and at
 loading the decode-time model options ``hard_attention`` (``decode`` or ``none``) and
-``spacy_pipeline`` (:data:`syntaxnmt.decoding.translate.TRANSLATE_TIME_KEYS`). Mistakes raise
+``spacy_pipeline`` (:data:`syntaxnmt.decoding.loading.TRANSLATE_TIME_KEYS`). Mistakes raise
 :class:`syntaxnmt.errors.UserError` with the message the command line prints.
 """
 
@@ -45,15 +45,9 @@ from syntaxnmt.analysis.export import (
 from syntaxnmt.config import Config, DecodeConfig, merge_trees
 from syntaxnmt.data.prepare import Tokenizers
 from syntaxnmt.decoding.ensemble import load_ensemble
-from syntaxnmt.decoding.translate import (
-    apply_translation_config,
-    checkpoint_file,
-    load_model,
-    normalized_score,
-    score_ids,
-    translate_outputs,
-    translation_config,
-)
+from syntaxnmt.decoding.forced import normalized_score, score_ids
+from syntaxnmt.decoding.loading import apply_translation_config, checkpoint_file, load_model, translation_config
+from syntaxnmt.decoding.output import translate_outputs
 from syntaxnmt.errors import UserError
 from syntaxnmt.model.kernels import configure as configure_cpu_kernels
 from syntaxnmt.model.outputs import layer_head
@@ -129,7 +123,7 @@ class Translation:
 
 def option_tree(options: dict[str, Any], allow_load: bool = True) -> dict:
     """Flat options (``beam_size=5``, ``hard_attention="decode"``) as the nested config overrides
-    of :func:`~syntaxnmt.decoding.translate.translation_config`; an unknown name is a UserError."""
+    of :func:`~syntaxnmt.decoding.loading.translation_config`; an unknown name is a UserError."""
     tree: dict = {}
     for name, value in options.items():
         if name in DecodeConfig.model_fields:

@@ -34,8 +34,9 @@ from syntaxnmt.data.synthetic import write_corpus
 from syntaxnmt.decoding.averaging import average_checkpoints, last_periodic
 from syntaxnmt.decoding.ct2_engine import CT2Engine, ct2_device
 from syntaxnmt.decoding.ct2_export import export_ct2
+from syntaxnmt.decoding.loading import checkpoint_path, load_model, translation_config
+from syntaxnmt.decoding.output import without_empty_lines
 from syntaxnmt.decoding.scoring import CONTEXT_MODES, score_contrastive
-from syntaxnmt.decoding.translate import checkpoint_path, load_model, translation_config, without_empty_lines
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.alignment import run_alignment_set
 from syntaxnmt.experiments.decoding import run_decode_set

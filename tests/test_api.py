@@ -100,7 +100,7 @@ def test_scores_of_given_references(best, sources, references, rnn_checkpoint):
     """log P(reference | source) and the search's length-normalized score of it, for a model, an
     RNN and an ensemble (whose scores lie between its members'). That the score of the model's own
     output is the log-probability the search gave it is tested on token ids in
-    tests/decoding/test_translate.py (a barely trained model's outputs do not re-encode alike)."""
+    tests/decoding/test_forced.py (a barely trained model's outputs do not re-encode alike)."""
     by_family = {}
     for name, paths in (("transformer", [best]), ("rnn", [rnn_checkpoint]), ("ensemble", [best, rnn_checkpoint])):
         translator = syntaxnmt.Translator.from_checkpoint(paths, device="cpu", length_penalty=0.6)

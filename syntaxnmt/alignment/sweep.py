@@ -22,7 +22,7 @@ from syntaxnmt.config import Config
 from syntaxnmt.data.corpus import read_parallel
 from syntaxnmt.data.links import AERResult, aer, format_links, read_alignments, transposed
 from syntaxnmt.data.prepare import model_words
-from syntaxnmt.decoding.translate import load_model
+from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import write_lines
 

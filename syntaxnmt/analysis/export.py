@@ -4,7 +4,7 @@ Python API (``syntaxnmt attention``, ``plot``, ``analyze-heads`` and the web vie
 
 * :func:`attention_for_sentences` ``(model, cfg, toks, sources, *, refs=None, conllu=None, device,
   beam=1, parse=False, batch_size=32, progress=False) -> list[SentenceAttention]``: every layer and
-  head of every attention of the model (from :func:`syntaxnmt.decoding.translate.load_model`) for each
+  head of every attention of the model (from :func:`syntaxnmt.decoding.loading.load_model`) for each
   source line. Without ``refs`` the model first translates (greedy, or beam search with ``beam``)
   and its own output is then force-decoded to read all weights; with ``refs`` the given
   references are force-decoded. ``conllu`` (or ``parse=True``: the config's parser) attaches the
@@ -60,7 +60,10 @@ from syntaxnmt.data.features import SourceAnnotation
 from syntaxnmt.data.links import WORD_BOUNDARY, word_ids_from_pieces
 from syntaxnmt.data.prepare import Tokenizers
 from syntaxnmt.data.subwords import Tokenizer
-from syntaxnmt.decoding.translate import load_model, parse_annotations, parser_words, source_parses, translate_ids, translate_outputs
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.output import translate_outputs
+from syntaxnmt.decoding.sources import parse_annotations, parser_words, source_parses
+from syntaxnmt.decoding.translate import translate_ids
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import atomic_write, iter_lines, read_lines, write_lines
 

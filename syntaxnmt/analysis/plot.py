@@ -28,7 +28,7 @@ import numpy as np
 
 from syntaxnmt.analysis.export import SentenceAttention, attention_for_sentences, check_kind, parse_selection, read_attention, read_contexts, read_inputs, word_units
 from syntaxnmt.data.links import Links, read_alignments, words_to_subwords
-from syntaxnmt.decoding.translate import load_model
+from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import atomic_write
 

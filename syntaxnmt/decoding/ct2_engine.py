@@ -1,6 +1,6 @@
 """Translating with CTranslate2: ``syntaxnmt translate --engine ctranslate2``.
 
-The text pipeline is the PyTorch engine's (:func:`syntaxnmt.decoding.translate.encode_source_lines`: the
+The text pipeline is the PyTorch engine's (:func:`syntaxnmt.decoding.sources.encode_source_lines`: the
 parser's words for a model trained on a parsed corpus, SentencePiece, source truncation; the
 target tokenizer's decoding); only the search runs in ``ctranslate2.Translator``. Search settings
 map onto CTranslate2's: beam size, length penalty (log P / length**alpha), coverage penalty,
@@ -23,10 +23,11 @@ import numpy as np
 import torch
 
 from syntaxnmt.config import Config, DecodeConfig, config_from_dict
+from syntaxnmt.cpu.pools import decode_workers
 from syntaxnmt.data.prepare import tokenizers_from_assets
 from syntaxnmt.decoding.ct2_export import CONFIG_FILE, SOURCE_TOKENIZER, TARGET_TOKENIZER, export_ct2
 from syntaxnmt.decoding.search import Hypothesis, max_output_lengths
-from syntaxnmt.decoding.translate import decode_workers, encode_source_lines
+from syntaxnmt.decoding.sources import encode_source_lines
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import BOS, PAD, FeatureSpec
 
@@ -37,7 +38,7 @@ class CT2Engine:
     def __init__(self, path: str | Path, device: str = "cpu", threads: int | None = None, compute_type: str = "default", inter_threads: int | None = None):
         """``threads``: CTranslate2's threads in all (default: torch's). ``inter_threads``: batches
         searched at once, sharing them; default (None): ``decode.workers`` decides per call, as for
-        the PyTorch engine (:func:`syntaxnmt.decoding.translate.decode_workers`: on the CPU one batch
+        the PyTorch engine (:func:`syntaxnmt.cpu.pools.decode_workers`: on the CPU one batch
         per thread when there are several batches), with a translator made for each split used."""
         path = Path(path)
         if path.is_file():  # a checkpoint: export it to a temporary folder first

@@ -31,7 +31,7 @@ from syntaxnmt.config import Config, config_from_dict
 from syntaxnmt.data.batches import Split, TokenBatchSampler, collate
 from syntaxnmt.data.links import normalize_alignment
 from syntaxnmt.data.prepare import is_prepared, load_split, load_tokenizers, prepare, tokenizer_assets
-from syntaxnmt.decoding.translate import decoding_step
+from syntaxnmt.decoding.calibration import decoding_step
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD
 from syntaxnmt.model import build_model

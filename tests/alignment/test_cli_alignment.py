@@ -187,7 +187,7 @@ def test_align_reads_the_full_context_pass_as_trained(capsys, make_config, corpu
     from syntaxnmt.checkpoint import save_checkpoint
     from syntaxnmt.data.batches import make_batch
     from syntaxnmt.data.prepare import load_tokenizers
-    from syntaxnmt.decoding.translate import load_model
+    from syntaxnmt.decoding.loading import load_model
     from syntaxnmt.model import build_model
 
     cfg = make_config({"data": {"train_align": str(corpus["train"]["align"])}, "model": {"dec_layers": 2}, "train": {"alignment": {"guided_weight": 1.0, "layer": -2, "head": 1, "full_context": True, "leaky": True}}})

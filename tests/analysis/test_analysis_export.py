@@ -17,7 +17,8 @@ from syntaxnmt.analysis.export import attention_for_sentences, read_attention, u
 from syntaxnmt.config import load_config
 from syntaxnmt.data.batches import collate
 from syntaxnmt.data.prepare import load_split
-from syntaxnmt.decoding.translate import load_model, translate_lines
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.textio import read_lines
 
 CPU = torch.device("cpu")

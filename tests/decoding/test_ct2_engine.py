@@ -11,7 +11,10 @@ import torch
 from syntaxnmt.data.prepare import load_tokenizers
 from syntaxnmt.decoding.ct2_engine import CT2Engine
 from syntaxnmt.decoding.ct2_export import export_ct2
-from syntaxnmt.decoding.translate import checkpoint_path, encode_source_lines, load_model, translate_ids, translate_lines
+from syntaxnmt.decoding.loading import checkpoint_path, load_model
+from syntaxnmt.decoding.output import translate_lines
+from syntaxnmt.decoding.sources import encode_source_lines
+from syntaxnmt.decoding.translate import translate_ids
 from syntaxnmt.inputs import EOS
 from syntaxnmt.textio import read_lines
 from tests.conftest import parsed_data, untrained_checkpoint

@@ -16,7 +16,7 @@ from conftest import deep_merge, quiet, tiny_tree
 from syntaxnmt.config import load_config
 from syntaxnmt.data.batches import collate, pad_batch
 from syntaxnmt.data.prepare import load_split, load_tokenizers, prepare
-from syntaxnmt.decoding.translate import load_model
+from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import EOS, PAD, SourceFeatures
 from syntaxnmt.model import build_model
