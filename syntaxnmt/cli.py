@@ -32,10 +32,8 @@ from syntaxnmt.data.links import aer_report, format_links
 from syntaxnmt.data.prepare import prepare
 from syntaxnmt.data.synthetic import write_corpus
 from syntaxnmt.decoding.averaging import average_checkpoints, last_periodic
-from syntaxnmt.decoding.ct2_engine import CT2Engine, ct2_device
 from syntaxnmt.decoding.ct2_export import export_ct2
-from syntaxnmt.decoding.loading import checkpoint_path, load_model, translation_config
-from syntaxnmt.decoding.output import without_empty_lines
+from syntaxnmt.decoding.loading import checkpoint_path, load_model
 from syntaxnmt.decoding.scoring import CONTEXT_MODES, score_contrastive
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.alignment import run_alignment_set
@@ -231,19 +229,8 @@ def cmd_translate(args, extra) -> None:
     for key, value in (("beam_size", args.beam), ("batch_size", args.batch_size)):
         if value is not None:
             overrides.setdefault("decode", {})[key] = value
-    if args.engine == "ctranslate2":
-        if args.docs:
-            raise UserError("--docs: document context needs --engine torch")
-        if len(paths) > 1:
-            raise UserError("--engine ctranslate2 translates with one model: give one --checkpoint (ensembles run with --engine torch)")
-        engine = CT2Engine(paths[0], ct2_device(resolve_device(args.device)), threads=args.threads)
-        cfg = translation_config(engine.cfg, overrides)
-        if cfg.model.hard_attention != engine.cfg.model.hard_attention:
-            raise UserError("--model.hard_attention: CTranslate2's attention is softmax (translate with --engine torch)")
-        engine.cfg, decode = cfg, cfg.decode
-    else:
-        translator = Translator.from_checkpoint(paths, device=args.device, overrides=overrides)
-        decode = translator.decode
+    translator = Translator.from_checkpoint(paths, device=args.device, engine=args.engine, overrides=overrides)
+    decode = translator.decode
     reading = check_reading(translator.model, configured_reading(translator.cfg, args.align_layer, args.align_head, args.align_shift)) if aligning else None
     nbest = decode.nbest if args.nbest is None else args.nbest
     if nbest > decode.beam_size:
@@ -253,10 +240,8 @@ def cmd_translate(args, extra) -> None:
     if marked is not None:
         lines = [m.plain for m in marked]
     kw = dict(source_name=args.input or "<stdin>", progress=sys.stderr.isatty() or args.output is not None)
-    if args.engine == "ctranslate2":  # empty lines stay empty, as with the torch engine
-        results = without_empty_lines(lines, lambda kept, _numbers: engine.translate_lines(kept, decode, conllu=args.src_conllu, nbest=nbest, **kw))
-    else:
-        results = [[(c.text, c.score) for c in t.nbest] for t in translator.translate(lines, nbest=nbest, src_conllu=args.src_conllu, docs=_doc_ids(args.docs, lines, kw["source_name"]) if args.docs else None, **kw)]
+    docs = _doc_ids(args.docs, lines, kw["source_name"]) if args.docs else None
+    results = [[(c.text, c.score) for c in t.nbest] for t in translator.translate(lines, nbest=nbest, src_conllu=args.src_conllu, docs=docs, **kw)]
     if aligning:
         model, cfg, toks = translator.model, translator.cfg, translator.toks
         links = alignments_for_translations(model, cfg, toks, lines, [[text for text, _ in nb] for nb in results], translator.device, reading=reading, batch_size=decode.batch_size, conllu=args.src_conllu, source_name=kw["source_name"])

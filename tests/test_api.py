@@ -250,6 +250,28 @@ def test_a_run_folder_loads_its_best_checkpoint(trained_run, sources):
         syntaxnmt.Translator.from_checkpoint(Path(trained_run.work_dir).parent, device="cpu")
 
 
+def test_ctranslate2_engine_translates_behind_the_same_interface(best, sources, tmp_path):
+    """``engine="ctranslate2"``: the same :meth:`Translator.translate` searched by CTranslate2 --
+    greedy texts those of the PyTorch engine, an empty line empty in its place -- and what reads
+    the PyTorch model (scoring, alignments, attention, document context, ensembles) refused in one line."""
+    pytest.importorskip("ctranslate2")
+    torch_results = syntaxnmt.Translator.from_checkpoint(best, device="cpu").translate(["", *sources], beam=1)
+    ct2 = syntaxnmt.Translator.from_checkpoint(best, device="cpu", engine="ctranslate2", threads=1)
+    results = ct2.translate(["", *sources], beam=1)
+    assert [r.text for r in results] == [r.text for r in torch_results] and results[0].text == "" and results[1].text
+    assert ct2.members == [] and ct2.decode.beam_size == syntaxnmt.Translator.from_checkpoint(best, device="cpu").decode.beam_size
+    for call, message in [
+        (lambda: ct2.score(sources[:1], ["a"]), "scoring reads the PyTorch model"),
+        (lambda: ct2.translate(sources[:1], alignments=True), "alignments reads the PyTorch model"),
+        (lambda: ct2.translate(sources[:1], attention=True), "attention reads the PyTorch model"),
+        (lambda: ct2.translate(sources[:1], docs=["d"]), "--docs: document context needs --engine torch"),
+        (lambda: syntaxnmt.Translator.from_checkpoint([best, best], device="cpu", engine="ctranslate2"), "translates with one model"),
+        (lambda: syntaxnmt.Translator.from_checkpoint(best, device="cpu", engine="onnx"), "engine 'onnx': give one of torch, ctranslate2"),
+    ]:
+        with pytest.raises(syntaxnmt.UserError, match=re.escape(message)):
+            call()
+
+
 def test_import_syntaxnmt_is_cheap_and_exports_the_api():
     probe = "import sys, syntaxnmt; print('torch' in sys.modules, sorted(n for n in syntaxnmt.__all__))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=subprocess_env(), cwd=ROOT, timeout=120, check=True).stdout

@@ -18,16 +18,6 @@ from syntaxnmt.decoding.unk import translations_with_replacement
 from syntaxnmt.errors import UserError
 
 
-def without_empty_lines(lines: Sequence[str], translate: Callable[[list[str], list[int]], list]) -> list[list[tuple[str, float]]]:
-    """``translate(kept, numbers)`` of the lines with words (and their 1-based numbers); an empty
-    or blank line gets an empty translation with score 0, in its place."""
-    numbers = [n for n, line in enumerate(lines, start=1) if line.strip()]
-    out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
-    for n, nbest in zip(numbers, translate([lines[n - 1] for n in numbers], numbers) if numbers else []):
-        out[n - 1] = nbest
-    return out
-
-
 @dataclass
 class Output:
     """One translation of a source line: detokenized text, the search's score (log P / lp(y), as
@@ -38,6 +28,16 @@ class Output:
     log_prob: float
     tokens: list[int]
     context_tokens: list[int] | None = None  # 2-to-2: the context part the model wrote before ``tokens``
+
+
+def without_empty_lines(lines: Sequence[str], translate: Callable[[list[str], list[int]], list[list[Output]]]) -> list[list[Output]]:
+    """``translate(kept, numbers)`` of the lines with words (and their 1-based numbers); an empty
+    or blank line gets an empty translation with score 0, in its place, without reaching the model."""
+    numbers = [n for n, line in enumerate(lines, start=1) if line.strip()]
+    out: list[list[Output]] = [[Output("", 0.0, 0.0, [])] for _ in lines]
+    for n, nbest in zip(numbers, translate([lines[n - 1] for n in numbers], numbers) if numbers else []):
+        out[n - 1] = nbest
+    return out
 
 
 def translate_outputs(model, cfg: Config, toks: Tokenizers, lines: Sequence[str], decode: DecodeConfig, device: torch.device, *, conllu: str | None = None, source_name: str = "<input>", line_numbers: Sequence[int] | None = None, docs: Sequence[str] | None = None, **kw) -> list[list[Output]]:
@@ -51,14 +51,9 @@ def translate_outputs(model, cfg: Config, toks: Tokenizers, lines: Sequence[str]
     if docs is not None and len(docs) != len(lines):
         raise UserError(f"{len(docs)} document ids for {len(lines)} lines of {source_name} (give one id per line)")
     if any(not line.strip() for line in lines):
-        numbers = [n for n, line in enumerate(lines, start=1) if line.strip()]
-        out: list[list[Output]] = [[Output("", 0.0, 0.0, [])] for _ in lines]
-        if numbers:
-            kept_docs = None if docs is None else [docs[n - 1] for n in numbers]
-            kept = translate_outputs(model, cfg, toks, [lines[n - 1] for n in numbers], decode, device, conllu=conllu, source_name=source_name, line_numbers=numbers, docs=kept_docs, **kw)
-            for n, nbest in zip(numbers, kept):
-                out[n - 1] = nbest
-        return out
+        return without_empty_lines(
+            lines, lambda kept, numbers: translate_outputs(model, cfg, toks, kept, decode, device, conllu=conllu, source_name=source_name, line_numbers=numbers, docs=None if docs is None else [docs[n - 1] for n in numbers], **kw)
+        )
     sources, annotations = encode_source_lines(cfg, toks, lines, model.feature_spec, conllu, source_name)
     warn_cut_lines(sources, model.cfg.max_positions - 2, source_name, line_numbers)
     contexts = None
