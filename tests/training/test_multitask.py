@@ -24,8 +24,9 @@ from syntaxnmt.model.attention import MultiHeadAttention
 from syntaxnmt.model.heads import BiaffineParser
 from syntaxnmt.model.syntax_attention import ParentAttention
 from syntaxnmt.training.multitask import MultitaskObjective, lisa_loss, multitask_objective, parse_loss, tagging_loss, token_mask
+from syntaxnmt.training.objectives import training_objectives
 from syntaxnmt.training.optim import build_optimizer
-from syntaxnmt.training.step import objective_requests, training_objectives, update
+from syntaxnmt.training.step import objective_requests, update
 from syntaxnmt.training.train import train
 
 ALL_TASKS = {
