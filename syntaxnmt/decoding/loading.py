@@ -35,6 +35,7 @@ def checkpoint_file(path: str | Path) -> Path:
         raise UserError(f"{path}: a folder without best.pt or last.pt (give a checkpoint file, or a run's work_dir)")
     return path
 
+
 # ---------------------------------------------------------------- options at translation time
 
 TRANSLATE_TIME_KEYS = ("decode", "model.hard_attention", "data.spacy_pipeline")

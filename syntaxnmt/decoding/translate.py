@@ -73,6 +73,7 @@ def translate_ids(
                 states.decode(read, [results[i][0].tokens for i in read], previous[read])
     return results
 
+
 def _translate_wave(model, sources, wave: np.ndarray, results: list, decode: DecodeConfig, device, beam: int, nbest: int, annotations, contexts, previous: np.ndarray | None, bar, states: DocumentStates | None = None) -> None:
     """Search the sources ``wave`` (indices into ``sources``) into ``results``, batched by length;
     a HAN model reads the ``states`` of the previous sentences ``previous`` (for a target-side
@@ -111,6 +112,7 @@ def _translate_wave(model, sources, wave: np.ndarray, results: list, decode: Dec
     batches = [order[start : start + decode.batch_size] for start in range(0, len(order), decode.batch_size)]
     for idx in batches_side_by_side(search_batch, batches, decode.workers, device, store, decode.processes):
         bar.update(len(idx))
+
 
 def _truncate(ann: SourceAnnotation, max_pieces: int) -> SourceAnnotation:
     return SourceAnnotation(ann.word_of_piece[:max_pieces], ann.heads, ann.tags) if len(ann.word_of_piece) > max_pieces else ann

@@ -14,6 +14,7 @@ from syntaxnmt.cli import main
 
 # ---------------------------------------------------------------- self-contained checkpoints
 
+
 def test_checkpoint_translates_from_any_folder_without_its_prepared_corpus(corpus, tmp_path, monkeypatch):
     """The tokenizers travel inside the checkpoint: with the run folder and the prepared corpus
     gone (another machine), ``translate --checkpoint /abs/path`` from another folder gives the
@@ -49,6 +50,7 @@ def test_older_checkpoint_without_tokenizers_names_what_it_needs(trained_run, tm
     err = proc.stderr.decode().strip().splitlines()
     assert proc.returncode == 2 and len(err) == 1 and "Traceback" not in proc.stderr.decode()
     assert err[0].startswith(f"syntaxnmt: error: {old} holds no tokenizers (an older checkpoint)") and "SentencePiece model not found" in err[0]
+
 
 # ---------------------------------------------------------------- weights of another model (issue 25)
 

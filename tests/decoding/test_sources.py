@@ -42,6 +42,7 @@ def test_a_model_of_an_unparsed_corpus_reads_the_raw_line(make_config):
     ids, anns = encode_source_lines(cfg, toks, LINES, FeatureSpec())
     assert anns is None and [list(np.asarray(i)) for i in ids] == toks.src.encode_batch(LINES)
 
+
 # ---------------------------------------------------------------- no spaCy, and the default pipeline
 
 
