@@ -46,12 +46,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from syntaxnmt.errors import UserError
-from syntaxnmt.inputs import BOS, EOS, PAD
+from syntaxnmt.inputs import BOS, EOS, PAD, UNK
+
+if TYPE_CHECKING:  # the search imports this module: it needs no SentencePiece
+    from syntaxnmt.data.subwords import Tokenizer
 
 SentenceConstraints = Sequence[Sequence[int]] | None
 """One sentence's constraints: target phrases as token-id sequences (None or [] for none)."""
@@ -322,3 +326,21 @@ def met_all(tokens: Sequence[int], constraints: SentenceConstraints) -> bool:
         if found < count:
             return False
     return True
+
+
+def phrase_ids(tok: "Tokenizer", phrases: Sequence[str], name: str = "constraint") -> list[list[int]]:
+    """Target phrases (text) to the token ids the model writes: the target tokenizer's own
+    pipeline (:meth:`~syntaxnmt.data.subwords.Tokenizer.encode`: lowercasing when the data was
+    lowercased, Moses tokenization when configured, then SentencePiece, or the word vocabulary),
+    as the training targets were segmented; a phrase is segmented on its own, so its first word
+    starts with a word boundary, as a word inside a sentence does. An empty phrase or one with a
+    piece outside the vocabulary (``<unk>``) is a :class:`UserError` naming ``name``."""
+    out = []
+    for phrase in phrases:
+        ids = tok.encode(phrase)
+        if not ids:
+            raise UserError(f"{name}: empty constraint {phrase!r}")
+        if UNK in ids:
+            raise UserError(f"{name}: constraint {phrase!r} has a piece outside the model's target vocabulary (it would be written <unk>)")
+        out.append([int(i) for i in ids])
+    return out
