@@ -34,11 +34,13 @@ the phrase in progress drops it (its partial tokens no longer count: Post & Vila
 and may start another from the root. All states of the batch are tensors indexed by node, so
 one step of every hypothesis and candidate is a few gathers (:meth:`ConstraintTrie.advance`).
 
-With no constraint in a batch nothing here runs and the search is exactly the unconstrained one
-(native CPU top-k included). With constraints the step reads the PyTorch log-softmax (the
-:mod:`syntaxnmt.decoding.native` kernel forbids the same columns in every row and returns only
-its top-k, not the per-row EOS ban and constraint tokens this needs); the native attention
-kernels stay in use.
+With no constraint in a batch nothing here runs and the search is exactly the unconstrained one.
+With constraints on the CPU the native log-softmax top-k (:mod:`syntaxnmt.decoding.native`) stays
+in use: its forbidden columns are the same in every row, so it is asked for k + 1 candidates
+(one more than a row's banned EOS can take) and the rows' rules and constraint tokens are applied
+to them and to the logits (:meth:`StepRows.from_kernel`); where the kernel is not built, or with
+``decode.cpu_softmax: torch``, the search falls back to PyTorch's log-softmax and top-k
+(:meth:`StepRows.restrict`, :meth:`StepRows.extend`), with the same hypotheses.
 """
 
 from __future__ import annotations
@@ -223,11 +225,33 @@ class StepRows:
             kept = log_probs[rows.to(device)].gather(1, fwd.clamp(min=0)).masked_fill(fwd < 0, _NEG)
             log_probs[rows.to(device)] = torch.full_like(log_probs[rows.to(device)], _NEG).scatter_(1, fwd.clamp(min=0), kept)
 
-    def extend(self, log_probs: Tensor, values: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
+    def from_kernel(self, logits: Tensor, lse: Tensor, values: Tensor, index: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        """The native kernel's k + 1 best log-probabilities and tokens of the rows (R, k + 1;
+        ``lse`` (R,) the logits' log-sum-exp) to their candidates, as :meth:`restrict` then
+        :meth:`extend` make them from log-probabilities: EOS dropped where constraints are unmet,
+        the rows without room for a detour keeping their constraint tokens only, then every row's
+        constraint tokens that its top-k lacks."""
+        self.owner.check_vocabulary(logits.size(-1))
+        values = values.masked_fill(self.unmet[:, None] & index.eq(EOS), _NEG)
+        values, order = values.sort(dim=1, descending=True, stable=True)
+        values, index = values[:, :k], index.gather(1, order)[:, :k]
+        fwd = self.forward
+        fwd_lp = (logits.gather(1, fwd.clamp(min=0)) - lse[:, None]).masked_fill(fwd < 0, _NEG)
+        if bool(self.tight.any()):
+            rows = self.tight.nonzero().view(-1)
+            best, order = fwd_lp[rows].sort(dim=1, descending=True, stable=True)
+            tokens = fwd[rows].gather(1, order).clamp(min=0).masked_fill(best.isneginf(), PAD)
+            w = min(k, best.size(1))
+            values[rows], index[rows] = _NEG, PAD
+            values[rows, :w], index[rows, :w] = best[:, :w], tokens[:, :w]
+        return self.extend(fwd_lp, values, index, gathered=True)
+
+    def extend(self, log_probs: Tensor, values: Tensor, index: Tensor, gathered: bool = False) -> tuple[Tensor, Tensor]:
         """The rows' top-k candidates (R, k) followed by their constraint tokens (R, B) that the
         top-k lacks (Post & Vilar's "constraint" candidates; -inf and PAD where none)."""
         fwd = self.forward.to(log_probs.device)
-        extra = log_probs.gather(1, fwd.clamp(min=0)).masked_fill((fwd < 0) | (fwd[:, :, None] == index[:, None, :]).any(-1), _NEG)
+        extra = log_probs if gathered else log_probs.gather(1, fwd.clamp(min=0))  # ``gathered``: the constraint tokens' (R, B) already
+        extra = extra.masked_fill((fwd < 0) | (fwd[:, :, None] == index[:, None, :]).any(-1), _NEG)
         return torch.cat([values, extra], dim=1), torch.cat([index, fwd.clamp(min=0).masked_fill(fwd < 0, PAD)], dim=1)
 
 

@@ -154,8 +154,9 @@ def next_candidates(model, tokens: Tensor, state, k: int, step: int, min_len: in
     the step returns logits and :func:`~syntaxnmt.decoding.native.log_softmax_topk` reads them
     without writing the log-softmax; otherwise ``log_softmax``, :func:`_forbid` and :func:`topk_rows`
     (``max`` for k = 1). ``k`` larger than the vocabulary gives all of it. ``constrained`` (the
-    rows' constraint states; PyTorch path only): their rules apply before the top-k, and their
-    constraint tokens follow it (:class:`~syntaxnmt.decoding.constraints.StepRows`)."""
+    rows' constraint states): their rules apply to the candidates, and their constraint tokens
+    follow them (:class:`~syntaxnmt.decoding.constraints.StepRows`; the native kernel is asked for
+    k + 1, room for a row's banned EOS)."""
     if not native:
         log_probs, state = model.step(tokens, state, **step_kwargs)
         log_probs = _forbid(log_probs.float(), step, min_len, row_limits.to(log_probs.device))
@@ -170,13 +171,16 @@ def next_candidates(model, tokens: Tensor, state, k: int, step: int, min_len: in
     logits = logits.float()
     k = min(k, logits.size(-1))
     no_eos = step < min_len
-    values, index, lse = log_softmax_topk(logits, k, (PAD, BOS, EOS) if no_eos else (PAD, BOS))
+    wide = k if constrained is None else min(k + 1, logits.size(-1))
+    values, index, lse = log_softmax_topk(logits, wide, (PAD, BOS, EOS) if no_eos else (PAD, BOS))
     over = (step >= row_limits).nonzero().view(-1)
     if len(over):  # only EOS, and from min_len on
         values[over] = float("-inf")
         index[over] = EOS
         if not no_eos:
             values[over, 0] = logits[over, EOS] - lse[over]
+    if constrained is not None:
+        values, index = constrained.from_kernel(logits, lse, values, index, k)
     return values, index, state
 
 
@@ -215,9 +219,9 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
     """Beam search; returns the ``nbest`` best hypotheses of every sentence, best first (``coverage_penalty``: β;
     ``max_len``: one for all or one per sentence; ``lp_type``: see :func:`length_penalty`; ``cpu_softmax``: see :func:`next_candidates`).
     ``constraints[i]``: target phrases (token-id lists) every hypothesis of batch row ``i`` contains
-    (None or [] for none; :mod:`~syntaxnmt.decoding.constraints`: dynamic beam allocation, the
-    PyTorch log-softmax instead of the native top-k kernel, which cannot take per-row bans and
-    extra candidates). Constraints longer than a sentence's limit are a UserError naming it."""
+    (None or [] for none; :mod:`~syntaxnmt.decoding.constraints`: dynamic beam allocation; the
+    native top-k kernel gives k + 1 candidates, and where it cannot be used PyTorch's log-softmax
+    and top-k do). Constraints longer than a sentence's limit are a UserError naming it."""
     device = batch.src.device
     n, k = len(batch), beam
     limits = _limits(max_len, n)
@@ -229,7 +233,6 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
     # expanded to the n * k rows after it.
     native = use_native(cpu_softmax, device, model)
     state = model.init_state(model.encode(batch), **native_state(model, native and not coverage_penalty))
-    native = native and cons is None  # the native attention stays; the candidates come from PyTorch's log-softmax
     alive = torch.arange(n)  # sentence ids of the rows still in the batch
     tokens = torch.full((n,), BOS, dtype=torch.long, device=device)  # the first step: one row per sentence
     history = torch.empty(n, k, 0, dtype=torch.long)

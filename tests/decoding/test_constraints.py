@@ -12,6 +12,7 @@ from syntaxnmt.config import ModelConfig, SyntaxConfig, load_config
 from syntaxnmt.data.batches import make_batch
 from syntaxnmt.data.features import SourceAnnotation, pad_features, sentence_features
 from syntaxnmt.data.subwords import Tokenizer, train_sentencepiece
+from syntaxnmt.decoding import native
 from syntaxnmt.decoding.constraints import BeamConstraints, ConstraintTrie, allocate, met_all, phrase_ids
 from syntaxnmt.decoding.ensemble import Ensemble
 from syntaxnmt.decoding.search import beam_search, greedy_search, length_penalty, max_output_lengths, search
@@ -290,3 +291,27 @@ def test_constraints_in_words_appear_in_the_decoded_text(spm_model):
     for hyps, p in zip(search(model, batch, 4, 16, constraints=cons), phrases):
         text = tok.decode(hyps[0].tokens)
         assert all(x.lower() in text for x in p), (text, p)
+
+
+@pytest.mark.skipif(not native.available(), reason="the native kernel is not built or this CPU has no AVX2/FMA")
+def test_the_native_kernel_finds_pytorchs_constrained_hypotheses(monkeypatch):
+    """With constraints the native log-softmax top-k stays in use (asked for k + 1 candidates) and
+    gives the hypotheses of PyTorch's log-softmax: beams 1, 3 and 5, tight length limits (rows
+    that must write their constraint tokens), min_len, a Transformer and an RNN."""
+    import syntaxnmt.decoding.search as search_module
+
+    calls = []
+    kernel = search_module.log_softmax_topk
+    monkeypatch.setattr(search_module, "log_softmax_topk", lambda x, k, forbidden=(): calls.append(k) or kernel(x, k, forbidden))
+    cfg = load_config(None, ["--model.arch=rnn", "--model.d_model=16", "--model.dropout=0.0"])
+    torch.manual_seed(2)
+    rnn = build_model(cfg.model, V, V).eval()
+    batch = _batch((5, 3, 9, 1, 6, 2, 7), 5)
+    for model in (_model(10), rnn):
+        for kwargs in ({"beam": 1, "max_len": 12}, {"beam": 3, "max_len": 12, "nbest": 3}, {"beam": 5, "max_len": 5, "min_len": 2, "nbest": 2}, {"beam": 4, "max_len": torch.tensor([4, 6, 9, 3, 5, 7, 8])}):
+            calls.clear()
+            fast = search(model, batch, **kwargs, constraints=CONSTRAINTS_7, cpu_softmax="auto")
+            assert calls and all(k == kwargs["beam"] + 1 for k in calls)
+            _same(fast, search(model, batch, **kwargs, constraints=CONSTRAINTS_7, cpu_softmax="torch"))
+            for hyps, c in zip(fast, CONSTRAINTS_7):
+                assert all(met_all(h.tokens, c) for h in hyps)
