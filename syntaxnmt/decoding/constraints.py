@@ -48,6 +48,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -55,6 +56,7 @@ from torch import Tensor
 
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import BOS, EOS, PAD, UNK
+from syntaxnmt.textio import read_lines
 
 if TYPE_CHECKING:  # the search imports this module: it needs no SentencePiece
     from syntaxnmt.data.subwords import Tokenizer
@@ -367,4 +369,16 @@ def phrase_ids(tok: "Tokenizer", phrases: Sequence[str], name: str = "constraint
         if UNK in ids:
             raise UserError(f"{name}: constraint {phrase!r} has a piece outside the model's target vocabulary (it would be written <unk>)")
         out.append([int(i) for i in ids])
+    return out
+
+
+def read_constraint_lines(path: str | Path, lines: int | None = None) -> list[list[str]]:
+    """A constraints file: one line per input line, its target phrases separated by tabs (an
+    empty line: none), as fairseq's ``examples/constrained_decoding`` writes them after the
+    source. ``lines``: how many the input has; another count is a :class:`UserError` naming the file."""
+    if not Path(path).is_file():
+        raise UserError(f"{path}: constraints file not found")
+    out = [[p.strip() for p in line.split("\t") if p.strip()] for line in read_lines(path)]
+    if lines is not None and len(out) != lines:
+        raise UserError(f"{path}: {len(out)} lines of constraints for {lines} input lines (one line per input line, empty for none)")
     return out

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from syntaxnmt.data.subwords import Tokenizer
+from syntaxnmt.decoding.unk import read_lexical_table
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import read_lines, write_lines
 
@@ -95,19 +96,9 @@ def seed_from_lexicon(table: str | Path, threshold: float, output: str | Path | 
     probable translation ``e`` has P(e|f) >= ``threshold`` and at least ``min_count`` links (when
     the table has counts), sorted by f; written as a term dictionary (``f<TAB>e``) to ``output``
     when given. A malformed line is a :class:`UserError` naming the file and line."""
-    if not Path(table).is_file():
-        raise UserError(f"{table}: lexical table not found (write one with `syntaxnmt lexicon CONFIG -o {table}`)")
     best: dict[str, tuple[float, str]] = {}
-    for k, line in enumerate(read_lines(table), start=1):
-        if not line.strip():
-            continue
-        fields = line.split("\t")
-        try:
-            f, e, p = fields[0], fields[1], float(fields[2])
-            count = int(fields[3]) if len(fields) > 3 else min_count
-        except (IndexError, ValueError):
-            raise UserError(f"{table}:{k}: expected 'source<TAB>target<TAB>probability[<TAB>count]'") from None
-        if count >= min_count and (f not in best or p > best[f][0]):
+    for f, e, p, count in read_lexical_table(table):
+        if (count is None or count >= min_count) and (f not in best or p > best[f][0]):
             best[f] = (p, e)
     seeded = [(f, e, p) for f, (p, e) in sorted(best.items()) if p >= threshold]
     if output is not None:

@@ -13,7 +13,7 @@ from syntaxnmt.data.batches import make_batch
 from syntaxnmt.data.features import SourceAnnotation, pad_features, sentence_features
 from syntaxnmt.data.subwords import Tokenizer, train_sentencepiece
 from syntaxnmt.decoding import native
-from syntaxnmt.decoding.constraints import BeamConstraints, ConstraintTrie, allocate, met_all, phrase_ids
+from syntaxnmt.decoding.constraints import BeamConstraints, ConstraintTrie, allocate, met_all, phrase_ids, read_constraint_lines
 from syntaxnmt.decoding.ensemble import Ensemble
 from syntaxnmt.decoding.search import beam_search, greedy_search, length_penalty, max_output_lengths, search
 from syntaxnmt.errors import UserError
@@ -315,3 +315,13 @@ def test_the_native_kernel_finds_pytorchs_constrained_hypotheses(monkeypatch):
             _same(fast, search(model, batch, **kwargs, constraints=CONSTRAINTS_7, cpu_softmax="torch"))
             for hyps, c in zip(fast, CONSTRAINTS_7):
                 assert all(met_all(h.tokens, c) for h in hyps)
+
+
+def test_a_constraints_file_has_one_line_per_input_line(tmp_path):
+    path = tmp_path / "cons.txt"
+    path.write_text("Stadt\tNew York\n\n  rotes Haus \t\n", encoding="utf-8")
+    assert read_constraint_lines(path, 3) == [["Stadt", "New York"], [], ["rotes Haus"]]
+    with pytest.raises(UserError, match="cons.txt: 3 lines of constraints for 4 input lines"):
+        read_constraint_lines(path, 4)
+    with pytest.raises(UserError, match="none.txt: constraints file not found"):
+        read_constraint_lines(tmp_path / "none.txt")
