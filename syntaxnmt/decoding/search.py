@@ -221,7 +221,8 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
     ``constraints[i]``: target phrases (token-id lists) every hypothesis of batch row ``i`` contains
     (None or [] for none; :mod:`~syntaxnmt.decoding.constraints`: dynamic beam allocation; the
     native top-k kernel gives k + 1 candidates, and where it cannot be used PyTorch's log-softmax
-    and top-k do). Constraints longer than a sentence's limit are a UserError naming it."""
+    and top-k do). Constraints longer than a sentence's limit are a UserError naming it; where they
+    leave fewer than ``nbest`` hypotheses (a sentence whose limit they fill), its list is shorter."""
     device = batch.src.device
     n, k = len(batch), beam
     limits = _limits(max_len, n)
@@ -300,6 +301,8 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
         sentence_done = done.all(dim=1) | (t >= limits[alive])
         for i in sentence_done.nonzero().view(-1).tolist():
             order = top_score[i].argsort(descending=True)[:nbest]
+            if cons is not None:  # constraints can leave fewer than k finite hypotheses (a forced sentence): not the -inf ones
+                order = order[top_score[i, order].isfinite()] if top_score[i, order[0]].isfinite() else order[:1]
             hyps = []
             for j in order.tolist():
                 seq = history[i, j].tolist()
