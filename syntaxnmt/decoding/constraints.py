@@ -67,9 +67,14 @@ SentenceConstraints = Sequence[Sequence[int]] | None
 _NEG = float("-inf")
 
 
+def _phrases(constraints: SentenceConstraints) -> Sequence[Sequence[int]]:
+    """A sentence's phrases (lists, tuples, tensors or arrays of ids), none for None."""
+    return () if constraints is None else constraints
+
+
 def has_constraints(constraints: Sequence[SentenceConstraints] | None) -> bool:
     """Whether any sentence of a batch has a (non-empty) constraint."""
-    return constraints is not None and any(c for cons in constraints if cons for c in cons)
+    return constraints is not None and any(len(c) for cons in constraints if cons is not None for c in cons)
 
 
 @dataclass
@@ -77,8 +82,8 @@ class ConstraintTrie:
     """The constraints of a batch as one table of trie nodes (every sentence has its own root).
 
     Sentence ``i``'s distinct phrases are its *local* constraints ``u = 0..U-1`` (``length[i, u]``
-    tokens, required ``need[i, u]`` times; padding: 0 and 0). Node ``v`` was reached by token
-    ``token[v]`` at ``depth[v]``; ``on_path[v, u]``: v is a prefix of u (u's end included; a
+    tokens, required ``need[i, u]`` times; padding: 0 and 0). Node ``v`` lies at ``depth[v]``
+    (the root: 0); ``on_path[v, u]``: v is a prefix of u (u's end included; a
     root: all of its sentence's), ``through[v, u]``: a proper prefix (u goes on after v),
     ``ends[v]``: the local constraint v completes (-1: none); its children are ``child_tok[v]``
     and ``child_id[v]`` (-1 padding)."""
@@ -96,20 +101,30 @@ class ConstraintTrie:
     @classmethod
     def build(cls, constraints: Sequence[SentenceConstraints]) -> "ConstraintTrie":
         """The trie of every sentence's constraints (empty phrases are met by any output and dropped)."""
-        distinct = [Counter(tuple(int(x) for x in c) for c in (cons or ()) if len(c)) for cons in constraints]
+        distinct = [Counter(tuple(int(x) for x in c) for c in _phrases(cons) if len(c)) for cons in constraints]
         n, width = len(distinct), max([len(d) for d in distinct] + [1])
         length, need = torch.zeros(n, width, dtype=torch.long), torch.zeros(n, width, dtype=torch.long)
-        depth, ends, paths, children, roots = [], [], [], [], []  # per node; paths: the local constraints through it
+        depth: list[int] = []
+        ends: list[int] = []
+        paths: list[set[int]] = []  # the local constraints through each node
+        children: list[dict[int, int]] = []
+        roots: list[int] = []
+
+        def new_node(at_depth: int, through: set[int]) -> int:
+            depth.append(at_depth)
+            ends.append(-1)
+            paths.append(through)
+            children.append({})
+            return len(depth) - 1
+
         for i, phrases in enumerate(distinct):
-            roots.append(len(depth))
-            depth.append(0), ends.append(-1), paths.append(set(range(len(phrases)))), children.append({})
+            roots.append(new_node(0, set(range(len(phrases)))))
             for u, (phrase, count) in enumerate(phrases.items()):
                 length[i, u], need[i, u] = len(phrase), count
                 v = roots[-1]
                 for tok in phrase:
                     if tok not in children[v]:
-                        children[v][tok] = len(depth)
-                        depth.append(depth[v] + 1), ends.append(-1), paths.append(set()), children.append({})
+                        children[v][tok] = new_node(depth[v] + 1, set())
                     v = children[v][tok]
                     paths[v].add(u)
                 ends[v] = u
@@ -278,7 +293,7 @@ class BeamConstraints:
             raise ValueError(f"constraints for {len(constraints)} sentences, the batch has {len(limits)}")
         names = [f"sentence {(int(ids[i]) if ids is not None else i) + 1}" for i in range(len(limits))]
         for name, cons in zip(names, constraints):
-            for c in cons or ():
+            for c in _phrases(cons):
                 bad = [int(x) for x in c if int(x) in (PAD, BOS, EOS) or int(x) < 0]
                 if bad:
                     raise UserError(f"{name}: constraint {[int(x) for x in c]} has token id {bad[0]}, not a word of the target vocabulary")
@@ -342,7 +357,7 @@ class BeamConstraints:
 def met_all(tokens: Sequence[int], constraints: SentenceConstraints) -> bool:
     """Whether ``tokens`` contain every constraint as a contiguous phrase, each as often as it is
     given (non-overlapping occurrences): what a finished constrained hypothesis guarantees."""
-    for phrase, count in Counter(tuple(c) for c in (constraints or ()) if len(c)).items():
+    for phrase, count in Counter(tuple(int(x) for x in c) for c in _phrases(constraints) if len(c)).items():
         found, i, n = 0, 0, len(phrase)
         while i + n <= len(tokens):
             if tuple(tokens[i : i + n]) == phrase:

@@ -151,6 +151,14 @@ def test_no_constraints_change_nothing():
     assert greedy_search(model, batch, 12)[0][0].tokens == search(model, batch, 1, 12, constraints=None)[0][0].tokens
 
 
+def test_constraints_as_arrays_and_tensors():
+    model = _model(1)
+    batch = _batch((4, 6), 1)
+    expected = search(model, batch, 3, 12, constraints=[[[6, 7]], [[9], [10, 11]]])
+    _same(search(model, batch, 3, 12, constraints=[[np.array([6, 7])], (torch.tensor([9]), np.array([10, 11]))]), expected)
+    _same(search(model, batch, 3, 12, constraints=[np.array([[6, 7]]), None]), search(model, batch, 3, 12, constraints=[[[6, 7]], []]))
+
+
 def test_a_met_constraint_costs_nothing():
     """Constraints the unconstrained best output already contains leave it the best output."""
     model = _model(4)
