@@ -68,6 +68,42 @@ def test_a_phrase_and_its_prefix_and_a_repeated_phrase():
     assert _walk(trie, 1, [5, 4, 5]) == [(1, [1, 0], {5}), (1, [1, 0], {5}), (0, [2, 0], set())]  # given twice: needed twice
 
 
+def _reference(phrases: list[tuple[int, ...]], tokens: list[int]) -> list[tuple[int, list[int], set[int]]]:
+    """:func:`_walk` the plain way, one hypothesis with the phrase in progress as a tuple: continue
+    it, else drop it and start from the token, else nothing; a phrase completed while needed
+    counts; the prefix stays only while a needed phrase goes on from it."""
+    distinct = list(dict.fromkeys(phrases))
+    need = {p: phrases.count(p) for p in distinct}
+    count = dict.fromkeys(distinct, 0)
+    prefix: tuple[int, ...] = ()
+    out = []
+    for tok in tokens:
+        unmet = [p for p in distinct if count[p] < need[p]]
+        live = lambda pre: any(p[: len(pre)] == pre for p in unmet)  # noqa: E731
+        prefix = prefix + (tok,) if live(prefix + (tok,)) else (tok,) if live((tok,)) else ()
+        if prefix in unmet:
+            count[prefix] += 1
+        unmet = [p for p in distinct if count[p] < need[p]]
+        if not any(len(p) > len(prefix) and p[: len(prefix)] == prefix for p in unmet):
+            prefix = ()
+        left = sum((need[p] - count[p]) * len(p) for p in distinct) - len(prefix)
+        forward = {p[len(prefix)] for p in unmet if len(p) > len(prefix) and p[: len(prefix)] == prefix}
+        out.append((left, [count[p] for p in distinct] + [0] * (3 - len(distinct)), forward))
+    return out
+
+
+def test_the_vectorized_states_follow_a_plain_reference():
+    """Random phrases over a 4-token alphabet (shared prefixes, a phrase inside another, repeats)
+    and random token streams: the trie's states equal the plain reference's at every token."""
+    rng = np.random.default_rng(0)
+    sentences = [[tuple(int(x) for x in rng.integers(5, 9, rng.integers(1, 4))) for _ in range(rng.integers(1, 4))] for _ in range(60)]
+    trie = ConstraintTrie.build([[list(p) for p in ps] for ps in sentences])
+    assert trie.length.size(1) == 3
+    for i, phrases in enumerate(sentences):
+        tokens = [int(x) for x in rng.integers(5, 9, 14)]
+        assert _walk(trie, i, tokens) == _reference(phrases, tokens), (phrases, tokens)
+
+
 def test_allocation_is_round_robin_over_the_banks_with_finished_hypotheses_first():
     score = torch.tensor([[-1.0, -2.0, -3.0, -4.0, -5.0, -6.0, float("-inf")]])
     bank = torch.tensor([[0, 0, 0, 1, 2, 2, 2]])
@@ -121,6 +157,23 @@ def test_every_constraint_appears_in_every_output(beam, sentences):
         else:
             assert hyps[0].tokens == p[0].tokens  # a sentence without constraints is searched as before
         assert len({tuple(h.tokens) for h in hyps}) == nbest
+
+
+def test_random_constraints_always_appear():
+    """Random batches, beams, limits (some just fitting) and phrases (shared prefixes, repeats,
+    phrases inside others): every hypothesis of every n-best list meets its constraints."""
+    rng = np.random.default_rng(1)
+    model = _model(11)
+    for trial in range(12):
+        n = int(rng.integers(1, 6))
+        lengths = [int(x) for x in rng.integers(1, 10, n)]
+        cons = [[[int(x) for x in rng.integers(4, 9, rng.integers(1, 4))] for _ in range(rng.integers(0, 4))] for _ in range(n)]
+        need = [sum(len(c) for c in cs) for cs in cons]
+        limits = torch.tensor([max(m, int(rng.integers(m, m + 4))) for m in need]).clamp(min=1)
+        beam = int(rng.choice([1, 2, 5]))
+        out = search(model, _batch(lengths, trial), beam, limits, nbest=beam, alpha=float(rng.choice([0.0, 1.0])), constraints=cons)
+        for hyps, c, limit in zip(out, cons, limits.tolist()):
+            assert hyps and all(met_all(h.tokens, c) and len(h.tokens) <= limit for h in hyps), (c, limit, [h.tokens for h in hyps])
 
 
 @pytest.mark.parametrize("lp", [("power", 0.0), ("power", 1.0), ("gnmt", 0.6)])
