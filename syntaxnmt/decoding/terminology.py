@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from syntaxnmt.data.subwords import Tokenizer
+from syntaxnmt.decoding.constraints import phrase_ids
 from syntaxnmt.decoding.unk import read_lexical_table
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import read_lines, write_lines
@@ -104,3 +105,11 @@ def seed_from_lexicon(table: str | Path, threshold: float, output: str | Path | 
     if output is not None:
         write_lines(output, [f"{f}\t{e}" for f, e, _ in seeded])
     return seeded
+
+
+def term_constraints(dictionary: TermDictionary, tgt: Tokenizer, sentences: Sequence[Sequence[str]], first_line: int = 1) -> list[list[list[int]]]:
+    """Every sentence's constraints (target token ids, :func:`~syntaxnmt.decoding.constraints.phrase_ids`)
+    from the dictionary's terms found in its source words ``sentences[i]`` (:func:`source_words`,
+    or a parser's words); a target term the target vocabulary cannot write is a :class:`UserError`
+    naming the line (``first_line`` + i) and the term."""
+    return [phrase_ids(tgt, dictionary.targets(words), f"line {first_line + i}: term dictionary") for i, words in enumerate(sentences)]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from syntaxnmt.data.subwords import Tokenizer, train_sentencepiece
-from syntaxnmt.decoding.terminology import TermDictionary, TermMatch, seed_from_lexicon, source_words
+from syntaxnmt.decoding.terminology import TermDictionary, TermMatch, seed_from_lexicon, source_words, term_constraints
 from syntaxnmt.errors import UserError
 
 
@@ -35,6 +35,18 @@ def test_source_terms_are_read_as_the_model_reads_its_source(tmp_path):
     assert set(d.terms) == {("new", "york", ","), ("city", "hall")}
     assert d.terms[("new", "york", ",")] == "New York ,"  # the target side is kept as written (spaces collapsed)
     assert d.targets(words("In New York, the City Hall.")) == ["New York ,", "Rathaus"]
+
+
+def test_terms_become_the_sentences_constraints(tmp_path):
+    lines = [" ".join(np.random.default_rng(i).choice("the a new york city hall , . 's rathaus stadt".split(), 6)) for i in range(200)]
+    tok = Tokenizer(train_sentencepiece(lines, tmp_path / "spm.model", vocab_size=50), "en", moses=True, lowercase=True)
+    words = source_words(tok)
+    d = TermDictionary.read(_write(tmp_path / "t.tsv", "city hall\tRathaus\nnew york\tNew York\nthe\tZürich\n"), words)
+    sentences = [words("City Hall, New York"), words("a city"), words("the hall")]
+    cons = term_constraints(d, tok, sentences[:2], first_line=5)
+    assert cons == [[tok.encode("rathaus"), tok.encode("new york")], []]
+    with pytest.raises(UserError, match="line 7: term dictionary: constraint 'Zürich' has a piece outside"):
+        term_constraints(d, tok, sentences, first_line=5)
 
 
 @pytest.mark.parametrize(
