@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -23,10 +24,10 @@ from syntaxnmt.analysis.heads import analyze_models
 from syntaxnmt.analysis.plot import load_for_plot, plot_sentences, read_link_file
 from syntaxnmt.api import Translator
 from syntaxnmt.checkpoint import trusting_checkpoints
-from syntaxnmt.config import DEFAULT_CPU_KERNELS, DataConfig, load_config, parse_overrides
+from syntaxnmt.config import DEFAULT_CPU_KERNELS, Config, DataConfig, load_config, parse_overrides
 from syntaxnmt.data.annotations import SpacyParser, check_parse, to_conllu, write_conllu
 from syntaxnmt.data.contrastive import FORMATS as CONTRASTIVE_FORMATS
-from syntaxnmt.data.contrastive import read_contrastive
+from syntaxnmt.data.contrastive import check_context, read_contrastive
 from syntaxnmt.data.discourse import write_documents
 from syntaxnmt.data.links import aer_report, format_links
 from syntaxnmt.data.prepare import prepare
@@ -283,6 +284,7 @@ def cmd_score(args, extra) -> None:
     items = read_contrastive(args.contrastive, args.format, args.context_src, args.context_tgt, args.phenomenon)
     if not items:
         raise UserError(f"{args.contrastive}: no items to score")
+    check_context(items, args.contrastive, args.context)
     model, _, toks = load_model(_checkpoint_arg(argparse.Namespace(config=None, checkpoint=args.checkpoint), extra), resolve_device(args.device))
     result = score_contrastive(model, toks, items, resolve_device(args.device), context=args.context, batch_size=args.batch_size, draws=args.draws)
     print(f"{args.contrastive} ({len(items)} items, context: {args.context})")
@@ -538,6 +540,7 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--batch-size", type=positive_int, default=64, help="sentence pairs per batch")
     s.add_argument("--device", default="auto")
     s.add_argument("-o", "--output", help="also write the result as JSON (accuracy, items, chance, per-cell figures)")
+    _threads_flag(s)
     _trust_flag(s)
     s.set_defaults(func=cmd_score)
 
@@ -638,6 +641,7 @@ def _alignment_commands(sub) -> None:
     s.add_argument("-o", "--output", help="also write every reading's figures and the best as JSON")
     s.add_argument("--batch-size", type=positive_int, default=64, help="sentence pairs per batch")
     s.add_argument("--device", default="auto")
+    _threads_flag(s)
     _trust_flag(s)
     s.set_defaults(func=cmd_align_sweep)
 
@@ -752,7 +756,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    unknown = unknown_flags(extra)
+    if unknown:  # before its value can be taken for a positional argument ("--threads 1" read 1 as the config)
+        sub = next(a for a in parser._actions if a.dest == "command").choices[args.command]
+        sub.error(f"unknown option{'s' if len(unknown) > 1 else ''} {' '.join(unknown)}")
     run_command(lambda: _run(args, extra))
+
+
+def unknown_flags(extra: list[str]) -> list[str]:
+    """The options among the arguments argparse left over that are no config override either:
+    an override is ``--KEY[=value]`` with KEY a top-level key or ``section.key`` of :class:`Config`."""
+    flags = [a.split("=", 1)[0] for a in extra if re.match(r"^--?[A-Za-z]", a)]
+    return [f for f in flags if not f.startswith("--") or f[2:].split(".")[0] not in Config.model_fields]
 
 
 def _run(args, extra: list[str]) -> None:
