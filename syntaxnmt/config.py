@@ -227,13 +227,18 @@ class RNNConfig(_Section):
     dec_layers: int = 1
     """Decoder layers (cgru: the conditional GRU plus ``dec_layers - 1`` plain GRU layers on top)."""
     hidden: int = 256
-    """Hidden size: per direction for the encoder (annotations h_j are 2*hidden) and of the decoder."""
+    """Hidden size: per direction for the encoder (annotations h_j are 2*hidden) and of the decoder (unless ``dec_hidden``)."""
+    dec_hidden: int | Literal["annotations"] = 0
+    """Decoder state size: 0 = ``hidden``; ``annotations`` = 2*hidden, the annotation size, which the
+    parameter-free ``dot`` and ``scaled_dot`` scores need (the lecture's dot product "requires sizes to be the same")."""
     embed_dim: int = 0
     """Word embedding size (0 = ``model.d_model``)."""
     decoder: Literal["bahdanau", "luong", "cgru"] = "bahdanau"
     """``bahdanau`` (attend with s_{i-1}), ``luong`` (attend with s_t, h~_t = tanh(W_c[c_t; s_t])), ``cgru`` (Nematus conditional GRU)."""
     score: Literal[SCORE_NAMES] = "mlp"
-    """Attention score function (see :mod:`syntaxnmt.model.rnn_scores`)."""
+    """Attention score function (see :mod:`syntaxnmt.model.rnn_scores`): ``dot`` s^T h_j and ``scaled_dot``
+    s^T h_j / sqrt(d) (no parameters; need ``dec_hidden: annotations``), ``general`` s^T W h_j,
+    ``bilinear_lowrank`` (U s)^T (V h_j), ``mlp`` v^T tanh(W_1 h_j + W_2 s)."""
     rank: int = 32
     """Rank k of the ``bilinear_lowrank`` score (U s)^T (V h_j)."""
     attention_dim: int = 256
@@ -257,7 +262,19 @@ class RNNConfig(_Section):
             raise ValueError("local_window must be >= 0, and rank, hidden, attention_dim >= 1")
         if self.enc_layers < 1 or self.dec_layers < 1 or self.embed_dim < 0:
             raise ValueError("enc_layers and dec_layers must be >= 1, embed_dim >= 0")
+        if isinstance(self.dec_hidden, int) and self.dec_hidden < 0:
+            raise ValueError("model.rnn.dec_hidden must be >= 0 (0: hidden), or annotations")
+        if self.score in ("dot", "scaled_dot") and self.decoder_size != 2 * self.hidden:
+            raise ValueError(
+                f"model.rnn.score {self.score} has no parameters: it needs the decoder state (size {self.decoder_size}) as large as the "
+                f"annotations (2 x hidden = {2 * self.hidden}); set model.rnn.dec_hidden: annotations, or use score: general (s^T W h_j)"
+            )
         return self
+
+    @property
+    def decoder_size(self) -> int:
+        """The decoder state size (``dec_hidden``: 0 is ``hidden``, ``annotations`` 2*hidden)."""
+        return 2 * self.hidden if self.dec_hidden == "annotations" else self.dec_hidden or self.hidden
 
 
 class ModelConfig(_Section):
