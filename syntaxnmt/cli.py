@@ -263,7 +263,7 @@ def cmd_translate(args, extra) -> None:
         if args.alignments:
             write_lines(args.alignments, [format_links(x) for nb in links for x in nb])
         if marked is not None:
-            results = transfer_to_translations(marked, results, links, toks.src.normalize, toks.tgt.normalize)
+            results = transfer_to_translations(marked, results, links, toks.src.normalize, toks.tgt.normalize, where=[f"{kw['source_name']}:{n}" for n in range(1, len(lines) + 1)])
     if args.nbest is None and nbest == 1:
         out = [nb[0][0] for nb in results]
     else:  # --nbest N (1 too) or decode.nbest > 1: every candidate with its score
