@@ -768,11 +768,13 @@ class Config(_Section):
         return self
 
     def _check_model_data(self) -> None:
-        """What the model constructors would refuse, found at load: a shared embedding needs a joint
-        vocabulary; a position table must hold the longest training sentence and its end symbol."""
+        """What the model constructors would refuse, found at load: a shared embedding and 2-to-2
+        context need a joint vocabulary; a position table must hold the longest training sentence and its end symbol."""
         m = self.model
         if m.tie_embeddings == "all" and not self.data.joint_vocab:
             raise ValueError("model.tie_embeddings=all shares the source embedding: it needs data.joint_vocab true (or use tie_embeddings=decoder)")
+        if m.context.kind == "concat" and m.context.side == "both" and not self.data.joint_vocab:
+            raise ValueError("model.context concat with side both (2-to-2) puts one <sep> piece in the source and the target: it needs data.joint_vocab true (or side: source)")
         if m.position_table and self.data.max_len >= m.max_positions:
             raise ValueError(f"data.max_len {self.data.max_len} must be below model.max_positions {m.max_positions} (a sentence of max_len subwords takes max_len + 1 positions with its end symbol)")
 
