@@ -766,8 +766,17 @@ def main(argv: list[str] | None = None) -> None:
 def unknown_flags(extra: list[str]) -> list[str]:
     """The options among the arguments argparse left over that are no config override either:
     an override is ``--KEY[=value]`` with KEY a top-level key or ``section.key`` of :class:`Config`."""
-    flags = [a.split("=", 1)[0] for a in extra if re.match(r"^--?[A-Za-z]", a)]
-    return [f for f in flags if not f.startswith("--") or f[2:].split(".")[0] not in Config.model_fields]
+    unknown, i = [], 0
+    while i < len(extra):
+        arg = extra[i]
+        if re.match(r"^--?[A-Za-z]", arg):
+            key = arg.split("=", 1)[0]
+            if not key.startswith("--") or key[2:].split(".")[0] not in Config.model_fields:
+                unknown.append(key)
+            elif "=" not in arg:
+                i += 1  # the override's value, whatever it looks like (--train.lr -inf)
+        i += 1
+    return unknown
 
 
 def _run(args, extra: list[str]) -> None:

@@ -28,7 +28,7 @@ def test_an_unknown_option_is_reported_as_unknown(capsys, argv):
 
 
 def test_config_overrides_are_not_unknown_options(capsys, tmp_path):
-    code, _, err = run_cli(capsys, "prepare", tmp_path / "none.yaml", "--train.lr", "-1", "--work_dir=x", "--seed", "2")
+    code, _, err = run_cli(capsys, "prepare", tmp_path / "none.yaml", "--train.lr", "-1", "--work_dir=x", "--seed", "2", "--data.src_lang", "-x")
     assert_one_line_error(code, err, "none.yaml: config file not found")
 
 
