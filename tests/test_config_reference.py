@@ -74,3 +74,15 @@ def test_a_data_path_found_only_beside_the_config_is_an_error_that_says_so(tmp_p
     monkeypatch.chdir(tmp_path)  # missing everywhere: left to the command that reads it
     (folder / "c.yaml").write_text("data:\n  train_src: corpus/other.src\n")
     assert load_config("exp/c.yaml").data.train_src == "corpus/other.src"
+
+
+def test_the_pages_worked_example_is_a_valid_config(tmp_path):
+    """The "your own corpus" config of docs/config.md loads as written (every key it names exists)."""
+    import re
+
+    from syntaxnmt.config import load_config
+
+    example = re.search(r"```yaml\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.S).group(1)
+    (tmp_path / "mine.yaml").write_text(example, encoding="utf-8")
+    cfg = load_config(tmp_path / "mine.yaml")
+    assert cfg.data.train_src == "corpus/train.src" and cfg.train.valid_max_sentences == 100
