@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -23,10 +24,10 @@ from syntaxnmt.analysis.heads import analyze_models
 from syntaxnmt.analysis.plot import load_for_plot, plot_sentences, read_link_file
 from syntaxnmt.api import Translator
 from syntaxnmt.checkpoint import trusting_checkpoints
-from syntaxnmt.config import DEFAULT_CPU_KERNELS, DataConfig, load_config, parse_overrides
+from syntaxnmt.config import DEFAULT_CPU_KERNELS, Config, DataConfig, load_config, parse_overrides
 from syntaxnmt.data.annotations import SpacyParser, check_parse, to_conllu, write_conllu
 from syntaxnmt.data.contrastive import FORMATS as CONTRASTIVE_FORMATS
-from syntaxnmt.data.contrastive import read_contrastive
+from syntaxnmt.data.contrastive import check_context, read_contrastive
 from syntaxnmt.data.discourse import write_documents
 from syntaxnmt.data.links import aer_report, format_links
 from syntaxnmt.data.prepare import prepare
@@ -248,7 +249,7 @@ def cmd_translate(args, extra) -> None:
         if args.alignments:
             write_lines(args.alignments, [format_links(x) for nb in links for x in nb])
         if marked is not None:
-            results = transfer_to_translations(marked, results, links, toks.src.normalize, toks.tgt.normalize)
+            results = transfer_to_translations(marked, results, links, toks.src.normalize, toks.tgt.normalize, where=[f"{kw['source_name']}:{n}" for n in range(1, len(lines) + 1)])
     if args.nbest is None and nbest == 1:
         out = [nb[0][0] for nb in results]
     else:  # --nbest N (1 too) or decode.nbest > 1: every candidate with its score
@@ -269,6 +270,7 @@ def cmd_score(args, extra) -> None:
     items = read_contrastive(args.contrastive, args.format, args.context_src, args.context_tgt, args.phenomenon)
     if not items:
         raise UserError(f"{args.contrastive}: no items to score")
+    check_context(items, args.contrastive, args.context)
     model, _, toks = load_model(_checkpoint_arg(argparse.Namespace(config=None, checkpoint=args.checkpoint), extra), resolve_device(args.device))
     result = score_contrastive(model, toks, items, resolve_device(args.device), context=args.context, batch_size=args.batch_size, draws=args.draws)
     print(f"{args.contrastive} ({len(items)} items, context: {args.context})")
@@ -524,6 +526,7 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--batch-size", type=positive_int, default=64, help="sentence pairs per batch")
     s.add_argument("--device", default="auto")
     s.add_argument("-o", "--output", help="also write the result as JSON (accuracy, items, chance, per-cell figures)")
+    _threads_flag(s)
     _trust_flag(s)
     s.set_defaults(func=cmd_score)
 
@@ -624,6 +627,7 @@ def _alignment_commands(sub) -> None:
     s.add_argument("-o", "--output", help="also write every reading's figures and the best as JSON")
     s.add_argument("--batch-size", type=positive_int, default=64, help="sentence pairs per batch")
     s.add_argument("--device", default="auto")
+    _threads_flag(s)
     _trust_flag(s)
     s.set_defaults(func=cmd_align_sweep)
 
@@ -654,7 +658,7 @@ def _analysis_commands(sub) -> None:
     s.add_argument("--parse", action="store_true", help="without --src-conllu: parse the input as the corpus was (data.annotate, e.g. spaCy)")
     s.add_argument("--sentences", help="0-based line numbers to export, e.g. 0,3,10-12 (default: all)")
     s.add_argument("--docs", help="document ids of the input (one per line): a context model reads each line's previous lines, and HAN's weights are exported (docs/documents.md)")
-    s.add_argument("--beam", type=positive_int, default=1, help="beam size of the translation (default 1: greedy)")
+    s.add_argument("--beam", type=positive_int, help="beam size of the translation (default: the model's decode.beam_size, as translate)")
     s.add_argument("--batch-size", type=positive_int, default=32, help="sentences per batch")
     s.add_argument("-o", "--output", required=True, help="writes OUT.jsonl (tokens, words, parse) and OUT.npz (weights); see docs/attention.md")
     s.add_argument("--device", default="auto")
@@ -670,7 +674,7 @@ def _analysis_commands(sub) -> None:
     s.add_argument("--src-conllu", help="with --checkpoint: parses of the input (CoNLL-U), drawn as arcs")
     s.add_argument("--parse", action="store_true", help="with --checkpoint: parse the input as the corpus was (data.annotate)")
     s.add_argument("--docs", help="with --checkpoint: document ids of the input, read by a context model (HAN's weights get a panel of their own)")
-    s.add_argument("--beam", type=positive_int, default=1, help="with --checkpoint: beam size of the translation (default 1)")
+    s.add_argument("--beam", type=positive_int, help="with --checkpoint: beam size of the translation (default: the model's decode.beam_size, as translate)")
     s.add_argument("--sentences", default="0", help="0-based input line numbers, e.g. 0,3,10-12 (default: 0)")
     s.add_argument("--kind", choices=["encoder", "decoder", "cross"], default="cross", help="which attention (default: cross)")
     s.add_argument("--layer", type=int, default=-1, help="layer (negative counts from the end; default: the last)")
@@ -738,7 +742,27 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    unknown = unknown_flags(extra)
+    if unknown:  # before its value can be taken for a positional argument ("--threads 1" read 1 as the config)
+        sub = next(a for a in parser._actions if a.dest == "command").choices[args.command]
+        sub.error(f"unknown option{'s' if len(unknown) > 1 else ''} {' '.join(unknown)}")
     run_command(lambda: _run(args, extra))
+
+
+def unknown_flags(extra: list[str]) -> list[str]:
+    """The options among the arguments argparse left over that are no config override either:
+    an override is ``--KEY[=value]`` with KEY a top-level key or ``section.key`` of :class:`Config`."""
+    unknown, i = [], 0
+    while i < len(extra):
+        arg = extra[i]
+        if re.match(r"^--?[A-Za-z]", arg):
+            key = arg.split("=", 1)[0]
+            if not key.startswith("--") or key[2:].split(".")[0] not in Config.model_fields:
+                unknown.append(key)
+            elif "=" not in arg:
+                i += 1  # the override's value, whatever it looks like (--train.lr -inf)
+        i += 1
+    return unknown
 
 
 def _run(args, extra: list[str]) -> None:

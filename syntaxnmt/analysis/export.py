@@ -770,11 +770,13 @@ def read_contexts(
 
 
 def export_attention(
-    checkpoint: str | Path, src: str, out: str | Path, *, ref: str | None = None, conllu: str | None = None, sentences: str | None = None, parse: bool = False, beam: int = 1, batch_size: int = 32, device: torch.device, docs: str | None = None
+    checkpoint: str | Path, src: str, out: str | Path, *, ref: str | None = None, conllu: str | None = None, sentences: str | None = None, parse: bool = False, beam: int | None = None, batch_size: int = 32, device: torch.device, docs: str | None = None
 ) -> tuple[Path, Path, int]:
     """``syntaxnmt attention``: load the model, compute every weight of the selected sentences, write the export.
-    ``docs``: the doc-id file of ``src``, read by a context model (docs/documents.md)."""
+    ``docs``: the doc-id file of ``src``, read by a context model (docs/documents.md); ``beam``
+    (None: the checkpoint's ``decode.beam_size``, as ``translate``) searches its translations."""
     model, cfg, toks = load_model(checkpoint, device)
+    beam = beam or cfg.decode.beam_size
     lines, refs, parses, keep = read_inputs(src, ref, conllu, sentences)
     contexts = read_contexts(model, cfg, toks, src, docs, keep, ref, device=device, beam=beam, batch_size=batch_size)
     result = attention_for_sentences(model, cfg, toks, lines, refs=refs, device=device, beam=beam, parse=parse, batch_size=batch_size, progress=True, source_name=src, parses=parses, contexts=contexts)
