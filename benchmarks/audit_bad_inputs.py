@@ -289,6 +289,12 @@ def _cut_array(case: Path, env: Env) -> None:
     arr.write_bytes(arr.read_bytes()[:200])
 
 
+def _data_beside_config(case: Path, _env: Env) -> None:
+    """A config in ``exp/`` naming ``corpus/train.src``, which exists beside it, not in the working folder."""
+    write(case / "exp" / "corpus" / "train.src", "a red house .\n")
+    write(case / "exp" / "c.yaml", "data:\n  train_src: corpus/train.src\n  train_tgt: corpus/train.src\n")
+
+
 def _still_fifo(case: Path, _out: str, _err: str) -> str | None:
     return None if stat.S_ISFIFO((case / "fifo").lstat().st_mode) else "the FIFO was replaced by a regular file"
 
@@ -706,6 +712,16 @@ def cases(env: Env) -> list[Case]:
         C("serve-timeout-nan", "serve", ["serve", "--checkpoint", ck, "--timeout", "nan", "--parser", "none"], fragments=("--timeout",)),
         C("serve-crafted-pickle", "serve", ["serve", "--checkpoint", evil, "--parser", "none"], fragments=("evil.pt",)),
         C("serve-nan-weights", "serve", ["serve", "--checkpoint", str(b["nan"]), "--parser", "none"], fragments=("nan.pt",)),
+        # issue 51: unknown options, silent context-free scores, config paths and keys that cannot work
+        C("unknown-option-with-value", "prepare", ["prepare", "--bogus", "1"], fragments=("unknown option --bogus",)),
+        C("sweep-unknown-option", "align-sweep", ["align-sweep", "--checkpoint", ck, "--src", one, "--tgt", one, "--gold", str(b["pharaoh_ok"]), "--frobnicate", "1"], fragments=("unknown option --frobnicate",)),
+        C("evaluate-threads", "evaluate", ["evaluate", "--hyp", one, "--ref", one, "--threads", "1"], fragments=("unknown option --threads",)),
+        C("score-threads-negative", "score", ["score", "--checkpoint", ck, "--contrastive", str(b["contrapro"]), "--threads", "-3"], fragments=("--threads",)),
+        C("score-contrapro-without-context", "score", ["score", "--checkpoint", ck, "--contrastive", str(b["contrapro"])], fragments=("contrapro.json", "--context-src", "--context none")),
+        C("config-data-path-beside-config", "prepare", ["prepare", "{case}/exp/c.yaml"], setup=_data_beside_config, fragments=("c.yaml", "data.train_src", "working directory")),
+        C("rnn-dot-sizes", "prepare", ["prepare", cfg, "--model.arch=rnn", "--model.rnn.score=dot", *LOCAL], fragments=("model.rnn.score dot", "2 x hidden")),
+        C("context-two-to-two-separate-vocab", "prepare", ["prepare", cfg, "--model.context.kind=concat", "--model.context.side=both", "--data.joint_vocab=false",
+                                                            f"--data.train_docs={b['docs_short']}", f"--data.dev_docs={b['docs_short']}", *LOCAL], fragments=("data.joint_vocab",)),
     ]
     out += input_hygiene_cases(env)
     unknown = EXTENDED - {c.name for c in out}

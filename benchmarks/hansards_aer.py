@@ -106,7 +106,8 @@ from syntaxnmt.checkpoint import load_checkpoint
 from syntaxnmt.config import config_from_dict, load_config
 from syntaxnmt.data.links import Links, aer, parse_links, read_alignments, read_bitext, transposed
 from syntaxnmt.data.prepare import prepare
-from syntaxnmt.decoding.translate import load_model, translate_lines
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.errors import Interrupted, UserError
 from syntaxnmt.metrics import score as mt_score
 from syntaxnmt.runtime import machine_info, machine_summary, with_load_after

@@ -184,17 +184,17 @@ def test_the_loader_bounds_what_a_small_checkpoint_expands_to(trained_run, tmp_p
 
 MEASURE = """
 import sys, torch
-from syntaxnmt.decoding import translate
+from syntaxnmt.decoding import loading
 def rss():
     with open("/proc/self/status") as f:
         return int(next(line for line in f if line.startswith("VmRSS:")).split()[1]) // 1024
-load_weights = translate.load_weights
+load_weights = loading.load_weights
 def measuring(*args, **kw):  # called while the loaded checkpoint is held
     print(rss() - before)
     return load_weights(*args, **kw)
-translate.load_weights = measuring
+loading.load_weights = measuring
 before = rss()
-translate.load_model(sys.argv[1], torch.device("cpu"))
+loading.load_model(sys.argv[1], torch.device("cpu"))
 """
 
 

@@ -428,3 +428,14 @@ def test_max_nonfinite_is_a_count():
     assert load_config(None).train.max_nonfinite == 0
     with pytest.raises(UserError, match=r"train\.max_nonfinite"):
         load_config(None, ["--train.max_nonfinite=-1"])
+
+
+def test_two_to_two_context_needs_a_joint_vocabulary():
+    """docs/documents.md: 2-to-2 (concat, side both) needs a joint vocabulary -- refused at load,
+    not when training starts after prepare."""
+    docs = ["--data.train_docs=t.docs", "--data.dev_docs=d.docs", "--model.context.kind=concat"]
+    with pytest.raises(UserError, match=r"model.context concat with side both \(2-to-2\) .*needs data.joint_vocab true") as e:
+        load_config(None, [*docs, "--model.context.side=both", "--data.joint_vocab=false"])
+    assert "\n" not in str(e.value)
+    assert load_config(None, [*docs, "--model.context.side=both"]).data.joint_vocab
+    assert load_config(None, [*docs, "--data.joint_vocab=false"]).model.context.side == "source"  # 2-to-1 is fine

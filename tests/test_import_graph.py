@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "syntaxnmt"
 
 # The rank of each top-level module or stage package; a module may import only modules of a
 # lower rank, or modules of its own stage package (without a cycle).
-STAGES: dict[str, int] = {
+STAGES: dict[str, float] = {
     "_native": 0,  # the C extension (syntaxnmt/_native.c): imports nothing of the package
     "errors": 0,
     "textio": 1,
@@ -26,6 +26,7 @@ STAGES: dict[str, int] = {
     "metrics": 3,
     "data": 4,
     "model": 5,
+    "cpu": 5.5,  # CPU execution (syntaxnmt/cpu/): plugs into the model, used by decoding and training
     "decoding": 6,
     "training": 7,
     "alignment": 8,

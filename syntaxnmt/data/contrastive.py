@@ -290,6 +290,18 @@ def _voita_items(data: Any, path: Path, phenomenon: str | None) -> list[Contrast
     return items
 
 
+def check_context(items: Sequence[ContrastiveItem], path: str | os.PathLike, context: str) -> None:
+    """Scoring with context (``--context true`` or ``other-document``) needs items that carry some:
+    a set read without any (ContraPro without its context files) would be scored context-free
+    under a header that says otherwise, so it is a :class:`UserError`."""
+    if context != "none" and items and not any(item.context_src or item.context_tgt for item in items):
+        raise UserError(
+            f"{path}: no item carries context, so --context {context} would score it context-free "
+            "(ContraPro: give --context-src and --context-tgt, the files json2text_and_context.pl writes); "
+            "or score without context with --context none"
+        )
+
+
 def read_contrastive(
     path: str | os.PathLike,
     format: str | None = None,

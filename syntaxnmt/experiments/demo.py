@@ -22,7 +22,8 @@ from syntaxnmt.checkpoint import load_checkpoint
 from syntaxnmt.config import Config, load_config
 from syntaxnmt.data.prepare import prepare
 from syntaxnmt.data.synthetic import write_corpus
-from syntaxnmt.decoding.translate import load_model, translate_lines
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.errors import UserError
 from syntaxnmt.metrics import score
 from syntaxnmt.runtime import resolve_device

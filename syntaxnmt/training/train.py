@@ -38,8 +38,9 @@ from syntaxnmt.training.distributed import World, barrier, device_for, init_worl
 from syntaxnmt.training.events import EventLog
 from syntaxnmt.training.loop import Progress
 from syntaxnmt.training.losses import sequence_loss
+from syntaxnmt.training.objectives import training_objectives
 from syntaxnmt.training.optim import build_optimizer
-from syntaxnmt.training.step import forward_loss, timing_step, training_objectives, update
+from syntaxnmt.training.step import forward_loss, timing_step, update
 
 
 def training_batches(split: Split, cfg: Config, context: DocumentContext | None, rng: np.random.Generator | None) -> list[np.ndarray]:

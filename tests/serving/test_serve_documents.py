@@ -203,11 +203,11 @@ def test_documents_searched_in_forked_processes_give_the_threads_translations(ha
     and states were stored, and gives what the threads give."""
     import torch
 
-    import syntaxnmt.decoding.translate as tr
+    import syntaxnmt.cpu.pools as pools
 
     forks = []
-    real = tr._forked_pool
-    monkeypatch.setattr(tr, "_forked_pool", lambda work, n: forks.append(n) or real(work, n))
+    real = pools._forked_pool
+    monkeypatch.setattr(pools, "_forked_pool", lambda work, n: forks.append(n) or real(work, n))
     flat = [s for doc in documents for s in doc]
     ids = [f"doc{n}" for n, doc in enumerate(documents) for _ in doc]
     translator = Translator.from_checkpoint(han_both_checkpoint, device="cpu")
