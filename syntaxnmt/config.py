@@ -615,6 +615,19 @@ class TrainConfig(_Section):
 CpuSoftmax = Literal["auto", "torch"]  # decode.cpu_softmax
 
 
+def at_most_cores(n: int) -> int:
+    """``n`` workers or processes capped by the cores this process may run on (its CPU affinity,
+    else the machine's), at least 1: whether ``decode.workers`` came from the command line, a
+    config or a checkpoint's stored config (made on a larger machine), a 2-core machine never
+    runs 16 searches (or forks 16 processes) at once. :func:`syntaxnmt.decoding.translate.decode_workers`
+    applies it."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(n, cores))
+
+
 class DecodeConfig(_Section):
     """Search settings for ``syntaxnmt translate`` (also used for validation BLEU, with beam 1)."""
 

@@ -19,7 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from syntaxnmt.checkpoint import load_model_checkpoint, load_weights
-from syntaxnmt.config import MAX_BEAM, Config, DecodeConfig, config_from_dict, merge_trees
+from syntaxnmt.config import MAX_BEAM, Config, DecodeConfig, at_most_cores, config_from_dict, merge_trees
 from syntaxnmt.data.annotations import spacy_parser
 from syntaxnmt.data.batches import context_batch, make_batch
 from syntaxnmt.data.controls import apply_controls
@@ -464,7 +464,7 @@ def decode_workers(requested: int, batches: int, device: torch.device, threads: 
     N: N at once (at most the number of batches), the threads shared between them. ``threads``:
     the threads to share (default: torch's)."""
     threads = threads or torch.get_num_threads()
-    workers = (requested or threads) if device.type == "cpu" else 1
+    workers = (at_most_cores(requested) if requested else threads) if device.type == "cpu" else 1
     workers = max(1, min(workers, batches))
     return workers, max(1, threads // workers)
 

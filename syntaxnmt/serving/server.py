@@ -824,9 +824,78 @@ def check_port_free(host: str, port: int) -> None:
             raise UserError(f"cannot listen on {host}:{port}: {e.strerror}") from None
 
 
-def serve(checkpoint: str | Path, *, host: str = "127.0.0.1", port: int = 8000, device: str = "auto", parser: str | None = "auto", limits: Limits = Limits(), shutdown_grace: float = SHUTDOWN_GRACE) -> None:
+def header_timeout_protocol(seconds: float):
+    """uvicorn's h11 protocol with a bound on the time a client takes to send a request's headers
+    (from the connection, or the previous answer; uvicorn bounds only the idle time between
+    requests, ``timeout_keep_alive``): a connection still without whole headers after ``seconds``
+    is closed (slowloris)."""
+    import h11  # deferred: the web stack loads only for serve
+    from uvicorn.protocols.http.h11_impl import H11Protocol  # deferred: the web stack loads only for serve
+
+    class HeaderTimeout(H11Protocol):
+        _header_timer = None
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._header_timer = self.loop.call_later(seconds, self._headers_late)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_late(self) -> None:
+            self._header_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.logger.info("closing a connection whose request headers did not come within %g s", seconds)
+                self.transport.close()
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.conn.their_state is not h11.IDLE:  # the headers are in
+                self._disarm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm()
+
+        def connection_lost(self, exc) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return HeaderTimeout
+
+
+def uvicorn_config(app, host: str, port: int, read_timeout: float = READ_TIMEOUT, shutdown_grace: float = SHUTDOWN_GRACE, log_level: str = "info"):
+    """How ``serve`` runs ``app`` in uvicorn: headers within ``read_timeout`` seconds
+    (:func:`header_timeout_protocol`) and at most 16 KiB, idle connections closed after 5 s."""
+    import uvicorn  # deferred: the web stack loads only for serve
+
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=int(shutdown_grace) + 5, http=header_timeout_protocol(read_timeout), timeout_keep_alive=5, h11_max_incomplete_event_size=16 * 1024)
+
+
+def serve(
+    checkpoint: str | Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    device: str = "auto",
+    parser: str | None = "auto",
+    limits: Limits = Limits(),
+    shutdown_grace: float = SHUTDOWN_GRACE,
+    read_timeout: float = READ_TIMEOUT,
+    docs: bool = False,
+    allowed_hosts: Sequence[str] | None = None,
+) -> None:
     """Load the model and serve it with uvicorn until interrupted (torch's threads: ``--threads``,
-    :func:`syntaxnmt.runtime.configure_threads`).
+    :func:`syntaxnmt.runtime.configure_threads`). A client has ``read_timeout`` seconds for a
+    request's headers (:func:`header_timeout_protocol`) and as many for its body
+    (:class:`BoundedBody`); an idle connection is closed after 5 s; headers over 16 KiB: 400.
 
     On the first SIGTERM or SIGINT uvicorn stops listening and the worker stops (new requests:
     503; running ones: ``shutdown_grace`` seconds, then their search stops and they answer 503);
@@ -838,8 +907,10 @@ def serve(checkpoint: str | Path, *, host: str = "127.0.0.1", port: int = 8000, 
     limits.check()
     if not 0 <= port <= 65535:
         raise UserError(f"--port must be 0 to 65535, got {port}")
+    if not (math.isfinite(read_timeout) and read_timeout > 0):
+        raise UserError(f"--read-timeout must be a positive number of seconds, got {read_timeout}")
     check_port_free(host, port)
-    app = create_app(checkpoint, device=device, parser=parser, limits=limits, shutdown_grace=shutdown_grace)
+    app = create_app(checkpoint, device=device, parser=parser, limits=limits, shutdown_grace=shutdown_grace, read_timeout=read_timeout, docs=docs, allowed_hosts=allowed_hosts)
     worker: BatchingWorker = app.state.worker
 
     class Server(uvicorn.Server):
@@ -847,7 +918,7 @@ def serve(checkpoint: str | Path, *, host: str = "127.0.0.1", port: int = 8000, 
             worker.stop(shutdown_grace)  # before uvicorn waits for the running requests
             await super().shutdown(sockets)
 
-    server = Server(uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=int(shutdown_grace) + 5))
+    server = Server(uvicorn_config(app, host, port, read_timeout, shutdown_grace))
     print(f"syntaxnmt: serving {checkpoint} on http://{host}:{port}/ (Ctrl-C stops)", flush=True)
     try:
         server.run()

@@ -503,6 +503,8 @@ def test_serve_listens_on_localhost_by_default():
         (["--timeout", "nan"], "--timeout must be a positive number of seconds, got nan"),
         (["--port", "70000"], "--port must be 0 to 65535, got 70000"),
         (["--parser", "xx_no_such_pipeline"], "spaCy pipeline 'xx_no_such_pipeline' is not installed"),
+        (["--read-timeout", "0"], "--read-timeout must be a positive number of seconds, got 0.0"),
+        (["--allowed-hosts", " , "], "--allowed-hosts: give host names separated by commas"),
     ],
 )
 def test_serve_mistakes_are_one_line_errors(capsys, checkpoint, args, message):
