@@ -143,9 +143,11 @@ class BatchingWorker:
         slice_seconds: float = 0.25,
         max_depth: int = 3,
         name: str = "syntaxnmt-inference",
+        caution: float = 1.25,
     ):
         self.handler, self.max_batch, self.max_batch_work, self.name = handler, max_batch, max_batch_work, name
         self.slice_seconds, self.max_depth = slice_seconds, max_depth
+        self.caution = caution  # admission: the expected seconds of a job are taken this many times (estimates are rough)
         self._cond = threading.Condition(threading.RLock())
         self._jobs: list[Job] = []  # jobs with items not yet taken (order: Job.priority)
         self._seq = 0
@@ -232,14 +234,17 @@ class BatchingWorker:
         """Why ``job`` cannot be admitted now, or None (call with the lock held): at the recent work
         per second, the work done before it is finished (:func:`finish_work`, plus the batches
         running) would take it past its deadline, or its work would take an admitted job that is
-        on time past that job's. Nothing is refused before a batch has been timed."""
+        on time past that job's. The expected times are taken ``caution`` times (1.25: a job is
+        admitted when it is expected within 80 % of its time). Nothing is refused before a batch
+        has been timed."""
         rate = self.work_per_second()
         if rate is None:
             return None
         active = self._active()
         running = sum(frame.work for frame in list(self._stack))
         now = time.monotonic()
-        retry_after = (sum(j.work - j.served for j in active) + running) / rate
+        retry_after = (sum(j.work - j.served for j in active) + running) / rate  # at the rate measured
+        rate /= self.caution
         expected = now + (finish_work(job, active) + running) / rate
         if expected > job.deadline:
             return Overloaded(f"the server is busy: about {expected - now:.0f} s of work before this request is done, over its {job.deadline - now:.0f} s", retry_after)

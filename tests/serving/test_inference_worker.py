@@ -345,13 +345,13 @@ def test_a_job_that_would_not_finish_in_time_is_refused_at_once_with_the_time_to
     worker = BatchingWorker(rec, max_batch_work=1000)
     first = hold_worker(worker, rec)  # a running batch of work 1
     worker._rate = (100.0, 1.0)  # 100 units of work per second (as if measured)
-    h1 = worker.submit("k", ["a", "b"], costs=[400, 400], timeout=10)  # 8 s of work: admitted
-    late = worker.submit("k", ["c", "d"], costs=[400, 400], timeout=10)  # 16 s with h1's turns: refused
+    h1 = worker.submit("k", ["a", "b"], costs=[400, 400], timeout=11)  # 8 s of work (x 1.25 caution: 10 s): admitted
+    late = worker.submit("k", ["c", "d"], costs=[400, 400], timeout=11)  # 16 s with h1's turns: refused
     with pytest.raises(Overloaded, match="busy") as refused:
         late.result(0)
     assert refused.value.retry_after == pytest.approx(8.01, abs=0.01)  # h1's work and the running batch
-    small = worker.submit("k", ["s"], costs=[10], timeout=10)  # h1 still done within its 10 s
-    pushy = worker.submit("k", ["e", "f"], costs=[400, 400], timeout=60)  # done in 16 s, but h1 would then miss its 10 s
+    small = worker.submit("k", ["s"], costs=[10], timeout=10)  # h1 still done within its 11 s
+    pushy = worker.submit("k", ["e", "f"], costs=[400, 400], timeout=60)  # done in 16 s, but h1 would then miss its 11 s
     with pytest.raises(Overloaded, match="earlier one"):
         pushy.result(0)
     rec.gate.set()
