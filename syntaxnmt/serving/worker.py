@@ -152,6 +152,7 @@ class BatchingWorker:
         self._jobs: list[Job] = []  # jobs with items not yet taken (order: Job.priority)
         self._seq = 0
         self._rate = (0.0, 0.0)  # decayed sums of (work, seconds) of the recent batches: work per second
+        self._warm = False  # a first batch has run (its time, with the model's first-call costs, is not counted)
         self._thread: threading.Thread | None = None
         self._stopping = False  # stop() called: submit refuses new jobs
         self._abort_at = math.inf  # time.monotonic() after which running batches stop
@@ -236,11 +237,12 @@ class BatchingWorker:
         running) would take it past its deadline, or its work would take an admitted job that is
         on time past that job's. The expected times are taken ``caution`` times (1.25: a job is
         admitted when it is expected within 80 % of its time). Nothing is refused before a batch
-        has been timed."""
+        has been timed (the first batch is not: it pays the model's first-call costs), nor when
+        nothing else is waiting or running."""
         rate = self.work_per_second()
-        if rate is None:
-            return None
         active = self._active()
+        if rate is None or not active:  # not timed yet, or idle: it starts at once
+            return None
         running = sum(frame.work for frame in list(self._stack))
         now = time.monotonic()
         retry_after = (sum(j.work - j.served for j in active) + running) / rate  # at the rate measured
@@ -351,10 +353,11 @@ class BatchingWorker:
             error = e
         finally:
             self._stack.pop()
-        if error is None and work > 0:  # the work per second of the batches, decayed (the recent ones count most)
+        if error is None and work > 0 and self._warm:  # the work per second of the batches, decayed (the recent ones count most)
             seconds = max(time.monotonic() - started - frame.nested, 1e-6)
             with self._cond:
                 self._rate = (0.8 * self._rate[0] + work, 0.8 * self._rate[1] + seconds)
+        self._warm = True
         if isinstance(error, Cancelled):
             for job, _, _ in slices:
                 self._abandon(job, ShuttingDown("the server is shutting down"))

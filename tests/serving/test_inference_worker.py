@@ -360,10 +360,12 @@ def test_a_job_that_would_not_finish_in_time_is_refused_at_once_with_the_time_to
     worker.close(10)
 
 
-def test_nothing_is_refused_before_the_worker_has_timed_a_batch():
+def test_nothing_is_refused_before_a_batch_is_timed_nor_on_an_idle_worker():
     rec = Recorder()
     worker = BatchingWorker(rec)
     assert worker.work_per_second() is None
     assert worker.submit("k", ["a"], costs=[10**9], timeout=1e-3).result(10) == ["k:a"]
+    assert worker.work_per_second() is None  # the first batch is not timed (first-call costs)
+    assert worker.submit("k", ["b"], costs=[10**9], timeout=1e-3).result(10) == ["k:b"]  # idle: admitted
     assert worker.work_per_second() is not None
     worker.close(10)

@@ -20,14 +20,20 @@ from syntaxnmt.serving.server import Answer, Limits, create_app, uvicorn_config
 
 class Upper:
     """Stands in for the model: translations are the sentences in capitals, each sentence's work
-    its length."""
+    its length; the sentence ``hold`` waits for ``release`` (``holding`` is set meanwhile)."""
 
     cfg = SimpleNamespace(decode=SimpleNamespace(beam_size=2))
+
+    def __init__(self):
+        self.holding, self.release = threading.Event(), threading.Event()
 
     def work(self, sentences, beam, attention=False, aligned=False):
         return [len(s) for s in sentences]
 
     def handle(self, key, sentences, checkpoint):
+        if "hold" in sentences:
+            self.holding.set()
+            self.release.wait(20)
         return [Answer(s.upper(), -1.0) for s in sentences]
 
     def info(self):
@@ -35,16 +41,21 @@ class Upper:
 
 
 def test_a_request_that_would_not_be_answered_in_time_is_refused_at_once_with_retry_after():
-    app = create_app("unused", translator=Upper(), limits=Limits(timeout=10))
+    model = Upper()
+    app = create_app("unused", translator=model, limits=Limits(timeout=10))
     with TestClient(app) as c:
-        assert c.post("/translate", json={"sentences": ["warm up"]}).status_code == 200  # times a batch
+        held = threading.Thread(target=c.post, args=("/translate",), kwargs={"json": {"sentences": ["hold"]}})
+        held.start()
+        assert model.holding.wait(10)  # a batch of work 4 runs
         app.state.worker._rate = (1.0, 1.0)  # as if measured: 1 unit of work per second
         t0 = time.monotonic()
-        r = c.post("/translate", json={"sentences": ["x" * 30]})  # 30 s of work, 10 s allowed
+        r = c.post("/translate", json={"sentences": ["x" * 30]})  # 4 + 30 s of work, 10 s allowed
         assert time.monotonic() - t0 < 5  # refused up front, not after the 10 s timeout
-        assert r.status_code == 503 and "busy" in r.json()["error"] and "try again in" in r.json()["error"]
-        assert r.headers["retry-after"] == "1" and r.json()["retry_after"] == 1  # nothing else waits
-        assert c.post("/translate", json={"sentences": ["fits"]}).json()["translations"] == ["FITS"]
+        assert r.status_code == 503 and "busy" in r.json()["error"] and "try again in 4 s" in r.json()["error"]
+        assert r.headers["retry-after"] == "4" and r.json()["retry_after"] == 4  # the running batch's work
+        model.release.set()
+        held.join(10)
+        assert c.post("/translate", json={"sentences": ["x" * 30]}).json()["translations"] == ["X" * 30]  # idle: admitted
 
 
 def test_the_api_docs_are_served_only_when_asked():
