@@ -110,6 +110,7 @@ class _Frame:
     priority: tuple[float, int]  # its leading job's when it was taken: only a job before that nests
     work: float  # of its items
     nested: float = 0.0  # seconds spent in batches nested in it
+    nested_large: float = 0.0  # of which in large ones (:meth:`BatchingWorker._large`)
 
 
 def finish_work(job: Job, others: Sequence[Job]) -> float:
@@ -151,7 +152,9 @@ class BatchingWorker:
         self._cond = threading.Condition(threading.RLock())
         self._jobs: list[Job] = []  # jobs with items not yet taken (order: Job.priority)
         self._seq = 0
-        self._rate = (0.0, 0.0)  # decayed sums of (work, seconds) of the recent batches: work per second
+        self._rate = (0.0, 0.0)  # decayed sums of (work, seconds) of the recent large batches, the small ones' time included: work per second
+        self._rate_any = (0.0, 0.0)  # (work, seconds) of every batch, each its own time (small ones pay a per-batch cost: slower)
+        self._small_seconds = 0.0  # time of the small batches run (not nested) since the last large one, while busy
         self._warm = False  # a first batch has run (its time, with the model's first-call costs, is not counted)
         self._thread: threading.Thread | None = None
         self._stopping = False  # stop() called: submit refuses new jobs
@@ -180,14 +183,14 @@ class BatchingWorker:
             if not job.items:
                 job.future.set_result([])
                 return job.future
+            self._seq += 1
+            job.seq = self._seq
             if timeout is not None:
                 job.deadline = time.monotonic() + timeout
                 refused = self.refusal(job)
                 if refused is not None:
                     job.future.set_exception(refused)
                     return job.future
-            self._seq += 1
-            job.seq = self._seq
             self._jobs.append(job)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
@@ -221,9 +224,17 @@ class BatchingWorker:
             self._stopping, self._abort_at = False, math.inf
         return True
 
+    def _large(self, work: float) -> bool:
+        """Whether a batch of ``work`` is large: at least ``max_batch_work / 8``."""
+        return not math.isfinite(self.max_batch_work) or work >= self.max_batch_work / 8
+
     def work_per_second(self) -> float | None:
-        """The work the recent batches did per second of their own (None before the first)."""
-        work, seconds = self._rate
+        """The large work done per second while busy, recently (None before a batch was timed):
+        the work of the large batches (:meth:`_large`) over their time plus that of the small
+        batches run meanwhile, so that the share of the thread that small requests take (they go
+        first) is counted; before a large batch has run, the work per second of any batch (small
+        ones pay a per-batch cost: a cautious figure)."""
+        work, seconds = self._rate if self._rate[0] > 0 else self._rate_any
         return work / seconds if work > 0 and seconds > 0 else None
 
     def _active(self) -> list[Job]:
@@ -234,26 +245,30 @@ class BatchingWorker:
     def refusal(self, job: Job) -> Overloaded | None:
         """Why ``job`` cannot be admitted now, or None (call with the lock held): at the recent work
         per second, the work done before it is finished (:func:`finish_work`, plus the batches
-        running) would take it past its deadline, or its work would take an admitted job that is
-        on time past that job's. The expected times are taken ``caution`` times (1.25: a job is
-        admitted when it is expected within 80 % of its time). Nothing is refused before a batch
+        running unless it will run nested in them) would take it past its deadline, or its work
+        would take an admitted job that is on time past that job's (not checked for a job that
+        will nest in the running batch: it delays the others by a sliver, and a small request is
+        not refused for a large one's sake). The expected times are taken ``caution`` times
+        (1.25: a job is admitted when it is expected within 80 % of its time, which leaves room for
+        the small requests that will come first). Nothing is refused before a batch
         has been timed (the first batch is not: it pays the model's first-call costs), nor when
         nothing else is waiting or running."""
         rate = self.work_per_second()
         active = self._active()
         if rate is None or not active:  # not timed yet, or idle: it starts at once
             return None
-        running = sum(frame.work for frame in list(self._stack))
+        stack = list(self._stack)
+        nests = bool(stack) and len(stack) < self.max_depth and job.priority() < stack[-1].priority  # runs within the running batch
+        running = 0.0 if nests else sum(frame.work for frame in stack)
         now = time.monotonic()
         retry_after = (sum(j.work - j.served for j in active) + running) / rate  # at the rate measured
-        rate /= self.caution
-        expected = now + (finish_work(job, active) + running) / rate
+        expected = now + self.caution * (finish_work(job, active) + running) / rate
         if expected > job.deadline:
             return Overloaded(f"the server is busy: about {expected - now:.0f} s of work before this request is done, over its {job.deadline - now:.0f} s", retry_after)
-        for other in active:
+        for other in [] if nests else active:  # a job that nests delays the others by a sliver: never refused for them
             if math.isfinite(other.deadline):
-                before = now + (finish_work(other, active) + running) / rate
-                if before <= other.deadline < before + min(job.work, other.work) / rate:
+                before = now + self.caution * (finish_work(other, active) + running) / rate
+                if before <= other.deadline < before + self.caution * min(job.work, other.work) / rate:
                     return Overloaded("the server is busy: this request would make an earlier one miss its time", retry_after)
         return None
 
@@ -279,6 +294,7 @@ class BatchingWorker:
                         break
                     if self._stopping:
                         return
+                    self._small_seconds = 0.0  # idle: the small batches so far delayed no large one
                     self._cond.wait(None if math.isinf(self._abort_at) else self._abort_at - now)
             self._run_next(set())
 
@@ -353,10 +369,15 @@ class BatchingWorker:
             error = e
         finally:
             self._stack.pop()
-        if error is None and work > 0 and self._warm:  # the work per second of the batches, decayed (the recent ones count most)
-            seconds = max(time.monotonic() - started - frame.nested, 1e-6)
+        wall = time.monotonic() - started
+        if error is None and work > 0 and self._warm:  # decayed sums: the recent batches count most
             with self._cond:
-                self._rate = (0.8 * self._rate[0] + work, 0.8 * self._rate[1] + seconds)
+                self._rate_any = (0.8 * self._rate_any[0] + work, 0.8 * self._rate_any[1] + max(wall - frame.nested, 1e-6))
+                if self._large(work):
+                    self._rate = (0.8 * self._rate[0] + work, 0.8 * self._rate[1] + max(wall - frame.nested_large + self._small_seconds, 1e-6))
+                    self._small_seconds = 0.0
+                elif not self._stack:
+                    self._small_seconds += wall
         self._warm = True
         if isinstance(error, Cancelled):
             for job, _, _ in slices:
@@ -404,6 +425,8 @@ class BatchingWorker:
             self._execute(*taken)
             now = time.monotonic()
             frame.nested += now - started
+            if self._large(taken[3]):
+                frame.nested_large += now - started
             frame.since = now
             self._check(frame)
 
