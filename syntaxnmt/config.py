@@ -647,7 +647,8 @@ class DecodeConfig(_Section):
     """Batches searched (and force-decoded for ``--alignments``) at once on the CPU (inter-op parallelism, as CTranslate2's ``inter_threads``,
     which ``--engine ctranslate2`` sets from it),
     the command's threads shared between them: 0 = one per thread (when there are that many
-    batches), 1 = one batch at a time on all the threads. See :func:`syntaxnmt.decoding.translate.decode_workers`."""
+    batches), 1 = one batch at a time on all the threads; N: at most the cores this process may
+    use (:func:`at_most_cores`, also for a checkpoint's stored value). See :func:`syntaxnmt.decoding.translate.decode_workers`."""
     processes: bool = False
     """Search the batches at once (``workers``, one thread each) in processes forked from the
     command's instead of threads of it: no GIL between them (two on two cores: about 1.2x the
