@@ -4,7 +4,7 @@ requests beside one maximum request.
     python benchmarks/serve_load.py [--checkpoint PATH] [--requests 1000] [--concurrency 50]
                                     [--sentences-per-request 1] [--beam B] [--device cpu] [--threads T]
                                     [--case load|heavy|both|fair] [--heavy-clients 8] [--heavy-max-requests 2000]
-                                    [--fair-levels 0,1,3,6] [--fair-seconds 60]
+                                    [--fair-levels 0,1,3,6] [--fair-seconds 60] [--server-timeout S]
 
 Starts ``syntaxnmt serve`` in its own process on a free port of 127.0.0.1 (the checkpoint given,
 or by default the demo's small Transformer trained for ``--minutes`` on the synthetic corpus in
@@ -98,8 +98,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(checkpoint: Path, port: int, device: str, threads: int) -> subprocess.Popen:
+def start_server(checkpoint: Path, port: int, device: str, threads: int, timeout: float | None = None) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "syntaxnmt", "serve", "--checkpoint", str(checkpoint), "--port", str(port), "--device", device, "--parser", "none", "--max-sentences", "64"]
+    if timeout:
+        cmd += ["--timeout", str(timeout)]
     if threads:
         cmd += ["--threads", str(threads)]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -327,6 +329,7 @@ def main() -> None:
     ap.add_argument("--case", choices=["load", "heavy", "both", "fair"], default="both", help="the load test, the heavy-request case, or both (default); fair: small requests beside 0, 1, 3, 6 concurrent heavy ones (issue 49)")
     ap.add_argument("--fair-levels", default="0,1,3,6", help="the fair case's numbers of concurrent heavy clients (default: 0,1,3,6)")
     ap.add_argument("--fair-seconds", type=float, default=60.0, help="seconds of the fair case per number of heavy clients (default: 60)")
+    ap.add_argument("--server-timeout", type=float, help="the server's --timeout (default: its own, 60 s)")
     ap.add_argument("--heavy-clients", type=int, default=8, help="clients sending one-sentence requests beside the heavy request")
     ap.add_argument("--heavy-max-requests", type=int, default=2000, help="at most this many small requests in the heavy case")
     ap.add_argument("--json", default="benchmarks/out/serve_load.json", help="figures and the machine record")
@@ -342,7 +345,7 @@ def main() -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     machine = machine_info()
-    proc = start_server(checkpoint, port, args.device, args.threads)
+    proc = start_server(checkpoint, port, args.device, args.threads, args.server_timeout)
     heavy = fair = None
     try:
         info = wait_ready(url, proc)

@@ -87,6 +87,8 @@ class Job:
     seq: int = 0  # submission order (ties of priority)
     served: float = 0.0  # work of the items handed to batches so far
     deadline: float = math.inf  # time.monotonic() by which the caller wants the answer
+    admitted: float = 0.0  # time.monotonic() of its admission
+    expected: float | None = None  # the seconds it was expected to take when admitted (before caution)
 
     def __post_init__(self) -> None:
         self.results = [None] * len(self.items)
@@ -156,6 +158,7 @@ class BatchingWorker:
         self._rate_any = (0.0, 0.0)  # (work, seconds) of every batch, each its own time (small ones pay a per-batch cost: slower)
         self._small_seconds = 0.0  # time of the small batches run (not nested) since the last large one, while busy
         self._warm = False  # a first batch has run (its time, with the model's first-call costs, is not counted)
+        self._overrun = 1.0  # recent large jobs' seconds over their expected seconds (decayed): raises the caution
         self._thread: threading.Thread | None = None
         self._stopping = False  # stop() called: submit refuses new jobs
         self._abort_at = math.inf  # time.monotonic() after which running batches stop
@@ -186,7 +189,8 @@ class BatchingWorker:
             self._seq += 1
             job.seq = self._seq
             if timeout is not None:
-                job.deadline = time.monotonic() + timeout
+                job.admitted = time.monotonic()
+                job.deadline = job.admitted + timeout
                 refused = self.refusal(job)
                 if refused is not None:
                     job.future.set_exception(refused)
@@ -250,25 +254,30 @@ class BatchingWorker:
         will nest in the running batch: it delays the others by a sliver, and a small request is
         not refused for a large one's sake). The expected times are taken ``caution`` times
         (1.25: a job is admitted when it is expected within 80 % of its time, which leaves room for
-        the small requests that will come first). Nothing is refused before a batch
+        the small requests that will come first), and more while the recent large jobs took
+        longer than expected (a machine that other work slowed down: the measured ratio, decayed,
+        :meth:`_learn`). Nothing is refused before a batch
         has been timed (the first batch is not: it pays the model's first-call costs), nor when
         nothing else is waiting or running."""
         rate = self.work_per_second()
         active = self._active()
         if rate is None or not active:  # not timed yet, or idle: it starts at once
+            job.expected = None if rate is None else job.work / rate
             return None
+        caution = self.caution * max(1.0, self._overrun)
         stack = list(self._stack)
         nests = bool(stack) and len(stack) < self.max_depth and job.priority() < stack[-1].priority  # runs within the running batch
         running = 0.0 if nests else sum(frame.work for frame in stack)
         now = time.monotonic()
         retry_after = (sum(j.work - j.served for j in active) + running) / rate  # at the rate measured
-        expected = now + self.caution * (finish_work(job, active) + running) / rate
+        job.expected = (finish_work(job, active) + running) / rate
+        expected = now + caution * job.expected
         if expected > job.deadline:
             return Overloaded(f"the server is busy: about {expected - now:.0f} s of work before this request is done, over its {job.deadline - now:.0f} s", retry_after)
         for other in [] if nests else active:  # a job that nests delays the others by a sliver: never refused for them
             if math.isfinite(other.deadline):
-                before = now + self.caution * (finish_work(other, active) + running) / rate
-                if before <= other.deadline < before + self.caution * min(job.work, other.work) / rate:
+                before = now + caution * (finish_work(other, active) + running) / rate
+                if before <= other.deadline < before + caution * min(job.work, other.work) / rate:
                     return Overloaded("the server is busy: this request would make an earlier one miss its time", retry_after)
         return None
 
@@ -308,6 +317,15 @@ class BatchingWorker:
         if job.future.cancelled() and not job.counted:
             job.counted = True
             self.stats["cancelled"] += 1
+            if time.monotonic() >= job.deadline:  # timed out: it took its whole time at least
+                self._learn(job, job.deadline - job.admitted)
+
+    def _learn(self, job: Job, seconds: float) -> None:
+        """Fold a large admitted job's ``seconds`` over its expected seconds into the overrun
+        that raises the admission's caution (decayed: the recent jobs count most)."""
+        if job.expected is not None and self._large(job.work):
+            with self._cond:
+                self._overrun = 0.7 * self._overrun + 0.3 * seconds / max(job.expected, 1e-3)
 
     def _next_job(self, exclude: set[Job]) -> Job | None:
         """The waiting job outside ``exclude`` whose turn it is (call with the lock held)."""
@@ -399,6 +417,8 @@ class BatchingWorker:
                     self._count_cancelled(job)
                 elif job.finished == len(job.items):
                     _settle(job.future.set_result, job.results)
+                    if math.isfinite(job.deadline):
+                        self._learn(job, time.monotonic() - job.admitted)
 
     def _abandon(self, job: Job, error: BaseException) -> None:
         """Fail ``job`` with ``error`` (unless its caller cancelled it) and drop its other items."""

@@ -369,3 +369,24 @@ def test_nothing_is_refused_before_a_batch_is_timed_nor_on_an_idle_worker():
     assert worker.submit("k", ["b"], costs=[10**9], timeout=1e-3).result(10) == ["k:b"]  # idle: admitted
     assert worker.work_per_second() is not None
     worker.close(10)
+
+
+def test_large_jobs_that_took_longer_than_expected_make_the_admission_more_cautious():
+    rec = Recorder()
+    worker = BatchingWorker(rec, max_batch_work=1000)
+    first = hold_worker(worker, rec)
+    worker._rate = (1e9, 1.0)  # as if measured: so fast that any job takes longer than expected
+    slow = worker.submit("k", ["a"], costs=[500], timeout=60)  # admitted, expected in microseconds
+    time.sleep(0.01)  # it takes longer than that whatever the machine
+    rec.gate.set()
+    assert first.result(10) == ["k:first"] and slow.result(10) == ["k:a"]
+    assert worker._overrun > 2  # 10 ms over an expected 1 ms (the floor): 0.7 + 0.3 x 10 at least
+    rec.gate.clear()
+    held = worker.submit("k", ["held"], costs=[500])
+    assert rec.entered.wait(10)
+    worker._rate = (100.0, 1.0)  # 100 units of work per second
+    with pytest.raises(Overloaded):
+        worker.submit("k", ["b"], costs=[300], timeout=10).result(0)  # 3 s: x 1.25 within 10 s, x 1.25 x 3.7 not
+    rec.gate.set()
+    assert held.result(10) == ["k:held"]
+    worker.close(10)
