@@ -1003,6 +1003,9 @@ class HttpCase:
     expect: tuple[int, ...]
     body: bytes | None = None
     content_type: str = "application/json"
+    raw: bytes | None = None  # sent as it is instead of a request made of the fields above
+    host: str = "127.0.0.1"
+    json_error: bool = True  # the answer must hold a JSON "error" (unless 404 / 405)
 
 
 def http_cases() -> list[HttpCase]:
@@ -1042,6 +1045,14 @@ def http_cases() -> list[HttpCase]:
         H("traversal-encoded-slash", "GET", "/static/..%2f..%2fserver.py", (404,)),
         H("traversal-source", "GET", "/static/../server.py", (404,)),
         H("unknown-path", "GET", "/admin", (404,)),
+        # issue 49: a bounded server (run_http serves with --allowed-hosts 127.0.0.1,localhost --read-timeout 2)
+        H("docs-off", "GET", "/docs", (404,)),
+        H("redoc-off", "GET", "/redoc", (404,)),
+        H("openapi-off", "GET", "/openapi.json", (404,)),
+        H("host-not-allowed", "GET", "/health", (400,), host="evil.example"),
+        H("slow-body", "POST", "/translate", (408,), raw=b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"sentences\""),
+        H("slow-headers", "POST", "/translate", (0,), raw=b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty", json_error=False),
+        H("content-length-and-chunked", "POST", "/translate", (400,), raw=b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 21\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"sen\r\n"),
     ]
 
 
@@ -1053,10 +1064,10 @@ def _free_port() -> int:
 
 def _raw_request(port: int, case: HttpCase, timeout: float = 60) -> tuple[int, bytes]:
     """Send the request as bytes (paths are not normalized, as an attacker's client would not)."""
-    head = f"{case.method} {case.path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+    head = f"{case.method} {case.path} HTTP/1.1\r\nHost: {case.host}\r\nConnection: close\r\n"
     if case.body is not None:
         head += f"Content-Type: {case.content_type}\r\nContent-Length: {len(case.body)}\r\n"
-    data = head.encode() + b"\r\n" + (case.body or b"")
+    data = case.raw if case.raw is not None else head.encode() + b"\r\n" + (case.body or b"")
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         try:
             s.sendall(data)
@@ -1081,7 +1092,8 @@ def run_http(env: Env, progress: Callable[[dict], None]) -> list[dict]:
     has printed no traceback, and that the first SIGTERM ends it with 143."""
     port = _free_port()
     err_path = env.root / "serve.stderr"
-    cmd = [sys.executable, "-m", "syntaxnmt", "serve", "--checkpoint", str(env.ckpt), "--port", str(port), "--parser", "none", "--threads", "1", "--device", "cpu"]
+    cmd = [sys.executable, "-m", "syntaxnmt", "serve", "--checkpoint", str(env.ckpt), "--port", str(port), "--parser", "none", "--threads", "1", "--device", "cpu",
+           "--allowed-hosts", "127.0.0.1,localhost", "--read-timeout", "2"]
     records: list[dict] = []
     with open(err_path, "wb") as err_file:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_file, env=subprocess_env(), cwd=env.root)
@@ -1096,7 +1108,7 @@ def run_http(env: Env, progress: Callable[[dict], None]) -> list[dict]:
                 reasons = []
                 if status not in case.expect:
                     reasons.append(f"HTTP {status}, expected {'/'.join(map(str, case.expect))}")
-                if status not in (404, 405) and b'"error"' not in body:
+                if case.json_error and status not in (404, 405) and b'"error"' not in body:
                     reasons.append("no JSON error in the answer")
                 if env.marker.exists():
                     reasons.append("the marker file appeared")

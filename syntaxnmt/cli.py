@@ -46,7 +46,7 @@ from syntaxnmt.model.kernels import MODES as KERNEL_MODES
 from syntaxnmt.model.kernels import configure as configure_kernels
 from syntaxnmt.model.linear import configure
 from syntaxnmt.runtime import configure_threads, resolve_device, run_command
-from syntaxnmt.serving.server import Limits, serve
+from syntaxnmt.serving.server import READ_TIMEOUT, Limits, serve
 from syntaxnmt.textio import atomic_write_text, package_version, read_input, read_lines, write_lines
 from syntaxnmt.training.joint import train_joint
 from syntaxnmt.training.train import train
@@ -381,7 +381,10 @@ def cmd_serve(args, extra) -> None:
     if not args.config:
         _no_overrides(extra)
     limits = Limits(args.max_sentences, args.max_chars, args.max_beam, args.max_attention_sentences, args.max_work, args.timeout)
-    serve(path, host=args.host, port=args.port, device=args.device, parser=args.parser, limits=limits)
+    hosts = [h.strip() for h in args.allowed_hosts.split(",") if h.strip()] if args.allowed_hosts is not None else None
+    if hosts == []:
+        raise UserError("--allowed-hosts: give host names separated by commas (example.org,*.example.org)")
+    serve(path, host=args.host, port=args.port, device=args.device, parser=args.parser, limits=limits, read_timeout=args.read_timeout, docs=args.docs, allowed_hosts=hosts)
 
 
 SYNTHETIC_MAX = {False: 1_000_000, True: 100_000}
@@ -712,6 +715,9 @@ def _serving_commands(sub) -> None:
     s.add_argument("--max-work", type=int, default=Limits.max_work, help=f"work per request: beam x subword tokens, x2 with attention (default: {Limits.max_work}; more: 413)")
     s.add_argument("--timeout", type=float, default=Limits.timeout, help=f"seconds a request may take; then its work stops and it answers 503 (default: {Limits.timeout:g})")
     s.add_argument("--max-attention-sentences", type=int, default=8, help="sentences per request that asks for attention weights (default: 8)")
+    s.add_argument("--read-timeout", type=float, default=READ_TIMEOUT, help=f"seconds a client may take to send a request's headers, and then its body (default: {READ_TIMEOUT:g}; then the connection is closed, or 408)")
+    s.add_argument("--docs", action="store_true", help="also serve the API's documentation: /docs, /redoc, /openapi.json (default: off; /docs loads Swagger UI from a CDN)")
+    s.add_argument("--allowed-hosts", metavar="HOSTS", help="answer only requests whose Host header is one of these, separated by commas (example.org,*.example.org; others: 400). Default: any")
     s.add_argument("--device", default="auto")
     _threads_flag(s)
     _trust_flag(s)

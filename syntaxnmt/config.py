@@ -678,6 +678,19 @@ class TrainConfig(_Section):
 CpuSoftmax = Literal["auto", "torch"]  # decode.cpu_softmax
 
 
+def at_most_cores(n: int) -> int:
+    """``n`` workers or processes capped by the cores this process may run on (its CPU affinity,
+    else the machine's), at least 1: whether ``decode.workers`` came from the command line, a
+    config or a checkpoint's stored config (made on a larger machine), a 2-core machine never
+    runs 16 searches (or forks 16 processes) at once. :func:`syntaxnmt.cpu.pools.decode_workers`
+    applies it."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(n, cores))
+
+
 class DecodeConfig(_Section):
     """Search settings for ``syntaxnmt translate`` (also used for validation BLEU, with beam 1)."""
 
@@ -699,7 +712,8 @@ class DecodeConfig(_Section):
     """Batches searched (and force-decoded for ``--alignments``) at once on the CPU (inter-op parallelism, as CTranslate2's ``inter_threads``,
     which ``--engine ctranslate2`` sets from it),
     the command's threads shared between them: 0 = one per thread (when there are that many
-    batches), 1 = one batch at a time on all the threads. See :func:`syntaxnmt.cpu.pools.decode_workers`."""
+    batches), 1 = one batch at a time on all the threads; N: at most the cores this process may
+    use (:func:`at_most_cores`, also for a checkpoint's stored value). See :func:`syntaxnmt.cpu.pools.decode_workers`."""
     processes: bool = False
     """Search the batches at once (``workers``, one thread each) in processes forked from the
     command's instead of threads of it: no GIL between them (two on two cores: about 1.2x the

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from syntaxnmt.config import at_most_cores
 from syntaxnmt.errors import UserError
 from syntaxnmt.model.kernels import note
 from syntaxnmt.runtime import ThreadWatch
@@ -132,7 +133,7 @@ def decode_workers(requested: int, batches: int, device: torch.device, threads: 
     N: N at once (at most the number of batches), the threads shared between them. ``threads``:
     the threads to share (default: torch's)."""
     threads = threads or torch.get_num_threads()
-    workers = (requested or threads) if device.type == "cpu" else 1
+    workers = (at_most_cores(requested) if requested else threads) if device.type == "cpu" else 1
     workers = max(1, min(workers, batches))
     return workers, max(1, threads // workers)
 
