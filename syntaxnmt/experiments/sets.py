@@ -44,6 +44,14 @@ from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
 from syntaxnmt.training.train import train
 
 
+class RunsFailed(UserError):
+    """Some runs failed; ``exit_code`` is 2 if each failed on a user error, else 1 (a crash)."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 class TestSet(BaseModel):
     model_config = ConfigDict(extra="forbid")
     src: str
