@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -24,7 +25,8 @@ from conftest import deep_merge, parsed_data, tiny_tree
 from syntaxnmt.decoding.translate import load_model
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.runner import run_set
-from syntaxnmt.experiments.sets import ExperimentSet, load_set, make_table, markdown_table, read_set_file, write_section
+from syntaxnmt.experiments.scores import read_run_scores
+from syntaxnmt.experiments.sets import ExperimentSet, control_pairs, load_set, make_table, markdown_table, read_set_file, set_runs, write_section
 from syntaxnmt.metrics import aa_splits, aso_epsilon_min, bleu_statistics, minimum_detectable_difference, run_scores, score, selection_sd, stratified_approximate_randomization, two_level_bootstrap, welch_p
 from syntaxnmt.textio import read_lines, write_lines
 
@@ -827,3 +829,103 @@ def test_select_on_dev_ranks_variants_and_adds_their_controls(corpus, tmp_path):
     assert "v1 control" not in out.stderr  # not ranked
     out = subprocess.run([sys.executable, str(script), str(path), "--top", "2"], capture_output=True, text=True, env=env, timeout=120, check=True)
     assert out.stdout.strip() == "v1,v1 control,v2"
+
+
+# ---------------------------------------------------------------- re-scoring, collecting, launchers, the budget
+
+
+def _set_with(path: Path, **changes) -> Path:
+    tree = yaml.safe_load(path.read_text(encoding="utf-8"))
+    tree.update(changes)
+    return _write_yaml(path, tree)
+
+
+def test_rescore_rewrites_the_table_byte_for_byte_from_the_kept_scores(tiny_set, tmp_path, capsys):
+    """Every run keeps its hypotheses and per-sentence statistics (scores.json.gz); --rescore makes
+    the same section from them without training, from the run folders or, once they are gone, from
+    the collected results folder; a missing run is one error line naming it."""
+    from test_cli import assert_one_line_error, run_cli
+
+    results = tmp_path / "committed"
+    set_path = _set_with(tiny_set(), results_dir=str(results))
+    section = run_set(set_path, log=lambda *a, **k: None)
+    runs = tmp_path / "runs"
+    for label in ("baseline", "linear"):
+        kept = read_run_scores(runs / f"{label}-seed1" / "scores.json.gz")
+        assert kept["tests"]["tiny"]["hyps"] == read_lines(runs / f"{label}-seed1" / "tiny.hyp")
+        assert kept["tests"]["tiny"]["bleu"].shape == (N_TEST_LINES, 10) and kept["steps"] == STEPS
+        assert [step for step, _ in kept["dev_curve"]] == [STEPS]  # valid.log: the dev curve
+    output = tmp_path / "results.md"
+    before = output.read_bytes()
+    output.write_text("# Results\n", encoding="utf-8")
+    code, out, err = run_cli(capsys, "experiment", set_path, "--rescore")
+    assert code == 0, err
+    assert output.read_bytes() == before
+    # Collect into the results folder, remove the runs: the committed copies re-score the same table.
+    code, out, err = run_cli(capsys, "experiment", set_path, "--collect")
+    assert code == 0 and sorted(p.name for p in results.iterdir()) == ["baseline-seed1.json.gz", "linear-seed1.json.gz"]
+    assert (results / "baseline-seed1.json.gz").read_bytes() == (runs / "baseline-seed1" / "scores.json.gz").read_bytes()
+    shutil.rmtree(runs)
+    output.write_text("# Results\n", encoding="utf-8")
+    code, out, err = run_cli(capsys, "experiment", set_path, "--rescore")
+    assert code == 0 and output.read_bytes() == before and section in out
+    (results / "linear-seed1.json.gz").unlink()
+    code, _, err = run_cli(capsys, "experiment", set_path, "--rescore")
+    assert_one_line_error(code, err, str(set_path), "--rescore needs the scores of 1 of 2 runs", "'linear' seed 1", str(results / "linear-seed1.json.gz"))
+
+
+def test_submitit_local_launcher_runs_each_run_as_a_job(tiny_set, tmp_path):
+    """--launcher submitit-local: each (system, seed) run is a submitit job in its own process
+    (submitit's local executor); the table is the one the local runner makes."""
+    pytest.importorskip("submitit")
+    local = run_set(tiny_set(tag="loc", name="tiny-loc"), log=lambda *a, **k: None)
+    logs: list[str] = []
+    jobs = run_set(tiny_set(tag="job", name="tiny-job"), launcher="submitit-local", slurm={"folder": str(tmp_path / "submitit")}, log=lambda *a, **k: logs.append(" ".join(map(str, a))))
+    assert sum("submitted as job" in m for m in logs) == 2 and sum("done (4 updates)" in m for m in logs) == 2
+    runs = tmp_path / "runs"
+    for label in ("baseline", "linear"):
+        assert read_lines(runs / f"{label}-job-seed1" / "tiny.hyp") == read_lines(runs / f"{label}-loc-seed1" / "tiny.hyp")
+    assert list((tmp_path / "submitit").glob("*_log.out"))  # submitit's own job logs
+    assert _table_without_wall_clock(jobs.replace("tiny-job", "x")) == _table_without_wall_clock(local.replace("tiny-loc", "x"))
+    # A second call finds every run finished: nothing is submitted.
+    logs.clear()
+    run_set(tiny_set(tag="job", name="tiny-job"), launcher="submitit-local", slurm={"folder": str(tmp_path / "submitit")}, log=lambda *a, **k: logs.append(" ".join(map(str, a))))
+    assert not any("submitted" in m for m in logs)
+
+
+def test_unset_budget_refuses_every_run(tmp_path, capsys):
+    """A set with a budget section but no budget.max_steps trains nothing (the budget must be fixed
+    on the baseline's curve first); --curve needs the section."""
+    from test_cli import assert_one_line_error, run_cli
+
+    write_lines(tmp_path / "t.src", ["x y z"])
+    write_lines(tmp_path / "t.ref", ["a b c"])
+    _write_yaml(tmp_path / "b.yaml", {"work_dir": str(tmp_path / "runs" / "b")})
+    tree = _set_tree(configs={"baseline": "b.yaml"}, test_sets={"test": {"src": str(tmp_path / "t.src"), "ref": str(tmp_path / "t.ref")}}, budget={"curve_steps": 100, "valid_every": 10})
+    path = _write_yaml(tmp_path / "b.set.yaml", tree)
+    code, _, err = run_cli(capsys, "experiment", path)
+    assert_one_line_error(code, err, str(path), "budget.max_steps is unset", "--curve")
+    assert not (tmp_path / "runs").exists()
+    # Once fixed, it is every run's train.max_steps.
+    tree["budget"]["max_steps"] = 70
+    spec = load_set(_write_yaml(tmp_path / "b.set.yaml", tree))
+    assert {r.cfg.train.max_steps for r in set_runs(path, spec, ["baseline"])} == {70}
+    del tree["budget"]
+    code, _, err = run_cli(capsys, "experiment", _write_yaml(tmp_path / "b.set.yaml", tree), "--curve")
+    assert_one_line_error(code, err, "--curve needs a 'budget:' section")
+
+
+def test_study_converged_set_file():
+    """recipes/multi30k/study-converged.set.yaml: the five arms with their seeds (6 for the baseline),
+    the three test sets, lowercased BLEU, the controls paired, and a budget still to be fixed."""
+    path = RECIPES / "study-converged.set.yaml"
+    spec = load_set(path)
+    assert list(spec.configs) == ["baseline", "+ tree distance", "+ tree distance, random-tree control", "+ input features", "+ input features, random-tree control"]
+    assert spec.seeds_of("baseline") == [1, 2, 3, 4, 5, 6] and all(spec.seeds_of(label) == [1, 2, 3, 4] for label in list(spec.configs)[1:])
+    assert list(spec.test_sets) == ["test_2016_flickr", "test_2017_flickr", "test_2017_mscoco"] and spec.lowercase_bleu
+    assert spec.budget is not None and spec.budget.max_steps is None and "PLACEHOLDER" in path.read_text(encoding="utf-8")
+    runs = set_runs(path, spec, list(spec.configs))
+    assert len(runs) == 6 + 4 * 4 and len({r.cfg.work_dir for r in runs}) == len(runs)
+    assert control_pairs(runs) == {"+ tree distance, random-tree control": "+ tree distance", "+ input features, random-tree control": "+ input features"}
+    for run in runs:
+        assert (run.cfg.model.d_model, run.cfg.model.enc_layers, run.cfg.model.dec_layers) == (256, 3, 3)
