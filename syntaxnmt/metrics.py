@@ -12,7 +12,11 @@ system's score over training runs (s_opt), the test-set spread (s_sel, bootstrap
 approximate randomization stratified over paired runs; and Dror, Shlomov & Reichart (ACL 2019,
 "Deep Dominance"): Almost Stochastic Order over the per-seed scores. They work on sentence-level
 sufficient statistics (:func:`bleu_statistics`), summed and scored with numpy, vectorised over
-shuffles and resamples.
+shuffles and resamples. Those two tests hold the trained models fixed (test-set variance only);
+the seed-level inference -- :func:`two_level_bootstrap` (seeds, then sentences), :func:`welch_p`
+over per-seed scores, :func:`minimum_detectable_difference` (80 % power, noncentral t),
+:func:`aa_splits` for the A/A calibration check and :func:`aso_verdict` at deepsig's 0.2 -- treats
+the training run as the unit of replication.
 
 Hypotheses and references are detokenized text. ``refs`` is always a list of reference
 *streams*: ``refs[k][i]`` is the k-th reference of line ``i``, as in ``sacrebleu.corpus_bleu``.

@@ -1,18 +1,27 @@
 """``syntaxnmt experiment SET.yaml``: train a named set of configs with N seeds, evaluate, tabulate.
 
-A set file lists labelled configs (one is the baseline), the seeds, overrides applied to every
-run, and the test sets. Every (config, seed) run trains in ``<work_dir>[-<tag>]-seed<S>`` (resuming an
-interrupted run, skipping a finished one), translates each test set with its best checkpoint and
-scores it with sacreBLEU. The table -- BLEU mean ± sd over seeds, chrF, the test-set and
-between-seed standard deviations (s_sel, s_opt), the p-value of approximate randomization
-stratified over seed pairs against the baseline, the ASO ε_min of the per-seed scores (three seeds
-or more), the sentence-level paired bootstrap, and the cost of an update relative to the baseline --
-replaces the set's section of a Markdown file (``docs/results.md`` by default). The statistics are
-those of :mod:`syntaxnmt.metrics` (Clark et al. 2011; Dror et al. 2019); :func:`seed_cells` makes
-them for the decoding and alignment tables too.
+A set file lists labelled configs (one is the baseline), the seeds (the baseline may have more:
+``baseline_seeds``), overrides applied to every run, the test sets and, for a converged study, an
+update budget fixed on the baseline's dev curve (``budget``). Every (config, seed) run trains in
+``<work_dir>[-<tag>]-seed<S>`` (resuming an interrupted run, skipping a finished one), translates
+each test set with its best checkpoint and keeps its hypotheses and per-sentence statistics in
+``scores.json.gz`` (:mod:`syntaxnmt.experiments.scores`); the table is made from those files only,
+so ``--rescore`` rewrites it byte for byte without training.
+
+The table (:func:`make_table`): BLEU (and lowercased BLEU) mean ± sd over seeds, chrF, dev BLEU,
+cost; then per test set the seed-level inference -- the mean difference with a two-level bootstrap
+interval (seeds, then sentences), Welch's t-test over the per-seed scores, ASO ε_min both ways at
+deepsig's 0.2, the verdict -- beside the test-set-only columns (approximate randomization stratified
+over seed pairs, the pooled sentence bootstrap) and s_sel / s_opt; the power line (the smallest
+difference the seeds detect with 80 % power); and the A/A check (every split of the baseline's seeds
+tested as two systems: each test's false-positive rate). The statistics are those of
+:mod:`syntaxnmt.metrics` (Clark et al. 2011; Dror et al. 2019); :func:`seed_cells` makes them for
+the decoding and alignment tables too. The section replaces the set's in a Markdown file
+(``docs/results.md`` by default).
 
 With ``--jobs N`` the unfinished runs train and translate in N worker processes first
-(:mod:`syntaxnmt.experiments.runner`); the records and the table are then made here, as after sequential runs.
+(:mod:`syntaxnmt.experiments.runner`), with ``--launcher slurm`` as submitit jobs
+(:mod:`syntaxnmt.experiments.launchers`).
 
 The sentence bootstrap compares the seed-matched outputs of all seeds at once: the hypotheses of
 seeds 1..N are concatenated (and the references repeated), so every (sentence, seed) pair is one
@@ -550,6 +559,20 @@ def seed_cells(baseline: Sequence[np.ndarray], system: Sequence[np.ndarray], boo
         "welch": "–" if welch is None else f"{welch:.4f}",
         "verdict": verdict,
     }
+
+
+def seed_level_cell(cells: dict[str, str]) -> str:
+    """The seed-level summary of :func:`seed_cells` in one cell: ``Δ [CI]; p <Welch>`` (``–`` for the baseline)."""
+    if cells["delta"] == "–":
+        return "–"
+    return f"{cells['delta']}; p {cells['welch']}" + (f" ({cells['verdict']})" if cells["verdict"] in ("better", "worse") else "")
+
+
+SEED_LEVEL_CAPTION = (
+    " Δ [95 % CI]; p (seed level): the mean difference over seeds with the percentile interval of a two-level bootstrap (seeds, "
+    "then the sentences of each drawn run) and Welch's t-test over the per-seed scores (– with fewer than two seeds a side); "
+    "(better) / (worse) when p < 0.05 and the interval excludes 0."
+)
 
 
 def statistics_caption(baseline: str, bootstrap: int, shuffles: int, one_seed: bool = False, metric: str = "BLEU") -> str:
