@@ -406,7 +406,7 @@ def inference_table(spec: ExperimentSet, stats: dict[str, dict[str, list[np.ndar
         row = [label, cmp["delta"], cmp["welch"], cmp["aso"]]
         control_cells = []
         if arms_of:
-            versus = [(arm, seed_cells(stats[arm][test], mine, spec.bootstrap, spec.shuffles)) for arm in arms_of.get(label, [])]
+            versus = [(arm, seed_cells(stats[arm][test], mine, spec.bootstrap, spec.shuffles, randomization=False)) for arm in arms_of.get(label, [])]
             control_cells = ["; ".join(c[key] if len(versus) == 1 else f"{c[key]} ({arm})" for arm, c in versus) or "–" for key in ("delta", "welch")]
             if verdict == "better" and any(c["verdict"] != "better" for _, c in versus):
                 verdict = "better, not than its control"
@@ -437,10 +437,15 @@ def power_line(spec: ExperimentSet, stats: dict[str, dict[str, list[np.ndarray]]
     )
 
 
+AA_SHUFFLES = 1000
+"""Shuffles of the A/A check's approximate randomization: p to 0.001 is enough to count p < 0.05."""
+
+
 def aa_rates(runs: Sequence[np.ndarray], bootstrap: int, shuffles: int) -> dict[str, tuple[int, int]] | None:
     """The A/A check on k runs of one configuration: every split into two groups (:func:`aa_splits`)
     tested as two systems; per test, (splits where it finds a difference at α = 0.05, splits).
-    None with fewer than four runs (a group needs two seeds for the seed-level test)."""
+    None with fewer than four runs (a group needs two seeds for the seed-level test). The
+    approximate randomization uses at most :data:`AA_SHUFFLES` shuffles."""
     splits = aa_splits(len(runs))
     if len(runs) < 4:
         return None
@@ -452,7 +457,7 @@ def aa_rates(runs: Sequence[np.ndarray], bootstrap: int, shuffles: int) -> dict[
         low, high = two_level_bootstrap(a, b, n_samples=bootstrap)
         hits["ci"] += int(low > 0 or high < 0)
         pairs = min(len(a), len(b))
-        hits["ar"] += int(stratified_approximate_randomization(np.stack(a[:pairs]), np.stack(b[:pairs]), n_shuffles=shuffles) < SIGNIFICANCE_LEVEL)
+        hits["ar"] += int(stratified_approximate_randomization(np.stack(a[:pairs]), np.stack(b[:pairs]), n_shuffles=min(shuffles, AA_SHUFFLES)) < SIGNIFICANCE_LEVEL)
     return {k: (v, len(splits)) for k, v in hits.items()}
 
 
@@ -467,7 +472,7 @@ def aa_line(spec: ExperimentSet, baseline: dict[str, list[np.ndarray]], tests: l
     k = len(baseline[tests[0]])
     return (
         f"A/A check (calibration): the {k} seeds of {spec.baseline} split every way into two groups of {k // 2} and {k - k // 2} "
-        f"({len(aa_splits(k))} splits), each pair tested as if two systems; the share of splits found different at α = {SIGNIFICANCE_LEVEL} "
+        f"({len(aa_splits(k))} splits; approximate randomization with {min(spec.shuffles, AA_SHUFFLES)} shuffles), each pair tested as if two systems; the share of splits found different at α = {SIGNIFICANCE_LEVEL} "
         f"(nominal 5 %; a test far above it is not calibrated): " + "; ".join(parts) + "."
     )
 
@@ -514,7 +519,7 @@ def direction_mark(p: float, difference: float) -> str:
     return " * (better)" if difference > 0 else " * (worse)"
 
 
-def seed_cells(baseline: Sequence[np.ndarray], system: Sequence[np.ndarray], bootstrap: int, shuffles: int, *, is_baseline: bool = False, metric: Metric = bleu_from_statistics, digits: int = 2) -> dict[str, str]:
+def seed_cells(baseline: Sequence[np.ndarray], system: Sequence[np.ndarray], bootstrap: int, shuffles: int, *, is_baseline: bool = False, metric: Metric = bleu_from_statistics, digits: int = 2, randomization: bool = True) -> dict[str, str]:
     """The seed-aware cells of one system on one test set, from the sentence statistics of each
     seed's output (``baseline[k]`` and ``system[k]``: seed k of each, the same sentences):
 
@@ -531,7 +536,8 @@ def seed_cells(baseline: Sequence[np.ndarray], system: Sequence[np.ndarray], boo
       reverse (Dror et al. 2019), with three seeds or more on each side, marked ``(better)`` /
       ``(worse)`` below 0.2 (:func:`aso_verdict`); else ``–``.
 
-    The baseline's own row has ``–`` everywhere but ``spread``.
+    The baseline's own row has ``–`` everywhere but ``spread``; ``randomization=False`` leaves the
+    approximate randomization out (``p`` is ``–``) where no column shows it.
     """
     own = seed_statistics(system, metric, bootstrap)
     spread = f"{own.s_sel:.{digits}f} / " + (f"{own.s_opt:.{digits}f}" if own.s_opt is not None else "–")
@@ -540,8 +546,10 @@ def seed_cells(baseline: Sequence[np.ndarray], system: Sequence[np.ndarray], boo
     base_scores = [float(metric(np.asarray(b).sum(0))) for b in baseline]
     difference = own.mean - statistics.mean(base_scores)
     pairs = min(len(baseline), len(system))
-    p = stratified_approximate_randomization(np.stack(baseline[:pairs]), np.stack(system[:pairs]), metric, n_shuffles=shuffles)
-    cell = f"{p:.4f}" + direction_mark(p, difference)
+    cell = "–"
+    if randomization:
+        p = stratified_approximate_randomization(np.stack(baseline[:pairs]), np.stack(system[:pairs]), metric, n_shuffles=shuffles)
+        cell = f"{p:.4f}" + direction_mark(p, difference)
     aso = "–"
     if len(own.scores) >= 3 and len(base_scores) >= 3:
         better, worse = aso_epsilon_min(own.scores, base_scores), aso_epsilon_min(base_scores, own.scores)
