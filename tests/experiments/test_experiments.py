@@ -671,7 +671,7 @@ def test_make_table_baseline_with_more_seeds_and_the_aa_check(tmp_path):
     assert f"test {minimum_detectable_difference(sd, 6, 4):.2f} BLEU (s_opt {sd:.2f})" in section
     stats = [bleu_statistics(base[s], [REFS]) for s in range(1, 7)]
     welch = sum(welch_p(run_scores([stats[i] for i in a]), run_scores([stats[i] for i in b])) < 0.05 for a, b in aa_splits(6))
-    assert f"(10 splits)" in section and f"Welch over seeds {welch}/10 ({10 * welch:.0f} %)" in section
+    assert "(10 splits; approximate randomization with 200 shuffles)" in section and f"Welch over seeds {welch}/10 ({10 * welch:.0f} %)" in section
     # Deterministic: the same records give the same bytes.
     assert make_table(spec, records) == section
 
