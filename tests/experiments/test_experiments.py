@@ -25,6 +25,7 @@ from conftest import deep_merge, parsed_data, tiny_tree
 from syntaxnmt.decoding.translate import load_model
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.runner import run_set
+from syntaxnmt.experiments.budget import read_curve
 from syntaxnmt.experiments.scores import read_run_scores
 from syntaxnmt.experiments.sets import ExperimentSet, control_pairs, load_set, make_table, markdown_table, read_set_file, set_runs, write_section
 from syntaxnmt.metrics import aa_splits, aso_epsilon_min, bleu_statistics, minimum_detectable_difference, run_scores, score, selection_sd, stratified_approximate_randomization, two_level_bootstrap, welch_p
@@ -929,3 +930,21 @@ def test_study_converged_set_file():
     assert control_pairs(runs) == {"+ tree distance, random-tree control": "+ tree distance", "+ input features, random-tree control": "+ input features"}
     for run in runs:
         assert (run.cfg.model.d_model, run.cfg.model.enc_layers, run.cfg.model.dec_layers) == (256, 3, 3)
+
+
+def test_curve_trains_the_baseline_curve_and_reports_the_budget(tiny_set, tmp_path):
+    """--curve: the baseline's first seed trains budget.curve_steps updates, validated every
+    budget.valid_every, in <work_dir>-curve; its valid.log is the curve the budget is read from."""
+    from syntaxnmt.experiments.runner import run_curve
+
+    set_path = _set_with(tiny_set(), budget={"curve_steps": 4, "valid_every": 2}, seeds=[3])
+    logs: list[str] = []
+    text = run_curve(set_path, load_set(set_path), log=lambda *a, **k: logs.append(" ".join(map(str, a))))
+    work = tmp_path / "runs" / "baseline-curve"
+    assert [step for step, _ in read_curve(work / "valid.log")] == [2, 4]
+    assert yaml.safe_load((work / "config.yaml").read_text())["seed"] == 3
+    assert "no budget yet" in text and str(work / "valid.log") in text and "budget.max_steps" in text
+    assert not (tmp_path / "runs" / "linear-curve").exists()
+    # Again: the finished curve is read, not retrained.
+    logs.clear()
+    assert run_curve(set_path, load_set(set_path), log=lambda *a, **k: logs.append(" ".join(map(str, a)))) == text and not logs
