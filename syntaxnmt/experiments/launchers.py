@@ -11,6 +11,7 @@ the same jobs as local processes (submitit's ``LocalExecutor``), for testing wit
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -34,12 +35,12 @@ def make_executor(launcher: str, folder: Path, params: dict):
     ``slurm_*`` / generic parameters) or ``submitit-local`` (local processes)."""
     import submitit
 
-    if launcher == "slurm":
-        executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
-    elif launcher == "submitit-local":
-        executor = submitit.AutoExecutor(folder=folder, cluster="local")
-    else:
+    if launcher not in ("slurm", "submitit-local"):
         raise UserError(f"--launcher {launcher}: expected one of {', '.join(LAUNCHERS)}")
+    try:
+        executor = submitit.AutoExecutor(folder=folder, cluster="slurm" if launcher == "slurm" else "local")
+    except RuntimeError as e:  # no srun / sbatch on this machine
+        raise UserError(f"--launcher {launcher}: {e}") from None
     merged = {**SLURM_DEFAULTS, **params} if launcher == "slurm" else {"timeout_min": int(params.get("timeout_min", 60))}
     try:
         executor.update_parameters(**merged)
@@ -48,18 +49,24 @@ def make_executor(launcher: str, folder: Path, params: dict):
     return executor
 
 
-def run_in_submitit(runs: Sequence[Run], spec_tree: dict, launcher: str, params: dict, log: Callable[[str], None] = print) -> None:
+def run_in_submitit(runs: Sequence[Run], spec_tree: dict, launcher: str, params: dict, log: Callable[[str], None] = print, prepare: Callable[[Sequence[Run]], None] | None = None) -> None:
     """Submit each run as a job and wait for all; a failed job does not stop the others, and
-    :class:`RunsFailed` names each failed run with its job's error file at the end."""
+    :class:`RunsFailed` names each failed run with its job's error file at the end. ``prepare``
+    (the corpora, once, here) runs after the executor is made, before any job is submitted."""
     import submitit
 
     params = dict(params)
     folder = Path(params.pop("folder", "") or f"runs/submitit/{spec_tree['name']}")
     executor = make_executor(launcher, folder, params)
+    if prepare is not None:
+        prepare(runs)
     jobs = []
     for run in runs:
         executor.update_parameters(name=f"{spec_tree['name']}:{run.label}:{run.seed}"[:128])
-        job = executor.submit(run_job, run.label, spec_tree, run.cfg.model_dump(mode="json"))
+        try:
+            job = executor.submit(run_job, run.label, spec_tree, run.cfg.model_dump(mode="json"))
+        except (RuntimeError, OSError, subprocess.CalledProcessError) as e:  # sbatch refused the job
+            raise UserError(f"--launcher {launcher}: submitting {run.name} failed: {str(e).strip().splitlines()[-1:] or e}") from None
         log(f"[{run.name}] submitted as job {job.job_id} ({launcher}; logs in {folder})")
         jobs.append((run, job))
     failed = []

@@ -321,8 +321,7 @@ def train_runs(path: str | Path, spec: ExperimentSet, runs: Sequence[Run], jobs:
         if todo:
             from syntaxnmt.experiments.launchers import run_in_submitit
 
-            prepare_corpora(list(todo.values()), log)
-            run_in_submitit(list(todo.values()), spec.model_dump(mode="json"), launcher, slurm, log)
+            run_in_submitit(list(todo.values()), spec.model_dump(mode="json"), launcher, slurm, log, prepare=lambda runs: prepare_corpora(runs, log))
     elif jobs > 1 and todo:
         run_in_workers(list(todo.values()), spec.model_dump(mode="json"), jobs, log)
     records: dict[str, dict[int, dict]] = {}

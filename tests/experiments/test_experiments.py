@@ -948,3 +948,18 @@ def test_curve_trains_the_baseline_curve_and_reports_the_budget(tiny_set, tmp_pa
     # Again: the finished curve is read, not retrained.
     logs.clear()
     assert run_curve(set_path, load_set(set_path), log=lambda *a, **k: logs.append(" ".join(map(str, a)))) == text and not logs
+
+
+def test_slurm_launcher_without_a_cluster_is_one_line(tiny_set, tmp_path, capsys, monkeypatch):
+    """--launcher slurm where no Slurm is installed: one error line, before any corpus is prepared
+    or run started; a --slurm value without '=' is named."""
+    from test_cli import assert_one_line_error, run_cli
+
+    pytest.importorskip("submitit")
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # no srun, no sbatch
+    set_path = tiny_set(tag="slurm", name="tiny-slurm")
+    code, _, err = run_cli(capsys, "experiment", set_path, "--launcher", "slurm", "--slurm", f"folder={tmp_path / 'sub'}")
+    assert_one_line_error(code, err, "--launcher slurm", "srun")
+    assert not (tmp_path / "runs").exists()
+    code, _, err = run_cli(capsys, "experiment", set_path, "--launcher", "slurm", "--slurm", "partition")
+    assert_one_line_error(code, err, "--slurm partition: expected KEY=VALUE")
