@@ -278,18 +278,19 @@ def run_set(path: str | Path, seeds: list[int] | None = None, only: list[str] | 
     if jobs < 1:
         raise UserError(f"--jobs must be at least 1, got {jobs}")
     labels = [k for k in spec.configs if not only or k in only or k == spec.baseline]
-    if not (rescore or collect):
+    training = not (rescore or collect)
+    if training and spec.budget and spec.budget.max_steps is None:
+        raise UserError(
+            f"{path}: budget.max_steps is unset: no run may start before the budget is fixed on the baseline's dev curve "
+            f"(run `syntaxnmt experiment {path} --curve`, then write the update it reports into budget.max_steps)"
+        )
+    if training:
         prepare_inputs(path, spec, log)
     runs = set_runs(path, spec, labels, seeds)
     if collect:
         collect_results(spec, runs, log)
         return ""
-    if not rescore:
-        if spec.budget and spec.budget.max_steps is None:
-            raise UserError(
-                f"{path}: budget.max_steps is unset: no run may start before the budget is fixed on the baseline's dev curve "
-                f"(run `syntaxnmt experiment {path} --curve`, then write the update it reports into budget.max_steps)"
-            )
+    if training:
         records = train_runs(path, spec, runs, jobs, launcher, slurm or {}, log)
     else:
         records = load_records(path, spec, runs)

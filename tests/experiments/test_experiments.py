@@ -899,9 +899,8 @@ def test_unset_budget_refuses_every_run(tmp_path, capsys):
     on the baseline's curve first); --curve needs the section."""
     from test_cli import assert_one_line_error, run_cli
 
-    write_lines(tmp_path / "t.src", ["x y z"])
-    write_lines(tmp_path / "t.ref", ["a b c"])
     _write_yaml(tmp_path / "b.yaml", {"work_dir": str(tmp_path / "runs" / "b")})
+    # The test files do not exist yet: the budget is checked first, before anything else.
     tree = _set_tree(configs={"baseline": "b.yaml"}, test_sets={"test": {"src": str(tmp_path / "t.src"), "ref": str(tmp_path / "t.ref")}}, budget={"curve_steps": 100, "valid_every": 10})
     path = _write_yaml(tmp_path / "b.set.yaml", tree)
     code, _, err = run_cli(capsys, "experiment", path)
