@@ -210,7 +210,7 @@ def run_config(label: str, cfg: Config, spec: ExperimentSet, log) -> dict:
         record = {"steps": progress.step, "train_seconds": progress.train_seconds, "train_tokens": progress.train_tokens, "best": progress.best, "params": _count_params(work / "best.pt")}
         atomic_write_text(done, json.dumps(record))
     device = resolve_device(cfg.train.device)
-    model = None
+    model, translated = None, False
     record["hyps"] = {}
     for name, test in spec.test_sets.items():
         hyp_path = work / f"{name}.hyp"
@@ -221,12 +221,13 @@ def run_config(label: str, cfg: Config, spec: ExperimentSet, log) -> dict:
             with torch.inference_mode():
                 out = translate_lines(model, model_cfg, toks, read_lines(test.src), model_cfg.decode, device, conllu=test.conllu or None, source_name=test.src, progress=True)
             write_lines(hyp_path, [nb[0][0] for nb in out])
+            translated = True
             log(f"[{label} seed {cfg.seed}] translated {name} in {time.perf_counter() - t0:.0f} s")
         record["hyps"][name] = str(hyp_path)
     if "params" not in record:  # done.json of an older run
         record["params"] = _count_params(work / "best.pt")
     scores = work / SCORES_FILE
-    if not _scores_cover(scores, spec):
+    if translated or not _scores_cover(scores, spec):  # a new translation is scored again
         curve = read_curve(work / CURVE_FILE) if (work / CURVE_FILE).is_file() else []
         write_run_scores(work, label, cfg.seed, record, record["hyps"], {name: read_lines(t.ref) for name, t in spec.test_sets.items()}, curve)
     record["scores"] = str(scores)

@@ -261,6 +261,9 @@ def test_run_set_trains_translates_and_replaces_its_section(tiny_set, tmp_path):
     assert (runs / "linear-seed1" / "tiny.hyp").is_file()
     assert (runs / "linear-seed1" / "best.pt").stat().st_mtime_ns == mtimes[runs / "linear-seed1" / "best.pt"]
     assert sum("translated tiny" in m for m in logs) == 1 and not any("training in" in m for m in logs)
+    # The scores file follows the new translation (it is rewritten, not left from the old one).
+    assert (runs / "linear-seed1" / "scores.json.gz").stat().st_mtime_ns != mtimes[runs / "linear-seed1" / "scores.json.gz"]
+    assert read_run_scores(runs / "linear-seed1" / "scores.json.gz")["tests"]["tiny"]["hyps"] == read_lines(runs / "linear-seed1" / "tiny.hyp")
 
 
 def _table_without_wall_clock(section: str) -> list[str]:
