@@ -22,6 +22,7 @@ import torch
 import yaml
 from conftest import deep_merge, parsed_data, tiny_tree
 
+from syntaxnmt.checkpoint import load_model_checkpoint
 from syntaxnmt.decoding.translate import load_model
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.runner import run_set
@@ -965,3 +966,27 @@ def test_slurm_launcher_without_a_cluster_is_one_line(tiny_set, tmp_path, capsys
     assert not (tmp_path / "runs").exists()
     code, _, err = run_cli(capsys, "experiment", set_path, "--launcher", "slurm", "--slurm", "partition")
     assert_one_line_error(code, err, "--slurm partition: expected KEY=VALUE")
+
+
+def test_run_set_resumes_a_partly_trained_run_exactly(tiny_set, tmp_path):
+    """A run stopped part way (last.pt, no done.json) resumes from its last checkpoint when the set is
+    run again, and ends where an uninterrupted run ends: the same updates and the same weights.
+    (The stand-in stop validates at its last update, which the straight run does not, so best.pt and
+    the translations may differ; a signal stops without validating.)"""
+    from syntaxnmt.training.train import train
+
+    straight = run_set(tiny_set(tag="straight", name="tiny-straight"), only=["baseline"], log=lambda *a, **k: None)
+    set_path = tiny_set(tag="resumed", name="tiny-resumed")
+    (run,) = set_runs(set_path, load_set(set_path), ["baseline"])
+    half = run.cfg.model_copy(deep=True)
+    half.train.max_steps = STEPS // 2
+    train(half, resume=False, log=lambda *a, **k: None)  # as if stopped half way: last.pt, no done.json
+    work = Path(run.cfg.work_dir)
+    assert (work / "last.pt").is_file() and not (work / "done.json").exists()
+    logs: list[str] = []
+    resumed = run_set(set_path, only=["baseline"], log=lambda *a, **k: logs.append(" ".join(map(str, a))))
+    assert any(f"resumed {work / 'last.pt'} at update {STEPS // 2}" in m for m in logs), logs
+    assert json.loads((work / "done.json").read_text())["steps"] == STEPS
+    weights = [load_model_checkpoint(folder / "last.pt")["model"] for folder in (work, tmp_path / "runs" / "baseline-straight-seed1")]
+    assert weights[0].keys() == weights[1].keys() and all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert _rows(resumed)[1][6] == _rows(straight)[1][6] == str(STEPS)  # updates
