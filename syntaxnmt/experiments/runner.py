@@ -203,22 +203,25 @@ if __name__ == "__main__":
 
 def load_records(path: str | Path, spec: ExperimentSet, runs: Sequence[Run]) -> dict[str, dict[int, dict]]:
     """Every run's record from its scores file (its run folder's, else the committed copy in the
-    set's results folder); a :class:`UserError` names each run without one."""
+    set's results folder); a :class:`UserError` names the runs without one (by system and seeds)."""
     records: dict[str, dict[int, dict]] = {}
-    missing = []
+    missing: dict[str, list[str]] = {}
     for run in runs:
         found = find_run_scores(run.cfg.work_dir, spec.results_folder, run.label, run.seed)
         if found is None:
-            missing.append(f"'{run.label}' seed {run.seed} ({Path(run.cfg.work_dir) / SCORES_FILE} or {results_file(spec.results_folder, run.label, run.seed)})")
+            missing.setdefault(run.label, []).append(str(run.seed))
             continue
         record = read_run_scores(found)
         absent = [t for t in spec.test_sets if t not in record["tests"]]
         if absent:
-            missing.append(f"'{run.label}' seed {run.seed}: test set(s) {', '.join(absent)} in {found}")
+            missing.setdefault(run.label, []).append(f"{run.seed} (no {', '.join(absent)} in {found})")
             continue
         records.setdefault(run.label, {})[run.seed] = record
     if missing:
-        raise UserError(f"{path}: --rescore needs the scores of {len(missing)} of {len(runs)} runs, missing: {'; '.join(missing)}")
+        count = sum(map(len, missing.values()))
+        where = f"<work_dir>/{SCORES_FILE} of each run, then {results_file(spec.results_folder, 'LABEL', 0).with_name('<label>-seed<S>.json.gz')}"
+        named = "; ".join(f"'{label}' seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}" for label, seeds in missing.items())
+        raise UserError(f"{path}: --rescore needs the scores of {count} of {len(runs)} runs ({where}), missing: {named}")
     return records
 
 

@@ -876,7 +876,7 @@ def test_rescore_rewrites_the_table_byte_for_byte_from_the_kept_scores(tiny_set,
     assert code == 0 and output.read_bytes() == before and section in out
     (results / "linear-seed1.json.gz").unlink()
     code, _, err = run_cli(capsys, "experiment", set_path, "--rescore")
-    assert_one_line_error(code, err, str(set_path), "--rescore needs the scores of 1 of 2 runs", "'linear' seed 1", str(results / "linear-seed1.json.gz"))
+    assert_one_line_error(code, err, str(set_path), "--rescore needs the scores of 1 of 2 runs", f"<work_dir>/scores.json.gz of each run, then {results}/<label>-seed<S>.json.gz", "missing: 'linear' seed 1")
 
 
 def test_submitit_local_launcher_runs_each_run_as_a_job(tiny_set, tmp_path):
