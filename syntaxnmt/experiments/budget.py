@@ -3,7 +3,8 @@
 The budget is the first validated update s after which dev BLEU gains less than ``min_gain`` (0.3)
 over the next fifth of the updates: max{BLEU(s') : s < s' <= s + horizon·s} − BLEU(s) < min_gain,
 ``horizon`` = 0.2 (20 % more training buys under 0.3 BLEU). A point whose window reaches past the
-end of the curve is not judged: the curve must be trained further.
+end of the curve is not judged (the curve must be trained further), nor one whose window holds no
+later validation (validate at least every horizon·s updates: 250 from update 1,250 on).
 
 The curve is read from the ``update N | dev ... BLEU X`` lines that training logs (a run's
 ``valid.log`` written by ``syntaxnmt experiment``, its ``train.log`` under ``--jobs``, or any saved
