@@ -350,12 +350,26 @@ def cmd_evaluate(args, extra) -> None:
 
 def cmd_experiment(args, extra) -> None:
     _no_overrides(extra)
-    if args.trust_checkpoint and args.jobs > 1:
-        raise UserError("--trust-checkpoint reaches no worker process: run it with --jobs 1")
+    if args.trust_checkpoint and (args.jobs > 1 or args.launcher != "local"):
+        raise UserError("--trust-checkpoint reaches no worker process: run it with --jobs 1 and the local launcher")
     if args.n_seeds is not None and args.n_seeds < 1:
         raise UserError(f"--n-seeds {args.n_seeds}: give at least 1")
+    if sum(map(bool, (args.rescore, args.collect, args.curve))) > 1:
+        raise UserError("--rescore, --collect and --curve are separate steps: give one of them")
+    if args.curve:
+        from syntaxnmt.experiments.runner import run_curve
+        from syntaxnmt.experiments.sets import load_set
+
+        print(run_curve(args.set, load_set(args.set)))
+        return
     seeds = args.seeds or (list(range(1, args.n_seeds + 1)) if args.n_seeds else None)
-    run_set(args.set, seeds=seeds, only=args.only, output=args.output, jobs=args.jobs)
+    slurm = {}
+    for item in args.slurm or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"--slurm {item}: expected KEY=VALUE (e.g. slurm_partition=gpu, timeout_min=240)")
+        slurm[key] = int(value) if value.isdigit() else value
+    run_set(args.set, seeds=seeds, only=args.only, output=args.output, jobs=args.jobs, rescore=args.rescore, collect=args.collect, launcher=args.launcher, slurm=slurm)
 
 
 def cmd_decode_experiment(args, extra) -> None:
@@ -487,6 +501,11 @@ def _training_commands(sub) -> None:
                    "a label holding a comma is recognised as a whole ('+ input features, random-tree control'); give --only several times for several values")
     s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
     s.add_argument("--jobs", type=int, default=1, help="run N (config, seed) runs at once in worker processes sharing the GPU or the CPU cores, each logging to <work_dir>/train.log (default 1: one by one, in this process)")
+    s.add_argument("--rescore", action="store_true", help="no training: rewrite the table from the runs' scores files (<work_dir>/scores.json.gz, else the set's results folder)")
+    s.add_argument("--collect", action="store_true", help="copy the finished runs' scores files into the set's results folder (results/<set name>/, to commit)")
+    s.add_argument("--curve", action="store_true", help="train the baseline's dev curve of a set with a 'budget:' section and print the budget (the plateau point)")
+    s.add_argument("--launcher", choices=["local", "slurm", "submitit-local"], default="local", help="where unfinished runs train: local (this machine; --jobs workers), slurm (one job per run through submitit), submitit-local (the same jobs as local processes, for testing)")
+    s.add_argument("--slurm", action="append", metavar="KEY=VALUE", help="a submitit parameter of --launcher slurm, e.g. slurm_partition=gpu, timeout_min=240, gpus_per_node=1, cpus_per_task=4, mem_gb=16, folder=runs/submitit (several: repeat)")
     _trust_flag(s)
     s.set_defaults(func=cmd_experiment)
 

@@ -273,7 +273,7 @@ def _syntax_model_and_batch():
 def test_a_han_model_meets_its_constraints_with_its_document_context():
     """A (random) HAN Transformer reading the encoder states of the previous sentences, gathered
     as the document translation does (:class:`~syntaxnmt.decoding.translate.DocumentStates`)."""
-    from syntaxnmt.decoding.translate import DocumentStates
+    from syntaxnmt.decoding.documents import DocumentStates
     from syntaxnmt.model.transformer import Transformer
 
     torch.manual_seed(8)
