@@ -32,6 +32,7 @@ from syntaxnmt.data.links import aer_report, format_links
 from syntaxnmt.data.prepare import prepare
 from syntaxnmt.data.synthetic import write_corpus
 from syntaxnmt.decoding.averaging import average_checkpoints, last_periodic
+from syntaxnmt.decoding.constraints import read_constraint_lines
 from syntaxnmt.decoding.ct2_export import export_ct2
 from syntaxnmt.decoding.loading import checkpoint_path, load_model
 from syntaxnmt.decoding.scoring import CONTEXT_MODES, score_contrastive
@@ -241,6 +242,10 @@ def cmd_translate(args, extra) -> None:
         lines = [m.plain for m in marked]
     kw = dict(source_name=args.input or "<stdin>", progress=sys.stderr.isatty() or args.output is not None)
     docs = _doc_ids(args.docs, lines, kw["source_name"]) if args.docs else None
+    if args.constraints:
+        kw.update(constraints=read_constraint_lines(args.constraints, len(lines)), constraints_name=args.constraints)
+    if args.terminology:
+        kw["terminology"] = args.terminology
     results = [[(c.text, c.score) for c in t.nbest] for t in translator.translate(lines, nbest=nbest, src_conllu=args.src_conllu, docs=docs, **kw)]
     if aligning:
         model, cfg, toks = translator.model, translator.cfg, translator.toks
@@ -544,6 +549,8 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--align-layer", help="with --alignments/--markup: decoder layer or 'average' (default: the model's train.alignment.layer)")
     s.add_argument("--align-head", help="with --alignments/--markup: head or 'average' (default: the model's train.alignment.head)")
     s.add_argument("--align-shift", action="store_true", help="with --alignments/--markup: read Shift-Att's step (as align --shift)")
+    s.add_argument("--constraints", metavar="FILE", help="target phrases every translation must contain: one line per input line, phrases separated by tabs, empty for none (fairseq's examples/constrained_decoding format); docs/decoding.md")
+    s.add_argument("--terminology", metavar="DICT", help="term dictionary (source term<TAB>target term per line): where a source term occurs in a line, its target term becomes a constraint (with --constraints: both); docs/decoding.md")
     _threads_flag(s)
     _trust_flag(s)
     s.set_defaults(func=cmd_translate)
