@@ -256,8 +256,8 @@ class Translator:
         ``options``: other ``decode`` keys for this call (``length_penalty=0.6``,
         ``unk_replace="copy"``, ...)."""
         lines = _sentences(sentences, "sentences")
-        if (constraints is not None or terminology is not None) and self.engine is not None:
-            raise UserError("constraints (and terminology) need the PyTorch search: translate with --engine torch (CTranslate2 is searched without constraints here)")
+        if constraints is not None or terminology is not None:
+            check_constraints_engine("ctranslate2" if self.engine is not None else "torch")
         if terminology is not None and not isinstance(terminology, TermDictionary):
             terminology = self.term_dictionary(terminology)
         if alignments:
@@ -391,6 +391,12 @@ class Translator:
             results[k].attention = Attention(
                 source=unit_labels(*cols), target=unit_labels(*rows), weights=word_level(pieces, records[0].tgt_word_of_piece, records[0].src_word_of_piece), members=records
             )
+
+
+def check_constraints_engine(engine: str) -> None:
+    """Refuse constraints and term dictionaries with an engine that cannot search with them."""
+    if engine == "ctranslate2":
+        raise UserError("constraints (--constraints, --terminology) need the PyTorch search: translate with --engine torch (the CTranslate2 engine here searches without constraints)")
 
 
 def _cross(cross: np.ndarray, layer: int | None, head: int | None) -> np.ndarray:

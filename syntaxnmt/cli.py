@@ -21,7 +21,7 @@ from syntaxnmt.alignment.sweep import align_sweep
 from syntaxnmt.analysis.export import export_attention
 from syntaxnmt.analysis.heads import analyze_models
 from syntaxnmt.analysis.plot import load_for_plot, plot_sentences, read_link_file
-from syntaxnmt.api import Translator
+from syntaxnmt.api import Translator, check_constraints_engine
 from syntaxnmt.checkpoint import trusting_checkpoints
 from syntaxnmt.config import DEFAULT_CPU_KERNELS, DataConfig, load_config, parse_overrides
 from syntaxnmt.data.annotations import SpacyParser, check_parse, to_conllu, write_conllu
@@ -222,6 +222,8 @@ def cmd_translate(args, extra) -> None:
         raise UserError(f"--nbest {args.nbest}: give at least 1")
     paths = [_checkpoint_arg(argparse.Namespace(config=args.config, checkpoint=c), extra) for c in args.checkpoint]
     aligning = _aligning(args, paths)
+    if args.constraints or args.terminology:
+        check_constraints_engine(args.engine)
     overrides = parse_overrides(extra)
     if args.config:
         overrides.pop("work_dir", None)  # it located the checkpoints (--checkpoint best|last)
