@@ -13,7 +13,7 @@ import torch
 from syntaxnmt.config import Config, DecodeConfig
 from syntaxnmt.data.documents import doc_index, previous_sentences
 from syntaxnmt.data.prepare import Tokenizers
-from syntaxnmt.decoding.constraints import phrase_ids
+from syntaxnmt.decoding.constraints import BatchConstraints, continuing_pieces, phrase_ids
 from syntaxnmt.decoding.sources import encode_source_lines, parser_words, warn_cut_lines
 from syntaxnmt.decoding.terminology import TermDictionary, source_words
 from syntaxnmt.decoding.translate import translate_ids
@@ -108,7 +108,7 @@ def translate_outputs(
     if phrases is not None:
         where = constraints_name if terminology is None else source_name if constraints is None else f"{constraints_name} / {source_name}"
         numbers = line_numbers or range(1, len(lines) + 1)
-        kw["constraints"] = [phrase_ids(toks.tgt, p, f"{where}:{n}") for p, n in zip(phrases, numbers)]
+        kw["constraints"] = BatchConstraints([phrase_ids(toks.tgt, p, f"{where}:{n}") for p, n in zip(phrases, numbers)], continuing_pieces(toks.tgt))
     return _translate_ids_of_lines(model, cfg, toks, lines, decode, device, conllu, source_name, line_numbers, docs, **kw)
 
 
@@ -118,7 +118,7 @@ def _translate_ids_of_lines(model, cfg: Config, toks: Tokenizers, lines: Sequenc
         cons = kw.pop("constraints", None)
 
         def kept_lines(kept: list[str], numbers: list[int]) -> list[list[Output]]:
-            more = {} if cons is None else {"constraints": [cons[n - 1] for n in numbers]}
+            more = {} if cons is None else {"constraints": cons.subset([n - 1 for n in numbers])}
             return _translate_ids_of_lines(model, cfg, toks, kept, decode, device, conllu, source_name, numbers, None if docs is None else [docs[n - 1] for n in numbers], **kw, **more)
 
         return without_empty_lines(lines, kept_lines)

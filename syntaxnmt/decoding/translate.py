@@ -14,7 +14,7 @@ from syntaxnmt.config import MAX_BEAM, DecodeConfig
 from syntaxnmt.cpu.pools import batches_side_by_side
 from syntaxnmt.data.batches import context_batch, make_batch
 from syntaxnmt.data.features import SourceAnnotation
-from syntaxnmt.decoding.constraints import SentenceConstraints, has_constraints
+from syntaxnmt.decoding.constraints import BatchConstraints, SentenceConstraints, has_constraints
 from syntaxnmt.decoding.documents import DocumentStates, document_waves, sentence_pool
 from syntaxnmt.decoding.search import Hypothesis, max_output_lengths, search
 from syntaxnmt.decoding.unk import locate_unknown_words
@@ -111,7 +111,7 @@ def _translate_wave(model, sources, wave: np.ndarray, results: list, decode: Dec
             hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty, decode.length_penalty_type, decode.cpu_softmax)
         else:  # the batch's ids name its sentences in the search's errors: their input line numbers
             batch.ids = torch.as_tensor(names[idx], dtype=torch.long)
-            cons = [constraints[i] for i in idx]
+            cons = constraints.subset(idx) if isinstance(constraints, BatchConstraints) else [constraints[i] for i in idx]
             hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty, decode.length_penalty_type, decode.cpu_softmax, constraints=cons)
         if decode.unk_replace != "none":
             locate_unknown_words(model, batch, hyps, decode)
