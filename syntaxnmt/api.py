@@ -5,6 +5,7 @@
     translator = syntaxnmt.Translator.from_checkpoint("runs/x/best.pt")   # a file, a run folder, or several: an ensemble
     results = translator.translate(["the dog sees a cat ."], beam=5, nbest=2, alignments=True, attention=True)
     scored = translator.score(["the dog sees a cat ."], ["le chien voit un chat ."])
+    constrained = translator.translate(["the dog sees a cat ."], constraints=[["le chat"]], terminology="terms.tsv")
 
 Every result is a :class:`Translation`: the text, its score (log P / lp(y), the search's ranking
 score) and total log-probability, the n-best :class:`Candidate` list, and on request the word
@@ -20,7 +21,8 @@ loading the decode-time model options ``hard_attention`` (``decode`` or ``none``
 The search runs in one of two engines behind the same :meth:`Translator.translate`: the PyTorch
 model (``engine="torch"``, every option) or CTranslate2 (``engine="ctranslate2"``,
 :mod:`syntaxnmt.decoding.ct2_engine`: one exported model, no document context; scoring, alignments
-and attention read the PyTorch model and are refused).
+and attention read the PyTorch model and are refused; so are constraints and term dictionaries:
+lexically constrained search, docs/decoding.md, runs in the PyTorch engine).
 """
 
 from __future__ import annotations
