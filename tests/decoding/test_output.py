@@ -189,3 +189,26 @@ def test_a_constraint_stays_a_word_of_the_output(trained_run, corpus, cpu_softma
         assert term_accuracy(out, terms) == (len(src), len(src)), [(t, o) for t, o in zip(terms, out) if term_accuracy([o], [t])[0] == 0]
         if cpu_softmax == "torch":
             assert out == [t.text for t in translator.translate(src, beam=beam, constraints=terms)]
+
+
+def test_a_syntax_model_meets_every_constraint_from_its_parses(make_config, parsed_prepared_dir, corpus, tmp_path, capsys):
+    """A model with tree relations and tag features (an untrained one: what it writes is noise),
+    its input parsed from --src-conllu, writes every phrase of --constraints; the API the same."""
+    from conftest import deep_merge, untrained_checkpoint
+
+    extra = deep_merge({"data": {"annotate": "conllu", "prepared_dir": str(parsed_prepared_dir)}}, {"model": {"syntax": {"input_features": ["upos"], "relations": [["tree_distance", "none", "none", "none"]]}}})
+    path = untrained_checkpoint(make_config(extra, prepared_dir=parsed_prepared_dir), tmp_path / "syntax.pt")
+    lines = corpus["test"]["src"].read_text(encoding="utf-8").splitlines()[:3]
+    blocks = corpus["test"]["conllu"].read_text(encoding="utf-8").strip("\n").split("\n\n")[:3]
+    src, conllu, cfile = tmp_path / "in.txt", tmp_path / "in.conllu", tmp_path / "cons.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    conllu.write_text("\n\n".join(blocks) + "\n\n", encoding="utf-8")
+    cons = [["mado", "sono kawa"], [], ["isha"]]
+    cfile.write_text("".join("\t".join(c) + "\n" for c in cons), encoding="utf-8")
+    code, out, err = run_cli(capsys, "translate", "--checkpoint", path, "-i", src, "--src-conllu", conllu, "--beam", 3, "--constraints", cfile)
+    assert code == 0, err
+    for text, phrases in zip(out.splitlines(), cons):
+        for p in phrases:
+            assert _contains(text, p) >= 1, (text, phrases)
+    api = Translator.from_checkpoint(path, device="cpu").translate(lines, beam=3, src_conllu=str(conllu), constraints=cons)
+    assert [t.text for t in api] == out.splitlines()
