@@ -302,7 +302,7 @@ def cmd_terminology(args, extra) -> None:
 def cmd_terminology_set(args, extra) -> None:
     _no_overrides(extra)
     if not 0 <= args.threshold <= 1 or args.min_count < 1 or args.skip_frequent < 0:
-        raise UserError("--threshold is a probability in [0, 1], --min-count at least 1, --skip-frequent at least 0")
+        raise UserError(f"--threshold {args.threshold} / --min-count {args.min_count} / --skip-frequent {args.skip_frequent}: give a probability in [0, 1], a count of at least 1 and at least 0")
     print(write_term_set(args.lexicon, args.src, args.ref, args.output, args.threshold, args.min_count, args.skip_frequent))
 
 

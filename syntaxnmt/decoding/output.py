@@ -4,8 +4,8 @@ unknown-word replacement, constraints in words and term dictionaries)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections import Counter
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
