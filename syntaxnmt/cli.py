@@ -22,7 +22,7 @@ from syntaxnmt.alignment.sweep import align_sweep
 from syntaxnmt.analysis.export import export_attention
 from syntaxnmt.analysis.heads import analyze_models
 from syntaxnmt.analysis.plot import load_for_plot, plot_sentences, read_link_file
-from syntaxnmt.api import Translator
+from syntaxnmt.api import Translator, check_constraints_engine
 from syntaxnmt.checkpoint import trusting_checkpoints
 from syntaxnmt.config import DEFAULT_CPU_KERNELS, Config, DataConfig, load_config, parse_overrides
 from syntaxnmt.data.annotations import SpacyParser, check_parse, to_conllu, write_conllu
@@ -33,9 +33,11 @@ from syntaxnmt.data.links import aer_report, format_links
 from syntaxnmt.data.prepare import prepare
 from syntaxnmt.data.synthetic import write_corpus
 from syntaxnmt.decoding.averaging import average_checkpoints, last_periodic
+from syntaxnmt.decoding.constraints import read_constraint_lines
 from syntaxnmt.decoding.ct2_export import export_ct2
 from syntaxnmt.decoding.loading import checkpoint_path, load_model
 from syntaxnmt.decoding.scoring import CONTEXT_MODES, score_contrastive
+from syntaxnmt.decoding.terminology import seed_from_lexicon, term_report, write_term_set
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.alignment import run_alignment_set
 from syntaxnmt.experiments.decoding import run_decode_set
@@ -213,6 +215,8 @@ def cmd_translate(args, extra) -> None:
         raise UserError(f"--nbest {args.nbest}: give at least 1")
     paths = [_checkpoint_arg(argparse.Namespace(config=args.config, checkpoint=c), extra) for c in args.checkpoint]
     aligning = _aligning(args, paths)
+    if args.constraints or args.terminology:
+        check_constraints_engine(args.engine)
     overrides = parse_overrides(extra)
     if args.config:
         overrides.pop("work_dir", None)  # it located the checkpoints (--checkpoint best|last)
@@ -233,6 +237,10 @@ def cmd_translate(args, extra) -> None:
         lines = [m.plain for m in marked]
     kw = dict(source_name=args.input or "<stdin>", progress=sys.stderr.isatty() or args.output is not None)
     docs = _doc_ids(args.docs, lines, kw["source_name"]) if args.docs else None
+    if args.constraints:
+        kw.update(constraints=read_constraint_lines(args.constraints, len(lines)), constraints_name=args.constraints)
+    if args.terminology:
+        kw["terminology"] = args.terminology
     results = [[(c.text, c.score) for c in t.nbest] for t in translator.translate(lines, nbest=nbest, src_conllu=args.src_conllu, docs=docs, **kw)]
     if aligning:
         model, cfg, toks = translator.model, translator.cfg, translator.toks
@@ -274,6 +282,32 @@ def cmd_lexicon(args, extra) -> None:
     if args.top < 1 or args.min_count < 1:
         raise UserError("--top and --min-count must be at least 1")
     build_lexicon(_config(args, extra), args.output, args.align, args.top, args.min_count, log=lambda m: print(m, file=sys.stderr))
+
+
+def cmd_terminology(args, extra) -> None:
+    _no_overrides(extra)
+    if not 0 <= args.threshold <= 1 or args.min_count < 1:
+        raise UserError(f"--threshold {args.threshold} / --min-count {args.min_count}: give a probability in [0, 1] and a count of at least 1")
+    seeded = seed_from_lexicon(args.from_lexicon, args.threshold, args.output, args.min_count)
+    print(f"wrote {len(seeded)} terms to {args.output} (P(e|f) >= {args.threshold}); translate with --terminology {args.output}", file=sys.stderr)
+
+
+def cmd_terminology_set(args, extra) -> None:
+    _no_overrides(extra)
+    if not 0 <= args.threshold <= 1 or args.min_count < 1 or args.skip_frequent < 0:
+        raise UserError(f"--threshold {args.threshold} / --min-count {args.min_count} / --skip-frequent {args.skip_frequent}: give a probability in [0, 1], a count of at least 1 and at least 0")
+    print(write_term_set(args.lexicon, args.src, args.ref, args.output, args.threshold, args.min_count, args.skip_frequent))
+
+
+def cmd_evaluate_terms(args, extra) -> None:
+    _no_overrides(extra)
+    systems = []
+    for item in args.hyp:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise UserError(f"--hyp {item}: give NAME=FILE (e.g. constrained=out.de)")
+        systems.append((name, path))
+    print(term_report(args.ref, args.constraints, systems))
 
 
 def cmd_average_checkpoints(args, extra) -> None:
@@ -560,6 +594,8 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--align-layer", help="with --alignments/--markup: decoder layer or 'average' (default: the model's train.alignment.layer)")
     s.add_argument("--align-head", help="with --alignments/--markup: head or 'average' (default: the model's train.alignment.head)")
     s.add_argument("--align-shift", action="store_true", help="with --alignments/--markup: read Shift-Att's step (as align --shift)")
+    s.add_argument("--constraints", metavar="FILE", help="target phrases every translation must contain: one line per input line, phrases separated by tabs, empty for none (fairseq's examples/constrained_decoding format); docs/decoding.md")
+    s.add_argument("--terminology", metavar="DICT", help="term dictionary (source term<TAB>target term per line): where a source term occurs in a line, its target term becomes a constraint (with --constraints: both); docs/decoding.md")
     _threads_flag(s)
     _trust_flag(s)
     s.set_defaults(func=cmd_translate)
@@ -571,6 +607,29 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--top", type=int, default=5, help="translations kept per source word (default 5)")
     s.add_argument("--min-count", type=int, default=1, help="drop translations seen fewer times (default 1)")
     s.set_defaults(func=cmd_lexicon)
+
+    s = sub.add_parser("terminology", help="a term dictionary for translate --terminology from a `syntaxnmt lexicon` table (each source word's most probable translation above a threshold)")
+    s.add_argument("--from-lexicon", required=True, metavar="TABLE", help="lexical table P(e|f) written by syntaxnmt lexicon")
+    s.add_argument("--threshold", type=float, default=0.5, help="keep a source word whose best translation has P(e|f) at or above this (default 0.5)")
+    s.add_argument("--min-count", type=int, default=1, help="and at least this many links (default 1)")
+    s.add_argument("-o", "--output", required=True, help="the dictionary: source term<TAB>target term per line")
+    s.set_defaults(func=cmd_terminology)
+
+    s = sub.add_parser("terminology-set", help="a terminology test set: content-word terms of a lexicon table found in a test set's sources and references (docs/decoding.md)")
+    s.add_argument("--lexicon", required=True, metavar="TABLE", help="lexical table P(e|f) of the training corpus (syntaxnmt lexicon)")
+    s.add_argument("--src", required=True, help="test sources (plain or .gz)")
+    s.add_argument("--ref", required=True, help="test references, line by line")
+    s.add_argument("-o", "--output", required=True, help="folder for terms.tsv (the dictionary) and constraints.txt (translate --constraints, evaluate-terms)")
+    s.add_argument("--threshold", type=float, default=0.5, help="P(e|f) of a term's translation at least this (default 0.5)")
+    s.add_argument("--min-count", type=int, default=5, help="links of a term with its translation at least this (default 5)")
+    s.add_argument("--skip-frequent", type=int, default=100, help="source words with the most links left out as function words (default 100)")
+    s.set_defaults(func=cmd_terminology_set)
+
+    s = sub.add_parser("evaluate-terms", help="term accuracy (WMT21 exact match) and sacreBLEU BLEU of several systems on a terminology test set")
+    s.add_argument("--ref", required=True, help="reference file")
+    s.add_argument("--constraints", required=True, help="the terms of every line (terminology-set's constraints.txt)")
+    s.add_argument("--hyp", required=True, nargs="+", metavar="NAME=FILE", help="each system's output, named")
+    s.set_defaults(func=cmd_evaluate_terms)
 
     s = sub.add_parser("average-checkpoints", help="average the weights of a run's last N periodic checkpoints (train.keep_checkpoints) or of given checkpoints")
     s.add_argument("config", nargs="?", help="experiment config (its work_dir/checkpoints/ holds the periodic checkpoints)")
