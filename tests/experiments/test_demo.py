@@ -10,6 +10,8 @@ from test_cli import run_cli
 
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.data.synthetic import write_corpus
+from syntaxnmt.experiments.demo import MARKER, WRITTEN_BY
+from syntaxnmt.textio import write_marker
 
 TINY = ["--model.d_model=32", "--model.heads=2", "--model.ffn_dim=64", "--model.enc_layers=1", "--model.dec_layers=1", "--train.threads=1", "--train.tensorboard=false", "--decode.beam_size=2"]
 WARNING = re.compile(
@@ -33,6 +35,7 @@ def test_demo_on_a_slow_machine_prints_a_bleu_warns_and_a_rerun_says_it_is_finis
     scores again."""
     directory = tmp_path / "demo"
     write_corpus(directory / "corpus", n_train=300, n_dev=20, n_test=10, seed=1)  # the demo reuses a corpus it finds
+    write_marker(directory, MARKER, WRITTEN_BY)  # in its own folder
     for run in range(2):
         out, warnings = _demo(capsys, directory, "--minutes", "0.001")
         assert "test (10 sentences, beam 2): BLEU = " in out, out
@@ -54,6 +57,7 @@ def test_a_run_stopped_early_is_not_trained_further_and_enough_updates_give_no_w
     gets no warning."""
     directory = tmp_path / "demo"
     write_corpus(directory / "corpus", n_train=300, n_dev=20, n_test=10, seed=1)
+    write_marker(directory, MARKER, WRITTEN_BY)
     fast = ["--train.warmup_steps=2", "--train.max_steps=3", "--train.valid_every=3"]
     out, warnings = _demo(capsys, directory, *fast)
     assert "stopped (max_steps) at update 3" in out and warnings == []
