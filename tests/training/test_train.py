@@ -877,3 +877,16 @@ def test_init_from_a_checkpoint_of_another_vocabulary_is_refused_naming_it(make_
     messages = []
     train(same, log=messages.append)
     assert f"initialized from {best}" in messages
+
+
+def test_train_joint_holds_the_work_dirs_lock_too(make_config):
+    """``train-joint`` writes ``work_dir/forward`` and ``work_dir/reverse``: it holds ``work_dir``'s lock like ``train``."""
+    from syntaxnmt.textio import folder_lock
+
+    cfg = make_config({"train": {"max_steps": 2, "valid_every": 2}})
+    with folder_lock(cfg.work_dir):
+        with pytest.raises(UserError, match=rf"^{re.escape(cfg.work_dir)}: the work_dir is in use by syntaxnmt pid \d+ on host "):
+            train_joint(cfg, log=quiet)
+        with pytest.raises(UserError, match="the work_dir is in use"):
+            train(cfg, log=quiet)
+    assert not (Path(cfg.work_dir) / "forward").exists()
