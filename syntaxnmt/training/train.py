@@ -144,7 +144,11 @@ def changed_tokenizers(cfg: Config, stored: Mapping | None, current: Mapping | N
     The pieces are compared, not the model files' bytes. Empty when either is unknown (an older checkpoint)."""
     if not stored or not current or all(stored.get(k) == current.get(k) for k in ("spm_src", "spm_tgt", "tags")):
         return []
-    old, new = tokenizers_from_assets(cfg, stored), tokenizers_from_assets(cfg, current)
+    try:
+        old = tokenizers_from_assets(cfg, stored)
+    except (UserError, RuntimeError, ValueError, OSError) as e:  # another kind of vocabulary (words, not SentencePiece), or damaged
+        return [f"the stored tokenizers, which this run cannot read ({str(e).splitlines()[0] if str(e) else type(e).__name__})"]
+    new = tokenizers_from_assets(cfg, current)
     found = []
     for side, a, b in (("source", old.src, new.src), ("target", old.tgt, new.tgt)):
         pa, pb = _pieces(a), _pieces(b)
