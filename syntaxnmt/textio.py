@@ -253,6 +253,7 @@ def folder_lock(folder: str | os.PathLike, what: str = "work_dir", log: Callable
     import socket
 
     folder = Path(folder)
+    created = not folder.exists()
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -277,6 +278,10 @@ def folder_lock(folder: str | os.PathLike, what: str = "work_dir", log: Callable
             f.seek(0)
             f.truncate()  # released cleanly: no stale holder to report
             f.flush()
+            if created and [p.name for p in folder.iterdir()] == [LOCK_FILE]:  # a run refused before writing: no litter
+                with contextlib.suppress(OSError):
+                    (folder / LOCK_FILE).unlink()
+                    folder.rmdir()
 
 
 def new_file_mode() -> int:

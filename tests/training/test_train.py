@@ -890,3 +890,11 @@ def test_train_joint_holds_the_work_dirs_lock_too(make_config):
         with pytest.raises(UserError, match="the work_dir is in use"):
             train(cfg, log=quiet)
     assert not (Path(cfg.work_dir) / "forward").exists()
+
+
+def test_a_run_refused_before_writing_leaves_no_work_dir(make_config, tmp_path):
+    """The lock makes ``work_dir``; a run refused before it writes anything (a missing corpus file) removes it again."""
+    cfg = make_config({"data": {"train_src": str(tmp_path / "nope.src")}}, prepared_dir=tmp_path / "prepared")
+    with pytest.raises(UserError, match="nope.src"):
+        train(cfg, log=quiet)
+    assert not Path(cfg.work_dir).exists()
