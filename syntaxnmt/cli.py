@@ -18,7 +18,7 @@ from syntaxnmt.alignment.extract import alignments_for_translations, check_readi
 from syntaxnmt.alignment.lexicon import build_lexicon
 from syntaxnmt.alignment.markup import parse_markup, transfer_to_translations
 from syntaxnmt.alignment.sweep import align_sweep
-from syntaxnmt.analysis.export import export_attention
+from syntaxnmt.analysis.export import export_attention, export_paths
 from syntaxnmt.analysis.heads import analyze_models
 from syntaxnmt.analysis.plot import load_for_plot, plot_sentences, read_link_file
 from syntaxnmt.api import Translator
@@ -334,6 +334,7 @@ def cmd_export_ct2(args, extra) -> None:
 
 def cmd_attention(args, extra) -> None:
     path = _checkpoint_arg(args, extra)
+    _check_outputs(args, [("--checkpoint", path)], [("-o", p) for p in export_paths(args.output)])  # OUT.jsonl and OUT.npz
     if not args.config:
         _no_overrides(extra)
     jsonl, npz, n = export_attention(
@@ -778,15 +779,15 @@ INPUT_OPTIONS = {
 }
 
 
-def _check_outputs(args, inputs: list[tuple[str, object]] = ()) -> None:
+def _check_outputs(args, inputs: list[tuple[str, object]] = (), outputs: list[tuple[str, object]] | None = None) -> None:
     """Every command: no output file is one of its input files, and no two outputs share a file
     (:func:`~syntaxnmt.textio.check_outputs`); ``inputs``: more of them than its options name
-    (a config's checkpoints or corpus)."""
+    (a config's checkpoints or corpus); ``outputs``: the files it writes, where ``-o`` names them only in part."""
     def given(table):
         for name, option in table.items():
             value = getattr(args, name, None)
             yield from ((option, v) for v in (value if isinstance(value, list) else [value]) if isinstance(v, str) and v not in ("best", "last"))
-    check_outputs(list(given(OUTPUT_OPTIONS)), [*given(INPUT_OPTIONS), *inputs])
+    check_outputs(list(given(OUTPUT_OPTIONS)) if outputs is None else outputs, [*given(INPUT_OPTIONS), *inputs])
 
 
 def _run(args, extra: list[str]) -> None:

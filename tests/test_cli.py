@@ -577,6 +577,7 @@ def test_align_and_translate_docs_name_the_files_that_do_not_match(capsys, train
         (["score", "--checkpoint", "M.pt", "--contrastive", "set.json", "-o", "set.json"], "set.json: -o is also --contrastive set.json"),
         (["average-checkpoints", "--inputs", "M.pt", "N.pt", "-o", "N.pt"], "N.pt: -o is also --inputs N.pt"),
         (["parse", "-i", "in.txt", "-o", "hard.txt"], "hard.txt: -o is also -i in.txt"),  # a hard link: the same inode
+        (["attention", "--checkpoint", "M.pt", "-i", "in.txt", "--ref", "att.jsonl", "-o", "att"], "att.jsonl: -o is also --ref att.jsonl"),  # -o OUT writes OUT.jsonl
     ],
 )
 def test_an_output_onto_an_input_is_refused_before_any_work(capsys, tmp_path, monkeypatch, argv, fragment):
@@ -584,7 +585,7 @@ def test_an_output_onto_an_input_is_refused_before_any_work(capsys, tmp_path, mo
     translations; the same for align, lexicon, score, average-checkpoints and ``-o X --alignments X``.
     Every command compares its outputs with its inputs (path, link or inode) first: every file is kept."""
     monkeypatch.chdir(tmp_path)
-    files = {"M.pt": b"the trained model", "N.pt": b"another", "in.txt": b"a source\n", "ref.txt": b"a ref\n", "set.json": b"[]", "exp.yaml": b"name: x\n"}
+    files = {"M.pt": b"the trained model", "N.pt": b"another", "in.txt": b"a source\n", "ref.txt": b"a ref\n", "set.json": b"[]", "exp.yaml": b"name: x\n", "att.jsonl": b"{}\n"}
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
     (tmp_path / "link.pt").symlink_to("M.pt")
