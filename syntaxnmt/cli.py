@@ -435,16 +435,17 @@ def _check_synthetic_sizes(args) -> None:
 def cmd_synthetic(args, extra) -> None:
     _no_overrides(extra)
     _check_synthetic_sizes(args)
-    claim_output(args.output, args.force)
     if args.documents:
         sizes = {k: v for k, v in (("n_train_docs", args.train), ("n_dev_docs", args.dev), ("n_test_docs", args.test)) if v is not None}
         if sizes.get("n_test_docs", 2) % 2:
             raise UserError(f"--test {args.test}: the contrastive test set is made of twin documents: give an even number")
+        claim_output(args.output, args.force)  # once the arguments are checked: a refused command makes no folder
         written = write_documents(args.output, seed=args.seed, **sizes)
         files = sorted({p.name for paths in written.values() for p in paths.values()})
         print(f"wrote the synthetic discourse corpus (seed {args.seed}) to {args.output}: {' '.join(files)}", file=sys.stderr)
         return
     args.train, args.dev, args.test = (args.train or 20000), (args.dev or 500), (args.test or 500)
+    claim_output(args.output, args.force)
     written = write_corpus(args.output, n_train=args.train, n_dev=args.dev, n_test=args.test, seed=args.seed)
     counts = ", ".join(f"{split} {n}" for split, n in (("train", args.train), ("dev", args.dev), ("test", args.test)))
     files = sorted(p.name for paths in written.values() for p in paths.values())
