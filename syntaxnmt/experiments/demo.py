@@ -28,7 +28,7 @@ from syntaxnmt.metrics import score
 from syntaxnmt.runtime import resolve_device
 from syntaxnmt.textio import check_removable, claim_folder, read_lines, write_lines
 from syntaxnmt.training.loop import Progress
-from syntaxnmt.training.train import train
+from syntaxnmt.training.train import RUN_FILES, train
 
 DEMO_CONFIG = """\
 name: demo
@@ -76,7 +76,7 @@ def demo_config(directory: Path, minutes: float, overrides: list[str] | None = N
 
 
 MARKER, WRITTEN_BY = ".syntaxnmt-demo", "syntaxnmt demo"
-DEMO_FILES = {"demo.yaml": None, "corpus": CORPUS_FILES, "run": None, "test.hyp": None}
+DEMO_FILES = {"demo.yaml": None, "corpus": CORPUS_FILES, "run": RUN_FILES, "test.hyp": None}
 """What the demo writes in its folder, entry by entry (:data:`syntaxnmt.textio.Owned`): ``run/`` is its training run."""
 
 

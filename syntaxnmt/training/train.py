@@ -33,7 +33,7 @@ from syntaxnmt.metrics import corpus_bleu
 from syntaxnmt.model import build_model
 from syntaxnmt.model.kernels import prepare as prepare_cpu_kernels
 from syntaxnmt.runtime import configure_threads, describe_threads, keep_freed_memory, resolve_device, set_native_training
-from syntaxnmt.textio import folder_lock, read_lines, remove_stale_temporaries, write_lines
+from syntaxnmt.textio import LOCK_FILE, folder_lock, read_lines, remove_stale_temporaries, write_lines
 from syntaxnmt.training import loop
 from syntaxnmt.training.cuda_graphs import GraphedStep
 from syntaxnmt.training.distributed import World, barrier, device_for, init_world, shutdown
@@ -191,6 +191,12 @@ def apply_optimizer_options(opt, sched, t: TrainConfig) -> list[str]:
             group["initial_lr"], group["lr"] = t.lr, t.lr * factor(sched.last_epoch)
         sched._last_lr = [group["lr"] for group in opt.param_groups]
     return changed
+
+
+RUN_FILES = dict.fromkeys(("last.pt", "best.pt", "config.yaml", "dev.hyp", "data", "tensorboard", "checkpoints", "averaged.pt", LOCK_FILE))
+"""What a training run writes in its ``work_dir`` (:data:`syntaxnmt.textio.Owned`): the checkpoints,
+its config, the dev translations, the prepared corpus (``data/`` by default), TensorBoard's
+events, the periodic checkpoints, ``average-checkpoints``' default output and the lock."""
 
 
 class Run:
