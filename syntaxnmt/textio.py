@@ -241,6 +241,7 @@ def check_outputs(outputs: Sequence[tuple[str, str | os.PathLike | None]], input
 
 
 LOCK_FILE = ".syntaxnmt-lock"
+_HELD: dict[str, int] = {}  # the folders this process holds the lock of, with the depth of their nested blocks
 
 
 @contextlib.contextmanager
@@ -248,11 +249,29 @@ def folder_lock(folder: str | os.PathLike, what: str = "work_dir", log: Callable
     """Hold the exclusive lock of ``folder`` (``fcntl.flock`` on its :data:`LOCK_FILE`, which names
     the holder's PID and host) while the block runs: a second writer gets a :class:`UserError`
     naming the holder. The kernel releases the lock of a process that dies; its text is then
-    stale, and the next holder says it takes it over."""
+    stale, and the next holder says it takes it over. A block inside another of the same process
+    and folder (an experiment run, then its training) holds it already."""
+    key = os.path.realpath(folder)
+    if key in _HELD:
+        _HELD[key] += 1
+        try:
+            yield
+        finally:
+            _HELD[key] -= 1
+        return
+    with _flock(Path(folder), what, log):
+        _HELD[key] = 1
+        try:
+            yield
+        finally:
+            del _HELD[key]
+
+
+@contextlib.contextmanager
+def _flock(folder: Path, what: str, log: Callable[[str], None] | None) -> Iterator[None]:
     import fcntl
     import socket
 
-    folder = Path(folder)
     created = not folder.exists()
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ The results table is then made in the parent from the finished runs, as after se
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -31,6 +32,7 @@ from syntaxnmt.data.synthetic import write_corpus
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.sets import ExperimentSet, Run, control_pairs, is_finished, load_set, make_table, run_config, select_labels, set_runs, write_section
 from syntaxnmt.runtime import cpu_cores, run_command
+from syntaxnmt.textio import folder_lock
 
 TAIL_LINES = 15
 POLL_SECONDS = 1.0
@@ -196,7 +198,9 @@ def worker_main() -> None:
         tree = json.load(sys.stdin)
         cfg = config_from_dict(tree["config"], source="worker job")
         print(f"syntaxnmt experiment worker: {tree['label']} seed {cfg.seed} in {cfg.work_dir}, device {cfg.train.device}, {cfg.train.threads} threads", flush=True)
-        run_config(tree["label"], cfg, ExperimentSet.model_validate(tree["set"]), log=lambda *a, **k: tqdm.write(" ".join(map(str, a))))
+        log = lambda *a, **k: tqdm.write(" ".join(map(str, a)))  # noqa: E731
+        with folder_lock(cfg.work_dir, "work_dir", log):  # one writer per work_dir: training, translations, done.json
+            run_config(tree["label"], cfg, ExperimentSet.model_validate(tree["set"]), log=log)
 
     run_command(job)
 
@@ -233,8 +237,9 @@ def run_set(path: str | Path, seeds: list[int] | None = None, only: list[str] | 
         if todo:
             run_in_workers(list(todo.values()), spec.model_dump(mode="json"), jobs, log)
     records: dict[str, dict[int, dict]] = {label: {} for label in labels}
-    for run in runs:
-        records[run.label][run.seed] = run_config(run.label, run.cfg, spec, log)
+    for run in runs:  # one writer per work_dir: an unfinished run holds its lock over training, translations and done.json
+        with contextlib.nullcontext() if is_finished(run.cfg, spec) else folder_lock(run.cfg.work_dir, "work_dir", log):
+            records[run.label][run.seed] = run_config(run.label, run.cfg, spec, log)
     section = make_table(spec, records, seeds, control_pairs(runs))
     target = Path(output or spec.output)
     write_section(target, spec.name, section)

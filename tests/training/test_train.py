@@ -879,17 +879,39 @@ def test_init_from_a_checkpoint_of_another_vocabulary_is_refused_naming_it(make_
     assert f"initialized from {best}" in messages
 
 
+def hold_lock(folder: Path, holder: str = "syntaxnmt pid 4242 on host elsewhere"):
+    """Hold ``folder``'s lock as another process would (its own open file and flock) and name ``holder`` in it."""
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    f = open(folder / ".syntaxnmt-lock", "w", encoding="utf-8")
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    f.write(holder + "\n")
+    f.flush()
+    return f
+
+
 def test_train_joint_holds_the_work_dirs_lock_too(make_config):
     """``train-joint`` writes ``work_dir/forward`` and ``work_dir/reverse``: it holds ``work_dir``'s lock like ``train``."""
-    from syntaxnmt.textio import folder_lock
-
     cfg = make_config({"train": {"max_steps": 2, "valid_every": 2}})
-    with folder_lock(cfg.work_dir):
-        with pytest.raises(UserError, match=rf"^{re.escape(cfg.work_dir)}: the work_dir is in use by syntaxnmt pid \d+ on host "):
+    with hold_lock(Path(cfg.work_dir)):
+        with pytest.raises(UserError, match=rf"^{re.escape(cfg.work_dir)}: the work_dir is in use by syntaxnmt pid 4242 on host elsewhere "):
             train_joint(cfg, log=quiet)
         with pytest.raises(UserError, match="the work_dir is in use"):
             train(cfg, log=quiet)
     assert not (Path(cfg.work_dir) / "forward").exists()
+
+
+def test_the_lock_is_reentrant_within_a_process(make_config):
+    """An experiment run holds its work_dir's lock over training, translations and done.json; the
+    training inside it takes the same lock again (the same process: no refusal)."""
+    from syntaxnmt.textio import folder_lock
+
+    cfg = make_config({"train": {"max_steps": 2, "valid_every": 2}})
+    with folder_lock(cfg.work_dir):
+        assert train(cfg, log=quiet).step == 2
+        assert "syntaxnmt pid" in (Path(cfg.work_dir) / ".syntaxnmt-lock").read_text()  # still held
+    assert (Path(cfg.work_dir) / ".syntaxnmt-lock").read_text() == ""
 
 
 def test_a_run_refused_before_writing_leaves_no_work_dir(make_config, tmp_path):
