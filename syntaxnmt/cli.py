@@ -19,7 +19,7 @@ from syntaxnmt.alignment.extract import alignments_for_translations, check_readi
 from syntaxnmt.alignment.lexicon import build_lexicon
 from syntaxnmt.alignment.markup import parse_markup, transfer_to_translations
 from syntaxnmt.alignment.sweep import align_sweep
-from syntaxnmt.analysis.export import export_attention
+from syntaxnmt.analysis.export import export_attention, export_paths
 from syntaxnmt.analysis.heads import analyze_models
 from syntaxnmt.analysis.plot import load_for_plot, plot_sentences, read_link_file
 from syntaxnmt.api import Translator, check_constraints_engine
@@ -31,7 +31,7 @@ from syntaxnmt.data.contrastive import check_context, read_contrastive
 from syntaxnmt.data.discourse import write_documents
 from syntaxnmt.data.links import aer_report, format_links
 from syntaxnmt.data.prepare import prepare
-from syntaxnmt.data.synthetic import write_corpus
+from syntaxnmt.data.synthetic import claim_output, write_corpus
 from syntaxnmt.decoding.averaging import average_checkpoints, last_periodic
 from syntaxnmt.decoding.constraints import read_constraint_lines
 from syntaxnmt.decoding.ct2_export import export_ct2
@@ -49,7 +49,7 @@ from syntaxnmt.model.kernels import configure as configure_kernels
 from syntaxnmt.model.linear import configure
 from syntaxnmt.runtime import configure_threads, resolve_device, run_command
 from syntaxnmt.serving.server import READ_TIMEOUT, Limits, serve
-from syntaxnmt.textio import atomic_write_text, package_version, read_input, read_lines, write_lines
+from syntaxnmt.textio import atomic_write_text, check_outputs, package_version, read_input, read_lines, write_lines
 from syntaxnmt.training.joint import train_joint
 from syntaxnmt.training.train import train
 
@@ -138,8 +138,16 @@ def cmd_train_joint(args, extra) -> None:
     train_joint(_config(args, _with_threads(args, extra)), resume=args.resume)
 
 
+def _corpus_files(cfg) -> list[tuple[str, str]]:
+    """The text files of a config's corpus, as (``data.key``, path) for :func:`_check_outputs`
+    (not ``data.train_align``: align-external writes it)."""
+    return [(f"data.{k}", v) for k, v in cfg.data.model_dump().items() if k.startswith(("train_", "dev_")) and k != "train_align" and isinstance(v, str) and v]
+
+
 def cmd_align_external(args, extra) -> None:
-    align_external(_config(args, extra), args.output, args.symmetrize)
+    cfg = _config(args, extra)
+    _check_outputs(args, _corpus_files(cfg))
+    align_external(cfg, args.output, args.symmetrize)
 
 
 def _checkpoint_and_pairs(args, extra) -> tuple:
@@ -214,6 +222,7 @@ def cmd_translate(args, extra) -> None:
     if args.nbest is not None and args.nbest < 1:
         raise UserError(f"--nbest {args.nbest}: give at least 1")
     paths = [_checkpoint_arg(argparse.Namespace(config=args.config, checkpoint=c), extra) for c in args.checkpoint]
+    _check_outputs(args, [("--checkpoint", p) for p in paths])
     aligning = _aligning(args, paths)
     if args.constraints or args.terminology:
         check_constraints_engine(args.engine)
@@ -281,7 +290,9 @@ def cmd_score(args, extra) -> None:
 def cmd_lexicon(args, extra) -> None:
     if args.top < 1 or args.min_count < 1:
         raise UserError("--top and --min-count must be at least 1")
-    build_lexicon(_config(args, extra), args.output, args.align, args.top, args.min_count, log=lambda m: print(m, file=sys.stderr))
+    cfg = _config(args, extra)
+    _check_outputs(args, _corpus_files(cfg))
+    build_lexicon(cfg, args.output, args.align, args.top, args.min_count, log=lambda m: print(m, file=sys.stderr))
 
 
 def cmd_terminology(args, extra) -> None:
@@ -336,6 +347,7 @@ def cmd_export_ct2(args, extra) -> None:
 
 def cmd_attention(args, extra) -> None:
     path = _checkpoint_arg(args, extra)
+    _check_outputs(args, [("--checkpoint", path)], [("-o", p) for p in export_paths(args.output)])  # OUT.jsonl and OUT.npz
     if not args.config:
         _no_overrides(extra)
     jsonl, npz, n = export_attention(
@@ -457,11 +469,13 @@ def cmd_synthetic(args, extra) -> None:
         sizes = {k: v for k, v in (("n_train_docs", args.train), ("n_dev_docs", args.dev), ("n_test_docs", args.test)) if v is not None}
         if sizes.get("n_test_docs", 2) % 2:
             raise UserError(f"--test {args.test}: the contrastive test set is made of twin documents: give an even number")
+        claim_output(args.output, args.force)  # once the arguments are checked: a refused command makes no folder
         written = write_documents(args.output, seed=args.seed, **sizes)
         files = sorted({p.name for paths in written.values() for p in paths.values()})
         print(f"wrote the synthetic discourse corpus (seed {args.seed}) to {args.output}: {' '.join(files)}", file=sys.stderr)
         return
     args.train, args.dev, args.test = (args.train or 20000), (args.dev or 500), (args.test or 500)
+    claim_output(args.output, args.force)
     written = write_corpus(args.output, n_train=args.train, n_dev=args.dev, n_test=args.test, seed=args.seed)
     counts = ", ".join(f"{split} {n}" for split, n in (("train", args.train), ("dev", args.dev), ("test", args.test)))
     files = sorted(p.name for paths in written.values() for p in paths.values())
@@ -469,7 +483,7 @@ def cmd_synthetic(args, extra) -> None:
 
 
 def cmd_demo(args, extra) -> None:
-    run_demo(Path(args.dir), minutes=args.minutes, overrides=_with_threads(args, extra), fresh=args.fresh)
+    run_demo(Path(args.dir), minutes=args.minutes, overrides=_with_threads(args, extra), fresh=args.fresh, force=args.force)
 
 
 def _threads_flag(s: argparse.ArgumentParser, what: str = "") -> None:
@@ -508,6 +522,7 @@ def _data_commands(sub) -> None:
     s.add_argument("--dev", type=int, help="dev sentence pairs (default 500; --documents: documents, default 100)")
     s.add_argument("--test", type=int, help="test sentence pairs (default 500; --documents: documents, default 1200, even)")
     s.add_argument("--seed", type=int, default=1, help="the same seed and sizes give the same files (default 1)")
+    s.add_argument("--force", action="store_true", help="write into a folder holding files `synthetic` did not write (its files of the same names are replaced)")
     s.set_defaults(func=cmd_synthetic)
 
 
@@ -553,7 +568,8 @@ def _training_commands(sub) -> None:
     s = sub.add_parser("demo", help="generate the synthetic corpus, train a small Transformer, translate and score")
     s.add_argument("--dir", default="syntaxnmt-demo", help="where the corpus and the run go (default: ./syntaxnmt-demo)")
     s.add_argument("--minutes", type=float, default=4.0, help="training time budget (default: 4)")
-    s.add_argument("--fresh", action="store_true", help="discard a previous demo run in --dir (only a folder the demo wrote)")
+    s.add_argument("--fresh", action="store_true", help="discard a previous demo run in --dir (only a folder the demo wrote, holding nothing else)")
+    s.add_argument("--force", action="store_true", help="write into a --dir holding files the demo did not write (its corpus/ and run/ are written over)")
     _threads_flag(s, " for training and translating")
     _trust_flag(s)
     s.set_defaults(func=cmd_demo)
@@ -840,12 +856,33 @@ def unknown_flags(extra: list[str]) -> list[str]:
     return unknown
 
 
+OUTPUT_OPTIONS = {"output": "-o", "alignments": "--alignments"}
+INPUT_OPTIONS = {
+    "config": "CONFIG", "set": "SET", "checkpoint": "--checkpoint", "reverse_checkpoint": "--reverse-checkpoint", "inputs": "--inputs",
+    "input": "-i", "src": "--src", "tgt": "--tgt", "src_conllu": "--src-conllu", "docs": "--docs", "ref": "--ref", "hyp": "--hyp",
+    "compare": "--compare", "gold": "--gold", "gold_align": "--gold-align", "align": "--align", "attention": "--attention",
+    "contrastive": "--contrastive", "context_src": "--context-src", "context_tgt": "--context-tgt",
+}
+
+
+def _check_outputs(args, inputs: list[tuple[str, object]] = (), outputs: list[tuple[str, object]] | None = None) -> None:
+    """Every command: no output file is one of its input files, and no two outputs share a file
+    (:func:`~syntaxnmt.textio.check_outputs`); ``inputs``: more of them than its options name
+    (a config's checkpoints or corpus); ``outputs``: the files it writes, where ``-o`` names them only in part."""
+    def given(table):
+        for name, option in table.items():
+            value = getattr(args, name, None)
+            yield from ((option, v) for v in (value if isinstance(value, list) else [value]) if isinstance(v, str) and v not in ("best", "last"))
+    check_outputs(list(given(OUTPUT_OPTIONS)) if outputs is None else outputs, [*given(INPUT_OPTIONS), *inputs])
+
+
 def _run(args, extra: list[str]) -> None:
     """Run the command: a bad SYNTAXNMT_ONEDNN_LINEAR is a user error before any work, torch's CPU
     threads follow the thread policy (the command's ``--threads`` when it has one), the linear
     layers' CPU kernels its ``--cpu-kernels`` (:mod:`syntaxnmt.model.kernels`), and
     ``--trust-checkpoint`` holds for the command's duration when given."""
     configure()
+    _check_outputs(args)
     configure_threads(getattr(args, "threads", None))
     configure_kernels(getattr(args, "cpu_kernels", None))
     if not getattr(args, "trust_checkpoint", False):

@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 from syntaxnmt.config import config_from_dict
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.sets import ExperimentSet, Run, RunsFailed, run_config
+from syntaxnmt.textio import folder_lock
 
 LAUNCHERS = ("local", "slurm", "submitit-local")
 SLURM_DEFAULTS = {"timeout_min": 240, "gpus_per_node": 1, "cpus_per_task": 4, "mem_gb": 16}
@@ -26,7 +27,9 @@ SLURM_DEFAULTS = {"timeout_min": 240, "gpus_per_node": 1, "cpus_per_task": 4, "m
 def run_job(label: str, spec_tree: dict, cfg_tree: dict) -> int:
     """The body of one job: train, translate and score one run; returns its number of updates."""
     cfg = config_from_dict(cfg_tree, source="submitit job")
-    record = run_config(label, cfg, ExperimentSet.model_validate(spec_tree), log=lambda *a, **k: print(*a, flush=True))
+    log = lambda *a, **k: print(*a, flush=True)  # noqa: E731
+    with folder_lock(cfg.work_dir, "work_dir", log):  # one writer per work_dir: training, translations, the scores
+        record = run_config(label, cfg, ExperimentSet.model_validate(spec_tree), log=log)
     return int(record["steps"])
 
 

@@ -34,7 +34,7 @@ from syntaxnmt.experiments.budget import CURVE_FILE, describe, read_curve
 from syntaxnmt.experiments.scores import SCORES_FILE, find_run_scores, read_run_scores, results_file
 from syntaxnmt.experiments.sets import ExperimentSet, Run, RunsFailed, control_pairs, curve_logger, is_finished, load_set, make_table, run_config, run_config_of, select_labels, set_runs, write_section
 from syntaxnmt.runtime import cpu_cores, run_command
-from syntaxnmt.textio import atomic_write, atomic_write_text
+from syntaxnmt.textio import atomic_write, atomic_write_text, folder_lock
 from syntaxnmt.training.train import train
 
 TAIL_LINES = 15
@@ -198,7 +198,9 @@ def worker_main() -> None:
         tree = json.load(sys.stdin)
         cfg = config_from_dict(tree["config"], source="worker job")
         print(f"syntaxnmt experiment worker: {tree['label']} seed {cfg.seed} in {cfg.work_dir}, device {cfg.train.device}, {cfg.train.threads} threads", flush=True)
-        run_config(tree["label"], cfg, ExperimentSet.model_validate(tree["set"]), log=lambda *a, **k: tqdm.write(" ".join(map(str, a))))
+        log = lambda *a, **k: tqdm.write(" ".join(map(str, a)))  # noqa: E731
+        with folder_lock(cfg.work_dir, "work_dir", log):  # one writer per work_dir: training, translations, done.json
+            run_config(tree["label"], cfg, ExperimentSet.model_validate(tree["set"]), log=log)
 
     run_command(job)
 
@@ -335,8 +337,9 @@ def train_runs(path: str | Path, spec: ExperimentSet, runs: Sequence[Run], jobs:
     elif jobs > 1 and todo:
         run_in_workers(list(todo.values()), spec.model_dump(mode="json"), jobs, log)
     records: dict[str, dict[int, dict]] = {}
-    for run in runs:
-        record = run_config(run.label, run.cfg, spec, log)
+    for run in runs:  # one writer per work_dir: an unfinished run holds its lock over training, translations and done.json
+        with contextlib.nullcontext() if is_finished(run.cfg, spec) else folder_lock(run.cfg.work_dir, "work_dir", log):
+            record = run_config(run.label, run.cfg, spec, log)
         # The table is made from the scores file, exactly as --rescore makes it.
         records.setdefault(run.label, {})[run.seed] = read_run_scores(record["scores"]) if "scores" in record else record
     return records

@@ -990,3 +990,37 @@ def test_run_set_resumes_a_partly_trained_run_exactly(tiny_set, tmp_path):
     weights = [load_model_checkpoint(folder / "last.pt")["model"] for folder in (work, tmp_path / "runs" / "baseline-straight-seed1")]
     assert weights[0].keys() == weights[1].keys() and all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
     assert _rows(resumed)[1][6] == _rows(straight)[1][6] == str(STEPS)  # updates
+
+
+def test_a_run_of_a_set_holds_its_work_dirs_lock(tmp_path, monkeypatch):
+    """Issue 49: an experiment run (training, translations, done.json) is the one writer of its
+    work_dir: a run whose work_dir another process holds is refused in one line naming the holder
+    before anything is written there, and a run holds the lock while it runs."""
+    import fcntl
+
+    import syntaxnmt.experiments.runner as experiments
+
+    held = []
+
+    def fake_run_config(label, cfg, spec, log):
+        held.append((Path(cfg.work_dir) / ".syntaxnmt-lock").read_text())
+        hyp = Path(cfg.work_dir) / "test.hyp"
+        write_lines(hyp, ["a"])
+        return {"steps": 10, "train_seconds": 1.0, "train_tokens": 100, "best": 0.0, "hyps": {"test": str(hyp)}, "params": 1000}
+
+    monkeypatch.setattr(experiments, "run_config", fake_run_config)
+    write_lines(tmp_path / "ref.txt", ["a"])
+    _write_yaml(tmp_path / "set" / "b.yaml", {"work_dir": str(tmp_path / "runs" / "b")})
+    path = _write_yaml(tmp_path / "set" / "s.set.yaml", _set_tree(name="s", configs={"baseline": "b.yaml"}, seeds=[3], tag="t",
+                                                                   test_sets={"test": {"src": str(tmp_path / "ref.txt"), "ref": str(tmp_path / "ref.txt")}}, output=str(tmp_path / "r.md")))
+    work = tmp_path / "runs" / "b-t-seed3"
+    work.mkdir(parents=True)
+    with open(work / ".syntaxnmt-lock", "w", encoding="utf-8") as other:  # another process's lock: its own open file
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        other.write("syntaxnmt pid 4242 on host elsewhere\n")
+        other.flush()
+        with pytest.raises(UserError, match=rf"^{work}: the work_dir is in use by syntaxnmt pid 4242 on host elsewhere"):
+            run_set(path, log=lambda *a, **k: None)
+    assert held == [] and not (work / "test.hyp").exists()
+    run_set(path, log=lambda *a, **k: None)
+    assert len(held) == 1 and held[0].startswith(f"syntaxnmt pid {os.getpid()} on host ")
