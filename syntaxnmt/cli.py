@@ -428,11 +428,11 @@ def cmd_serve(args, extra) -> None:
     path = _checkpoint_arg(args, extra)
     if not args.config:
         _no_overrides(extra)
-    limits = Limits(args.max_sentences, args.max_chars, args.max_beam, args.max_attention_sentences, args.max_work, args.timeout)
+    limits = Limits(args.max_sentences, args.max_chars, args.max_beam, args.max_attention_sentences, args.max_work, args.timeout, args.max_constraints, args.max_constraint_chars)
     hosts = [h.strip() for h in args.allowed_hosts.split(",") if h.strip()] if args.allowed_hosts is not None else None
     if hosts == []:
         raise UserError("--allowed-hosts: give host names separated by commas (example.org,*.example.org)")
-    serve(path, host=args.host, port=args.port, device=args.device, parser=args.parser, limits=limits, read_timeout=args.read_timeout, docs=args.docs, allowed_hosts=hosts)
+    serve(path, host=args.host, port=args.port, device=args.device, parser=args.parser, limits=limits, read_timeout=args.read_timeout, docs=args.docs, allowed_hosts=hosts, terminology=args.terminology)
 
 
 SYNTHETIC_MAX = {False: 1_000_000, True: 100_000}
@@ -795,6 +795,9 @@ def _serving_commands(sub) -> None:
     s.add_argument("--max-attention-sentences", type=int, default=8, help="sentences per request that asks for attention weights (default: 8)")
     s.add_argument("--read-timeout", type=float, default=READ_TIMEOUT, help=f"seconds a client may take to send a request's headers, and then its body (default: {READ_TIMEOUT:g}; then the connection is closed, or 408)")
     s.add_argument("--docs", action="store_true", help="also serve the API's documentation: /docs, /redoc, /openapi.json (default: off; /docs loads Swagger UI from a CDN)")
+    s.add_argument("--terminology", metavar="DICT", help="term dictionary (source term<TAB>target term per line) applied to requests with \"terminology\": true (docs/serve.md)")
+    s.add_argument("--max-constraints", type=int, default=Limits.max_constraints, help=f"target phrases per sentence in a request's \"constraints\" (default: {Limits.max_constraints}; more: 422)")
+    s.add_argument("--max-constraint-chars", type=int, default=Limits.max_constraint_chars, help=f"characters per constraint phrase (default: {Limits.max_constraint_chars}; more: 422)")
     s.add_argument("--allowed-hosts", metavar="HOSTS", help="answer only requests whose Host header is one of these, separated by commas (example.org,*.example.org; others: 400). Default: any")
     s.add_argument("--device", default="auto")
     _threads_flag(s)
