@@ -86,7 +86,7 @@ def _native_attention(model, reading, src_ids, tgt_ids):
 
 
 @pytest.mark.parametrize("alignment", [GUIDED, {"layer": 0}, {"layer": 1, "head": 3}], ids=["guided-head-1", "layer-0-heads-averaged", "layer-1-head-3"])
-def test_ct2_returns_the_attention_the_pytorch_model_is_read_from(alignment, guided, make_config, corpus, tmp_path):
+def test_ct2_returns_the_attention_the_pytorch_model_is_read_from(alignment, guided, corpus, tmp_path):
     """Exactness where the math must agree: on the same forced pieces, CTranslate2's alignment
     attention is the PyTorch model's configured reading (the head moved to the front, the layer's
     heads averaged), to float32 rounding; and the permuted export translates as before."""
