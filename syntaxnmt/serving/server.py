@@ -752,6 +752,8 @@ def request_constraints(req: TranslateRequest, model: ServedModel, limits: Limit
     sentence, a phrase that is empty or has a piece outside the target vocabulary
     (:func:`~syntaxnmt.decoding.constraints.phrase_ids`), or phrases taking more target tokens
     than the sentence's output length limit (``decode.max_len_a * |x| + decode.max_len_b``)."""
+    if req.constraints is None and not req.terminology:
+        return None
     if req.terminology and model.terminology is None:
         raise Refusal(422, "terminology: this server has no term dictionary (start it with syntaxnmt serve --terminology DICT.tsv)")
     given = req.constraints
