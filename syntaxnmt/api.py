@@ -20,9 +20,10 @@ loading the decode-time model options ``hard_attention`` (``decode`` or ``none``
 
 The search runs in one of two engines behind the same :meth:`Translator.translate`: the PyTorch
 model (``engine="torch"``, every option) or CTranslate2 (``engine="ctranslate2"``,
-:mod:`syntaxnmt.decoding.ct2_engine`: one exported model, no document context; scoring, alignments
-and attention read the PyTorch model and are refused; so are constraints and term dictionaries:
-lexically constrained search, docs/decoding.md, runs in the PyTorch engine).
+:mod:`syntaxnmt.decoding.ct2_engine`: one exported model, no document context; scoring and
+attention read the PyTorch model and are refused; so are constraints and term dictionaries:
+lexically constrained search, docs/decoding.md, runs in the PyTorch engine; alignments are read
+from the export's alignment layer and heads, :func:`~syntaxnmt.alignment.extract.engine_alignments_for_translations`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from syntaxnmt.alignment.extract import alignments_for_translations
+from syntaxnmt.alignment.extract import alignments_for_translations, engine_alignments_for_translations
 from syntaxnmt.analysis.export import (
     EncodedSource,
     SentenceAttention,
@@ -359,7 +360,11 @@ class Translator:
 
     def check_aligning(self, docs: Sequence[str] | None) -> None:
         """Refuse alignments where ``translate --alignments`` refuses them, before any work."""
-        self._needs_model("alignments")
+        if self.engine is not None:
+            self.engine.check_aligning()
+            if docs is not None:
+                raise UserError("--docs: document context needs --engine torch")
+            return
         if len(self.members) > 1 or docs is not None:
             raise UserError("alignments read one model's attention, without document context (as translate --alignments): load one checkpoint and give no docs (an ensemble's averaged attention: attention=True)")
 
@@ -368,8 +373,11 @@ class Translator:
         (the best one's also to the result), read as ``translate --nbest N --alignments`` reads
         it (:func:`~syntaxnmt.alignment.extract.alignments_for_translations`, all hypotheses
         force-decoded in the same batches)."""
-        sources = [r.source for r in results]
-        links = alignments_for_translations(self.model, self.cfg, self.toks, sources, [[c.text for c in r.nbest] for r in results], self.device, batch_size=decode.batch_size, conllu=conllu, source_name=source_name)
+        sources, texts = [r.source for r in results], [[c.text for c in r.nbest] for r in results]
+        if self.engine is not None:  # the export's alignment layer and heads, read by CTranslate2
+            links = engine_alignments_for_translations(self.engine, self.toks, sources, texts, batch_size=decode.batch_size, source_name=source_name)
+        else:
+            links = alignments_for_translations(self.model, self.cfg, self.toks, sources, texts, self.device, batch_size=decode.batch_size, conllu=conllu, source_name=source_name)
         for r, per_candidate in zip(results, links):
             if not r.source.strip():
                 continue

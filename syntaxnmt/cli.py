@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from syntaxnmt.alignment.external import align_external
-from syntaxnmt.alignment.extract import alignments_for_translations, check_reading, configured_reading, model_alignments
+from syntaxnmt.alignment.extract import alignments_for_translations, check_reading, configured_reading, engine_alignments_for_translations, model_alignments
 from syntaxnmt.alignment.lexicon import build_lexicon
 from syntaxnmt.alignment.markup import parse_markup, transfer_to_translations
 from syntaxnmt.alignment.sweep import align_sweep
@@ -213,8 +213,10 @@ def _aligning(args, paths: list[Path]) -> bool:
         if args.align_layer is not None or args.align_head is not None or args.align_shift:
             raise UserError("--align-layer/--align-head/--align-shift choose the attention of --alignments FILE or --markup: give one of them")
         return False
-    if args.engine == "ctranslate2" or len(paths) > 1 or args.docs:
-        raise UserError("--alignments reads one PyTorch model's attention (so does --markup): give one --checkpoint, --engine torch and no --docs")
+    if len(paths) > 1 or args.docs:
+        raise UserError("--alignments reads one model's attention (so does --markup): give one --checkpoint and no --docs")
+    if args.engine == "ctranslate2" and (args.align_layer is not None or args.align_head is not None or args.align_shift):
+        raise UserError("--align-layer/--align-head/--align-shift read the PyTorch model: with --engine ctranslate2 the links are the export's alignment layer and heads (docs/deployment.md)")
     return True
 
 
@@ -236,7 +238,9 @@ def cmd_translate(args, extra) -> None:
             overrides.setdefault("decode", {})[key] = value
     translator = Translator.from_checkpoint(paths, device=args.device, engine=args.engine, overrides=overrides)
     decode = translator.decode
-    reading = check_reading(translator.model, configured_reading(translator.cfg, args.align_layer, args.align_head, args.align_shift)) if aligning else None
+    if aligning and translator.engine is not None:
+        translator.engine.check_aligning()
+    reading = check_reading(translator.model, configured_reading(translator.cfg, args.align_layer, args.align_head, args.align_shift)) if aligning and translator.engine is None else None
     nbest = decode.nbest if args.nbest is None else args.nbest
     if nbest > decode.beam_size:
         raise UserError(f"--nbest {nbest} is larger than the beam size {decode.beam_size}")
@@ -253,7 +257,11 @@ def cmd_translate(args, extra) -> None:
     results = [[(c.text, c.score) for c in t.nbest] for t in translator.translate(lines, nbest=nbest, src_conllu=args.src_conllu, docs=docs, **kw)]
     if aligning:
         model, cfg, toks = translator.model, translator.cfg, translator.toks
-        links = alignments_for_translations(model, cfg, toks, lines, [[text for text, _ in nb] for nb in results], translator.device, reading=reading, batch_size=decode.batch_size, conllu=args.src_conllu, source_name=kw["source_name"])
+        texts = [[text for text, _ in nb] for nb in results]
+        if translator.engine is not None:  # the export's alignment layer and heads (docs/deployment.md)
+            links = engine_alignments_for_translations(translator.engine, toks, lines, texts, batch_size=decode.batch_size, source_name=kw["source_name"])
+        else:
+            links = alignments_for_translations(model, cfg, toks, lines, texts, translator.device, reading=reading, batch_size=decode.batch_size, conllu=args.src_conllu, source_name=kw["source_name"])
         if args.alignments:
             write_lines(args.alignments, [format_links(x) for nb in links for x in nb])
         if marked is not None:
@@ -440,11 +448,11 @@ def cmd_serve(args, extra) -> None:
     path = _checkpoint_arg(args, extra)
     if not args.config:
         _no_overrides(extra)
-    limits = Limits(args.max_sentences, args.max_chars, args.max_beam, args.max_attention_sentences, args.max_work, args.timeout)
+    limits = Limits(args.max_sentences, args.max_chars, args.max_beam, args.max_attention_sentences, args.max_work, args.timeout, args.max_constraints, args.max_constraint_chars)
     hosts = [h.strip() for h in args.allowed_hosts.split(",") if h.strip()] if args.allowed_hosts is not None else None
     if hosts == []:
         raise UserError("--allowed-hosts: give host names separated by commas (example.org,*.example.org)")
-    serve(path, host=args.host, port=args.port, device=args.device, parser=args.parser, limits=limits, read_timeout=args.read_timeout, docs=args.docs, allowed_hosts=hosts)
+    serve(path, host=args.host, port=args.port, device=args.device, parser=args.parser, limits=limits, read_timeout=args.read_timeout, docs=args.docs, allowed_hosts=hosts, terminology=args.terminology)
 
 
 SYNTHETIC_MAX = {False: 1_000_000, True: 100_000}
@@ -811,6 +819,9 @@ def _serving_commands(sub) -> None:
     s.add_argument("--max-attention-sentences", type=int, default=8, help="sentences per request that asks for attention weights (default: 8)")
     s.add_argument("--read-timeout", type=float, default=READ_TIMEOUT, help=f"seconds a client may take to send a request's headers, and then its body (default: {READ_TIMEOUT:g}; then the connection is closed, or 408)")
     s.add_argument("--docs", action="store_true", help="also serve the API's documentation: /docs, /redoc, /openapi.json (default: off; /docs loads Swagger UI from a CDN)")
+    s.add_argument("--terminology", metavar="DICT", help="term dictionary (source term<TAB>target term per line) applied to requests with \"terminology\": true (docs/serve.md)")
+    s.add_argument("--max-constraints", type=int, default=Limits.max_constraints, help=f"target phrases per sentence in a request's \"constraints\" (default: {Limits.max_constraints}; more: 422)")
+    s.add_argument("--max-constraint-chars", type=int, default=Limits.max_constraint_chars, help=f"characters per constraint phrase (default: {Limits.max_constraint_chars}; more: 422)")
     s.add_argument("--allowed-hosts", metavar="HOSTS", help="answer only requests whose Host header is one of these, separated by commas (example.org,*.example.org; others: 400). Default: any")
     s.add_argument("--device", default="auto")
     _threads_flag(s)

@@ -460,45 +460,100 @@ def alignments_for_translations(
     model with source features (as ``translate`` takes them). This is the one function the
     ``translate --alignments`` command (and a server) calls after search.
     """
-    if len(sources) != len(translations):
-        raise ValueError(f"{len(sources)} sources but {len(translations)} n-best lists")
     reading = check_reading(model, reading or configured_reading(cfg))
-    out: list[list[Links]] = [[set() for _ in nbest] for nbest in translations]
-    kept = [n for n, line in enumerate(sources) if line.strip()]
-    if not kept:
-        return out
-    src_lines = [toks.src.normalize(sources[n]) for n in kept]
-    source = encode_words(toks.src, src_lines)
-    annotations = source_annotations(model, cfg, [sources[n] for n in kept], source[1], conllu, source_name, tags=toks.tags)
-    limit = model.cfg.max_positions - 1
-    pairs: list[tuple[int, int, int]] = []  # (line, hypothesis, index among kept)
-    for k, n in enumerate(kept):
-        for h, text in enumerate(translations[n]):
-            if text.strip():
-                pairs.append((n, h, k))
-    tgt = encode_words(toks.tgt, [translations[n][h] for n, h, _ in pairs], normalize=True)
-    usable = []
-    for p, (n, h, k) in enumerate(pairs):
-        if max(len(source[0][k]), len(tgt[0][p])) >= limit:
-            print(f"syntaxnmt: warning: {source_name}:{n + 1}: too long to align with the model's {limit - 1} positions; no links written", file=sys.stderr)
-        else:
-            usable.append(p)
-    if not usable:
-        return out
+    pairs = TranslationPairs.encode(toks, sources, translations, model.cfg.max_positions - 1, source_name)
+    if not pairs.usable:
+        return pairs.out
+    source = pairs.source
+    annotations = source_annotations(model, cfg, [sources[n] for n in pairs.kept], source[1], conllu, source_name, tags=toks.tags)
     links = readings_alignments(
         model,
         source,
-        ([tgt[0][p] for p in usable], [tgt[1][p] for p in usable]),
+        pairs.targets(),
         device,
         [reading],
         method=method,
         threshold=threshold,
         batch_size=batch_size,
         annotations=annotations,
-        source_of=[pairs[p][2] for p in usable],
+        source_of=pairs.source_of(),
         workers=cfg.decode.workers,
     )[0]
-    for p, sentence in zip(usable, links):
-        n, h, _ = pairs[p]
-        out[n][h] = sentence
-    return out
+    return pairs.place(links)
+
+
+@dataclass
+class TranslationPairs:
+    """The (source, translation) pairs of n-best lists as the alignment of translations reads
+    them: every non-empty source line (``kept``) and each of its non-empty translations
+    (``pairs``: line, hypothesis, index among ``kept``), their whitespace tokens after the
+    model's normalization each encoded on its own (:func:`encode_words`), and the pairs short
+    enough for the model's positions (``usable``; the others warned about and left without links)."""
+
+    out: list[list[Links]]
+    kept: list[int]
+    source: tuple[list[list[int]], list[list[int]]]
+    target: tuple[list[list[int]], list[list[int]]]
+    pairs: list[tuple[int, int, int]]
+    usable: list[int]
+
+    @classmethod
+    def encode(cls, toks, sources: Sequence[str], translations: Sequence[Sequence[str]], limit: int, source_name: str = "<input>") -> "TranslationPairs":
+        if len(sources) != len(translations):
+            raise ValueError(f"{len(sources)} sources but {len(translations)} n-best lists")
+        out: list[list[Links]] = [[set() for _ in nbest] for nbest in translations]
+        kept = [n for n, line in enumerate(sources) if line.strip()]
+        source = encode_words(toks.src, [toks.src.normalize(sources[n]) for n in kept])
+        pairs = [(n, h, k) for k, n in enumerate(kept) for h, text in enumerate(translations[n]) if text.strip()]
+        target = encode_words(toks.tgt, [translations[n][h] for n, h, _ in pairs], normalize=True)
+        usable = []
+        for p, (n, h, k) in enumerate(pairs):
+            if max(len(source[0][k]), len(target[0][p])) >= limit:
+                print(f"syntaxnmt: warning: {source_name}:{n + 1}: too long to align with the model's {limit - 1} positions; no links written", file=sys.stderr)
+            else:
+                usable.append(p)
+        return cls(out, kept, source, target, pairs, usable)
+
+    def targets(self) -> tuple[list[list[int]], list[list[int]]]:
+        """The usable pairs' target ids and word indices."""
+        return [self.target[0][p] for p in self.usable], [self.target[1][p] for p in self.usable]
+
+    def source_of(self) -> list[int]:
+        """The usable pairs' sources: indices into ``source``."""
+        return [self.pairs[p][2] for p in self.usable]
+
+    def place(self, links: Sequence[Links]) -> list[list[Links]]:
+        """The n-best lists' links, given the word links of the usable pairs in order."""
+        for p, sentence in zip(self.usable, links):
+            n, h, _ = self.pairs[p]
+            self.out[n][h] = sentence
+        return self.out
+
+
+def engine_alignments_for_translations(
+    engine,
+    toks,
+    sources: Sequence[str],
+    translations: Sequence[Sequence[str]],
+    *,
+    method: str = "argmax",
+    threshold: float = 0.5,
+    batch_size: int = 64,
+    source_name: str = "<input>",
+) -> list[list[Links]]:
+    """:func:`alignments_for_translations` through CTranslate2 (``translate --engine ctranslate2
+    --alignments``): the same pairs and pieces (:class:`TranslationPairs`), each target forced in
+    the exported model with the attention of the layer and heads its export names
+    (:meth:`~syntaxnmt.decoding.ct2_engine.CT2Engine.forced_attention`,
+    :func:`~syntaxnmt.decoding.ct2_export.ct2_alignment`: the model's configured reading), read
+    into piece links by :func:`attention_links` and into word links by ``subwords_to_words``, as
+    the PyTorch model's attention is: the links index the same words."""
+    engine.check_aligning()
+    pairs = TranslationPairs.encode(toks, sources, translations, engine.cfg.model.max_positions - 1, source_name)
+    (src_ids, src_words), (tgt_ids, tgt_words), source_of = pairs.source, pairs.targets(), pairs.source_of()
+    weights = engine.forced_attention([src_ids[k] for k in source_of], tgt_ids, batch_size)
+    links = []
+    for k, ids, words, w in zip(source_of, tgt_ids, tgt_words, weights):
+        pieces = attention_links(torch.from_numpy(w)[None], [len(src_ids[k])], [len(ids)], method=method, threshold=threshold)[0]
+        links.append(subwords_to_words(pieces, src_words[k], words))
+    return pairs.place(links)

@@ -53,7 +53,9 @@ class CT2Engine:
         meta = path / CONFIG_FILE
         if not meta.is_file():
             raise UserError(f"{path}: not a syntaxnmt CTranslate2 export (no {CONFIG_FILE}; run `syntaxnmt export-ct2`)")
-        self.cfg: Config = config_from_dict(json.loads(meta.read_text(encoding="utf-8"))["config"], source=str(meta))
+        written = json.loads(meta.read_text(encoding="utf-8"))
+        self.cfg: Config = config_from_dict(written["config"], source=str(meta))
+        self.alignment: dict | None = written.get("alignment")  # the reading the export names (ct2_export.ct2_alignment); None: an export older than that
         assets = {"spm_src": (path / SOURCE_TOKENIZER).read_bytes(), "spm_tgt": (path / TARGET_TOKENIZER).read_bytes(), "tags": None}
         self.toks = tokenizers_from_assets(self.cfg, assets)
         self.tgt_ids = {self.toks.tgt.id_to_piece(i): i for i in range(len(self.toks.tgt))}
@@ -108,6 +110,36 @@ class CT2Engine:
             return Hypothesis([self.tgt_ids[t] for t in tokens[:limit]], score, score * (len(tokens) + 1) ** alpha)
 
         return [[hypothesis(h, score, limit) for h, score in zip(r.hypotheses, r.scores)] for r, limit in zip(results, limits)]
+
+    def check_aligning(self) -> None:
+        """Refuse word alignments, in one line, where the export does not name the model's
+        reading (:func:`~syntaxnmt.decoding.ct2_export.ct2_alignment`)."""
+        if self.alignment is None:
+            raise UserError(f"{self.path}: this export does not name the model's alignment layer and heads (written before they were exported): export it again with syntaxnmt export-ct2, or align with --engine torch")
+        if "unsupported" in self.alignment:
+            raise UserError(f"--alignments through CTranslate2: {self.alignment['unsupported']}; align with --engine torch")
+
+    def forced_attention(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], batch_size: int = 64) -> list[np.ndarray]:
+        """The (T, S) cross-attention of the export's alignment layer and heads when each target
+        (subword ids, no EOS) is forced: ``translate_batch`` with the target as ``target_prefix``
+        and ``return_attention``, a row per target piece -- the attention of the step that
+        predicts it, as :func:`syntaxnmt.alignment.extract.force_decode` reads the PyTorch
+        model's -- and a column per source piece (CTranslate2 leaves out the column of the EOS it
+        adds to the source: the weights of the other columns are the model's, unrenormalized)."""
+        self.check_aligning()
+        if not sources:
+            return []
+        piece = lambda vocab, ids: [vocab.id_to_piece(int(i)) for i in ids]  # noqa: E731
+        results = self.translator.translate_batch(
+            [piece(self.toks.src, s) for s in sources],
+            target_prefix=[piece(self.toks.tgt, t) for t in targets],
+            max_batch_size=batch_size,
+            beam_size=1,
+            max_decoding_length=max(len(t) for t in targets) + 1,
+            return_attention=True,
+            return_scores=False,
+        )
+        return [np.asarray(r.attention[0], dtype=np.float32)[: len(t)] for r, t in zip(results, targets)]
 
     def follow(self, cfg: Config) -> "CT2Engine":
         """Search with ``cfg``, the exported config with the translation-time options applied

@@ -15,6 +15,15 @@ relations and whose ``model.positions`` is ``none``; any other mix is refused. S
 CTranslate2 cannot represent (tree relations, linguistic or parent-scaled heads, injected
 parses, input features, sparse or hard cross-attention, RNNs) is refused with one line naming it. Training-only modules
 (multi-task classifiers, the fertility predictor) do not take part in translation and are left out.
+
+Alignment (:func:`ct2_alignment`): CTranslate2's ``return_attention`` gives the cross-attention of
+the decoder's ``alignment_layer``, averaged over its first ``alignment_heads`` heads (0: all).
+The export names the reading the model aligns with (``train.alignment.layer``/``head``, its
+guided head): that layer, and one head or all of them; a single head ``h`` other than 0 is made
+head 0 by permuting that layer's cross-attention heads (the rows of the query, key and value
+projections and the columns of the output projection, head by head: the layer computes the
+same function). The reading is recorded in ``syntaxnmt.json`` (``"alignment"``), with the reason
+where CTranslate2 cannot return it (every layer averaged, a full-context pass).
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from syntaxnmt.data.prepare import Tokenizers
 from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import BOS, EOS, UNK
+from syntaxnmt.model.outputs import layer_head
 from syntaxnmt.textio import atomic_write_text, foreign_entries, listing, marker_info, refuse_protected_folder, remove_stale_temporaries, temporary_prefix, write_marker
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "float16")
@@ -88,30 +98,45 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().float().cpu().numpy().copy()
 
 
-def _linear(spec, layer: nn.Linear) -> None:
-    spec.weight = _np(layer.weight)
+def _linear(spec, layer: nn.Linear, rows: np.ndarray | None = None, columns: np.ndarray | None = None) -> None:
+    """``layer``'s weights, its output features in the order ``rows`` (its input features in the
+    order ``columns``; None: as they are)."""
+    weight = _np(layer.weight)
+    spec.weight = (weight if rows is None else weight[rows]) if columns is None else weight[:, columns]
     if layer.bias is not None:
-        spec.bias = _np(layer.bias)
+        spec.bias = _np(layer.bias) if rows is None else _np(layer.bias)[rows]
 
 
-def _fused(spec, layers: list[nn.Linear]) -> None:
-    """One CTranslate2 linear for several projections stacked on the output dimension (QKV or KV)."""
-    spec.weight = np.concatenate([_np(x.weight) for x in layers])
+def _fused(spec, layers: list[nn.Linear], rows: np.ndarray | None = None) -> None:
+    """One CTranslate2 linear for several projections stacked on the output dimension (QKV or
+    KV), each projection's output features in the order ``rows``."""
+    pick = (lambda a: a) if rows is None else (lambda a: a[rows])  # noqa: E731
+    spec.weight = np.concatenate([pick(_np(x.weight)) for x in layers])
     if layers[0].bias is not None:
-        spec.bias = np.concatenate([_np(x.bias) for x in layers])
+        spec.bias = np.concatenate([pick(_np(x.bias)) for x in layers])
 
 
 def _norm(spec, norm: nn.LayerNorm) -> None:
     spec.gamma, spec.beta = _np(norm.weight), _np(norm.bias)
 
 
-def _attention(spec, attn, self_attention: bool, norm: nn.LayerNorm) -> None:
+def head_order(heads: int, d_head: int, first: int) -> np.ndarray:
+    """The feature order of ``heads`` heads of ``d_head`` features with head ``first`` moved to
+    the front (the others in order): applied to the query, key and value projections' outputs and
+    the output projection's inputs, the attention layer computes the same function, and its head
+    0 is the former head ``first``."""
+    order = [first] + [h for h in range(heads) if h != first]
+    return np.concatenate([np.arange(h * d_head, (h + 1) * d_head) for h in order])
+
+
+def _attention(spec, attn, self_attention: bool, norm: nn.LayerNorm, heads: np.ndarray | None = None) -> None:
+    """One attention layer's weights; ``heads``: its features reordered (:func:`head_order`)."""
     if self_attention:
         _fused(spec.linear[0], [attn.q_proj, attn.k_proj, attn.v_proj])
     else:
-        _linear(spec.linear[0], attn.q_proj)
-        _fused(spec.linear[1], [attn.k_proj, attn.v_proj])
-    _linear(spec.linear[-1], attn.out_proj)
+        _linear(spec.linear[0], attn.q_proj, heads)
+        _fused(spec.linear[1], [attn.k_proj, attn.v_proj], heads)
+    _linear(spec.linear[-1], attn.out_proj, columns=heads)
     _norm(spec.layer_norm, norm)
     if hasattr(spec, "relative_position_keys"):
         (rel,) = attn.extensions
@@ -138,6 +163,24 @@ def _positions(spec, embed, cfg: Config) -> None:
         spec.position_encodings.encodings = np.zeros((cfg.model.max_positions, cfg.model.d_model), np.float32)
 
 
+def ct2_alignment(cfg: Config) -> dict:
+    """The attention reading CTranslate2 returns as alignment for this model: the one it was
+    trained (``train.alignment.guided_weight``) or configured to align with
+    (``train.alignment.layer``/``head``, as :func:`syntaxnmt.alignment.extract.configured_reading`
+    reads it), as ``{"layer": L, "head": h | None, "label": ...}`` (0-based; head None: the
+    layer's heads averaged), or ``{"unsupported": why}`` where CTranslate2 cannot return it: every
+    layer averaged (``layer: average``; CTranslate2 returns one layer) or the full-context pass
+    (``full_context``: a pass CTranslate2 does not run)."""
+    a, m = cfg.train.alignment, cfg.model
+    if a.full_context:
+        return {"unsupported": f"its alignment is read from the full-context pass of layer {a.layer} (train.alignment.full_context), which CTranslate2 does not run"}
+    layer, head = layer_head(a.layer), layer_head(a.head)
+    if layer is None:
+        return {"unsupported": "its alignment reading averages every decoder layer (train.alignment.layer: average) and CTranslate2 returns one layer's attention; train or configure one layer (train.alignment.layer)"}
+    layer, head = layer % m.dec_layers, None if head is None else head % m.heads
+    return {"layer": layer, "head": head, "label": f"layer {layer}, " + ("heads averaged" if head is None else f"head {head}")}
+
+
 def build_spec(model: nn.Module, cfg: Config, toks: Tokenizers):
     """The ``ctranslate2.specs.TransformerSpec`` of ``model`` with its weights and vocabularies."""
     from ctranslate2.specs import common_spec, transformer_spec  # deferred: CTranslate2 loads only for export-ct2 / --engine ctranslate2
@@ -149,7 +192,9 @@ def build_spec(model: nn.Module, cfg: Config, toks: Tokenizers):
     pre = m.norm == "pre"
     activation = common_spec.Activation.RELU if m.activation == "relu" else common_spec.Activation.GELU
     encoder = transformer_spec.TransformerEncoderSpec(m.enc_layers, m.heads, pre_norm=pre, activation=activation, relative_position=shaw_everywhere(cfg))
-    decoder = transformer_spec.TransformerDecoderSpec(m.dec_layers, m.heads, pre_norm=pre, activation=activation)
+    align = ct2_alignment(cfg)
+    where = {} if "unsupported" in align else {"alignment_layer": align["layer"], "alignment_heads": 0 if align["head"] is None else 1}
+    decoder = transformer_spec.TransformerDecoderSpec(m.dec_layers, m.heads, pre_norm=pre, activation=activation, **where)
     spec = transformer_spec.TransformerSpec(encoder, decoder)
     spec.config.layer_norm_epsilon = LAYER_NORM_EPS
     spec.config.add_source_eos = True  # our sources end with EOS (syntaxnmt.data.batches.make_batch)
@@ -168,9 +213,10 @@ def build_spec(model: nn.Module, cfg: Config, toks: Tokenizers):
     _positions(decoder, model.tgt_embed, cfg)
     if pre:
         _norm(decoder.layer_norm, model.dec_norm)
-    for layer_spec, layer in zip(decoder.layer, model.decoder):
+    for k, (layer_spec, layer) in enumerate(zip(decoder.layer, model.decoder)):
         _attention(layer_spec.self_attention, layer.self_attn, True, layer.res_self.norm)
-        _attention(layer_spec.attention, layer.cross_attn, False, layer.res_cross.norm)
+        heads = head_order(layer.cross_attn.heads, layer.cross_attn.d_head, align["head"]) if align.get("layer") == k and align["head"] else None  # the aligning head becomes head 0
+        _attention(layer_spec.attention, layer.cross_attn, False, layer.res_cross.norm, heads)
         _ffn(layer_spec.ffn, layer.ffn, layer.res_ffn.norm)
     decoder.projection.weight = _np(model.output.weight)
 
@@ -189,7 +235,7 @@ def write_export(model: nn.Module, cfg: Config, toks: Tokenizers, out: Path, qua
     spec.save(str(out))
     (out / SOURCE_TOKENIZER).write_bytes(toks.src.model_proto())
     (out / TARGET_TOKENIZER).write_bytes(toks.tgt.model_proto())
-    atomic_write_text(out / CONFIG_FILE, json.dumps({"config": cfg.model_dump(mode="json"), "quantization": quantization}, indent=2) + "\n")
+    atomic_write_text(out / CONFIG_FILE, json.dumps({"config": cfg.model_dump(mode="json"), "quantization": quantization, "alignment": ct2_alignment(cfg)}, indent=2) + "\n")
 
 
 def export_ct2(checkpoint: str | Path, out: str | Path, quantization: str = "float32", force: bool = False) -> Path:

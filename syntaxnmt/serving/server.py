@@ -12,6 +12,15 @@
   ``{"documents": [[...], ...]}`` translates each document in order with its context
   (``Translator.translate(docs=...)``), answers nested alike (no alignments or markup: 422, as
   the Python API refuses alignments with ``docs``);
+  ``"constraints": [[phrase, ...], ...]``: per sentence, the target phrases (in words) its
+  translation must contain (lexically constrained beam search, ``translate --constraints``; []
+  for none); ``"terminology": true``: the target terms of the server's term dictionary
+  (``serve --terminology DICT.tsv``) whose source terms occur in a sentence are required too
+  (with ``constraints``: the union, as ``translate --constraints --terminology``); both with
+  ``sentences`` only. 422 for a malformed list, one of another length than the sentences, more
+  than ``max_constraints`` phrases for a sentence or a phrase over ``max_constraint_chars``
+  characters, a phrase the model cannot write, constraints on an empty sentence or longer than
+  its output length limit;
 - ``GET /health``: the model, the parser and the limits;
 - ``GET /``: a page that translates a sentence and draws the source's dependency tree and an
   attention heatmap (``syntaxnmt/serving/web/``).
@@ -50,6 +59,10 @@ from syntaxnmt.alignment.markup import Markup, parse_markup, transfer_to_transla
 from syntaxnmt.api import Translator
 from syntaxnmt.data.annotations import spacy_parser
 from syntaxnmt.data.links import format_links
+from syntaxnmt.decoding.constraints import phrase_ids
+from syntaxnmt.decoding.output import Phrases, line_constraints
+from syntaxnmt.decoding.search import max_output_lengths
+from syntaxnmt.decoding.terminology import TermDictionary
 from syntaxnmt.errors import Interrupted, UserError
 from syntaxnmt.serving.worker import BatchingWorker, Checkpoint, Overloaded, ShuttingDown
 
@@ -69,7 +82,9 @@ log = logging.getLogger("syntaxnmt.serving.server")
 @dataclass(frozen=True)
 class Limits:
     """What one request may ask for (413 beyond the sizes or the work budget, 422 beyond the
-    beam) and how long it may take (503 after ``timeout`` seconds, its search stopped)."""
+    beam or beyond ``max_constraints`` phrases per sentence or ``max_constraint_chars``
+    characters per phrase) and how long it may take (503 after ``timeout`` seconds, its search
+    stopped)."""
 
     max_sentences: int = 64
     max_chars: int = 1000
@@ -77,6 +92,8 @@ class Limits:
     max_attention_sentences: int = 8
     max_work: int = 16384
     timeout: float = 60.0
+    max_constraints: int = 8
+    max_constraint_chars: int = 100
 
     def check(self) -> None:
         for name, value in asdict(self).items():
@@ -90,7 +107,7 @@ class Limits:
     def max_body_bytes(self) -> int:
         """A bound on the JSON body of a request within the limits (a UTF-8 character escaped
         as two surrogate ``\\uXXXX`` takes 12 bytes), plus room for the other keys and spacing."""
-        return self.max_sentences * (12 * self.max_chars + 16) + 4096
+        return self.max_sentences * (12 * self.max_chars + 16 + self.max_constraints * (12 * self.max_constraint_chars + 8)) + 4096
 
 
 def finite(x: float) -> float | None:
@@ -113,7 +130,9 @@ class Answer(NamedTuple):
 
 class JobKey(NamedTuple):
     """What the requests batched together by the worker share (the worker's key): sentences or
-    documents, the beam, and the passes and candidates asked for."""
+    documents, the beam, the passes and candidates asked for, and whether the items carry
+    constraints (then each item is ``(sentence, phrases)``: its constraints travel with it, and a
+    request without constraints is never searched in a constrained batch)."""
 
     beam: int
     documents: bool = False
@@ -121,6 +140,7 @@ class JobKey(NamedTuple):
     alignments: bool = False
     markup: bool = False
     nbest: int | None = None
+    constrained: bool = False
 
 
 class ServedModel:
@@ -130,13 +150,15 @@ class ServedModel:
     Not thread-safe: call it from one thread (the server's worker).
     """
 
-    def __init__(self, checkpoint: str | Path, device: str = "cpu", parser: str | None = "auto"):
+    def __init__(self, checkpoint: str | Path, device: str = "cpu", parser: str | None = "auto", terminology: str | Path | None = None):
         self.checkpoint = Path(checkpoint)
         if not self.checkpoint.is_file():
             raise UserError(f"{checkpoint}: no such checkpoint")
         self.translator = Translator.from_checkpoint(self.checkpoint, device=device)
         self.translator.cfg, self.parser_name = serving_config(self.translator.cfg, self.model.feature_spec.needs_parse, parser)
         self.parser()  # a missing pipeline is an error at start-up, not at the first request
+        self.terminology_file = None if terminology is None else Path(terminology)
+        self.terminology: TermDictionary | None = None if terminology is None else self.translator.term_dictionary(terminology)  # read once, at start-up
 
     @property
     def cfg(self):
@@ -171,15 +193,20 @@ class ServedModel:
     def handle(self, key: JobKey, items: list, checkpoint: Checkpoint | None = None) -> list:
         """The worker's handler: the items are sentences (with ``key.markup``: :class:`Markup`)
         or, with ``key.documents``, documents (each a list of sentences). ``checkpoint`` is
-        called before every encoder pass, decoder step and force-decoding pass. One
+        called before every encoder pass, decoder step and force-decoding pass. With
+        ``key.constrained`` every item is ``(item, phrases)`` and the search writes each item's
+        phrases (:meth:`syntaxnmt.api.Translator.translate` with ``constraints``). One
         :class:`Answer` per sentence; per document, a list of them."""
+        constraints = None
+        if key.constrained:
+            items, constraints = [item for item, _ in items], [phrases for _, phrases in items]
         if key.documents:
             return self.documents(items, key.beam, checkpoint, attention=key.attention, nbest=key.nbest)
         if key.alignments or key.markup or key.nbest is not None:
-            return self.aligned(items, key.beam, checkpoint, alignments=key.alignments, markup=key.markup, attention=key.attention, nbest=key.nbest)
+            return self.aligned(items, key.beam, checkpoint, alignments=key.alignments, markup=key.markup, attention=key.attention, nbest=key.nbest, constraints=constraints)
         if key.attention:
-            return self.attention(items, key.beam, checkpoint)
-        return self.translate(items, key.beam, checkpoint)
+            return self.attention(items, key.beam, checkpoint, constraints=constraints)
+        return self.translate(items, key.beam, checkpoint, constraints=constraints)
 
     def work(self, sentences: Sequence[str], beam: int, attention: bool = False, aligned: bool = False) -> list[int]:
         """The work of each sentence, what ``--max-work`` bounds: beam x (subword tokens + 1 for
@@ -205,10 +232,11 @@ class ServedModel:
             out.append(sum(costs))
         return out
 
-    def translate(self, sentences: Sequence[str], beam: int, checkpoint: Checkpoint | None = None) -> list[Answer]:
-        """Translation and score per sentence; an empty sentence translates to ``""`` (score 0)."""
+    def translate(self, sentences: Sequence[str], beam: int, checkpoint: Checkpoint | None = None, constraints: Phrases | None = None) -> list[Answer]:
+        """Translation and score per sentence (containing its ``constraints``' phrases); an empty
+        sentence translates to ``""`` (score 0)."""
         with self.checkpointed(checkpoint):
-            return [Answer(t.text, finite(t.score)) for t in self.translator.translate(sentences, beam=beam, nbest=1)]
+            return [Answer(t.text, finite(t.score)) for t in self.translator.translate(sentences, beam=beam, nbest=1, constraints=constraints)]
 
     def documents(self, documents: Sequence[Sequence[str]], beam: int, checkpoint: Checkpoint | None = None, attention: bool = False, nbest: int | None = None) -> list[list[Answer]]:
         """Per document, an :class:`Answer` per sentence (with its attention record with
@@ -229,7 +257,7 @@ class ServedModel:
             at += len(doc)
         return out
 
-    def attention(self, sentences: Sequence[str], beam: int, checkpoint: Checkpoint | None = None) -> list[Answer]:
+    def attention(self, sentences: Sequence[str], beam: int, checkpoint: Checkpoint | None = None, constraints: Phrases | None = None) -> list[Answer]:
         """Translation, score and attention record per sentence; the record is None for an empty one.
 
         The translation and score are those of :meth:`translate` (asking for the weights changes
@@ -237,7 +265,7 @@ class ServedModel:
         with ``attention=True``).
         """
         with self.checkpointed(checkpoint):
-            results = self.translator.translate(sentences, beam=beam, nbest=1, attention=True)
+            results = self.translator.translate(sentences, beam=beam, nbest=1, attention=True, constraints=constraints)
         return self._attention_answers(sentences, results)
 
     def _attention_answers(self, sentences: Sequence[str], results: Sequence) -> list[Answer]:
@@ -257,7 +285,7 @@ class ServedModel:
             out[i] = out[i]._replace(attention=attention_json(rec, tree, origin if tree is not None else None))
         return out
 
-    def aligned(self, items: Sequence[str | Markup], beam: int, checkpoint: Checkpoint | None = None, *, alignments: bool = False, markup: bool = False, attention: bool = False, nbest: int | None = None) -> list[Answer]:
+    def aligned(self, items: Sequence[str | Markup], beam: int, checkpoint: Checkpoint | None = None, *, alignments: bool = False, markup: bool = False, attention: bool = False, nbest: int | None = None, constraints: Phrases | None = None) -> list[Answer]:
         """An :class:`Answer` per item (with its attention record and alignment when asked), for
         a request with ``"alignments"``, ``"markup"`` or ``"nbest"``: ``translate --alignments`` /
         ``--markup`` / ``--nbest N`` of the items; with ``nbest``, its ``candidates``: the N
@@ -274,7 +302,7 @@ class ServedModel:
         marked = list(items) if markup else None
         sentences = [m.plain for m in marked] if marked is not None else list(items)
         with self.checkpointed(checkpoint):
-            results = self.translator.translate(sentences, beam=beam, nbest=nbest or 1, alignments=alignments or markup, attention=attention, source_name="request")
+            results = self.translator.translate(sentences, beam=beam, nbest=nbest or 1, alignments=alignments or markup, attention=attention, source_name="request", constraints=constraints)
         records = [a.attention for a in self._attention_answers(sentences, results)] if attention else [None] * len(results)
         texts = [[(c.text, finite(c.score)) for c in r.nbest] for r in results]
         if marked is not None:
@@ -307,6 +335,7 @@ class ServedModel:
             "beam": self.cfg.decode.beam_size,
             "alignment": configured_reading(self.cfg).label,
             "context": None if m.context.kind == "none" else {"kind": m.context.kind, "side": m.context.side, "sentences": m.context.sentences},
+            "terminology": None if self.terminology is None else {"file": self.terminology_file.name, "terms": len(self.terminology.terms)},
         }
 
 
@@ -429,6 +458,8 @@ class TranslateRequest(BaseModel):
     attention: bool = False
     alignments: bool = False
     markup: bool = False
+    constraints: list[list[str]] | None = None
+    terminology: bool = False
 
     @field_validator("sentences")
     @classmethod
@@ -450,6 +481,14 @@ class TranslateRequest(BaseModel):
             for i, s in enumerate(doc):
                 _check_unicode(s, f"sentence {i} of document {d}")
         return documents
+
+    @field_validator("constraints")
+    @classmethod
+    def constraints_text(cls, constraints: list[list[str]] | None) -> list[list[str]] | None:
+        for i, phrases in enumerate(constraints or ()):
+            for j, p in enumerate(phrases):
+                _check_unicode(p, f"phrase {j} of the constraints of sentence {i}")
+        return constraints
 
     @model_validator(mode="after")
     def sentences_or_documents(self) -> "TranslateRequest":
@@ -663,8 +702,9 @@ class TranslationJob:
 
 def request_job(req: TranslateRequest, model: ServedModel, limits: Limits) -> TranslationJob:
     """The job of a request, or a :class:`Refusal`: 413 over a size limit or the work budget,
-    422 for a beam or nbest out of range, malformed markup, or alignments / markup with documents
-    that the model cannot align (refused as the Python API refuses them)."""
+    422 for a beam or nbest out of range, malformed markup, alignments / markup with documents
+    that the model cannot align (refused as the Python API refuses them), or constraints that
+    cannot be searched (:func:`request_constraints`)."""
     if req.documents is not None and (req.alignments or req.markup):
         try:
             model.translator.check_aligning(req.flat())
@@ -683,8 +723,13 @@ def request_job(req: TranslateRequest, model: ServedModel, limits: Limits) -> Tr
                 raise Refusal(422, str(e)) from None
             sentences = [m.plain for m in items]
         costs = model.work(sentences, beam, req.attention, aligned)
-        key = JobKey(beam, attention=req.attention, alignments=req.alignments, markup=req.markup, nbest=req.nbest)
+        phrases = request_constraints(req, model, limits, sentences)
+        key = JobKey(beam, attention=req.attention, alignments=req.alignments, markup=req.markup, nbest=req.nbest, constrained=phrases is not None)
+        if phrases is not None:  # the constraints travel with their sentences through the worker's batches
+            items = list(zip(items, phrases))
     else:  # one item per document: a document goes through the model in one call, in order
+        if req.constraints is not None or req.terminology:
+            raise Refusal(422, "constraints and terminology go with sentences: send {\"sentences\": [...], \"constraints\": [...]} (not documents)")
         items = [[" ".join(s.split()) for s in doc] for doc in req.documents]
         costs = model.document_work(items, beam, req.attention)
         key = JobKey(beam, documents=True, attention=req.attention, nbest=req.nbest)
@@ -694,6 +739,48 @@ def request_job(req: TranslateRequest, model: ServedModel, limits: Limits) -> Tr
         how = f"beam {beam} x {work // (beam * (1 + len(passes)))} subword tokens with each sentence's </s>" + (f", x{1 + len(passes)} with {' and '.join(passes)}" if passes else "")
         raise Refusal(413, f"too much work: {work} ({how}), at most {limits.max_work} per request: send fewer or shorter sentences, or a smaller beam", work=work, max_work=limits.max_work)
     return TranslationJob(key, items, costs)
+
+
+def request_constraints(req: TranslateRequest, model: ServedModel, limits: Limits, sentences: Sequence[str]) -> list[list[str]] | None:
+    """Every sentence's target phrases (in words): its ``constraints`` and, with ``terminology``,
+    the server's dictionary's target terms of the source terms in it (the union, as
+    :func:`~syntaxnmt.decoding.output.line_constraints` makes it for the API and the command);
+    None when the request requires nothing. A :class:`Refusal` 422, naming the sentence (counted
+    from 0) before any search: ``terminology`` on a server without a dictionary, a list of
+    another length than the sentences', more than ``limits.max_constraints`` phrases for a
+    sentence, a phrase over ``limits.max_constraint_chars`` characters, constraints on an empty
+    sentence, a phrase that is empty or has a piece outside the target vocabulary
+    (:func:`~syntaxnmt.decoding.constraints.phrase_ids`), or phrases taking more target tokens
+    than the sentence's output length limit (``decode.max_len_a * |x| + decode.max_len_b``)."""
+    if req.constraints is None and not req.terminology:
+        return None
+    if req.terminology and model.terminology is None:
+        raise Refusal(422, "terminology: this server has no term dictionary (start it with syntaxnmt serve --terminology DICT.tsv)")
+    given = req.constraints
+    if given is not None:
+        if len(given) != len(sentences):
+            raise Refusal(422, f"constraints: {len(given)} lists for {len(sentences)} sentences (one list of phrases per sentence, [] for none)")
+        for i, (phrases, sentence) in enumerate(zip(given, sentences)):
+            if len(phrases) > limits.max_constraints:
+                raise Refusal(422, f"constraints.{i}: {len(phrases)} phrases, at most {limits.max_constraints} per sentence")
+            for j, p in enumerate(phrases):
+                if len(p) > limits.max_constraint_chars:
+                    raise Refusal(422, f"constraints.{i}.{j}: a phrase of {len(p)} characters, at most {limits.max_constraint_chars}")
+            if phrases and not sentence.strip():
+                raise Refusal(422, f"constraints.{i}: constraints for an empty sentence (it translates to an empty string)")
+    phrases = line_constraints(model.toks, sentences, given, model.terminology if req.terminology else None)
+    if phrases is None or not any(phrases):
+        return None
+    cfg, max_pos = model.cfg, model.cfg.model.max_positions - 2
+    lengths = max_output_lengths(torch.tensor([min(len(model.toks.src.encode(s)), max_pos) for s in sentences]), cfg.decode.max_len_a, cfg.decode.max_len_b, max_pos).tolist()
+    for i, (p, limit) in enumerate(zip(phrases, lengths)):
+        try:
+            need = sum(len(ids) for ids in phrase_ids(model.toks.tgt, p, f"constraints.{i}"))
+        except UserError as e:
+            raise Refusal(422, str(e)) from None
+        if need > limit:
+            raise Refusal(422, f"constraints.{i}: the phrases take {need} target tokens, more than the sentence's output length limit of {limit} (decode.max_len_a/max_len_b): shorten or drop a phrase")
+    return phrases
 
 
 async def run_job(worker: BatchingWorker, job: TranslationJob, limits: Limits, disconnected: Callable[[], Awaitable[bool]]) -> list:
@@ -758,6 +845,7 @@ def create_app(
     docs: bool = False,
     allowed_hosts: Sequence[str] | None = None,
     translator: ServedModel | None = None,
+    terminology: str | Path | None = None,
 ):
     """The FastAPI app serving ``checkpoint`` (or an already loaded ``translator``):
     ``POST /translate`` is :func:`request_job`, :func:`run_job`, :func:`response_body`.
@@ -767,14 +855,15 @@ def create_app(
     requests get when the server stops (``app.state.worker.stop``) before their search is stopped;
     ``read_timeout``: seconds a request's body may take to arrive (:class:`BoundedBody`);
     ``docs``: serve ``/docs``, ``/redoc`` and ``/openapi.json``; ``allowed_hosts``: the ``Host``
-    headers answered (:class:`AllowedHosts`; None: any).
+    headers answered (:class:`AllowedHosts`; None: any); ``terminology``: the term dictionary
+    of requests with ``"terminology": true`` (read at start-up).
     """
     from fastapi import FastAPI, Request  # deferred: the web stack loads only for serve
     from fastapi.responses import FileResponse, JSONResponse  # deferred: the web stack loads only for serve
     from fastapi.staticfiles import StaticFiles  # deferred: the web stack loads only for serve
 
     limits.check()
-    translator = translator or ServedModel(checkpoint, device, parser)
+    translator = translator or ServedModel(checkpoint, device, parser, terminology)
     worker = BatchingWorker(translator.handle, max_batch=max(max_batch, limits.max_sentences), max_batch_work=batch_work, slice_seconds=slice_seconds)
 
     @asynccontextmanager
@@ -891,6 +980,7 @@ def serve(
     read_timeout: float = READ_TIMEOUT,
     docs: bool = False,
     allowed_hosts: Sequence[str] | None = None,
+    terminology: str | Path | None = None,
 ) -> None:
     """Load the model and serve it with uvicorn until interrupted (torch's threads: ``--threads``,
     :func:`syntaxnmt.runtime.configure_threads`). A client has ``read_timeout`` seconds for a
@@ -910,7 +1000,7 @@ def serve(
     if not (math.isfinite(read_timeout) and read_timeout > 0):
         raise UserError(f"--read-timeout must be a positive number of seconds, got {read_timeout}")
     check_port_free(host, port)
-    app = create_app(checkpoint, device=device, parser=parser, limits=limits, shutdown_grace=shutdown_grace, read_timeout=read_timeout, docs=docs, allowed_hosts=allowed_hosts)
+    app = create_app(checkpoint, device=device, parser=parser, limits=limits, shutdown_grace=shutdown_grace, read_timeout=read_timeout, docs=docs, allowed_hosts=allowed_hosts, terminology=terminology)
     worker: BatchingWorker = app.state.worker
 
     class Server(uvicorn.Server):

@@ -91,7 +91,8 @@ def test_alignments_for_translations_api(trained_run, corpus):
         (["--align-head", "1"], ["--align-layer/--align-head/--align-shift", "--alignments FILE"]),
         (["--alignments", "x.align", "--align-layer", "3"], ["alignment layer 3 out of range"]),
         (["--alignments", "x.align", "--align-head", "first"], ["--layer/--head takes an integer or 'average'"]),
-        (["--alignments", "x.align", "--engine", "ctranslate2"], ["--alignments reads one PyTorch model's attention"]),
+        (["--alignments", "x.align", "--engine", "ctranslate2"], ["--alignments through CTranslate2: its alignment reading averages every decoder layer (train.alignment.layer: average)"]),
+        (["--alignments", "x.align", "--engine", "ctranslate2", "--align-layer", "0"], ["--align-layer/--align-head/--align-shift read the PyTorch model"]),
     ],
 )
 def test_alignment_option_errors(capsys, trained_run, corpus, tmp_path, options, fragments):

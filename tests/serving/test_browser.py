@@ -300,3 +300,37 @@ def test_chromium_is_found_where_the_test_looks():
         found = shutil.which(name)
         if found:
             assert Path(found).resolve() == Path(path).resolve()
+
+
+def test_required_phrases_are_sent_as_the_sentences_constraints(server, browser, corpus):
+    """The "Required phrases" field (phrases separated by | or tabs) is sent as ``constraints``:
+    the page shows the constrained translation the API gives, with every phrase; the term
+    dictionary's checkbox is hidden on a server started without one."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    sentence = corpus["test"]["src"].read_text(encoding="utf-8").splitlines()[0]
+    browser.get(server + "/")
+    WebDriverWait(browser, 30).until(lambda d: "best.pt" in d.find_element(By.ID, "model-info").text)
+    assert not browser.find_element(By.ID, "terminology-control").is_displayed()
+    browser.execute_script("window.sent = []; const f = window.fetch; window.fetch = (u, o) => { if (o && o.body) window.sent.push(JSON.parse(o.body)); return f(u, o); };")
+    browser.find_element(By.ID, "source").send_keys(sentence)
+    browser.find_element(By.ID, "constraints").send_keys(" mado |  sono   kawa\t| ")
+    browser.find_element(By.ID, "translate").click()
+    WebDriverWait(browser, 60).until(lambda d: d.find_element(By.ID, "translation").text.strip())
+    sent = browser.execute_script("return window.sent")
+    assert len(sent) == 1 and sent[0]["constraints"] == [["mado", "sono kawa"]] and "terminology" not in sent[0]
+    api = httpx.post(f"{server}/translate", json={"sentences": [sentence], "constraints": [["mado", "sono kawa"]]}, timeout=60).json()
+    shown = browser.find_element(By.ID, "translation").text
+    assert shown == api["translations"][0].strip() and "mado" in shown and "sono kawa" in shown
+    plain = httpx.post(f"{server}/translate", json={"sentences": [sentence]}, timeout=60).json()
+    assert plain["translations"][0] != api["translations"][0]
+    # the server's 422 for a phrase it cannot write is shown
+    field = browser.find_element(By.ID, "constraints")
+    field.clear()
+    field.send_keys("\u2603")
+    browser.find_element(By.ID, "translate").click()
+    WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "error").is_displayed())
+    assert "outside the model's target vocabulary" in browser.find_element(By.ID, "error").text
+    severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE" and "422" not in e["message"]]
+    assert severe == []

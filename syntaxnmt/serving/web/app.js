@@ -1,6 +1,8 @@
 // syntaxnmt's page: translate a sentence with POST /translate (attention: true), then draw the
 // source's dependency tree and a heatmap of one attention layer and head, as SVG; on request
 // keep the sentence's inline tags (markup: true) and list the word alignment (alignments: true).
+// "Required phrases" (separated by | or tabs) are sent as the sentence's constraints
+// (constraints: [[phrases]]), and "use the term dictionary" as terminology: true.
 // "lines as a document" sends the lines as one document ({"documents": [lines]}) and shows, per
 // sentence, the context the model read: the previous sentences, its own translations of them
 // (a target-side HAN model's context) and HAN's sentence-level weights on each, both sides.
@@ -270,6 +272,11 @@ function showError(message) {
   $("error").hidden = !message;
 }
 
+// The phrases of the "Required phrases" field: separated by "|" or tabs, trimmed, empty ones dropped.
+function parseConstraints(text) {
+  return text.split(/[|\t]/).map((p) => p.trim().split(/\s+/).join(" ")).filter((p) => p);
+}
+
 async function translate(event) {
   event.preventDefault();
   const sentence = $("source").value.trim();
@@ -282,6 +289,9 @@ async function translate(event) {
   const request = asDocument
     ? { documents: [sentence.split("\n").map((line) => line.trim())], beam, attention: true }
     : { sentences: [sentence], beam, attention: true, markup: $("markup").checked, alignments: $("show-alignments").checked };
+  const phrases = parseConstraints($("constraints").value);
+  if (!asDocument && phrases.length) request.constraints = [phrases];
+  if (!asDocument && $("terminology").checked) request.terminology = true;
   try {
     const response = await fetch("/translate", {
       method: "POST",
@@ -447,6 +457,9 @@ async function loadInfo() {
       (info.syntax_features.length ? ` · syntax: ${info.syntax_features.join(", ")}` : "") + ` · ${parser} · ${info.device}` +
       (info.alignment ? ` · alignment: ${info.alignment}` : "") +
       (info.context ? ` · context: ${info.context.kind} (${info.context.side}, ${info.context.sentences} sentences)` : "");
+    $("terminology-control").hidden = !info.terminology;
+    if (info.terminology) $("terminology-control").title += ` (${info.terminology.file}, ${info.terminology.terms} terms)`;
+    $("constraints").title = `at most ${info.limits.max_constraints} phrases of ${info.limits.max_constraint_chars} characters`;
     $("beam").value = info.beam;
     $("beam").max = info.limits.max_beam;
     $("source").dataset.maxChars = String(info.limits.max_chars);
@@ -467,7 +480,8 @@ $("units").addEventListener("change", redraw);
 $("doc-sentence").addEventListener("change", showDocumentSentence);
 $("as-document").addEventListener("change", () => {
   const doc = $("as-document").checked; // markup and alignments are for single sentences
-  for (const id of ["markup", "show-alignments"]) { $(id).disabled = doc; if (doc) $(id).checked = false; }
+  for (const id of ["markup", "show-alignments", "terminology"]) { $(id).disabled = doc; if (doc) $(id).checked = false; }
+  $("constraints").disabled = doc; // constraints go with single sentences
   $("source").rows = doc ? 6 : 2;
   if (doc) $("source").removeAttribute("maxlength"); // the server's limit is per sentence
   else if ($("source").dataset.maxChars) $("source").maxLength = Number($("source").dataset.maxChars);
