@@ -20,23 +20,18 @@ and after) also go to ``--json``.
 
 ``--kernels openblas,aten`` pairs two kernel choices of the linear layers the same way instead
 (``syntaxnmt.model.linear.set_kernels``; docs/benchmarks.md, "OpenBLAS products"), the native
-kernels on, row packing as the calibration chose it. ``--switch NAME`` pairs one part of the
-native training path on and off (docs/benchmarks.md, "Fused dropout kernels, stacked projections
-and packed layers"), the rest as the command runs it, row packing on unless NAME is row-packing:
+kernels on, row packing as the calibration chose it. ``--switch NAME`` pairs one setting of the
+native training path on and off, the rest as the command runs it, row packing on unless NAME is
+row-packing:
 
-- ``fused-dropout``: bias + ReLU + dropout and dropout + residual in one kernel pass each
-  (``syntaxnmt.model.dropout.FUSED``);
-- ``stacked-projections``: q, k, v as one product (``MultiHeadAttention.stack_projections``; off
-  also keeps the layers' states unpacked);
-- ``packed-layers``: the states packed between the layers (``Transformer.pack_through``);
-- ``row-maps``: the attention kernels read and write packed rows through row maps instead of
-  q, k, v placed in (B, T, ...) and the output gathered back (``native_attention.ROW_MAPS``);
 - ``row-granule``: packed rows (and the loss's last chunk) topped up to 8 rows where ATen or
   OpenBLAS compute the products, instead of the 128 that oneDNN's per-shape state needs
   (``linear.row_granule``);
-- ``row-packing``: the products on the real rows (``Transformer.pack_granule``);
-- ``add-norm``: a pre-norm residual connection and the next layer norm in one kernel pass each
-  (``syntaxnmt.model.dropout.FUSED_NORM``; off: the fused dropout + residual, then ATen's norm).
+- ``row-packing``: the products on the real rows (``Transformer.pack_granule``).
+
+The fused dropout and norm kernels, the stacked projections, the packed layers and the row maps
+have no switch: a paired measurement of one of them runs ``benchmarks/side_by_side.py`` at this
+revision and at one without it (issue 48).
 
 ``--isa avx2`` restarts the script with ATen, oneDNN, MKL and OpenBLAS restricted to AVX2
 (``benchmarks/_isa.py``: an emulation of an AVX2 machine on this CPU, which the machine record says).
@@ -163,26 +158,17 @@ def row_granule(on: bool) -> None:
 
 def switch(task, name: str) -> dict[str, Callable[[], None]]:
     """The two settings of ``--switch name`` (on first) for the model of ``task``."""
-    from syntaxnmt.model import dropout as drop
-    from syntaxnmt.model import native_attention
-    from syntaxnmt.model.attention import MultiHeadAttention
-
     model = task.raw
     flip = {
-        "fused-dropout": lambda on: setattr(drop, "FUSED", on),
-        "stacked-projections": lambda on: setattr(MultiHeadAttention, "stack_projections", on),
-        "packed-layers": lambda on: setattr(model, "pack_through", on),
-        "row-maps": lambda on: setattr(native_attention, "ROW_MAPS", on),
         "row-granule": row_granule,
         "row-packing": lambda on: setattr(model, "pack_granule", type(model).pack_granule if on else 0),
-        "add-norm": lambda on: setattr(drop, "FUSED_NORM", on),
     }[name]
     if name != "row-packing":
         model.pack_granule = type(model).pack_granule
     return {f"{name} on": lambda: flip(True), f"{name} off": lambda: flip(False)}
 
 
-SWITCHES = ("fused-dropout", "stacked-projections", "packed-layers", "row-maps", "row-granule", "row-packing", "add-norm")
+SWITCHES = ("row-granule", "row-packing")
 
 
 def paired_updates(task, stream, settings: dict[str, Callable[[], None]], batches: int, warmup: int) -> dict:

@@ -86,11 +86,6 @@ class MultiHeadAttention(nn.Module):
     receives zero weight; ``causal`` hides future positions (decoder self-attention).
     """
 
-    stack_projections = True
-    """CPU training computes q, k, v (k, v) as one product where it can (:meth:`packed_attention`); False:
-    three (two), with the same values (for paired benchmarks, ``benchmarks/native_training.py
-    --switch stacked-projections``; it also keeps the states of the layers unpacked)."""
-
     def __init__(self, d_model: int, heads: int, dropout: float = 0.0, bias: bool = True, extensions: Sequence[AttentionExtension] = (), normalizer: Normalizer = "softmax", hard: HardMode = "none"):
         """``normalizer`` and ``hard``: sparse or hard weights instead of the softmax (see :mod:`syntaxnmt.model.normalizers`)."""
         super().__init__()
@@ -184,10 +179,10 @@ class MultiHeadAttention(nn.Module):
 
     def _stackable(self, query: Tensor, key_value: Tensor | None, causal: bool, leak: bool) -> bool:
         """Whether :meth:`packed_attention` computes this call: the plain attention of CPU training in the C
-        kernels (:func:`~syntaxnmt.model.native_attention.shapes_usable`), :attr:`stack_projections` on."""
+        kernels (:func:`~syntaxnmt.model.native_attention.shapes_usable`)."""
         tk = query.size(1) if key_value is None else key_value.size(1)
         return (
-            self.stack_projections and self.training and not self.extensions and self.normalizer == "softmax" and self.hard == "none" and not leak
+            self.training and not self.extensions and self.normalizer == "softmax" and self.hard == "none" and not leak
             and not torch.is_autocast_enabled(query.device.type)  # the projections would be bf16/fp16: PyTorch's kernels
             and native_attention.shapes_usable(query, query.size(0), query.size(1), tk, self.d_head, self.dropout, causal)
         )

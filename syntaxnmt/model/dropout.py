@@ -63,15 +63,6 @@ def uniform_like(x: Tensor) -> Tensor:
     return torch.from_numpy(out).view(x.shape)
 
 
-FUSED = True
-"""Whether :func:`bias_relu_dropout` and :func:`dropout_add` run their fused kernel where they can
-(False: the separate operators, with the same values; for paired benchmarks,
-``benchmarks/native_training.py --switch fused-dropout``)."""
-
-FUSED_NORM = True
-"""Whether :func:`dropout_add_norm` runs its fused kernel where it can (False: :func:`dropout_add`
-and the norm, with the same values; ``benchmarks/native_training.py --switch add-norm``)."""
-
 _GROUP = 64  # elements per Philox group of the kernel: four words of eight counters, two halves each
 _MIN_GROUPS_PER_THREAD = 512  # 32K elements
 
@@ -120,7 +111,7 @@ def fuses_bias(x: Tensor, p: float, training: bool, width: int) -> bool:
     """Whether :func:`bias_relu_dropout` runs in one pass of the C kernel for inputs like ``x``
     (``width`` units a row, a bias of as many): where :func:`dropout` does and ``width`` is a
     multiple of 8."""
-    return FUSED and width % 8 == 0 and _native_ok(x, p, training) and not torch.is_autocast_enabled("cpu")  # under autocast the product is bf16
+    return width % 8 == 0 and _native_ok(x, p, training) and not torch.is_autocast_enabled("cpu")  # under autocast the product is bf16
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
@@ -148,7 +139,7 @@ def bias_relu_dropout(x: Tensor, bias: Tensor | None, p: float, training: bool) 
 def dropout_add(residual: Tensor, y: Tensor, p: float, training: bool) -> Tensor:
     """``residual + dropout(y)`` (a residual connection, Vaswani et al. 2017, Sec. 5.4), in one pass
     of the C kernel where :func:`dropout` runs it: the same values and mask as the two operators."""
-    if FUSED and _native_ok(y, p, training) and residual.shape == y.shape and residual.dtype == y.dtype:
+    if _native_ok(y, p, training) and residual.shape == y.shape and residual.dtype == y.dtype:
         return _NativeDropout.apply(y, p, None, False, residual)
     return residual + dropout(y, p, training)
 
@@ -201,9 +192,7 @@ def dropout_add_norm(residual: Tensor, y: Tensor, p: float, training: bool, norm
     weight and bias, and the rows are a multiple of 64 floats; else the two operators. The same
     mask as :func:`dropout_add` with the same generator state."""
     if (
-        FUSED
-        and FUSED_NORM
-        and isinstance(norm, nn.LayerNorm)
+        isinstance(norm, nn.LayerNorm)
         and norm.normalized_shape == (y.size(-1),)
         and y.size(-1) % 64 == 0
         and norm.weight is not None

@@ -29,7 +29,7 @@ import math
 import torch
 from torch import Tensor
 
-from syntaxnmt.model.packing import Place, gather_rows, scatter_rows
+from syntaxnmt.model.packing import Place
 from syntaxnmt.runtime import kernel_threads, native_kernels, native_training_kernels
 
 _native = native_kernels()
@@ -37,13 +37,6 @@ _native = native_kernels()
 MAX_LENGTH = 128
 """The longest query or key sequence the kernel takes; longer ones keep PyTorch's flash attention,
 whose blocking pays off there (docs/benchmarks.md, "Native kernels of training")."""
-
-
-ROW_MAPS = True
-"""Whether :func:`packed_attention` reads and writes packed rows through their row maps (False:
-it places the sources in (B, T, ...) with zeros at the positions without a row and gathers the
-output's rows back, the copies the maps save, with the same values; for paired benchmarks,
-``benchmarks/native_training.py --switch row-maps``)."""
 
 
 def usable(q: Tensor, k: Tensor, dropout_p: float, causal: bool) -> bool:
@@ -181,8 +174,4 @@ def packed_attention(sources: tuple[Tensor, ...], places: tuple[Place, ...], hea
     _require_native()
     if any(x.dtype != torch.float32 or x.device.type != "cpu" or x.dim() != 2 for x in sources):
         raise ValueError(f"packed_attention computes (rows, width) float32 CPU tensors, not {', '.join(f'{tuple(x.shape)} {x.dtype} on {x.device}' for x in sources)}")
-    if ROW_MAPS or all(p.rows is None for p in places):
-        return _PackedAttention.apply(key_padding_mask, causal, heads, places, *sources)
-    placed = tuple(x if p.rows is None else scatter_rows(x, p.rows, x.new_empty(p.batch * p.length, 1)) for x, p in zip(sources, places))
-    out = _PackedAttention.apply(key_padding_mask, causal, heads, tuple(Place(None, p.batch, p.length) for p in places), *placed)
-    return gather_rows(out, places[0].rows)
+    return _PackedAttention.apply(key_padding_mask, causal, heads, places, *sources)

@@ -256,16 +256,11 @@ class Transformer(nn.Module):
     bucketed static shapes of CPU training (``train.shape_bucket``) are about a fifth padding, and
     these products are most of the update's arithmetic at the recipe size (docs/benchmarks.md).
     The result is the same; 0 turns it off. Where every attention of a stack is the plain one of
-    the C kernels, the states stay packed between its layers (:attr:`pack_through`): norms,
+    the C kernels, the states stay packed between its layers (:meth:`packs_through`): norms,
     dropouts and residuals run on the real rows too, and only the kernels' q, k, v are placed.
     """
 
     pack_granule: int = 128
-    pack_through = True
-    """With row packing, the encoder's and the decoder's states stay packed between their layers
-    where every attention is the plain one of the C kernels (:meth:`packs_through`); False: each
-    product gathers and places its rows (for paired benchmarks, ``benchmarks/native_training.py
-    --switch packed-layers``)."""
     alignment_pass: AlignmentPass | None = None
     step_rows = True  # step(..., rows=) computes the next-token distribution of some rows only
     step_logits = True  # step(..., normalize=False) returns the logits
@@ -524,8 +519,6 @@ class Transformer(nn.Module):
         """Whether the encoder's layers (``memory`` None) or the decoder's (``memory``: the encoder
         output) can keep packed states between them for inputs like ``x``: every attention is the
         plain one the C kernels compute (:meth:`MultiHeadAttention._stackable`)."""
-        if not self.pack_through:
-            return False
         if memory is None:
             return all(layer.self_attn._stackable(x, None, False, False) for layer in self.encoder)
         return all(layer.self_attn._stackable(x, None, True, False) and layer.cross_attn._stackable(x, memory, False, False) for layer in self.decoder)

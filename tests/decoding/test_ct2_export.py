@@ -17,7 +17,7 @@ from syntaxnmt.decoding.ct2_export import CONFIG_FILE, MARKER, SOURCE_TOKENIZER,
 from syntaxnmt.decoding.translate import checkpoint_path
 from syntaxnmt.errors import UserError
 from syntaxnmt.model import build_model
-from tests.conftest import parsed_data
+from tests.conftest import parsed_data, write_doc_ids
 
 pytest.importorskip("ctranslate2")
 
@@ -37,6 +37,29 @@ def test_tree_relation_model_refused_in_one_line(make_config, corpus, parsed_pre
     r = syntaxnmt("export-ct2", "--checkpoint", str(ckpt), "-o", str(tmp_path / "out"))
     assert r.returncode == 2
     assert r.stderr == "syntaxnmt: error: CTranslate2 cannot represent tree relations (model.syntax.relations: tree_distance)\n"
+    assert not (tmp_path / "out").exists()
+
+
+def context_config(make_config, corpus, parsed_prepared_dir, tmp_path, kind, side):
+    docs = write_doc_ids(corpus, tmp_path, per_doc=3)
+    data = {**parsed_data(corpus), "train_docs": str(docs["train"]), "dev_docs": str(docs["dev"])}
+    return make_config({"data": data, "model": {"context": {"kind": kind, "side": side}}}, prepared_dir=parsed_prepared_dir)
+
+
+@pytest.mark.parametrize("kind, side", [("han", "both"), ("concat", "source")])
+def test_document_context_models_are_refused_naming_their_kind(make_config, corpus, parsed_prepared_dir, tmp_path, kind, side):
+    """A HAN model would export without its HAN blocks, a concatenation model without its <sep>-joined documents."""
+    cfg = context_config(make_config, corpus, parsed_prepared_dir, tmp_path, kind, side)
+    assert unsupported(build_model(cfg, src_vocab=40, tgt_vocab=40), cfg) == f"a document-context model (model.context.kind: {kind}; CTranslate2 translates sentences alone)"
+
+
+def test_han_model_refused_in_one_line(make_config, corpus, parsed_prepared_dir, tmp_path):
+    cfg = context_config(make_config, corpus, parsed_prepared_dir, tmp_path, "han", "both")
+    ckpt = tmp_path / "han.pt"
+    save_checkpoint(ckpt, {"config": cfg.model_dump(mode="json"), "model": model_of(cfg).state_dict()})
+    r = syntaxnmt("export-ct2", "--checkpoint", str(ckpt), "-o", str(tmp_path / "out"))
+    assert r.returncode == 2
+    assert r.stderr == "syntaxnmt: error: CTranslate2 cannot represent a document-context model (model.context.kind: han; CTranslate2 translates sentences alone)\n"
     assert not (tmp_path / "out").exists()
 
 

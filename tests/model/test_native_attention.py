@@ -186,8 +186,7 @@ def test_stacked_projections_equal_the_three_separate_ones(cross, packed, monkey
 
 
 @pytest.mark.parametrize("cross", [False, True])
-@pytest.mark.parametrize("row_maps", [True, False])
-def test_packed_rows_give_the_values_of_the_placed_layout_bit_for_bit(cross, row_maps, monkeypatch):
+def test_packed_rows_give_the_values_of_the_placed_layout_bit_for_bit(cross):
     """The kernels read packed rows through a row map: output and gradients are exactly those of
     placing the rows in (B, T, ...) with zeros at the positions without a row, attending there,
     and gathering the query rows back (what training did before), including rows that are
@@ -209,7 +208,6 @@ def test_packed_rows_give_the_values_of_the_placed_layout_bit_for_bit(cross, row
     else:
         sources, places, layouts, pad, causal = [torch.randn(rows.numel(), 3 * heads * d)], (Place(rows, b, t),), [(rows, like)], None, True
     grad = torch.randn(rows.numel(), heads * d)
-    monkeypatch.setattr(native_attention, "ROW_MAPS", row_maps)  # False: packed_attention places and gathers
     results = []
     for packed in (True, False):
         leaves = [x.clone().requires_grad_() for x in sources]
