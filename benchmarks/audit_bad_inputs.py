@@ -1042,7 +1042,7 @@ def main() -> None:
     args = p.parse_args()
     if args.fork_server:
         return fork_server()
-    from syntaxnmt.runtime import machine_info, with_load_after
+    from syntaxnmt.cpu.machine import machine_info, with_load_after
 
     info = machine_info()
     started = time.monotonic()

@@ -20,7 +20,7 @@ corpus BLEU of the detokenized output, and how many sentences are word-for-word 
 (``--torch-operators`` adds our search with ``decode.cpu_softmax: torch``: PyTorch's operators
 instead of the native kernels of ``syntaxnmt/_native.c``; ``--processes`` adds it with ``decode.processes``, the batches at once in forked processes; each variant of ours is also given against CTranslate2 float32, paired). ``--root`` is the folder that relative paths in the
 checkpoint's stored config start from (e.g. the repository the run was trained in). The figures
-and the machine (``syntaxnmt.runtime.machine_info``, load average before and after) also go to
+and the machine (``syntaxnmt.cpu.machine.machine_info``, load average before and after) also go to
 ``--json`` (default benchmarks/out/ct2_decode.json). ``--isa avx2`` restarts the script with ATen,
 oneDNN, MKL and CTranslate2 restricted to AVX2 (``benchmarks/_isa.py``: an emulation of an AVX2
 machine on this CPU, which the machine record says).
@@ -46,11 +46,12 @@ from pathlib import Path
 
 import torch
 
+from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after
 from syntaxnmt.decoding.ct2_engine import CT2Engine
 from syntaxnmt.decoding.ct2_export import export_ct2
 from syntaxnmt.decoding.translate import decode_workers, encode_source_lines, load_model, translate_ids
 from syntaxnmt.metrics import score
-from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after
+from syntaxnmt.runtime import keep_freed_memory
 from syntaxnmt.textio import atomic_write_text, read_lines
 
 

@@ -6,11 +6,11 @@
 
 Times, in one process (each figure the median of ``--repeats`` calls after warm-up):
 
-- the attention of training (:func:`syntaxnmt.model.native_attention.attention`) forward and
+- the attention of training (:func:`syntaxnmt.cpu.attention.attention`) forward and
   forward + backward, non-causal with padded keys (the encoder's and the cross-attention's) and
   causal (the decoder's), ``--sentences`` x ``--length`` positions, ``--heads`` heads of
   ``--d-head``; GFLOP/s counts the four products of the forward (Q K^T, P V) and twice as many back;
-- dropout (:mod:`syntaxnmt.model.dropout`: alone, with the residual, with bias and ReLU) forward
+- dropout (:mod:`syntaxnmt.cpu.dropout`: alone, with the residual, with bias and ReLU) forward
   and backward on ``--rows`` x ``--ffn-dim`` floats, p = 0.1, beside two operators that only move
   memory (``x * 1.1``, ``r + x``): how far a kernel is from the memory's speed.
 
@@ -51,9 +51,9 @@ import syntaxnmt.__main__  # noqa: F401  (first: the command's OpenMP defaults, 
 # isort: split
 import torch
 
-from syntaxnmt.model import dropout as drop
-from syntaxnmt.model import native_attention
-from syntaxnmt.runtime import in_threads, machine_info, machine_summary, with_load_after
+from syntaxnmt.cpu import attention as native_attention
+from syntaxnmt.cpu import dropout as drop
+from syntaxnmt.cpu.machine import in_threads, machine_info, machine_summary, with_load_after
 from syntaxnmt.textio import atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent

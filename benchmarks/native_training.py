@@ -5,8 +5,8 @@
 
 ``train.cpu_native: auto`` computes three pieces of a CPU training update in the C kernels of
 ``syntaxnmt/_native.c`` (docs/benchmarks.md, "Native kernels of training"): the attention of
-short sequences (:mod:`syntaxnmt.model.native_attention`), dropout
-(:mod:`syntaxnmt.model.dropout`) and the label-smoothed loss with its gradient
+short sequences (:mod:`syntaxnmt.cpu.attention`), dropout
+(:mod:`syntaxnmt.cpu.dropout`) and the label-smoothed loss with its gradient
 (:func:`syntaxnmt.training.losses.native_smoothed_xent`); ``torch`` keeps PyTorch's operators.
 On a machine whose speed drifts by 10-15 % within minutes (a KVM guest), blocks of updates timed
 one after another compare the drift, not the code. This script therefore trains the side-by-side
@@ -15,11 +15,11 @@ times **every batch twice in a row**, once per setting (the order alternating fr
 batch), so that each pair sees the same batch on the same machine state. It prints the speed-up
 of the native kernels over the total time and the median of the per-batch ratios, and, for the
 shapes of the last batch, each kernel alone against its PyTorch counterpart (forward and
-backward). The figures and the machine (``syntaxnmt.runtime.machine_info``, load average before
+backward). The figures and the machine (``syntaxnmt.cpu.machine.machine_info``, load average before
 and after) also go to ``--json``.
 
 ``--kernels openblas,aten`` pairs two kernel choices of the linear layers the same way instead
-(``syntaxnmt.model.linear.set_kernels``; docs/benchmarks.md, "OpenBLAS products"), the native
+(``syntaxnmt.cpu.linear.set_kernels``; docs/benchmarks.md, "OpenBLAS products"), the native
 kernels on, row packing as the calibration chose it. ``--switch NAME`` pairs one setting of the
 native training path on and off, the rest as the command runs it, row packing on unless NAME is
 row-packing:
@@ -27,7 +27,7 @@ row-packing:
 - ``row-granule``: packed rows (and the loss's last chunk) topped up to 8 rows where ATen or
   OpenBLAS compute the products, instead of the 128 that oneDNN's per-shape state needs
   (``linear.row_granule``);
-- ``row-packing``: the products on the real rows (``Transformer.pack_granule``).
+- ``row-packing``: the products on the real rows (``PackedStacks.pack_granule`` of the model's ``stacks``).
 
 The fused dropout and norm kernels, the stacked projections, the packed layers and the row maps
 have no switch: a paired measurement of one of them runs ``benchmarks/side_by_side.py`` at this
@@ -62,10 +62,11 @@ import torch.nn.functional as F
 from speed import training_task  # noqa: E402
 
 from syntaxnmt.config import load_config
-from syntaxnmt.model import linear as lin
-from syntaxnmt.model import native_attention
-from syntaxnmt.model.dropout import dropout
-from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, native_training_kernels, openblas_available, set_native_training, with_load_after
+from syntaxnmt.cpu import attention as native_attention
+from syntaxnmt.cpu import linear as lin
+from syntaxnmt.cpu.dropout import dropout
+from syntaxnmt.cpu.machine import machine_info, machine_summary, native_training_kernels, openblas_available, set_native_training, with_load_after
+from syntaxnmt.runtime import keep_freed_memory
 from syntaxnmt.textio import atomic_write_text
 
 
@@ -149,7 +150,7 @@ def patched(module, name: str, on: bool, off_value) -> None:
 
 def row_granule(on: bool) -> None:
     """On: packed rows topped up to 8 where ATen or OpenBLAS compute (``linear.row_granule``); off: always to the class's granule (128)."""
-    from syntaxnmt.model import transformer
+    from syntaxnmt.cpu import stack as transformer  # the stack runner's rows
     from syntaxnmt.training import losses
 
     for module in (transformer, losses):
@@ -158,7 +159,7 @@ def row_granule(on: bool) -> None:
 
 def switch(task, name: str) -> dict[str, Callable[[], None]]:
     """The two settings of ``--switch name`` (on first) for the model of ``task``."""
-    model = task.raw
+    model = task.raw.stacks  # syntaxnmt.cpu.stack.PackedStacks (syntaxnmt.cpu.install)
     flip = {
         "row-granule": row_granule,
         "row-packing": lambda on: setattr(model, "pack_granule", type(model).pack_granule if on else 0),
@@ -205,7 +206,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kernels", metavar="A,B", help="compare two kernel choices of the linear layers (e.g. openblas,aten; "
-                    "syntaxnmt.model.linear.set_kernels) instead of the native kernels on and off; row packing as the calibration chose it")
+                    "syntaxnmt.cpu.linear.set_kernels) instead of the native kernels on and off; row packing as the calibration chose it")
     ap.add_argument("--switch", choices=SWITCHES, help="pair one part of the native training path on and off instead (see above)")
     ap.add_argument("--json", default="benchmarks/out/native_training.json", help="figures and the machine record")
     _isa.add_isa_argument(ap)
@@ -232,7 +233,7 @@ def main() -> int:
     machine = machine_info()
     cfg = load_config(args.config)
     task, stream = training_task(cfg, torch.device("cpu"))
-    chosen, granule = lin.kernels(), task.raw.pack_granule
+    chosen, granule = lin.kernels(), task.raw.stacks.pack_granule
     if args.switch:
         settings = switch(task, args.switch)
     try:
@@ -242,7 +243,7 @@ def main() -> int:
         lin.set_kernels(chosen)
         if args.switch:
             settings[f"{args.switch} on"]()
-            task.raw.pack_granule = granule
+            task.raw.stacks.pack_granule = granule
     (a, b), tokens, seconds, ratios = settings, run["tokens"], run["seconds"], run["ratios"]
     figures = {
         "batches": args.batches, "threads": torch.get_num_threads(), "tokens_per_update": tokens / args.batches, "compared": [a, b],

@@ -19,7 +19,7 @@ that the budget admits (the 413's ``work`` and ``max_work`` tell how many), and,
 ``--heavy-clients`` clients sending one-sentence requests back to back (at most
 ``--heavy-max-requests``). Prints what the heavy request got, and the small requests' errors and
 latency: their p95 must stay under 2 s.
-Also the machine (``syntaxnmt.runtime.machine_info``, load average before and after); all go to ``--json``
+Also the machine (``syntaxnmt.cpu.machine.machine_info``, load average before and after); all go to ``--json``
 (default benchmarks/out/serve_load.json). The server runs as the ``syntaxnmt`` command does
 (passive OpenMP waiting, the thread policy unless ``--threads``).
 """
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import httpx
 
-from syntaxnmt.runtime import machine_info, machine_summary, with_load_after
+from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after
 from syntaxnmt.textio import atomic_write_text
 
 

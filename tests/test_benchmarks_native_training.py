@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import load_script
 
-from syntaxnmt.runtime import native_kernels, native_training_kernels
+from syntaxnmt.cpu.machine import native_kernels, native_training_kernels
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "native_training.py"
 
@@ -42,21 +42,21 @@ def test_paired_updates_train_each_batch_once_per_setting_in_alternating_order()
 def test_each_switch_turns_its_part_off_and_on_again(name):
     """--switch NAME: the two settings flip exactly that part of the native path (row packing on
     for the others), and turning it on again restores the defaults."""
-    from syntaxnmt.model.transformer import Transformer
+    from syntaxnmt.cpu.stack import PackedStacks
 
     bench = load_script(SCRIPT)
 
     class Task:
-        raw = type("Model", (), {"pack_granule": 128})()
+        raw = type("Model", (), {"stacks": type("Stacks", (), {"pack_granule": 128})()})()
 
-    Task.raw.pack_granule = 0  # as a calibration that chose no packing leaves it
+    Task.raw.stacks.pack_granule = 0  # as a calibration that chose no packing leaves it
     settings = bench.switch(Task(), name)
     assert list(settings) == [f"{name} on", f"{name} off"]
-    from syntaxnmt.model import linear, transformer
+    from syntaxnmt.cpu import linear, stack
     from syntaxnmt.training import losses
 
-    library = lambda: transformer.row_granule is linear.row_granule and losses.row_granule is linear.row_granule  # noqa: E731
-    state = lambda: (library(), Task.raw.pack_granule)  # noqa: E731
+    library = lambda: stack.row_granule is linear.row_granule and losses.row_granule is linear.row_granule  # noqa: E731
+    state = lambda: (library(), Task.raw.stacks.pack_granule)  # noqa: E731
     on = (True, 128)
     assert state() == (on if name != "row-packing" else (True, 0))
     settings[f"{name} off"]()
@@ -64,7 +64,7 @@ def test_each_switch_turns_its_part_off_and_on_again(name):
     assert state() == tuple(False if i == off == 0 else 0 if i == off else v for i, v in enumerate(on))
     settings[f"{name} on"]()
     assert state() == on
-    assert Transformer.pack_granule == 128
+    assert PackedStacks.pack_granule == 128
 
 
 def test_the_benchmark_only_switches_are_gone():

@@ -2,7 +2,7 @@
 
 Every ``import`` / ``from ... import`` statement counts, including those inside functions and
 ``TYPE_CHECKING`` blocks. The stage order is written once, here, and in the README's pipeline
-table: leaves < data < model < decoding < training < alignment < analysis < api, experiments < serving < cli.
+table: leaves < data < model < cpu < decoding < training < alignment < analysis < api, experiments < serving < cli.
 """
 
 from __future__ import annotations
@@ -26,16 +26,17 @@ STAGES: dict[str, int] = {
     "metrics": 3,
     "data": 4,
     "model": 5,
-    "decoding": 6,
-    "training": 7,
-    "alignment": 8,
-    "analysis": 9,
-    "api": 10,  # the Python API (syntaxnmt.Translator): translate, serve and the package's top use it
-    "experiments": 10,
-    "serving": 11,
-    "cli": 12,
-    "__main__": 13,
-    "__init__": 13,  # the package itself: it re-exports the public API
+    "cpu": 6,  # CPU execution: plugs into the model's seams (syntaxnmt.cpu.install); the model never imports it
+    "decoding": 7,
+    "training": 8,
+    "alignment": 9,
+    "analysis": 10,
+    "api": 11,  # the Python API (syntaxnmt.Translator): translate, serve and the package's top use it
+    "experiments": 11,
+    "serving": 12,
+    "cli": 13,
+    "__main__": 14,
+    "__init__": 14,  # the package itself: it re-exports the public API
 }
 MAX_TOP_LEVEL_MODULES = 12
 
@@ -163,3 +164,10 @@ def test_imports_inside_functions_count(tmp_path):
     f.write_text("def f():\n    from syntaxnmt.training import loop\n    from ..model import y\n")
     modules = {"syntaxnmt.data.x": f, "syntaxnmt.training.loop": f, "syntaxnmt.model.y": f, "syntaxnmt.training": f, "syntaxnmt.model": f}
     assert imports_of("syntaxnmt.data.x", f, modules) == {"syntaxnmt.training.loop", "syntaxnmt.model.y"}
+
+
+def test_the_model_never_imports_the_cpu_execution():
+    """The CPU path plugs into the model (syntaxnmt.cpu.install); a model built by hand runs PyTorch's."""
+    edges = graph()
+    assert sorted(f"{a} -> {b}" for a, targets in edges.items() if stage(a) == "model" for b in targets if stage(b) == "cpu") == []
+    assert any(stage(b) == "model" for b in edges["syntaxnmt.cpu"])

@@ -20,6 +20,10 @@ from tqdm.auto import tqdm
 
 from syntaxnmt.checkpoint import load_model_checkpoint, load_weights
 from syntaxnmt.config import MAX_BEAM, Config, DecodeConfig, config_from_dict, merge_trees
+from syntaxnmt.cpu import install as install_cpu
+from syntaxnmt.cpu.calibration import model_signature, note
+from syntaxnmt.cpu.calibration import prepare as prepare_cpu_kernels
+from syntaxnmt.cpu.machine import ThreadWatch, describe_threads
 from syntaxnmt.data.annotations import spacy_parser
 from syntaxnmt.data.batches import context_batch, make_batch
 from syntaxnmt.data.controls import apply_controls
@@ -31,10 +35,7 @@ from syntaxnmt.decoding.unk import locate_unknown_words, translations_with_repla
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD, TAG_NAMES, FeatureSpec
 from syntaxnmt.model import build_model, set_hard_attention
-from syntaxnmt.model.kernels import model_signature, note
-from syntaxnmt.model.kernels import prepare as prepare_cpu_kernels
 from syntaxnmt.model.transformer import gather_rows
-from syntaxnmt.runtime import ThreadWatch, describe_threads
 
 
 def checkpoint_path(cfg: Config, which: str) -> Path:
@@ -112,7 +113,7 @@ def apply_translation_config(model: torch.nn.Module, cfg: Config) -> torch.nn.Mo
 def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module, Config, Tokenizers]:
     """A model ready for inference, with the config it was trained with and its tokenizers (stored
     in the checkpoint; one written before they were is read with its run's prepared corpus); on
-    CPU with its linear layers' kernels chosen (:func:`syntaxnmt.model.kernels.prepare`, the
+    CPU with its linear layers' kernels chosen (:func:`syntaxnmt.cpu.calibration.prepare`, the
     process's ``--cpu-kernels``)."""
     state = load_model_checkpoint(path)
     cfg = config_from_dict(state["config"], source=f"{path} (stored config)")
@@ -127,6 +128,7 @@ def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module,
     model.document_context = document_context(cfg, toks.src, toks.tgt)
     load_weights(model, state["model"], path, "the model of its own stored config: a damaged checkpoint, or weights put beside another model's config")
     if device.type == "cpu":
+        install_cpu(model)  # the CPU's execution (syntaxnmt.cpu)
         note(f"device cpu, {describe_threads()}")  # as training logs it; the thread policy's later changes are logged too
         prepare_cpu_kernels(model, None, timing=lambda: decoding_step(model), log=note)
     return model.to(device).eval(), cfg, toks
@@ -137,7 +139,7 @@ TIMING_SHAPE = (8, 20, 10)
 
 
 def decoding_step(model: torch.nn.Module, beam: int = 5) -> tuple[str, Callable[[], None]]:
-    """What the whole-step calibration of the CPU kernels (:func:`syntaxnmt.model.kernels.prepare`)
+    """What the whole-step calibration of the CPU kernels (:func:`syntaxnmt.cpu.calibration.prepare`)
     times for inference: the signature of the step, and a function running one -- a beam-``beam``
     search of :data:`TIMING_SHAPE` synthetic sentences (fixed random pieces; for a model with
     source features, each parsed as a chain of its pieces with unknown tags) forced to its number
@@ -356,7 +358,7 @@ def batches_side_by_side(work: Callable[[Any], Any], batches: Sequence[Any], wor
     torch thread on the CPU), yielding each batch in order once its work is done and ``store(batch,
     work(batch))`` (when given) has run in the caller's thread. The workers run under the caller's
     grad and inference mode (thread-local in torch). On the CPU the thread policy is applied again
-    between batches as the load changes (:meth:`~syntaxnmt.runtime.ThreadWatch.for_this_process`:
+    between batches as the load changes (:meth:`~syntaxnmt.cpu.machine.ThreadWatch.for_this_process`:
     every 30 s, where the policy chose the threads), and the batches at once follow the new thread
     count. ``processes`` (``decode.processes``): batches at once of one thread each are searched in
     forked processes instead of threads (:func:`_forked_pool`); ``work`` must then hand its whole

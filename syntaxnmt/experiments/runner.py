@@ -26,11 +26,12 @@ from typing import IO, Callable, Sequence
 from tqdm.auto import tqdm
 
 from syntaxnmt.config import Config, config_from_dict
+from syntaxnmt.cpu.machine import cpu_cores
 from syntaxnmt.data.prepare import prepare
 from syntaxnmt.data.synthetic import write_corpus
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.sets import ExperimentSet, Run, control_pairs, is_finished, load_set, make_table, run_config, select_labels, set_runs, write_section
-from syntaxnmt.runtime import cpu_cores, run_command
+from syntaxnmt.runtime import run_command
 
 TAIL_LINES = 15
 POLL_SECONDS = 1.0

@@ -708,7 +708,7 @@ def check_port_free(host: str, port: int) -> None:
 
 def serve(checkpoint: str | Path, *, host: str = "127.0.0.1", port: int = 8000, device: str = "auto", parser: str | None = "auto", limits: Limits = Limits(), shutdown_grace: float = SHUTDOWN_GRACE) -> None:
     """Load the model and serve it with uvicorn until interrupted (torch's threads: ``--threads``,
-    :func:`syntaxnmt.runtime.configure_threads`).
+    :func:`syntaxnmt.cpu.machine.configure_threads`).
 
     On the first SIGTERM or SIGINT uvicorn stops listening and the worker stops (new requests:
     503; running ones: ``shutdown_grace`` seconds, then their search stops and they answer 503);

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from syntaxnmt.cpu import install
 from syntaxnmt.model.context import HierarchicalContext
 
 B, S, K, SC, D = 2, 5, 3, 4, 16
@@ -73,8 +74,8 @@ def test_a_batch_of_rows_in_training_reads_in_place_what_every_position_computes
     def run(fast: bool):
         h = states.clone().requires_grad_(True)
         block.zero_grad()
-        cache, ctx_pad = block.gathered_context(h, pad, rows, granule=4 if fast else 0)
-        out = block(h, None, ctx_pad, cache=cache, pad=pad, granule=4)[0] if fast else block._read(h, ctx_pad, gather_context(cache), False)[0]
+        cache, ctx_pad = block.gathered_context(h, pad, rows)
+        out = block(h, None, ctx_pad, cache=cache)[0] if fast else block._read(h, ctx_pad, gather_context(cache), False)[0]
         out.masked_fill(pad[..., None], 0.0).square().sum().backward()
         return out, h.grad, {n: p.grad.clone() for n, p in block.named_parameters()}
 
@@ -577,11 +578,11 @@ def test_a_document_batch_gives_the_per_sentence_log_probs(side, first):
             cut = collate(split, indices, context=DocumentContext("han", 2, side))
             cut.context_rows[cut.context_rows == ids.index(0)] = -1
             assert not torch.allclose(_gold_log_probs(model, cut)[0], together[0], atol=1e-4)
-    # Training (no dropout here) computes the per-token products on the real positions only
-    # (CPU packing, a small granule so that this batch is packed): the same log-probabilities.
-    model.train()
-    model.pack_granule = 4
-    assert model.compute_rows(batch.src_pad_mask) is not None and model.compute_rows(batch.tgt_out.eq(0)) is not None
+    # Training (no dropout here) with the CPU's execution computes the encoder on the real positions
+    # only (CPU packing, a small granule so that this batch is packed): the same log-probabilities.
+    install(model).train()
+    model.stacks.pack_granule = 4
+    assert model.stacks.rows(model, batch.src_pad_mask) is not None and model.stacks.rows(model, batch.tgt_out.eq(0)) is not None
     trained = _gold_log_probs(model, batch)
     torch.testing.assert_close(trained, together, rtol=0, atol=1e-5)
     # Gradients reach every HAN parameter through the gathered rows.

@@ -6,7 +6,7 @@ masks cost about a tenth of a training update on 2 cores (docs/benchmarks.md, is
 profile). :class:`Dropout` keeps a unit with probability 1 - p and scales kept units by
 1 / (1 - p), exactly as ``nn.Dropout`` does, in one of two ways on CPU:
 
-- float32 with the native kernels (:func:`~syntaxnmt.runtime.native_training_kernels`; not
+- float32 with the native kernels (:func:`~syntaxnmt.cpu.machine.native_training_kernels`; not
   ``train.cpu_native: torch``): ``dropout_forward`` of ``syntaxnmt/_native.c`` draws Philox4x32-10
   words (Salmon et al. 2011; the generator of PyTorch's and JAX's GPU dropout), keeps a unit when
   its 16-bit half of a word is at least ceil(p 2^16) (two units per word: the generator is most
@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from syntaxnmt.runtime import in_threads, kernel_threads, native_kernels, native_training_kernels
+from syntaxnmt.cpu.machine import in_threads, kernel_threads, native_kernels, native_training_kernels
 
 BLOCK = 1 << 18  # uniform numbers per seed: the result does not depend on the thread count
 
@@ -48,7 +48,7 @@ def _fill(out: np.ndarray, seed: int) -> None:
 def uniform_like(x: Tensor) -> Tensor:
     """float32 numbers ~ U[0, 1) shaped like ``x`` (CPU): NumPy's PCG64, one stream per block of
     :data:`BLOCK` numbers seeded from torch's generator, blocks filled on ``torch.get_num_threads()``
-    threads (:func:`~syntaxnmt.runtime.in_threads`; NumPy releases the GIL while filling)."""
+    threads (:func:`~syntaxnmt.cpu.machine.in_threads`; NumPy releases the GIL while filling)."""
     n = x.numel()
     out = np.empty(n, dtype=np.float32)
     starts = range(0, n, BLOCK)
@@ -208,17 +208,8 @@ def dropout_add_norm(residual: Tensor, y: Tensor, p: float, training: bool, norm
     return x, norm(x)
 
 
-class Dropout(nn.Module):
-    """Drop-in for ``nn.Dropout`` (see the module docstring)."""
-
-    def __init__(self, p: float = 0.5):
-        super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"dropout probability must be in [0, 1], got {p}")
-        self.p = p
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` with :func:`dropout`'s masks (see the module docstring); :func:`syntaxnmt.cpu.install` gives it to a model's dropouts."""
 
     def forward(self, x: Tensor) -> Tensor:
         return dropout(x, self.p, self.training)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from syntaxnmt.config import CpuSoftmax
-from syntaxnmt.runtime import kernel_threads, native_kernels
+from syntaxnmt.cpu.machine import kernel_threads, native_kernels
 
 _native = native_kernels()
 
