@@ -35,7 +35,7 @@ from syntaxnmt.decoding.unk import locate_unknown_words, translations_with_repla
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD, TAG_NAMES, FeatureSpec
 from syntaxnmt.model import build_model, set_hard_attention
-from syntaxnmt.model.transformer import gather_rows
+from syntaxnmt.model.context import gather_rows
 
 
 def checkpoint_path(cfg: Config, which: str) -> Path:

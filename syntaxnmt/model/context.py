@@ -22,21 +22,22 @@ last decoder layer before this block, whose memory is that sentence's encoder ou
 source-side block (``side: both``, as in HAN_NMT) or the plain encoder output (``side: target``).
 h_t is only the query, so
 position t reads nothing of the current sentence beyond its own state and incremental decoding
-gives what a full pass gives (:meth:`syntaxnmt.model.transformer.Transformer.read_target_context`).
+gives what a full pass gives (:meth:`HanContext.read_target`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from syntaxnmt.inputs import SourceFeatures
+from syntaxnmt.config import ModelConfig
+from syntaxnmt.inputs import PAD, Batch, SourceFeatures
 from syntaxnmt.model.attention import MultiHeadAttention
-from syntaxnmt.model.outputs import ContextAttention
+from syntaxnmt.model.outputs import ContextAttention, EncoderOutput
 
 
 def _composed(outer: nn.Module, inner: nn.Module) -> tuple[Tensor, Tensor | None]:
@@ -254,3 +255,137 @@ class HierarchicalContext(nn.Module):
     def gate_values(self, h: Tensor, d_t: Tensor) -> Tensor:
         """λ of Eq. 4 for states ``h`` and context vectors ``d_t`` (for tests and analysis)."""
         return torch.sigmoid(self.gate(torch.cat([h, d_t], dim=-1)))
+
+
+def gather_rows(states: Tensor, pad: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+    """The states (B, k, L, D) of rows ``rows`` (B, k; -1: missing) of ``states`` (N, L, D) and
+    their padding (B, k, L; a missing sentence is all padding, with zero states)."""
+    missing = rows.lt(0)
+    index = rows.clamp_min(0)
+    ctx = states[index].masked_fill(missing[..., None, None], 0.0)
+    return ctx, pad[index] | missing[..., None]
+
+
+class ContextModel:
+    """What a Transformer's encoder and decoder ask of a document-context model
+    (``model.context.kind``; one of :data:`CONTEXT_MODELS`). This base is the sentence model's:
+    nothing is read, as for concatenation (Tiedemann & Scherrer 2017), whose context is in the
+    input sequences themselves (:mod:`syntaxnmt.data.documents`), not in the network."""
+
+    changes_encoder_output: ClassVar[bool] = False
+    """Whether :meth:`read_source` changes the encoder's output (a stack runner's kept rows are then stale)."""
+
+    def __init__(self, model: nn.Module):
+        """``model``: the Transformer whose encoder and decoder read the context (its ``han`` and ``han_target``, its decoder passes)."""
+        self.model = model
+
+    @staticmethod
+    def blocks(cfg: ModelConfig) -> tuple[nn.Module | None, nn.Module | None]:
+        """The modules the model holds for this kind, on the source side and on the target side
+        (the model's ``han`` and ``han_target``: their state-dict keys)."""
+        return None, None
+
+    def read_source(self, batch: Batch, hidden: Tensor, pad_mask: Tensor, need_weights: bool = False) -> tuple[Tensor, tuple[Tensor, Tensor] | None, Tensor | None, ContextAttention | None]:
+        """After the encoder: the memory, the target-side context, the rows the decoder pass gathers it from, and the weights."""
+        return hidden, None, None, None
+
+    def memory(self, hidden: Tensor, ctx: Tensor, ctx_pad: Tensor) -> Tensor:
+        """Encoder states ``hidden`` after the source side, over the given context states ``ctx`` (B, k, Sc, D)."""
+        return hidden
+
+    def read_target(self, states: Tensor, enc: EncoderOutput, need_weights: bool = False, cache: dict | None = None, pad: Tensor | None = None) -> tuple[Tensor, ContextAttention | None]:
+        """After the decoder: its final states (B, T, D) and the weights. ``cache``: a decoding step's
+        layer cache (the model keeps its keys and values there); ``pad`` (B, T): the targets'
+        padding, where the pass's own states are the context (``enc.target_context_rows``)."""
+        return states, None
+
+
+class HanContext(ContextModel):
+    """HAN (Miculicich et al. 2018) as a context model: :class:`HierarchicalContext` after the
+    encoder (``side: source | both``) and after the decoder (``side: target | both``)."""
+
+    @property
+    def changes_encoder_output(self) -> bool:
+        return self.source is not None
+
+    @property
+    def source(self) -> HierarchicalContext | None:
+        return self.model.han
+
+    @property
+    def target(self) -> HierarchicalContext | None:
+        return self.model.han_target
+
+    @staticmethod
+    def blocks(cfg: ModelConfig) -> tuple[nn.Module | None, nn.Module | None]:
+        side = cfg.context.side
+        block = lambda: HierarchicalContext(cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.dropout)  # noqa: E731
+        return (block() if side != "target" else None), (block() if side != "source" else None)
+
+    def read_source(self, batch: Batch, hidden: Tensor, pad_mask: Tensor, need_weights: bool = False) -> tuple[Tensor, tuple[Tensor, Tensor] | None, Tensor | None, ContextAttention | None]:
+        """HAN on the encoder states ``hidden`` (B, S, D) of ``batch`` (Miculicich et al. 2018, Sec. 2).
+
+        The source-side context states of a sentence are its encoder output before HAN; the
+        target-side ones (Sec. 2.3) are the states the model itself computes for that sentence's
+        target, teacher-forced: the output of the last decoder layer (normalized) before the
+        decoder-side HAN, reading as memory the sentence's encoder output after the source-side
+        HAN (``side: both``; ``side: target`` has none, its memory is the plain encoder output),
+        as in HAN_NMT. With ``batch.context_rows`` every previous sentence is a row of the batch:
+        one encoder pass gives all source-side context states, and the model's own decoder pass
+        over the rows gives the target-side ones -- the model's ``decode`` gathers them (:meth:`read_target`)
+        (``target_context_rows``), so a batch needs one decoder pass; only a model whose decoder
+        translates with a leak slot (``train.alignment.leaky``) runs one more teacher-forced pass
+        without it. Gradients flow through the gathered states into the rows they come from, as
+        through the rows' own states. ``batch.context_states`` instead brings them computed
+        (document decoding, :class:`syntaxnmt.decoding.translate.DocumentStates`). Returns the new
+        ``hidden``, the target-side context (or None), the rows for the decoder pass to gather it
+        from (or None) and HAN's weights (with ``need_weights``); a model without the source side
+        keeps ``hidden``."""
+        target_context = target_rows = attention = cache = None
+        if batch.context_rows is not None:
+            if self.source is not None:  # the keys and values of each row projected once
+                cache, ctx_pad = self.source.gathered_context(hidden, pad_mask, batch.context_rows)
+                ctx = (None, ctx_pad)
+        elif batch.context_states is not None:
+            ctx = batch.context_states[:2]
+            if self.target is not None and len(batch.context_states) > 2:
+                target_context = tuple(batch.context_states[2:4])
+        else:
+            return hidden, None, None, None
+        if self.source is not None:
+            hidden, attention = self.source(hidden, *ctx, need_weights=need_weights, cache=cache)
+        if batch.context_rows is not None and self.target is not None:
+            ap = self.model.alignment_pass
+            if not (ap is not None and any(ap.leak_in_translation(i) for i in range(len(self.model.decoder)))):
+                target_rows = batch.context_rows
+            else:
+                if batch.tgt_in is None:
+                    raise ValueError("a target-side HAN batch needs the targets of its rows (tgt_in)")
+                states = self.model.decode_states(batch.tgt_in, hidden, pad_mask)
+                target_context = gather_rows(states, batch.tgt_in.eq(PAD), batch.context_rows)
+        return hidden, target_context, target_rows, attention
+
+    def memory(self, hidden: Tensor, ctx: Tensor, ctx_pad: Tensor) -> Tensor:
+        return hidden if self.source is None else self.source(hidden, ctx, ctx_pad)[0]
+
+    def read_target(self, states: Tensor, enc: EncoderOutput, need_weights: bool = False, cache: dict | None = None, pad: Tensor | None = None) -> tuple[Tensor, ContextAttention | None]:
+        """The target-side HAN on final decoder states (B, T, D): each state is only the query of
+        the attention over the previous target sentences, so position t reads nothing of the
+        current sentence beyond its own state (incremental decoding gives the same result, the
+        context's word-level keys and values kept in ``cache['context']``); with ``need_weights``
+        also its weights (:class:`ContextAttention`, S = T and Sc = Tc). The rows of an encoder
+        output expanded over a beam read their sentence's context (``enc.target_context_index``);
+        with ``enc.target_context_rows``, this pass's own states are the rows' context states."""
+        if self.target is None:
+            return states, None
+        if enc.target_context_rows is not None:
+            kv, ctx_pad = self.target.gathered_context(states, pad, enc.target_context_rows)
+            return self.target(states, None, ctx_pad, need_weights=need_weights, cache=kv)
+        if enc.target_context is None:
+            return states, None
+        cache = None if cache is None else cache.setdefault("context", {})
+        return self.target(states, *enc.target_context, need_weights=need_weights, cache=cache, groups=enc.target_context_index)
+
+
+CONTEXT_MODELS: dict[str, type[ContextModel]] = {"none": ContextModel, "concat": ContextModel, "han": HanContext}
+"""The context model of each ``model.context.kind``: a new kind is its class here (and its name in the config)."""

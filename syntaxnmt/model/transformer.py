@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from syntaxnmt.config import ModelConfig
 from syntaxnmt.inputs import PAD, Batch, FeatureSpec, SourceFeatures
 from syntaxnmt.model.attention import MultiHeadAttention, defer_reorder, reorder_cache
-from syntaxnmt.model.context import HierarchicalContext
+from syntaxnmt.model.context import CONTEXT_MODELS
 from syntaxnmt.model.outputs import ContextAttention, DecoderState, EncoderOutput, ForcedAttention, ModelOutput
 from syntaxnmt.model.syntax_attention import InputFeatures, encoder_extensions
 
@@ -179,15 +179,6 @@ class AlignmentPass:
         return self.leaky and not self.full_context and layer == self.layer
 
 
-def gather_rows(states: Tensor, pad: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
-    """The states (B, k, L, D) of rows ``rows`` (B, k; -1: missing) of ``states`` (N, L, D) and
-    their padding (B, k, L; a missing sentence is all padding, with zero states)."""
-    missing = rows.lt(0)
-    index = rows.clamp_min(0)
-    ctx = states[index].masked_fill(missing[..., None, None], 0.0)
-    return ctx, pad[index] | missing[..., None]
-
-
 class StackRunner:
     """How :class:`Transformer` runs its encoder's and its decoder's layers when nothing is asked of
     their attentions (no weights, no alignment pass, no target-side context rows): the one seam for
@@ -231,10 +222,9 @@ class Transformer(nn.Module):
         self.encoder = nn.ModuleList(EncoderLayer(cfg, encoder_extensions(syn, i, cfg.heads, d_head, tag_vocabs)) for i in range(cfg.enc_layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.dec_layers))
         self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
-        han, side = cfg.context.kind == "han", cfg.context.side
-        # HAN (Miculicich et al. 2018): the encoder-side block (side source | both) and the decoder-side one (target | both)
-        self.han = HierarchicalContext(cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.dropout) if han and side != "target" else None
-        self.han_target = HierarchicalContext(cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.dropout) if han and side != "source" else None
+        kind = CONTEXT_MODELS[cfg.context.kind]  # the document-context model (syntaxnmt.model.context)
+        self.han, self.han_target = kind.blocks(cfg)
+        self.context = kind(self)
         self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.output = nn.Linear(cfg.d_model, tgt_vocab, bias=False)
         if cfg.tie_embeddings in ("decoder", "all"):
@@ -262,53 +252,9 @@ class Transformer(nn.Module):
                 weights.append(w)
                 states.append(x)
             hidden = self.enc_norm(x)
-        target_context = context_attention = target_rows = None
-        if self.han is not None or self.han_target is not None:
-            hidden, target_context, target_rows, context_attention = self.read_context(batch, hidden, pad_mask, need_weights)
-            kept = None if self.han is not None else kept  # the encoder-side HAN changes the output
+        hidden, target_context, target_rows, context_attention = self.context.read_source(batch, hidden, pad_mask, need_weights)
+        kept = None if self.context.changes_encoder_output else kept
         return EncoderOutput(hidden, pad_mask, weights if need_weights or wanted else [], states, target_context=target_context, context_attention=context_attention, target_context_rows=target_rows, kept=kept)
-
-    def read_context(self, batch: Batch, hidden: Tensor, pad_mask: Tensor, need_weights: bool = False):
-        """HAN on the encoder states ``hidden`` (B, S, D) of ``batch`` (Miculicich et al. 2018, Sec. 2).
-
-        The source-side context states of a sentence are its encoder output before HAN; the
-        target-side ones (Sec. 2.3) are the states the model itself computes for that sentence's
-        target, teacher-forced: the output of the last decoder layer (normalized) before the
-        decoder-side HAN, reading as memory the sentence's encoder output after the source-side
-        HAN (``side: both``; ``side: target`` has none, its memory is the plain encoder output),
-        as in HAN_NMT. With ``batch.context_rows`` every previous sentence is a row of the batch:
-        one encoder pass gives all source-side context states, and the model's own decoder pass
-        over the rows gives the target-side ones -- :meth:`decode` gathers them
-        (``target_context_rows``), so a batch needs one decoder pass; only a model whose decoder
-        translates with a leak slot (``train.alignment.leaky``) runs one more teacher-forced pass
-        without it. Gradients flow through the gathered states into the rows they come from, as
-        through the rows' own states. ``batch.context_states`` instead brings them computed
-        (document decoding, :class:`syntaxnmt.decoding.translate.DocumentStates`). Returns the new
-        ``hidden``, the target-side context (or None), the rows for :meth:`decode` to gather it
-        from (or None) and HAN's weights (with ``need_weights``)."""
-        target_context = target_rows = attention = cache = None
-        if batch.context_rows is not None:
-            if self.han is not None:  # the keys and values of each row projected once
-                cache, ctx_pad = self.han.gathered_context(hidden, pad_mask, batch.context_rows)
-                ctx = (None, ctx_pad)
-        elif batch.context_states is not None:
-            ctx = batch.context_states[:2]
-            if self.han_target is not None and len(batch.context_states) > 2:
-                target_context = tuple(batch.context_states[2:4])
-        else:
-            return hidden, None, None, None
-        if self.han is not None:
-            hidden, attention = self.han(hidden, *ctx, need_weights=need_weights, cache=cache)
-        if batch.context_rows is not None and self.han_target is not None:
-            ap = self.alignment_pass
-            if not (ap is not None and any(ap.leak_in_translation(i) for i in range(len(self.decoder)))):
-                target_rows = batch.context_rows
-            else:
-                if batch.tgt_in is None:
-                    raise ValueError("a target-side HAN batch needs the targets of its rows (tgt_in)")
-                states = self.decode_states(batch.tgt_in, hidden, pad_mask)
-                target_context = gather_rows(states, batch.tgt_in.eq(PAD), batch.context_rows)
-        return hidden, target_context, target_rows, attention
 
     def encode_states(self, src: Tensor) -> Tensor:
         """The encoder output (B, S, D) of sentences ``src`` without HAN: the states the
@@ -320,36 +266,22 @@ class Transformer(nn.Module):
         return self.enc_norm(x)
 
     def decode_states(self, tgt_in: Tensor, memory: Tensor, memory_pad: Tensor) -> Tensor:
-        """The final decoder states (B, T, D), normalized, before the decoder-side HAN and the
-        output layer, of targets ``tgt_in`` (BOS-started, teacher-forced) reading ``memory``: what
-        the target-side HAN attends over (Miculicich et al. 2018, Sec. 2.3) when ``memory`` is the
-        sentence's own memory -- its encoder output, after the source-side HAN (:meth:`context_memory`)
-        for ``side: both``."""
+        """The final decoder states (B, T, D), normalized, before the decoder-side HAN and the output layer, of
+        targets ``tgt_in`` (teacher-forced) reading ``memory``: what the target-side HAN attends over (Miculicich
+        et al. 2018, Sec. 2.3) when ``memory`` is the sentence's own (:meth:`context_memory` for ``side: both``)."""
         y = self.tgt_embed(tgt_in)
         for layer in self.decoder:
             y = layer(y, memory, memory_pad)[0]
         return self.dec_norm(y)
 
     def context_memory(self, hidden: Tensor, ctx: Tensor, ctx_pad: Tensor) -> Tensor:
-        """The memory the decoder reads: encoder states ``hidden`` (B, S, D) after the source-side
-        HAN over the encoder states ``ctx`` (B, k, Sc, D) of the previous source sentences (padding
-        ``ctx_pad``); unchanged for a model without one."""
-        return hidden if self.han is None else self.han(hidden, ctx, ctx_pad)[0]
-
-    def read_target_context(self, states: Tensor, enc: EncoderOutput, need_weights: bool = False, cache: dict | None = None) -> tuple[Tensor, ContextAttention | None]:
-        """The target-side HAN on final decoder states (B, T, D): each state is only the query of
-        the attention over the previous target sentences, so position t reads nothing of the
-        current sentence beyond its own state (incremental decoding gives the same result, with
-        ``cache`` keeping the context's word-level keys and values); with ``need_weights`` also
-        its weights (:class:`ContextAttention`, S = T and Sc = Tc). The rows of an encoder output
-        expanded over a beam read their sentence's context (``enc.target_context_index``)."""
-        if self.han_target is None or enc.target_context is None:
-            return states, None
-        return self.han_target(states, *enc.target_context, need_weights=need_weights, cache=cache, groups=enc.target_context_index)
+        """The memory the decoder reads: encoder states ``hidden`` (B, S, D) after the context model's source side
+        over the encoder states ``ctx`` (B, k, Sc, D) of the previous source sentences (padding ``ctx_pad``)."""
+        return self.context.memory(hidden, ctx, ctx_pad)
 
     def decode(self, tgt_in: Tensor, enc: EncoderOutput, need_weights: bool = False, self_weights: bool = True) -> tuple[Tensor, list[Tensor], list[Tensor], Tensor | None, Tensor | None, ContextAttention | None, tuple[Tensor, Tensor] | None]:
         """Final decoder states (B, T, D), normalized (and read by the target-side HAN of a
-        context model, :meth:`read_target_context`), before the output layer; cross- and
+        context model, ``self.context.read_target``), before the output layer; cross- and
         self-attention weights per layer on request, and with them the supervised layer's
         full-context cross-attention (B, H, T, S) of a model with ``alignment_pass.full_context``,
         the leak weights (B, H, T) of the supervised attention of a leaky one and the target-side
@@ -361,7 +293,7 @@ class Transformer(nn.Module):
         run = None if need_weights or ap is not None or enc.target_context_rows is not None else self.stacks.decode(self, tgt_in, enc)
         if run is not None:
             final, real = run
-            states, target_attention = self.read_target_context(final, enc)
+            states, target_attention = self.context.read_target(final, enc)
             return states, [], [], None, None, target_attention, real if states is final else None
         y = self.tgt_embed(tgt_in)
         for i, layer in enumerate(self.decoder):
@@ -374,22 +306,15 @@ class Transformer(nn.Module):
             cross.append(w)
             own.append(ws)
         states = self.dec_norm(y)
-        if enc.target_context_rows is not None:  # this pass's own states are the rows' target-side context states
-            cache, ctx_pad = self.han_target.gathered_context(states, pad, enc.target_context_rows)
-            states, target_attention = self.han_target(states, None, ctx_pad, need_weights=need_weights, cache=cache)
-        else:
-            states, target_attention = self.read_target_context(states, enc, need_weights)
+        states, target_attention = self.context.read_target(states, enc, need_weights, pad=pad)
         return states, (cross if need_weights else []), (own if need_weights and self_weights else []), aligned, leak, target_attention, None
 
     def forced_attention(self, batch: Batch, layers: Collection[int] = (), full_context: bool = False, enc: EncoderOutput | None = None) -> ForcedAttention:
-        """The cross-attention of decoder ``layers`` (negative: from the end) and, with
-        ``full_context``, of the supervised layer's full-context pass, teacher-forcing
-        ``batch.tgt_in`` in eval mode: each equal, bit for bit, to that of ``self(batch,
-        need_weights=True, self_weights=False)`` (the encoder output ``enc``, when given, must be
-        that of ``batch``). Nothing the attention does not depend on is computed: the decoder stops
-        after the cross-attention weights of the deepest layer needed (its values and feed-forward
-        block, the layers above it, the final norm, the target-side HAN and the output layer are
-        skipped). A leaky model also runs its leak's pass (its readings take the leak as the null word or renormalize it away)."""
+        """The cross-attention of decoder ``layers`` (negative: from the end) and, with ``full_context``, of the
+        supervised layer's full-context pass, teacher-forcing ``batch.tgt_in`` in eval mode: each equal, bit for bit,
+        to that of ``self(batch, need_weights=True, self_weights=False)`` (``enc``, when given, must be ``batch``'s).
+        The decoder stops after the cross-attention weights of the deepest layer needed. A leaky model also runs
+        its leak's pass (its readings take the leak as the null word or renormalize it away)."""
         n = len(self.decoder)
         wanted = {i % n for i in layers}
         ap = self.alignment_pass
@@ -448,20 +373,17 @@ class Transformer(nn.Module):
             leaky = ap is not None and ap.leak_in_translation(i)
             y, w, _ = layer(y, state.encoder.hidden, state.encoder.pad_mask, cache=cache, need_weights=need_weights, leak=leaky)
             w = split_leak(w, leaky)[0]
-        context_cache = state.caches[-1].setdefault("context", {}) if self.han_target is not None else None  # the target-side HAN's keys and values
-        final = self.read_target_context(self.dec_norm(y), state.encoder, cache=context_cache)[0][:, 0]
+        final = self.context.read_target(self.dec_norm(y), state.encoder, cache=state.caches[-1])[0][:, 0]
         logits = self.output(final if rows is None else final.index_select(0, rows))
         state.step += 1
         state.last_cross_attention = w[:, :, 0].mean(1) if need_weights else None
         return (torch.log_softmax(logits.float(), dim=-1) if normalize else logits), state
 
     def reorder_state(self, state: DecoderState, index: Tensor, sources_kept: bool = False) -> DecoderState:
-        """Keep (and duplicate) hypotheses ``index`` of the decoder state. With ``sources_kept``
-        (rows move only among the beams of their own sentence), the encoder output and the
-        cross-attention keys/values, the same for every beam of a sentence, stay as they are. The
-        target-side HAN's keys and values (``context``) are those of the context rows, which the
-        hypotheses read through the encoder output's ``target_context_index``: never moved. The
-        self-attention caches are selected at the next step's append (:func:`defer_reorder`)."""
+        """Keep (and duplicate) hypotheses ``index`` of the decoder state. With ``sources_kept`` (rows move only among
+        the beams of their own sentence), the encoder output and the cross-attention keys/values stay as they are.
+        The target-side HAN's keys and values (``context``, of the context rows) never move. The self-attention
+        caches are selected at the next step's append (:func:`defer_reorder`)."""
         for cache in state.caches:
             for name, sub in cache.items():
                 if name == "self":

@@ -381,7 +381,7 @@ def _with_computed_target_context(model, batch):
     from dataclasses import replace
 
     from syntaxnmt.inputs import PAD
-    from syntaxnmt.model.transformer import gather_rows
+    from syntaxnmt.model.context import gather_rows
 
     enc = model.encode(batch)
     states = model.decode_states(batch.tgt_in, enc.hidden, enc.pad_mask)
