@@ -18,7 +18,7 @@ table gives the median sentences/s (and the range), ours divided by each engine 
 repeat (the median of these paired ratios, less moved by a load that changes between repeats),
 corpus BLEU of the detokenized output, and how many sentences are word-for-word ours
 (``--torch-operators`` adds our search with ``decode.cpu_softmax: torch``: PyTorch's operators
-instead of the native kernels of ``syntaxnmt/_native.c``; ``--processes`` adds it with ``decode.processes``, the batches at once in forked processes; each variant of ours is also given against CTranslate2 float32, paired). ``--root`` is the folder that relative paths in the
+instead of the native kernels of ``syntaxnmt/cpu/_native.c``; ``--processes`` adds it with ``decode.processes``, the batches at once in forked processes; each variant of ours is also given against CTranslate2 float32, paired). ``--root`` is the folder that relative paths in the
 checkpoint's stored config start from (e.g. the repository the run was trained in). The figures
 and the machine (``syntaxnmt.cpu.machine.machine_info``, load average before and after) also go to
 ``--json`` (default benchmarks/out/ct2_decode.json). ``--isa avx2`` restarts the script with ATen,
@@ -89,7 +89,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=100, help="sentences each engine translates untimed first")
     ap.add_argument("--limit", type=int, default=0, help="only the first N sentences (quick checks)")
-    ap.add_argument("--torch-operators", action="store_true", help="also time our search with decode.cpu_softmax torch (PyTorch's operators, not the native kernels of syntaxnmt/_native.c)")
+    ap.add_argument("--torch-operators", action="store_true", help="also time our search with decode.cpu_softmax torch (PyTorch's operators, not the native kernels of syntaxnmt/cpu/_native.c)")
     ap.add_argument("--processes", action="store_true", help="also time our search with decode.processes (the batches at once in forked processes instead of threads)")
     _isa.add_isa_argument(ap)
     ap.add_argument("--json", default="benchmarks/out/ct2_decode.json", help="figures and the machine record")

@@ -4,7 +4,7 @@
         [--batches 24] [--warmup 4] [--threads 2] [--kernels A,B] [--json benchmarks/out/native_training.json] [--isa native|avx2]
 
 ``train.cpu_native: auto`` computes three pieces of a CPU training update in the C kernels of
-``syntaxnmt/_native.c`` (docs/benchmarks.md, "Native kernels of training"): the attention of
+``syntaxnmt/cpu/_native.c`` (docs/benchmarks.md, "Native kernels of training"): the attention of
 short sequences (:mod:`syntaxnmt.cpu.attention`), dropout
 (:mod:`syntaxnmt.cpu.dropout`) and the label-smoothed loss with its gradient
 (:func:`syntaxnmt.training.losses.native_smoothed_xent`); ``torch`` keeps PyTorch's operators.
@@ -215,7 +215,7 @@ def main() -> int:
         sys.exit("native_training: --kernels or --switch, not both")
     if args.switch:
         if native_training_kernels() is None:
-            sys.exit("native_training: syntaxnmt/_native.c was not built or this CPU lacks AVX2/FMA: nothing to switch")
+            sys.exit("native_training: syntaxnmt/cpu/_native.c was not built or this CPU lacks AVX2/FMA: nothing to switch")
         settings = None
     elif args.kernels:
         names = args.kernels.split(",")
@@ -226,7 +226,7 @@ def main() -> int:
         settings = {k: (lambda k=k: lin.set_kernels(k)) for k in names}
     else:
         if native_training_kernels() is None:
-            sys.exit("native_training: syntaxnmt/_native.c was not built (pip install -e . with a C compiler) or this CPU lacks AVX2/FMA: nothing to compare")
+            sys.exit("native_training: syntaxnmt/cpu/_native.c was not built (pip install -e . with a C compiler) or this CPU lacks AVX2/FMA: nothing to compare")
         settings = {"train.cpu_native auto": lambda: set_native_training(True), "train.cpu_native torch": lambda: set_native_training(False)}
     keep_freed_memory()
     torch.set_num_threads(args.threads)

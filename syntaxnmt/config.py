@@ -552,7 +552,7 @@ class TrainConfig(_Section):
     ``cpu_kernels`` is ``auto``). Set explicitly, it wins over the calibration."""
 
     cpu_native: Literal["auto", "torch"] = "auto"
-    """The C kernels of ``syntaxnmt/_native.c`` in CPU training, where they were built for this CPU
+    """The C kernels of ``syntaxnmt/cpu/_native.c`` in CPU training, where they were built for this CPU
     (AVX2/FMA): ``auto`` computes the attention of sequences up to 128 positions
     (:mod:`syntaxnmt.cpu.attention`) and the label-smoothed loss with its gradient
     (:func:`syntaxnmt.training.losses.native_smoothed_xent`) there; ``torch`` keeps PyTorch's

@@ -12,7 +12,7 @@ from syntaxnmt.cpu.machine import native_kernels, native_training_kernels
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "native_training.py"
 
 
-@pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/_native.c not built or no AVX2/FMA on this CPU")
+@pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/cpu/_native.c not built or no AVX2/FMA on this CPU")
 def test_each_kernel_is_timed_with_both_settings_and_the_kernels_stay_on():
     bench = load_script(SCRIPT)
     figures = bench.kernels_alone((4, 6), 16, 2, 32, 50)

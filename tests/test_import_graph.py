@@ -15,7 +15,6 @@ PACKAGE = Path(__file__).resolve().parents[1] / "syntaxnmt"
 # The rank of each top-level module or stage package; a module may import only modules of a
 # lower rank, or modules of its own stage package (without a cycle).
 STAGES: dict[str, int] = {
-    "_native": 0,  # the C extension (syntaxnmt/_native.c): imports nothing of the package
     "errors": 0,
     "textio": 1,
     "syntax": 1,

@@ -1,4 +1,4 @@
-"""The threads of the C kernels (``syntaxnmt/_native.c``, "Threads"): a kernel's range split
+"""The threads of the C kernels (``syntaxnmt/cpu/_native.c``, "Threads"): a kernel's range split
 between torch's OpenMP threads gives the values of one thread, bit for bit, whatever the number of
 threads, with two Python threads calling at once, and in a forked child with one thread; the
 kernels load no OpenMP runtime besides torch's."""
@@ -15,7 +15,7 @@ import torch
 from syntaxnmt.cpu.machine import kernel_threads, native_kernels
 
 native = native_kernels()
-pytestmark = pytest.mark.skipif(native is None, reason="syntaxnmt/_native.c not built or no AVX2/FMA on this CPU")
+pytestmark = pytest.mark.skipif(native is None, reason="syntaxnmt/cpu/_native.c not built or no AVX2/FMA on this CPU")
 
 
 def _dropout_both_ways(threads: int, rows: int = 300, cols: int = 128) -> list[torch.Tensor]:

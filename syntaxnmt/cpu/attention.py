@@ -12,7 +12,7 @@ At the sentence lengths of sentence-level NMT (Multi30k's batches: 12-32 positio
 a seventh of the machine's arithmetic rate: its time goes to the bookkeeping of each (sentence,
 head) block, and attention took 8 % of a training update of the side-by-side model on a 2-core
 AVX2 EPYC (docs/benchmarks.md, "Native kernels of training"). :func:`attention` computes each block in
-``syntaxnmt/_native.c`` (``attention_forward``/``attention_backward``) with its rows in the L1
+``syntaxnmt/cpu/_native.c`` (``attention_forward``/``attention_backward``) with its rows in the L1
 cache, keeps the probabilities P (B, H, Tq, Tk) for the backward pass, reads the heads of the
 projections where they are and writes the output and the gradients in the (B, T, H, d) layout the
 projections use, so merging the heads copies nothing. Sentences are split between torch's
@@ -93,7 +93,7 @@ def _stacked_views(sources: list[Tensor] | tuple[Tensor, ...], heads: int, place
 
 def _require_native() -> None:
     if _native is None:
-        raise RuntimeError("the native kernel syntaxnmt/_native.c was not built (install with a C compiler: pip install -e .) or this CPU lacks AVX2/FMA")
+        raise RuntimeError("the native kernel syntaxnmt/cpu/_native.c was not built (install with a C compiler: pip install -e .) or this CPU lacks AVX2/FMA")
 
 
 def _forward(views: list, out_view: tuple, pad: Tensor | None, b: int, h: int, tq: int, tk: int, d: int, causal: bool) -> Tensor:
@@ -263,7 +263,7 @@ class _SelfState:
 
 def native_step(attn: MultiHeadAttention, query: Tensor, key_value: Tensor | None, key_padding_mask: Tensor | None, cache: dict, static_kv: bool) -> Tensor:
     """One step of incremental decoding (one float32 query per row on the CPU) of ``attn``'s plain
-    attention in the kernels of ``syntaxnmt/_native.c``, without copying a cache: its state
+    attention in the kernels of ``syntaxnmt/cpu/_native.c``, without copying a cache: its state
     (``cache['kernel']``: :class:`_SelfState`, :class:`_CrossState`) is reordered by
     :func:`~syntaxnmt.model.attention.reorder_cache` and ``defer_reorder``. Same values as the
     explicit path to float rounding."""

@@ -7,7 +7,7 @@ profile). :class:`Dropout` keeps a unit with probability 1 - p and scales kept u
 1 / (1 - p), exactly as ``nn.Dropout`` does, in one of two ways on CPU:
 
 - float32 with the native kernels (:func:`~syntaxnmt.cpu.machine.native_training_kernels`; not
-  ``train.cpu_native: torch``): ``dropout_forward`` of ``syntaxnmt/_native.c`` draws Philox4x32-10
+  ``train.cpu_native: torch``): ``dropout_forward`` of ``syntaxnmt/cpu/_native.c`` draws Philox4x32-10
   words (Salmon et al. 2011; the generator of PyTorch's and JAX's GPU dropout), keeps a unit when
   its 16-bit half of a word is at least ceil(p 2^16) (two units per word: the generator is most
   of the kernel's time; the keep probability is 1 - p to within 2^-16), writes the result and

@@ -16,7 +16,7 @@ from syntaxnmt.cpu.machine import kernel_threads, native_training_kernels
 def native_smoothed_xent(z: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     """The summed label-smoothed cross-entropy and NLL of logits ``z`` (N, V; float32, contiguous,
     CPU) for classes ``target`` (N,), as :func:`smoothed_cross_entropy` defines them, computed
-    in the C kernel ``smoothed_xent`` (``syntaxnmt/_native.c``: one read of each row from memory
+    in the C kernel ``smoothed_xent`` (``syntaxnmt/cpu/_native.c``: one read of each row from memory
     instead of about seven passes over the chunk), which **overwrites z with dloss/dz** =
     ``softmax(z) - eps / V - (1 - eps) onehot(target)``. Rows are split between torch's threads.
     Only where :func:`~syntaxnmt.cpu.machine.native_training_kernels` is not None."""

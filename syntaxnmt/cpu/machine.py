@@ -13,7 +13,7 @@ a job that starts or ends beside it changes its threads within half a minute. Th
 policy, a short OpenMP spin before a waiting thread sleeps, must be set before torch loads its
 OpenMP runtime: ``syntaxnmt/__main__.py`` does it.
 
-The C kernels (``syntaxnmt/_native.c``, :func:`native_kernels`) split their work between torch's
+The C kernels (``syntaxnmt/cpu/_native.c``, :func:`native_kernels`) split their work between torch's
 threads (:func:`kernel_threads`, :func:`in_threads`); :func:`machine_info` describes the machine
 for benchmarks.
 """
@@ -36,11 +36,11 @@ from syntaxnmt.errors import UserError
 
 
 def native_kernels():
-    """The C kernels of incremental decoding (``syntaxnmt/_native.c``, an optional extension that
+    """The C kernels of incremental decoding (``syntaxnmt/cpu/_native.c``, an optional extension that
     ``pip install`` builds), or None where they were not built (no C compiler at install) or the
     CPU lacks the AVX2/FMA their fast paths need."""
     try:
-        import syntaxnmt._native as _native
+        import syntaxnmt.cpu._native as _native
     except ImportError:
         return None
     return _native if _native.vectorized() else None
@@ -77,7 +77,7 @@ if hasattr(os, "register_at_fork"):
 def kernel_threads(n: int, min_per_thread: int = 1) -> int:
     """The threads to split ``n`` items between: ``torch.get_num_threads()``, fewer when a thread
     would get under ``min_per_thread`` items (a native kernel's ``threads`` argument, torch's
-    OpenMP threads: ``syntaxnmt/_native.c``, "Threads"; and :func:`in_threads`)."""
+    OpenMP threads: ``syntaxnmt/cpu/_native.c``, "Threads"; and :func:`in_threads`)."""
     return max(1, min(torch.get_num_threads(), n // max(1, min_per_thread)))
 
 

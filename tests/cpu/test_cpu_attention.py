@@ -17,7 +17,7 @@ from syntaxnmt.cpu.machine import native_kernels, set_native_training
 from syntaxnmt.cpu.packing import Place
 from syntaxnmt.model.attention import MultiHeadAttention, defer_reorder, reorder_cache
 
-pytestmark = pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/_native.c not built or no AVX2/FMA on this CPU")
+pytestmark = pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/cpu/_native.c not built or no AVX2/FMA on this CPU")
 
 
 def reference(q, k, v, pad, causal):
@@ -243,7 +243,7 @@ def test_packed_attention_refuses_what_the_kernels_cannot_read_and_autocast_keep
     assert out.dtype == torch.bfloat16
 
 
-needs_kernels = pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/_native.c not built or no AVX2/FMA on this CPU")
+needs_kernels = pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/cpu/_native.c not built or no AVX2/FMA on this CPU")
 
 
 @needs_kernels

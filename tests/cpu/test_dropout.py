@@ -67,7 +67,7 @@ def test_masks_follow_torch_manual_seed():
     assert torch.equal(dropout(x, 0.1, True), a)
 
 
-needs_kernels = pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/_native.c not built or no AVX2/FMA on this CPU")
+needs_kernels = pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/cpu/_native.c not built or no AVX2/FMA on this CPU")
 
 
 @needs_kernels

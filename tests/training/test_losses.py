@@ -11,7 +11,7 @@ from syntaxnmt.inputs import PAD
 from syntaxnmt.model.outputs import ModelOutput
 from syntaxnmt.training.losses import label_smoothed_nll, native_smoothed_xent, sequence_loss
 
-needs_kernels = pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/_native.c not built or no AVX2/FMA on this CPU")
+needs_kernels = pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/cpu/_native.c not built or no AVX2/FMA on this CPU")
 
 
 @pytest.fixture(params=["auto", "torch"])
