@@ -30,14 +30,19 @@ def model_of(cfg):
     return build_model(cfg, **load_tokenizers(cfg).vocab_sizes())
 
 
-def test_tree_relation_model_refused_in_one_line(make_config, corpus, parsed_prepared_dir, tmp_path):
-    cfg = make_config({"data": parsed_data(corpus), "model": {"syntax": {"relations": [["tree_distance", "none", "none", "none"]]}}}, prepared_dir=parsed_prepared_dir)
-    ckpt = tmp_path / "tree.pt"
+def export_refused(cfg, tmp_path) -> str:
+    """``syntaxnmt export-ct2`` of a checkpoint of ``cfg``'s model: exit 2, nothing written; its stderr."""
+    ckpt = tmp_path / "model.pt"
     save_checkpoint(ckpt, {"config": cfg.model_dump(mode="json"), "model": model_of(cfg).state_dict()})
     r = syntaxnmt("export-ct2", "--checkpoint", str(ckpt), "-o", str(tmp_path / "out"))
     assert r.returncode == 2
-    assert r.stderr == "syntaxnmt: error: CTranslate2 cannot represent tree relations (model.syntax.relations: tree_distance)\n"
     assert not (tmp_path / "out").exists()
+    return r.stderr
+
+
+def test_tree_relation_model_refused_in_one_line(make_config, corpus, parsed_prepared_dir, tmp_path):
+    cfg = make_config({"data": parsed_data(corpus), "model": {"syntax": {"relations": [["tree_distance", "none", "none", "none"]]}}}, prepared_dir=parsed_prepared_dir)
+    assert export_refused(cfg, tmp_path) == "syntaxnmt: error: CTranslate2 cannot represent tree relations (model.syntax.relations: tree_distance)\n"
 
 
 def context_config(make_config, corpus, parsed_prepared_dir, tmp_path, kind, side):
@@ -55,12 +60,7 @@ def test_document_context_models_are_refused_naming_their_kind(make_config, corp
 
 def test_han_model_refused_in_one_line(make_config, corpus, parsed_prepared_dir, tmp_path):
     cfg = context_config(make_config, corpus, parsed_prepared_dir, tmp_path, "han", "both")
-    ckpt = tmp_path / "han.pt"
-    save_checkpoint(ckpt, {"config": cfg.model_dump(mode="json"), "model": model_of(cfg).state_dict()})
-    r = syntaxnmt("export-ct2", "--checkpoint", str(ckpt), "-o", str(tmp_path / "out"))
-    assert r.returncode == 2
-    assert r.stderr == "syntaxnmt: error: CTranslate2 cannot represent a document-context model (model.context.kind: han; CTranslate2 translates sentences alone)\n"
-    assert not (tmp_path / "out").exists()
+    assert export_refused(cfg, tmp_path) == "syntaxnmt: error: CTranslate2 cannot represent a document-context model (model.context.kind: han; CTranslate2 translates sentences alone)\n"
 
 
 @pytest.mark.parametrize(
