@@ -51,6 +51,7 @@ def install(model: nn.Module) -> nn.Module:
             m.__class__ = _REPLACED[type(m)]
         if isinstance(m, MultiHeadAttention):
             m.kernel = CPU_ATTENTION
+    for m in model.modules():
         if isinstance(m, Transformer):
             if not isinstance(m.stacks, PackedStacks):
                 m.stacks = PackedStacks()
