@@ -304,13 +304,14 @@ class CpuAttention(AttentionKernel):
             return stacked_attention(attn, query.reshape(-1, d), Place(None, b, t), key_padding_mask, causal, memory, memory_place).view(b, t, -1)
         return super().__call__(attn, query, key_value, key_padding_mask, causal, cache, static_kv)
 
-    def attend(self, attn: MultiHeadAttention, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool) -> Tensor:
-        """One query per row (incremental decoding) and training with attention dropout: the
-        explicit products (two small matrix products beat the fused kernel's per-call overhead,
-        about 2x at beam search's shapes; with dropout the fused kernel falls back to a reference
-        path whose full-mask checks and ``bernoulli_`` mask cost more than the products). Short
-        sequences: the C kernels (:func:`attention`). Else PyTorch's fused kernel."""
-        if q.device.type == "cpu" and (q.size(2) == 1 or (attn.training and attn.dropout > 0)):
+    def attend(self, attn: MultiHeadAttention, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool, own_dropout: bool = False) -> Tensor:
+        """One query per row (incremental decoding), and training with attention dropout where the
+        caller asks for ``own_dropout``: the explicit products (two small matrix products beat the
+        fused kernel's per-call overhead, about 2x at beam search's shapes; with dropout the fused
+        kernel falls back to a reference path whose full-mask checks and ``bernoulli_`` mask cost
+        more than the products). Short sequences: the C kernels (:func:`attention`). Else
+        PyTorch's fused kernel."""
+        if q.device.type == "cpu" and (q.size(2) == 1 or (own_dropout and attn.training and attn.dropout > 0)):
             return attn.explicit(q, k, v, key_padding_mask, causal, SourceFeatures())[0]
         if usable(q, k, attn.dropout if attn.training else 0.0, causal):
             return attention(q, k, v, key_padding_mask, causal)

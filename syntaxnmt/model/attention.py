@@ -82,8 +82,10 @@ class AttentionKernel:
         q, k, v = attn.project(query, key_value, cache, static_kv)
         return attn.out_proj(attn.merge(self.attend(attn, q, k, v, key_padding_mask, causal and q.size(2) > 1)))
 
-    def attend(self, attn: "MultiHeadAttention", q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool) -> Tensor:
-        """``softmax(q k^T / sqrt(d) + mask) v`` per head (B, H, Tq, d), with the attention's dropout in training."""
+    def attend(self, attn: "MultiHeadAttention", q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool, own_dropout: bool = False) -> Tensor:
+        """``softmax(q k^T / sqrt(d) + mask) v`` per head (B, H, Tq, d), with the attention's dropout in
+        training; ``own_dropout``: the caller would rather have the weights dropped by the attention's
+        own dropout module than by the fused kernel (a kernel may honour it; HAN's word level asks)."""
         mask = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]  # True = may attend
         p = attn.dropout if attn.training else 0.0
         if causal and mask is not None:

@@ -204,7 +204,7 @@ class HierarchicalContext(nn.Module):
         if need_weights:
             z, w_word = att.explicit(q, keys, values, word_mask, False, SourceFeatures())
         else:  # the attention's kernel (AttentionKernel.attend)
-            z, w_word = att.kernel.attend(att, q, keys, values, word_mask, False), None
+            z, w_word = att.kernel.attend(att, q, keys, values, word_mask, False, own_dropout=True), None
         return z.transpose(1, 2).reshape(b, k, s, d).transpose(1, 2).reshape(b * s, k, d), w_word  # per token and sentence
 
     def _sentence_level(self, h: Tensor, z: Tensor, present: Tensor, b: int, s: int, k: int, sc: int, need_weights: bool, w_word: Tensor | None, h_t: Tensor | None = None, into: Tensor | None = None) -> tuple[Tensor, ContextAttention | None]:
