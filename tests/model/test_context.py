@@ -617,3 +617,18 @@ def test_a_batch_of_given_contexts_gives_the_per_sentence_log_probs(side):
         for row, i in enumerate(indices):
             alone = _per_sentence_log_probs(model, split, i, 2)
             torch.testing.assert_close(together[row, : len(alone)], alone, rtol=0, atol=1e-5)
+
+
+def test_every_context_kind_of_the_config_has_its_context_model():
+    """``model.context.kind`` is looked up in one registry: concatenation reads nothing in the
+    network (its context is in the input sequences), HAN reads with its blocks on the sides it has."""
+    from typing import get_args
+
+    from syntaxnmt.config import ContextConfig
+    from syntaxnmt.model.context import CONTEXT_MODELS, ContextModel, HanContext
+
+    assert set(CONTEXT_MODELS) == set(get_args(ContextConfig.model_fields["kind"].annotation))
+    assert CONTEXT_MODELS["concat"] is ContextModel and CONTEXT_MODELS["han"] is HanContext
+    source, target = _context_model("source"), _context_model("target")
+    assert isinstance(source.context, HanContext) and source.context.changes_encoder_output and source.context.target is None
+    assert not target.context.changes_encoder_output and target.context.target is target.han_target
