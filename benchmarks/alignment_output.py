@@ -31,7 +31,8 @@ from syntaxnmt.alignment.extract import alignments_for_translations
 from syntaxnmt.config import load_config
 from syntaxnmt.data.prepare import prepare
 from syntaxnmt.data.synthetic import write_corpus
-from syntaxnmt.decoding.translate import load_model, translate_lines
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.textio import read_lines
 from syntaxnmt.training.train import train
 

@@ -289,6 +289,12 @@ def _cut_array(case: Path, env: Env) -> None:
     arr.write_bytes(arr.read_bytes()[:200])
 
 
+def _data_beside_config(case: Path, _env: Env) -> None:
+    """A config in ``exp/`` naming ``corpus/train.src``, which exists beside it, not in the working folder."""
+    write(case / "exp" / "corpus" / "train.src", "a red house .\n")
+    write(case / "exp" / "c.yaml", "data:\n  train_src: corpus/train.src\n  train_tgt: corpus/train.src\n")
+
+
 def _still_fifo(case: Path, _out: str, _err: str) -> str | None:
     return None if stat.S_ISFIFO((case / "fifo").lstat().st_mode) else "the FIFO was replaced by a regular file"
 
@@ -319,6 +325,125 @@ def _fifo_has_lines(case: Path, _out: str, _err: str) -> str | None:
     problem = _still_fifo(case, _out, _err)
     got = (case / "fifo.read").read_text(encoding="utf-8") if (case / "fifo.read").exists() else ""
     return problem or (None if got.count("\n") == 20 else f"the reader got {got.count(chr(10))} lines, not 20")
+
+
+
+# ------------------------------------------------------------------ issue 49 item 5: input hygiene in one reader
+
+BOM = "\ufeff".encode("utf-8")
+HYGIENE_TEXT = "every dog barks .\nthe man sees a red house .\n"
+
+
+def _bom_pair(case: Path, _env: Env) -> None:
+    write(case / "hyp.txt", BOM + HYGIENE_TEXT.encode("utf-8"))
+    write(case / "ref.txt", HYGIENE_TEXT)
+
+
+def _bom_text(case: Path, _env: Env) -> None:
+    write(case / "in.txt", BOM + HYGIENE_TEXT.encode("utf-8"))
+
+
+def _parsed_every_as_det(_case: Path, out: str, _err: str) -> str | None:
+    """``parse`` read 'every', not '\\ufeffevery' (tagged NUM before issue 49)."""
+    return None if "\t\ufeff" not in out and "1\tevery\t_\tDET\t" in out else "the first word is not 'every' tagged DET"
+
+
+def _long_lines(chars: int) -> Callable[[Path, Env], None]:
+    def setup(case: Path, _env: Env) -> None:
+        write(case / "long.txt", b"a red house .\n" + b"x" * chars + b"\n")
+    return setup
+
+
+def _edit_checkpoint(name: str, edit: Callable[[dict], None]) -> Callable[[Path, Env], None]:
+    """A copy of the audit's checkpoint at ``{case}/name``, changed by ``edit(state)``."""
+    def setup(case: Path, env: Env) -> None:
+        from syntaxnmt.checkpoint import save_checkpoint
+
+        state = torch.load(env.ckpt, weights_only=True)
+        edit(state)
+        save_checkpoint(case / name, state)
+    return setup
+
+
+def _first_float(state: dict) -> str:
+    return next(k for k, v in state["model"].items() if v.is_floating_point())
+
+
+def _zip_bomb(case: Path, env: Env) -> None:
+    """The audit's checkpoint plus 64 MiB of zeros under an unused key, deflated: a 1 MB file
+    that the loader of issue 49 expanded in full."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    torch.save({**torch.load(env.ckpt, weights_only=True), "unused": torch.zeros(16 << 20)}, buf)
+    with zipfile.ZipFile(buf) as z, zipfile.ZipFile(case / "bomb.pt", "w", zipfile.ZIP_DEFLATED) as out:
+        for info in z.infolist():
+            out.writestr(info.filename, z.read(info.filename))
+
+
+_TMPFS: list[bool] = []  # the answer of _tmpfs_possible, found once
+
+
+def _tmpfs_possible() -> bool:
+    """Whether this process may mount a tmpfs (root, and a ``mount`` that works): the full-disk case needs one."""
+    if not _TMPFS:
+        ok = os.geteuid() == 0 and shutil.which("mount") is not None
+        if ok:
+            with tempfile.TemporaryDirectory() as d:
+                ok = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", d], capture_output=True).returncode == 0
+                if ok:
+                    subprocess.run(["umount", d], capture_output=True)
+        _TMPFS.append(ok)
+    return _TMPFS[0]
+
+
+def _full_tensorboard_disk(case: Path, _env: Env) -> None:
+    """The run's ``tensorboard`` folder on an 8 KiB tmpfs with one 4 KiB page free: the event file
+    fills it within the first updates; the checkpoints, on another disk, are written (unmounted by the check)."""
+    (case / "run" / "tensorboard").mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(case / "run" / "tensorboard")], check=True)
+    write(case / "run" / "tensorboard" / "filler", b"\0" * 4096)
+
+
+def _tensorboard_stopped(case: Path, out: str, _err: str) -> str | None:
+    subprocess.run(["umount", "-l", str(case / "run" / "tensorboard")], capture_output=True)
+    if not (case / "run" / "best.pt").is_file():
+        return "training did not go on to write best.pt"
+    return None if "tfevents" in out and ": cannot write (No space left on device): TensorBoard logging stopped, training goes on" in out else "stdout lacks the message that TensorBoard stopped, naming its file"
+
+
+def input_hygiene_cases(env: Env) -> list[Case]:
+    """Issue 49 item 5: a byte-order mark, a line over the limits, an input without end, a damaged
+    stored tokenizer, integer or stride-0 weights, a zip bomb, a full disk under TensorBoard during
+    ``train`` (root only: it mounts a tmpfs; a full disk under a file ``atomic_write`` writes is
+    ``translate-output-dev-full``)."""
+    C, ck, cfg = Case, str(env.ckpt), str(env.config)
+    one = str(env.bad["one_line"])
+    out = [
+        C("bom-evaluate", "evaluate", ["evaluate", "--hyp", "{case}/hyp.txt", "--ref", "{case}/ref.txt"], setup=_bom_pair, expect=0, check=_stdout_has("BLEU = 100.00")),
+        C("bom-parse", "parse", ["parse", "-i", "{case}/in.txt"], setup=_bom_text, expect=0, check=_parsed_every_as_det),
+        C("bom-parse-stdin", "parse", ["parse"], stdin=BOM + HYGIENE_TEXT.encode("utf-8"), expect=0, check=_parsed_every_as_det, in_process=False),
+        C("utf16-input", "translate", ["translate", "--checkpoint", ck, "-i", "{case}/in.txt"], setup=lambda c, e: write(c / "in.txt", "a red house .\n".encode("utf-16")) and None, fragments=("in.txt:1", "UTF-16")),
+        C("parse-line-over-spacy-limit", "parse", ["parse", "-i", "{case}/long.txt"], setup=_long_lines(1_000_001), fragments=("line 2 of", "long.txt", "nlp.max_length")),
+        C("translate-line-over-limit", "translate", ["translate", "--checkpoint", ck, "-i", "{case}/long.txt"], setup=_long_lines((1 << 20) + 1), fragments=("long.txt:2", "1,048,576 bytes")),
+        C("translate-dev-zero", "translate", ["translate", "--checkpoint", ck, "-i", "/dev/zero"], fragments=("/dev/zero:1", "longer than"), timeout=60),
+        C("translate-stdin-without-newline", "translate", ["translate", "--checkpoint", ck], stdin=b"a" * (3 << 20), fragments=("<stdin>:1", "longer than"), in_process=False, timeout=60),
+        C("evaluate-dev-zero", "evaluate", ["evaluate", "--hyp", "/dev/zero", "--ref", one], fragments=("/dev/zero:1",), timeout=60),
+        C("translate-damaged-tokenizer", "translate", ["translate", "--checkpoint", "{case}/tok.pt", "-i", one],
+          setup=_edit_checkpoint("tok.pt", lambda s: s["assets"].update(spm_tgt=s["assets"]["spm_tgt"][: len(s["assets"]["spm_tgt"]) // 3])), fragments=("tok.pt", "target tokenizer")),
+        C("translate-int64-weights", "translate", ["translate", "--checkpoint", "{case}/int.pt", "-i", one],
+          setup=_edit_checkpoint("int.pt", lambda s: s["model"].update({_first_float(s): (s["model"][_first_float(s)] * 100).long()})), fragments=("int.pt", "int64")),
+        C("translate-zip-bomb", "translate", ["translate", "--checkpoint", "{case}/bomb.pt", "-i", one], setup=_zip_bomb, fragments=("bomb.pt", "expands to")),
+        C("translate-stride-zero-weight", "translate", ["translate", "--checkpoint", "{case}/view.pt", "-i", one],
+          setup=_edit_checkpoint("view.pt", lambda s: s["model"].update({_first_float(s): torch.zeros(1).expand(1 << 36)})), fragments=("view.pt", "claims")),  # checking it whole: 64 GB
+        C("average-damaged-tokenizer", "average-checkpoints", ["average-checkpoints", "--inputs", ck, "{case}/tok.pt", "-o", "{case}/avg.pt"],
+          setup=_edit_checkpoint("tok.pt", lambda s: s["assets"].update(spm_src=b"not a model")), fragments=("tok.pt", "source tokenizer")),
+    ]
+    if _tmpfs_possible():  # root only: a real full disk (the tests simulate one with ENOSPC)
+        out.append(C("train-full-disk-tensorboard", "train", ["train", cfg, "--work_dir={case}/run", "--train.tensorboard=true", "--train.log_every=1", "--train.valid_every=1000", "--train.max_steps=40"],
+                     setup=_full_tensorboard_disk, expect=0, check=_tensorboard_stopped, in_process=False))
+    return out
 
 
 EXTENDED = frozenset("""
@@ -587,7 +712,18 @@ def cases(env: Env) -> list[Case]:
         C("serve-timeout-nan", "serve", ["serve", "--checkpoint", ck, "--timeout", "nan", "--parser", "none"], fragments=("--timeout",)),
         C("serve-crafted-pickle", "serve", ["serve", "--checkpoint", evil, "--parser", "none"], fragments=("evil.pt",)),
         C("serve-nan-weights", "serve", ["serve", "--checkpoint", str(b["nan"]), "--parser", "none"], fragments=("nan.pt",)),
+        # issue 51: unknown options, silent context-free scores, config paths and keys that cannot work
+        C("unknown-option-with-value", "prepare", ["prepare", "--bogus", "1"], fragments=("unknown option --bogus",)),
+        C("sweep-unknown-option", "align-sweep", ["align-sweep", "--checkpoint", ck, "--src", one, "--tgt", one, "--gold", str(b["pharaoh_ok"]), "--frobnicate", "1"], fragments=("unknown option --frobnicate",)),
+        C("evaluate-threads", "evaluate", ["evaluate", "--hyp", one, "--ref", one, "--threads", "1"], fragments=("unknown option --threads",)),
+        C("score-threads-negative", "score", ["score", "--checkpoint", ck, "--contrastive", str(b["contrapro"]), "--threads", "-3"], fragments=("--threads",)),
+        C("score-contrapro-without-context", "score", ["score", "--checkpoint", ck, "--contrastive", str(b["contrapro"])], fragments=("contrapro.json", "--context-src", "--context none")),
+        C("config-data-path-beside-config", "prepare", ["prepare", "{case}/exp/c.yaml"], setup=_data_beside_config, fragments=("c.yaml", "data.train_src", "working directory")),
+        C("rnn-dot-sizes", "prepare", ["prepare", cfg, "--model.arch=rnn", "--model.rnn.score=dot", *LOCAL], fragments=("model.rnn.score dot", "2 x hidden")),
+        C("context-two-to-two-separate-vocab", "prepare", ["prepare", cfg, "--model.context.kind=concat", "--model.context.side=both", "--data.joint_vocab=false",
+                                                            f"--data.train_docs={b['docs_short']}", f"--data.dev_docs={b['docs_short']}", *LOCAL], fragments=("data.joint_vocab",)),
     ]
+    out += input_hygiene_cases(env)
     unknown = EXTENDED - {c.name for c in out}
     assert not unknown, unknown
     for c in out:
@@ -867,6 +1003,9 @@ class HttpCase:
     expect: tuple[int, ...]
     body: bytes | None = None
     content_type: str = "application/json"
+    raw: bytes | None = None  # sent as it is instead of a request made of the fields above
+    host: str = "127.0.0.1"
+    json_error: bool = True  # the answer must hold a JSON "error" (unless 404 / 405)
 
 
 def http_cases() -> list[HttpCase]:
@@ -906,6 +1045,14 @@ def http_cases() -> list[HttpCase]:
         H("traversal-encoded-slash", "GET", "/static/..%2f..%2fserver.py", (404,)),
         H("traversal-source", "GET", "/static/../server.py", (404,)),
         H("unknown-path", "GET", "/admin", (404,)),
+        # issue 49: a bounded server (run_http serves with --allowed-hosts 127.0.0.1,localhost --read-timeout 2)
+        H("docs-off", "GET", "/docs", (404,)),
+        H("redoc-off", "GET", "/redoc", (404,)),
+        H("openapi-off", "GET", "/openapi.json", (404,)),
+        H("host-not-allowed", "GET", "/health", (400,), host="evil.example"),
+        H("slow-body", "POST", "/translate", (408,), raw=b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"sentences\""),
+        H("slow-headers", "POST", "/translate", (0,), raw=b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty", json_error=False),
+        H("content-length-and-chunked", "POST", "/translate", (400,), raw=b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 21\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"sen\r\n"),
     ]
 
 
@@ -917,10 +1064,10 @@ def _free_port() -> int:
 
 def _raw_request(port: int, case: HttpCase, timeout: float = 60) -> tuple[int, bytes]:
     """Send the request as bytes (paths are not normalized, as an attacker's client would not)."""
-    head = f"{case.method} {case.path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+    head = f"{case.method} {case.path} HTTP/1.1\r\nHost: {case.host}\r\nConnection: close\r\n"
     if case.body is not None:
         head += f"Content-Type: {case.content_type}\r\nContent-Length: {len(case.body)}\r\n"
-    data = head.encode() + b"\r\n" + (case.body or b"")
+    data = case.raw if case.raw is not None else head.encode() + b"\r\n" + (case.body or b"")
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         try:
             s.sendall(data)
@@ -945,7 +1092,8 @@ def run_http(env: Env, progress: Callable[[dict], None]) -> list[dict]:
     has printed no traceback, and that the first SIGTERM ends it with 143."""
     port = _free_port()
     err_path = env.root / "serve.stderr"
-    cmd = [sys.executable, "-m", "syntaxnmt", "serve", "--checkpoint", str(env.ckpt), "--port", str(port), "--parser", "none", "--threads", "1", "--device", "cpu"]
+    cmd = [sys.executable, "-m", "syntaxnmt", "serve", "--checkpoint", str(env.ckpt), "--port", str(port), "--parser", "none", "--threads", "1", "--device", "cpu",
+           "--allowed-hosts", "127.0.0.1,localhost", "--read-timeout", "2"]
     records: list[dict] = []
     with open(err_path, "wb") as err_file:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_file, env=subprocess_env(), cwd=env.root)
@@ -960,7 +1108,7 @@ def run_http(env: Env, progress: Callable[[dict], None]) -> list[dict]:
                 reasons = []
                 if status not in case.expect:
                     reasons.append(f"HTTP {status}, expected {'/'.join(map(str, case.expect))}")
-                if status not in (404, 405) and b'"error"' not in body:
+                if case.json_error and status not in (404, 405) and b'"error"' not in body:
                     reasons.append("no JSON error in the answer")
                 if env.marker.exists():
                     reasons.append("the marker file appeared")

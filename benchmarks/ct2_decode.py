@@ -10,7 +10,7 @@ threads, batch size and search settings (``decode`` of the checkpoint's config, 
 (``--warmup`` sentences per engine). Threads: ours searches ``--workers`` batches at once
 (``decode.workers``; 0, the default: one per thread when there are enough batches), the
 ``--threads`` shared between them as torch intra-op threads
-(:func:`syntaxnmt.decoding.translate.decode_workers`); CTranslate2 gets the same split, as many
+(:func:`syntaxnmt.cpu.pools.decode_workers`); CTranslate2 gets the same split, as many
 ``inter_threads`` (translators searching batches side by side) with as many ``intra_threads``
 each. ``--workers 1``: one batch at a time on all the threads for both. The engines run in turns,
 ``--repeats`` times in a rotating order, so that a busy machine slows all of them alike; the
@@ -47,9 +47,12 @@ from pathlib import Path
 import torch
 
 from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after
+from syntaxnmt.cpu.pools import decode_workers
 from syntaxnmt.decoding.ct2_engine import CT2Engine
 from syntaxnmt.decoding.ct2_export import export_ct2
-from syntaxnmt.decoding.translate import decode_workers, encode_source_lines, load_model, translate_ids
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.sources import encode_source_lines
+from syntaxnmt.decoding.translate import translate_ids
 from syntaxnmt.metrics import score
 from syntaxnmt.runtime import keep_freed_memory
 from syntaxnmt.textio import atomic_write_text, read_lines

@@ -29,8 +29,9 @@ from syntaxnmt.config import load_config
 from syntaxnmt.data.contrastive import read_contrastive
 from syntaxnmt.data.discourse import write_documents
 from syntaxnmt.data.prepare import is_prepared, prepare
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.decoding.scoring import CONTEXT_MODES, score_contrastive
-from syntaxnmt.decoding.translate import load_model, translate_lines
 from syntaxnmt.experiments.sets import write_section
 from syntaxnmt.metrics import corpus_bleu
 from syntaxnmt.textio import atomic_write_text, read_lines

@@ -107,7 +107,8 @@ from syntaxnmt.config import config_from_dict, load_config
 from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after
 from syntaxnmt.data.links import Links, aer, parse_links, read_alignments, read_bitext, transposed
 from syntaxnmt.data.prepare import prepare
-from syntaxnmt.decoding.translate import load_model, translate_lines
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.errors import Interrupted, UserError
 from syntaxnmt.metrics import score as mt_score
 from syntaxnmt.textio import atomic_write_text, read_lines, write_lines

@@ -18,7 +18,8 @@ import os
 import sacrebleu
 import torch
 
-from syntaxnmt.decoding.translate import load_model, translate_lines
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.output import translate_lines
 
 
 def read(path: str) -> list[str]:

@@ -3,7 +3,8 @@ requests beside one maximum request.
 
     python benchmarks/serve_load.py [--checkpoint PATH] [--requests 1000] [--concurrency 50]
                                     [--sentences-per-request 1] [--beam B] [--device cpu] [--threads T]
-                                    [--case load|heavy|both] [--heavy-clients 8] [--heavy-max-requests 2000]
+                                    [--case load|heavy|both|fair] [--heavy-clients 8] [--heavy-max-requests 2000]
+                                    [--fair-levels 0,1,3,6] [--fair-seconds 60] [--server-timeout S]
 
 Starts ``syntaxnmt serve`` in its own process on a free port of 127.0.0.1 (the checkpoint given,
 or by default the demo's small Transformer trained for ``--minutes`` on the synthetic corpus in
@@ -19,6 +20,15 @@ that the budget admits (the 413's ``work`` and ``max_work`` tell how many), and,
 ``--heavy-clients`` clients sending one-sentence requests back to back (at most
 ``--heavy-max-requests``). Prints what the heavy request got, and the small requests' errors and
 latency: their p95 must stay under 2 s.
+The fair case (issue 49, ``--case fair``): for each N of ``--fair-levels``, N clients send heavy
+requests back to back (issue 49's: sentences of 500 one-letter words at the largest beam, as many
+as the work budget admits -- two at the default limits), and one client sends one-sentence
+requests one after another, for ``--fair-seconds``; a heavy client refused with 503 waits the
+Retry-After it was given (at most 5 s). Prints, per N, the small requests' p50 / p95 latency
+(p95 must be <= 2 s beside 6), and what the heavy requests got: answered (their p50 seconds),
+refused up front (503 with Retry-After, in under a second), and held past the server's timeout
+without being refused up front (timed out with 503, or answered after the timeout: must be 0).
+
 Also the machine (``syntaxnmt.cpu.machine.machine_info``, load average before and after); all go to ``--json``
 (default benchmarks/out/serve_load.json). The server runs as the ``syntaxnmt`` command does
 (passive OpenMP waiting, the thread policy unless ``--threads``).
@@ -29,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import signal
 import socket
@@ -87,8 +98,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(checkpoint: Path, port: int, device: str, threads: int) -> subprocess.Popen:
+def start_server(checkpoint: Path, port: int, device: str, threads: int, timeout: float | None = None) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "syntaxnmt", "serve", "--checkpoint", str(checkpoint), "--port", str(port), "--device", device, "--parser", "none", "--max-sentences", "64"]
+    if timeout:
+        cmd += ["--timeout", str(timeout)]
     if threads:
         cmd += ["--threads", str(threads)]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -168,6 +181,76 @@ async def heavy_case(url: str, limits: dict, small: list[dict], clients: int, ma
     }
 
 
+async def fair_case(url: str, limits: dict, small: list[dict], levels: list[int], seconds: float) -> list[dict]:
+    """Per number of concurrent heavy clients: the small requests' latencies and the heavy
+    requests' outcomes (see the module's docstring)."""
+    words = min(LONG_WORDS, (limits["max_chars"] + 1) // 2)
+    sentence = " ".join(["a"] * words)
+    beam, timeout = limits["max_beam"], limits["timeout"]
+    out = []
+    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(timeout + 60), limits=httpx.Limits(max_connections=max(levels) + 4)) as client:
+        probe = await client.post("/translate", json={"sentences": [sentence] * limits["max_sentences"], "beam": beam})
+        per_sentence = probe.json()["work"] / limits["max_sentences"] if probe.status_code == 413 else 1
+        n = max(1, min(limits["max_sentences"], int(limits["max_work"] // per_sentence)))
+        heavy_body = {"sentences": [sentence] * n, "beam": beam}
+        for level in levels:
+            stop_at = time.perf_counter() + seconds
+            heavy: list[dict] = []
+            latencies: list[float] = []
+            errors: list[str] = []
+
+            async def heavy_client() -> None:
+                while time.perf_counter() < stop_at:
+                    t = time.perf_counter()
+                    r = await client.post("/translate", json=heavy_body)
+                    took = time.perf_counter() - t
+                    heavy.append({"status": r.status_code, "seconds": took, "retry_after": r.headers.get("retry-after")})
+                    if r.status_code == 503 and r.headers.get("retry-after"):
+                        await asyncio.sleep(min(5.0, float(r.headers["retry-after"]), max(0.0, stop_at - time.perf_counter())))
+
+            async def small_client() -> None:
+                await asyncio.sleep(1.0 if level else 0.0)  # the heavy requests are in first
+                k = 0
+                while time.perf_counter() < stop_at:
+                    t = time.perf_counter()
+                    try:
+                        r = await client.post("/translate", json=small[k % len(small)])
+                        if r.status_code != 200:
+                            errors.append(f"HTTP {r.status_code}: {r.text[:200]}")
+                    except httpx.HTTPError as e:
+                        errors.append(f"{type(e).__name__}: {e}")
+                    latencies.append(time.perf_counter() - t)
+                    k += 1
+                    await asyncio.sleep(0.1)
+
+            await asyncio.gather(small_client(), *(heavy_client() for _ in range(level)))
+            out.append({"heavy_clients": level, "heavy_sentences": n, "words": words, "beam": beam, "timeout": timeout, "small_latencies": latencies, "small_errors": errors, "heavy": heavy})
+    return out
+
+
+def print_fair(levels: list[dict]) -> bool:
+    """Print the fair case's figures; True if it passed (small p95 <= 2 s beside every level, no
+    small request failed, no heavy request held past the timeout without a refusal up front)."""
+    ok = True
+    for lv in levels:
+        ms = [x * 1000 for x in lv["small_latencies"]]
+        heavy = lv["heavy"]
+        answered = [h["seconds"] for h in heavy if h["status"] == 200]
+        up_front = [h for h in heavy if h["status"] == 503 and h["retry_after"] and h["seconds"] < 1.0]
+        held = [h for h in heavy if h["seconds"] > lv["timeout"] or (h["status"] == 503 and not h["retry_after"])]
+        other = len(heavy) - len(answered) - len(up_front) - len([h for h in held if h["status"] != 200])
+        p95 = percentile(ms, 95) if ms else math.inf
+        ok &= bool(ms) and p95 <= 2000 and not lv["small_errors"] and not held
+        small = f"small: {len(ms)} requests, p50 {percentile(ms, 50):.0f} ms, p95 {p95:.0f} ms" if ms else "small: none finished"
+        print(
+            f"{lv['heavy_clients']} heavy clients ({lv['heavy_sentences']} x {lv['words']} words, beam {lv['beam']}): {small}, errors {len(lv['small_errors'])}"
+            + (f" (first: {lv['small_errors'][0]})" if lv["small_errors"] else "")
+            + f"; heavy: {len(answered)} answered" + (f" (p50 {statistics.median(answered):.1f} s, max {max(answered):.1f} s)" if answered else "")
+            + f", {len(up_front)} refused up front, {len(held)} held past the {lv['timeout']:g} s timeout (must be 0)" + (f", {other} other" if other else "")
+        )
+    return ok
+
+
 def print_heavy(h: dict, clients: int) -> bool:
     """Print the heavy case's figures; True if it passed (413 at once, no small request failed, p95 < 2 s)."""
     print(f"heavy case: the issue's request (64 x {h.get('words', LONG_WORDS)} words, beam {h.get('beam', '?')}): HTTP {h['issue_status']} in {h['issue_seconds'] * 1000:.0f} ms" + (f", work {h['issue_work']} > budget {h['max_work']}" if "issue_work" in h else ""))
@@ -243,7 +326,10 @@ def main() -> None:
     ap.add_argument("--beam", type=int, help="beam size (default: the model's)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=0, help="torch threads of the server and of training the default model (0: torch's default)")
-    ap.add_argument("--case", choices=["load", "heavy", "both"], default="both", help="the load test, the heavy-request case, or both (default)")
+    ap.add_argument("--case", choices=["load", "heavy", "both", "fair"], default="both", help="the load test, the heavy-request case, or both (default); fair: small requests beside 0, 1, 3, 6 concurrent heavy ones (issue 49)")
+    ap.add_argument("--fair-levels", default="0,1,3,6", help="the fair case's numbers of concurrent heavy clients (default: 0,1,3,6)")
+    ap.add_argument("--fair-seconds", type=float, default=60.0, help="seconds of the fair case per number of heavy clients (default: 60)")
+    ap.add_argument("--server-timeout", type=float, help="the server's --timeout (default: its own, 60 s)")
     ap.add_argument("--heavy-clients", type=int, default=8, help="clients sending one-sentence requests beside the heavy request")
     ap.add_argument("--heavy-max-requests", type=int, default=2000, help="at most this many small requests in the heavy case")
     ap.add_argument("--json", default="benchmarks/out/serve_load.json", help="figures and the machine record")
@@ -259,8 +345,8 @@ def main() -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     machine = machine_info()
-    proc = start_server(checkpoint, port, args.device, args.threads)
-    heavy = None
+    proc = start_server(checkpoint, port, args.device, args.threads, args.server_timeout)
+    heavy = fair = None
     try:
         info = wait_ready(url, proc)
         asyncio.run(load(url, bodies[: min(20, len(bodies))], 5))  # warm-up
@@ -272,6 +358,9 @@ def main() -> None:
             small = [{"sentences": [s], **({"beam": args.beam} if args.beam else {})} for s in pool]
             heavy = asyncio.run(heavy_case(url, info["limits"], small, args.heavy_clients, args.heavy_max_requests))
             served = httpx.get(f"{url}/health").json()["served"]
+        if args.case == "fair":
+            small = [{"sentences": [s], **({"beam": args.beam} if args.beam else {})} for s in pool]
+            fair = asyncio.run(fair_case(url, info["limits"], small, [int(x) for x in args.fair_levels.split(",")], args.fair_seconds))
     finally:
         proc.terminate()
         proc.wait(30)
@@ -281,6 +370,12 @@ def main() -> None:
     server_threads = args.threads or "the thread policy's"
     print(machine_summary(machine) + f" (this script's; the server runs as `python -m syntaxnmt serve`, with the command's OpenMP defaults and {server_threads} threads)")
     ok = True
+    if fair is not None:
+        ok = print_fair(fair)
+        doc = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "checkpoint": str(checkpoint), "server": info, "fair": fair, "machine": machine}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(args.json, json.dumps(doc, indent=1))
+        sys.exit(0 if ok else 1)
     if heavy is not None:
         ok = print_heavy(heavy, args.heavy_clients)
         print(f"server after the heavy case: {served}")

@@ -40,7 +40,9 @@ from syntaxnmt.cpu.calibration import prepare as prepare_cpu_kernels
 from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after
 from syntaxnmt.data.batches import TokenBatchSampler
 from syntaxnmt.data.prepare import feature_vocab_sizes, load_tokenizers
-from syntaxnmt.decoding.translate import decoding_step, load_model, translate_ids
+from syntaxnmt.decoding.calibration import decoding_step
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.translate import translate_ids
 from syntaxnmt.errors import UserError
 from syntaxnmt.model import build_model
 from syntaxnmt.runtime import keep_freed_memory, resolve_device

@@ -39,8 +39,9 @@ from syntaxnmt.model import build_model
 from syntaxnmt.runtime import keep_freed_memory
 from syntaxnmt.textio import atomic_write_text
 from syntaxnmt.training.loop import seed_everything
+from syntaxnmt.training.objectives import training_objectives
 from syntaxnmt.training.optim import build_optimizer
-from syntaxnmt.training.step import training_objectives, update
+from syntaxnmt.training.step import update
 
 DEFAULT = [
     "recipes/multi30k/syntax/base.yaml",

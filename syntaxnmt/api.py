@@ -14,8 +14,13 @@ force-decoding it: the alignment as ``syntaxnmt translate --alignments`` reads i
 attention`` reads it. Options are those
 of ``syntaxnmt translate``: the ``decode`` keys (``beam_size``, ``length_penalty``, ...), and at
 loading the decode-time model options ``hard_attention`` (``decode`` or ``none``) and
-``spacy_pipeline`` (:data:`syntaxnmt.decoding.translate.TRANSLATE_TIME_KEYS`). Mistakes raise
+``spacy_pipeline`` (:data:`syntaxnmt.decoding.loading.TRANSLATE_TIME_KEYS`). Mistakes raise
 :class:`syntaxnmt.errors.UserError` with the message the command line prints.
+
+The search runs in one of two engines behind the same :meth:`Translator.translate`: the PyTorch
+model (``engine="torch"``, every option) or CTranslate2 (``engine="ctranslate2"``,
+:mod:`syntaxnmt.decoding.ct2_engine`: one exported model, no document context; scoring, alignments
+and attention read the PyTorch model and are refused).
 """
 
 from __future__ import annotations
@@ -46,16 +51,11 @@ from syntaxnmt.config import Config, DecodeConfig, merge_trees
 from syntaxnmt.cpu.calibration import configure as configure_cpu_kernels
 from syntaxnmt.cpu.machine import configure_threads
 from syntaxnmt.data.prepare import Tokenizers
+from syntaxnmt.decoding.ct2_engine import CT2Engine, ct2_device
 from syntaxnmt.decoding.ensemble import load_ensemble
-from syntaxnmt.decoding.translate import (
-    apply_translation_config,
-    checkpoint_file,
-    load_model,
-    normalized_score,
-    score_ids,
-    translate_outputs,
-    translation_config,
-)
+from syntaxnmt.decoding.forced import normalized_score, score_ids
+from syntaxnmt.decoding.loading import apply_translation_config, checkpoint_file, load_model, translation_config
+from syntaxnmt.decoding.output import Output, translate_outputs
 from syntaxnmt.errors import UserError
 from syntaxnmt.model.outputs import layer_head
 from syntaxnmt.runtime import resolve_device
@@ -64,6 +64,9 @@ __all__ = ["Attention", "Candidate", "Translation", "Translator"]
 
 LOAD_OPTIONS = {"hard_attention": "model", "spacy_pipeline": "data"}
 """Options of :meth:`Translator.from_checkpoint` beside the ``decode`` keys: their config section."""
+
+ENGINES = ("torch", "ctranslate2")
+"""What searches (:meth:`Translator.from_checkpoint`'s ``engine``): the PyTorch model, or CTranslate2."""
 
 
 @dataclass
@@ -130,7 +133,7 @@ class Translation:
 
 def option_tree(options: dict[str, Any], allow_load: bool = True) -> dict:
     """Flat options (``beam_size=5``, ``hard_attention="decode"``) as the nested config overrides
-    of :func:`~syntaxnmt.decoding.translate.translation_config`; an unknown name is a UserError."""
+    of :func:`~syntaxnmt.decoding.loading.translation_config`; an unknown name is a UserError."""
     tree: dict = {}
     for name, value in options.items():
         if name in DecodeConfig.model_fields:
@@ -147,11 +150,14 @@ def option_tree(options: dict[str, Any], allow_load: bool = True) -> dict:
 
 class Translator:
     """A loaded checkpoint (or ensemble) with its tokenizers, translating and scoring lists of
-    sentences. Not thread-safe: call it from one thread (the server calls it from its worker)."""
+    sentences. Not thread-safe: call it from one thread (the server calls it from its worker).
+    ``engine``: the CTranslate2 engine that searches instead of ``model`` (None: the PyTorch model
+    searches; with an engine, ``model`` is None)."""
 
-    def __init__(self, model: torch.nn.Module, cfg: Config, toks: Tokenizers, device: torch.device, checkpoints: Sequence[Path] = ()):
+    def __init__(self, model: torch.nn.Module | None, cfg: Config, toks: Tokenizers, device: torch.device, checkpoints: Sequence[Path] = (), engine: CT2Engine | None = None):
         self.model, self.cfg, self.toks, self.device = model, cfg, toks, device
         self.checkpoints = list(checkpoints)
+        self.engine = engine
 
     @classmethod
     def from_checkpoint(
@@ -160,6 +166,7 @@ class Translator:
         device: str | torch.device = "auto",
         threads: int | None = None,
         cpu_kernels: str | None = None,
+        engine: str = "torch",
         overrides: dict | None = None,
         **options: Any,
     ) -> "Translator":
@@ -169,17 +176,29 @@ class Translator:
         ``threads``: torch's CPU threads (for the whole process); ``cpu_kernels``: ``auto``,
         ``onednn`` or ``aten`` (:mod:`syntaxnmt.cpu.calibration`; None: the process's, ``--cpu-kernels``). ``options``: defaults of the
         ``decode`` keys, ``hard_attention`` and ``spacy_pipeline``; ``overrides``: the same as
-        nested sections (``{"decode": {"beam_size": 3}}``, as ``--decode.beam_size=3``)."""
+        nested sections (``{"decode": {"beam_size": 3}}``, as ``--decode.beam_size=3``).
+        ``engine`` (:data:`ENGINES`): ``ctranslate2`` searches one model with CTranslate2, the
+        checkpoint a ``syntaxnmt export-ct2`` folder or a checkpoint file (exported on the fly);
+        ``threads`` are then CTranslate2's (default: torch's)."""
         paths = [Path(p) for c in checkpoints for p in ([c] if isinstance(c, (str, Path)) else c)]
         if not paths:
             raise UserError("give at least one checkpoint")
+        if engine not in ENGINES:
+            raise UserError(f"engine {engine!r}: give one of {', '.join(ENGINES)}")
+        if engine == "ctranslate2" and len(paths) > 1:
+            raise UserError("--engine ctranslate2 translates with one model: give one --checkpoint (ensembles run with --engine torch)")
         if threads is not None:
             configure_threads(threads)
         configure_cpu_kernels(cpu_kernels)
         dev = device if isinstance(device, torch.device) else resolve_device(device)
+        overrides = merge_trees(option_tree(options), overrides or {})
+        if engine == "ctranslate2":
+            ct2 = CT2Engine(paths[0], ct2_device(dev), threads=threads)
+            cfg = translation_config(ct2.cfg, overrides)
+            return cls(None, cfg, ct2.toks, dev, paths, engine=ct2.follow(cfg))
         files = [checkpoint_file(p) for p in paths]
         model, cfg, toks = load_ensemble(files, dev) if len(files) > 1 else load_model(files[0], dev)
-        cfg = translation_config(cfg, merge_trees(option_tree(options), overrides or {}))
+        cfg = translation_config(cfg, overrides)
         return cls(apply_translation_config(model, cfg), cfg, toks, dev, files)
 
     # ------------------------------------------------------------ options
@@ -191,8 +210,8 @@ class Translator:
 
     @property
     def members(self) -> list[torch.nn.Module]:
-        """The models: the ensemble's members, or the one model."""
-        return list(getattr(self.model, "models", [self.model]))
+        """The PyTorch models: the ensemble's members, or the one model (none with CTranslate2)."""
+        return [] if self.model is None else list(getattr(self.model, "models", [self.model]))
 
     def decode_options(self, beam: int | None = None, **options: Any) -> DecodeConfig:
         """:attr:`decode` with ``beam`` (the beam size) and other ``decode`` keys given for one call, validated."""
@@ -231,13 +250,15 @@ class Translator:
         lines = _sentences(sentences, "sentences")
         if alignments:
             self.check_aligning(docs)
+        if attention:
+            self._needs_model("attention")
         decode = self.decode_options(beam, **options)
         nbest = decode.nbest if nbest is None else nbest
         if nbest < 1:
             raise UserError(f"nbest {nbest}: give at least 1")
         if nbest > decode.beam_size:
             raise UserError(f"nbest {nbest} is larger than the beam size {decode.beam_size}")
-        outputs = translate_outputs(self.model, self.cfg, self.toks, lines, decode, self.device, conllu=src_conllu, source_name=source_name, docs=docs, nbest=nbest, progress=progress)
+        outputs = self._search(lines, decode, conllu=src_conllu, source_name=source_name, docs=docs, nbest=nbest, progress=progress)
         results = [
             Translation(line, nb[0].text, nb[0].score, nb[0].log_prob, [Candidate(o.text, o.score, o.log_prob) for o in nb])
             for line, nb in zip(lines, outputs)
@@ -276,6 +297,7 @@ class Translator:
         :meth:`translate`, of each reference (the alignment of a pair is that of ``syntaxnmt align
         --normalize``); ``src_conllu`` holds one parse per source line."""
         src_lines, refs = _sentences(sources, "sources"), _sentences(references, "references")
+        self._needs_model("scoring")
         if len(src_lines) != len(refs):
             raise UserError(f"{len(src_lines)} sources but {len(refs)} references: give one reference per source")
         if alignments:
@@ -295,6 +317,18 @@ class Translator:
             self._attach(results, list(range(len(results))), src, tgt, decode, forced=True)
         return results
 
+    def _search(self, lines: list[str], decode: DecodeConfig, **kw: Any) -> list[list[Output]]:
+        """The n-best outputs of ``lines``: searched by the CTranslate2 engine when there is one,
+        else by the PyTorch model (:func:`~syntaxnmt.decoding.output.translate_outputs`)."""
+        if self.engine is not None:
+            return self.engine.translate_outputs(lines, decode, **kw)
+        return translate_outputs(self.model, self.cfg, self.toks, lines, decode, self.device, **kw)
+
+    def _needs_model(self, what: str) -> None:
+        """Refuse ``what`` (it reads the PyTorch model) when CTranslate2 searches."""
+        if self.engine is not None:
+            raise UserError(f"{what} reads the PyTorch model: load the checkpoint with engine='torch' (CTranslate2 only translates)")
+
     # ------------------------------------------------------------ weights
 
     def _encode(self, lines: list[str], conllu: str | None, source_name: str) -> list[EncodedSource]:
@@ -305,6 +339,7 @@ class Translator:
 
     def check_aligning(self, docs: Sequence[str] | None) -> None:
         """Refuse alignments where ``translate --alignments`` refuses them, before any work."""
+        self._needs_model("alignments")
         if len(self.members) > 1 or docs is not None:
             raise UserError("alignments read one model's attention, without document context (as translate --alignments): load one checkpoint and give no docs (an ensemble's averaged attention: attention=True)")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -23,23 +24,22 @@ from syntaxnmt.analysis.heads import analyze_models
 from syntaxnmt.analysis.plot import load_for_plot, plot_sentences, read_link_file
 from syntaxnmt.api import Translator
 from syntaxnmt.checkpoint import trusting_checkpoints
-from syntaxnmt.config import DEFAULT_CPU_KERNELS, DataConfig, load_config, parse_overrides
+from syntaxnmt.config import DEFAULT_CPU_KERNELS, Config, DataConfig, load_config, parse_overrides
 from syntaxnmt.cpu.calibration import MODES as KERNEL_MODES
 from syntaxnmt.cpu.calibration import configure as configure_kernels
 from syntaxnmt.cpu.linear import configure
 from syntaxnmt.cpu.machine import configure_threads
 from syntaxnmt.data.annotations import SpacyParser, check_parse, to_conllu, write_conllu
 from syntaxnmt.data.contrastive import FORMATS as CONTRASTIVE_FORMATS
-from syntaxnmt.data.contrastive import read_contrastive
+from syntaxnmt.data.contrastive import check_context, read_contrastive
 from syntaxnmt.data.discourse import write_documents
 from syntaxnmt.data.links import aer_report, format_links
 from syntaxnmt.data.prepare import prepare
 from syntaxnmt.data.synthetic import write_corpus
 from syntaxnmt.decoding.averaging import average_checkpoints, last_periodic
-from syntaxnmt.decoding.ct2_engine import CT2Engine, ct2_device
 from syntaxnmt.decoding.ct2_export import export_ct2
+from syntaxnmt.decoding.loading import checkpoint_path, load_model
 from syntaxnmt.decoding.scoring import CONTEXT_MODES, score_contrastive
-from syntaxnmt.decoding.translate import checkpoint_path, load_model, translation_config, without_empty_lines
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.alignment import run_alignment_set
 from syntaxnmt.experiments.decoding import run_decode_set
@@ -47,8 +47,8 @@ from syntaxnmt.experiments.demo import run_demo
 from syntaxnmt.experiments.runner import run_set
 from syntaxnmt.metrics import evaluate_report
 from syntaxnmt.runtime import resolve_device, run_command
-from syntaxnmt.serving.server import Limits, serve
-from syntaxnmt.textio import atomic_write_text, package_version, read_lines, write_lines
+from syntaxnmt.serving.server import READ_TIMEOUT, Limits, serve
+from syntaxnmt.textio import atomic_write_text, package_version, read_input, read_lines, write_lines
 from syntaxnmt.training.joint import train_joint
 from syntaxnmt.training.train import train
 
@@ -195,16 +195,7 @@ def cmd_aer(args, extra) -> None:
     print(aer_report(args.gold, args.hyp, args.one_indexed_gold, args.src, args.tgt, args.bitext))
 
 
-def _read_input(path: str | None) -> list[str]:
-    if path and path != "-":
-        return read_lines(path)
-    lines = []
-    for lineno, raw in enumerate(sys.stdin.buffer, start=1):
-        try:
-            lines.append(raw.decode("utf-8").rstrip("\r\n"))
-        except UnicodeDecodeError as e:
-            raise UserError(f"<stdin>:{lineno}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
-    return lines
+_read_input = read_input  # a file, or stdin for None and '-' (textio: the one reader of text)
 
 
 def _aligning(args, paths: list[Path]) -> bool:
@@ -231,19 +222,8 @@ def cmd_translate(args, extra) -> None:
     for key, value in (("beam_size", args.beam), ("batch_size", args.batch_size)):
         if value is not None:
             overrides.setdefault("decode", {})[key] = value
-    if args.engine == "ctranslate2":
-        if args.docs:
-            raise UserError("--docs: document context needs --engine torch")
-        if len(paths) > 1:
-            raise UserError("--engine ctranslate2 translates with one model: give one --checkpoint (ensembles run with --engine torch)")
-        engine = CT2Engine(paths[0], ct2_device(resolve_device(args.device)), threads=args.threads)
-        cfg = translation_config(engine.cfg, overrides)
-        if cfg.model.hard_attention != engine.cfg.model.hard_attention:
-            raise UserError("--model.hard_attention: CTranslate2's attention is softmax (translate with --engine torch)")
-        engine.cfg, decode = cfg, cfg.decode
-    else:
-        translator = Translator.from_checkpoint(paths, device=args.device, overrides=overrides)
-        decode = translator.decode
+    translator = Translator.from_checkpoint(paths, device=args.device, engine=args.engine, overrides=overrides)
+    decode = translator.decode
     reading = check_reading(translator.model, configured_reading(translator.cfg, args.align_layer, args.align_head, args.align_shift)) if aligning else None
     nbest = decode.nbest if args.nbest is None else args.nbest
     if nbest > decode.beam_size:
@@ -253,17 +233,15 @@ def cmd_translate(args, extra) -> None:
     if marked is not None:
         lines = [m.plain for m in marked]
     kw = dict(source_name=args.input or "<stdin>", progress=sys.stderr.isatty() or args.output is not None)
-    if args.engine == "ctranslate2":  # empty lines stay empty, as with the torch engine
-        results = without_empty_lines(lines, lambda kept, _numbers: engine.translate_lines(kept, decode, conllu=args.src_conllu, nbest=nbest, **kw))
-    else:
-        results = [[(c.text, c.score) for c in t.nbest] for t in translator.translate(lines, nbest=nbest, src_conllu=args.src_conllu, docs=_doc_ids(args.docs, lines, kw["source_name"]) if args.docs else None, **kw)]
+    docs = _doc_ids(args.docs, lines, kw["source_name"]) if args.docs else None
+    results = [[(c.text, c.score) for c in t.nbest] for t in translator.translate(lines, nbest=nbest, src_conllu=args.src_conllu, docs=docs, **kw)]
     if aligning:
         model, cfg, toks = translator.model, translator.cfg, translator.toks
         links = alignments_for_translations(model, cfg, toks, lines, [[text for text, _ in nb] for nb in results], translator.device, reading=reading, batch_size=decode.batch_size, conllu=args.src_conllu, source_name=kw["source_name"])
         if args.alignments:
             write_lines(args.alignments, [format_links(x) for nb in links for x in nb])
         if marked is not None:
-            results = transfer_to_translations(marked, results, links, toks.src.normalize, toks.tgt.normalize)
+            results = transfer_to_translations(marked, results, links, toks.src.normalize, toks.tgt.normalize, where=[f"{kw['source_name']}:{n}" for n in range(1, len(lines) + 1)])
     if args.nbest is None and nbest == 1:
         out = [nb[0][0] for nb in results]
     else:  # --nbest N (1 too) or decode.nbest > 1: every candidate with its score
@@ -284,6 +262,7 @@ def cmd_score(args, extra) -> None:
     items = read_contrastive(args.contrastive, args.format, args.context_src, args.context_tgt, args.phenomenon)
     if not items:
         raise UserError(f"{args.contrastive}: no items to score")
+    check_context(items, args.contrastive, args.context)
     model, _, toks = load_model(_checkpoint_arg(argparse.Namespace(config=None, checkpoint=args.checkpoint), extra), resolve_device(args.device))
     result = score_contrastive(model, toks, items, resolve_device(args.device), context=args.context, batch_size=args.batch_size, draws=args.draws)
     print(f"{args.contrastive} ({len(items)} items, context: {args.context})")
@@ -388,7 +367,7 @@ def cmd_decode_experiment(args, extra) -> None:
 def cmd_parse(args, extra) -> None:
     _no_overrides(extra)
     lines = _read_input(args.input)
-    parses = SpacyParser(args.pipeline).parse(lines, progress=args.output is not None)
+    parses = SpacyParser(args.pipeline).parse(lines, progress=args.output is not None, source=args.input or "<stdin>")
     source = args.input or "<stdin>"
     for i, p in enumerate(parses, start=1):
         check_parse(p, f"{source} sentence {i}")
@@ -403,7 +382,10 @@ def cmd_serve(args, extra) -> None:
     if not args.config:
         _no_overrides(extra)
     limits = Limits(args.max_sentences, args.max_chars, args.max_beam, args.max_attention_sentences, args.max_work, args.timeout)
-    serve(path, host=args.host, port=args.port, device=args.device, parser=args.parser, limits=limits)
+    hosts = [h.strip() for h in args.allowed_hosts.split(",") if h.strip()] if args.allowed_hosts is not None else None
+    if hosts == []:
+        raise UserError("--allowed-hosts: give host names separated by commas (example.org,*.example.org)")
+    serve(path, host=args.host, port=args.port, device=args.device, parser=args.parser, limits=limits, read_timeout=args.read_timeout, docs=args.docs, allowed_hosts=hosts)
 
 
 SYNTHETIC_MAX = {False: 1_000_000, True: 100_000}
@@ -539,6 +521,7 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--batch-size", type=positive_int, default=64, help="sentence pairs per batch")
     s.add_argument("--device", default="auto")
     s.add_argument("-o", "--output", help="also write the result as JSON (accuracy, items, chance, per-cell figures)")
+    _threads_flag(s)
     _trust_flag(s)
     s.set_defaults(func=cmd_score)
 
@@ -639,6 +622,7 @@ def _alignment_commands(sub) -> None:
     s.add_argument("-o", "--output", help="also write every reading's figures and the best as JSON")
     s.add_argument("--batch-size", type=positive_int, default=64, help="sentence pairs per batch")
     s.add_argument("--device", default="auto")
+    _threads_flag(s)
     _trust_flag(s)
     s.set_defaults(func=cmd_align_sweep)
 
@@ -669,7 +653,7 @@ def _analysis_commands(sub) -> None:
     s.add_argument("--parse", action="store_true", help="without --src-conllu: parse the input as the corpus was (data.annotate, e.g. spaCy)")
     s.add_argument("--sentences", help="0-based line numbers to export, e.g. 0,3,10-12 (default: all)")
     s.add_argument("--docs", help="document ids of the input (one per line): a context model reads each line's previous lines, and HAN's weights are exported (docs/documents.md)")
-    s.add_argument("--beam", type=positive_int, default=1, help="beam size of the translation (default 1: greedy)")
+    s.add_argument("--beam", type=positive_int, help="beam size of the translation (default: the model's decode.beam_size, as translate)")
     s.add_argument("--batch-size", type=positive_int, default=32, help="sentences per batch")
     s.add_argument("-o", "--output", required=True, help="writes OUT.jsonl (tokens, words, parse) and OUT.npz (weights); see docs/attention.md")
     s.add_argument("--device", default="auto")
@@ -685,7 +669,7 @@ def _analysis_commands(sub) -> None:
     s.add_argument("--src-conllu", help="with --checkpoint: parses of the input (CoNLL-U), drawn as arcs")
     s.add_argument("--parse", action="store_true", help="with --checkpoint: parse the input as the corpus was (data.annotate)")
     s.add_argument("--docs", help="with --checkpoint: document ids of the input, read by a context model (HAN's weights get a panel of their own)")
-    s.add_argument("--beam", type=positive_int, default=1, help="with --checkpoint: beam size of the translation (default 1)")
+    s.add_argument("--beam", type=positive_int, help="with --checkpoint: beam size of the translation (default: the model's decode.beam_size, as translate)")
     s.add_argument("--sentences", default="0", help="0-based input line numbers, e.g. 0,3,10-12 (default: 0)")
     s.add_argument("--kind", choices=["encoder", "decoder", "cross"], default="cross", help="which attention (default: cross)")
     s.add_argument("--layer", type=int, default=-1, help="layer (negative counts from the end; default: the last)")
@@ -732,6 +716,9 @@ def _serving_commands(sub) -> None:
     s.add_argument("--max-work", type=int, default=Limits.max_work, help=f"work per request: beam x subword tokens, x2 with attention (default: {Limits.max_work}; more: 413)")
     s.add_argument("--timeout", type=float, default=Limits.timeout, help=f"seconds a request may take; then its work stops and it answers 503 (default: {Limits.timeout:g})")
     s.add_argument("--max-attention-sentences", type=int, default=8, help="sentences per request that asks for attention weights (default: 8)")
+    s.add_argument("--read-timeout", type=float, default=READ_TIMEOUT, help=f"seconds a client may take to send a request's headers, and then its body (default: {READ_TIMEOUT:g}; then the connection is closed, or 408)")
+    s.add_argument("--docs", action="store_true", help="also serve the API's documentation: /docs, /redoc, /openapi.json (default: off; /docs loads Swagger UI from a CDN)")
+    s.add_argument("--allowed-hosts", metavar="HOSTS", help="answer only requests whose Host header is one of these, separated by commas (example.org,*.example.org; others: 400). Default: any")
     s.add_argument("--device", default="auto")
     _threads_flag(s)
     _trust_flag(s)
@@ -753,7 +740,27 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    unknown = unknown_flags(extra)
+    if unknown:  # before its value can be taken for a positional argument ("--threads 1" read 1 as the config)
+        sub = next(a for a in parser._actions if a.dest == "command").choices[args.command]
+        sub.error(f"unknown option{'s' if len(unknown) > 1 else ''} {' '.join(unknown)}")
     run_command(lambda: _run(args, extra))
+
+
+def unknown_flags(extra: list[str]) -> list[str]:
+    """The options among the arguments argparse left over that are no config override either:
+    an override is ``--KEY[=value]`` with KEY a top-level key or ``section.key`` of :class:`Config`."""
+    unknown, i = [], 0
+    while i < len(extra):
+        arg = extra[i]
+        if re.match(r"^--?[A-Za-z]", arg):
+            key = arg.split("=", 1)[0]
+            if not key.startswith("--") or key[2:].split(".")[0] not in Config.model_fields:
+                unknown.append(key)
+            elif "=" not in arg:
+                i += 1  # the override's value, whatever it looks like (--train.lr -inf)
+        i += 1
+    return unknown
 
 
 def _run(args, extra: list[str]) -> None:

@@ -11,24 +11,26 @@ command is run from. ``${SYNTAXNMT_DATA:-../shared/data}`` is the convention for
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveInt, ValidationError, field_validator, model_validator
 
 from syntaxnmt.errors import UserError
 from syntaxnmt.syntax import RELATION_KINDS
-from syntaxnmt.textio import atomic_write_text
+from syntaxnmt.textio import atomic_write_text, read_text
 
 
 class _Section(BaseModel):
     # allow_inf_nan=False: a NaN or an infinity (``--train.lr=1e400`` reads as inf) is refused at
     # load, naming its key, whatever float it is given for.
-    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, allow_inf_nan=False, use_attribute_docstrings=True)
 
 
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
@@ -40,29 +42,40 @@ class DataConfig(_Section):
     """Corpus files and preprocessing (``syntaxnmt prepare``)."""
 
     train_src: str = ""
+    """Training corpus, source side: one sentence per line (a path; relative to the working directory)."""
     train_tgt: str = ""
+    """Training corpus, target side, line-aligned with ``train_src``."""
     dev_src: str = ""
+    """Dev (validation) corpus, source side: one sentence per line."""
     dev_tgt: str = ""
+    """Dev corpus, target side, line-aligned with ``dev_src``."""
     src_lang: str = "src"
+    """Source language code: names the prepared files and Moses' language (e.g. ``de``)."""
     tgt_lang: str = "tgt"
+    """Target language code, as ``src_lang`` (e.g. ``en``)."""
     prepared_dir: str = ""
     """Where the prepared corpus (SentencePiece models, binary arrays) is cached; default ``<work_dir>/data``."""
     moses_tokenize: bool = False
     """Moses-tokenize before SentencePiece and detokenize after decoding (sacremoses)."""
     lowercase: bool = False
+    """Lowercase both sides before SentencePiece (training and translation input)."""
     vocab: Literal["subword", "word"] = "subword"
     """``subword``: SentencePiece; ``word``: the ``vocab_size`` most frequent words, the others
     ``<unk>`` (see :mod:`syntaxnmt.data.words` and ``decode.unk_replace``)."""
     spm_model_type: Literal["bpe", "unigram"] = "bpe"
+    """SentencePiece model type (``vocab: subword``)."""
     vocab_size: Annotated[int, Field(ge=5)] = 8000
     """Vocabulary size (SentencePiece pieces or words, specials included), per language when not joint."""
     joint_vocab: bool = True
+    """One vocabulary for both languages (needed by ``model.tie_embeddings: all`` and 2-to-2 context); else one per language."""
     spm_character_coverage: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    """SentencePiece character coverage (1.0 keeps every character; 0.9995 for large alphabets)."""
     spm_max_sentences: PositiveInt = 1_000_000
     """Sentences sampled for SentencePiece training."""
     max_len: PositiveInt = 128
     """Drop training pairs with more subwords than this on either side (at most ``model.max_positions`` - 1)."""
     min_len: NonNegativeInt = 1
+    """Drop training pairs with fewer subwords than this on either side."""
     max_len_ratio: Annotated[float, Field(ge=1.0)] = 3.0
     """Drop training pairs whose subword length ratio (longer/shorter) exceeds this."""
     # --- source annotation (dependency trees, POS tags, labels) ---
@@ -75,7 +88,9 @@ class DataConfig(_Section):
     (whitespace tokens, with a warning, when it is not installed). ``syntaxnmt translate
     --data.spacy_pipeline=NAME`` names another installed pipeline at translation time."""
     train_conllu: str = ""
+    """CoNLL-U parses of ``train_src`` (``annotate: conllu``), one sentence per line of it."""
     dev_conllu: str = ""
+    """CoNLL-U parses of ``dev_src`` (``annotate: conllu``)."""
     bad_tree: Literal["fail", "skip"] = "fail"
     """A sentence whose tree is invalid: stop with an error, or skip it and count it."""
     structure_control: Literal["none", "random-tree", "shuffled-labels", "shuffled-tags"] = "none"
@@ -117,9 +132,11 @@ class ContextConfig(_Section):
     """
 
     kind: Literal["none", "concat", "han"] = "none"
+    """Context model: ``none``, ``concat`` (concatenated sentences) or ``han`` (hierarchical attention)."""
     sentences: Annotated[int, Field(ge=1, le=16)] = 3
     """k: how many previous sentences of the document are context."""
     side: Literal["source", "target", "both"] = "source"
+    """Which side's previous sentences are context: ``source``, ``target`` or ``both`` (concat: 2-to-1 or 2-to-2)."""
 
     @model_validator(mode="after")
     def _check(self) -> "ContextConfig":
@@ -150,6 +167,7 @@ class SyntaxConfig(_Section):
     max_relative_position: PositiveInt = 16
     """Linear relative positions are clipped to [-k, k]."""
     max_tree_distance: PositiveInt = 8
+    """Tree distances are clipped to this value."""
     max_path_length: PositiveInt = 4
     """Tree paths longer than this share buckets (one per first ``max_path_length`` moves)."""
     qk_source: HeadSpec = []
@@ -159,6 +177,7 @@ class SyntaxConfig(_Section):
     parent_scaled: list[list[bool]] = []
     """``true``/``false`` per head: multiply the head's scores by a Gaussian centred on the token's parent (PASCAL)."""
     parent_sigma: Annotated[float, Field(gt=0.0)] = 1.0
+    """sigma of the PASCAL Gaussian centred on the parent."""
     parent_scaling: Literal["multiply", "log"] = "multiply"
     """How PASCAL heads use the Gaussian G_ij = N(j; p_i, sigma^2): ``multiply`` the scores by it
     (S_ij * G_ij, Bugliarello & Okazaki 2020), or add its log (S_ij + log G_ij: the attention
@@ -168,6 +187,7 @@ class SyntaxConfig(_Section):
     input_features: list[Literal["upos", "xpos", "deprel", "bie"]] = []
     """Linguistic input features (Sennrich & Haddow 2016) embedded and combined with the word embeddings."""
     feature_combine: Literal["add", "concat"] = "add"
+    """How ``input_features`` join the word embedding: ``add`` them, or ``concat`` (``feature_dim`` each)."""
     feature_dim: PositiveInt = 32
     """Per-feature embedding size when concatenating (the word embedding shrinks to keep d_model)."""
 
@@ -207,13 +227,18 @@ class RNNConfig(_Section):
     dec_layers: int = 1
     """Decoder layers (cgru: the conditional GRU plus ``dec_layers - 1`` plain GRU layers on top)."""
     hidden: int = 256
-    """Hidden size: per direction for the encoder (annotations h_j are 2*hidden) and of the decoder."""
+    """Hidden size: per direction for the encoder (annotations h_j are 2*hidden) and of the decoder (unless ``dec_hidden``)."""
+    dec_hidden: int | Literal["annotations"] = 0
+    """Decoder state size: 0 = ``hidden``; ``annotations`` = 2*hidden, the annotation size, which the
+    parameter-free ``dot`` and ``scaled_dot`` scores need (the lecture's dot product "requires sizes to be the same")."""
     embed_dim: int = 0
     """Word embedding size (0 = ``model.d_model``)."""
     decoder: Literal["bahdanau", "luong", "cgru"] = "bahdanau"
     """``bahdanau`` (attend with s_{i-1}), ``luong`` (attend with s_t, h~_t = tanh(W_c[c_t; s_t])), ``cgru`` (Nematus conditional GRU)."""
     score: Literal[SCORE_NAMES] = "mlp"
-    """Attention score function (see :mod:`syntaxnmt.model.rnn_scores`)."""
+    """Attention score function (see :mod:`syntaxnmt.model.rnn_scores`): ``dot`` s^T h_j and ``scaled_dot``
+    s^T h_j / sqrt(d) (no parameters; need ``dec_hidden: annotations``), ``general`` s^T W h_j,
+    ``bilinear_lowrank`` (U s)^T (V h_j), ``mlp`` v^T tanh(W_1 h_j + W_2 s)."""
     rank: int = 32
     """Rank k of the ``bilinear_lowrank`` score (U s)^T (V h_j)."""
     attention_dim: int = 256
@@ -237,25 +262,48 @@ class RNNConfig(_Section):
             raise ValueError("local_window must be >= 0, and rank, hidden, attention_dim >= 1")
         if self.enc_layers < 1 or self.dec_layers < 1 or self.embed_dim < 0:
             raise ValueError("enc_layers and dec_layers must be >= 1, embed_dim >= 0")
+        if isinstance(self.dec_hidden, int) and self.dec_hidden < 0:
+            raise ValueError("model.rnn.dec_hidden must be >= 0 (0: hidden), or annotations")
+        if self.score in ("dot", "scaled_dot") and self.decoder_size != 2 * self.hidden:
+            raise ValueError(
+                f"model.rnn.score {self.score} has no parameters: it needs the decoder state (size {self.decoder_size}) as large as the "
+                f"annotations (2 x hidden = {2 * self.hidden}); set model.rnn.dec_hidden: annotations, or use score: general (s^T W h_j)"
+            )
         return self
+
+    @property
+    def decoder_size(self) -> int:
+        """The decoder state size (``dec_hidden``: 0 is ``hidden``, ``annotations`` 2*hidden)."""
+        return 2 * self.hidden if self.dec_hidden == "annotations" else self.dec_hidden or self.hidden
 
 
 class ModelConfig(_Section):
     """Model architecture."""
 
     arch: Literal["transformer", "rnn"] = "transformer"
+    """``transformer`` (Vaswani et al. 2017) or ``rnn`` (the attentional encoder-decoder of ``model.rnn``)."""
     d_model: PositiveInt = 256
+    """Transformer model size (embeddings and hidden states); the RNN's embedding size when ``rnn.embed_dim`` is 0."""
     heads: PositiveInt = 4
+    """Attention heads per Transformer layer (must divide ``d_model``)."""
     ffn_dim: PositiveInt = 1024
+    """Inner size of the Transformer feed-forward layers."""
     enc_layers: PositiveInt = 3
+    """Transformer encoder layers."""
     dec_layers: PositiveInt = 3
+    """Transformer decoder layers."""
     dropout: Probability = 0.1
+    """Dropout probability (residuals, embeddings; in the RNN between layers and before the output)."""
     attention_dropout: Probability = 0.0
+    """Dropout probability on the attention weights."""
     activation: Literal["relu", "gelu"] = "relu"
+    """Activation of the Transformer feed-forward layers."""
     norm: Literal["pre", "post"] = "pre"
+    """LayerNorm before (``pre``) or after (``post``) each Transformer sub-layer."""
     positions: Literal["sinusoidal", "learned", "none"] = "sinusoidal"
     """Absolute positions added to the embeddings (``none``: rely on relative relations only)."""
     max_positions: PositiveInt = 1024
+    """Rows of the position tables: the longest sequence (with its end symbol) the model takes."""
     attention_normalizer: Literal[NORMALIZER_NAMES] = "softmax"
     """Normalizer of the cross-attention scores (Transformer) or the attention scores (RNN):
     sparsemax and entmax15 give exact zeros (see :mod:`syntaxnmt.model.normalizers`)."""
@@ -433,6 +481,7 @@ class POSTask(AuxiliaryTask):
     """POS tagging: every subword piece predicts its word's tag."""
 
     tags: Literal["upos", "xpos"] = "upos"
+    """Which tags are predicted: universal (``upos``) or language-specific (``xpos``)."""
 
 
 class LISATask(AuxiliaryTask):
@@ -455,6 +504,7 @@ class ParseTask(AuxiliaryTask):
     """Dependency parsing with a biaffine arc and label scorer (Dozat & Manning 2017)."""
 
     layer: int = -1
+    """Encoder layer whose output states the parser reads (negative: from the end)."""
     arc_dim: PositiveInt = 256
     """Size of the arc MLPs (dependent and head representations)."""
     label_dim: PositiveInt = 64
@@ -498,32 +548,44 @@ class TrainConfig(_Section):
     max_tokens: PositiveInt = 4096
     """Target+padding tokens per batch (batches are built by token count with length bucketing)."""
     accum_steps: PositiveInt = 1
+    """Batches whose gradients are accumulated into one update."""
     lr: NonNegativeFloat = 7e-4
     """Peak learning rate, reached at the end of warm-up, then decayed with the inverse square root."""
     warmup_steps: NonNegativeInt = 4000
+    """Updates of linear learning-rate warm-up."""
     adam_betas: Annotated[tuple[float, float], Field(strict=False)] = (0.9, 0.98)
+    """Adam's (beta1, beta2)."""
     adam_eps: float = 1e-9
+    """Adam's epsilon."""
     weight_decay: NonNegativeFloat = 0.0
+    """Adam's weight decay (L2 penalty added to the gradients)."""
     clip_norm: NonNegativeFloat = 1.0
     """Clip the gradient norm to this value (0 disables)."""
     label_smoothing: Probability = 0.1
+    """Label smoothing epsilon of the cross-entropy loss."""
     max_steps: PositiveInt = 100_000
+    """Stop after this many updates."""
     max_epochs: PositiveInt = 1000
+    """Stop after this many passes over the training corpus."""
     init_from: str = ""
     """A checkpoint whose weights start this run (the two-stage recipe of HAN: train the sentence
     model, then fine-tune the context model from it); parameters it lacks keep their initialization."""
     max_minutes: NonNegativeFloat = 0.0
     """Stop after this much training time (0 = no limit); the run can be resumed."""
     log_every: PositiveInt = 50
+    """Log the training loss every N updates."""
     valid_every: PositiveInt = 1000
+    """Validate (dev loss, BLEU) and save checkpoints every N updates."""
     valid_bleu: bool = True
     """Decode the dev set (greedy) at each validation and report BLEU."""
     valid_max_sentences: NonNegativeInt = 0
     """Decode only the first N dev sentences for validation BLEU (0 = all)."""
     early_stopping_metric: Literal["bleu", "loss"] = "bleu"
+    """What ``best`` and ``patience`` compare: dev BLEU or dev loss."""
     patience: NonNegativeInt = 0
     """Stop after this many validations without improvement (0 = never)."""
     keep_best: bool = True
+    """Keep the best validation's weights as ``best.pt`` beside ``last.pt``."""
     max_nonfinite: NonNegativeInt = 0
     """Updates in a row whose loss (or gradient) may be NaN or infinite before training stops with
     an error. 0 (default): the first one stops training -- found when the loop next logs,
@@ -534,6 +596,7 @@ class TrainConfig(_Section):
     """Also keep the weights of the last N validations in ``work_dir/checkpoints/`` for
     ``syntaxnmt average-checkpoints`` (0 = off)."""
     tensorboard: bool = True
+    """Write TensorBoard event files to ``work_dir/tensorboard``."""
     threads: NonNegativeInt = 0
     """torch CPU threads (0: the command's thread policy, :func:`syntaxnmt.cpu.machine.configure_threads`: every core, fewer when other processes keep cores busy)."""
     cpu_kernels: Literal["auto", "onednn", "aten", "openblas"] = DEFAULT_CPU_KERNELS
@@ -615,15 +678,30 @@ class TrainConfig(_Section):
 CpuSoftmax = Literal["auto", "torch"]  # decode.cpu_softmax
 
 
+def at_most_cores(n: int) -> int:
+    """``n`` workers or processes capped by the cores this process may run on (its CPU affinity,
+    else the machine's), at least 1: whether ``decode.workers`` came from the command line, a
+    config or a checkpoint's stored config (made on a larger machine), a 2-core machine never
+    runs 16 searches (or forks 16 processes) at once. :func:`syntaxnmt.cpu.pools.decode_workers`
+    applies it."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(n, cores))
+
+
 class DecodeConfig(_Section):
     """Search settings for ``syntaxnmt translate`` (also used for validation BLEU, with beam 1)."""
 
     beam_size: Annotated[int, Field(ge=1, le=MAX_BEAM)] = 5
+    """Beam width of the search (1 = greedy)."""
     length_penalty: float = 1.0
     """α: hypotheses are ranked by log P / lp(y) (0 = raw log-probability)."""
     length_penalty_type: Literal["power", "gnmt"] = "power"
     """lp(y) = |y|^α (``power``) or ((5 + |y|) / 6)^α (``gnmt``, Wu et al. 2016 Eq. 14); |y| counts EOS."""
     max_len_a: float = 1.5
+    """See ``max_len_b``."""
     max_len_b: int = 10
     """Output at most ``max_len_a * source_length + max_len_b`` subwords."""
     min_len: int = 0
@@ -634,7 +712,8 @@ class DecodeConfig(_Section):
     """Batches searched (and force-decoded for ``--alignments``) at once on the CPU (inter-op parallelism, as CTranslate2's ``inter_threads``,
     which ``--engine ctranslate2`` sets from it),
     the command's threads shared between them: 0 = one per thread (when there are that many
-    batches), 1 = one batch at a time on all the threads. See :func:`syntaxnmt.decoding.translate.decode_workers`."""
+    batches), 1 = one batch at a time on all the threads; N: at most the cores this process may
+    use (:func:`at_most_cores`, also for a checkpoint's stored value). See :func:`syntaxnmt.cpu.pools.decode_workers`."""
     processes: bool = False
     """Search the batches at once (``workers``, one thread each) in processes forked from the
     command's instead of threads of it: no GIL between them (two on two cores: about 1.2x the
@@ -646,6 +725,7 @@ class DecodeConfig(_Section):
     where it was built and the CPU has AVX2/FMA, else PyTorch's operators; ``torch``: always
     PyTorch's (``log_softmax`` then top-k). The same choices to a few units in the last place."""
     nbest: int = 1
+    """Hypotheses ``translate`` outputs per sentence, with their scores when more than 1."""
     coverage_penalty: float = 0.0
     """β of the coverage penalty β·Σ_j log(min(Σ_i α_ij, 1)) added to beam scores (Wu et al. 2016, Sec. 7); 0 = off."""
     unk_replace: Literal["none", "copy", "dictionary"] = "none"
@@ -669,6 +749,7 @@ class Config(_Section):
     """A whole experiment."""
 
     name: str = "experiment"
+    """A name for the experiment (shown in logs and reports)."""
     work_dir: str = "runs/experiment"
     """Checkpoints, logs and the resolved config go here."""
     seed: Annotated[int, Field(ge=0, lt=2**32)] = 1
@@ -701,11 +782,13 @@ class Config(_Section):
         return self
 
     def _check_model_data(self) -> None:
-        """What the model constructors would refuse, found at load: a shared embedding needs a joint
-        vocabulary; a position table must hold the longest training sentence and its end symbol."""
+        """What the model constructors would refuse, found at load: a shared embedding and 2-to-2
+        context need a joint vocabulary; a position table must hold the longest training sentence and its end symbol."""
         m = self.model
         if m.tie_embeddings == "all" and not self.data.joint_vocab:
             raise ValueError("model.tie_embeddings=all shares the source embedding: it needs data.joint_vocab true (or use tie_embeddings=decoder)")
+        if m.context.kind == "concat" and m.context.side == "both" and not self.data.joint_vocab:
+            raise ValueError("model.context concat with side both (2-to-2) puts one <sep> piece in the source and the target: it needs data.joint_vocab true (or side: source)")
         if m.position_table and self.data.max_len >= m.max_positions:
             raise ValueError(f"data.max_len {self.data.max_len} must be below model.max_positions {m.max_positions} (a sentence of max_len subwords takes max_len + 1 positions with its end symbol)")
 
@@ -898,13 +981,11 @@ def read_yaml_file(path: str | os.PathLike) -> Any:
     """The YAML document in the file ``path``, read with the config loader (no aliases, no
     duplicate keys); invalid YAML or UTF-8 is a :class:`UserError` naming the file and line."""
     try:
-        return yaml_load(Path(path).read_text(encoding="utf-8"))
+        return yaml_load(read_text(path))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
         raise UserError(f"{path}{where}: invalid YAML ({getattr(e, 'problem', None) or e})") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: invalid UTF-8") from None
 
 
 def read_yaml_tree(path: str | os.PathLike, _seen: tuple = ()) -> dict:
@@ -938,4 +1019,109 @@ def load_config(path: str | os.PathLike | None, overrides: list[str] | dict | No
         tree = merge_trees(tree, extra)
         if not isinstance(overrides, dict):
             source += " (with command-line overrides)"
-    return config_from_dict(tree, source)
+    cfg = config_from_dict(tree, source)
+    if path is not None:
+        check_path_base(cfg, Path(path))
+    return cfg
+
+
+INPUT_PATH_KEYS = (
+    "data.train_src", "data.train_tgt", "data.dev_src", "data.dev_tgt", "data.train_conllu", "data.dev_conllu",
+    "data.train_align", "data.train_docs", "data.dev_docs", "train.init_from", "decode.unk_dictionary",
+)
+"""The config keys naming files a command reads: relative ones resolve against the working directory."""
+
+
+def check_path_base(cfg: Config, config_file: Path) -> None:
+    """Data paths resolve against the working directory (``base:`` and set files' ``configs:``
+    against the YAML file): a relative path missing from the working directory but present
+    beside ``config_file`` is a :class:`UserError` saying so, not a silent miss."""
+    beside = config_file.parent
+    if beside.resolve() == Path.cwd().resolve():
+        return
+    for dotted in INPUT_PATH_KEYS:
+        section, key = dotted.split(".")
+        value = getattr(getattr(cfg, section), key)
+        if value and not Path(value).is_absolute() and not Path(value).exists() and (beside / value).exists():
+            raise UserError(
+                f"{config_file}: {dotted} {value!r} does not exist from the working directory {os.getcwd()}, but {beside / value} does: "
+                f"data paths resolve against the working directory (write {beside / value} or run from {beside})"
+            )
+
+
+def _type_and_allowed(annotation: Any) -> tuple[str, str]:
+    """A field's type and allowed values as the reference writes them."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return _type_and_allowed(args[0])
+    if origin is Literal:
+        return "string", ", ".join(f"`{a}`" for a in args)
+    if origin in (UnionType, Union):
+        parts = [_type_and_allowed(a) for a in args if a is not type(None)]
+        kind = " or ".join(dict.fromkeys(p[0] for p in parts))
+        allowed = ", ".join(p[1] for p in parts if p[1])
+        if type(None) in args:
+            kind, allowed = kind + " or null", (allowed + ", " if allowed else "") + "`null` (unset: automatic)"
+        return kind, allowed
+    if origin in (list, tuple):
+        inner = [_type_and_allowed(a) for a in args if a is not Ellipsis]
+        if origin is tuple:
+            return "[" + ", ".join(i[0] for i in inner) + "]", ""
+        return f"list of {inner[0][0]}", inner[0][1]
+    return {str: "string", bool: "bool", int: "int", float: "float"}.get(annotation, getattr(annotation, "__name__", str(annotation))), ""
+
+
+def _bounds(metadata: list) -> str:
+    """``≥ 0``, ``> 0, ≤ 1``...: the numeric constraints of a field (annotated_types metadata)."""
+    signs = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<"}
+    out = []
+    for item in metadata:
+        for name, sign in signs.items():
+            value = getattr(item, name, None)
+            if value is not None and not callable(value):
+                out.append(f"{sign} {value:g}" if isinstance(value, float) else f"{sign} {value}")
+    return ", ".join(out)
+
+
+def _markdown_text(text: str) -> str:
+    """A docstring's first sentence on one line, reST roles as Markdown code."""
+    one = " ".join((text or "").split())
+    one = re.split(r"(?<!e\.g)(?<!i\.e)(?<=[a-z0-9)`'\]])\.\s+(?=[A-Z(`])", one)[0].rstrip(".") + "."
+    one = re.sub(r":(?:mod|class|func|data|attr):`~?\.?([^`]+)`", r"`\1`", one).replace("``", "`")
+    return one.replace("|", "\\|")
+
+
+def config_reference() -> str:
+    """docs/config.md's key tables: every key of :class:`Config`, section by section, with its type,
+    default, allowed values and the first sentence of its description (``python -m syntaxnmt.config --markdown``)."""
+    out: list[str] = []
+
+    def section(cls: type[BaseModel], prefix: str) -> None:
+        doc = " ".join((cls.__doc__ or "").split("\n\n")[0].split())
+        out.extend([f"### `{prefix or '(top level)'}`", "", _markdown_text(doc), "", "| key | type | default | allowed | meaning |", "|---|---|---|---|---|"])
+        nested = []
+        for name, field in cls.model_fields.items():
+            key = f"{prefix}.{name}" if prefix else name
+            if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+                nested.append((field.annotation, key))
+                out.append(f"| `{key}` | section | | | see [`{key}`](#{key.replace('.', '')}) |")
+                continue
+            kind, allowed = _type_and_allowed(field.annotation)
+            bounds = _bounds(field.metadata)
+            allowed = ", ".join(a for a in (allowed, bounds) if a)
+            default = json.dumps(field.default, ensure_ascii=False) if not isinstance(field.default, tuple) else json.dumps(list(field.default))
+            out.append(f"| `{key}` | {kind} | `{default}` | {allowed.replace('|', chr(92) + '|')} | {_markdown_text(field.description or '')} |")
+        out.append("")
+        for cls_, key in nested:
+            section(cls_, key)
+
+    section(Config, "")
+    return "\n".join(out).rstrip() + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--markdown"]:
+        sys.exit("usage: python -m syntaxnmt.config --markdown  (prints docs/config.md's key tables)")
+    sys.stdout.write(config_reference())

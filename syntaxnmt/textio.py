@@ -10,12 +10,27 @@ import os
 import re
 import shutil
 import stat
+import sys
 import tempfile
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from syntaxnmt.errors import UserError
+
+MAX_LINE_BYTES = 1 << 20
+"""The longest line a text input may hold: 1 MiB of UTF-8, its line ending excluded. A longer
+line -- or an input with no newline within that much, such as ``-i /dev/zero`` -- is a
+:class:`UserError` naming the file and line, read in bounded steps (never unbounded memory)."""
+
+MAX_TEXT_BYTES = 256 << 20
+"""The largest whole-file text input :func:`read_text` reads (a YAML config, a JSON contrastive set): 256 MiB."""
+
+BOM = "\ufeff"
+"""The byte-order mark: removed from the start of every text input (editors on Windows write it),
+so that no command reads it as part of the first word, document id or reference."""
+
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
 def _open_binary(path: Path):
@@ -26,28 +41,75 @@ def _open_binary(path: Path):
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
+def _decode(raw: bytes, name: object, lineno: int) -> str:
+    """One line of bytes as text: strict UTF-8, the byte-order mark of line 1 removed."""
+    if lineno == 1 and raw.startswith(_UTF16_BOMS):
+        raise UserError(f"{name}:1: starts with a UTF-16 byte-order mark: syntaxnmt reads UTF-8 (convert it, e.g. iconv -f UTF-16 -t UTF-8)")
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{name}:{lineno}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
+    return line.removeprefix(BOM) if lineno == 1 else line
+
+
+def iter_stream_lines(stream, name: object, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[str]:
+    """Yield the lines of the binary ``stream`` (named ``name`` in errors) without their line
+    ending: strict UTF-8, a leading byte-order mark removed, each line at most ``max_line_bytes``
+    (read in bounded steps, so an input without newlines ends in a :class:`UserError`)."""
+    cap = max_line_bytes + 2  # room for "\r\n"
+    lineno = 0
+    try:
+        while raw := stream.readline(cap):
+            lineno += 1
+            if (len(raw) >= cap and not raw.endswith(b"\n")) or len(raw.rstrip(b"\r\n")) > max_line_bytes:
+                raise UserError(f"{name}:{lineno}: line longer than {max_line_bytes:,} bytes (the limit of a text line; is it a text file with newlines?)")
+            yield _decode(raw, name, lineno).rstrip("\r\n")
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        raise UserError(f"{name}: cannot read after line {lineno}: {e}") from None
+
+
 def iter_lines(path: str | os.PathLike) -> Iterator[str]:
     """Yield the lines of a plain or ``.gz`` UTF-8 file without their line ending.
 
-    Invalid UTF-8 or a corrupt gzip stream raise :class:`UserError` naming the file and line.
+    A byte-order mark at its start is removed. Invalid UTF-8, a corrupt gzip stream or a line
+    over :data:`MAX_LINE_BYTES` raise :class:`UserError` naming the file and line.
     """
     path = Path(path)
     with _open_binary(path) as f:
-        lineno = 0
-        try:
-            for lineno, raw in enumerate(f, start=1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise UserError(f"{path}:{lineno}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
-                yield line.rstrip("\r\n")
-        except (OSError, EOFError, gzip.BadGzipFile) as e:
-            raise UserError(f"{path}: cannot read after line {lineno}: {e}") from None
+        yield from iter_stream_lines(f, path)
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:
     """All lines of a text file (see :func:`iter_lines`)."""
     return list(iter_lines(path))
+
+
+def read_input(path: str | os.PathLike | None) -> list[str]:
+    """All lines of the text input ``path``, or of standard input (``<stdin>`` in errors) when it
+    is None or ``-``; read as :func:`iter_lines` reads a file."""
+    if path and str(path) != "-":
+        return read_lines(path)
+    return list(iter_stream_lines(sys.stdin.buffer, "<stdin>"))
+
+
+def read_text(path: str | os.PathLike, max_bytes: int = MAX_TEXT_BYTES) -> str:
+    """The whole text file ``path`` (a config): strict UTF-8 without a leading byte-order mark, at
+    most ``max_bytes``; a :class:`UserError` naming the file otherwise."""
+    path = Path(path)
+    with _open_binary(path) as f:
+        try:
+            raw = f.read(max_bytes + 1)
+        except OSError as e:
+            raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
+    if len(raw) > max_bytes:
+        raise UserError(f"{path}: larger than {max_bytes:,} bytes, the limit of this text input")
+    if raw.startswith(_UTF16_BOMS):
+        _decode(raw, path, 1)  # the UTF-16 error
+    try:
+        return raw.decode("utf-8").removeprefix(BOM)
+    except UnicodeDecodeError as e:
+        lineno = raw.count(b"\n", 0, e.start) + 1
+        raise UserError(f"{path}:{lineno}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
 
 
 _TEMPORARY = re.compile(r"^\.(?P<name>.+?)\.(?:(?P<pid>\d+)\.)?[^.]+\.tmp$")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -195,3 +196,9 @@ def untrained_checkpoint(cfg: Config, path: Path, seed: int = 0) -> Path:
     model = build_model(cfg, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg))
     save_checkpoint(path, {"config": cfg.model_dump(mode="json"), "model": model.state_dict()})
     return path
+
+
+def run_translate(args: list[str], cwd, stdin: str) -> subprocess.CompletedProcess:
+    """``syntaxnmt translate ARGS`` in a subprocess of one thread, reading ``stdin``, run in ``cwd``."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, "-m", "syntaxnmt", "translate", *args], input=stdin.encode(), capture_output=True, cwd=cwd, env=env, timeout=300)

@@ -100,7 +100,7 @@ def test_scores_of_given_references(best, sources, references, rnn_checkpoint):
     """log P(reference | source) and the search's length-normalized score of it, for a model, an
     RNN and an ensemble (whose scores lie between its members'). That the score of the model's own
     output is the log-probability the search gave it is tested on token ids in
-    tests/decoding/test_translate.py (a barely trained model's outputs do not re-encode alike)."""
+    tests/decoding/test_forced.py (a barely trained model's outputs do not re-encode alike)."""
     by_family = {}
     for name, paths in (("transformer", [best]), ("rnn", [rnn_checkpoint]), ("ensemble", [best, rnn_checkpoint])):
         translator = syntaxnmt.Translator.from_checkpoint(paths, device="cpu", length_penalty=0.6)
@@ -248,6 +248,28 @@ def test_a_run_folder_loads_its_best_checkpoint(trained_run, sources):
     assert from_folder.checkpoints == [Path(trained_run.work_dir) / "best.pt"]
     with pytest.raises(syntaxnmt.UserError, match="without best.pt or last.pt"):
         syntaxnmt.Translator.from_checkpoint(Path(trained_run.work_dir).parent, device="cpu")
+
+
+def test_ctranslate2_engine_translates_behind_the_same_interface(best, sources, tmp_path):
+    """``engine="ctranslate2"``: the same :meth:`Translator.translate` searched by CTranslate2 --
+    greedy texts those of the PyTorch engine, an empty line empty in its place -- and what reads
+    the PyTorch model (scoring, alignments, attention, document context, ensembles) refused in one line."""
+    pytest.importorskip("ctranslate2")
+    torch_results = syntaxnmt.Translator.from_checkpoint(best, device="cpu").translate(["", *sources], beam=1)
+    ct2 = syntaxnmt.Translator.from_checkpoint(best, device="cpu", engine="ctranslate2", threads=1)
+    results = ct2.translate(["", *sources], beam=1)
+    assert [r.text for r in results] == [r.text for r in torch_results] and results[0].text == "" and results[1].text
+    assert ct2.members == [] and ct2.decode.beam_size == syntaxnmt.Translator.from_checkpoint(best, device="cpu").decode.beam_size
+    for call, message in [
+        (lambda: ct2.score(sources[:1], ["a"]), "scoring reads the PyTorch model"),
+        (lambda: ct2.translate(sources[:1], alignments=True), "alignments reads the PyTorch model"),
+        (lambda: ct2.translate(sources[:1], attention=True), "attention reads the PyTorch model"),
+        (lambda: ct2.translate(sources[:1], docs=["d"]), "--docs: document context needs --engine torch"),
+        (lambda: syntaxnmt.Translator.from_checkpoint([best, best], device="cpu", engine="ctranslate2"), "translates with one model"),
+        (lambda: syntaxnmt.Translator.from_checkpoint(best, device="cpu", engine="onnx"), "engine 'onnx': give one of torch, ctranslate2"),
+    ]:
+        with pytest.raises(syntaxnmt.UserError, match=re.escape(message)):
+            call()
 
 
 def test_import_syntaxnmt_is_cheap_and_exports_the_api():

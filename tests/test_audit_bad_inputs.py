@@ -70,3 +70,27 @@ def test_a_subset_of_the_cases_passes_in_process(audit, env, name):
     record = audit.run_case_in_process(case, env)
     assert record["passed"], (record["reasons"], record["stderr"][-2000:])
     assert not env.marker.exists()
+
+
+ISSUE_51 = [
+    "unknown-option-with-value", "sweep-unknown-option", "evaluate-threads", "score-threads-negative", "score-contrapro-without-context",
+    "config-data-path-beside-config", "rnn-dot-sizes", "context-two-to-two-separate-vocab",
+]
+
+
+@pytest.mark.parametrize("name", ISSUE_51)
+def test_the_bad_inputs_of_issue_51_pass_in_process(audit, env, name):
+    case = next(c for c in audit.cases(env) if c.name == name)
+    record = audit.run_case_in_process(case, env)
+    assert record["passed"], (record["reasons"], record["stderr"][-2000:])
+
+
+HYGIENE = ["bom-evaluate", "translate-line-over-limit", "evaluate-dev-zero", "translate-damaged-tokenizer", "translate-int64-weights", "translate-zip-bomb", "translate-stride-zero-weight"]
+"""Issue 49 item 5 (input hygiene): the cases that run in-process."""
+
+
+@pytest.mark.parametrize("name", HYGIENE)
+def test_the_input_hygiene_cases_pass_in_process(audit, env, name):
+    case = next(c for c in audit.cases(env) if c.name == name)
+    record = audit.run_case_in_process(case, env)
+    assert record["passed"], (record["reasons"], record["stderr"][-2000:])

@@ -135,6 +135,80 @@ def test_foreign_files_are_one_line_user_errors(trained_run, tmp_path, capsys):
         assert out == ""
 
 
+def test_a_damaged_stored_tokenizer_is_one_line_naming_the_checkpoint(trained_run, tmp_path, capsys):
+    """Issue 49: SentencePiece's traceback at the first use of a damaged tokenizer."""
+    state = load_checkpoint(Path(trained_run.work_dir) / "best.pt")
+    good = state["assets"]["spm_tgt"]
+    damaged = {
+        "cut.pt": ({**state["assets"], "spm_tgt": good[: len(good) // 3]}, "target tokenizer ('assets' spm_tgt) is not a readable SentencePiece model"),
+        "text.pt": ({**state["assets"], "spm_src": "a string"}, "source tokenizer ('assets' spm_src) is a str"),
+        "list.pt": ([1, 2], "stored tokenizers ('assets') are a list"),
+    }
+    for name, (assets, fragment) in damaged.items():
+        save_checkpoint(tmp_path / name, {**state, "assets": assets})
+        code, out, err = run_cli(capsys, "translate", "--checkpoint", tmp_path / name, "-i", trained_run.data.dev_src)
+        line = one_line_error(code, err)
+        assert f"{tmp_path / name}: " in line and fragment in line, line
+
+
+def test_integer_weights_are_refused_not_loaded_truncated(trained_run, tmp_path, capsys):
+    state = load_checkpoint(Path(trained_run.work_dir) / "best.pt")
+    name = next(k for k, v in state["model"].items() if v.is_floating_point())
+    state["model"][name] = (state["model"][name] * 100).long()
+    save_checkpoint(tmp_path / "int.pt", state)
+    code, out, err = run_cli(capsys, "translate", "--checkpoint", tmp_path / "int.pt", "-i", trained_run.data.dev_src)
+    line = one_line_error(code, err)
+    assert f"{tmp_path / 'int.pt'}: its weights do not fit" in line and f"{name} is int64 in the checkpoint, float32 in the model" in line, line
+
+
+def test_the_loader_bounds_what_a_small_checkpoint_expands_to(trained_run, tmp_path):
+    """Issue 49: a 1 MB zip of deflated zeros made the loader allocate 1 GiB; refused from the
+    archive's directory, and a stride-0 view of one element is refused before it is checked."""
+    import zipfile
+
+    state = load_checkpoint(Path(trained_run.work_dir) / "best.pt")
+    torch.save({**state, "unused": torch.zeros(16 << 20)}, tmp_path / "big.pt")  # 64 MiB of zeros
+    with zipfile.ZipFile(tmp_path / "big.pt") as z, zipfile.ZipFile(tmp_path / "bomb.pt", "w", zipfile.ZIP_DEFLATED) as out:
+        for info in z.infolist():
+            out.writestr(info.filename, z.read(info.filename))
+    assert (tmp_path / "bomb.pt").stat().st_size < 2 << 20
+    with pytest.raises(UserError, match=r"bomb\.pt: its archive expands to [\d,]+ bytes from [\d,]+ on disk"):
+        load_checkpoint(tmp_path / "bomb.pt")
+    load_checkpoint(tmp_path / "big.pt")  # stored uncompressed, as torch.save writes it: loads
+    name = next(k for k, v in state["model"].items() if v.is_floating_point())
+    state["model"][name] = torch.zeros(1).expand(1 << 28)
+    save_checkpoint(tmp_path / "view.pt", state)
+    with pytest.raises(UserError, match=rf"view\.pt: the model weight {re.escape(name)} claims 268,435,456 elements over a storage of 4 bytes"):
+        load_checkpoint(tmp_path / "view.pt")
+
+
+MEASURE = """
+import sys, torch
+from syntaxnmt.decoding import loading
+def rss():
+    with open("/proc/self/status") as f:
+        return int(next(line for line in f if line.startswith("VmRSS:")).split()[1]) // 1024
+load_weights = loading.load_weights
+def measuring(*args, **kw):  # called while the loaded checkpoint is held
+    print(rss() - before)
+    return load_weights(*args, **kw)
+loading.load_weights = measuring
+before = rss()
+loading.load_model(sys.argv[1], torch.device("cpu"))
+"""
+
+
+def test_translation_skips_the_keys_it_does_not_use_unread(trained_run, tmp_path):
+    """Issue 49: loading a model read every key of its checkpoint (a training checkpoint's optimizer
+    state, or anything else); memory-mapped, what translation does not use is never read. Measured
+    in a process of its own (this one keeps the memory it frees: ``runtime.keep_freed_memory``)."""
+    state = load_checkpoint(Path(trained_run.work_dir) / "best.pt")
+    save_checkpoint(tmp_path / "big.pt", {**state, "unused": torch.ones(64 << 20)})  # 256 MiB
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([sys.executable, "-c", MEASURE, str(tmp_path / "big.pt")], capture_output=True, text=True, env=env, timeout=300, check=True)
+    assert int(done.stdout.split()[0]) < 128, done.stdout  # MiB grown while the checkpoint is held
+    assert load_checkpoint(tmp_path / "big.pt", lazy=True)["unused"][-1] == 1  # there, when it is read
+
 # ---------------------------------------------------------------- real checkpoints
 
 

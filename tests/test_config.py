@@ -428,3 +428,29 @@ def test_max_nonfinite_is_a_count():
     assert load_config(None).train.max_nonfinite == 0
     with pytest.raises(UserError, match=r"train\.max_nonfinite"):
         load_config(None, ["--train.max_nonfinite=-1"])
+
+
+def test_two_to_two_context_needs_a_joint_vocabulary():
+    """docs/documents.md: 2-to-2 (concat, side both) needs a joint vocabulary -- refused at load,
+    not when training starts after prepare."""
+    docs = ["--data.train_docs=t.docs", "--data.dev_docs=d.docs", "--model.context.kind=concat"]
+    with pytest.raises(UserError, match=r"model.context concat with side both \(2-to-2\) .*needs data.joint_vocab true") as e:
+        load_config(None, [*docs, "--model.context.side=both", "--data.joint_vocab=false"])
+    assert "\n" not in str(e.value)
+    assert load_config(None, [*docs, "--model.context.side=both"]).data.joint_vocab
+    assert load_config(None, [*docs, "--data.joint_vocab=false"]).model.context.side == "source"  # 2-to-1 is fine
+
+
+def test_decode_workers_are_capped_by_the_cores_wherever_they_come_from(monkeypatch):
+    """A checkpoint's stored ``decode: {workers: 16, processes: true}`` on a 2-core machine
+    searches (or forks) 2 at once, not 16 (issue 49): the cap applies where the count is resolved."""
+    import torch
+
+    from syntaxnmt.config import at_most_cores, load_config
+    from syntaxnmt.cpu.pools import decode_workers
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    assert [at_most_cores(n) for n in (0, 1, 2, 16)] == [1, 1, 2, 2]
+    decode = load_config(None, {"decode": {"workers": 16, "processes": True}}).decode
+    assert decode.workers == 16  # the config keeps what was asked (a larger machine gets it)
+    assert decode_workers(decode.workers, 40, torch.device("cpu"), threads=2) == (2, 1)

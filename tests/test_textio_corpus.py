@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import errno
 import gzip
+import io
 import os
 import stat
+import sys
 
 import pytest
 
 from syntaxnmt.data.corpus import length_filter, read_parallel
 from syntaxnmt.errors import UserError
-from syntaxnmt.textio import atomic_write, atomic_write_text, iter_lines, read_lines, remove_stale_temporaries, write_lines
+from syntaxnmt.textio import atomic_write, atomic_write_text, iter_lines, iter_stream_lines, read_input, read_lines, read_text, remove_stale_temporaries, write_lines
 
 LINES = ["the dog sees a cat .", "", "  ", "Grüße, 世界 !", "last line"]
 
@@ -85,6 +87,77 @@ def test_corrupt_gzip_is_a_user_error(tmp_path):
     truncated.write_bytes((tmp_path / "full.gz").read_bytes()[:200])
     with pytest.raises(UserError, match="truncated.gz"):
         read_lines(truncated)
+
+
+# ---------------------------------------------------------------- input hygiene (issue 49): BOM, line limit
+
+
+BOM = "\ufeff".encode("utf-8")
+
+
+def test_a_byte_order_mark_at_the_start_is_removed_from_files_gzip_stdin_and_whole_texts(tmp_path, monkeypatch):
+    plain = tmp_path / "bom.txt"
+    plain.write_bytes(BOM + b"every dog\n\xef\xbb\xbfkept inside\n")
+    packed = tmp_path / "bom.txt.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    expected = ["every dog", "\ufeffkept inside"]  # only the file's first character is a byte-order mark
+    assert read_lines(plain) == read_lines(packed) == expected
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(plain.read_bytes())))
+    assert read_input(None) == expected
+    assert read_text(plain) == "every dog\n\ufeffkept inside\n"
+
+
+def test_a_utf16_file_is_refused_as_such(tmp_path):
+    path = tmp_path / "utf16.txt"
+    path.write_bytes("a red house .\n".encode("utf-16"))
+    with pytest.raises(UserError, match=rf"^{path}:1: starts with a UTF-16 byte-order mark"):
+        read_lines(path)
+    with pytest.raises(UserError, match="UTF-16"):
+        read_text(path)
+
+
+def test_a_line_over_the_limit_names_the_file_and_line(tmp_path):
+    path = tmp_path / "long.txt"
+    path.write_bytes(b"short\n" + b"x" * 11 + b"\nafter\n")
+    with open(path, "rb") as f:
+        lines = iter_stream_lines(f, path, max_line_bytes=10)
+        assert next(lines) == "short"
+        with pytest.raises(UserError, match=rf"^{path}:2: line longer than 10 bytes"):
+            next(lines)
+    assert list(iter_stream_lines(io.BytesIO(b"x" * 10 + b"\r\n"), path, max_line_bytes=10)) == ["x" * 10]
+
+
+def test_an_input_without_end_is_an_error_not_unbounded_memory(tmp_path):
+    with pytest.raises(UserError, match=r"^/dev/zero:1: line longer than 1,048,576 bytes"):
+        read_lines("/dev/zero")
+    with pytest.raises(UserError, match=r"^<stdin>:1: line longer"):
+        list(iter_stream_lines(io.BytesIO(b"y" * 100), "<stdin>", max_line_bytes=50))
+
+
+def test_a_whole_text_over_its_limit_is_refused(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_bytes(b"a: 1\n" * 10)
+    with pytest.raises(UserError, match=rf"^{path}: larger than 20 bytes"):
+        read_text(path, max_bytes=20)
+    path.write_bytes(b"a: 1\nb: 2\nc: \xff\n")
+    with pytest.raises(UserError, match=rf"^{path}:3: invalid UTF-8"):
+        read_text(path)
+
+
+def test_every_command_reads_a_byte_order_mark_alike(tmp_path, monkeypatch, capsys):
+    """Issue 49: ``evaluate`` scored identical text 98.30, ``parse`` tagged '\ufeffevery' NUM."""
+    from syntaxnmt.cli import main
+
+    text = "every dog barks .\nthe man sees a red house .\n"
+    (tmp_path / "ref.txt").write_text(text, encoding="utf-8")
+    (tmp_path / "hyp.txt").write_bytes(BOM + text.encode("utf-8"))
+    main(["evaluate", "--hyp", str(tmp_path / "hyp.txt"), "--ref", str(tmp_path / "ref.txt")])
+    assert "BLEU = 100.00" in capsys.readouterr().out
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(BOM + text.encode("utf-8"))))
+    main(["parse"])
+    out = capsys.readouterr().out
+    words = [row.split("\t") for row in out.splitlines() if row and not row.startswith("#")]
+    assert "# text = every dog barks .\n" in out and words[0][1:4] == ["every", "_", "DET"]
 
 
 # ---------------------------------------------------------------- writing

@@ -16,11 +16,14 @@ import torch
 
 from syntaxnmt.alignment.symmetrize import symmetrization
 from syntaxnmt.alignment.symmetrize import symmetrize as symmetrize_links
+from syntaxnmt.cpu.pools import batches_side_by_side
 from syntaxnmt.data.batches import make_batch
 from syntaxnmt.data.features import SourceAnnotation
 from syntaxnmt.data.links import Links, subwords_to_words, transposed
 from syntaxnmt.data.subwords import PAD, Tokenizer
-from syntaxnmt.decoding.translate import batches_side_by_side, check_forced_pairs, load_model, parse_annotations, source_parses
+from syntaxnmt.decoding.forced import check_forced_pairs
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.sources import parse_annotations, source_parses
 from syntaxnmt.errors import UserError
 from syntaxnmt.model.outputs import average_heads, layer_head
 from syntaxnmt.model.transformer import Transformer
@@ -281,7 +284,7 @@ def readings_alignments(
     one source; ``annotations`` then go with ``src``); the pairs of a source are batched together
     and their source encoded once per batch. Default: pair p reads ``src[p]``. Batches hold
     ``batch_size`` pairs of similar lengths; on the CPU ``workers`` of them are force-decoded at
-    once (``decode.workers``, :func:`~syntaxnmt.decoding.translate.batches_side_by_side`; 0: one
+    once (``decode.workers``, :func:`~syntaxnmt.cpu.pools.batches_side_by_side`; 0: one
     per torch thread)."""
     (src_ids, src_words), (tgt_ids, tgt_words) = src, tgt
     if source_of is None:

@@ -23,6 +23,7 @@ tag with nothing to close are errors naming the line.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -145,8 +146,9 @@ def _anchor(position: int, by_source: dict[int, list[int]], n_src: int) -> int |
     return None
 
 
-def _place(elements: Sequence[Element], lo: int, hi: int, spans, by_source, n_src: int) -> list[_Placed]:
-    """Place sibling ``elements`` inside target span [lo, hi): non-empty ones first (source order), then the empty ones."""
+def _place(elements: Sequence[Element], lo: int, hi: int, spans, by_source, n_src: int, emptied: list[Element] | None = None) -> list[_Placed]:
+    """Place sibling ``elements`` inside target span [lo, hi): non-empty ones first (source order), then the empty ones.
+    ``emptied`` collects the elements that enclose source words but get no target word."""
     spans_of = [_words_of(e, spans) for e in elements]
     placed: list[_Placed | None] = [None] * len(elements)
     for k, (e, words) in enumerate(zip(elements, spans_of)):
@@ -172,8 +174,10 @@ def _place(elements: Sequence[Element], lo: int, hi: int, spans, by_source, n_sr
             if other.start < p < other.end:  # not inside a sibling: its nearer edge
                 p = other.start if p - other.start <= other.end - p else other.end
         placed[k] = _Placed(e, p, p)
+        if len(words) and emptied is not None:
+            emptied.append(e)
     for p in placed:
-        p.children = _place(p.element.children, p.start, p.end, spans, by_source, n_src)
+        p.children = _place(p.element.children, p.start, p.end, spans, by_source, n_src, emptied)
     return placed  # type: ignore[return-value]
 
 
@@ -194,13 +198,14 @@ def _events(nodes: Sequence[_Placed], lo: int, hi: int) -> list[tuple[str, objec
     return out
 
 
-def transfer_markup(markup: Markup, src_tokens: Sequence[str], translation: str, tgt_tokens: Sequence[str], links: Links) -> str:
+def transfer_markup(markup: Markup, src_tokens: Sequence[str], translation: str, tgt_tokens: Sequence[str], links: Links, emptied: list[Element] | None = None) -> str:
     """``translation`` with the elements of ``markup`` put back (see the module docstring).
 
     ``src_tokens``/``tgt_tokens``: the words ``links`` index (``(source word, target word)``),
     found in order in ``markup.text`` and ``translation``; the text between target words is kept
     as it is, a closing tag goes right after the last word it encloses and an opening one right
-    before the first.
+    before the first. ``emptied`` (a list) receives the elements that enclosed source words but
+    enclose no target word (none of their words aligned, e.g. by a poorly aligned model).
     """
     src_spans, tgt_spans = token_spans(markup.text, src_tokens), token_spans(translation, tgt_tokens)
     by_source: dict[int, list[int]] = {}
@@ -208,7 +213,7 @@ def transfer_markup(markup: Markup, src_tokens: Sequence[str], translation: str,
         if i < len(src_tokens) and j < len(tgt_tokens):
             by_source.setdefault(i, []).append(j)
     n = len(tgt_tokens)
-    events = _events(_place(markup.elements, 0, n, src_spans, by_source, len(src_tokens)), 0, n)
+    events = _events(_place(markup.elements, 0, n, src_spans, by_source, len(src_tokens), emptied), 0, n)
     bounds = [0] + [e for _, e in tgt_spans]  # gap k: the text between word k - 1 and word k
     starts = [s for s, _ in tgt_spans] + [len(translation)]
     out: list[str] = []
@@ -238,13 +243,25 @@ def transfer_to_translations(
     links: Sequence[Sequence[Links]],
     src_normalize: Callable[[str], str],
     tgt_normalize: Callable[[str], str],
+    *,
+    where: Sequence[str] | None = None,
 ) -> list[list[tuple[str, float]]]:
     """Every n-best translation with its source line's markup put back; ``links`` as
     :func:`~syntaxnmt.alignment.extract.alignments_for_translations` returns them (over the
     whitespace tokens of the lines after ``src_normalize``/``tgt_normalize``: the tokenizers'
-    ``normalize``)."""
+    ``normalize``). With ``where`` (a name per line, e.g. ``FILE:LINE``), an element that enclosed
+    source words and encloses none in a translation (``<a href=...></a>``) is a warning on stderr
+    naming the line, once per line and element."""
     out = []
-    for m, nbest, per in zip(marked, results, links):
+    for k, (m, nbest, per) in enumerate(zip(marked, results, links)):
         src_tokens = src_normalize(m.text).split()
-        out.append([(transfer_markup(m, src_tokens, text, tgt_normalize(text).split(), lk), score) for (text, score), lk in zip(nbest, per)])
+        emptied: list[Element] = []
+        out.append([(transfer_markup(m, src_tokens, text, tgt_normalize(text).split(), lk, emptied), score) for (text, score), lk in zip(nbest, per)])
+        for e in {id(e): e for e in emptied}.values() if where is not None else ():
+            enclosed = m.text[e.start : e.end].strip()
+            print(
+                f"syntaxnmt: warning: {where[k]}: {e.open}{e.close} enclosed {enclosed!r} but no word of the translation is aligned to it: "
+                "it is empty in the translation (a poorly aligned model? see docs/alignment.md)",
+                file=sys.stderr,
+            )
     return out

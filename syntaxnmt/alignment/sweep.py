@@ -22,7 +22,7 @@ from syntaxnmt.config import Config
 from syntaxnmt.data.corpus import read_parallel
 from syntaxnmt.data.links import AERResult, aer, format_links, read_alignments, transposed
 from syntaxnmt.data.prepare import model_words
-from syntaxnmt.decoding.translate import load_model
+from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import write_lines
 
@@ -30,8 +30,9 @@ from syntaxnmt.textio import write_lines
 def sweep_readings(model) -> list[AttentionReading]:
     """Every layer x head, each layer averaged, all averaged, and a model's full-context pass
     (``train.alignment.full_context``: each head and their average); for a leaky model
-    (``train.alignment.leaky``) the heads of the leak's pass again with the leak read as the null
-    word (:meth:`AttentionReading.null_share`); unshifted, then the same shifted."""
+    (``train.alignment.leaky``) the heads of the leak's pass that have the leak slot again with the
+    leak read as the null word (:meth:`AttentionReading.null_share`, :func:`leak_heads`); unshifted,
+    then the same shifted."""
     n_layers, n_heads = attention_shape(model)
     plain = [AttentionReading(layer, head) for layer in range(n_layers) for head in [*range(n_heads), None]]
     plain.append(AttentionReading(None, None))
@@ -39,8 +40,17 @@ def sweep_readings(model) -> list[AttentionReading]:
     if ap is not None and ap.full_context:
         plain += [AttentionReading(ap.layer, head, full_context=True) for head in [*range(n_heads), None]]
     if ap is not None and ap.leaky:
-        plain += [AttentionReading(ap.layer, head, full_context=ap.full_context, null=True) for head in [*range(n_heads), None]]
+        plain += [AttentionReading(ap.layer, head, full_context=ap.full_context, null=True) for head in leak_heads(model, n_heads)]
     return plain + [AttentionReading(r.layer, r.head, True, r.full_context, r.null) for r in plain]
+
+
+def leak_heads(model, n_heads: int) -> list[int | None]:
+    """The heads read with the leak as null: those of the supervised layer that have the leak slot
+    (``train.alignment.head``, or every head with ``average``), and their average when every head
+    has one. A head without the slot has no null share: its "leak as null" row would be its plain one."""
+    slot = model.decoder[model.alignment_pass.layer].cross_attn.leak
+    heads = [h for h in range(n_heads) if bool(slot.heads[h])]
+    return [*heads, None] if len(heads) == n_heads else heads
 
 
 @dataclass

@@ -4,7 +4,7 @@ Python API (``syntaxnmt attention``, ``plot``, ``analyze-heads`` and the web vie
 
 * :func:`attention_for_sentences` ``(model, cfg, toks, sources, *, refs=None, conllu=None, device,
   beam=1, parse=False, batch_size=32, progress=False) -> list[SentenceAttention]``: every layer and
-  head of every attention of the model (from :func:`syntaxnmt.decoding.translate.load_model`) for each
+  head of every attention of the model (from :func:`syntaxnmt.decoding.loading.load_model`) for each
   source line. Without ``refs`` the model first translates (greedy, or beam search with ``beam``)
   and its own output is then force-decoded to read all weights; with ``refs`` the given
   references are force-decoded. ``conllu`` (or ``parse=True``: the config's parser) attaches the
@@ -60,7 +60,10 @@ from syntaxnmt.data.features import SourceAnnotation
 from syntaxnmt.data.links import WORD_BOUNDARY, word_ids_from_pieces
 from syntaxnmt.data.prepare import Tokenizers
 from syntaxnmt.data.subwords import Tokenizer
-from syntaxnmt.decoding.translate import load_model, parse_annotations, parser_words, source_parses, translate_ids, translate_outputs
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.output import translate_outputs
+from syntaxnmt.decoding.sources import parse_annotations, parser_words, source_parses
+from syntaxnmt.decoding.translate import translate_ids
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import atomic_write, iter_lines, read_lines, write_lines
 
@@ -767,11 +770,13 @@ def read_contexts(
 
 
 def export_attention(
-    checkpoint: str | Path, src: str, out: str | Path, *, ref: str | None = None, conllu: str | None = None, sentences: str | None = None, parse: bool = False, beam: int = 1, batch_size: int = 32, device: torch.device, docs: str | None = None
+    checkpoint: str | Path, src: str, out: str | Path, *, ref: str | None = None, conllu: str | None = None, sentences: str | None = None, parse: bool = False, beam: int | None = None, batch_size: int = 32, device: torch.device, docs: str | None = None
 ) -> tuple[Path, Path, int]:
     """``syntaxnmt attention``: load the model, compute every weight of the selected sentences, write the export.
-    ``docs``: the doc-id file of ``src``, read by a context model (docs/documents.md)."""
+    ``docs``: the doc-id file of ``src``, read by a context model (docs/documents.md); ``beam``
+    (None: the checkpoint's ``decode.beam_size``, as ``translate``) searches its translations."""
     model, cfg, toks = load_model(checkpoint, device)
+    beam = beam or cfg.decode.beam_size
     lines, refs, parses, keep = read_inputs(src, ref, conllu, sentences)
     contexts = read_contexts(model, cfg, toks, src, docs, keep, ref, device=device, beam=beam, batch_size=batch_size)
     result = attention_for_sentences(model, cfg, toks, lines, refs=refs, device=device, beam=beam, parse=parse, batch_size=batch_size, progress=True, source_name=src, parses=parses, contexts=contexts)

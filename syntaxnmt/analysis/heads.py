@@ -39,7 +39,8 @@ from syntaxnmt.alignment.extract import alignment_from_attention
 from syntaxnmt.analysis.export import SentenceAttention, attention_for_sentences, model_info, read_inputs, word_units
 from syntaxnmt.analysis.plot import panel, pyplot, save_figure
 from syntaxnmt.data.links import Links, aer, read_alignments, subwords_to_words
-from syntaxnmt.decoding.translate import load_model, source_parses
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.sources import source_parses
 from syntaxnmt.errors import UserError
 from syntaxnmt.model.syntax_attention import layer_row
 from syntaxnmt.textio import atomic_write_text

@@ -28,7 +28,7 @@ import numpy as np
 
 from syntaxnmt.analysis.export import SentenceAttention, attention_for_sentences, check_kind, parse_selection, read_attention, read_contexts, read_inputs, word_units
 from syntaxnmt.data.links import Links, read_alignments, words_to_subwords
-from syntaxnmt.decoding.translate import load_model
+from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import atomic_write
 
@@ -307,9 +307,10 @@ def plot_sentences(sentences: Sequence[SentenceAttention], lines: Sequence[int],
 
 
 def load_for_plot(
-    *, attention: str | None, checkpoint: str | None, src: str | None, ref: str | None, conllu: str | None, parse: bool, beam: int, sentences: str | None, device, docs: str | None = None
+    *, attention: str | None, checkpoint: str | None, src: str | None, ref: str | None, conllu: str | None, parse: bool, beam: int | None, sentences: str | None, device, docs: str | None = None
 ) -> tuple[list[SentenceAttention], list[int]]:
-    """The selected sentences (input line numbers ``sentences``) from an export or computed by a checkpoint."""
+    """The selected sentences (input line numbers ``sentences``) from an export or computed by a checkpoint
+    (its translations searched with ``beam``; None: the checkpoint's ``decode.beam_size``, as ``translate``)."""
     if bool(attention) == bool(checkpoint):
         raise UserError("give an attention export (-a OUT) or a --checkpoint with -i SRC")
     if attention and docs:
@@ -327,6 +328,7 @@ def load_for_plot(
         raise UserError("--checkpoint needs the source sentences: -i SRC")
 
     model, cfg, toks = load_model(checkpoint, device)
+    beam = beam or cfg.decode.beam_size
     lines, refs, parses, keep = read_inputs(src, ref, conllu, sentences)
     contexts = read_contexts(model, cfg, toks, src, docs, keep, ref, device=device, beam=beam)
     got = attention_for_sentences(model, cfg, toks, lines, refs=refs, device=device, beam=beam, parse=parse, source_name=src, parses=parses, contexts=contexts)

@@ -337,8 +337,15 @@ class SpacyParser:
         parsing -- exactly the words of :meth:`parse`."""
         return [[_clean_word(t.text) for t in self.nlp.tokenizer(line) if not t.is_space] for line in lines]
 
-    def parse(self, lines: Sequence[str], progress: bool = False, batch_size: int = 256) -> list[Parse]:
-        """One :class:`Parse` per line; a line that spaCy splits into sentences gets several roots."""
+    def parse(self, lines: Sequence[str], progress: bool = False, batch_size: int = 256, source: str = "<text>", line_numbers: Sequence[int] | None = None) -> list[Parse]:
+        """One :class:`Parse` per line; a line that spaCy splits into sentences gets several roots.
+        A line over spaCy's ``nlp.max_length`` characters (1,000,000 by default: the parser needs
+        about 1 GB of memory per 100,000) is a :class:`UserError` naming ``source`` and its line
+        (``line_numbers``, default 1, 2, ...), before any parsing."""
+        limit = self.nlp.max_length
+        for i, line in enumerate(lines, start=1):
+            if len(line) > limit:
+                raise UserError(f"{_text_line(source, line_numbers, i)}: {len(line):,} characters, over spaCy's limit of {limit:,} (nlp.max_length): split the line")
         docs = self.nlp.pipe(lines, batch_size=batch_size)
         docs = tqdm(docs, total=len(lines), desc=f"spaCy {self.pipeline}", unit="sent", disable=not progress)
         return [_doc_to_parse(doc) for doc in docs]
@@ -409,7 +416,7 @@ def annotate(
     if bad_tree not in ("fail", "skip"):
         raise UserError(f"bad_tree must be 'fail' or 'skip', got {bad_tree!r}")
     if method == "spacy":
-        parses: list[Parse] = spacy_parser(pipeline).parse(lines, progress=progress)
+        parses: list[Parse] = spacy_parser(pipeline).parse(lines, progress=progress, source=text_path, line_numbers=line_numbers)
         source = text_path
     elif method == "conllu":
         if not conllu_path:

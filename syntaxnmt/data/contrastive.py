@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from syntaxnmt.errors import UserError
-from syntaxnmt.textio import read_lines
+from syntaxnmt.textio import read_lines, read_text
 
 FORMATS = ("syntaxnmt", "contrapro", "voita")
 VOITA_SEPARATOR = " _eos "
@@ -72,7 +72,7 @@ def chance(items: Sequence[ContrastiveItem]) -> float:
 
 
 def _load_json(path: Path) -> Any:
-    text = "\n".join(read_lines(path))
+    text = read_text(path)  # a whole file: a JSON set may be one line longer than a text line may be
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
@@ -288,6 +288,18 @@ def _voita_items(data: Any, path: Path, phenomenon: str | None) -> list[Contrast
             distance=distance,
         ))
     return items
+
+
+def check_context(items: Sequence[ContrastiveItem], path: str | os.PathLike, context: str) -> None:
+    """Scoring with context (``--context true`` or ``other-document``) needs items that carry some:
+    a set read without any (ContraPro without its context files) would be scored context-free
+    under a header that says otherwise, so it is a :class:`UserError`."""
+    if context != "none" and items and not any(item.context_src or item.context_tgt for item in items):
+        raise UserError(
+            f"{path}: no item carries context, so --context {context} would score it context-free "
+            "(ContraPro: give --context-src and --context-tgt, the files json2text_and_context.pl writes); "
+            "or score without context with --context none"
+        )
 
 
 def read_contrastive(

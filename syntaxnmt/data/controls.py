@@ -5,7 +5,7 @@ parses whose structure is random, so that a gain of the variant over the baselin
 apart from a gain of extra parameters and noise acting as a regulariser (the control of Li et al.
 2020, "Does Multi-Encoder Help?", for document context). The control applies where parses enter
 the data path: to the training and dev parses when ``syntaxnmt prepare`` stores them, and to the
-parses of every sentence a model reads at test time (:func:`syntaxnmt.decoding.translate.parse_annotations`).
+parses of every sentence a model reads at test time (:func:`syntaxnmt.decoding.sources.parse_annotations`).
 
 * ``random-tree``: each sentence's tree is replaced by a random projective dependency tree over
   the same words (:func:`random_projective_heads`); its dependency labels are dealt out to the new

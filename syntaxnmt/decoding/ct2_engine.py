@@ -1,6 +1,7 @@
-"""Translating with CTranslate2: ``syntaxnmt translate --engine ctranslate2``.
+"""Translating with CTranslate2: ``syntaxnmt translate --engine ctranslate2``, and
+``Translator.from_checkpoint(..., engine="ctranslate2")`` (:class:`syntaxnmt.api.Translator`).
 
-The text pipeline is the PyTorch engine's (:func:`syntaxnmt.decoding.translate.encode_source_lines`: the
+The text pipeline is the PyTorch engine's (:func:`syntaxnmt.decoding.sources.encode_source_lines`: the
 parser's words for a model trained on a parsed corpus, SentencePiece, source truncation; the
 target tokenizer's decoding); only the search runs in ``ctranslate2.Translator``. Search settings
 map onto CTranslate2's: beam size, length penalty (log P / length**alpha), coverage penalty,
@@ -23,10 +24,12 @@ import numpy as np
 import torch
 
 from syntaxnmt.config import Config, DecodeConfig, config_from_dict
+from syntaxnmt.cpu.pools import decode_workers
 from syntaxnmt.data.prepare import tokenizers_from_assets
 from syntaxnmt.decoding.ct2_export import CONFIG_FILE, SOURCE_TOKENIZER, TARGET_TOKENIZER, export_ct2
+from syntaxnmt.decoding.output import Output, without_empty_lines
 from syntaxnmt.decoding.search import Hypothesis, max_output_lengths
-from syntaxnmt.decoding.translate import decode_workers, encode_source_lines
+from syntaxnmt.decoding.sources import encode_source_lines
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import BOS, PAD, FeatureSpec
 
@@ -37,7 +40,7 @@ class CT2Engine:
     def __init__(self, path: str | Path, device: str = "cpu", threads: int | None = None, compute_type: str = "default", inter_threads: int | None = None):
         """``threads``: CTranslate2's threads in all (default: torch's). ``inter_threads``: batches
         searched at once, sharing them; default (None): ``decode.workers`` decides per call, as for
-        the PyTorch engine (:func:`syntaxnmt.decoding.translate.decode_workers`: on the CPU one batch
+        the PyTorch engine (:func:`syntaxnmt.cpu.pools.decode_workers`: on the CPU one batch
         per thread when there are several batches), with a translator made for each split used."""
         path = Path(path)
         if path.is_file():  # a checkpoint: export it to a temporary folder first
@@ -106,11 +109,28 @@ class CT2Engine:
 
         return [[hypothesis(h, score, limit) for h, score in zip(r.hypotheses, r.scores)] for r, limit in zip(results, limits)]
 
-    def translate_lines(self, lines: Sequence[str], decode: DecodeConfig, *, conllu: str | None = None, source_name: str = "<input>", nbest: int = 1, **_ignored) -> list[list[tuple[str, float]]]:
-        """Raw source lines to detokenized n-best lists of (translation, score)."""
-        sources, _ = encode_source_lines(self.cfg, self.toks, lines, FeatureSpec(), conllu, source_name)
-        hyps = self.translate_ids(sources, decode, nbest=nbest)
-        return [[(self.toks.tgt.decode(h.tokens), h.score) for h in nb] for nb in hyps]
+    def follow(self, cfg: Config) -> "CT2Engine":
+        """Search with ``cfg``, the exported config with the translation-time options applied
+        (:func:`~syntaxnmt.decoding.loading.translation_config`): its ``decode`` settings and spaCy
+        pipeline. One-hot attention is refused: CTranslate2's attention is softmax."""
+        if cfg.model.hard_attention != self.cfg.model.hard_attention:
+            raise UserError("--model.hard_attention: CTranslate2's attention is softmax (translate with --engine torch)")
+        self.cfg = cfg
+        return self
+
+    def translate_outputs(self, lines: Sequence[str], decode: DecodeConfig, *, conllu: str | None = None, source_name: str = "<input>", docs: Sequence[str] | None = None, nbest: int = 1, progress: bool = False) -> list[list[Output]]:
+        """Raw source lines to n-best lists of :class:`~syntaxnmt.decoding.output.Output`, best
+        first, as the PyTorch engine's :func:`~syntaxnmt.decoding.output.translate_outputs`: an
+        empty or blank line gets an empty output without a search. No document context (``docs``
+        is refused); ``progress`` is not shown."""
+        if docs is not None:
+            raise UserError("--docs: document context needs --engine torch")
+
+        def search(kept: list[str], _numbers: list[int]) -> list[list[Output]]:
+            sources, _ = encode_source_lines(self.cfg, self.toks, kept, FeatureSpec(), conllu, source_name)
+            return [[Output(self.toks.tgt.decode(h.tokens), h.score, h.log_prob, h.tokens) for h in nb] for nb in self.translate_ids(sources, decode, nbest=nbest)]
+
+        return without_empty_lines(lines, search)
 
 
 def check_decode(decode: DecodeConfig) -> None:

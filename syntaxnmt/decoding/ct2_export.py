@@ -30,7 +30,7 @@ from torch import nn
 
 from syntaxnmt.config import Config
 from syntaxnmt.data.prepare import Tokenizers
-from syntaxnmt.decoding.translate import load_model
+from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import BOS, EOS, UNK
 from syntaxnmt.textio import atomic_write_text, holds_marker, refuse_protected_folder, remove_stale_temporaries, temporary_prefix, write_marker

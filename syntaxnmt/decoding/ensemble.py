@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from syntaxnmt.config import Config
 from syntaxnmt.data.prepare import Tokenizers
-from syntaxnmt.decoding.translate import load_model
+from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import Batch
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from syntaxnmt.data.batches import context_batch
 from syntaxnmt.data.contrastive import ContrastiveItem, chance
-from syntaxnmt.decoding.translate import score_ids
+from syntaxnmt.decoding.forced import score_ids
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD
 
@@ -46,7 +46,7 @@ def target_nll(model, toks, pairs: Sequence[ScoredPair], device: torch.device, b
     the context translations (``context_tgt``, the references of ``contrastive.json``)."""
     context = getattr(model, "document_context", None)
     encode = lambda tok, text: np.asarray(tok.encode(text), dtype=np.int64)  # noqa: E731
-    if context is None:  # a sentence-level model: the scoring of syntaxnmt.decoding.translate
+    if context is None:  # a sentence-level model: the scoring of syntaxnmt.decoding.forced
         src, tgt = [encode(toks.src, p.src) for p in pairs], [encode(toks.tgt, p.tgt) for p in pairs]
         return [-x for x in score_ids(model, src, tgt, device, batch_size=batch_size)]
     model.eval()

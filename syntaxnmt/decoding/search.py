@@ -21,10 +21,15 @@ With a coverage penalty β > 0 (Wu et al. 2016, Sec. 7) beams are ranked by
 ``log P / |y|**alpha + β Σ_j log(min(c_j, 1))``, where c_j is the attention source word j
 (EOS and padding left out) has received so far; the model's ``step(..., need_weights=True)``
 then provides ``state.last_cross_attention`` (N, S). Greedy search is unaffected (one beam).
+
+Lexical constraints (``constraints``: per sentence, target phrases as token-id lists that every
+output must contain) make the search choose its candidates by dynamic beam allocation (Post &
+Vilar 2018; Hu et al. 2019): :mod:`syntaxnmt.decoding.constraints`. Without any, nothing changes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -32,6 +37,7 @@ import torch
 from torch import Tensor
 
 from syntaxnmt.cpu.search import log_softmax_topk, use_native
+from syntaxnmt.decoding.constraints import BeamConstraints, SentenceConstraints, StepRows, has_constraints
 from syntaxnmt.inputs import BOS, EOS, PAD, Batch
 
 
@@ -140,31 +146,41 @@ def native_state(model, native: bool) -> dict:
     return {"native": True} if native and getattr(model, "native_attention", False) else {}
 
 
-def next_candidates(model, tokens: Tensor, state, k: int, step: int, min_len: int, row_limits: Tensor, native: bool, **step_kwargs) -> tuple[Tensor, Tensor, object]:
+def next_candidates(model, tokens: Tensor, state, k: int, step: int, min_len: int, row_limits: Tensor, native: bool, constrained: StepRows | None = None, **step_kwargs) -> tuple[Tensor, Tensor, object]:
     """The model's step and the ``k`` best next tokens of each row it computed: log-probabilities
     and tokens (R, k) on the model's device, best first, and the new state. ``row_limits`` (R,): each row's
     longest output (:func:`_forbid`'s rules: never PAD or BOS, EOS only from ``min_len`` on and
     nothing else from a row's limit on). With ``native`` (:func:`syntaxnmt.cpu.search.use_native`)
     the step returns logits and :func:`~syntaxnmt.cpu.search.log_softmax_topk` reads them
     without writing the log-softmax; otherwise ``log_softmax``, :func:`_forbid` and :func:`topk_rows`
-    (``max`` for k = 1). ``k`` larger than the vocabulary gives all of it."""
+    (``max`` for k = 1). ``k`` larger than the vocabulary gives all of it. ``constrained`` (the
+    rows' constraint states): their rules apply to the candidates, and their constraint tokens
+    follow them (:class:`~syntaxnmt.decoding.constraints.StepRows`; the native kernel is asked for
+    k + 1, room for a row's banned EOS)."""
     if not native:
         log_probs, state = model.step(tokens, state, **step_kwargs)
         log_probs = _forbid(log_probs.float(), step, min_len, row_limits.to(log_probs.device))
+        if constrained is not None:
+            constrained.restrict(log_probs)
         k = min(k, log_probs.size(-1))
         values, index = topk_rows(log_probs, k) if k > 1 else log_probs.max(-1, keepdim=True)
+        if constrained is not None:
+            values, index = constrained.extend(log_probs, values, index)
         return values, index, state
     logits, state = model.step(tokens, state, normalize=False, **step_kwargs)
     logits = logits.float()
     k = min(k, logits.size(-1))
     no_eos = step < min_len
-    values, index, lse = log_softmax_topk(logits, k, (PAD, BOS, EOS) if no_eos else (PAD, BOS))
+    wide = k if constrained is None else min(k + 1, logits.size(-1))
+    values, index, lse = log_softmax_topk(logits, wide, (PAD, BOS, EOS) if no_eos else (PAD, BOS))
     over = (step >= row_limits).nonzero().view(-1)
     if len(over):  # only EOS, and from min_len on
         values[over] = float("-inf")
         index[over] = EOS
         if not no_eos:
             values[over, 0] = logits[over, EOS] - lse[over]
+    if constrained is not None:
+        values, index = constrained.from_kernel(logits, lse, values, index, k)
     return values, index, state
 
 
@@ -199,13 +215,19 @@ def greedy_search(model, batch: Batch, max_len: int | Tensor, min_len: int = 0, 
 
 
 @torch.no_grad()
-def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0, lp_type: LengthPenaltyType = "power", cpu_softmax: str = "auto") -> list[list[Hypothesis]]:
+def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0, lp_type: LengthPenaltyType = "power", cpu_softmax: str = "auto", constraints: Sequence[SentenceConstraints] | None = None) -> list[list[Hypothesis]]:
     """Beam search; returns the ``nbest`` best hypotheses of every sentence, best first (``coverage_penalty``: β;
-    ``max_len``: one for all or one per sentence; ``lp_type``: see :func:`length_penalty`; ``cpu_softmax``: see :func:`next_candidates`)."""
+    ``max_len``: one for all or one per sentence; ``lp_type``: see :func:`length_penalty`; ``cpu_softmax``: see :func:`next_candidates`).
+    ``constraints[i]``: target phrases (token-id lists) every hypothesis of batch row ``i`` contains
+    (None or [] for none; :mod:`~syntaxnmt.decoding.constraints`: dynamic beam allocation; the
+    native top-k kernel gives k + 1 candidates, and where it cannot be used PyTorch's log-softmax
+    and top-k do). Constraints longer than a sentence's limit are a UserError naming it; where they
+    leave fewer than ``nbest`` hypotheses (a sentence whose limit they fill), its list is shorter."""
     device = batch.src.device
     n, k = len(batch), beam
     limits = _limits(max_len, n)
     nbest = min(nbest, k)
+    cons = BeamConstraints.build(constraints, limits, k, batch.ids.tolist()) if has_constraints(constraints) else None
     # Hypotheses are rows i*k .. i*k+k-1 of sentence i. The first step has one live beam per
     # sentence: it runs on the n sentences (and so do the cross-attention's key and value
     # projections of the encoder output, which decoders cache at their first step); the state is
@@ -222,7 +244,7 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
     results: list[list[Hypothesis] | None] = [None] * n
     norm = (lambda length: length_penalty(length, alpha, lp_type)) if alpha else (lambda length: torch.ones_like(length))
     partial = getattr(model, "step_rows", False)  # the model's step can skip the finished rows
-    frozen = torch.full((k,), float("-inf"))
+    frozen = torch.full((k + (cons.width if cons is not None else 0),), float("-inf"))
     frozen[0] = 0.0
     if coverage_penalty:
         n_src = batch.src.size(1)
@@ -241,7 +263,8 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
         # Within a beam every candidate has the same length (and coverage penalty), so a beam's
         # best k continuations by log-probability hold all its candidates for the sentence's
         # top k: rank the k*k of them rather than k*V.
-        open_lp, open_tok, state = next_candidates(model, tokens, state, k, t, min_len, row_limits[::k] if t == 0 else row_limits if rows is None else row_limits[rows], native, **step_rows, **({"need_weights": True} if coverage_penalty else {}))
+        constrained = {} if cons is None else {"constrained": cons.rows(t, rows, first=t == 0)}
+        open_lp, open_tok, state = next_candidates(model, tokens, state, k, t, min_len, row_limits[::k] if t == 0 else row_limits if rows is None else row_limits[rows], native, **constrained, **step_rows, **({"need_weights": True} if coverage_penalty else {}))
         if t == 0:  # one row per sentence: the other beams' candidates are never live (raw -inf)
             open_lp, open_tok = open_lp.repeat_interleave(k, 0), open_tok.repeat_interleave(k, 0)
         if coverage_penalty:
@@ -262,7 +285,10 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
         cand_score = cand_raw / norm(cand_len)
         if coverage_penalty:
             cand_score = cand_score + penalty[:, :, None]
-        top_score, top_idx = cand_score.view(m, -1).topk(k, dim=-1)
+        if cons is None:
+            top_score, top_idx = cand_score.view(m, -1).topk(k, dim=-1)
+        else:  # dynamic beam allocation; the constraint states move to the chosen candidates
+            top_score, top_idx = cons.select(cand_score, cand_tok, done, k)
         src_beam, new_tok = top_idx // kk, cand_tok.view(m, -1).gather(1, top_idx)
         raw = cand_raw.view(m, -1).gather(1, top_idx)
         lengths = cand_len.reshape(m, -1).gather(1, top_idx)
@@ -275,6 +301,8 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
         sentence_done = done.all(dim=1) | (t >= limits[alive])
         for i in sentence_done.nonzero().view(-1).tolist():
             order = top_score[i].argsort(descending=True)[:nbest]
+            if cons is not None:  # constraints can leave fewer than k finite hypotheses (a forced sentence): not the -inf ones
+                order = order[top_score[i, order].isfinite()] if top_score[i, order[0]].isfinite() else order[:1]
             hyps = []
             for j in order.tolist():
                 seq = history[i, j].tolist()
@@ -288,6 +316,8 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
             alive, raw, lengths, done, history, new_tok = alive[keep], raw[keep], lengths[keep], done[keep], history[keep], new_tok[keep]
             if coverage_penalty:
                 coverage = coverage[keep]
+            if cons is not None:
+                cons.keep(keep)
             row_index = row_index.view(m, k)[keep].view(-1)
         # While no sentence leaves, rows only move among the beams of their own sentence; after
         # the first step, every row comes from its sentence's single row.
@@ -296,8 +326,9 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
     return results  # type: ignore[return-value]
 
 
-def search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0, lp_type: LengthPenaltyType = "power", cpu_softmax: str = "auto") -> list[list[Hypothesis]]:
-    """Greedy search for beam 1, else beam search."""
-    if beam == 1 and nbest == 1:
+def search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0, lp_type: LengthPenaltyType = "power", cpu_softmax: str = "auto", constraints: Sequence[SentenceConstraints] | None = None) -> list[list[Hypothesis]]:
+    """Greedy search for beam 1, else beam search; with ``constraints`` (see :func:`beam_search`)
+    beam search also at beam 1 (greedy search with the constraints' candidates and allocation)."""
+    if beam == 1 and nbest == 1 and not has_constraints(constraints):
         return greedy_search(model, batch, max_len, min_len, alpha, lp_type, cpu_softmax)
-    return beam_search(model, batch, beam, max_len, min_len, alpha, nbest, coverage_penalty, lp_type, cpu_softmax)
+    return beam_search(model, batch, beam, max_len, min_len, alpha, nbest, coverage_penalty, lp_type, cpu_softmax, constraints)

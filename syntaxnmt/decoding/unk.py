@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -138,19 +138,25 @@ def translations_with_replacement(toks, lines: Sequence[str], sources: Sequence[
     return out
 
 
-def read_best_translations(path: str | Path) -> dict[str, str]:
-    """The most probable translation of every source word of a table written by :func:`write_table`."""
+def read_lexical_table(path: str | Path) -> Iterator[tuple[str, str, float, int | None]]:
+    """The ``(f, e, P(e|f), c(f, e))`` of every line of a table written by ``syntaxnmt lexicon``
+    (the count None where a line has none); a missing file or a malformed line is a :class:`UserError`."""
     if not Path(path).is_file():
         raise UserError(f"{path}: lexical table not found (write one with `syntaxnmt lexicon CONFIG -o {path}`)")
-    best: dict[str, tuple[float, str]] = {}
     for k, line in enumerate(read_lines(path), start=1):
         if not line.strip():
             continue
         fields = line.split("\t")
         try:
-            f, e, p = fields[0], fields[1], float(fields[2])
+            yield fields[0], fields[1], float(fields[2]), int(fields[3]) if len(fields) > 3 else None
         except (IndexError, ValueError):
             raise UserError(f"{path}:{k}: expected 'source<TAB>target<TAB>probability[<TAB>count]'") from None
+
+
+def read_best_translations(path: str | Path) -> dict[str, str]:
+    """The most probable translation of every source word of a table written by :func:`write_table`."""
+    best: dict[str, tuple[float, str]] = {}
+    for f, e, p, _ in read_lexical_table(path):
         if f not in best or p > best[f][0]:
             best[f] = (p, e)
     return {f: e for f, (_, e) in best.items()}

@@ -49,7 +49,8 @@ from syntaxnmt.data.corpus import read_parallel
 from syntaxnmt.data.links import aer, aer_from_statistics, aer_statistics, read_alignments
 from syntaxnmt.data.prepare import model_words
 from syntaxnmt.data.synthetic import write_corpus
-from syntaxnmt.decoding.translate import load_model, translate_lines
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.sets import markdown_table, read_set_file, section_heading, seed_cells, statistics_caption, write_section
 from syntaxnmt.metrics import bleu_from_statistics, bleu_statistics

@@ -34,7 +34,9 @@ from syntaxnmt.alignment.lexicon import build_lexicon
 from syntaxnmt.config import config_from_dict, expand_env, load_config
 from syntaxnmt.decoding.averaging import average_checkpoints, last_periodic
 from syntaxnmt.decoding.ensemble import load_ensemble
-from syntaxnmt.decoding.translate import encode_source_lines, load_model, parser_words, translate_ids
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.sources import encode_source_lines, parser_words
+from syntaxnmt.decoding.translate import translate_ids
 from syntaxnmt.decoding.unk import translations_with_replacement
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.sets import load_set, markdown_table, read_set_file, section_heading, seed_cells, sentence_bootstrap_cell, set_runs, statistics_caption, write_section

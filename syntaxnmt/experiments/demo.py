@@ -22,11 +22,12 @@ from syntaxnmt.checkpoint import load_checkpoint
 from syntaxnmt.config import Config, load_config
 from syntaxnmt.data.prepare import prepare
 from syntaxnmt.data.synthetic import write_corpus
-from syntaxnmt.decoding.translate import load_model, translate_lines
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.errors import UserError
 from syntaxnmt.metrics import score
 from syntaxnmt.runtime import resolve_device
-from syntaxnmt.textio import holds_marker, read_lines, refuse_protected_folder, write_lines, write_marker
+from syntaxnmt.textio import atomic_write_text, holds_marker, read_lines, refuse_protected_folder, write_lines, write_marker
 from syntaxnmt.training.loop import Progress
 from syntaxnmt.training.train import train
 
@@ -71,7 +72,7 @@ def demo_config(directory: Path, minutes: float, overrides: list[str] | None = N
     """Write the demo's YAML config into ``directory`` and load it (with command-line overrides)."""
     path = directory / "demo.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(DEMO_CONFIG.format(dir=directory.as_posix(), minutes=minutes), encoding="utf-8")
+    atomic_write_text(path, DEMO_CONFIG.format(dir=directory.as_posix(), minutes=minutes))  # a full disk: one error naming it
     return load_config(path, overrides or [])
 
 

@@ -12,6 +12,7 @@ The results table is then made in the parent from the finished runs, as after se
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -102,8 +103,13 @@ def _start(run: Run, spec_tree: dict, threads: int) -> _Active:
     cfg = run.cfg.model_copy(deep=True)
     cfg.train.threads = threads
     log = open(run.log_path, "ab")
-    log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} {run.name}: worker with {threads} torch threads\n".encode())
-    log.flush()
+    try:
+        log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} {run.name}: worker with {threads} torch threads\n".encode())
+        log.flush()
+    except OSError as e:  # a full disk: name the log, not only the errno
+        with contextlib.suppress(OSError):  # closing flushes the same bytes again
+            log.close()
+        raise UserError(f"{run.log_path}: cannot write ({e.strerror or e})") from None
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "syntaxnmt.experiments.runner"],

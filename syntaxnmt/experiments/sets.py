@@ -34,7 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 
 from syntaxnmt.checkpoint import load_model_checkpoint
 from syntaxnmt.config import Config, expand_env, load_config, read_yaml_file
-from syntaxnmt.decoding.translate import load_model, translate_lines
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.errors import UserError
 from syntaxnmt.metrics import SIGNIFICANCE_LEVEL, Metric, ReferenceScorer, aso_epsilon_min, bleu_from_statistics, paired_bootstrap_p, seed_statistics, stratified_approximate_randomization
 from syntaxnmt.runtime import resolve_device

@@ -4,7 +4,8 @@ Encoder (Bahdanau et al. 2015, Sec. 3.2): embeddings, optionally with source pos
 a bidirectional GRU or LSTM; the annotation of word j is ``h_j = [->h_j; <-h_j]`` (size
 ``2 * hidden``). Padding is skipped with packed sequences.
 
-Decoders (``model.rnn.decoder``), all with the decoder state size ``hidden``:
+Decoders (``model.rnn.decoder``), all with the decoder state size ``rnn.dec_hidden`` (default
+``hidden``; ``annotations``: ``2 * hidden``, as the parameter-free ``dot`` scores need):
 
 * ``bahdanau`` (Bahdanau et al. 2015, Eq. 4-6 and Appendix A.2.2): attend with the previous
   state, ``c_i = ATT(C, s_{i-1})``, then ``s_i = RNN([E y_{i-1}; c_i], s_{i-1})``; the deep output
@@ -24,8 +25,8 @@ initial cell is 0.
 
 Reused from :class:`~syntaxnmt.config.ModelConfig`: ``dropout`` (embeddings, between stacked
 RNN layers, before the output layer), ``tie_embeddings`` (``decoder``: the output layer shares
-the target embedding matrix -- a luong decoder with ``hidden != embed_dim`` then gets a
-bias-free projection ``hidden -> embed_dim`` before it; ``all``: the source embedding too),
+the target embedding matrix -- a luong decoder with a state size other than ``embed_dim`` then gets a
+bias-free projection to ``embed_dim`` before it; ``all``: the source embedding too),
 ``max_positions`` (position tables) and ``d_model`` (embedding size when ``rnn.embed_dim`` is 0).
 Embeddings are not scaled by sqrt(d).
 
@@ -136,8 +137,8 @@ class _Decoder(nn.Module):
     def __init__(self, cfg: ModelConfig, embed_dim: int, key_dim: int):
         super().__init__()
         rc = cfg.rnn
-        self.hidden, self.layers = rc.hidden, rc.dec_layers
-        self.attention = Attention(rc.score, rc.hidden, key_dim, rc.attention_dim, rc.rank, rc.local_window, rc.position_bias, cfg.attention_normalizer, cfg.hard_attention)
+        self.hidden, self.layers = rc.decoder_size, rc.dec_layers
+        self.attention = Attention(rc.score, rc.decoder_size, key_dim, rc.attention_dim, rc.rank, rc.local_window, rc.position_bias, cfg.attention_normalizer, cfg.hard_attention)
 
     def _attend(self, query: Tensor, state: RNNState, target_pos: Tensor) -> tuple[Tensor, Tensor]:
         enc = state.encoder
@@ -169,8 +170,8 @@ class BahdanauDecoder(_Decoder):
     def __init__(self, cfg: ModelConfig, embed_dim: int, key_dim: int):
         super().__init__(cfg, embed_dim, key_dim)
         rc = cfg.rnn
-        self.rnn = _rnn(rc.cell, embed_dim + key_dim, rc.hidden, rc.dec_layers, cfg.dropout)
-        self.readout = Linear(rc.hidden + embed_dim + key_dim, embed_dim)
+        self.rnn = _rnn(rc.cell, embed_dim + key_dim, self.hidden, rc.dec_layers, cfg.dropout)
+        self.readout = Linear(self.hidden + embed_dim + key_dim, embed_dim)
         self.out_dim = embed_dim
 
     def step(self, y: Tensor, state: RNNState) -> tuple[Tensor, Tensor]:
@@ -190,10 +191,10 @@ class LuongDecoder(_Decoder):
         super().__init__(cfg, embed_dim, key_dim)
         rc = cfg.rnn
         self.input_feeding = rc.input_feeding
-        self.input_size = embed_dim + (rc.hidden if self.input_feeding else 0)
-        self.rnn = _rnn(rc.cell, self.input_size, rc.hidden, rc.dec_layers, cfg.dropout)
-        self.W_c = Linear(key_dim + rc.hidden, rc.hidden, bias=False)
-        self.out_dim = rc.hidden
+        self.input_size = embed_dim + (self.hidden if self.input_feeding else 0)
+        self.rnn = _rnn(rc.cell, self.input_size, self.hidden, rc.dec_layers, cfg.dropout)
+        self.W_c = Linear(key_dim + self.hidden, self.hidden, bias=False)
+        self.out_dim = self.hidden
 
     def step(self, y: Tensor, state: RNNState) -> tuple[Tensor, Tensor]:
         x = torch.cat([y, state.feed], -1) if self.input_feeding else y
@@ -229,11 +230,11 @@ class ConditionalGRUDecoder(_Decoder):
     def __init__(self, cfg: ModelConfig, embed_dim: int, key_dim: int):
         super().__init__(cfg, embed_dim, key_dim)
         rc = cfg.rnn
-        self.gru1 = nn.GRUCell(embed_dim, rc.hidden)
-        self.gru2 = nn.GRUCell(key_dim, rc.hidden)
-        self.upper = _rnn("gru", rc.hidden, rc.hidden, rc.dec_layers - 1, cfg.dropout) if rc.dec_layers > 1 else None
+        self.gru1 = nn.GRUCell(embed_dim, self.hidden)
+        self.gru2 = nn.GRUCell(key_dim, self.hidden)
+        self.upper = _rnn("gru", self.hidden, self.hidden, rc.dec_layers - 1, cfg.dropout) if rc.dec_layers > 1 else None
         self.dropout = Dropout(cfg.dropout)
-        self.readout = Linear(rc.hidden + embed_dim + key_dim, embed_dim)
+        self.readout = Linear(self.hidden + embed_dim + key_dim, embed_dim)
         self.out_dim = embed_dim
         self.last_intermediate: Tensor | None = None  # s'_i of the latest step (inspection/tests)
 
@@ -281,7 +282,7 @@ class RNNModel(nn.Module):
                 emb.weight[PAD].zero_()
         key_dim = 2 * rc.hidden
         self.encoder = RNNEncoder(cfg, self.src_embed)
-        self.bridge = Linear(key_dim, rc.dec_layers * rc.hidden)
+        self.bridge = Linear(key_dim, rc.dec_layers * rc.decoder_size)
         self.decoder: _Decoder = DECODERS[rc.decoder](cfg, dim, key_dim)
         self.dropout = Dropout(cfg.dropout)
         tie = cfg.tie_embeddings in ("decoder", "all")
@@ -308,9 +309,9 @@ class RNNModel(nn.Module):
         source_len = keep.sum(1)
         mean = (enc.hidden * keep[:, :, None]).sum(1) / source_len.clamp(min=1)[:, None]
         n, rc = enc.hidden.size(0), self.cfg.rnn
-        hidden = torch.tanh(self.bridge(mean)).view(n, rc.dec_layers, rc.hidden).transpose(0, 1).contiguous()
+        hidden = torch.tanh(self.bridge(mean)).view(n, rc.dec_layers, rc.decoder_size).transpose(0, 1).contiguous()
         cell = torch.zeros_like(hidden) if self.is_lstm else None
-        feed = hidden.new_zeros(n, rc.hidden) if rc.decoder == "luong" and rc.input_feeding else None
+        feed = hidden.new_zeros(n, rc.decoder_size) if rc.decoder == "luong" and rc.input_feeding else None
         target_len = source_len if target_length is None else target_length.to(source_len)
         return RNNState(enc, self.decoder.attention.precompute(enc.hidden), hidden, cell, feed, source_len, target_len)
 

@@ -65,28 +65,28 @@ class Score(nn.Module):
 
 
 class DotScore(Score):
-    """``e_j = s^T h_j`` (Luong et al. 2015, Eq. 8, *dot*).
+    """``e_j = s^T h_j`` (Luong et al. 2015, Eq. 8, *dot*): no parameters, so the query and the keys
+    must have one size (``d_q == d_k``; an RNN decoder gets it with ``model.rnn.dec_hidden:
+    annotations``, the config refusing other sizes). A projected query ``(W_q s)^T h_j`` would be
+    the *general* score in all but its factorization: use :class:`GeneralScore` for that."""
 
-    The dot product needs ``d_q == d_k``. When they differ (an RNN decoder of size ``hidden``
-    attending over bidirectional annotations of size ``2 * hidden``) the query is first projected,
-    ``e_j = (W_q s)^T h_j`` with ``W_q`` (d_k x d_q) and no bias -- which is then the *general*
-    score in all but its factorization.
-    """
+    name = "dot"
 
     def __init__(self, query_dim: int, key_dim: int):
         super().__init__()
-        self.query_proj = Linear(query_dim, key_dim, bias=False) if query_dim != key_dim else None
+        if query_dim != key_dim:
+            raise ValueError(f"the {self.name} score has no parameters: it needs queries and keys of one size (got {query_dim} and {key_dim})")
         self.scale = 1.0
 
     def energies(self, query: Tensor, pre: Tensor, features: Tensor | None = None) -> Tensor:
         self._no_features(features)
-        if self.query_proj is not None:
-            query = self.query_proj(query)
         return _dot(query, pre) * self.scale
 
 
 class ScaledDotScore(DotScore):
-    """``e_j = s^T h_j / sqrt(d)`` with ``d = d_k`` (Vaswani et al. 2017, Eq. 1); query projected as in :class:`DotScore`."""
+    """``e_j = s^T h_j / sqrt(d)`` with ``d = d_q = d_k`` (Vaswani et al. 2017, Eq. 1); parameter-free as :class:`DotScore`."""
+
+    name = "scaled_dot"
 
     def __init__(self, query_dim: int, key_dim: int):
         super().__init__(query_dim, key_dim)

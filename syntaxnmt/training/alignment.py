@@ -22,7 +22,7 @@ from syntaxnmt.config import AlignmentConfig, Config
 from syntaxnmt.data.links import normalize_alignment
 from syntaxnmt.inputs import EOS, PAD
 from syntaxnmt.model.outputs import average_heads, layer_head
-from syntaxnmt.training.losses import AuxiliaryObjective, decay, register_objective
+from syntaxnmt.training.losses import AuxiliaryObjective, decay
 
 REDUCTIONS = ("none", "sum", "mean")
 
@@ -237,7 +237,6 @@ class AlignmentObjective(AuxiliaryObjective):
         return {"guided": self.cfg.guided_weight * decay(step, self.cfg.guided_decay), "coverage": self.cfg.coverage_weight}
 
 
-@register_objective("alignment")
 def alignment_objective(cfg: Config) -> AlignmentObjective | None:
     """The objective of ``cfg``, or None when no term is on (training then skips the attention weights)."""
     a = cfg.train.alignment

@@ -33,7 +33,7 @@ from syntaxnmt.cpu.calibration import prepare as prepare_cpu_kernels
 from syntaxnmt.data.batches import Split, TokenBatchSampler, collate
 from syntaxnmt.data.links import normalize_alignment
 from syntaxnmt.data.prepare import is_prepared, load_split, load_tokenizers, prepare, tokenizer_assets
-from syntaxnmt.decoding.translate import decoding_step
+from syntaxnmt.decoding.calibration import decoding_step
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD
 from syntaxnmt.model import build_model
@@ -42,8 +42,9 @@ from syntaxnmt.textio import read_lines
 from syntaxnmt.training import loop
 from syntaxnmt.training.alignment import alignment_attention, trace_bonus, word_masks
 from syntaxnmt.training.loop import Progress
+from syntaxnmt.training.objectives import training_objectives
 from syntaxnmt.training.optim import build_optimizer
-from syntaxnmt.training.step import accumulate, apply_gradients, forward_loss, skip_nonfinite, training_objectives
+from syntaxnmt.training.step import accumulate, apply_gradients, forward_loss, skip_nonfinite
 from syntaxnmt.training.train import Run, set_matmul_precision, start, tensorboard_writer, validate_and_record
 
 DIRECTIONS = ("forward", "reverse")

@@ -10,12 +10,10 @@ at once, which on CPU saves both memory and the page faults of allocating them e
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 from torch import Tensor, nn
 
-from syntaxnmt.config import Config, parse_decay
+from syntaxnmt.config import parse_decay
 from syntaxnmt.cpu.linear import add_weight_grad, linear, row_granule
 from syntaxnmt.cpu.loss import native_smoothed_xent
 from syntaxnmt.cpu.machine import native_training_kernels
@@ -198,20 +196,3 @@ class AuxiliaryObjective:
         for name, value in terms.items():
             total = total + weights[name] * value
         return total, {name: value.detach() for name, value in terms.items()}
-
-
-# name -> the objective of a config (None when its section is off). An auxiliary objective is one
-# module of this package: its AuxiliaryObjective subclass and a factory registered here with
-# @register_objective, plus its config section in syntaxnmt.config; train and train-joint take
-# every registered objective (syntaxnmt.training.step.training_objectives).
-OBJECTIVES: dict[str, Callable[[Config], AuxiliaryObjective | None]] = {}
-
-
-def register_objective(name: str):
-    """Decorator: register ``factory(cfg) -> AuxiliaryObjective | None`` under ``name``."""
-
-    def register(factory):
-        OBJECTIVES[name] = factory
-        return factory
-
-    return register

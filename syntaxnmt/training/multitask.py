@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from syntaxnmt.config import Config, MultitaskConfig
 from syntaxnmt.inputs import EOS, PAD, FeatureSpec
 from syntaxnmt.model.heads import BiaffineParser
-from syntaxnmt.training.losses import AuxiliaryObjective, decay, register_objective
+from syntaxnmt.training.losses import AuxiliaryObjective, decay
 
 
 def token_mask(src: Tensor) -> Tensor:
@@ -133,7 +133,6 @@ class MultitaskObjective(AuxiliaryObjective):
         return w
 
 
-@register_objective("multitask")
 def multitask_objective(cfg: Config) -> MultitaskObjective | None:
     """The objective of ``cfg``, or None when no task is on."""
     mt = cfg.train.multitask

@@ -10,22 +10,16 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from syntaxnmt.config import Config, TrainConfig
+from syntaxnmt.config import TrainConfig
 from syntaxnmt.cpu.calibration import model_signature
 from syntaxnmt.cpu.linear import onednn_in_training
 from syntaxnmt.cpu.machine import native_training_kernels
 from syntaxnmt.data.batches import Split, bucket_batches, collate, document_batches, pad_batch, shape_bucket
 from syntaxnmt.data.documents import DocumentContext
 from syntaxnmt.inputs import Batch, FeatureSpec
-from syntaxnmt.training import alignment, multitask  # noqa: F401  (importing them registers their objectives)
 from syntaxnmt.training.cuda_graphs import GraphedStep
 from syntaxnmt.training.distributed import World, no_sync, sum_across, unwrap
-from syntaxnmt.training.losses import OBJECTIVES, AuxiliaryObjective, sequence_loss
-
-
-def training_objectives(cfg: Config) -> list[AuxiliaryObjective]:
-    """The auxiliary objectives of ``cfg`` that are on (``train.alignment``, ``train.multitask``)."""
-    return [o for make in OBJECTIVES.values() if (o := make(cfg)) is not None]
+from syntaxnmt.training.losses import AuxiliaryObjective, sequence_loss
 
 
 def objective_requests(model, objectives: Sequence[AuxiliaryObjective]) -> tuple[FeatureSpec, bool, dict]:

@@ -37,10 +37,12 @@ from syntaxnmt.textio import read_lines, remove_stale_temporaries, write_lines
 from syntaxnmt.training import loop
 from syntaxnmt.training.cuda_graphs import GraphedStep
 from syntaxnmt.training.distributed import World, barrier, device_for, init_world, shutdown
+from syntaxnmt.training.events import EventLog
 from syntaxnmt.training.loop import Progress
 from syntaxnmt.training.losses import sequence_loss
+from syntaxnmt.training.objectives import training_objectives
 from syntaxnmt.training.optim import build_optimizer
-from syntaxnmt.training.step import forward_loss, timing_step, training_objectives, update
+from syntaxnmt.training.step import forward_loss, timing_step, update
 
 
 def training_batches(split: Split, cfg: Config, context: DocumentContext | None, rng: np.random.Generator | None) -> list[np.ndarray]:
@@ -282,12 +284,12 @@ def start(cfg: Config, resume: bool, log: Callable) -> bool:
     return resume
 
 
-def tensorboard_writer(cfg: Config, enabled: bool = True):
+def tensorboard_writer(cfg: Config, enabled: bool = True, log: Callable = tqdm.write) -> EventLog | None:
+    """The run's TensorBoard log (``work_dir/tensorboard``), or None when it is off; a full disk
+    stops it with one message naming its file (:class:`~syntaxnmt.training.events.EventLog`)."""
     if not (cfg.train.tensorboard and enabled):
         return None
-    from torch.utils.tensorboard import SummaryWriter  # deferred: TensorBoard loads only when train.tensorboard is on
-
-    return SummaryWriter(str(Path(cfg.work_dir) / "tensorboard"))
+    return EventLog(Path(cfg.work_dir) / "tensorboard", log)
 
 
 def init_weights(model: torch.nn.Module, path: str, log) -> None:
@@ -319,7 +321,7 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
     if world.is_main and not is_prepared(cfg):
         prepare(cfg, log=log)
     barrier(world)
-    writer = tensorboard_writer(cfg, world.is_main)
+    writer = tensorboard_writer(cfg, world.is_main, log)
     task = SingleModel(cfg, world, device, log, writer)
     if resume:
         task.resume()

@@ -187,7 +187,7 @@ def test_align_reads_the_full_context_pass_as_trained(capsys, make_config, corpu
     from syntaxnmt.checkpoint import save_checkpoint
     from syntaxnmt.data.batches import make_batch
     from syntaxnmt.data.prepare import load_tokenizers
-    from syntaxnmt.decoding.translate import load_model
+    from syntaxnmt.decoding.loading import load_model
     from syntaxnmt.model import build_model
 
     cfg = make_config({"data": {"train_align": str(corpus["train"]["align"])}, "model": {"dec_layers": 2}, "train": {"alignment": {"guided_weight": 1.0, "layer": -2, "head": 1, "full_context": True, "leaky": True}}})
@@ -231,9 +231,12 @@ def test_align_reads_the_full_context_pass_as_trained(capsys, make_config, corpu
     rows = [r for r in readings if r["full_context"] and not r["null"]]
     assert [(r["head"], r["shift"]) for r in rows] == [(h, s) for s in (False, True) for h in (0, 1, 2, 3, None)]
     assert rows[1]["options"] == "--head 1 --no-null" and "| 0 (full context) | 1 |" in out_text
-    nulls = [r for r in readings if r["null"]]  # and the same heads with the leak as null, as align reads them by default
-    assert [(r["head"], r["shift"]) for r in nulls] == [(h, s) for s in (False, True) for h in (0, 1, 2, 3, None)]
-    assert nulls[1]["options"] == "--head 1" and "| 0 (full context) (leak as null) | 1 |" in out_text
+    # and, with the leak as null as align reads it by default, the one head that has the leak slot
+    # (train.alignment.head 1): no "leak as null" rows for heads 0, 2, 3 or their average, which have none
+    nulls = [r for r in readings if r["null"]]
+    assert [(r["head"], r["shift"]) for r in nulls] == [(1, False), (1, True)]
+    assert nulls[0]["options"] == "--head 1" and "| 0 (full context) (leak as null) | 1 |" in out_text
+    assert "| 0 (full context) (leak as null) | 0 |" not in out_text and "(leak as null) | average |" not in out_text
     sweep_aer = {(r["head"], r["null"]): r["aer"] for r in readings if r["full_context"] and not r["shift"]}
     gold = read_alignments(corpus["test"]["align"])
     for text, null in ((default, True), (renormalized, False)):  # the sweep's figures are those of align's output

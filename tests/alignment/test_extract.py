@@ -234,7 +234,7 @@ def test_pairs_force_decoded_side_by_side_give_the_links_of_one_batch_at_a_time(
     from pathlib import Path
 
     from syntaxnmt.alignment.extract import AttentionReading, encode_pairs, readings_alignments
-    from syntaxnmt.decoding.translate import load_model
+    from syntaxnmt.decoding.loading import load_model
 
     cpu = torch.device("cpu")
     model, cfg, toks = load_model(Path(trained_run.work_dir) / "best.pt", cpu)

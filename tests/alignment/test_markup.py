@@ -119,13 +119,36 @@ def test_translate_markup(capsys, trained_run, corpus, tmp_path):
     links_path = tmp_path / "out.align"
     code, out, err = run_cli(capsys, "translate", "--checkpoint", ckpt, "-i", src, "--markup", "--alignments", links_path, "--beam", "2", "--batch-size", "4")
     assert code == 0, err
+    warnings = err
     code, expected_plain, err = run_cli(capsys, "translate", "--checkpoint", ckpt, "-i", write_lines(tmp_path / "plain.txt", plain), "--beam", "2", "--batch-size", "4")
     assert code == 0, err
+    err = warnings
     outputs, translations = out.splitlines(), expected_plain.splitlines()
     links = [s for s, _ in read_alignments(links_path)]
     assert len(outputs) == len(links) == len(marked) and all("<" in o for o in outputs)
-    for source, output, translation, lk in zip(marked, outputs, translations, links):
+    for n, (source, output, translation, lk) in enumerate(zip(marked, outputs, translations, links), start=1):
         assert " ".join(parse_markup(output).text.split()) == translation  # the tags removed, the same translation
         assert output == transfer(source, translation, lk)  # placed by the written links
+        emptied = re.search(r"<(b|a)[^>]*></\1>", output) is not None  # an element that enclosed a word lost it
+        assert (f"in.txt:{n}: " in err) == emptied, (output, err)  # a warning naming the line then, and only then
     code, _, err = run_cli(capsys, "translate", "--checkpoint", ckpt, "-i", write_lines(tmp_path / "bad.txt", ["fine", "a <b>b"]), "--markup")
     assert_one_line_error(code, err, "bad.txt:2", "<b> is never closed")
+
+
+def test_an_element_emptied_by_the_alignment_is_a_warning_naming_the_line(capsys):
+    """`<a href=...>the house</a>` whose words no target word is aligned to comes out empty: the
+    translation keeps it (`<a href="u"></a>`) and a warning names the line and what it enclosed."""
+    from syntaxnmt.alignment.markup import transfer_to_translations
+
+    marked = [parse_markup('see <a href="u">the house</a> now'), parse_markup("the <b>red</b> car"), parse_markup("a <br/>b")]
+    results = [[("voir maintenant", -1.0)], [("la voiture rouge", -1.0)], [("x y", -1.0)]]
+    links = [[{(0, 0), (3, 1)}], [{(0, 0), (1, 2), (2, 1)}], [{(0, 0), (1, 1)}]]
+    out = transfer_to_translations(marked, results, links, str, str, where=["in.txt:1", "in.txt:2", "in.txt:3"])
+    assert [nb[0][0] for nb in out] == ['voir <a href="u"></a>maintenant', "la voiture <b>rouge</b>", "x <br/>y"]
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "syntaxnmt: warning: in.txt:1: <a href=\"u\"></a> enclosed 'the house' but no word of the translation is aligned to it: "
+        "it is empty in the translation (a poorly aligned model? see docs/alignment.md)"
+    ]  # the well-placed <b> and the self-closing <br/> (empty in the source too) give none
+    transfer_to_translations(marked, results, links, str, str)  # without line names (the server): no warning
+    assert capsys.readouterr().err == ""

@@ -144,3 +144,15 @@ def test_self_training_with_an_unknown_teacher_reading_is_a_user_error(trained_r
     with pytest.raises(UserError, match="teacher reading 'sideways': choose from best, shifted, unshifted"):
         sweep_module.self_training_alignments(trained_run, ckpt, ckpt, dev, tmp_path / "x.align", torch.device("cpu"), reading="sideways")
     assert not (tmp_path / "x.align").exists()
+
+
+@pytest.mark.parametrize("head, expected", [(2, [2]), ("average", [0, 1, 2, 3, None])])
+def test_leak_as_null_readings_only_for_heads_with_the_leak_slot(make_config, corpus, head, expected):
+    """A leaky model's "leak as null" readings: the heads that have the slot (train.alignment.head),
+    and their average only when every head has one (a head without it has no null share)."""
+    from syntaxnmt.alignment.sweep import sweep_readings
+    from syntaxnmt.model import build_model
+
+    cfg = make_config({"data": {"train_align": str(corpus["train"]["align"])}, "train": {"alignment": {"guided_weight": 1.0, "layer": 0, "head": head, "leaky": True}}})
+    readings = sweep_readings(build_model(cfg, 40, 40))
+    assert [(r.head, r.shift) for r in readings if r.null] == [(h, s) for s in (False, True) for h in expected]

@@ -72,7 +72,7 @@ def test_the_configured_head_is_the_one_used(capsys, configured_checkpoint, corp
 def test_alignments_for_translations_api(trained_run, corpus):
     """The function a server calls: n-best lists in, one link set per hypothesis out."""
     from syntaxnmt.alignment.extract import AttentionReading, alignments_for_translations
-    from syntaxnmt.decoding.translate import load_model
+    from syntaxnmt.decoding.loading import load_model
     from syntaxnmt.errors import UserError
 
     model, cfg, toks = load_model(Path(trained_run.work_dir) / "best.pt", torch.device("cpu"))

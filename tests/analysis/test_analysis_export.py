@@ -17,7 +17,8 @@ from syntaxnmt.analysis.export import attention_for_sentences, read_attention, u
 from syntaxnmt.config import load_config
 from syntaxnmt.data.batches import collate
 from syntaxnmt.data.prepare import load_split
-from syntaxnmt.decoding.translate import load_model, translate_lines
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.textio import read_lines
 
 CPU = torch.device("cpu")
@@ -314,3 +315,25 @@ def test_lisa_and_injected_heads_are_marked(capsys, corpus, parsed_prepared_dir,
         assert f"| 1 | 0 | {mark} |" in report and f"| 1 | 2 | {mark} |" in report and "| 1 | 1 | – |" in report
         if inject:
             assert "| 1 | 0 | injected parse | 100.0 |" in report
+
+
+def test_attention_and_plot_translate_with_the_checkpoints_beam_by_default(capsys, trained_run, corpus, tmp_path, monkeypatch):
+    """Without --beam, `attention` and `plot --checkpoint` search with the model's decode.beam_size
+    (3 here), as `translate` does: the exported translations are translate's (they were greedy)."""
+    import syntaxnmt.analysis.plot as plot_module
+
+    ckpt, src = f"{trained_run.work_dir}/best.pt", corpus["test"]["src"]
+    assert trained_run.decode.beam_size == 3
+    code, _, err = run_cli(capsys, "attention", "--checkpoint", ckpt, "-i", src, "--sentences", "0-9", "-o", tmp_path / "att", "--device", "cpu")
+    assert code == 0, err
+    header, sents = read_attention(tmp_path / "att")
+    assert header["beam"] == 3
+    code, _, err = run_cli(capsys, "translate", "--checkpoint", ckpt, "-i", src, "-o", tmp_path / "hyp", "--device", "cpu")
+    assert code == 0, err
+    assert [s.translation for s in sents] == read_lines(tmp_path / "hyp")[:10]
+    seen = []
+    real = plot_module.attention_for_sentences
+    monkeypatch.setattr(plot_module, "attention_for_sentences", lambda *a, **k: seen.append(k["beam"]) or real(*a, **k))
+    code, _, err = run_cli(capsys, "plot", "--checkpoint", ckpt, "-i", src, "-o", tmp_path / "p.png", "--device", "cpu")
+    assert code == 0, err
+    assert seen == [3]

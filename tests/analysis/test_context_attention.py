@@ -61,7 +61,8 @@ def _positions() -> list[int]:
 
 
 def _translate_docs(capsys, checkpoint, doc_corpus) -> list[str]:
-    code, out, err = run_cli(capsys, "translate", "--checkpoint", checkpoint, "-i", doc_corpus["src"], "--docs", doc_corpus["docs"], "--beam", "1")
+    """`translate --docs` with the model's beam: what `attention`/`plot` translate with by default."""
+    code, out, err = run_cli(capsys, "translate", "--checkpoint", checkpoint, "-i", doc_corpus["src"], "--docs", doc_corpus["docs"])
     assert code == 0, err
     return out.splitlines()
 

@@ -82,6 +82,15 @@ def test_spacy_drops_whitespace_tokens_and_keeps_one_parse_per_line(parser):
     assert parses[1].words == ["Do", "n't", "go", "to", "the", "U.S.", "now", "!"]
 
 
+def test_a_line_over_spacys_limit_is_one_error_naming_the_file_and_line(parser, monkeypatch):
+    monkeypatch.setattr(parser.nlp, "max_length", 20)  # spaCy's default is 1,000,000 characters
+    with pytest.raises(UserError, match=r"^line 2 of in.txt: 21 characters, over spaCy's limit of 20 \(nlp.max_length\)"):
+        parser.parse(["a red house .", "x" * 21], source="in.txt")
+    monkeypatch.setattr("syntaxnmt.data.annotations.spacy_parser", lambda pipeline: parser)
+    with pytest.raises(UserError, match=r"^line 7 of src.txt: 21 characters"):
+        annotate(["a red house .", "x" * 21], method="spacy", pipeline=PIPELINE, text_path="src.txt", line_numbers=[3, 7])
+
+
 def test_spacy_space_heads_are_remapped(parser):
     from spacy.tokens import Doc
 

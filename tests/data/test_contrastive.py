@@ -197,3 +197,25 @@ def test_bad_context_files_are_one_line_errors(tmp_path):
         read_contrastive(voita, context_src=five, context_tgt=five)
     with pytest.raises(UserError, match="unknown contrastive format 'xml'"):
         read_contrastive(voita, format="xml")
+
+
+def test_contrapro_scored_with_context_but_without_its_context_files_is_an_error(tmp_path, capsys):
+    """Without --context-src/--context-tgt ContraPro items carry no context: `score` (default
+    --context true) refuses them before loading a model, instead of a context-free score headed
+    "context: true"; --context none is the honest context-free run."""
+    from test_cli import run_cli
+
+    path = write_json(tmp_path / "contrapro.json", CONTRAPRO)
+    for mode in ([], ["--context", "other-document"]):
+        code, _, err = run_cli(capsys, "score", "--checkpoint", tmp_path / "missing.pt", "--contrastive", path, *mode)
+        assert_one_line_error(code, err, "contrapro.json: no item carries context", "--context-src and --context-tgt", "--context none")
+    code, _, err = run_cli(capsys, "score", "--checkpoint", tmp_path / "missing.pt", "--contrastive", path, "--context", "none")
+    assert_one_line_error(code, err, "missing.pt")  # past the check: the checkpoint is what is missing
+
+
+def test_a_json_set_on_one_line_longer_than_a_text_line_loads(tmp_path):
+    """Issue 49: text lines are at most 1 MiB, a JSON file is read whole (with a leading BOM)."""
+    items = [{"src": f"sentence {i} " + "x" * 100, "candidates": ["a", "b"], "correct": 0} for i in range(20000)]
+    path = tmp_path / "big.json"
+    path.write_bytes("\ufeff".encode("utf-8") + json.dumps({"items": items}).encode("utf-8"))
+    assert path.stat().st_size > 1 << 21 and len(read_contrastive(path)) == 20000

@@ -24,7 +24,8 @@ from syntaxnmt.data.batches import Split, collate
 from syntaxnmt.data.controls import CONTROLS, apply_control, apply_controls, inventory_bijection, random_projective_heads, tag_inventories
 from syntaxnmt.data.features import TagVocab, parent_positions
 from syntaxnmt.data.prepare import load_tag_vocab, prepare
-from syntaxnmt.decoding.translate import encode_source_lines, load_model
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.sources import encode_source_lines
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import TAG_NAMES
 from syntaxnmt.textio import read_lines

@@ -29,6 +29,11 @@ def test_read_doc_ids_needs_one_id_per_line(tmp_path):
         read_doc_ids(tmp_path / "d", 4, "t.src")
 
 
+def test_a_byte_order_mark_does_not_split_the_first_document(tmp_path):
+    (tmp_path / "d").write_bytes("\ufeffx\nx\ny\n".encode("utf-8"))  # issue 49: '\ufeffx' and 'x' were two documents
+    assert read_doc_ids(tmp_path / "d", 3).tolist() == [0, 0, 1]
+
+
 def test_previous_sentences_stop_at_document_starts():
     prev = previous_sentences(np.array([0, 0, 0, 1, 1, 2]), 2)
     assert prev.tolist() == [[-1, -1], [0, -1], [1, 0], [-1, -1], [3, -1], [-1, -1]]

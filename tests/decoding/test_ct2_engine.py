@@ -7,11 +7,15 @@ import sys
 
 import pytest
 import torch
+from test_cli import run_cli
 
 from syntaxnmt.data.prepare import load_tokenizers
 from syntaxnmt.decoding.ct2_engine import CT2Engine
 from syntaxnmt.decoding.ct2_export import export_ct2
-from syntaxnmt.decoding.translate import checkpoint_path, encode_source_lines, load_model, translate_ids, translate_lines
+from syntaxnmt.decoding.loading import checkpoint_path, load_model
+from syntaxnmt.decoding.output import translate_lines
+from syntaxnmt.decoding.sources import encode_source_lines
+from syntaxnmt.decoding.translate import translate_ids
 from syntaxnmt.inputs import EOS
 from syntaxnmt.textio import read_lines
 from tests.conftest import parsed_data, untrained_checkpoint
@@ -107,8 +111,8 @@ def test_parsed_corpus_model_reads_the_parsers_words(make_config, corpus, parsed
     lines, conllu = read_lines(corpus["test"]["src"]), str(corpus["test"]["conllu"])
     decode = cfg.decode.model_copy(update={"beam_size": 1})
     ours = translate_lines(model, cfg, toks, lines, decode, torch.device("cpu"), conllu=conllu)
-    theirs = CT2Engine(ckpt, threads=1).translate_lines(lines, decode, conllu=conllu)
-    assert [nb[0][0] for nb in theirs] == [nb[0][0] for nb in ours]
+    theirs = CT2Engine(ckpt, threads=1).translate_outputs(lines, decode, conllu=conllu)
+    assert [nb[0].text for nb in theirs] == [nb[0][0] for nb in ours]
 
 
 def test_word_vocabulary_model_same_greedy_output(make_config, corpus, tmp_path):
@@ -122,6 +126,46 @@ def test_word_vocabulary_model_same_greedy_output(make_config, corpus, tmp_path)
     ours, theirs = greedy_ours_and_ct2(ckpt, tmp_path / "ct2", read_lines(corpus["test"]["src"])[:12])
     assert len({tuple(o) for o in ours}) > 1
     assert theirs == ours
+
+
+def test_cli_translate_engine_ctranslate2_keeps_empty_lines_in_place(trained_run, corpus, tmp_path, capsys):
+    """Through :class:`syntaxnmt.Translator` as for the PyTorch engine: an empty or blank line is
+    an empty output line in its place, never searched; ``--nbest 2`` gives it one empty entry of
+    score 0; the other lines are those the engine gives them alone."""
+    ckpt = checkpoint_path(trained_run, "best")
+    out = export_ct2(ckpt, tmp_path / "ct2")
+    first, second = read_lines(corpus["test"]["src"])[:2]
+    src = tmp_path / "in.txt"
+    src.write_text(f"{first}\n{second}\n", encoding="utf-8")
+    code, alone, err = run_cli(capsys, "translate", "--checkpoint", out, "--engine", "ctranslate2", "--beam", "1", "-i", src)
+    assert code == 0, err
+    src.write_text(f"\n{first}\n  \t \n{second}\n", encoding="utf-8")
+    code, mixed, err = run_cli(capsys, "translate", "--checkpoint", out, "--engine", "ctranslate2", "--beam", "1", "-i", src)
+    assert code == 0, err
+    assert mixed.split("\n") == ["", *alone.splitlines()[:1], "", *alone.splitlines()[1:], ""]
+    src.write_text(f"{first}\n\n", encoding="utf-8")
+    code, nbest, err = run_cli(capsys, "translate", "--checkpoint", out, "--engine", "ctranslate2", "--beam", "2", "--nbest", "2", "-i", src)
+    assert code == 0 and nbest.splitlines()[-1] == "1 |||  ||| 0.0000", err
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--docs", "DOCS"], "--docs: document context needs --engine torch"),
+        (["--checkpoint", "CKPT", "CKPT"], "--engine ctranslate2 translates with one model: give one --checkpoint (ensembles run with --engine torch)"),
+        (["--model.hard_attention=decode"], "--model.hard_attention: CTranslate2's attention is softmax (translate with --engine torch)"),
+    ],
+    ids=["docs", "ensemble", "hard-attention"],
+)
+def test_what_ctranslate2_cannot_do_is_refused_in_one_line(trained_run, corpus, tmp_path, capsys, options, message):
+    ckpt = checkpoint_path(trained_run, "best")
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(read_lines(corpus["test"]["src"])[:2]) + "\n", encoding="utf-8")
+    docs = tmp_path / "docs.txt"
+    docs.write_text("d1\nd1\n", encoding="utf-8")
+    options = [{"DOCS": docs, "CKPT": ckpt}.get(o, o) for o in options]
+    code, out, err = run_cli(capsys, "translate", "--engine", "ctranslate2", "-i", src, *(options if "--checkpoint" in options else ["--checkpoint", ckpt, *options]))
+    assert code == 2 and err == f"syntaxnmt: error: {message}\n" and out == ""
 
 
 @pytest.mark.parametrize(

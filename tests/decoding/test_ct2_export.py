@@ -14,7 +14,7 @@ from syntaxnmt.checkpoint import save_checkpoint
 from syntaxnmt.data.prepare import load_tokenizers
 from syntaxnmt.decoding.ct2_engine import CT2Engine
 from syntaxnmt.decoding.ct2_export import CONFIG_FILE, MARKER, SOURCE_TOKENIZER, TARGET_TOKENIZER, export_ct2, unsupported
-from syntaxnmt.decoding.translate import checkpoint_path
+from syntaxnmt.decoding.loading import checkpoint_path
 from syntaxnmt.errors import UserError
 from syntaxnmt.model import build_model
 from tests.conftest import parsed_data, write_doc_ids

@@ -8,8 +8,9 @@ from conftest import untrained_checkpoint
 
 from syntaxnmt.cli import main
 from syntaxnmt.decoding.ensemble import Ensemble, load_ensemble
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.decoding.search import search
-from syntaxnmt.decoding.translate import load_model, translate_lines
 from syntaxnmt.errors import UserError
 
 DEVICE = torch.device("cpu")

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.decoding.scoring import ScoredPair, contrastive_result, swap_contexts, target_nll
-from syntaxnmt.decoding.translate import load_model
 
 
 def test_contrastive_accuracy_on_four_hand_made_items():

@@ -16,8 +16,9 @@ from syntaxnmt.data.batches import make_batch
 from syntaxnmt.data.prepare import Tokenizers
 from syntaxnmt.data.subwords import EOS, UNK, Tokenizer
 from syntaxnmt.data.words import train_word_vocab
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.decoding.search import Hypothesis
-from syntaxnmt.decoding.translate import load_model, translate_lines
 from syntaxnmt.decoding.unk import decode_replacing, forced_attention, locate_unknown_words
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import FeatureSpec

@@ -76,3 +76,23 @@ def test_minutes_that_are_not_a_positive_time_are_refused_before_any_file_is_wri
         code, _, err = run_cli(capsys, "demo", "--dir", tmp_path / "demo", "--minutes", minutes)
         assert_one_line_error(code, err, f"--minutes {minutes}", "positive number of minutes")
         assert not (tmp_path / "demo").exists()
+
+
+def test_a_full_disk_names_the_demo_config(tmp_path, monkeypatch):
+    """Issue 49: the demo's config was written with ``write_text``: a full disk named no file."""
+    import errno
+    import os
+
+    import pytest
+
+    from syntaxnmt import textio
+    from syntaxnmt.errors import UserError
+    from syntaxnmt.experiments.demo import demo_config
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(textio.os, "fsync", full)  # the disk fills as the file is committed
+    with pytest.raises(UserError, match=rf"^{tmp_path}/demo.yaml: cannot write \(No space left on device\)$"):
+        demo_config(tmp_path, 1.0)
+    assert list(tmp_path.iterdir()) == []

@@ -20,7 +20,7 @@ import torch
 import yaml
 from conftest import deep_merge, parsed_data, tiny_tree
 
-from syntaxnmt.decoding.translate import load_model
+from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.runner import run_set
 from syntaxnmt.experiments.sets import ExperimentSet, load_set, make_table, markdown_table, read_set_file, write_section

@@ -78,3 +78,21 @@ def test_stopped_worker_saves_last_checkpoint_and_is_not_finished(make_config, c
     log = run.log_path.read_text(encoding="utf-8")
     assert "stopped (interrupted)" in log and "syntaxnmt: interrupted by SIGTERM" in log
     assert (work / "last.pt").is_file() and not (work / "done.json").exists()
+
+
+def test_a_full_disk_at_a_workers_log_names_the_log(make_config, monkeypatch):
+    """Issue 49: the log's first line on a full disk was an OSError naming no file."""
+    import errno
+    import io
+    import os
+
+    from syntaxnmt.experiments import runner
+
+    class Full(io.BytesIO):
+        def flush(self):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(runner, "open", lambda path, mode: Full(), raising=False)
+    run = Run("full", 1, make_config())
+    with pytest.raises(UserError, match=rf"^{run.log_path}: cannot write \(No space left on device\)$"):
+        _start(run, {}, threads=1)

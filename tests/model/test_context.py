@@ -425,8 +425,9 @@ def test_a_target_side_han_model_translates_documents_from_its_own_translations(
     import numpy as np
     from test_cli import run_cli
 
+    from syntaxnmt.decoding.loading import load_model
+    from syntaxnmt.decoding.output import translate_outputs
     from syntaxnmt.decoding.scoring import ScoredPair, target_nll
-    from syntaxnmt.decoding.translate import load_model, translate_outputs
     from syntaxnmt.errors import UserError
     from syntaxnmt.inputs import BOS
     from syntaxnmt.textio import read_lines

@@ -36,8 +36,8 @@ def make_toy_batch():
 DECODERS = [
     {"decoder": "bahdanau"},
     {"decoder": "bahdanau", "cell": "lstm", "dec_layers": 2, "enc_layers": 2, "score": "general"},
-    {"decoder": "luong", "score": "dot"},
-    {"decoder": "luong", "cell": "lstm", "score": "scaled_dot", "input_feeding": False},
+    {"decoder": "luong", "score": "dot", "dec_hidden": "annotations"},
+    {"decoder": "luong", "cell": "lstm", "score": "scaled_dot", "input_feeding": False, "dec_hidden": "annotations"},
     {"decoder": "luong", "score": "mlp", "input_feeding": False, "position_bias": True, "local_window": 2},
     {"decoder": "luong", "score": "general", "local_window": 1, "positions": "log"},
     {"decoder": "cgru"},
@@ -64,6 +64,21 @@ def test_config_keys_and_validation():
         load_config(None, {"model": {"arch": "rnn", "rnn": {"decoder": "cgru", "cell": "lstm"}}})
     with pytest.raises(UserError, match="score"):
         load_config(None, {"model": {"arch": "rnn", "rnn": {"score": "cosine"}}})
+
+
+@pytest.mark.parametrize("score", ["dot", "scaled_dot"])
+def test_dot_scores_need_a_decoder_state_the_size_of_the_annotations(score):
+    """The parameter-free dot scores are refused at load, with the sizes, unless the decoder state
+    is as large as the bidirectional annotations (dec_hidden: annotations); they then have no weights."""
+    with pytest.raises(UserError, match=rf"model.rnn.score {score} has no parameters: it needs the decoder state \(size 16\) as large as the annotations \(2 x hidden = 32\)"):
+        load_config(None, {"model": {"arch": "rnn", "rnn": {"score": score, "hidden": 16}}})
+    with pytest.raises(UserError, match=r"decoder state \(size 20\)"):
+        load_config(None, {"model": {"arch": "rnn", "rnn": {"score": score, "hidden": 16, "dec_hidden": 20}}})
+    cfg = load_config(None, {"model": {"arch": "rnn", "d_model": 16, "rnn": {"score": score, "hidden": 16, "dec_hidden": "annotations"}}})
+    assert cfg.model.rnn.decoder_size == 32
+    model = build_model(cfg.model, VOCAB, VOCAB)
+    assert list(model.decoder.attention.score.parameters()) == []
+    assert load_config(None, {"model": {"arch": "rnn", "rnn": {"score": "general", "hidden": 16, "dec_hidden": 24}}}).model.rnn.decoder_size == 24
 
 
 def test_embed_dim_defaults_to_d_model_and_ties():

@@ -29,12 +29,14 @@ def test_scaled_dot_divides_by_sqrt_d():
     assert torch.allclose(e, torch.tensor([[1.0, 2.0, -1.0]]) / math.sqrt(2))
 
 
-def test_dot_projects_the_query_when_sizes_differ():
-    score = DotScore(3, 2)
-    _set(score.query_proj, [[1.0, 0.0, 1.0], [0.0, 2.0, 0.0]])  # W_q s for s = (1, 1, 1) is (2, 2)
-    e = score(torch.ones(1, 3), KEYS)
-    assert torch.allclose(e, torch.tensor([[2.0, 2.0, 0.0]]))
-    assert DotScore(2, 2).query_proj is None
+def test_dot_and_scaled_dot_are_parameter_free_and_need_one_size():
+    """The lecture's dot product has no parameters and needs equal sizes: no hidden query projection
+    (which made `dot` the `general` score's bilinear form)."""
+    for cls in (DotScore, ScaledDotScore):
+        assert list(cls(4, 4).parameters()) == []
+        with pytest.raises(ValueError, match=r"no parameters: it needs queries and keys of one size \(got 3 and 2\)"):
+            cls(3, 2)
+    assert list(GeneralScore(3, 2).parameters())  # the bilinear form is `general`
 
 
 def test_general_is_bilinear():
@@ -103,8 +105,9 @@ def test_mlp_position_bias_enters_the_tanh():
 @pytest.mark.parametrize("name", ["dot", "scaled_dot", "general", "bilinear_lowrank", "mlp"])
 def test_time_dimension_and_cache_agree_with_single_queries(name):
     torch.manual_seed(0)
-    score = build_score(name, 3, 4, attention_dim=5, rank=2)
-    q, k = torch.randn(2, 6, 3), torch.randn(2, 5, 4)
+    d_q = 4 if name in ("dot", "scaled_dot") else 3  # the dot scores need one size
+    score = build_score(name, d_q, 4, attention_dim=5, rank=2)
+    q, k = torch.randn(2, 6, d_q), torch.randn(2, 5, 4)
     pre = score.precompute(k)
     all_t = score.energies(q, pre)
     assert all_t.shape == (2, 6, 5)
@@ -220,5 +223,5 @@ def test_the_config_allows_exactly_the_registered_scores():
 
     assert set(SCORE_NAMES) == set(SCORES)
     for name in SCORES:
-        assert RNNConfig(score=name).score == name
-        assert isinstance(build_score(name, 8, 6, attention_dim=4, rank=2), torch.nn.Module)
+        assert RNNConfig(score=name, dec_hidden="annotations").score == name
+        assert isinstance(build_score(name, 6, 6, attention_dim=4, rank=2), torch.nn.Module)

@@ -11,7 +11,7 @@ from concurrent.futures import CancelledError, ThreadPoolExecutor
 
 import pytest
 
-from syntaxnmt.serving.worker import BatchingWorker, Cancelled, ShuttingDown
+from syntaxnmt.serving.worker import BatchingWorker, Cancelled, Overloaded, ShuttingDown
 
 
 class Recorder:
@@ -133,7 +133,7 @@ class Steps:
 def test_a_small_job_runs_between_the_steps_of_a_long_search():
     handler = Steps()
     worker = BatchingWorker(handler, slice_seconds=0)
-    long = worker.submit("k", ["long"])
+    long = worker.submit("k", ["long"], costs=[100])
     assert handler.started.wait(10)
     small = worker.submit("other beam", ["small"])
     handler.release.set()
@@ -280,4 +280,113 @@ def test_many_threads_submitting_at_once_each_get_their_own_answer():
     with ThreadPoolExecutor(16) as pool:
         answers = list(pool.map(lambda i: worker.submit(i % 3, [i, i + 1000]).result(10), range(300)))
     assert answers == [[f"{i % 3}:{i}", f"{i % 3}:{i + 1000}"] for i in range(300)]
+    worker.close(10)
+
+
+# ---------------------------------------------------------------- fair turns and admission (issue 49)
+
+
+def test_a_small_job_after_six_heavy_ones_waits_for_the_running_batch_only():
+    """Six heavy jobs of two one-batch items each, then a one-item job: it runs right after the
+    batch under way, and the heavy jobs take turns batch by batch."""
+    rec = Recorder()
+    worker = BatchingWorker(rec, max_batch_work=10)
+    rec.gate.clear()
+    heavy = [worker.submit("k", [f"h{i}a", f"h{i}b"], costs=[8, 8]) for i in range(6)]
+    assert rec.entered.wait(10)  # h0a is running
+    small = worker.submit("k", ["s"], costs=[1])
+    rec.gate.set()
+    assert small.result(10) == ["k:s"] and [f.result(10) for f in heavy] == [[f"k:h{i}a", f"k:h{i}b"] for i in range(6)]
+    assert [items for _, _, items in rec.calls] == [["h0a"], ["s"]] + [[f"h{i}a"] for i in range(1, 6)] + [[f"h{i}b"] for i in range(6)]
+    worker.close(10)
+
+
+def test_a_long_item_does_not_join_a_short_items_batch():
+    rec = Recorder()
+    worker = BatchingWorker(rec, max_batch_work=100)
+    first = hold_worker(worker, rec)
+    short, long, short2 = worker.submit("k", ["s1"], costs=[2]), worker.submit("k", ["l"], costs=[60]), worker.submit("k", ["s2"], costs=[3])
+    rec.gate.set()
+    assert [f.result(10) for f in (first, short, long, short2)] == [["k:first"], ["k:s1"], ["k:l"], ["k:s2"]]
+    assert [items for _, _, items in rec.calls] == [["first"], ["s1", "s2"], ["l"]]
+    worker.close(10)
+
+
+class Named(Steps):
+    """:class:`Steps` whose items starting with ``L`` are long searches (logged with their name)."""
+
+    def __call__(self, key, items, checkpoint):
+        for item in items:
+            for step in range(self.steps if item.startswith("L") else 1):
+                checkpoint()
+                self.log.append(f"{item} {step}" if item.startswith("L") else item)
+                self.started.set()
+                self.release.wait(10)
+        return [f"{key}:{item}" for item in items]
+
+
+def test_a_small_job_overtakes_a_long_search_but_a_long_one_of_equal_standing_does_not():
+    handler = Named(steps=20)
+    worker = BatchingWorker(handler, slice_seconds=0)
+    first = worker.submit("k", ["L1"], costs=[100])
+    assert handler.started.wait(10)
+    second = worker.submit("other", ["L2"], costs=[100])
+    small = worker.submit("other", ["s"], costs=[1])
+    handler.release.set()
+    assert [f.result(10) for f in (first, second, small)] == [["k:L1"], ["other:L2"], ["other:s"]]
+    i = handler.log.index("s")
+    assert 0 < i < 20 and handler.log[:i] == [f"L1 {s}" for s in range(i)]  # inside L1's search
+    assert handler.log[i + 1 :] == [f"L1 {s}" for s in range(i, 20)] + [f"L2 {s}" for s in range(20)]  # L2 after L1, not inside
+    worker.close(10)
+
+
+def test_a_job_that_would_not_finish_in_time_is_refused_at_once_with_the_time_to_wait():
+    rec = Recorder()
+    worker = BatchingWorker(rec, max_batch_work=1000)
+    first = hold_worker(worker, rec)  # a running batch of work 1
+    worker._rate = (100.0, 1.0)  # 100 units of work per second (as if measured)
+    h1 = worker.submit("k", ["a", "b"], costs=[400, 400], timeout=11)  # 8 s of work (x 1.25 caution: 10 s): admitted
+    late = worker.submit("k", ["c", "d"], costs=[400, 400], timeout=11)  # 16 s with h1's turns: refused
+    with pytest.raises(Overloaded, match="busy") as refused:
+        late.result(0)
+    assert refused.value.retry_after == pytest.approx(8.01, abs=0.01)  # h1's work and the running batch
+    small = worker.submit("k", ["s"], costs=[10], timeout=10)  # h1 still done within its 11 s
+    pushy = worker.submit("k", ["e", "f"], costs=[400, 400], timeout=60)  # done in 16 s, but h1 would then miss its 11 s
+    with pytest.raises(Overloaded, match="earlier one"):
+        pushy.result(0)
+    rec.gate.set()
+    assert first.result(10) == ["k:first"] and h1.result(10) == ["k:a", "k:b"] and small.result(10) == ["k:s"]
+    assert all(not {"c", "e"} & set(items) for _, _, items in rec.calls)
+    worker.close(10)
+
+
+def test_nothing_is_refused_before_a_batch_is_timed_nor_on_an_idle_worker():
+    rec = Recorder()
+    worker = BatchingWorker(rec)
+    assert worker.work_per_second() is None
+    assert worker.submit("k", ["a"], costs=[10**9], timeout=1e-3).result(10) == ["k:a"]
+    assert worker.work_per_second() is None  # the first batch is not timed (first-call costs)
+    assert worker.submit("k", ["b"], costs=[10**9], timeout=1e-3).result(10) == ["k:b"]  # idle: admitted
+    assert worker.work_per_second() is not None
+    worker.close(10)
+
+
+def test_large_jobs_that_took_longer_than_expected_make_the_admission_more_cautious():
+    rec = Recorder()
+    worker = BatchingWorker(rec, max_batch_work=1000)
+    first = hold_worker(worker, rec)
+    worker._rate = (1e9, 1.0)  # as if measured: so fast that any job takes longer than expected
+    slow = worker.submit("k", ["a"], costs=[500], timeout=60)  # admitted, expected in microseconds
+    time.sleep(0.01)  # it takes longer than that whatever the machine
+    rec.gate.set()
+    assert first.result(10) == ["k:first"] and slow.result(10) == ["k:a"]
+    assert worker._overrun > 2  # 10 ms over an expected 1 ms (the floor): 0.7 + 0.3 x 10 at least
+    rec.gate.clear()
+    held = worker.submit("k", ["held"], costs=[500])
+    assert rec.entered.wait(10)
+    worker._rate = (100.0, 1.0)  # 100 units of work per second
+    with pytest.raises(Overloaded):
+        worker.submit("k", ["b"], costs=[300], timeout=10).result(0)  # 3 s: x 1.25 within 10 s, x 1.25 x 3.7 not
+    rec.gate.set()
+    assert held.result(10) == ["k:held"]
     worker.close(10)

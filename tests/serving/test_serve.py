@@ -27,9 +27,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_cli import assert_one_line_error, run_cli
 
-from syntaxnmt.decoding.translate import load_model, translate_lines
+from syntaxnmt.decoding.loading import load_model
+from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.errors import UserError
-from syntaxnmt.serving.server import Limits, create_app
+from syntaxnmt.serving.server import Answer, JobKey, Limits, create_app
 from syntaxnmt.serving.worker import Cancelled
 
 LIMITS = Limits(max_sentences=8, max_chars=200, max_beam=6, max_attention_sentences=2, max_work=300, timeout=60)
@@ -275,7 +276,7 @@ class FailingTranslator:
             raise UserError("this sentence has no parse")
         if "crash" in sentences:
             raise RuntimeError("a bug")
-        return [(s.upper(), -1.0) for s in sentences]
+        return [Answer(s.upper(), -1.0) for s in sentences]
 
     def info(self):
         return {}
@@ -371,7 +372,8 @@ def test_the_search_calls_the_checkpoint_at_every_step_and_stops_when_it_raises(
     def count():
         calls.append(1)
 
-    (text, _), = translator.handle(("translate", 2), test_sentences[:1], count)
+    (answer,) = translator.handle(JobKey(2), test_sentences[:1], count)
+    text = answer.text
     assert len(calls) >= len(text.split()) + 1  # one per decoder step, and the encoder
 
     def stop_at_the_third():
@@ -381,7 +383,7 @@ def test_the_search_calls_the_checkpoint_at_every_step_and_stops_when_it_raises(
 
     calls.clear()
     with pytest.raises(Cancelled):
-        translator.handle(("translate", 2), test_sentences[:1], stop_at_the_third)
+        translator.handle(JobKey(2), test_sentences[:1], stop_at_the_third)
     assert len(calls) == 3
 
 
@@ -403,7 +405,7 @@ class SlowTranslator(FailingTranslator):
                         self.stopped.set()
                         raise
                     time.sleep(0.01)
-        return [(s.upper(), -1.0) for s in sentences]
+        return [Answer(s.upper(), -1.0) for s in sentences]
 
 
 def test_a_request_that_takes_too_long_answers_503_and_its_search_stops():
@@ -502,6 +504,8 @@ def test_serve_listens_on_localhost_by_default():
         (["--timeout", "nan"], "--timeout must be a positive number of seconds, got nan"),
         (["--port", "70000"], "--port must be 0 to 65535, got 70000"),
         (["--parser", "xx_no_such_pipeline"], "spaCy pipeline 'xx_no_such_pipeline' is not installed"),
+        (["--read-timeout", "0"], "--read-timeout must be a positive number of seconds, got 0.0"),
+        (["--allowed-hosts", " , "], "--allowed-hosts: give host names separated by commas"),
     ],
 )
 def test_serve_mistakes_are_one_line_errors(capsys, checkpoint, args, message):

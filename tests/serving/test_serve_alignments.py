@@ -18,7 +18,7 @@ from test_cli import NBEST_LINE, run_cli, write_lines
 import syntaxnmt
 from syntaxnmt.alignment.extract import configured_reading
 from syntaxnmt.alignment.markup import parse_markup
-from syntaxnmt.serving.server import Limits, create_app
+from syntaxnmt.serving.server import JobKey, Limits, create_app
 from syntaxnmt.serving.worker import Cancelled
 
 LIMITS = Limits(max_sentences=8, max_chars=300, max_beam=6, max_attention_sentences=2, max_work=1500, timeout=60)
@@ -119,11 +119,11 @@ def test_alignments_double_the_work_and_count_against_the_budget(app, client, te
 def test_the_alignment_pass_calls_the_checkpoint_and_stops_when_it_raises(app, test_sentences):
     translator, calls = app.state.translator, []
     sentences = test_sentences[:3]
-    translator.handle(("translate", 2), sentences, lambda: calls.append(1))
+    translator.handle(JobKey(2), sentences, lambda: calls.append(1))
     search = len(calls)
     calls.clear()
-    results = translator.handle(("translate", 2, True, False), sentences, lambda: calls.append(1))
-    assert len(calls) > search and all(r[3]["links"] for r in results)
+    results = translator.handle(JobKey(2, alignments=True), sentences, lambda: calls.append(1))
+    assert len(calls) > search and all(r.alignment["links"] for r in results)
 
     def stop_after_the_search():
         calls.append(1)
@@ -132,7 +132,7 @@ def test_the_alignment_pass_calls_the_checkpoint_and_stops_when_it_raises(app, t
 
     calls.clear()
     with pytest.raises(Cancelled):
-        translator.handle(("translate", 2, True, False), sentences, stop_after_the_search)
+        translator.handle(JobKey(2, alignments=True), sentences, stop_after_the_search)
     assert len(calls) == search + 1
 
 

@@ -92,8 +92,8 @@ def test_documents_batched_together_keep_their_own_context(han_client, documents
     alone = [served.documents([doc], 2)[0] for doc in documents]
     # Same translations; the scores to float rounding (the batch's shape changes the products'
     # blocking: on an AVX2 EPYC the last bits differ, 1e-7).
-    assert [[t for t, _ in d] for d in together] == [[t for t, _ in d] for d in alone]
-    assert [s for d in together for _, s in d] == pytest.approx([s for d in alone for _, s in d], abs=1e-5)
+    assert [[a.text for a in d] for d in together] == [[a.text for a in d] for d in alone]
+    assert [a.score for d in together for a in d] == pytest.approx([a.score for d in alone for a in d], abs=1e-5)
 
 
 def test_a_sentence_level_model_answers_documents_as_flat_sentences(sentence_client, documents):
@@ -169,8 +169,8 @@ def test_a_target_side_han_model_translates_documents_in_order_from_its_own_tran
         assert any(alone[i] != pytest.approx(scores[i], abs=1e-5) for i in (1, 2, 5))
         served = client.app.state.translator
         together, apart = served.documents(documents, 2), [served.documents([doc], 2)[0] for doc in documents]
-        assert [[t for t, _ in doc] for doc in together] == [[t for t, _ in doc] for doc in apart]
-        assert [s for doc in together for _, s in doc] == pytest.approx([s for doc in apart for _, s in doc], abs=1e-5)  # padding: float noise
+        assert [[a.text for a in doc] for doc in together] == [[a.text for a in doc] for doc in apart]
+        assert [a.score for doc in together for a in doc] == pytest.approx([a.score for doc in apart for a in doc], abs=1e-5)  # padding: float noise
         # Its weights are read with its own previous translations, those of the answer.
         r = post(client, {"documents": documents[:1], "beam": 2, "attention": True})
         assert r.status_code == 200, r.text
@@ -203,11 +203,11 @@ def test_documents_searched_in_forked_processes_give_the_threads_translations(ha
     and states were stored, and gives what the threads give."""
     import torch
 
-    import syntaxnmt.decoding.translate as tr
+    import syntaxnmt.cpu.pools as pools
 
     forks = []
-    real = tr._forked_pool
-    monkeypatch.setattr(tr, "_forked_pool", lambda work, n: forks.append(n) or real(work, n))
+    real = pools._forked_pool
+    monkeypatch.setattr(pools, "_forked_pool", lambda work, n: forks.append(n) or real(work, n))
     flat = [s for doc in documents for s in doc]
     ids = [f"doc{n}" for n, doc in enumerate(documents) for _ in doc]
     translator = Translator.from_checkpoint(han_both_checkpoint, device="cpu")

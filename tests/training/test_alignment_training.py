@@ -190,7 +190,7 @@ def test_coverage_with_fertility_one_equals_plain_coverage(aligned_config):
 
 def test_fertility_is_checkpointed_and_loaded(aligned_config):
     from syntaxnmt.checkpoint import load_checkpoint
-    from syntaxnmt.decoding.translate import load_model
+    from syntaxnmt.decoding.loading import load_model
     from syntaxnmt.training.train import train
 
     cfg = aligned_config({"coverage_weight": 0.5, "fertility": True, "guided_weight": 0.5}, train={"max_steps": 3, "valid_every": 3, "valid_bleu": False})
@@ -323,7 +323,8 @@ def test_coverage_penalty_changes_beam_ranking():
 
 
 def test_coverage_penalty_with_a_transformer_changes_the_ranking(trained_run, corpus):
-    from syntaxnmt.decoding.translate import load_model, translate_ids
+    from syntaxnmt.decoding.loading import load_model
+    from syntaxnmt.decoding.translate import translate_ids
     from syntaxnmt.textio import read_lines
 
     model, cfg, toks = load_model(f"{trained_run.work_dir}/best.pt", torch.device("cpu"))

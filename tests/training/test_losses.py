@@ -151,29 +151,3 @@ def test_the_native_loss_refuses_a_class_outside_the_vocabulary():
         native_smoothed_xent(torch.zeros(3, 5), torch.tensor([0, 5, 1]), 0.1)
     with pytest.raises(ValueError, match="float32"):
         native_smoothed_xent(torch.zeros(3, 5, dtype=torch.float64), torch.tensor([0, 1, 1]), 0.1)
-
-
-def test_every_registered_objective_is_trained_and_a_new_one_needs_only_its_module(monkeypatch, corpus, tmp_path):
-    """An auxiliary objective registered with @register_objective reaches training_objectives
-    (used by train and train-joint) without any other edit."""
-    from conftest import tiny_tree
-
-    from syntaxnmt.config import load_config
-    from syntaxnmt.training.losses import OBJECTIVES, AuxiliaryObjective, register_objective
-    from syntaxnmt.training.step import training_objectives
-
-    assert {"alignment", "multitask"} <= set(OBJECTIVES)
-    cfg = load_config(None, tiny_tree(corpus, tmp_path))
-    assert training_objectives(cfg) == []  # both sections off
-
-    class Constant(AuxiliaryObjective):
-        def terms(self, model, batch, out):
-            return {"constant": torch.ones(())}
-
-        def weights(self, step):
-            return {"constant": 0.5}
-
-    monkeypatch.setitem(OBJECTIVES, "constant", None)
-    register_objective("constant")(lambda cfg: Constant())
-    objectives = training_objectives(cfg)
-    assert [type(o).__name__ for o in objectives] == ["Constant"]

@@ -16,7 +16,7 @@ from conftest import deep_merge, quiet, tiny_tree
 from syntaxnmt.config import load_config
 from syntaxnmt.data.batches import collate, pad_batch
 from syntaxnmt.data.prepare import load_split, load_tokenizers, prepare
-from syntaxnmt.decoding.translate import load_model
+from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import EOS, PAD, SourceFeatures
 from syntaxnmt.model import build_model
@@ -24,8 +24,9 @@ from syntaxnmt.model.attention import MultiHeadAttention
 from syntaxnmt.model.heads import BiaffineParser
 from syntaxnmt.model.syntax_attention import ParentAttention
 from syntaxnmt.training.multitask import MultitaskObjective, lisa_loss, multitask_objective, parse_loss, tagging_loss, token_mask
+from syntaxnmt.training.objectives import training_objectives
 from syntaxnmt.training.optim import build_optimizer
-from syntaxnmt.training.step import objective_requests, training_objectives, update
+from syntaxnmt.training.step import objective_requests, update
 from syntaxnmt.training.train import train
 
 ALL_TASKS = {

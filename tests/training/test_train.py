@@ -628,7 +628,7 @@ def test_the_candidates_compute_the_same_loss_and_gradients(make_config, auto_ke
     task = SingleModel(cfg, World(), resolve_device("cpu"), quiet)
     signature, run = step_module.timing_step(task.raw, task.split, task.t, task.device, task.objectives)
     from syntaxnmt.cpu import linear as fast_linear
-    from syntaxnmt.model import transformer
+    from syntaxnmt.cpu import stack
 
     used = {"packed": 0, "onednn": 0}
 
@@ -640,7 +640,7 @@ def test_the_candidates_compute_the_same_loss_and_gradients(make_config, auto_ke
 
         return wrapper
 
-    monkeypatch.setattr(transformer, "packed_rows", counted("packed", transformer.packed_rows))
+    monkeypatch.setattr(stack, "packed_rows", counted("packed", stack.packed_rows))
     monkeypatch.setattr(fast_linear, "_dnn", counted("onednn", fast_linear._dnn))
     results = {}
     for choice in [Choice("onednn", True), Choice("onednn", False), Choice("aten", True), Choice("aten", False)]:
