@@ -461,6 +461,148 @@ serve-timeout-nan
 """Cases run only with ``--all``: variants of a default case (another number, another file kind)."""
 
 
+# ------------------------------------------------------------------ nothing a user owns is lost (issue 49)
+
+_HELD_LOCKS: list = []  # lock files the audit holds while a case runs (released by the case's check)
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _demo_names_unmarked(case: Path, _env: Env) -> None:
+    """A user's project whose entries happen to be named as the demo's: their corpus and trained model."""
+    write(case / "P" / "corpus" / "train.src", "my corpus\n")
+    write(case / "P" / "run" / "best.pt", "my trained model")
+
+
+def _demo_marked_with_additions(case: Path, _env: Env) -> None:
+    from syntaxnmt.experiments.demo import MARKER as DEMO_MARKER
+    from syntaxnmt.experiments.demo import WRITTEN_BY as DEMO_BY
+    from syntaxnmt.textio import write_marker
+
+    write(case / "P" / "demo.yaml", "name: demo\n")
+    write(case / "P" / "corpus" / "train.src", "the demo's corpus\n")
+    write_marker(case / "P", DEMO_MARKER, DEMO_BY)
+    write(case / "P" / "NOTES.md", "my notes\n")
+    write(case / "P" / "my_experiment" / "best.pt", "my model")
+
+
+def _user_corpus(case: Path, _env: Env) -> None:
+    write(case / "P" / "train.src", "my source\n")
+    write(case / "P" / "train.tgt", "my target\n")
+    write(case / "P" / "corpus" / "train.src", "my source\n")
+
+
+def _export_with_user_file(case: Path, env: Env) -> None:
+    from syntaxnmt.decoding.ct2_export import export_ct2
+
+    export_ct2(env.ckpt, case / "out")
+    write(case / "out" / "NOTES.md", "how I deploy this export\n")
+
+
+def _run_with_user_backup(case: Path, env: Env) -> None:
+    """A copy of the run holding a user's ``.backup.2024.tmp/`` and a temporary a killed periodic write left."""
+    shutil.copytree(env.run, case / "run")
+    write(case / "run" / ".backup.2024.tmp" / "last.pt", "my backup")
+    write(case / "run" / "checkpoints" / f".step-00000012.pt.syntaxnmt-{_dead_pid()}.k2j4h5g6.tmp", "half a checkpoint")
+
+
+def _stale_temporary_removed(case: Path, _out: str, _err: str) -> str | None:
+    left = list((case / "run" / "checkpoints").glob(".step-*.tmp"))
+    return f"the stale temporary {left[0].name} was kept" if left else None
+
+
+def _locked_run(case: Path, env: Env) -> None:
+    """The run's work_dir held by another writer (the lock protocol of ``train``: flock plus its PID and host)."""
+    import fcntl
+
+    shutil.copytree(env.run, case / "run")
+    f = open(case / "run" / ".syntaxnmt-lock", "w", encoding="utf-8")
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    f.write("syntaxnmt pid 4242 on host audit-holder\n")
+    f.flush()
+    _HELD_LOCKS.append(f)
+
+
+def _release_locks(_case: Path, _out: str, _err: str) -> str | None:
+    while _HELD_LOCKS:
+        _HELD_LOCKS.pop().close()
+    return None
+
+
+def _other_corpus(case: Path, env: Env) -> None:
+    """The run, and a training corpus of another seed (same vocab_size, other pieces) at new paths."""
+    from syntaxnmt.data.synthetic import write_corpus
+
+    shutil.copytree(env.run, case / "run")
+    write_corpus(case / "other", n_train=300, n_dev=20, n_test=20, seed=2)
+
+
+def _output_files(case: Path, env: Env) -> None:
+    shutil.copy(env.ckpt, case / "M.pt")
+    shutil.copy(env.ckpt, case / "N.pt")
+    shutil.copy(env.config, case / "exp.yaml")
+    write(case / "src.txt", "every apple sees the garden .\n")
+    write(case / "tgt.txt", "every apple the garden sees .\n")
+    write(case / "set.json", "[]\n")
+    write(case / "X", "mine\n")
+    os.link(case / "src.txt", case / "hard.txt")
+    write(case / "ro.txt", "write-protected\n")
+    (case / "ro.txt").chmod(0o444)
+
+
+def _still_read_only(case: Path, _out: str, _err: str) -> str | None:
+    mode = stat.S_IMODE((case / "ro.txt").stat().st_mode)
+    return None if mode == 0o444 else f"ro.txt has mode {mode:o}, not 444"
+
+
+def ownership_cases(env: Env) -> list[Case]:
+    """Issue 49 (items 1-4) and issue 51 (items 3, 6): nothing a user owns is removed or written
+    over, outputs never overwrite inputs, one writer per work_dir, resume and init_from check the
+    vocabulary. Every data-loss case protects the user's files (tree, content and mode)."""
+    ck, cfg, one = str(env.ckpt), str(env.config), str(env.bad["one_line"])
+    run = ["--work_dir={case}/run", f"--data.prepared_dir={env.prepared}"]  # the run's copy, with the shared prepared corpus (read only)
+    other = ["--data.train_src={case}/other/train.src", "--data.train_tgt={case}/other/train.tgt", "--data.prepared_dir={case}/prepared"]
+    C = Case
+    return [
+        C("demo-fresh-demo-names", "demo", ["demo", "--dir", "{case}/P", "--fresh", "--minutes", "0.05"], setup=_demo_names_unmarked, protect=("P",), fragments=("P", "no .syntaxnmt-demo")),
+        C("demo-fresh-user-additions", "demo", ["demo", "--dir", "{case}/P", "--fresh", "--minutes", "0.05"], setup=_demo_marked_with_additions, protect=("P",), fragments=("NOTES.md", "my_experiment")),
+        C("demo-over-user-corpus", "demo", ["demo", "--dir", "{case}/P", "--minutes", "0.05"], setup=_user_corpus, protect=("P",), fragments=("P", "--force")),
+        C("synthetic-over-user-files", "synthetic", ["synthetic", "-o", "{case}/P", "--train", "10", "--dev", "2", "--test", "2"], setup=_user_corpus, protect=("P",), fragments=("train.src", "--force")),
+        C("export-force-user-file", "export-ct2", ["export-ct2", "--checkpoint", ck, "-o", "{case}/out", "--force"], setup=_export_with_user_file, protect=("out",), fragments=("NOTES.md",)),
+        C("train-cleanup-user-temporary", "train", ["train", cfg, *run, "--resume"], expect=0, setup=_run_with_user_backup, protect=("run/.backup.2024.tmp",), check=_stale_temporary_removed),
+        C("train-work-dir-locked", "train", ["train", cfg, *run, "--resume"], setup=_locked_run, protect=("run",), fragments=("in use by syntaxnmt pid 4242 on host audit-holder",), check=_release_locks, in_process=False),
+        C("train-resume-corpus-changed", "train", ["train", cfg, "--work_dir={case}/run", *other, "--resume"], setup=_other_corpus, protect=("run",), fragments=("vocabulary", "data.train_src")),
+        C("train-resume-lr-applied", "train", ["train", cfg, *run, "--resume", "--train.lr=0.001"], expect=0, setup=_copy_run("run"), check=_stdout_has("train.lr 0.002 -> 0.001: applied on resume")),
+        C("train-init-from-other-vocabulary", "train", ["train", cfg, "--work_dir={case}/new", *other, f"--train.init_from={ck}"], setup=_other_corpus, protect=("run",), fragments=("train.init_from", "vocabulary")),
+        C("translate-output-onto-checkpoint", "translate", ["translate", "--checkpoint", "{case}/M.pt", "-i", one, "-o", "{case}/M.pt"], setup=_output_files, protect=("M.pt",), fragments=("M.pt", "--checkpoint")),
+        C("translate-output-is-alignments", "translate", ["translate", "--checkpoint", ck, "-i", one, "-o", "{case}/X", "--alignments", "{case}/X"], setup=_output_files, protect=("X",), fragments=("--alignments",)),
+        C("translate-output-hard-link-to-input", "translate", ["translate", "--checkpoint", ck, "-i", "{case}/src.txt", "-o", "{case}/hard.txt"], setup=_output_files, protect=("src.txt",), fragments=("hard.txt", "-i")),
+        C("translate-output-write-protected", "translate", ["translate", "--checkpoint", ck, "-i", one, "-o", "{case}/ro.txt"], setup=_output_files, protect=("ro.txt",), fragments=("ro.txt", "Permission denied"), check=_still_read_only),
+        C("align-output-onto-source", "align", ["align", "--checkpoint", ck, "--src", "{case}/src.txt", "--tgt", "{case}/tgt.txt", "-o", "{case}/src.txt"], setup=_output_files, protect=("src.txt", "tgt.txt"), fragments=("src.txt", "--src")),
+        C("lexicon-output-onto-config", "lexicon", ["lexicon", "{case}/exp.yaml", "-o", "{case}/exp.yaml"], setup=_output_files, protect=("exp.yaml",), fragments=("exp.yaml", "CONFIG")),
+        C("score-output-onto-contrastive", "score", ["score", "--checkpoint", ck, "--contrastive", "{case}/set.json", "-o", "{case}/set.json"], setup=_output_files, protect=("set.json",), fragments=("set.json", "--contrastive")),
+        C("average-output-onto-input", "average-checkpoints", ["average-checkpoints", "--inputs", "{case}/M.pt", "{case}/N.pt", "-o", "{case}/N.pt"], setup=_output_files, protect=("M.pt", "N.pt"), fragments=("N.pt",)),
+    ]
+
+
+def terminology_cases(env: Env) -> list[Case]:
+    """Issue 52: the term dictionary, terminology test set and term-accuracy commands."""
+    C = Case
+    one, three = str(env.bad["one_line"]), str(env.bad["three_lines"])
+    return [
+        C("terminology-missing-lexicon", "terminology", ["terminology", "--from-lexicon", "{case}/nope.tsv", "-o", "{case}/d.tsv"], fragments=("nope.tsv", "syntaxnmt lexicon")),
+        C("terminology-not-a-lexicon", "terminology", ["terminology", "--from-lexicon", one, "-o", "{case}/d.tsv"], fragments=(f"{Path(one).name}:1", "source<TAB>target")),
+        C("terminology-threshold-above-one", "terminology", ["terminology", "--from-lexicon", one, "--threshold", "2", "-o", "{case}/d.tsv"], fragments=("--threshold 2",)),
+        C("terminology-set-missing-lexicon", "terminology-set", ["terminology-set", "--lexicon", "{case}/nope.tsv", "--src", one, "--ref", one, "-o", "{case}/out"], fragments=("nope.tsv",)),
+        C("evaluate-terms-line-mismatch", "evaluate-terms", ["evaluate-terms", "--ref", one, "--constraints", three, "--hyp", f"plain={one}"], fragments=(Path(three).name, "3 lines")),
+        C("evaluate-terms-unnamed-hyp", "evaluate-terms", ["evaluate-terms", "--ref", one, "--constraints", one, "--hyp", one], fragments=("NAME=FILE",)),
+    ]
+
+
 def cases(env: Env) -> list[Case]:
     """The audit's case table (at least 110 command-line cases, every subcommand)."""
     b, ck, cfg, cor = env.bad, str(env.ckpt), str(env.config), env.corpus
@@ -722,6 +864,8 @@ def cases(env: Env) -> list[Case]:
         C("rnn-dot-sizes", "prepare", ["prepare", cfg, "--model.arch=rnn", "--model.rnn.score=dot", *LOCAL], fragments=("model.rnn.score dot", "2 x hidden")),
         C("context-two-to-two-separate-vocab", "prepare", ["prepare", cfg, "--model.context.kind=concat", "--model.context.side=both", "--data.joint_vocab=false",
                                                             f"--data.train_docs={b['docs_short']}", f"--data.dev_docs={b['docs_short']}", *LOCAL], fragments=("data.joint_vocab",)),
+        *ownership_cases(env),
+        *terminology_cases(env),
     ]
     out += input_hygiene_cases(env)
     unknown = EXTENDED - {c.name for c in out}
@@ -749,8 +893,8 @@ def tree_state(path: Path) -> dict[str, str]:
             state[rel] = "link:" + os.readlink(p)
         elif stat.S_ISDIR(mode):
             state[rel] = "dir"
-        elif stat.S_ISREG(mode):
-            state[rel] = "file:" + hashlib.sha256(p.read_bytes()).hexdigest()
+        elif stat.S_ISREG(mode):  # content and permissions: a protected file is unchanged in both
+            state[rel] = f"file:{stat.S_IMODE(mode):o}:" + hashlib.sha256(p.read_bytes()).hexdigest()
         else:
             state[rel] = f"special:{stat.S_IFMT(mode)}"
     return state

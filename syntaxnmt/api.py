@@ -5,6 +5,7 @@
     translator = syntaxnmt.Translator.from_checkpoint("runs/x/best.pt")   # a file, a run folder, or several: an ensemble
     results = translator.translate(["the dog sees a cat ."], beam=5, nbest=2, alignments=True, attention=True)
     scored = translator.score(["the dog sees a cat ."], ["le chien voit un chat ."])
+    constrained = translator.translate(["the dog sees a cat ."], constraints=[["le chat"]], terminology="terms.tsv")
 
 Every result is a :class:`Translation`: the text, its score (log P / lp(y), the search's ranking
 score) and total log-probability, the n-best :class:`Candidate` list, and on request the word
@@ -20,7 +21,8 @@ loading the decode-time model options ``hard_attention`` (``decode`` or ``none``
 The search runs in one of two engines behind the same :meth:`Translator.translate`: the PyTorch
 model (``engine="torch"``, every option) or CTranslate2 (``engine="ctranslate2"``,
 :mod:`syntaxnmt.decoding.ct2_engine`: one exported model, no document context; scoring, alignments
-and attention read the PyTorch model and are refused).
+and attention read the PyTorch model and are refused; so are constraints and term dictionaries:
+lexically constrained search, docs/decoding.md, runs in the PyTorch engine).
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ from syntaxnmt.decoding.ct2_engine import CT2Engine, ct2_device
 from syntaxnmt.decoding.ensemble import load_ensemble
 from syntaxnmt.decoding.forced import normalized_score, score_ids
 from syntaxnmt.decoding.loading import apply_translation_config, checkpoint_file, load_model, translation_config
-from syntaxnmt.decoding.output import Output, translate_outputs
+from syntaxnmt.decoding.output import Output, Phrases, translate_outputs
+from syntaxnmt.decoding.terminology import TermDictionary, source_words
 from syntaxnmt.errors import UserError
 from syntaxnmt.model.outputs import layer_head
 from syntaxnmt.runtime import resolve_device
@@ -235,6 +238,9 @@ class Translator:
         docs: Sequence[str] | None = None,
         source_name: str = "<input>",
         progress: bool = False,
+        constraints: Phrases | None = None,
+        terminology: str | Path | TermDictionary | None = None,
+        constraints_name: str = "constraints",
         **options: Any,
     ) -> list[Translation]:
         """Translate raw sentences (one :class:`Translation` each, in order) with beam search of
@@ -245,9 +251,18 @@ class Translator:
         sentences (CoNLL-U), for models that use trees or tags. ``docs``: a document id per sentence,
         read by a context model (docs/documents.md); with ``attention`` its weights are those of
         the model reading the context (a concatenation model's source columns include it, HAN's
-        weights are in ``attention.members``). ``options``: other ``decode`` keys
-        for this call (``length_penalty=0.6``, ``unk_replace="copy"``, ...)."""
+        weights are in ``attention.members``). ``constraints``: per sentence, the target phrases
+        (in words; None or [] for none) every candidate contains (lexically constrained beam
+        search, docs/decoding.md); ``terminology``: a term dictionary (a TSV file or
+        :meth:`term_dictionary`) whose target terms become constraints where their source terms
+        occur (with ``constraints``: the union); ``constraints_name`` names them in errors.
+        ``options``: other ``decode`` keys for this call (``length_penalty=0.6``,
+        ``unk_replace="copy"``, ...)."""
         lines = _sentences(sentences, "sentences")
+        if constraints is not None or terminology is not None:
+            check_constraints_engine("ctranslate2" if self.engine is not None else "torch")
+        if terminology is not None and not isinstance(terminology, TermDictionary):
+            terminology = self.term_dictionary(terminology)
         if alignments:
             self.check_aligning(docs)
         if attention:
@@ -258,7 +273,8 @@ class Translator:
             raise UserError(f"nbest {nbest}: give at least 1")
         if nbest > decode.beam_size:
             raise UserError(f"nbest {nbest} is larger than the beam size {decode.beam_size}")
-        outputs = self._search(lines, decode, conllu=src_conllu, source_name=source_name, docs=docs, nbest=nbest, progress=progress)
+        cons = {} if constraints is None and terminology is None else {"constraints": constraints, "terminology": terminology, "constraints_name": constraints_name}
+        outputs = self._search(lines, decode, conllu=src_conllu, source_name=source_name, docs=docs, nbest=nbest, progress=progress, **cons)
         results = [
             Translation(line, nb[0].text, nb[0].score, nb[0].log_prob, [Candidate(o.text, o.score, o.log_prob) for o in nb])
             for line, nb in zip(lines, outputs)
@@ -277,6 +293,11 @@ class Translator:
             tgt = [output_target(self.toks.tgt, outputs[k][0].tokens, outputs[k][0].text) for k in kept]
             self._attach(results, kept, src, tgt, decode, forced=False, contexts=contexts)
         return results
+
+    def term_dictionary(self, path: str | Path) -> TermDictionary:
+        """A term dictionary (``source term<TAB>target term`` per line, docs/decoding.md) with its
+        source terms read as this model reads its source (lowercasing, Moses tokenization)."""
+        return TermDictionary.read(path, source_words(self.toks.src))
 
     def score(
         self,
@@ -373,6 +394,12 @@ class Translator:
             results[k].attention = Attention(
                 source=unit_labels(*cols), target=unit_labels(*rows), weights=word_level(pieces, records[0].tgt_word_of_piece, records[0].src_word_of_piece), members=records
             )
+
+
+def check_constraints_engine(engine: str) -> None:
+    """Refuse constraints and term dictionaries with an engine that cannot search with them."""
+    if engine == "ctranslate2":
+        raise UserError("constraints (--constraints, --terminology) need the PyTorch search: translate with --engine torch (the CTranslate2 engine here searches without constraints)")
 
 
 def _cross(cross: np.ndarray, layer: int | None, head: int | None) -> np.ndarray:

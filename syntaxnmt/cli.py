@@ -19,10 +19,10 @@ from syntaxnmt.alignment.extract import alignments_for_translations, check_readi
 from syntaxnmt.alignment.lexicon import build_lexicon
 from syntaxnmt.alignment.markup import parse_markup, transfer_to_translations
 from syntaxnmt.alignment.sweep import align_sweep
-from syntaxnmt.analysis.export import export_attention
+from syntaxnmt.analysis.export import export_attention, export_paths
 from syntaxnmt.analysis.heads import analyze_models
 from syntaxnmt.analysis.plot import load_for_plot, plot_sentences, read_link_file
-from syntaxnmt.api import Translator
+from syntaxnmt.api import Translator, check_constraints_engine
 from syntaxnmt.checkpoint import trusting_checkpoints
 from syntaxnmt.config import DEFAULT_CPU_KERNELS, Config, DataConfig, load_config, parse_overrides
 from syntaxnmt.cpu.calibration import MODES as KERNEL_MODES
@@ -35,11 +35,13 @@ from syntaxnmt.data.contrastive import check_context, read_contrastive
 from syntaxnmt.data.discourse import write_documents
 from syntaxnmt.data.links import aer_report, format_links
 from syntaxnmt.data.prepare import prepare
-from syntaxnmt.data.synthetic import write_corpus
+from syntaxnmt.data.synthetic import claim_output, write_corpus
 from syntaxnmt.decoding.averaging import average_checkpoints, last_periodic
+from syntaxnmt.decoding.constraints import read_constraint_lines
 from syntaxnmt.decoding.ct2_export import export_ct2
 from syntaxnmt.decoding.loading import checkpoint_path, load_model
 from syntaxnmt.decoding.scoring import CONTEXT_MODES, score_contrastive
+from syntaxnmt.decoding.terminology import seed_from_lexicon, term_report, write_term_set
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.alignment import run_alignment_set
 from syntaxnmt.experiments.decoding import run_decode_set
@@ -48,7 +50,7 @@ from syntaxnmt.experiments.runner import run_set
 from syntaxnmt.metrics import evaluate_report
 from syntaxnmt.runtime import resolve_device, run_command
 from syntaxnmt.serving.server import READ_TIMEOUT, Limits, serve
-from syntaxnmt.textio import atomic_write_text, package_version, read_input, read_lines, write_lines
+from syntaxnmt.textio import atomic_write_text, check_outputs, package_version, read_input, read_lines, write_lines
 from syntaxnmt.training.joint import train_joint
 from syntaxnmt.training.train import train
 
@@ -137,8 +139,16 @@ def cmd_train_joint(args, extra) -> None:
     train_joint(_config(args, _with_threads(args, extra)), resume=args.resume)
 
 
+def _corpus_files(cfg) -> list[tuple[str, str]]:
+    """The text files of a config's corpus, as (``data.key``, path) for :func:`_check_outputs`
+    (not ``data.train_align``: align-external writes it)."""
+    return [(f"data.{k}", v) for k, v in cfg.data.model_dump().items() if k.startswith(("train_", "dev_")) and k != "train_align" and isinstance(v, str) and v]
+
+
 def cmd_align_external(args, extra) -> None:
-    align_external(_config(args, extra), args.output, args.symmetrize)
+    cfg = _config(args, extra)
+    _check_outputs(args, _corpus_files(cfg))
+    align_external(cfg, args.output, args.symmetrize)
 
 
 def _checkpoint_and_pairs(args, extra) -> tuple:
@@ -213,7 +223,10 @@ def cmd_translate(args, extra) -> None:
     if args.nbest is not None and args.nbest < 1:
         raise UserError(f"--nbest {args.nbest}: give at least 1")
     paths = [_checkpoint_arg(argparse.Namespace(config=args.config, checkpoint=c), extra) for c in args.checkpoint]
+    _check_outputs(args, [("--checkpoint", p) for p in paths])
     aligning = _aligning(args, paths)
+    if args.constraints or args.terminology:
+        check_constraints_engine(args.engine)
     overrides = parse_overrides(extra)
     if args.config:
         overrides.pop("work_dir", None)  # it located the checkpoints (--checkpoint best|last)
@@ -234,6 +247,10 @@ def cmd_translate(args, extra) -> None:
         lines = [m.plain for m in marked]
     kw = dict(source_name=args.input or "<stdin>", progress=sys.stderr.isatty() or args.output is not None)
     docs = _doc_ids(args.docs, lines, kw["source_name"]) if args.docs else None
+    if args.constraints:
+        kw.update(constraints=read_constraint_lines(args.constraints, len(lines)), constraints_name=args.constraints)
+    if args.terminology:
+        kw["terminology"] = args.terminology
     results = [[(c.text, c.score) for c in t.nbest] for t in translator.translate(lines, nbest=nbest, src_conllu=args.src_conllu, docs=docs, **kw)]
     if aligning:
         model, cfg, toks = translator.model, translator.cfg, translator.toks
@@ -274,7 +291,35 @@ def cmd_score(args, extra) -> None:
 def cmd_lexicon(args, extra) -> None:
     if args.top < 1 or args.min_count < 1:
         raise UserError("--top and --min-count must be at least 1")
-    build_lexicon(_config(args, extra), args.output, args.align, args.top, args.min_count, log=lambda m: print(m, file=sys.stderr))
+    cfg = _config(args, extra)
+    _check_outputs(args, _corpus_files(cfg))
+    build_lexicon(cfg, args.output, args.align, args.top, args.min_count, log=lambda m: print(m, file=sys.stderr))
+
+
+def cmd_terminology(args, extra) -> None:
+    _no_overrides(extra)
+    if not 0 <= args.threshold <= 1 or args.min_count < 1:
+        raise UserError(f"--threshold {args.threshold} / --min-count {args.min_count}: give a probability in [0, 1] and a count of at least 1")
+    seeded = seed_from_lexicon(args.from_lexicon, args.threshold, args.output, args.min_count)
+    print(f"wrote {len(seeded)} terms to {args.output} (P(e|f) >= {args.threshold}); translate with --terminology {args.output}", file=sys.stderr)
+
+
+def cmd_terminology_set(args, extra) -> None:
+    _no_overrides(extra)
+    if not 0 <= args.threshold <= 1 or args.min_count < 1 or args.skip_frequent < 0:
+        raise UserError(f"--threshold {args.threshold} / --min-count {args.min_count} / --skip-frequent {args.skip_frequent}: give a probability in [0, 1], a count of at least 1 and at least 0")
+    print(write_term_set(args.lexicon, args.src, args.ref, args.output, args.threshold, args.min_count, args.skip_frequent))
+
+
+def cmd_evaluate_terms(args, extra) -> None:
+    _no_overrides(extra)
+    systems = []
+    for item in args.hyp:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise UserError(f"--hyp {item}: give NAME=FILE (e.g. constrained=out.de)")
+        systems.append((name, path))
+    print(term_report(args.ref, args.constraints, systems))
 
 
 def cmd_average_checkpoints(args, extra) -> None:
@@ -303,6 +348,7 @@ def cmd_export_ct2(args, extra) -> None:
 
 def cmd_attention(args, extra) -> None:
     path = _checkpoint_arg(args, extra)
+    _check_outputs(args, [("--checkpoint", path)], [("-o", p) for p in export_paths(args.output)])  # OUT.jsonl and OUT.npz
     if not args.config:
         _no_overrides(extra)
     jsonl, npz, n = export_attention(
@@ -351,12 +397,26 @@ def cmd_evaluate(args, extra) -> None:
 
 def cmd_experiment(args, extra) -> None:
     _no_overrides(extra)
-    if args.trust_checkpoint and args.jobs > 1:
-        raise UserError("--trust-checkpoint reaches no worker process: run it with --jobs 1")
+    if args.trust_checkpoint and (args.jobs > 1 or args.launcher != "local"):
+        raise UserError("--trust-checkpoint reaches no worker process: run it with --jobs 1 and the local launcher")
     if args.n_seeds is not None and args.n_seeds < 1:
         raise UserError(f"--n-seeds {args.n_seeds}: give at least 1")
+    if sum(map(bool, (args.rescore, args.collect, args.curve))) > 1:
+        raise UserError("--rescore, --collect and --curve are separate steps: give one of them")
+    if args.curve:
+        from syntaxnmt.experiments.runner import run_curve
+        from syntaxnmt.experiments.sets import load_set
+
+        print(run_curve(args.set, load_set(args.set)))
+        return
     seeds = args.seeds or (list(range(1, args.n_seeds + 1)) if args.n_seeds else None)
-    run_set(args.set, seeds=seeds, only=args.only, output=args.output, jobs=args.jobs)
+    slurm = {}
+    for item in args.slurm or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"--slurm {item}: expected KEY=VALUE (e.g. slurm_partition=gpu, timeout_min=240)")
+        slurm[key] = int(value) if value.isdigit() else value
+    run_set(args.set, seeds=seeds, only=args.only, output=args.output, jobs=args.jobs, rescore=args.rescore, collect=args.collect, launcher=args.launcher, slurm=slurm)
 
 
 def cmd_decode_experiment(args, extra) -> None:
@@ -410,11 +470,13 @@ def cmd_synthetic(args, extra) -> None:
         sizes = {k: v for k, v in (("n_train_docs", args.train), ("n_dev_docs", args.dev), ("n_test_docs", args.test)) if v is not None}
         if sizes.get("n_test_docs", 2) % 2:
             raise UserError(f"--test {args.test}: the contrastive test set is made of twin documents: give an even number")
+        claim_output(args.output, args.force)  # once the arguments are checked: a refused command makes no folder
         written = write_documents(args.output, seed=args.seed, **sizes)
         files = sorted({p.name for paths in written.values() for p in paths.values()})
         print(f"wrote the synthetic discourse corpus (seed {args.seed}) to {args.output}: {' '.join(files)}", file=sys.stderr)
         return
     args.train, args.dev, args.test = (args.train or 20000), (args.dev or 500), (args.test or 500)
+    claim_output(args.output, args.force)
     written = write_corpus(args.output, n_train=args.train, n_dev=args.dev, n_test=args.test, seed=args.seed)
     counts = ", ".join(f"{split} {n}" for split, n in (("train", args.train), ("dev", args.dev), ("test", args.test)))
     files = sorted(p.name for paths in written.values() for p in paths.values())
@@ -422,7 +484,7 @@ def cmd_synthetic(args, extra) -> None:
 
 
 def cmd_demo(args, extra) -> None:
-    run_demo(Path(args.dir), minutes=args.minutes, overrides=_with_threads(args, extra), fresh=args.fresh)
+    run_demo(Path(args.dir), minutes=args.minutes, overrides=_with_threads(args, extra), fresh=args.fresh, force=args.force)
 
 
 def _threads_flag(s: argparse.ArgumentParser, what: str = "") -> None:
@@ -461,6 +523,7 @@ def _data_commands(sub) -> None:
     s.add_argument("--dev", type=int, help="dev sentence pairs (default 500; --documents: documents, default 100)")
     s.add_argument("--test", type=int, help="test sentence pairs (default 500; --documents: documents, default 1200, even)")
     s.add_argument("--seed", type=int, default=1, help="the same seed and sizes give the same files (default 1)")
+    s.add_argument("--force", action="store_true", help="write into a folder holding files `synthetic` did not write (its files of the same names are replaced)")
     s.set_defaults(func=cmd_synthetic)
 
 
@@ -488,6 +551,11 @@ def _training_commands(sub) -> None:
                    "a label holding a comma is recognised as a whole ('+ input features, random-tree control'); give --only several times for several values")
     s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
     s.add_argument("--jobs", type=int, default=1, help="run N (config, seed) runs at once in worker processes sharing the GPU or the CPU cores, each logging to <work_dir>/train.log (default 1: one by one, in this process)")
+    s.add_argument("--rescore", action="store_true", help="no training: rewrite the table from the runs' scores files (<work_dir>/scores.json.gz, else the set's results folder)")
+    s.add_argument("--collect", action="store_true", help="copy the finished runs' scores files into the set's results folder (results/<set name>/, to commit)")
+    s.add_argument("--curve", action="store_true", help="train the baseline's dev curve of a set with a 'budget:' section and print the budget (the plateau point)")
+    s.add_argument("--launcher", choices=["local", "slurm", "submitit-local"], default="local", help="where unfinished runs train: local (this machine; --jobs workers), slurm (one job per run through submitit), submitit-local (the same jobs as local processes, for testing)")
+    s.add_argument("--slurm", action="append", metavar="KEY=VALUE", help="a submitit parameter of --launcher slurm, e.g. slurm_partition=gpu, timeout_min=240, gpus_per_node=1, cpus_per_task=4, mem_gb=16, folder=runs/submitit (several: repeat)")
     _trust_flag(s)
     s.set_defaults(func=cmd_experiment)
 
@@ -501,7 +569,8 @@ def _training_commands(sub) -> None:
     s = sub.add_parser("demo", help="generate the synthetic corpus, train a small Transformer, translate and score")
     s.add_argument("--dir", default="syntaxnmt-demo", help="where the corpus and the run go (default: ./syntaxnmt-demo)")
     s.add_argument("--minutes", type=float, default=4.0, help="training time budget (default: 4)")
-    s.add_argument("--fresh", action="store_true", help="discard a previous demo run in --dir (only a folder the demo wrote)")
+    s.add_argument("--fresh", action="store_true", help="discard a previous demo run in --dir (only a folder the demo wrote, holding nothing else)")
+    s.add_argument("--force", action="store_true", help="write into a --dir holding files the demo did not write (its corpus/ and run/ are written over)")
     _threads_flag(s, " for training and translating")
     _trust_flag(s)
     s.set_defaults(func=cmd_demo)
@@ -542,6 +611,8 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--align-layer", help="with --alignments/--markup: decoder layer or 'average' (default: the model's train.alignment.layer)")
     s.add_argument("--align-head", help="with --alignments/--markup: head or 'average' (default: the model's train.alignment.head)")
     s.add_argument("--align-shift", action="store_true", help="with --alignments/--markup: read Shift-Att's step (as align --shift)")
+    s.add_argument("--constraints", metavar="FILE", help="target phrases every translation must contain: one line per input line, phrases separated by tabs, empty for none (fairseq's examples/constrained_decoding format); docs/decoding.md")
+    s.add_argument("--terminology", metavar="DICT", help="term dictionary (source term<TAB>target term per line): where a source term occurs in a line, its target term becomes a constraint (with --constraints: both); docs/decoding.md")
     _threads_flag(s)
     _trust_flag(s)
     s.set_defaults(func=cmd_translate)
@@ -553,6 +624,29 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--top", type=int, default=5, help="translations kept per source word (default 5)")
     s.add_argument("--min-count", type=int, default=1, help="drop translations seen fewer times (default 1)")
     s.set_defaults(func=cmd_lexicon)
+
+    s = sub.add_parser("terminology", help="a term dictionary for translate --terminology from a `syntaxnmt lexicon` table (each source word's most probable translation above a threshold)")
+    s.add_argument("--from-lexicon", required=True, metavar="TABLE", help="lexical table P(e|f) written by syntaxnmt lexicon")
+    s.add_argument("--threshold", type=float, default=0.5, help="keep a source word whose best translation has P(e|f) at or above this (default 0.5)")
+    s.add_argument("--min-count", type=int, default=1, help="and at least this many links (default 1)")
+    s.add_argument("-o", "--output", required=True, help="the dictionary: source term<TAB>target term per line")
+    s.set_defaults(func=cmd_terminology)
+
+    s = sub.add_parser("terminology-set", help="a terminology test set: content-word terms of a lexicon table found in a test set's sources and references (docs/decoding.md)")
+    s.add_argument("--lexicon", required=True, metavar="TABLE", help="lexical table P(e|f) of the training corpus (syntaxnmt lexicon)")
+    s.add_argument("--src", required=True, help="test sources (plain or .gz)")
+    s.add_argument("--ref", required=True, help="test references, line by line")
+    s.add_argument("-o", "--output", required=True, help="folder for terms.tsv (the dictionary) and constraints.txt (translate --constraints, evaluate-terms)")
+    s.add_argument("--threshold", type=float, default=0.5, help="P(e|f) of a term's translation at least this (default 0.5)")
+    s.add_argument("--min-count", type=int, default=5, help="links of a term with its translation at least this (default 5)")
+    s.add_argument("--skip-frequent", type=int, default=100, help="source words with the most links left out as function words (default 100)")
+    s.set_defaults(func=cmd_terminology_set)
+
+    s = sub.add_parser("evaluate-terms", help="term accuracy (WMT21 exact match) and sacreBLEU BLEU of several systems on a terminology test set")
+    s.add_argument("--ref", required=True, help="reference file")
+    s.add_argument("--constraints", required=True, help="the terms of every line (terminology-set's constraints.txt)")
+    s.add_argument("--hyp", required=True, nargs="+", metavar="NAME=FILE", help="each system's output, named")
+    s.set_defaults(func=cmd_evaluate_terms)
 
     s = sub.add_parser("average-checkpoints", help="average the weights of a run's last N periodic checkpoints (train.keep_checkpoints) or of given checkpoints")
     s.add_argument("config", nargs="?", help="experiment config (its work_dir/checkpoints/ holds the periodic checkpoints)")
@@ -763,12 +857,33 @@ def unknown_flags(extra: list[str]) -> list[str]:
     return unknown
 
 
+OUTPUT_OPTIONS = {"output": "-o", "alignments": "--alignments"}
+INPUT_OPTIONS = {
+    "config": "CONFIG", "set": "SET", "checkpoint": "--checkpoint", "reverse_checkpoint": "--reverse-checkpoint", "inputs": "--inputs",
+    "input": "-i", "src": "--src", "tgt": "--tgt", "src_conllu": "--src-conllu", "docs": "--docs", "ref": "--ref", "hyp": "--hyp",
+    "compare": "--compare", "gold": "--gold", "gold_align": "--gold-align", "align": "--align", "attention": "--attention",
+    "contrastive": "--contrastive", "context_src": "--context-src", "context_tgt": "--context-tgt",
+}
+
+
+def _check_outputs(args, inputs: list[tuple[str, object]] = (), outputs: list[tuple[str, object]] | None = None) -> None:
+    """Every command: no output file is one of its input files, and no two outputs share a file
+    (:func:`~syntaxnmt.textio.check_outputs`); ``inputs``: more of them than its options name
+    (a config's checkpoints or corpus); ``outputs``: the files it writes, where ``-o`` names them only in part."""
+    def given(table):
+        for name, option in table.items():
+            value = getattr(args, name, None)
+            yield from ((option, v) for v in (value if isinstance(value, list) else [value]) if isinstance(v, str) and v not in ("best", "last"))
+    check_outputs(list(given(OUTPUT_OPTIONS)) if outputs is None else outputs, [*given(INPUT_OPTIONS), *inputs])
+
+
 def _run(args, extra: list[str]) -> None:
     """Run the command: a bad SYNTAXNMT_ONEDNN_LINEAR is a user error before any work, torch's CPU
     threads follow the thread policy (the command's ``--threads`` when it has one), the linear
     layers' CPU kernels its ``--cpu-kernels`` (:mod:`syntaxnmt.cpu.calibration`), and
     ``--trust-checkpoint`` holds for the command's duration when given."""
     configure()
+    _check_outputs(args)
     configure_threads(getattr(args, "threads", None))
     configure_kernels(getattr(args, "cpu_kernels", None))
     if not getattr(args, "trust_checkpoint", False):

@@ -12,7 +12,11 @@ system's score over training runs (s_opt), the test-set spread (s_sel, bootstrap
 approximate randomization stratified over paired runs; and Dror, Shlomov & Reichart (ACL 2019,
 "Deep Dominance"): Almost Stochastic Order over the per-seed scores. They work on sentence-level
 sufficient statistics (:func:`bleu_statistics`), summed and scored with numpy, vectorised over
-shuffles and resamples.
+shuffles and resamples. Those two tests hold the trained models fixed (test-set variance only);
+the seed-level inference -- :func:`two_level_bootstrap` (seeds, then sentences), :func:`welch_p`
+over per-seed scores, :func:`minimum_detectable_difference` (80 % power, noncentral t),
+:func:`aa_splits` for the A/A calibration check and :func:`aso_verdict` at deepsig's 0.2 -- treats
+the training run as the unit of replication.
 
 Hypotheses and references are detokenized text. ``refs`` is always a list of reference
 *streams*: ``refs[k][i]`` is the k-th reference of line ``i``, as in ``sacrebleu.corpus_bleu``.
@@ -326,13 +330,16 @@ Metric = Callable[[np.ndarray], np.ndarray]
 
 class ReferenceScorer:
     """BLEU's sentence statistics and chrF of many outputs against one test set's reference streams,
-    which sacreBLEU preprocesses once (the metrics cache them, as in its ``--paired-bs``)."""
+    which sacreBLEU preprocesses once (the metrics cache them, as in its ``--paired-bs``).
 
-    def __init__(self, refs: Sequence[Sequence[str]]):
+    ``lowercase``: BLEU of lowercased text (sacreBLEU ``lowercase=True``, still its 13a tokenizer):
+    the "lowercased tokenized BLEU" the Multi30k literature reports (e.g. ``sacrebleu -lc``)."""
+
+    def __init__(self, refs: Sequence[Sequence[str]], lowercase: bool = False):
         if not refs:
             raise ValueError("at least one reference stream is required")
         self.refs = [list(r) for r in refs]
-        self._bleu = BLEU(references=self.refs, force=True)
+        self._bleu = BLEU(references=self.refs, force=True, lowercase=lowercase, tokenize="13a")
         self._chrf = CHRF(references=self.refs)
 
     def bleu_statistics(self, hyps: Sequence[str]) -> np.ndarray:
@@ -347,6 +354,22 @@ class ReferenceScorer:
         """Corpus chrF2, as :func:`score`."""
         _check_streams(hyps, self.refs)
         return float(self._chrf.corpus_score(list(hyps), None).score)
+
+    def chrf_statistics(self, hyps: Sequence[str]) -> np.ndarray:
+        """sacreBLEU's sentence-level sufficient statistics of chrF2 (one row per sentence); their
+        column sums give corpus chrF (:func:`chrf_from_statistics`)."""
+        _check_streams(hyps, self.refs)
+        stats = self._chrf._extract_corpus_statistics(list(hyps), None)
+        return np.asarray(stats, dtype=np.float64).reshape(len(hyps), -1)
+
+
+def chrf_from_statistics(stats: np.ndarray) -> float:
+    """Corpus chrF2 of summed (or per-sentence, then summed) chrF statistics: sacreBLEU's own
+    ``CHRF._compute_score_from_stats`` (equal to ``CHRF.corpus_score`` on the sentences)."""
+    stats = np.asarray(stats, dtype=np.float64)
+    if stats.ndim == 2:
+        stats = stats.sum(0)
+    return float(CHRF()._compute_score_from_stats([float(x) for x in stats]).score)
 
 
 def bleu_statistics(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> np.ndarray:
@@ -526,3 +549,117 @@ def aso_epsilon_min(scores_a: Sequence[float], scores_b: Sequence[float], confid
     const = np.sqrt(n * m / (n + m))
     sigma = float(np.std(const * (_violation_ratios(boot_a, boot_b, grid) - estimate)))
     return float(np.clip(estimate + statistics.NormalDist().inv_cdf(confidence) * sigma / const, 0.0, 1.0))
+
+
+# ---------------------------------------------------------------- seed-level inference
+
+ASO_THRESHOLD = 0.2
+"""ε_min below which ASO calls one system almost stochastically better (deepsig's recommendation:
+Ulmer, Hardmeier & Frellsen 2022, "deep-significance"; Dror et al. 2019 used 0.5)."""
+POWER = 0.8
+
+
+def run_scores(runs: Sequence[np.ndarray], metric: Metric = bleu_from_statistics) -> np.ndarray:
+    """The corpus score of each run from its sentence statistics ``(N, K)``."""
+    return np.array([float(metric(np.asarray(r, dtype=np.float64).sum(0))) for r in runs])
+
+
+def _resampled_means(runs: Sequence[np.ndarray], metric: Metric, rng: np.random.Generator, n_samples: int, chunk: int) -> np.ndarray:
+    """``n_samples`` draws of the two-level bootstrap of one system: R seeds drawn with replacement
+    from its R runs, then each drawn run's N sentences with replacement; the mean corpus score."""
+    table = np.stack([np.asarray(r, dtype=np.float32) for r in runs])  # (R, N, K): integer counts, exact
+    runs_n, n = table.shape[:2]
+    out = []
+    for start in range(0, n_samples, chunk):
+        size = min(chunk, n_samples - start)
+        which = rng.integers(0, runs_n, size=(size, runs_n))  # level 1: seeds
+        idx = rng.integers(0, n, size=(size * runs_n, n))  # level 2: sentences of each drawn run
+        counts = np.bincount((idx + n * np.arange(size * runs_n)[:, None]).ravel(), minlength=size * runs_n * n).reshape(size, runs_n, n).astype(np.float32)
+        sums = np.einsum("brn,brnk->brk", counts, table[which])  # (size, R, K)
+        out.append(metric(sums).mean(-1))
+    return np.concatenate(out)
+
+
+def two_level_bootstrap(baseline: Sequence[np.ndarray], system: Sequence[np.ndarray], metric: Metric = bleu_from_statistics, n_samples: int = 1000, seed: int = 12345, confidence: float = 0.95, chunk: int = 50) -> tuple[float, float]:
+    """Percentile interval of mean(system) − mean(baseline) over seeds from a two-level bootstrap
+    (Efron & Tibshirani 1993, Sec. 8; the hierarchical resampling of Clark et al. 2011 and Dror et
+    al. 2019): in each of ``n_samples`` draws, each system's seeds are drawn with replacement, then
+    the sentences of each drawn run with replacement, and the corpus scores (recomputed from the
+    summed sentence statistics) averaged over the drawn runs. It samples training variance and
+    test-set variance; the interval is the (α/2, 1−α/2) percentiles of the drawn differences.
+    Deterministic given ``seed``."""
+    if not baseline or not system:
+        raise ValueError("both systems need at least one run")
+    rng = np.random.default_rng(seed)
+    diff = _resampled_means(system, metric, rng, n_samples, chunk) - _resampled_means(baseline, metric, rng, n_samples, chunk)
+    alpha = 1.0 - confidence
+    low, high = np.quantile(diff, [alpha / 2, 1 - alpha / 2])
+    return float(low), float(high)
+
+
+def welch_p(baseline_scores: Sequence[float], system_scores: Sequence[float]) -> float | None:
+    """Two-sided p of Welch's t-test over per-seed scores (``scipy.stats.ttest_ind(equal_var=False)``):
+    the seed-level test, whose unit of replication is the training run. None with fewer than two
+    seeds on a side; 1.0 for equal means with no spread at all (scipy gives nan there)."""
+    from scipy import stats
+
+    a, b = np.asarray(baseline_scores, dtype=np.float64), np.asarray(system_scores, dtype=np.float64)
+    if len(a) < 2 or len(b) < 2:
+        return None
+    if np.ptp(a) == 0 and np.ptp(b) == 0:
+        return 1.0 if a[0] == b[0] else 0.0  # no spread: any difference is exact
+    return float(stats.ttest_ind(b, a, equal_var=False).pvalue)
+
+
+def minimum_detectable_difference(sd: float, n_baseline: int, n_system: int, alpha: float = SIGNIFICANCE_LEVEL, power: float = POWER) -> float | None:
+    """The smallest true difference of means a two-sided two-sample t-test at ``alpha`` detects with
+    probability ``power``, for seeds with standard deviation ``sd`` (the baseline's s_opt) and
+    ``n_baseline`` / ``n_system`` seeds: the δ solving
+    P(|T| > t_{1−α/2, ν}) = power, T ~ noncentral t(ν, δ / (sd √(1/n₁ + 1/n₂))), ν = n₁ + n₂ − 2
+    (scipy.stats.nct; Cohen 1988, Ch. 2). None when it cannot be computed (fewer than two seeds on
+    a side or no sd)."""
+    from scipy import optimize, stats
+
+    if sd is None or not np.isfinite(sd) or n_baseline < 2 or n_system < 2:
+        return None
+    if sd == 0:
+        return 0.0
+    df = n_baseline + n_system - 2
+    se = sd * np.sqrt(1.0 / n_baseline + 1.0 / n_system)
+    crit = stats.t.ppf(1 - alpha / 2, df)
+
+    def shortfall(nc: float) -> float:
+        return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc)) - power
+
+    high = 1.0
+    while shortfall(high) < 0:  # widen the bracket (nct is unstable far beyond what is needed)
+        high *= 2
+    return float(optimize.brentq(shortfall, 0.0, high) * se)
+
+
+def aa_splits(k: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Every split of ``k`` runs into two groups of ⌊k/2⌋ and ⌈k/2⌉ (each unordered split once):
+    the pairs of pseudo-systems of the A/A check. 10 splits of 6 seeds, 3 of 4, 35 of 7."""
+    from itertools import combinations
+
+    if k < 2:
+        return []
+    half = k // 2
+    splits = []
+    for first in combinations(range(k), half):
+        rest = tuple(i for i in range(k) if i not in first)
+        if half * 2 == k and (rest, first) in splits:
+            continue
+        splits.append((first, rest))
+    return splits
+
+
+def aso_verdict(epsilon_better: float, epsilon_worse: float, threshold: float = ASO_THRESHOLD) -> str:
+    """``better`` when ε_min(system ≻ baseline) < threshold, ``worse`` when ε_min(baseline ≻ system)
+    < threshold, else ``""``: ε_min near 1 in one direction means *no evidence* of that dominance
+    (two identical systems score 1.00 both ways with three seeds), not the opposite dominance."""
+    if epsilon_better < threshold:
+        return "better"
+    if epsilon_worse < threshold:
+        return "worse"
+    return ""

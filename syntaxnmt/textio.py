@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import glob
+import contextlib
 import gzip
 import io
 import json
@@ -14,7 +14,7 @@ import sys
 import tempfile
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from syntaxnmt.errors import UserError
 
@@ -112,7 +112,10 @@ def read_text(path: str | os.PathLike, max_bytes: int = MAX_TEXT_BYTES) -> str:
         raise UserError(f"{path}:{lineno}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
 
 
-_TEMPORARY = re.compile(r"^\.(?P<name>.+?)\.(?:(?P<pid>\d+)\.)?[^.]+\.tmp$")
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.syntaxnmt-(?P<pid>\d+)\.[a-z0-9_]{8}\.tmp$")
+"""The name of a temporary of :func:`atomic_write` (and of the folders built beside their target):
+``.NAME.syntaxnmt-PID.XXXXXXXX.tmp`` -- the writer's PID and ``mkstemp``'s eight characters, a
+pattern no user file has (a user's ``.backup.2024.tmp/`` is not one)."""
 
 
 def _process_alive(pid: int) -> bool:
@@ -125,27 +128,43 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_temporaries(folder: str | os.PathLike, name: str = "*") -> list[Path]:
+def is_temporary(name: str) -> bool:
+    """Whether ``name`` is the name of one of syntaxnmt's temporaries (:data:`_TEMPORARY`)."""
+    return _TEMPORARY.match(name) is not None
+
+
+def _remove_stale(tmp: Path, name: str) -> bool:
+    m = _TEMPORARY.match(tmp.name)
+    if m is None or (name != "*" and m.group("name") != name) or _process_alive(int(m.group("pid"))):
+        return False
+    try:
+        shutil.rmtree(tmp) if tmp.is_dir() and not tmp.is_symlink() else tmp.unlink()
+    except FileNotFoundError:  # removed by another process meanwhile
+        return False
+    return True
+
+
+def remove_stale_temporaries(folder: str | os.PathLike, name: str = "*", recursive: bool = False) -> list[Path]:
     """Remove what interrupted atomic writes (kill -9, a power cut) left in ``folder``: the
-    temporaries ``.NAME.PID.XXXX.tmp`` of target ``name`` (every target by default) whose
-    writing process is gone, and those of older versions, which carry no PID. Returns them."""
+    temporaries ``.NAME.syntaxnmt-PID.XXXXXXXX.tmp`` of target ``name`` (every target by default)
+    whose writing process is gone -- nothing else. ``recursive``: in the subfolders too (a run's
+    ``checkpoints/``; symbolic links are not followed). Returns what was removed."""
     folder = Path(folder)
+    if not folder.is_dir():
+        return []
     removed = []
-    for tmp in folder.glob(f".{name if name == '*' else glob.escape(name)}.*.tmp") if folder.is_dir() else []:
-        m = _TEMPORARY.match(tmp.name)
-        if m is None or (m.group("pid") and _process_alive(int(m.group("pid")))):
-            continue
-        try:
-            shutil.rmtree(tmp) if tmp.is_dir() and not tmp.is_symlink() else tmp.unlink()
-        except FileNotFoundError:  # removed by another process meanwhile
-            continue
-        removed.append(tmp)
+    for top, dirs, files in os.walk(folder) if recursive else [(str(folder), [], [p.name for p in folder.iterdir()])]:
+        for entry in [*files, *dirs]:
+            tmp = Path(top) / entry
+            if _remove_stale(tmp, name):
+                removed.append(tmp)
+        dirs[:] = [d for d in dirs if not is_temporary(d)]  # a live writer's temporary folder: not entered
     return removed
 
 
 def temporary_prefix(path: str | os.PathLike) -> str:
     """The name prefix of this process's temporaries for ``path`` (see :func:`remove_stale_temporaries`)."""
-    return f".{Path(path).name}.{os.getpid()}."
+    return f".{Path(path).name}.syntaxnmt-{os.getpid()}."
 
 
 def refuse_protected_folder(folder: str | os.PathLike, keep: Sequence[str | os.PathLike] = ()) -> None:
@@ -175,16 +194,175 @@ def write_marker(folder: str | os.PathLike, marker: str, written_by: str, **info
     (Path(folder) / marker).write_text(text + "\n", encoding="utf-8")
 
 
-def holds_marker(folder: str | os.PathLike, marker: str, written_by: str) -> bool:
-    """Whether ``folder`` holds the marker :func:`write_marker` writes for ``written_by``."""
+def marker_info(folder: str | os.PathLike, marker: str, written_by: str) -> dict | None:
+    """What the marker :func:`write_marker` wrote for ``written_by`` in ``folder`` says (None: no such marker)."""
     path = Path(folder) / marker
     if path.is_symlink() or not path.is_file():
-        return False
+        return None
     try:
         info = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return info if isinstance(info, dict) and info.get("written_by") == written_by else None
+
+
+def holds_marker(folder: str | os.PathLike, marker: str, written_by: str) -> bool:
+    """Whether ``folder`` holds the marker :func:`write_marker` writes for ``written_by``."""
+    return marker_info(folder, marker, written_by) is not None
+
+
+Owned = Mapping[str, "Owned | None"]
+"""What a command writes in a folder, entry by entry: a name maps to None (the whole entry is the
+command's) or to the owned entries inside that subfolder. Its marker and its temporaries are
+always its own."""
+
+
+def foreign_entries(folder: str | os.PathLike, owned: Owned, marker: str = "") -> list[str]:
+    """The entries of ``folder`` (relative paths, sorted) that ``owned`` does not list: what a user
+    put there, which syntaxnmt never removes or replaces."""
+    folder, found = Path(folder), []
+    for p in sorted(folder.iterdir()):
+        if p.name == marker or is_temporary(p.name):
+            continue
+        if p.name not in owned:
+            found.append(p.name)
+        elif owned[p.name] is not None:
+            inner = owned[p.name]
+            found += [f"{p.name}/{x}" for x in foreign_entries(p, inner)] if p.is_dir() and not p.is_symlink() else [p.name]
+    return found
+
+
+def listing(names: Sequence[str], most: int = 4) -> str:
+    """``a, b, c, ...``: the first ``most`` of ``names`` for a one-line message."""
+    return ", ".join(names[:most]) + (", ..." if len(names) > most else "")
+
+
+def check_removable(folder: str | os.PathLike, marker: str, written_by: str, owned: Owned, advice: str) -> None:
+    """Refuse (:class:`UserError`, one line ending with ``advice``) to remove ``folder`` unless
+    ``written_by`` wrote and marked it (:func:`write_marker`) and every entry in it is its own
+    (:func:`foreign_entries`); never the current directory, a parent of it or a symbolic link."""
+    folder = Path(folder)
+    refuse_protected_folder(folder)
+    if not folder.is_dir():
+        raise UserError(f"{folder}: exists and is not a folder")
+    if not holds_marker(folder, marker, written_by):
+        held = sorted(p.name for p in folder.iterdir())
+        raise UserError(f"{folder}: not a folder written by `{written_by}` (no {marker} in it{'; it holds ' + listing(held) if held else ''}); {advice}")
+    foreign = foreign_entries(folder, owned, marker)
+    if foreign:
+        raise UserError(f"{folder}: holds what `{written_by}` did not write ({listing(foreign)}); {advice}")
+
+
+def claim_folder(folder: str | os.PathLike, marker: str, written_by: str, force: bool = False) -> None:
+    """Before ``written_by`` writes its files into ``folder``: a new or empty folder is created
+    and marked as its own; a folder it marked is its own; any other folder holding files is
+    refused (one line listing them) unless ``force`` (the user's word: its files may be written
+    over; it stays unmarked)."""
+    folder = Path(folder)
+    if folder.is_symlink() and not folder.exists() or folder.exists() and not folder.is_dir():
+        raise UserError(f"{folder}: exists and is not a folder (give a new or empty folder)")
+    held = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    if not held:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"{folder}: cannot create the folder ({e.strerror or e})") from None
+        write_marker(folder, marker, written_by)
+    elif not force and not holds_marker(folder, marker, written_by):
+        raise UserError(
+            f"{folder}: holds files `{written_by}` did not write ({listing(held)}); it writes into a new or empty folder or one it wrote: "
+            "give another folder, or --force to write over its files"
+        )
+
+
+def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
         return False
-    return isinstance(info, dict) and info.get("written_by") == written_by
+
+
+def check_outputs(outputs: Sequence[tuple[str, str | os.PathLike | None]], inputs: Sequence[tuple[str, str | os.PathLike | None]]) -> None:
+    """Refuse (one line) an output that is one of the command's inputs -- the same path, or the same
+    file under another name (:func:`os.path.samefile`: a link, ``./x``) -- or that two outputs share.
+    ``outputs``/``inputs``: (option, path) pairs, None or ``-`` for none. FIFOs and devices are left
+    out (``-i /dev/stdin -o /dev/stdout`` may be one terminal)."""
+    seen: list[tuple[str, str | os.PathLike]] = []
+    for option, out in outputs:
+        if out is None or str(out) in ("", "-") or (os.path.exists(out) and not (os.path.isfile(out) or os.path.isdir(out))):
+            continue
+        for in_option, given in inputs:
+            if given is not None and str(given) not in ("", "-") and _same_file(out, given):
+                raise UserError(f"{out}: {option} is also {in_option} {given}, an input of this command: give another output file")
+        for other_option, other in seen:
+            if _same_file(out, other):
+                raise UserError(f"{out}: given as {other_option} and as {option}: give each output its own file")
+        seen.append((option, out))
+
+
+LOCK_FILE = ".syntaxnmt-lock"
+_HELD: dict[str, int] = {}  # the folders this process holds the lock of, with the depth of their nested blocks
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | os.PathLike, what: str = "work_dir", log: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold the exclusive lock of ``folder`` (``fcntl.flock`` on its :data:`LOCK_FILE`, which names
+    the holder's PID and host) while the block runs: a second writer gets a :class:`UserError`
+    naming the holder. The kernel releases the lock of a process that dies; its text is then
+    stale, and the next holder says it takes it over. A block inside another of the same process
+    and folder (an experiment run, then its training) holds it already."""
+    key = os.path.realpath(folder)
+    if key in _HELD:
+        _HELD[key] += 1
+        try:
+            yield
+        finally:
+            _HELD[key] -= 1
+        return
+    with _flock(Path(folder), what, log):
+        _HELD[key] = 1
+        try:
+            yield
+        finally:
+            del _HELD[key]
+
+
+@contextlib.contextmanager
+def _flock(folder: Path, what: str, log: Callable[[str], None] | None) -> Iterator[None]:
+    import fcntl
+    import socket
+
+    created = not folder.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise UserError(f"{folder}: cannot create the lock file {LOCK_FILE} of the {what} ({e.strerror or e})") from None
+    with os.fdopen(fd, "r+", encoding="utf-8") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = f.read().strip() or "another process"
+            raise UserError(f"{folder}: the {what} is in use by {holder} (its lock file {folder / LOCK_FILE}): wait for it to finish, or choose another {what}") from None
+        stale = f.read().strip()
+        if stale and log:
+            log(f"{folder}: took over the lock of {stale}, which is no longer running")
+        f.seek(0)
+        f.truncate()
+        f.write(f"syntaxnmt pid {os.getpid()} on host {socket.gethostname()}\n")
+        f.flush()
+        try:
+            yield
+        finally:
+            f.seek(0)
+            f.truncate()  # released cleanly: no stale holder to report
+            f.flush()
+            if created and [p.name for p in folder.iterdir()] == [LOCK_FILE]:  # a run refused before writing: no litter
+                with contextlib.suppress(OSError):
+                    (folder / LOCK_FILE).unlink()
+                    folder.rmdir()
 
 
 def new_file_mode() -> int:
@@ -230,6 +408,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[io.BufferedWriter], N
     if st is not None and not stat.S_ISREG(st.st_mode):
         _write_special(path, write)
         return
+    if st is not None and (not os.access(path, os.W_OK) or not st.st_mode & 0o222):  # as cp refuses it (root too: no write bit)
+        raise UserError(f"{path}: cannot write (Permission denied: the file is write-protected)")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:

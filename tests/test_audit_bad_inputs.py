@@ -94,3 +94,12 @@ def test_the_input_hygiene_cases_pass_in_process(audit, env, name):
     case = next(c for c in audit.cases(env) if c.name == name)
     record = audit.run_case_in_process(case, env)
     assert record["passed"], (record["reasons"], record["stderr"][-2000:])
+
+
+def test_tree_state_sees_a_changed_mode(audit, tmp_path):
+    """A protected file is unchanged in its permissions too (a write-protected output made writable fails the case)."""
+    (tmp_path / "ro.txt").write_text("x")
+    (tmp_path / "ro.txt").chmod(0o444)
+    before = audit.tree_state(tmp_path)
+    (tmp_path / "ro.txt").chmod(0o644)
+    assert "changed: ro.txt" in audit.tree_diff(before, audit.tree_state(tmp_path))

@@ -564,3 +564,32 @@ def test_align_and_translate_docs_name_the_files_that_do_not_match(capsys, train
     assert_one_line_error(code, err, f"{three} has 3 lines but {one} has 1")
     code, _, err = run_cli(capsys, "translate", "--checkpoint", best, "-i", three, "--docs", one)
     assert_one_line_error(code, err, f"{one}: 1 document ids for 3 lines of {three}")
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["translate", "--checkpoint", "M.pt", "-i", "in.txt", "-o", "M.pt"], "M.pt: -o is also --checkpoint M.pt, an input of this command"),
+        (["translate", "--checkpoint", "M.pt", "-i", "in.txt", "-o", "./link.pt"], "./link.pt: -o is also --checkpoint M.pt"),  # a symbolic link to it
+        (["translate", "--checkpoint", "M.pt", "-i", "in.txt", "-o", "X", "--alignments", "X"], "X: given as -o and as --alignments"),
+        (["align", "--checkpoint", "M.pt", "--src", "in.txt", "--tgt", "ref.txt", "-o", "in.txt"], "in.txt: -o is also --src in.txt"),
+        (["lexicon", "exp.yaml", "-o", "exp.yaml"], "exp.yaml: -o is also CONFIG exp.yaml"),
+        (["score", "--checkpoint", "M.pt", "--contrastive", "set.json", "-o", "set.json"], "set.json: -o is also --contrastive set.json"),
+        (["average-checkpoints", "--inputs", "M.pt", "N.pt", "-o", "N.pt"], "N.pt: -o is also --inputs N.pt"),
+        (["parse", "-i", "in.txt", "-o", "hard.txt"], "hard.txt: -o is also -i in.txt"),  # a hard link: the same inode
+        (["attention", "--checkpoint", "M.pt", "-i", "in.txt", "--ref", "att.jsonl", "-o", "att"], "att.jsonl: -o is also --ref att.jsonl"),  # -o OUT writes OUT.jsonl
+    ],
+)
+def test_an_output_onto_an_input_is_refused_before_any_work(capsys, tmp_path, monkeypatch, argv, fragment):
+    """Issue 49: ``translate --checkpoint M.pt -o M.pt`` replaced the trained model with its
+    translations; the same for align, lexicon, score, average-checkpoints and ``-o X --alignments X``.
+    Every command compares its outputs with its inputs (path, link or inode) first: every file is kept."""
+    monkeypatch.chdir(tmp_path)
+    files = {"M.pt": b"the trained model", "N.pt": b"another", "in.txt": b"a source\n", "ref.txt": b"a ref\n", "set.json": b"[]", "exp.yaml": b"name: x\n", "att.jsonl": b"{}\n"}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "link.pt").symlink_to("M.pt")
+    os.link(tmp_path / "in.txt", tmp_path / "hard.txt")
+    code, _, err = run_cli(capsys, *argv)
+    assert_one_line_error(code, err, fragment)
+    assert {name: (tmp_path / name).read_bytes() for name in files} == files and not (tmp_path / "X").exists()

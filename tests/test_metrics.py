@@ -420,3 +420,113 @@ def test_aso_known_cases():
     assert aso_violation_ratio(a, b) <= aso_epsilon_min(a, b) <= 1.0
     assert aso_epsilon_min(a, b, seed=9) == aso_epsilon_min(a, b, seed=9)
     assert aso_violation_ratio([1, 2, 3], [1, 2, 3]) == 0.5  # equal distributions: no order
+
+
+# ---------------------------------------------------------------- seed-level inference
+
+
+def _runs(rng, n_runs: int, n: int = 60, shift: float = 0.0) -> list[np.ndarray]:
+    """Synthetic BLEU statistics of ``n_runs`` runs: plausible counts, ``shift`` more matches."""
+    out = []
+    for _ in range(n_runs):
+        length = rng.integers(8, 15, size=n).astype(float)
+        total = np.stack([np.maximum(length - k, 1) for k in range(4)], 1)
+        correct = np.minimum(total, np.floor(total * np.clip(rng.normal(0.5 + shift, 0.15, size=(n, 1)), 0, 1)))
+        out.append(np.concatenate([length[:, None], length[:, None] + 1, correct, total], 1))
+    return out
+
+
+def test_two_level_bootstrap_interval_brackets_the_difference_and_is_deterministic():
+    from syntaxnmt.metrics import run_scores, two_level_bootstrap
+
+    rng = np.random.default_rng(3)
+    base, better = _runs(rng, 4), _runs(rng, 4, shift=0.2)
+    low, high = two_level_bootstrap(base, better, n_samples=300)
+    difference = run_scores(better).mean() - run_scores(base).mean()
+    assert 0 < low < difference < high
+    assert two_level_bootstrap(base, better, n_samples=300) == (low, high)
+    # It samples seeds: the interval of a system against itself is wider with a seed spread than
+    # the same sentences repeated (every run equal), where only test-set variance remains.
+    same = [base[0]] * 4
+    one_low, one_high = two_level_bootstrap(same, same, n_samples=300)
+    all_low, all_high = two_level_bootstrap(base, base, n_samples=300)
+    assert all_high - all_low > one_high - one_low > 0
+
+
+def test_two_level_bootstrap_recomputes_corpus_bleu_from_the_statistics():
+    """With one run of one sentence set and a degenerate draw (all runs identical, every sentence
+    the same), each draw's score is the corpus BLEU: the interval collapses onto the difference."""
+    from syntaxnmt.metrics import two_level_bootstrap
+
+    refs = ["the cat sat on the mat", "a dog barked at the old man"]
+    a = bleu_statistics(["the cat sat on the mat", "a dog barked at the old man"], [refs])
+    b = bleu_statistics(["the cat sat on a mat", "a dog barked at the man"], [refs])
+    row_a, row_b = np.repeat(a[:1], 5, 0), np.repeat(b[:1], 5, 0)  # five copies of one sentence
+    low, high = two_level_bootstrap([row_a], [row_b], n_samples=20)
+    expected = sacrebleu.corpus_bleu(["the cat sat on a mat"] * 5, [["the cat sat on the mat"] * 5]).score - 100.0
+    assert low == pytest.approx(expected) and high == pytest.approx(expected)
+
+
+def test_welch_p_is_scipys_and_handles_degenerate_seeds():
+    from scipy import stats
+
+    from syntaxnmt.metrics import welch_p
+
+    a, b = [20.1, 20.6, 19.8, 20.3], [20.9, 21.4, 21.0]
+    assert welch_p(a, b) == pytest.approx(stats.ttest_ind(b, a, equal_var=False).pvalue)
+    assert welch_p(a, a) == pytest.approx(1.0)
+    assert welch_p([20.0, 20.0], [20.0, 20.0]) == 1.0 and welch_p([20.0, 20.0], [21.0, 21.0]) == 0.0
+    assert welch_p([20.0], [21.0, 22.0]) is None
+
+
+def test_minimum_detectable_difference_has_the_power_it_claims():
+    """80 % power at α = 0.05: the normal approximation for many seeds, and a simulation of the
+    two-sample t-test at the returned difference for six against four seeds."""
+    from scipy import stats
+
+    from syntaxnmt.metrics import minimum_detectable_difference
+
+    many = minimum_detectable_difference(1.0, 200, 200)
+    assert many == pytest.approx((1.959964 + 0.841621) * np.sqrt(2 / 200), rel=0.01)
+    delta = minimum_detectable_difference(0.4, 6, 4)
+    rng = np.random.default_rng(0)
+    a = rng.normal(0.0, 0.4, size=(4000, 6))
+    b = rng.normal(delta, 0.4, size=(4000, 4))
+    power = np.mean(stats.ttest_ind(b, a, axis=1).pvalue < 0.05)
+    assert power == pytest.approx(0.8, abs=0.03)
+    assert minimum_detectable_difference(0.4, 1, 4) is None and minimum_detectable_difference(0.0, 3, 3) == 0.0
+    assert minimum_detectable_difference(1.0, 2, 2) > minimum_detectable_difference(1.0, 3, 3) > minimum_detectable_difference(1.0, 6, 4)
+
+
+def test_aa_splits_are_every_split_once():
+    from syntaxnmt.metrics import aa_splits
+
+    six = aa_splits(6)
+    assert len(six) == 10 and all(len(a) == len(b) == 3 and set(a) | set(b) == set(range(6)) for a, b in six)
+    assert len({frozenset([a, b]) for a, b in six}) == 10  # no split twice (A|B and B|A are one)
+    assert len(aa_splits(5)) == 10 and len(aa_splits(4)) == 3 and aa_splits(1) == []
+
+
+def test_aso_identical_systems_are_no_evidence_either_way():
+    """Issue 51 item 5: three seeds of two identical systems give ε_min 1.00 -- in both directions,
+    so it is no evidence of "worse"; the verdict at deepsig's 0.2 says nothing."""
+    from syntaxnmt.metrics import ASO_THRESHOLD, aso_verdict
+
+    scores = [20.1, 20.5, 19.8]
+    forward, backward = aso_epsilon_min(scores, scores), aso_epsilon_min(scores, scores)
+    assert forward == backward == 1.0 and aso_verdict(forward, backward) == ""
+    better, worse = [25.0, 25.4, 25.2], [20.1, 20.5, 19.8]
+    assert aso_verdict(aso_epsilon_min(better, worse), aso_epsilon_min(worse, better)) == "better"
+    assert aso_verdict(aso_epsilon_min(worse, better), aso_epsilon_min(better, worse)) == "worse"
+    assert ASO_THRESHOLD == 0.2
+
+
+def test_lowercased_bleu_and_chrf_statistics_match_sacrebleu():
+    from syntaxnmt.metrics import ReferenceScorer, chrf_from_statistics
+
+    hyps = ["The Cat sat on the mat .", "A dog barked at THE old man"]
+    refs = ["the cat sat on the mat.", "A dog barked at the old man"]
+    lower = ReferenceScorer([refs], lowercase=True)
+    assert float(bleu_from_statistics(lower.bleu_statistics(hyps).sum(0))) == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs], lowercase=True).score)
+    assert float(bleu_from_statistics(ReferenceScorer([refs]).bleu_statistics(hyps).sum(0))) == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+    assert chrf_from_statistics(ReferenceScorer([refs]).chrf_statistics(hyps)) == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score)

@@ -112,24 +112,59 @@ def test_demo_fresh_refuses_a_folder_it_did_not_write(capsys, home):
     err = one_line_error(*run_cli(capsys, "demo", "--dir", ".", "--fresh"))
     assert "error: .: is the current directory" in err
     err = one_line_error(*run_cli(capsys, "demo", "--dir", "runs", "--fresh"))
-    assert "error: runs: not a folder written by `syntaxnmt demo` (it holds best.pt)" in err
+    assert "error: runs: not a folder written by `syntaxnmt demo` (no .syntaxnmt-demo in it; it holds best.pt)" in err
     assert files_of(home) == before
 
 
-def test_demo_fresh_removes_a_demo_folder(home):
-    old = home / "old-demo"  # written by a version without the marker: only the demo's own names
-    (old / "corpus").mkdir(parents=True)
-    (old / "demo.yaml").write_text("name: demo\n")
-    (old / "test.hyp").write_text("")
-    demo.refuse_to_remove(old)
+def test_demo_fresh_refuses_an_unmarked_folder_of_demo_names(capsys, home):
+    """Issue 49: a user's own ``corpus/`` and ``run/best.pt`` were deleted because their names are
+    the demo's (the unmarked folder was taken for an older demo's): an unmarked folder is never removed."""
+    mine = home / "project"
+    (mine / "corpus").mkdir(parents=True)
+    (mine / "corpus" / "train.src").write_text("my corpus\n")
+    (mine / "run").mkdir()
+    (mine / "run" / "best.pt").write_bytes(b"my trained model")
+    before = files_of(home)
+    err = one_line_error(*run_cli(capsys, "demo", "--dir", "project", "--fresh", "--minutes", "0.01"))
+    assert "error: project: not a folder written by `syntaxnmt demo` (no .syntaxnmt-demo in it; it holds corpus, run)" in err
+    assert files_of(home) == before
+
+
+def test_demo_fresh_refuses_a_marked_folder_holding_what_the_user_added(capsys, home):
+    """Issue 49: ``--fresh`` on the demo's own folder deleted ``my_experiment/best.pt`` and
+    ``NOTES.md`` a user had added; checked entry by entry (``corpus/`` holds the corpus' files only)."""
     marked = home / "demo"
-    marked.mkdir()
+    (marked / "corpus").mkdir(parents=True)
     write_marker(marked, demo.MARKER, demo.WRITTEN_BY)
-    (marked / "extra.txt").write_text("")
-    demo.refuse_to_remove(marked)
-    (old / "mine.txt").write_text("")
-    with pytest.raises(UserError, match="it holds mine.txt"):
-        demo.refuse_to_remove(old)
+    for name in ("demo.yaml", "test.hyp", "corpus/train.src", "run/last.pt"):
+        (marked / name).parent.mkdir(exist_ok=True)
+        (marked / name).write_text("the demo's")
+    demo.refuse_to_remove(marked)  # only its own: removable
+    (marked / "NOTES.md").write_text("mine")
+    (marked / "my_experiment").mkdir()
+    (marked / "my_experiment" / "best.pt").write_bytes(b"mine")
+    (marked / "corpus" / "mine.src").write_text("mine")
+    before = files_of(home)
+    err = one_line_error(*run_cli(capsys, "demo", "--dir", "demo", "--fresh", "--minutes", "0.01"))
+    assert "error: demo: holds what `syntaxnmt demo` did not write (NOTES.md, corpus/mine.src, my_experiment);" in err
+    assert files_of(home) == before
+
+
+def test_demo_refuses_to_write_into_a_folder_of_the_users_files_without_force(capsys, home, monkeypatch):
+    """Issue 49: ``demo --dir P`` (no ``--fresh``) wrote its corpus over the user's
+    ``corpus/train.src``; now a folder the demo did not write is refused unless ``--force``."""
+    mine = home / "project"
+    (mine / "corpus").mkdir(parents=True)
+    (mine / "corpus" / "train.src").write_text("my corpus\n")
+    before = files_of(home)
+    err = one_line_error(*run_cli(capsys, "demo", "--dir", "project", "--minutes", "0.01"))
+    assert "error: project: holds files `syntaxnmt demo` did not write (corpus); it writes into a new or empty folder or one it wrote: give another folder, or --force" in err
+    assert files_of(home) == before
+    reached = []
+    monkeypatch.setattr(demo, "write_corpus", lambda folder, seed: reached.append(folder) or (_ for _ in ()).throw(SystemExit(0)))
+    with pytest.raises(SystemExit):
+        demo.run_demo(mine, minutes=0.01, force=True)
+    assert reached == [mine / "corpus"] and not (mine / demo.MARKER).exists()  # --force: written into, left unmarked
 
 
 # ---------------------------------------------------------------- prepare
@@ -141,3 +176,17 @@ def test_prepare_removes_only_its_own_arrays(tmp_path):
     for name in ours + theirs:
         (tmp_path / name).write_bytes(b"")
     assert sorted(p.name for p in prepared_arrays(tmp_path)) == sorted(ours)
+
+
+def test_force_refuses_an_export_holding_a_file_the_user_added(home, monkeypatch):
+    """Issue 49: ``export-ct2 --force`` deleted a file the user had added to an export. The marker
+    lists the export's entries; anything else in the folder is listed in a refusal and kept."""
+    monkeypatch.setattr("syntaxnmt.decoding.ct2_export.load_model", lambda path, device: (None, None, None))
+    monkeypatch.setattr(export_module, "write_export", lambda model, cfg, toks, out, quantization="float32": (out / "model.bin").write_text(quantization))
+    export_ct2("runs/best.pt", "ct2")
+    assert json.loads((home / "ct2" / MARKER).read_text())["entries"] == ["model.bin"]
+    (home / "ct2" / "NOTES.md").write_text("how I use this export")
+    before = files_of(home)
+    with pytest.raises(UserError, match=r"ct2: holds what `syntaxnmt export-ct2` did not write \(NOTES.md\); --force replaces only an export holding nothing else"):
+        export_ct2("runs/best.pt", "ct2", "int8", force=True)
+    assert files_of(home) == before

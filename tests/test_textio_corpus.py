@@ -301,7 +301,7 @@ def test_atomic_write_respects_the_umask(tmp_path):
 
 
 def test_write_killed_by_sigkill_leaves_a_temporary_that_the_next_start_removes(tmp_path):
-    """kill -9 during a write leaves ``.NAME.PID.XXXX.tmp``: the next write of NAME (or a
+    """kill -9 during a write leaves ``.NAME.syntaxnmt-PID.XXXXXXXX.tmp``: the next write of NAME (or a
     training or prepare start, which clean their folder) removes it; a live writer's is kept."""
     import signal
     import subprocess
@@ -318,12 +318,10 @@ def test_write_killed_by_sigkill_leaves_a_temporary_that_the_next_start_removes(
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     (left,) = _temporaries(tmp_path)
-    assert left.startswith(f".last.pt.{proc.pid}.")
-    alive = tmp_path / f".best.pt.{os.getpid()}.abcd1234.tmp"  # this process is writing it
+    assert left.startswith(f".last.pt.syntaxnmt-{proc.pid}.")
+    alive = tmp_path / f".best.pt.syntaxnmt-{os.getpid()}.abcd1234.tmp"  # this process is writing it
     alive.write_bytes(b"")
-    older = tmp_path / ".config.yaml.k2j4h5g6.tmp"  # an older version's name, without a PID
-    older.write_bytes(b"")
-    assert sorted(p.name for p in remove_stale_temporaries(tmp_path)) == sorted([left, older.name])
+    assert [p.name for p in remove_stale_temporaries(tmp_path)] == [left]
     assert _temporaries(tmp_path) == [alive.name]
     proc = subprocess.Popen([sys.executable, "-c", writer, str(target)])
     while len(_temporaries(tmp_path)) < 2:
@@ -333,3 +331,37 @@ def test_write_killed_by_sigkill_leaves_a_temporary_that_the_next_start_removes(
     proc.wait()
     write_lines(target, ["done"])  # the next write of the same file
     assert _temporaries(tmp_path) == [alive.name] and target.read_text() == "done\n"
+
+
+def test_stale_temporary_cleanup_removes_only_its_own_and_enters_subfolders(tmp_path):
+    """Issue 49: the cleanup removed a user's ``.backup.2024.tmp/`` folder (any ``.NAME.X.tmp``),
+    recursively, and never looked below the top of a run (a kill during a periodic ``step-N.pt``
+    write left its temporary forever). Now only ``.NAME.syntaxnmt-PID.XXXXXXXX.tmp`` of a dead
+    writer goes, in subfolders too with ``recursive``."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True).stdout.strip()
+    users = [tmp_path / ".backup.2024.tmp", tmp_path / ".notes.txt.123.tmp", tmp_path / ".config.yaml.k2j4h5g6.tmp", tmp_path / "checkpoints" / ".mine.1.tmp"]
+    users[0].mkdir()
+    (users[0] / "precious.txt").write_text("mine")
+    for p in users[1:]:
+        p.parent.mkdir(exist_ok=True)
+        p.write_text("mine")
+    ours = [tmp_path / f".last.pt.syntaxnmt-{dead}.abcd_123.tmp", tmp_path / "checkpoints" / f".step-00000006.pt.syntaxnmt-{dead}.zz99yy88.tmp"]
+    for p in ours:
+        p.write_bytes(b"half")
+    assert remove_stale_temporaries(tmp_path) == [ours[0]]
+    ours[0].write_bytes(b"half")
+    assert sorted(remove_stale_temporaries(tmp_path, recursive=True)) == sorted(ours)
+    assert all(p.exists() for p in users) and (users[0] / "precious.txt").read_text() == "mine"
+
+
+def test_a_write_protected_output_is_refused_as_cp_refuses_it(tmp_path):
+    """Issue 49: a 0444 file was replaced through the rename; now it is refused and kept."""
+    target = tmp_path / "out.txt"
+    target.write_text("read-only\n")
+    target.chmod(0o444)
+    with pytest.raises(UserError, match="out.txt: cannot write \\(Permission denied"):
+        write_lines(target, ["new"])
+    assert target.read_text() == "read-only\n" and _temporaries(tmp_path) == []

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Mapping
 
 from syntaxnmt.errors import UserError
-from syntaxnmt.textio import atomic_write_text, write_lines
+from syntaxnmt.textio import atomic_write_text, claim_folder, write_lines
 
 # --------------------------------------------------------------------------------------
 # Lexicon: source word -> invented target word (fixed, independent of any seed)
@@ -306,6 +306,15 @@ def to_pharaoh(alignment: list[tuple[int, int]]) -> str:
 
 
 SPLITS = ("train", "dev", "test")
+CORPUS_FILES = {f"{split}.{kind}": None for split in SPLITS for kind in ("src", "tgt", "conllu", "align")}
+"""The files :func:`write_corpus` writes (as :data:`syntaxnmt.textio.Owned`)."""
+MARKER, WRITTEN_BY = ".syntaxnmt-synthetic", "syntaxnmt synthetic"  # the file saying a folder holds a corpus of ours
+
+
+def claim_output(folder: str | os.PathLike, force: bool = False) -> None:
+    """``synthetic -o FOLDER``: a new or empty folder (then marked), or one ``synthetic`` wrote;
+    a folder holding other files only with ``force`` (:func:`~syntaxnmt.textio.claim_folder`)."""
+    claim_folder(folder, MARKER, WRITTEN_BY, force)
 
 
 def _held_out_pairs(rng: random.Random, n: int, seen: set[tuple[str, ...]]) -> list[SyntheticPair]:

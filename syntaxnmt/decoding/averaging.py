@@ -18,6 +18,7 @@ import torch
 
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.errors import UserError
+from syntaxnmt.textio import check_outputs
 
 PERIODIC_DIR = "checkpoints"
 _STEP_FILE = re.compile(r"^step-(\d+)\.pt$")
@@ -70,6 +71,7 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> dict
     returns the written state."""
     if not paths:
         raise UserError("average-checkpoints: no checkpoint to average")
+    check_outputs([("-o", output)], [("an input", p) for p in paths])  # the average never replaces a checkpoint it reads
     states = [load_checkpoint(p) for p in paths]
     for p, s in zip(paths, states):
         if "model" not in s or "config" not in s:

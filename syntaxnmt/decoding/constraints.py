@@ -67,6 +67,34 @@ SentenceConstraints = Sequence[Sequence[int]] | None
 _NEG = float("-inf")
 
 
+class BatchConstraints(list):
+    """Every sentence's constraints (a list, one entry per sentence) with ``continuing``: (V,)
+    bool, the target pieces that go on with the word before them (SentencePiece pieces without
+    the word boundary "▁" that hold a letter or digit; None: no rule, as for a word vocabulary).
+    With it, a hypothesis whose last token completed a constraint may not continue that word with
+    such a piece (only with the tokens that advance a constraint), so that a phrase's last word
+    stays a word of the output ("Hund", not "Hunde"): what term accuracy counts."""
+
+    def __init__(self, constraints: Sequence[SentenceConstraints] = (), continuing: Tensor | None = None):
+        super().__init__(constraints)
+        self.continuing = continuing
+
+    def subset(self, index: Sequence[int]) -> "BatchConstraints":
+        """The constraints of the sentences ``index``, with the same rule."""
+        return BatchConstraints([self[int(i)] for i in index], self.continuing)
+
+
+def continuing_pieces(tok: "Tokenizer") -> Tensor | None:
+    """(V,) bool: the pieces of ``tok``'s vocabulary that continue a word (:class:`BatchConstraints`);
+    None for a word vocabulary (every token is a word)."""
+    sp = tok.sp
+    if not hasattr(sp, "is_control"):  # syntaxnmt.data.words.WordProcessor
+        return None
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    special = [sp.is_control(i) or sp.is_unknown(i) or sp.is_byte(i) or (p.startswith("<") and p.endswith(">")) for i, p in enumerate(pieces)]
+    return torch.tensor([not sym and not p.startswith("\u2581") and any(c.isalnum() for c in p) for p, sym in zip(pieces, special)])
+
+
 def _phrases(constraints: SentenceConstraints) -> Sequence[Sequence[int]]:
     """A sentence's phrases (lists, tuples, tensors or arrays of ids), none for None."""
     return () if constraints is None else constraints
@@ -228,6 +256,17 @@ class StepRows:
         # where they still fit after it may it be chosen (else only the tokens that advance)
         self.tight = self.unmet & (step + 1 + unmet_tokens > owner.limits[self.sent])
         self.owner = owner
+        # a row whose last token completed a constraint may not go on with that word (BatchConstraints),
+        # unless it is at its length limit (then only EOS is left)
+        self.closing = owner.closing.view(-1)[rows] & (step < owner.limits[self.sent]) if owner.continuing is not None else None
+
+    def _not_continuing(self, rows: Tensor, device) -> Tensor:
+        """(len(rows), V) bool: the tokens the closing ``rows`` may write after their completed
+        constraint: every piece but those continuing a word, and the tokens that advance a constraint."""
+        allowed = ~self.owner.continuing.to(device).expand(len(rows), -1).clone()
+        fwd = self.forward[rows].to(device)
+        allowed.scatter_(1, fwd.clamp(min=0), (fwd >= 0) | allowed.gather(1, fwd.clamp(min=0)))
+        return allowed
 
     def restrict(self, log_probs: Tensor) -> None:
         """In place on the rows' log-probabilities (R, V): no EOS before all constraints are met;
@@ -241,6 +280,9 @@ class StepRows:
             fwd = self.forward[rows].to(device)
             kept = log_probs[rows.to(device)].gather(1, fwd.clamp(min=0)).masked_fill(fwd < 0, _NEG)
             log_probs[rows.to(device)] = torch.full_like(log_probs[rows.to(device)], _NEG).scatter_(1, fwd.clamp(min=0), kept)
+        if self.closing is not None and bool(self.closing.any()):
+            rows = self.closing.nonzero().view(-1)
+            log_probs[rows.to(device)] = log_probs[rows.to(device)].masked_fill(~self._not_continuing(rows, device), _NEG)
 
     def from_kernel(self, logits: Tensor, lse: Tensor, values: Tensor, index: Tensor, k: int) -> tuple[Tensor, Tensor]:
         """The native kernel's k + 1 best log-probabilities and tokens of the rows (R, k + 1;
@@ -249,6 +291,17 @@ class StepRows:
         the rows without room for a detour keeping their constraint tokens only, then every row's
         constraint tokens that its top-k lacks."""
         self.owner.check_vocabulary(logits.size(-1))
+        if self.closing is not None and bool(self.closing.any()):
+            # the closing rows' k + 1 best among the pieces they may write, from their logits: the
+            # kernel's rules (never PAD or BOS; EOS where the kernel left it out though it ranks
+            # among its k + 1, i.e. before min_len, stays out)
+            rows = self.closing.nonzero().view(-1)
+            lp = (logits[rows] - lse[rows, None]).masked_fill(~self._not_continuing(rows, logits.device), _NEG)
+            lp[:, [PAD, BOS]] = _NEG
+            eos_banned = ~index[rows].eq(EOS).any(1) & (lp[:, EOS] >= values[rows, -1])
+            lp[:, EOS] = lp[:, EOS].masked_fill(eos_banned, _NEG)
+            values, index = values.clone(), index.clone()
+            values[rows], index[rows] = lp.topk(values.size(1), dim=1)
         values = values.masked_fill(self.unmet[:, None] & index.eq(EOS), _NEG)
         values, order = values.sort(dim=1, descending=True, stable=True)
         values, index = values[:, :k], index.gather(1, order)[:, :k]
@@ -275,13 +328,14 @@ class StepRows:
 class BeamConstraints:
     """The constraint states of a beam search's hypotheses (m sentences alive, k beams each)."""
 
-    def __init__(self, trie: ConstraintTrie, limits: Tensor, k: int, names: Sequence[str] = ()):
-        self.trie, self.limits, self.k, self.names = trie, limits, k, list(names)
+    def __init__(self, trie: ConstraintTrie, limits: Tensor, k: int, names: Sequence[str] = (), continuing: Tensor | None = None):
+        self.trie, self.limits, self.k, self.names, self.continuing = trie, limits, k, list(names), continuing
         self._vocabulary: int | None = None
         n = len(trie.root)
         self.sent = torch.arange(n)  # the batch rows of the sentences alive
         self.node = trie.root[:, None].expand(n, k).clone()
         self.count = torch.zeros(n, k, trie.length.size(1), dtype=torch.long)
+        self.closing = torch.zeros(n, k, dtype=torch.bool)  # the last token completed a constraint
 
     @classmethod
     def build(cls, constraints: Sequence[SentenceConstraints], limits: Tensor, k: int, ids: Sequence[int] | None = None) -> "BeamConstraints":
@@ -303,7 +357,7 @@ class BeamConstraints:
         if len(over):
             i = int(over[0])
             raise UserError(f"{names[i]}: its constraints take {int(need[i])} target tokens, more than its output length limit of {int(limits[i])} (decode.max_len_a/max_len_b, model.max_positions): shorten or drop a constraint")
-        return cls(trie, limits, k, names)
+        return cls(trie, limits, k, names, getattr(constraints, "continuing", None))
 
     def check_vocabulary(self, size: int) -> None:
         """A constraint token id outside the model's target vocabulary of ``size`` is a :class:`UserError`."""
@@ -346,12 +400,14 @@ class BeamConstraints:
         score = cand_score.reshape(m, -1)
         top_idx = allocate(score, bank.reshape(m, -1), finished.reshape(m, -1), k)
         self.node = new_node.reshape(m, -1).gather(1, top_idx)
+        closing = (new_count.sum(-1) > count.sum(-1)) & ~done[:, :, None]
         self.count = new_count.reshape(m, -1, new_count.size(-1)).gather(1, top_idx[:, :, None].expand(-1, -1, new_count.size(-1)))
+        self.closing = closing.reshape(m, -1).gather(1, top_idx)
         return score.gather(1, top_idx), top_idx
 
     def keep(self, index: Tensor) -> None:
         """Only the sentences ``index`` (of the m alive) go on."""
-        self.sent, self.node, self.count = self.sent[index], self.node[index], self.count[index]
+        self.sent, self.node, self.count, self.closing = self.sent[index], self.node[index], self.count[index], self.closing[index]
 
 
 def met_all(tokens: Sequence[int], constraints: SentenceConstraints) -> bool:

@@ -33,12 +33,14 @@ from syntaxnmt.data.prepare import Tokenizers
 from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import BOS, EOS, UNK
-from syntaxnmt.textio import atomic_write_text, holds_marker, refuse_protected_folder, remove_stale_temporaries, temporary_prefix, write_marker
+from syntaxnmt.textio import atomic_write_text, foreign_entries, listing, marker_info, refuse_protected_folder, remove_stale_temporaries, temporary_prefix, write_marker
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "float16")
 CONFIG_FILE = "syntaxnmt.json"  # the training config, beside CTranslate2's own config.json
 SOURCE_TOKENIZER, TARGET_TOKENIZER = "source.tokenizer", "target.tokenizer"  # SentencePiece models (or word vocabularies)
 MARKER, WRITTEN_BY = ".syntaxnmt-export", "syntaxnmt export-ct2"  # the file saying a folder is an export (what --force may replace)
+EXPORT_FILES = ("model.bin", "config.json", "shared_vocabulary.json", "source_vocabulary.json", "target_vocabulary.json", SOURCE_TOKENIZER, TARGET_TOKENIZER, CONFIG_FILE)
+"""What an export holds, for an export whose marker predates its list of ``entries``."""
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default (CTranslate2's is 1e-6)
 
 
@@ -208,8 +210,12 @@ def export_ct2(checkpoint: str | Path, out: str | Path, quantization: str = "flo
         if any(out.iterdir()):
             if not force:
                 raise UserError(f"{out}: exists and is not an empty folder (give a new one, or --force to replace an export)")
-            if not holds_marker(out, MARKER, WRITTEN_BY):
+            info = marker_info(out, MARKER, WRITTEN_BY)
+            if info is None:
                 raise UserError(f"{out}: not written by `syntaxnmt export-ct2` (no {MARKER} in it); --force replaces only an earlier export: remove it yourself or give a new folder")
+            foreign = foreign_entries(out, dict.fromkeys(info.get("entries") or EXPORT_FILES), MARKER)
+            if foreign:
+                raise UserError(f"{out}: holds what `syntaxnmt export-ct2` did not write ({listing(foreign)}); --force replaces only an export holding nothing else: move them out or give a new folder")
     model, cfg, toks = load_model(checkpoint, torch.device("cpu"))
     given, out = out, out.absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -219,7 +225,7 @@ def export_ct2(checkpoint: str | Path, out: str | Path, quantization: str = "flo
     try:
         try:
             write_export(model, cfg, toks, tmp, quantization)
-            write_marker(tmp, MARKER, WRITTEN_BY, checkpoint=str(Path(checkpoint).absolute()), quantization=quantization)
+            write_marker(tmp, MARKER, WRITTEN_BY, checkpoint=str(Path(checkpoint).absolute()), quantization=quantization, entries=sorted(p.name for p in tmp.iterdir()))
         except OSError as e:  # a full disk: name the folder asked for, not the temporary one the export is built in
             raise UserError(f"{given}: cannot write the export ({e.strerror or type(e).__name__})") from None
         if out.exists() and any(out.iterdir()):  # an earlier export (checked above): moved aside, removed once replaced

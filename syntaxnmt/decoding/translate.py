@@ -14,6 +14,7 @@ from syntaxnmt.config import MAX_BEAM, DecodeConfig
 from syntaxnmt.cpu.pools import batches_side_by_side
 from syntaxnmt.data.batches import context_batch, make_batch
 from syntaxnmt.data.features import SourceAnnotation
+from syntaxnmt.decoding.constraints import BatchConstraints, SentenceConstraints, has_constraints
 from syntaxnmt.decoding.documents import DocumentStates, document_waves, sentence_pool
 from syntaxnmt.decoding.search import Hypothesis, max_output_lengths, search
 from syntaxnmt.decoding.unk import locate_unknown_words
@@ -32,6 +33,8 @@ def translate_ids(
     contexts: Sequence[Sequence[np.ndarray]] | None = None,
     previous: np.ndarray | None = None,
     progress: bool = False,
+    constraints: Sequence[SentenceConstraints] | None = None,
+    line_numbers: Sequence[int] | None = None,
 ) -> list[list[Hypothesis]]:
     """Search every source (subword ids, no EOS) in batches of similar length; results in input order.
 
@@ -53,6 +56,13 @@ def translate_ids(
     if contexts is None and previous is not None:
         contexts = [[sources[j] for j in row if j >= 0] for row in previous]
     context = getattr(model, "document_context", None) if contexts is not None else None
+    if not has_constraints(constraints):
+        constraints = None
+    elif len(constraints) != len(sources):
+        raise ValueError(f"constraints for {len(constraints)} sentences, {len(sources)} sources")
+    elif context is not None and context.concat_target:
+        raise UserError("constraints with a 2-to-2 concatenation model (model.context: it writes the previous sentences' translation too): translate without --docs, or with a sentence-level or HAN model")
+    names = np.arange(len(sources)) if line_numbers is None else np.asarray(line_numbers, dtype=np.int64) - 1
     results: list[list[Hypothesis]] = [None] * len(sources)  # type: ignore[list-item]
     own = context is not None and context.han_target  # the context translations are the model's own
     if own and previous is None:
@@ -67,17 +77,18 @@ def translate_ids(
         previous = rows
     with tqdm(total=len(sources), desc="translate", unit="sent", disable=not progress, leave=False) as bar:
         for wave in document_waves(previous, len(sources)) if own else [np.arange(len(sources))]:
-            _translate_wave(model, sources, wave, results, decode, device, beam, nbest, annotations, contexts, previous if own or states is not None else None, bar, states)
+            _translate_wave(model, sources, wave, results, decode, device, beam, nbest, annotations, contexts, previous if own or states is not None else None, bar, states, constraints, names)
             if own:  # the decoder states of these translations: the next sentences' context
                 read = np.intersect1d(wave, np.unique(previous[previous >= 0]))
                 states.decode(read, [results[i][0].tokens for i in read], previous[read])
     return results
 
 
-def _translate_wave(model, sources, wave: np.ndarray, results: list, decode: DecodeConfig, device, beam: int, nbest: int, annotations, contexts, previous: np.ndarray | None, bar, states: DocumentStates | None = None) -> None:
+def _translate_wave(model, sources, wave: np.ndarray, results: list, decode: DecodeConfig, device, beam: int, nbest: int, annotations, contexts, previous: np.ndarray | None, bar, states: DocumentStates | None = None, constraints=None, names: np.ndarray | None = None) -> None:
     """Search the sources ``wave`` (indices into ``sources``) into ``results``, batched by length;
     a HAN model reads the ``states`` of the previous sentences ``previous`` (for a target-side
-    one also the states of its best translations of them), a concatenation model ``contexts``."""
+    one also the states of its best translations of them), a concatenation model ``contexts``.
+    ``constraints[i]``: source i's target phrases; ``names[i]``: its number in errors, from 0."""
     spec = model.feature_spec
     max_pos = model.cfg.max_positions - 2
     context = getattr(model, "document_context", None) if contexts is not None else None
@@ -96,7 +107,12 @@ def _translate_wave(model, sources, wave: np.ndarray, results: list, decode: Dec
             batch = make_batch([sources[i][:max_pos] for i in idx], None, idx.tolist(), anns, spec).to(device)
         src_lens = batch.src.ne(0).sum(1) - 1
         max_len = max_output_lengths(src_lens, decode.max_len_a, decode.max_len_b, max_pos)
-        hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty, decode.length_penalty_type, decode.cpu_softmax)
+        if constraints is None:
+            hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty, decode.length_penalty_type, decode.cpu_softmax)
+        else:  # the batch's ids name its sentences in the search's errors: their input line numbers
+            batch.ids = torch.as_tensor(names[idx], dtype=torch.long)
+            cons = constraints.subset(idx) if isinstance(constraints, BatchConstraints) else [constraints[i] for i in idx]
+            hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty, decode.length_penalty_type, decode.cpu_softmax, constraints=cons)
         if decode.unk_replace != "none":
             locate_unknown_words(model, batch, hyps, decode)
         if context is not None and context.concat_target:

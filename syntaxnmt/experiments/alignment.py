@@ -52,7 +52,7 @@ from syntaxnmt.data.synthetic import write_corpus
 from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments.sets import markdown_table, read_set_file, section_heading, seed_cells, statistics_caption, write_section
+from syntaxnmt.experiments.sets import SEED_LEVEL_CAPTION, markdown_table, read_set_file, section_heading, seed_cells, seed_level_cell, statistics_caption, write_section
 from syntaxnmt.metrics import bleu_from_statistics, bleu_statistics
 from syntaxnmt.runtime import resolve_device
 from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
@@ -289,6 +289,7 @@ def run_alignment_set(path: str | Path, output: str | None = None, log=print) ->
     first = rows[0]
     head = ["system", "alignment read from", "updates", "train time", "test BLEU (beam)", "BLEU s_sel / s_opt", f"BLEU p vs {first['label']}", f"BLEU ASO ε_min vs {first['label']}"]
     head += ["AER", "precision", "recall", "AER s_sel / s_opt", f"AER p vs {first['label']}", f"AER ASO ε_min vs {first['label']}", "AER (all layers+heads averaged)"]
+    head += [f"BLEU Δ vs {first['label']} [95 % CI]; p (seed level)", f"−AER Δ vs {first['label']} [95 % CI]; p (seed level)"]
     table = [_row_cells(row, first, spec) for row in rows]
     if spec.eflomal_baseline:
         table.append(_eflomal_row(configs[next(iter(configs))], src_lines, tgt_lines, gold, log))
@@ -301,7 +302,8 @@ def run_alignment_set(path: str | Path, output: str | None = None, log=print) ->
         f"AER/precision/recall in % against the {len(gold)} gold test alignments (attention argmax: one link per target word -- none where a leaky "
         f"head's leak outweighs every source word -- read while force-decoding the reference); BLEU: sacreBLEU on the detokenized test output. {seeds}"
         + statistics_caption(first["label"], spec.bootstrap, spec.shuffles, one_seed=len(spec.seeds) <= 1, metric="BLEU (AER)")
-        + " For AER lower is better: 'better' and ε_min are read that way.",
+        + SEED_LEVEL_CAPTION
+        + " For AER lower is better: 'better' and ε_min are read that way, and its Δ is of −AER (positive: fewer errors).",
         "",
         *markdown_table(head, table),
     ]
@@ -372,16 +374,20 @@ def _row_cells(row: dict, first: dict, spec: AlignmentSet) -> list[str]:
     if "bleu" in runs[0]:
         bleu = seed_cells([r["bleu"] for r in base], [r["bleu"] for r in runs], spec.bootstrap, spec.shuffles, is_baseline=is_first)
         cells += [_mean_sd([float(bleu_from_statistics(r["bleu"].sum(0))) for r in runs], 2), bleu["spread"], bleu["p"], bleu["aso"]]
+        seed_level = [seed_level_cell(bleu)]
     else:
         cells += ["", "", "", ""]
+        seed_level = [""]
     if "aer" in runs[0]:
         stats = [r["aer"]["stats"] for r in runs]
         cmp = seed_cells([r["aer"]["stats"] for r in base], stats, spec.bootstrap, spec.shuffles, is_baseline=is_first, metric=_neg_aer, digits=1)
         cells += [_mean_sd([r["aer"][k] for r in runs], 1) for k in ("aer", "precision", "recall")]
         cells += [cmp["spread"], cmp["p"], cmp["aso"], _mean_sd([r["avg_aer"] for r in runs], 1) if "avg_aer" in runs[0] else ""]
+        seed_level.append(seed_level_cell(cmp))
     else:
         cells += ["", "", "", "", "", "", ""]
-    return cells
+        seed_level.append("")
+    return cells + seed_level
 
 
 def _eflomal_row(cfg: Config, src_lines: list[str], tgt_lines: list[str], gold, log) -> list[str]:
@@ -392,4 +398,4 @@ def _eflomal_row(cfg: Config, src_lines: list[str], tgt_lines: list[str], gold, 
     links = run_eflomal(src_text + src_lines, tgt_text + tgt_lines)[len(src_text) :]
     seconds = time.perf_counter() - t0
     log(f"eflomal on {len(src_text)} + {len(src_lines)} pairs in {seconds:.0f} s")
-    return ["eflomal (gdfa), training corpus + test pairs", "IBM1+HMM+fertility", "", f"{seconds:.0f} s", "", "", "", "", *(f"{x:.1f}" for x in _aer(gold, links)), "", "", "", ""]
+    return ["eflomal (gdfa), training corpus + test pairs", "IBM1+HMM+fertility", "", f"{seconds:.0f} s", "", "", "", "", *(f"{x:.1f}" for x in _aer(gold, links)), "", "", "", "", "", ""]

@@ -39,7 +39,7 @@ from syntaxnmt.decoding.sources import encode_source_lines, parser_words
 from syntaxnmt.decoding.translate import translate_ids
 from syntaxnmt.decoding.unk import translations_with_replacement
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments.sets import load_set, markdown_table, read_set_file, section_heading, seed_cells, sentence_bootstrap_cell, set_runs, statistics_caption, write_section
+from syntaxnmt.experiments.sets import SEED_LEVEL_CAPTION, load_set, markdown_table, read_set_file, section_heading, seed_cells, seed_level_cell, sentence_bootstrap_cell, set_runs, statistics_caption, write_section
 from syntaxnmt.inputs import UNK
 from syntaxnmt.metrics import ReferenceScorer, bleu_from_statistics, score
 from syntaxnmt.runtime import resolve_device
@@ -179,7 +179,7 @@ def _table(spec: DecodeSet, results: dict, tests: dict, path) -> str:
                 r["stats"] = scorers[t].bleu_statistics(r["hyps"])
     head = ["row", "checkpoint(s)", "decoding"]
     for t in tests:
-        head += [f"{t} BLEU", "chrF", "s_sel / s_opt", f"p vs '{first}'", f"ASO ε_min vs '{first}'", f"p, sentence bootstrap vs '{first}'", "<unk> in output", "replaced → in reference", "decode time"]
+        head += [f"{t} BLEU", "chrF", "s_sel / s_opt", f"p vs '{first}', AR (test-set variance only)", f"ASO ε_min vs '{first}' (better / worse)", f"p, sentence bootstrap vs '{first}' (test-set variance only)", "<unk> in output", "replaced → in reference", "decode time", f"Δ vs '{first}' [95 % CI]; p (seed level)"]
     rows = []
     for label, by_test in results.items():
         row = spec.rows[label]
@@ -208,13 +208,14 @@ def _table(spec: DecodeSet, results: dict, tests: dict, path) -> str:
             unk = sum(r["unk"] for r in outputs.values())
             fixed = f"{sum(r['correct'] for r in outputs.values())} / {unk}" if all("correct" in r for r in outputs.values()) else "–"
             seconds = sum(r["seconds"] for r in outputs.values())
-            cells += [bleu, chrf, own["spread"], own["p"], own["aso"], boot, str(unk), fixed, f"{seconds:.0f} s"]
+            cells += [bleu, chrf, own["spread"], own["p"], own["aso"], boot, str(unk), fixed, f"{seconds:.0f} s", seed_level_cell(own)]
         rows.append(cells)
     lines = section_heading(spec.title or spec.name, spec.description)
     lines += [
         f"Command: `{spec.command or 'syntaxnmt decode-experiment ' + str(path)}`. BLEU: sacreBLEU 13a on the detokenized, cased "
         f"output (rows decoded per seed: mean ± sd over the seeds). "
         + statistics_caption(f"'{first}'", spec.bootstrap, spec.shuffles)
+        + SEED_LEVEL_CAPTION
         + " A single output (one seed or an ensemble) against a row decoded per seed is paired with each of its seeds; two single "
         f"outputs make one pair. p, sentence bootstrap: paired bootstrap resampling ({spec.bootstrap} samples, two-sided) of the "
         "sentences of the paired outputs pooled; it resamples fixed outputs and does not measure training variance. '<unk> in output': "

@@ -21,15 +21,15 @@ from tqdm.auto import tqdm
 from syntaxnmt.checkpoint import load_checkpoint
 from syntaxnmt.config import Config, load_config
 from syntaxnmt.data.prepare import prepare
-from syntaxnmt.data.synthetic import write_corpus
+from syntaxnmt.data.synthetic import CORPUS_FILES, write_corpus
 from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.errors import UserError
 from syntaxnmt.metrics import score
 from syntaxnmt.runtime import resolve_device
-from syntaxnmt.textio import atomic_write_text, holds_marker, read_lines, refuse_protected_folder, write_lines, write_marker
+from syntaxnmt.textio import atomic_write_text, check_removable, claim_folder, read_lines, write_lines
 from syntaxnmt.training.loop import Progress
-from syntaxnmt.training.train import train
+from syntaxnmt.training.train import RUN_FILES, train
 
 DEMO_CONFIG = """\
 name: demo
@@ -77,23 +77,15 @@ def demo_config(directory: Path, minutes: float, overrides: list[str] | None = N
 
 
 MARKER, WRITTEN_BY = ".syntaxnmt-demo", "syntaxnmt demo"
-DEMO_NAMES = {"demo.yaml", "corpus", "run", "test.hyp"}  # what the demo writes in its folder
+DEMO_FILES = {"demo.yaml": None, "corpus": CORPUS_FILES, "run": RUN_FILES, "test.hyp": None}
+"""What the demo writes in its folder, entry by entry (:data:`syntaxnmt.textio.Owned`): ``run/`` is its training run."""
 
 
 def refuse_to_remove(directory: Path) -> None:
-    """``--fresh`` removes only a folder the demo wrote: one holding its marker, or (written by a
-    version without the marker) only the demo's own files; never the current directory or a parent."""
-    refuse_protected_folder(directory)
-    if not directory.is_dir():
-        raise UserError(f"{directory}: exists and is not a folder")
-    if holds_marker(directory, MARKER, WRITTEN_BY):
-        return
-    others = sorted(p.name for p in directory.iterdir() if p.name not in DEMO_NAMES)
-    if others:
-        raise UserError(
-            f"{directory}: not a folder written by `syntaxnmt demo` (it holds {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}); "
-            "--fresh removes only a demo folder: remove it yourself or give another --dir"
-        )
+    """``--fresh`` removes only a folder the demo wrote: one holding its marker and nothing but
+    :data:`DEMO_FILES` (a file a user added, e.g. ``NOTES.md`` or ``corpus/mine.src``, is listed
+    in the refusal); never the current directory or a parent."""
+    check_removable(directory, MARKER, WRITTEN_BY, DEMO_FILES, "--fresh removes only a demo folder holding nothing else: move your files out, or give another --dir")
 
 
 def updates_needed(cfg: Config) -> int:
@@ -136,20 +128,19 @@ def warn_if_undertrained(directory: Path, cfg: Config, progress: Progress, bleu:
     )
 
 
-def run_demo(directory: Path, minutes: float = 4.0, overrides: list[str] | None = None, fresh: bool = False, log=tqdm.write) -> float:
+def run_demo(directory: Path, minutes: float = 4.0, overrides: list[str] | None = None, fresh: bool = False, log=tqdm.write, force: bool = False) -> float:
     """Run the demo; returns the test BLEU. Training stops at the time budget with a validation,
     so there is a ``best.pt`` to translate with however slow the machine (docs/robustness.md);
     ``log`` writes above the progress bars. A re-run continues the run in ``directory`` while its
     budget (``minutes``, the total training time) allows; one that finds its training finished
-    says so, and a run that ends below :func:`updates_needed` ends with a warning."""
+    says so, and a run that ends below :func:`updates_needed` ends with a warning. A folder holding
+    files the demo did not write is refused unless ``force`` (:func:`~syntaxnmt.textio.claim_folder`)."""
     if not (math.isfinite(minutes) and minutes > 0):  # 0 would be train.max_minutes' "no limit"; checked before any file is written
         raise UserError(f"--minutes {minutes:g}: give the training time as a positive number of minutes")
     if fresh and (directory.exists() or directory.is_symlink()):
         refuse_to_remove(directory)
         shutil.rmtree(directory)
-    if not directory.exists() or (directory.is_dir() and not any(directory.iterdir())):
-        directory.mkdir(parents=True, exist_ok=True)
-        write_marker(directory, MARKER, WRITTEN_BY)  # a folder the demo created: --fresh may remove it
+    claim_folder(directory, MARKER, WRITTEN_BY, force)  # a new folder is marked: --fresh may remove it; a user's only with --force
     t0 = time.perf_counter()
     if not (directory / "corpus" / "test.tgt").exists():
         files = write_corpus(directory / "corpus", seed=1)

@@ -31,20 +31,16 @@ from syntaxnmt.cpu.machine import cpu_cores
 from syntaxnmt.data.prepare import prepare
 from syntaxnmt.data.synthetic import write_corpus
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments.sets import ExperimentSet, Run, control_pairs, is_finished, load_set, make_table, run_config, select_labels, set_runs, write_section
+from syntaxnmt.experiments.budget import CURVE_FILE, describe, read_curve
+from syntaxnmt.experiments.scores import SCORES_FILE, find_run_scores, read_run_scores, results_file
+from syntaxnmt.experiments.sets import ExperimentSet, Run, RunsFailed, control_pairs, curve_logger, is_finished, load_set, make_table, run_config, run_config_of, select_labels, set_runs, write_section
 from syntaxnmt.runtime import run_command
+from syntaxnmt.textio import atomic_write, atomic_write_text, folder_lock
+from syntaxnmt.training.train import train
 
 TAIL_LINES = 15
 POLL_SECONDS = 1.0
 _BAR = re.compile(r"(train|translate|spaCy[^:]*):\s+\d+%\|[^|\r\n]*\|\s*(\d+)/(\d+)")
-
-
-class RunsFailed(UserError):
-    """Some runs failed; ``exit_code`` is 2 if each failed on a user error, else 1 (a crash)."""
-
-    def __init__(self, message: str, exit_code: int):
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 @dataclass
@@ -203,7 +199,9 @@ def worker_main() -> None:
         tree = json.load(sys.stdin)
         cfg = config_from_dict(tree["config"], source="worker job")
         print(f"syntaxnmt experiment worker: {tree['label']} seed {cfg.seed} in {cfg.work_dir}, device {cfg.train.device}, {cfg.train.threads} threads", flush=True)
-        run_config(tree["label"], cfg, ExperimentSet.model_validate(tree["set"]), log=lambda *a, **k: tqdm.write(" ".join(map(str, a))))
+        log = lambda *a, **k: tqdm.write(" ".join(map(str, a)))  # noqa: E731
+        with folder_lock(cfg.work_dir, "work_dir", log):  # one writer per work_dir: training, translations, done.json
+            run_config(tree["label"], cfg, ExperimentSet.model_validate(tree["set"]), log=log)
 
     run_command(job)
 
@@ -212,19 +210,112 @@ if __name__ == "__main__":
     worker_main()
 
 
-def run_set(path: str | Path, seeds: list[int] | None = None, only: list[str] | None = None, output: str | None = None, log=print, jobs: int = 1) -> str:
+def load_records(path: str | Path, spec: ExperimentSet, runs: Sequence[Run]) -> dict[str, dict[int, dict]]:
+    """Every run's record from its scores file (its run folder's, else the committed copy in the
+    set's results folder); a :class:`UserError` names the runs without one (by system and seeds)."""
+    records: dict[str, dict[int, dict]] = {}
+    missing: dict[str, list[str]] = {}
+    for run in runs:
+        found = find_run_scores(run.cfg.work_dir, spec.results_folder, run.label, run.seed)
+        if found is None:
+            missing.setdefault(run.label, []).append(str(run.seed))
+            continue
+        record = read_run_scores(found)
+        absent = [t for t in spec.test_sets if t not in record["tests"]]
+        if absent:
+            missing.setdefault(run.label, []).append(f"{run.seed} (no {', '.join(absent)} in {found})")
+            continue
+        records.setdefault(run.label, {})[run.seed] = record
+    if missing:
+        count = sum(map(len, missing.values()))
+        where = f"<work_dir>/{SCORES_FILE} of each run, then {results_file(spec.results_folder, 'LABEL', 0).with_name('<label>-seed<S>.json.gz')}"
+        named = "; ".join(f"'{label}' seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}" for label, seeds in missing.items())
+        raise UserError(f"{path}: --rescore needs the scores of {count} of {len(runs)} runs ({where}), missing: {named}")
+    return records
+
+
+def collect_results(spec: ExperimentSet, runs: Sequence[Run], log: Callable[[str], None] = print) -> list[Path]:
+    """Copy each finished run's scores file into the set's results folder (the committed copy a
+    clean clone re-scores from); returns the files written."""
+    written = []
+    for run in runs:
+        source = Path(run.cfg.work_dir) / SCORES_FILE
+        if not source.is_file():
+            continue
+        target = results_file(spec.results_folder, run.label, run.seed)
+        data = source.read_bytes()
+        if not target.is_file() or target.read_bytes() != data:
+            atomic_write(target, lambda f, data=data: f.write(data))
+            written.append(target)
+    log(f"collected {len(written)} new or changed run(s) into {spec.results_folder} ({sum(1 for r in runs if (Path(r.cfg.work_dir) / SCORES_FILE).is_file())} of {len(runs)} runs finished)")
+    return written
+
+
+def curve_run(path: str | Path, spec: ExperimentSet) -> Run:
+    """The baseline's dev-curve run of a set with a ``budget``: its first seed, ``budget.curve_steps``
+    updates validated every ``budget.valid_every``, in ``<work_dir>[-<tag>]-curve``."""
+    assert spec.budget is not None
+    seed = spec.seeds_of(spec.baseline)[0]
+    extra = [f"--seed={seed}", f"--train.max_steps={spec.budget.curve_steps}", f"--train.valid_every={spec.budget.valid_every}"]
+    return Run(spec.baseline, seed, run_config_of(Path(path).parent / spec.configs[spec.baseline], spec, list(spec.overrides), "-curve", extra))
+
+
+def run_curve(path: str | Path, spec: ExperimentSet, log: Callable[[str], None] = print) -> str:
+    """``--curve``: train (or resume) the baseline's curve run and return its curve with the budget point."""
+    if spec.budget is None:
+        raise UserError(f"{path}: --curve needs a 'budget:' section (curve_steps, valid_every) in the set file")
+    run = curve_run(path, spec)
+    work = Path(run.cfg.work_dir)
+    if not (work / "done.json").is_file():
+        log(f"[{run.name}] dev curve: {spec.budget.curve_steps} updates in {work}")
+        progress = train(run.cfg, resume=True, log=curve_logger(work, log))
+        atomic_write_text(work / "done.json", json.dumps({"steps": progress.step}))
+    text = describe(read_curve(work / CURVE_FILE), spec.budget.min_gain, spec.budget.horizon)
+    return text + f"\n(curve: {work / CURVE_FILE}; write the budget into {path} as budget.max_steps)"
+
+
+def run_set(path: str | Path, seeds: list[int] | None = None, only: list[str] | None = None, output: str | None = None, log=print, jobs: int = 1, *, rescore: bool = False, collect: bool = False, launcher: str = "local", slurm: dict | None = None) -> str:
     """Run the experiment set at ``path``; returns the Markdown section written to the output file.
 
     ``jobs`` > 1 trains and translates the unfinished runs in that many worker processes first
-    (:mod:`syntaxnmt.experiments.runner`); the records and the table are then made here, as for ``jobs`` = 1.
+    (:mod:`syntaxnmt.experiments.runner`); ``launcher`` ``slurm`` (or ``submitit-local``, its
+    local test double) submits them as jobs through submitit instead (:mod:`syntaxnmt.experiments.launchers`).
+    The records and the table are then made here, from the runs' scores files.
+    ``rescore``: no training -- the table from the scores files alone (run folders, else the set's
+    results folder). ``collect``: copy the finished runs' scores files into the results folder.
     ``only``: the ``--only`` values (labels, or comma-separated labels: :func:`select_labels`); the baseline always runs.
     """
     spec = load_set(path)
-    seeds = seeds or spec.seeds
     only = select_labels(only, list(spec.configs), str(path)) if only else None
     if jobs < 1:
         raise UserError(f"--jobs must be at least 1, got {jobs}")
     labels = [k for k in spec.configs if not only or k in only or k == spec.baseline]
+    training = not (rescore or collect)
+    if training and spec.budget and spec.budget.max_steps is None:
+        raise UserError(
+            f"{path}: budget.max_steps is unset: no run may start before the budget is fixed on the baseline's dev curve "
+            f"(run `syntaxnmt experiment {path} --curve`, then write the update it reports into budget.max_steps)"
+        )
+    if training:
+        prepare_inputs(path, spec, log)
+    runs = set_runs(path, spec, labels, seeds)
+    if collect:
+        collect_results(spec, runs, log)
+        return ""
+    if training:
+        records = train_runs(path, spec, runs, jobs, launcher, slurm or {}, log)
+    else:
+        records = load_records(path, spec, runs)
+    section = make_table(spec, records, None, control_pairs(runs))
+    target = Path(output or spec.output)
+    write_section(target, spec.name, section)
+    log(section)
+    log(f"results written to {target}")
+    return section
+
+
+def prepare_inputs(path: str | Path, spec: ExperimentSet, log) -> None:
+    """Generate the set's synthetic corpus if it has one and it is missing; check its test files."""
     if spec.synthetic_corpus and not (Path(spec.synthetic_corpus) / "test.tgt").is_file():
         n_train, n_dev, n_test = spec.synthetic_sizes
         write_corpus(spec.synthetic_corpus, n_train=n_train, n_dev=n_dev, n_test=n_test, seed=1)
@@ -234,17 +325,22 @@ def run_set(path: str | Path, seeds: list[int] | None = None, only: list[str] | 
             if f and not Path(f).is_file():
                 raise UserError(f"{path}: test file {f} not found")
 
-    runs = set_runs(path, spec, labels, seeds)
-    if jobs > 1:
-        todo = {str(Path(r.cfg.work_dir).resolve()): r for r in runs if not is_finished(r.cfg, spec)}  # one worker per work_dir
+
+def train_runs(path: str | Path, spec: ExperimentSet, runs: Sequence[Run], jobs: int, launcher: str, slurm: dict, log) -> dict[str, dict[int, dict]]:
+    """Train, translate and score every unfinished run: in this process (``jobs`` 1), in worker
+    processes, or as submitit jobs; a finished run is skipped, a stopped one resumes from ``last.pt``."""
+    todo = {str(Path(r.cfg.work_dir).resolve()): r for r in runs if not is_finished(r.cfg, spec)}  # one worker per work_dir
+    if launcher != "local":
         if todo:
-            run_in_workers(list(todo.values()), spec.model_dump(mode="json"), jobs, log)
-    records: dict[str, dict[int, dict]] = {label: {} for label in labels}
-    for run in runs:
-        records[run.label][run.seed] = run_config(run.label, run.cfg, spec, log)
-    section = make_table(spec, records, seeds, control_pairs(runs))
-    target = Path(output or spec.output)
-    write_section(target, spec.name, section)
-    log(section)
-    log(f"results written to {target}")
-    return section
+            from syntaxnmt.experiments.launchers import run_in_submitit
+
+            run_in_submitit(list(todo.values()), spec.model_dump(mode="json"), launcher, slurm, log, prepare=lambda runs: prepare_corpora(runs, log))
+    elif jobs > 1 and todo:
+        run_in_workers(list(todo.values()), spec.model_dump(mode="json"), jobs, log)
+    records: dict[str, dict[int, dict]] = {}
+    for run in runs:  # one writer per work_dir: an unfinished run holds its lock over training, translations and done.json
+        with contextlib.nullcontext() if is_finished(run.cfg, spec) else folder_lock(run.cfg.work_dir, "work_dir", log):
+            record = run_config(run.label, run.cfg, spec, log)
+        # The table is made from the scores file, exactly as --rescore makes it.
+        records.setdefault(run.label, {})[run.seed] = read_run_scores(record["scores"]) if "scores" in record else record
+    return records

@@ -1,18 +1,27 @@
 """``syntaxnmt experiment SET.yaml``: train a named set of configs with N seeds, evaluate, tabulate.
 
-A set file lists labelled configs (one is the baseline), the seeds, overrides applied to every
-run, and the test sets. Every (config, seed) run trains in ``<work_dir>[-<tag>]-seed<S>`` (resuming an
-interrupted run, skipping a finished one), translates each test set with its best checkpoint and
-scores it with sacreBLEU. The table -- BLEU mean ± sd over seeds, chrF, the test-set and
-between-seed standard deviations (s_sel, s_opt), the p-value of approximate randomization
-stratified over seed pairs against the baseline, the ASO ε_min of the per-seed scores (three seeds
-or more), the sentence-level paired bootstrap, and the cost of an update relative to the baseline --
-replaces the set's section of a Markdown file (``docs/results.md`` by default). The statistics are
-those of :mod:`syntaxnmt.metrics` (Clark et al. 2011; Dror et al. 2019); :func:`seed_cells` makes
-them for the decoding and alignment tables too.
+A set file lists labelled configs (one is the baseline), the seeds (the baseline may have more:
+``baseline_seeds``), overrides applied to every run, the test sets and, for a converged study, an
+update budget fixed on the baseline's dev curve (``budget``). Every (config, seed) run trains in
+``<work_dir>[-<tag>]-seed<S>`` (resuming an interrupted run, skipping a finished one), translates
+each test set with its best checkpoint and keeps its hypotheses and per-sentence statistics in
+``scores.json.gz`` (:mod:`syntaxnmt.experiments.scores`); the table is made from those files only,
+so ``--rescore`` rewrites it byte for byte without training.
+
+The table (:func:`make_table`): BLEU (and lowercased BLEU) mean ± sd over seeds, chrF, dev BLEU,
+cost; then per test set the seed-level inference -- the mean difference with a two-level bootstrap
+interval (seeds, then sentences), Welch's t-test over the per-seed scores, ASO ε_min both ways at
+deepsig's 0.2, the verdict -- beside the test-set-only columns (approximate randomization stratified
+over seed pairs, the pooled sentence bootstrap) and s_sel / s_opt; the power line (the smallest
+difference the seeds detect with 80 % power); and the A/A check (every split of the baseline's seeds
+tested as two systems: each test's false-positive rate). The statistics are those of
+:mod:`syntaxnmt.metrics` (Clark et al. 2011; Dror et al. 2019); :func:`seed_cells` makes them for
+the decoding and alignment tables too. The section replaces the set's in a Markdown file
+(``docs/results.md`` by default).
 
 With ``--jobs N`` the unfinished runs train and translate in N worker processes first
-(:mod:`syntaxnmt.experiments.runner`); the records and the table are then made here, as after sequential runs.
+(:mod:`syntaxnmt.experiments.runner`), with ``--launcher slurm`` as submitit jobs
+(:mod:`syntaxnmt.experiments.launchers`).
 
 The sentence bootstrap compares the seed-matched outputs of all seeds at once: the hypotheses of
 seeds 1..N are concatenated (and the references repeated), so every (sentence, seed) pair is one
@@ -37,10 +46,37 @@ from syntaxnmt.config import Config, expand_env, load_config, read_yaml_file
 from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.errors import UserError
-from syntaxnmt.metrics import SIGNIFICANCE_LEVEL, Metric, ReferenceScorer, aso_epsilon_min, bleu_from_statistics, paired_bootstrap_p, seed_statistics, stratified_approximate_randomization
+from syntaxnmt.experiments.budget import CURVE_FILE, VALID_LINE, read_curve
+from syntaxnmt.experiments.scores import SCORES_FILE, read_run_scores, test_statistics, write_run_scores
+from syntaxnmt.metrics import (
+    ASO_THRESHOLD,
+    POWER,
+    SIGNIFICANCE_LEVEL,
+    Metric,
+    aa_splits,
+    aso_epsilon_min,
+    aso_verdict,
+    bleu_from_statistics,
+    chrf_from_statistics,
+    minimum_detectable_difference,
+    paired_bootstrap_p,
+    run_scores,
+    seed_statistics,
+    stratified_approximate_randomization,
+    two_level_bootstrap,
+    welch_p,
+)
 from syntaxnmt.runtime import resolve_device
 from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
 from syntaxnmt.training.train import train
+
+
+class RunsFailed(UserError):
+    """Some runs failed; ``exit_code`` is 2 if each failed on a user error, else 1 (a crash)."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class TestSet(BaseModel):
@@ -49,6 +85,19 @@ class TestSet(BaseModel):
     ref: str
     conllu: str = ""
     """Parses of ``src`` for models with tree features when the corpus was parsed from CoNLL-U."""
+
+
+class Budget(BaseModel):
+    """How a set's update budget is fixed: a baseline run of ``curve_steps`` updates validated every
+    ``valid_every`` (``--curve``); its plateau point (:func:`syntaxnmt.experiments.budget.budget_point`)
+    is written into ``max_steps`` by hand before any other run may start."""
+
+    model_config = ConfigDict(extra="forbid")
+    curve_steps: PositiveInt = Field(description="updates of the baseline's curve run")
+    valid_every: PositiveInt = Field(description="validation interval of the curve run")
+    min_gain: float = Field(0.3, description="dev BLEU gain below which the curve has plateaued")
+    horizon: float = Field(0.2, description="the window after a point, as a fraction of its updates")
+    max_steps: PositiveInt | None = Field(None, description="the budget of every run (train.max_steps); unset: only --curve runs")
 
 
 class ExperimentSet(BaseModel):
@@ -75,6 +124,27 @@ class ExperimentSet(BaseModel):
     """Resamples of the sentence-level paired bootstrap and of the test-set spread s_sel."""
     shuffles: PositiveInt = 10_000
     """Shuffles of the approximate randomization test over seed pairs."""
+    baseline_seeds: list[int] = []
+    """Seeds of the baseline when it has more than the other systems (they feed the A/A check);
+    empty: ``seeds``."""
+    lowercase_bleu: bool = False
+    """Also report lowercased BLEU (sacreBLEU ``lowercase=True``, 13a tokenization), the measure of
+    the Multi30k literature, beside cased sacreBLEU."""
+    results_dir: str = ""
+    """Where ``--collect`` copies the finished runs' scores and ``--rescore`` finds them when a
+    run folder is gone (default ``results/<name>``)."""
+    budget: Budget | None = None
+    """An update budget fixed on the baseline's dev curve (:mod:`syntaxnmt.experiments.budget`)."""
+
+    def seeds_of(self, label: str, seeds: list[int] | None = None) -> list[int]:
+        """The seeds of a system: ``seeds`` if given (``--seeds``), else the baseline's own or the set's."""
+        if seeds:
+            return list(seeds)
+        return list(self.baseline_seeds or self.seeds) if label == self.baseline else list(self.seeds)
+
+    @property
+    def results_folder(self) -> Path:
+        return Path(self.results_dir or f"results/{self.name}")
 
 
 def read_set_file(path: str | Path, model: type[BaseModel]):
@@ -129,8 +199,24 @@ def select_labels(selection: Sequence[str], labels: Sequence[str], where: str) -
     return list(dict.fromkeys(chosen))
 
 
+def curve_logger(work: Path, log):
+    """``log`` that also appends training's validation lines (``update N | dev ...``) to
+    ``<work>/valid.log``: the dev curve the budget is read from (:mod:`syntaxnmt.experiments.budget`)."""
+    def write(*args, **kwargs):
+        text = " ".join(map(str, args))
+        if VALID_LINE.search(text):
+            work.mkdir(parents=True, exist_ok=True)
+            with open(work / CURVE_FILE, "a", encoding="utf-8") as f:
+                f.write(text + "\n")
+        log(*args, **kwargs)
+
+    return write
+
+
 def run_config(label: str, cfg: Config, spec: ExperimentSet, log) -> dict:
-    """Train (or resume, or skip when finished) and translate every test set; returns the run's record."""
+    """Train (or resume, or skip when finished) and translate every test set; score the outputs
+    sentence by sentence into ``<work_dir>/scores.json.gz`` (:mod:`syntaxnmt.experiments.scores`);
+    returns the run's record (``scores``: that file)."""
     work = Path(cfg.work_dir)
     done = work / "done.json"
     if done.is_file():
@@ -138,11 +224,11 @@ def run_config(label: str, cfg: Config, spec: ExperimentSet, log) -> dict:
         log(f"[{label} seed {cfg.seed}] trained already ({record['steps']} updates)")
     else:
         log(f"[{label} seed {cfg.seed}] training in {work}")
-        progress = train(cfg, resume=True, log=log)  # a signal raises Interrupted once last.pt is saved
+        progress = train(cfg, resume=True, log=curve_logger(work, log))  # a signal raises Interrupted once last.pt is saved
         record = {"steps": progress.step, "train_seconds": progress.train_seconds, "train_tokens": progress.train_tokens, "best": progress.best, "params": _count_params(work / "best.pt")}
         atomic_write_text(done, json.dumps(record))
     device = resolve_device(cfg.train.device)
-    model = None
+    model, translated = None, False
     record["hyps"] = {}
     for name, test in spec.test_sets.items():
         hyp_path = work / f"{name}.hyp"
@@ -153,11 +239,27 @@ def run_config(label: str, cfg: Config, spec: ExperimentSet, log) -> dict:
             with torch.inference_mode():
                 out = translate_lines(model, model_cfg, toks, read_lines(test.src), model_cfg.decode, device, conllu=test.conllu or None, source_name=test.src, progress=True)
             write_lines(hyp_path, [nb[0][0] for nb in out])
+            translated = True
             log(f"[{label} seed {cfg.seed}] translated {name} in {time.perf_counter() - t0:.0f} s")
         record["hyps"][name] = str(hyp_path)
     if "params" not in record:  # done.json of an older run
         record["params"] = _count_params(work / "best.pt")
+    scores = work / SCORES_FILE
+    if translated or not _scores_cover(scores, spec):  # a new translation is scored again
+        curve = read_curve(work / CURVE_FILE) if (work / CURVE_FILE).is_file() else []
+        write_run_scores(work, label, cfg.seed, record, record["hyps"], {name: read_lines(t.ref) for name, t in spec.test_sets.items()}, curve)
+    record["scores"] = str(scores)
     return record
+
+
+def _scores_cover(path: Path, spec: ExperimentSet) -> bool:
+    """Whether a run's scores file exists and holds every test set of ``spec``."""
+    if not path.is_file():
+        return False
+    try:
+        return set(spec.test_sets) <= set(read_run_scores(path)["tests"])
+    except UserError:
+        return False
 
 
 def _count_params(path: Path) -> int:
@@ -188,19 +290,27 @@ class Run:
         return Path(self.cfg.work_dir) / "train.log"
 
 
-def set_runs(path: str | Path, spec: ExperimentSet, labels: list[str], seeds: list[int]) -> list[Run]:
-    """The (config, seed) runs of a set, in table order, each config loaded with the set's overrides,
-    its seed and its per-seed ``work_dir``."""
+def set_runs(path: str | Path, spec: ExperimentSet, labels: list[str], seeds: list[int] | None = None) -> list[Run]:
+    """The (config, seed) runs of a set, in table order, each config loaded with the set's overrides
+    (and its fixed budget, ``budget.max_steps``), its seed and its per-seed ``work_dir``. ``seeds``:
+    the same seeds for every system (``--seeds``); None: each system's own (:meth:`ExperimentSet.seeds_of`)."""
     base_dir = Path(path).parent
+    overrides = list(spec.overrides)
+    if spec.budget and spec.budget.max_steps:
+        overrides.append(f"--train.max_steps={spec.budget.max_steps}")
     runs = []
     for label in labels:
-        for seed in seeds:
-            base_cfg = load_config(base_dir / spec.configs[label], spec.overrides)
-            work_dir = f"{base_cfg.work_dir}-{spec.tag}" if spec.tag else base_cfg.work_dir
-            # The value is JSON (a YAML string), so characters like '#' or ': ' in the path survive.
-            cfg = load_config(base_dir / spec.configs[label], spec.overrides + [f"--seed={seed}", f"--work_dir={json.dumps(f'{work_dir}-seed{seed}')}"])
-            runs.append(Run(label, seed, cfg))
+        for seed in spec.seeds_of(label, seeds):
+            runs.append(Run(label, seed, run_config_of(base_dir / spec.configs[label], spec, overrides, f"-seed{seed}", [f"--seed={seed}"])))
     return runs
+
+
+def run_config_of(config: Path, spec: ExperimentSet, overrides: list[str], suffix: str, extra: list[str]) -> Config:
+    """A set's config with ``overrides`` and ``extra``, its work_dir ``<work_dir>[-<tag>]<suffix>``."""
+    base_cfg = load_config(config, overrides)
+    work_dir = f"{base_cfg.work_dir}-{spec.tag}" if spec.tag else base_cfg.work_dir
+    # The value is JSON (a YAML string), so characters like '#' or ': ' in the path survive.
+    return load_config(config, overrides + extra + [f"--work_dir={json.dumps(f'{work_dir}{suffix}')}"])
 
 
 def control_pairs(runs: Sequence[Run]) -> dict[str, str]:
@@ -227,72 +337,196 @@ def is_finished(cfg: Config, spec: ExperimentSet) -> bool:
     return (work / "done.json").is_file() and all((work / f"{name}.hyp").is_file() for name in spec.test_sets)
 
 
-def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: list[int], controls: dict[str, str] | None = None) -> str:
-    """The set's Markdown section. ``controls`` (control arm -> variant, :func:`control_pairs`): with
-    any pair among the systems, a column tests each variant against its control arm(s) over the
-    seed pairs."""
+def run_tests(spec: ExperimentSet, record: dict, refs: dict[str, list[str]]) -> dict[str, dict]:
+    """A run's per-sentence statistics by test set: those of its scores file (``tests``), else
+    computed from its hypothesis files (``hyps``) against ``refs``."""
+    if "tests" in record:
+        return record["tests"]
+    return {name: {"hyps": read_lines(record["hyps"][name]), **test_statistics(read_lines(record["hyps"][name]), refs[name])} for name in spec.test_sets}
+
+
+def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: list[int] | None = None, controls: dict[str, str] | None = None) -> str:
+    """The set's Markdown section, from each run's per-sentence statistics (its scores file, or
+    its hypotheses). ``records``: label -> seed -> run record; a system's seeds are those of its
+    records (``seeds``, if given, restricts them). ``controls`` (control arm -> variant,
+    :func:`control_pairs`): with any pair among the systems, each variant is also compared with its
+    control arm(s). Deterministic: every resampling has a fixed seed."""
     controls = {arm: variant for arm, variant in (controls or {}).items() if arm in records and variant in records}
     arms_of: dict[str, list[str]] = {}
     for arm, variant in controls.items():
         arms_of.setdefault(variant, []).append(arm)
-    refs = {name: read_lines(t.ref) for name, t in spec.test_sets.items()}
+    seeds_of = {label: [s for s in runs if not seeds or s in seeds] for label, runs in records.items()}
+    tests = list(spec.test_sets)
+    refs = {} if all("tests" in r for runs in records.values() for r in runs.values()) else {name: read_lines(t.ref) for name, t in spec.test_sets.items()}
+    data = {label: {s: run_tests(spec, runs[s], refs) for s in seeds_of[label]} for label, runs in records.items()}
+    stats = {label: {t: [data[label][s][t]["bleu"] for s in seeds_of[label]] for t in tests} for label in records}
     base = records[spec.baseline]
     base_step = statistics.mean(r["train_seconds"] / max(r["steps"], 1) for r in base.values())
-    tests = list(spec.test_sets)
-    scorers = {t: ReferenceScorer([refs[t]]) for t in tests}
-    hyps = {label: {t: {s: read_lines(runs[s]["hyps"][t]) for s in seeds} for t in tests} for label, runs in records.items()}
-    stats = {label: {t: [scorers[t].bleu_statistics(by_test[t][s]) for s in seeds] for t in tests} for label, by_test in hyps.items()}
-    head = ["system", "params", "dev BLEU"] + [f"{t} BLEU" for t in tests] + [f"{t} chrF" for t in tests] + [f"{t} s_sel / s_opt" for t in tests]
-    head += [f"p vs {spec.baseline} ({t})" for t in tests] + [f"ASO ε_min vs {spec.baseline} ({t})" for t in tests]
-    head += [f"p vs own control ({t})" for t in tests] if controls else []
-    head += [f"p, sentence bootstrap ({t})" for t in tests] + ["updates", "train tok/s", "time/update (rel.)"]
+
+    head = ["system", "seeds", "params", "dev BLEU"] + [f"{t} BLEU" for t in tests]
+    head += [f"{t} BLEU (lc)" for t in tests] if spec.lowercase_bleu else []
+    head += [f"{t} chrF" for t in tests] + ["updates", "train tok/s", "time/update (rel.)"]
     rows = []
     for label, runs in records.items():
-        cells = [label, f"{runs[seeds[0]]['params'] / 1e6:.2f}M", dev_bleu_cell(runs, seeds)]
-        bleu_cells, chrf_cells, spread_cells, p_cells, aso_cells, control_cells, boot_cells = [], [], [], [], [], [], []
-        for t in tests:
-            bleus = [float(bleu_from_statistics(st.sum(0))) for st in stats[label][t]]  # = sacreBLEU's corpus BLEU
-            std = f" ± {statistics.stdev(bleus):.2f}" if len(bleus) > 1 else ""
-            bleu_cells.append(f"{statistics.mean(bleus):.2f}{std}")
-            chrf_cells.append(f"{statistics.mean(scorers[t].chrf(hyps[label][t][s]) for s in seeds):.2f}")
-            cmp = seed_cells(stats[spec.baseline][t], stats[label][t], spec.bootstrap, spec.shuffles, is_baseline=label == spec.baseline)
-            spread_cells.append(cmp["spread"])
-            p_cells.append(cmp["p"])
-            aso_cells.append(cmp["aso"])
-            boot_cells.append("–" if label == spec.baseline else sentence_bootstrap_cell(stats[spec.baseline][t], stats[label][t], spec.bootstrap))
-            versus = [(arm, seed_cells(stats[arm][t], stats[label][t], spec.bootstrap, spec.shuffles)["p"]) for arm in arms_of.get(label, [])]
-            control_cells.append("; ".join(p if len(versus) == 1 else f"{p} ({arm})" for arm, p in versus) or "–")
+        own = seeds_of[label]
+        cells = [label, str(len(own)), f"{runs[own[0]]['params'] / 1e6:.2f}M", dev_bleu_cell(runs, own)]
+        cells += [mean_sd_cell(run_scores(stats[label][t])) for t in tests]
+        if spec.lowercase_bleu:
+            cells += [mean_sd_cell(run_scores([data[label][s][t]["bleu_lc"] for s in own])) for t in tests]
+        cells += [f"{statistics.mean(chrf_from_statistics(data[label][s][t]['chrf']) for s in own):.2f}" for t in tests]
         step = statistics.mean(r["train_seconds"] / max(r["steps"], 1) for r in runs.values())
         updates = statistics.mean(r["steps"] for r in runs.values())
         known = [r["train_tokens"] / max(r["train_seconds"], 1e-9) for r in runs.values() if r.get("train_tokens")]
-        tok_s = f"{statistics.mean(known):.0f}" if known else "–"
-        rows.append(cells + bleu_cells + chrf_cells + spread_cells + p_cells + aso_cells + (control_cells if controls else []) + boot_cells + [f"{updates:.0f}", tok_s, f"{step / base_step:.2f}×"])
+        cells += [f"{updates:.0f}", f"{statistics.mean(known):.0f}" if known else "–", f"{step / base_step:.2f}×"]
+        rows.append(cells)
+
     lines = section_heading(spec.title or spec.name, spec.description)
+    seed_text = "; ".join(f"{label}: {', '.join(map(str, seeds_of[label]))}" for label in records) if len({tuple(v) for v in seeds_of.values()}) > 1 else ", ".join(map(str, seeds_of[spec.baseline]))
     lines += [
-        f"Seeds: {', '.join(map(str, seeds))}. BLEU: mean ± sd over seeds (sacreBLEU 13a, cased); chrF: mean over seeds. "
-        + statistics_caption(spec.baseline, spec.bootstrap, spec.shuffles, one_seed=len(seeds) == 1)
-        + (
-            " p vs own control: the same test of a variant against its random-structure control arm "
-            f"({', '.join(f'{arm} for {variant}' for arm, variant in controls.items())}; data.structure_control, "
-            "docs/syntax.md): a variant helps only if it beats both the baseline and its control."
-            if controls
-            else ""
-        )
-        + f" p, sentence bootstrap: paired bootstrap resampling ({spec.bootstrap} samples, two-sided) of the sentences of all "
-        f"seeds' outputs pooled; it resamples fixed outputs and does not measure training variance. dev BLEU: the best greedy dev BLEU of each run "
-        f"(that checkpoint decodes the test sets), the figure to choose systems by. Overrides: `{' '.join(spec.overrides) or 'none'}`. tok/s and time/update are "
-        f"wall-clock figures of the training runs, disturbed by any other load on the machine (controlled "
-        f"step-time measurements: `benchmarks/syntax_overhead.py`, docs/benchmarks.md).",
+        f"Seeds: {seed_text}. BLEU: mean ± sd over seeds (sacreBLEU 13a, cased)"
+        + ("; BLEU (lc): the same of lowercased text (sacreBLEU lowercase=True, 13a tokenization: the Multi30k literature's lowercased tokenized BLEU)" if spec.lowercase_bleu else "")
+        + "; chrF: mean over seeds. dev BLEU: the best greedy dev BLEU of each run (that checkpoint decodes the test sets), the figure to choose systems by. "
+        f"Overrides: `{' '.join(spec.overrides) or 'none'}`"
+        + (f"; budget: train.max_steps={spec.budget.max_steps}, fixed on the baseline's dev curve (the first update after which dev BLEU gains under {spec.budget.min_gain} over the next {spec.budget.horizon:.0%} of the updates)" if spec.budget and spec.budget.max_steps else "")
+        + ". tok/s and time/update are wall-clock figures of the training runs, disturbed by any other load on the machine "
+        "(controlled step-time measurements: `benchmarks/syntax_overhead.py`, docs/benchmarks.md).",
         "",
         *markdown_table(head, rows),
+        "",
     ]
+    for t in tests:
+        lines += [f"Seed-level inference on {t} (BLEU):", ""]
+        lines += markdown_table(*inference_table(spec, stats, t, arms_of))
+        lines += [""]
+    lines += [power_line(spec, stats, seeds_of, tests), ""]
+    aa = aa_line(spec, stats[spec.baseline], tests)
+    if aa:
+        lines += [aa, ""]
+    lines += [inference_caption(spec, controls)]
     return "\n".join(lines) + "\n"
+
+
+def mean_sd_cell(values: Sequence[float], digits: int = 2) -> str:
+    """``mean ± sd`` (sd with n − 1; no sd with one value)."""
+    return f"{statistics.mean(values):.{digits}f}" + (f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else "")
+
+
+def inference_table(spec: ExperimentSet, stats: dict[str, dict[str, list[np.ndarray]]], test: str, arms_of: dict[str, list[str]]) -> tuple[list[str], list[list[str]]]:
+    """Head and rows of the seed-level inference table of one test set."""
+    b = spec.baseline
+    head = ["system", f"Δ vs {b} [95 % CI]", "p, seeds (Welch)", "ASO ε_min (better / worse)", "verdict"]
+    head += ["Δ vs own control [95 % CI]", "p vs own control, seeds (Welch)"] if arms_of else []
+    head += ["s_sel / s_opt", f"p vs {b}, AR (test-set variance only)", f"p vs {b}, sentence bootstrap (test-set variance only)"]
+    rows = []
+    for label, by_test in stats.items():
+        mine = by_test[test]
+        cmp = seed_cells(stats[b][test], mine, spec.bootstrap, spec.shuffles, is_baseline=label == b)
+        verdict = cmp["verdict"]
+        row = [label, cmp["delta"], cmp["welch"], cmp["aso"]]
+        control_cells = []
+        if arms_of:
+            versus = [(arm, seed_cells(stats[arm][test], mine, spec.bootstrap, spec.shuffles, randomization=False)) for arm in arms_of.get(label, [])]
+            control_cells = ["; ".join(c[key] if len(versus) == 1 else f"{c[key]} ({arm})" for arm, c in versus) or "–" for key in ("delta", "welch")]
+            if verdict == "better" and any(c["verdict"] != "better" for _, c in versus):
+                verdict = "better, not than its control"
+        row.append(verdict)
+        row += control_cells
+        row += [cmp["spread"], cmp["p"], "–" if label == b else sentence_bootstrap_cell(stats[b][test], mine, spec.bootstrap)]
+        rows.append(row)
+    return head, rows
+
+
+def power_line(spec: ExperimentSet, stats: dict[str, dict[str, list[np.ndarray]]], seeds_of: dict[str, list[int]], tests: list[str]) -> str:
+    """The smallest difference the set's seeds can detect (:func:`minimum_detectable_difference`)."""
+    n_base = len(seeds_of[spec.baseline])
+    others = sorted({len(v) for k, v in seeds_of.items() if k != spec.baseline}) or [n_base]
+    parts = []
+    for t in tests:
+        scores = run_scores(stats[spec.baseline][t])
+        sd = statistics.stdev(scores) if len(scores) > 1 else None
+        mdd = [minimum_detectable_difference(sd, n_base, n) for n in others]
+        shown = " / ".join("–" if d is None else f"{d:.2f}" for d in mdd)
+        parts.append(f"{t} {shown} BLEU (s_opt {'–' if sd is None else f'{sd:.2f}'})")
+    return (
+        f"Power: with {n_base} baseline seeds and {'/'.join(map(str, others))} seeds per system, the smallest true difference of mean BLEU that "
+        f"Welch's test at α = {SIGNIFICANCE_LEVEL} detects with {POWER:.0%} power, taking the baseline's s_opt as every system's seed sd: "
+        + "; ".join(parts)
+        + ". (Two-sample t with ν = n₁ + n₂ − 2: δ solves P(|T| > t_{1−α/2,ν}) = 0.8 for T ~ noncentral t(ν, δ / (s_opt √(1/n₁ + 1/n₂))).) "
+        "A difference below it that the test does not find is no evidence of no effect; the interval says what is ruled out."
+    )
+
+
+AA_SHUFFLES = 1000
+"""Shuffles of the A/A check's approximate randomization: p to 0.001 is enough to count p < 0.05."""
+
+
+def aa_rates(runs: Sequence[np.ndarray], bootstrap: int, shuffles: int) -> dict[str, tuple[int, int]] | None:
+    """The A/A check on k runs of one configuration: every split into two groups (:func:`aa_splits`)
+    tested as two systems; per test, (splits where it finds a difference at α = 0.05, splits).
+    None with fewer than four runs (a group needs two seeds for the seed-level test). The
+    approximate randomization uses at most :data:`AA_SHUFFLES` shuffles."""
+    splits = aa_splits(len(runs))
+    if len(runs) < 4:
+        return None
+    hits = {"welch": 0, "ci": 0, "ar": 0}
+    for first, second in splits:
+        a, b = [runs[i] for i in first], [runs[i] for i in second]
+        p = welch_p(run_scores(a), run_scores(b))
+        hits["welch"] += int(p is not None and p < SIGNIFICANCE_LEVEL)
+        low, high = two_level_bootstrap(a, b, n_samples=bootstrap)
+        hits["ci"] += int(low > 0 or high < 0)
+        pairs = min(len(a), len(b))
+        hits["ar"] += int(stratified_approximate_randomization(np.stack(a[:pairs]), np.stack(b[:pairs]), n_shuffles=min(shuffles, AA_SHUFFLES)) < SIGNIFICANCE_LEVEL)
+    return {k: (v, len(splits)) for k, v in hits.items()}
+
+
+def aa_line(spec: ExperimentSet, baseline: dict[str, list[np.ndarray]], tests: list[str]) -> str:
+    """The A/A calibration line of a table: false-positive rates of the tests on the baseline's seeds."""
+    parts = []
+    for t in tests:
+        rates = aa_rates(baseline[t], spec.bootstrap, spec.shuffles)
+        if rates is None:
+            return ""
+        parts.append(f"{t}: Welch over seeds {_rate(rates['welch'])}, 95 % CI excluding 0 {_rate(rates['ci'])}, AR over seed pairs {_rate(rates['ar'])}")
+    k = len(baseline[tests[0]])
+    return (
+        f"A/A check (calibration): the {k} seeds of {spec.baseline} split every way into two groups of {k // 2} and {k - k // 2} "
+        f"({len(aa_splits(k))} splits; approximate randomization with {min(spec.shuffles, AA_SHUFFLES)} shuffles), each pair tested as if two systems; the share of splits found different at α = {SIGNIFICANCE_LEVEL} "
+        f"(nominal 5 %; a test far above it is not calibrated): " + "; ".join(parts) + "."
+    )
+
+
+def _rate(hit: tuple[int, int]) -> str:
+    return f"{hit[0]}/{hit[1]} ({100 * hit[0] / hit[1]:.0f} %)"
+
+
+def inference_caption(spec: ExperimentSet, controls: dict[str, str]) -> str:
+    """What the inference tables' columns are and the verdict rule."""
+    control = (
+        f" Δ / p vs own control: the same against the variant's random-structure control arm ({', '.join(f'{arm} for {variant}' for arm, variant in controls.items())}; "
+        "data.structure_control, docs/syntax.md): a variant helps only if it beats both the baseline and its control."
+        if controls
+        else ""
+    )
+    return (
+        f"Δ vs {spec.baseline}: mean BLEU over the system's seeds minus the baseline's, with the 95 % percentile interval of a two-level "
+        f"bootstrap ({spec.bootstrap} draws; each draw resamples each system's seeds with replacement, then the sentences of each drawn run; "
+        "corpus BLEU recomputed from sacreBLEU's sentence statistics), which samples training and test-set variance. "
+        "p, seeds (Welch): Welch's t-test over the per-seed BLEU (the run is the unit). Verdict: better (worse) when p < 0.05 and the "
+        "interval lies above (below) 0; otherwise none shown -- the interval bounds the effect that remains possible."
+        + control
+        + " "
+        + statistics_caption(spec.baseline, spec.bootstrap, spec.shuffles)
+        + f" p, sentence bootstrap (test-set variance only): paired bootstrap resampling ({spec.bootstrap} samples, two-sided) of the "
+        "sentences of all seeds' outputs pooled; it resamples fixed outputs and does not measure training variance."
+    )
 
 
 def sentence_bootstrap_cell(baseline: Sequence[np.ndarray], system: Sequence[np.ndarray], bootstrap: int) -> str:
     """The sentence-level paired bootstrap (sacreBLEU's ``--paired-bs``) of the outputs of all seed
     pairs pooled -- every (sentence, seed) one item -- with the direction of a significant difference."""
-    base_all, sys_all = np.concatenate(baseline), np.concatenate(system)
+    pairs = min(len(baseline), len(system))
+    base_all, sys_all = np.concatenate(baseline[:pairs]), np.concatenate(system[:pairs])
     p = paired_bootstrap_p(base_all, sys_all, bootstrap)
     return f"{p:.3f}" + direction_mark(p, float(bleu_from_statistics(sys_all.sum(0)) - bleu_from_statistics(base_all.sum(0))))
 
@@ -304,26 +538,68 @@ def direction_mark(p: float, difference: float) -> str:
     return " * (better)" if difference > 0 else " * (worse)"
 
 
-def seed_cells(baseline: Sequence[np.ndarray], system: Sequence[np.ndarray], bootstrap: int, shuffles: int, *, is_baseline: bool = False, metric: Metric = bleu_from_statistics, digits: int = 2) -> dict[str, str]:
+def seed_cells(baseline: Sequence[np.ndarray], system: Sequence[np.ndarray], bootstrap: int, shuffles: int, *, is_baseline: bool = False, metric: Metric = bleu_from_statistics, digits: int = 2, randomization: bool = True) -> dict[str, str]:
     """The seed-aware cells of one system on one test set, from the sentence statistics of each
     seed's output (``baseline[k]`` and ``system[k]``: seed k of each, the same sentences):
 
+    * ``delta``: mean difference over seeds with the 95 % two-level bootstrap interval
+      (:func:`two_level_bootstrap`), e.g. ``+0.41 [-0.20, +1.05]``;
+    * ``welch``: Welch's t-test over the per-seed scores (two seeds or more on each side);
+    * ``verdict``: ``better`` / ``worse`` when Welch's p < 0.05 and the interval excludes 0, else ``none shown``;
     * ``spread``: ``s_sel / s_opt`` -- the test-set sd (bootstrap of the sentences, averaged over
       seeds) and the sd of the per-seed scores (Clark et al. 2011); ``–`` for s_opt with one seed;
-    * ``p``: approximate randomization stratified over the seed pairs (``shuffles`` shuffles), with
-      the direction of a difference significant at p < 0.05; ``–`` for the baseline itself;
-    * ``aso``: ε_min of "the system's per-seed scores almost stochastically dominate the
-      baseline's" (Dror et al. 2019), with three seeds or more; else ``–``.
+    * ``p``: approximate randomization stratified over the seed pairs (the first min(n, m) seeds
+      of each; ``shuffles`` shuffles) -- test-set variance only -- with the direction of a
+      difference significant at p < 0.05;
+    * ``aso``: ε_min of "the system almost stochastically dominates the baseline" and of the
+      reverse (Dror et al. 2019), with three seeds or more on each side, marked ``(better)`` /
+      ``(worse)`` below 0.2 (:func:`aso_verdict`); else ``–``.
+
+    The baseline's own row has ``–`` everywhere but ``spread``; ``randomization=False`` leaves the
+    approximate randomization out (``p`` is ``–``) where no column shows it.
     """
     own = seed_statistics(system, metric, bootstrap)
     spread = f"{own.s_sel:.{digits}f} / " + (f"{own.s_opt:.{digits}f}" if own.s_opt is not None else "–")
     if is_baseline:
-        return {"spread": spread, "p": "–", "aso": "–"}
+        return {"spread": spread, "p": "–", "aso": "–", "delta": "–", "welch": "–", "verdict": "–"}
     base_scores = [float(metric(np.asarray(b).sum(0))) for b in baseline]
-    p = stratified_approximate_randomization(np.stack(baseline), np.stack(system), metric, n_shuffles=shuffles)
-    cell = f"{p:.4f}" + direction_mark(p, own.mean - statistics.mean(base_scores))
-    aso = f"{aso_epsilon_min(own.scores, base_scores):.2f}" if len(own.scores) >= 3 and len(base_scores) >= 3 else "–"
-    return {"spread": spread, "p": cell, "aso": aso}
+    difference = own.mean - statistics.mean(base_scores)
+    pairs = min(len(baseline), len(system))
+    cell = "–"
+    if randomization:
+        p = stratified_approximate_randomization(np.stack(baseline[:pairs]), np.stack(system[:pairs]), metric, n_shuffles=shuffles)
+        cell = f"{p:.4f}" + direction_mark(p, difference)
+    aso = "–"
+    if len(own.scores) >= 3 and len(base_scores) >= 3:
+        better, worse = aso_epsilon_min(own.scores, base_scores), aso_epsilon_min(base_scores, own.scores)
+        mark = aso_verdict(better, worse)
+        aso = f"{better:.2f} / {worse:.2f}" + (f" ({mark})" if mark else "")
+    low, high = two_level_bootstrap(baseline, system, metric, n_samples=bootstrap)
+    welch = welch_p(base_scores, own.scores)
+    significant = welch is not None and welch < SIGNIFICANCE_LEVEL
+    verdict = "better" if significant and low > 0 else "worse" if significant and high < 0 else "none shown"
+    return {
+        "spread": spread,
+        "p": cell,
+        "aso": aso,
+        "delta": f"{difference:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]",
+        "welch": "–" if welch is None else f"{welch:.4f}",
+        "verdict": verdict,
+    }
+
+
+def seed_level_cell(cells: dict[str, str]) -> str:
+    """The seed-level summary of :func:`seed_cells` in one cell: ``Δ [CI]; p <Welch>`` (``–`` for the baseline)."""
+    if cells["delta"] == "–":
+        return "–"
+    return f"{cells['delta']}; p {cells['welch']}" + (f" ({cells['verdict']})" if cells["verdict"] in ("better", "worse") else "")
+
+
+SEED_LEVEL_CAPTION = (
+    " Δ [95 % CI]; p (seed level): the mean difference over seeds with the percentile interval of a two-level bootstrap (seeds, "
+    "then the sentences of each drawn run) and Welch's t-test over the per-seed scores (– with fewer than two seeds a side); "
+    "(better) / (worse) when p < 0.05 and the interval excludes 0."
+)
 
 
 def statistics_caption(baseline: str, bootstrap: int, shuffles: int, one_seed: bool = False, metric: str = "BLEU") -> str:
@@ -331,12 +607,14 @@ def statistics_caption(baseline: str, bootstrap: int, shuffles: int, one_seed: b
     one = " With one seed it is the ordinary paired test of that seed's outputs." if one_seed else ""
     return (
         f"s_sel / s_opt (Clark et al. 2011): the test-set standard deviation (bootstrap, {bootstrap} resamples of the test "
-        f"sentences, averaged over seeds) and the standard deviation over seeds. p vs {baseline}: approximate randomization "
+        f"sentences, averaged over seeds) and the standard deviation over seeds. p vs {baseline}, AR (test-set variance only): approximate randomization "
         f"({shuffles} shuffles, two-sided) stratified over seed pairs -- sentence swaps only between seed k of the system and "
-        f"seed k of {baseline}, the mean {metric} over seeds as statistic (MultEval's test); * = p < 0.05, with the direction.{one} "
-        f"ASO ε_min vs {baseline} (three seeds or more): Almost Stochastic Order of the per-seed {metric} (Dror et al. 2019; 1000 "
-        f"bootstrap iterations, confidence 0.95) -- below 0.5 the system is almost stochastically better than {baseline}, 0 "
-        f"better at every quantile, 1 worse."
+        f"seed k of {baseline}, the mean {metric} over seeds as statistic (MultEval's test); it holds every trained model fixed, so it "
+        f"does not see seed noise; * = p < 0.05, with the direction.{one} "
+        f"ASO ε_min (three seeds or more): Almost Stochastic Order of the per-seed {metric} (Dror et al. 2019; 1000 "
+        f"bootstrap iterations, confidence 0.95), an upper bound on the share of quantiles where the first system falls behind, given both "
+        f"ways: system ≻ {baseline} / {baseline} ≻ system. Below {ASO_THRESHOLD} (deepsig's threshold) that direction holds: (better) or "
+        f"(worse); values near 1 both ways mean no evidence either way, not \"worse\" (two identical systems give 1.00 / 1.00 with three seeds)."
     )
 
 

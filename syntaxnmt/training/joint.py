@@ -45,7 +45,7 @@ from syntaxnmt.training.loop import Progress
 from syntaxnmt.training.objectives import training_objectives
 from syntaxnmt.training.optim import build_optimizer
 from syntaxnmt.training.step import accumulate, apply_gradients, forward_loss, skip_nonfinite
-from syntaxnmt.training.train import Run, set_matmul_precision, start, tensorboard_writer, validate_and_record
+from syntaxnmt.training.train import Run, set_matmul_precision, start, tensorboard_writer, validate_and_record, work_dir_lock
 
 DIRECTIONS = ("forward", "reverse")
 _SWAP = (("train_src", "train_tgt"), ("dev_src", "dev_tgt"), ("src_lang", "tgt_lang"))
@@ -140,7 +140,7 @@ class JointModels:
 
     def resume(self) -> None:
         for k, (run, model, (opt, sched)) in enumerate(zip(self.runs, self.models, self.optimizers)):
-            self.progresses[k], rng = run.restore(model, opt, sched)
+            self.progresses[k], rng = run.restore(model, opt, sched, self.log)
         loop.set_rng_state(rng)
         self.log(f"resumed {self.runs[0].work} and {self.runs[1].work} at update {self.progress.step}")
 
@@ -172,7 +172,13 @@ class JointModels:
 
 
 def train_joint(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
-    """Train both directions of ``cfg`` jointly (preparing its corpus first if needed); returns the progress."""
+    """Train both directions of ``cfg`` jointly (preparing its corpus first if needed) holding the
+    lock of its ``work_dir``; returns the progress."""
+    with work_dir_lock(cfg, log):
+        return _train_joint(cfg, resume, log)
+
+
+def _train_joint(cfg: Config, resume: bool, log) -> Progress:
     t = cfg.train
     if t.multitask.enabled:  # (found before any work; JointModels checks every objective's needs too)
         raise UserError("train.multitask trains one model: use `syntaxnmt train` (train-joint's reverse model reads no parsed source)")

@@ -10,7 +10,9 @@ the data order. The loop itself (budget, logging, validation cadence, signals) i
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Mapping
@@ -26,14 +28,14 @@ from syntaxnmt.cpu.calibration import prepare as prepare_cpu_kernels
 from syntaxnmt.cpu.machine import configure_threads, describe_threads, set_native_training
 from syntaxnmt.data.batches import Split, TokenBatchSampler, bucket_batches, collate, document_batches
 from syntaxnmt.data.documents import DocumentContext, document_context
-from syntaxnmt.data.prepare import check_tag_sets, is_prepared, load_split, load_tokenizers, prepare, tokenizer_assets
+from syntaxnmt.data.prepare import check_tag_sets, is_prepared, load_split, load_tokenizers, prepare, read_meta, tokenizer_assets, tokenizers_from_assets
 from syntaxnmt.decoding.averaging import keep_periodic
 from syntaxnmt.decoding.translate import translate_ids
 from syntaxnmt.errors import UserError
 from syntaxnmt.metrics import corpus_bleu
 from syntaxnmt.model import build_model
 from syntaxnmt.runtime import keep_freed_memory, resolve_device
-from syntaxnmt.textio import read_lines, remove_stale_temporaries, write_lines
+from syntaxnmt.textio import LOCK_FILE, folder_lock, read_lines, remove_stale_temporaries, write_lines
 from syntaxnmt.training import loop
 from syntaxnmt.training.cuda_graphs import GraphedStep
 from syntaxnmt.training.distributed import World, barrier, device_for, init_world, shutdown
@@ -135,6 +137,72 @@ def changed_model_keys(stored: Mapping, cfg: Config) -> list[tuple[str, object, 
     return [(k, old[k], v) for k, v in new.items() if k in old and old[k] != v and k not in RESUMABLE_MODEL_KEYS]
 
 
+def _pieces(tok) -> list[str]:
+    return [tok.id_to_piece(i) for i in range(len(tok))]
+
+
+def changed_tokenizers(cfg: Config, stored: Mapping | None, current: Mapping | None) -> list[str]:
+    """What differs between the tokenizers a checkpoint stores (``stored``, its ``assets``) and
+    ``current`` (:func:`~syntaxnmt.data.prepare.tokenizer_assets` of the prepared corpus): "the
+    source vocabulary (N of M piece ids differ)", "the target vocabulary", "the tag vocabulary".
+    The pieces are compared, not the model files' bytes. Empty when either is unknown (an older checkpoint)."""
+    if not stored or not current or all(stored.get(k) == current.get(k) for k in ("spm_src", "spm_tgt", "tags")):
+        return []
+    try:
+        old = tokenizers_from_assets(cfg, stored)
+    except (UserError, RuntimeError, ValueError, OSError) as e:  # another kind of vocabulary (words, not SentencePiece), or damaged
+        return [f"the stored tokenizers, which this run cannot read ({str(e).splitlines()[0] if str(e) else type(e).__name__})"]
+    new = tokenizers_from_assets(cfg, current)
+    found = []
+    for side, a, b in (("source", old.src, new.src), ("target", old.tgt, new.tgt)):
+        pa, pb = _pieces(a), _pieces(b)
+        if pa != pb:
+            differ = sum(x != y for x, y in zip(pa, pb)) + abs(len(pa) - len(pb))
+            found.append(f"the {side} vocabulary ({differ} of {max(len(pa), len(pb))} piece ids differ)")
+    if (stored.get("tags") or None) != (current.get("tags") or None):
+        found.append("the tag vocabulary")
+    return found
+
+
+def changed_inputs(stored: Mapping | None, current: Mapping | None) -> list[str]:
+    """The ``data.*`` input files whose SHA-256 differs between a checkpoint's record and the prepared corpus's."""
+    if not stored or not current:
+        return []
+    return [f"data.{k}" for k in sorted(set(stored) | set(current)) if stored.get(k) != current.get(k)]
+
+
+OPTIMIZER_KEYS = (("lr", "lr"), ("adam_betas", "betas"), ("adam_eps", "eps"), ("weight_decay", "weight_decay"))
+"""``train`` keys an optimizer's saved state holds (``param_groups``): loading it would override the config's values."""
+
+
+def apply_optimizer_options(opt, sched, t: TrainConfig) -> list[str]:
+    """After a resumed optimizer and schedule are loaded: apply the config's ``train.lr`` (the
+    peak of the schedule, Vaswani et al. 2017 Eq. 3, from this update on), ``adam_betas``,
+    ``adam_eps`` and ``weight_decay`` where they differ from the saved ones, which loading had
+    put back. Returns "train.KEY OLD -> NEW" for each one applied."""
+    changed = []
+    for key, name in OPTIMIZER_KEYS[1:]:
+        new = tuple(getattr(t, key)) if key == "adam_betas" else getattr(t, key)
+        old = opt.param_groups[0][name]
+        if (tuple(old) if key == "adam_betas" else old) != new:
+            changed.append(f"train.{key} {old} -> {new}")
+            for group in opt.param_groups:
+                group[name] = new
+    if any(base != t.lr for base in sched.base_lrs):
+        changed.append(f"train.lr {sched.base_lrs[0]:g} -> {t.lr:g}")
+        sched.base_lrs = [t.lr] * len(opt.param_groups)
+        for group, factor in zip(opt.param_groups, sched.lr_lambdas):
+            group["initial_lr"], group["lr"] = t.lr, t.lr * factor(sched.last_epoch)
+        sched._last_lr = [group["lr"] for group in opt.param_groups]
+    return changed
+
+
+RUN_FILES = dict.fromkeys(("last.pt", "best.pt", "config.yaml", "dev.hyp", "data", "tensorboard", "checkpoints", "averaged.pt", LOCK_FILE))
+"""What a training run writes in its ``work_dir`` (:data:`syntaxnmt.textio.Owned`): the checkpoints,
+its config, the dev translations, the prepared corpus (``data/`` by default), TensorBoard's
+events, the periodic checkpoints, ``average-checkpoints``' default output and the lock."""
+
+
 class Run:
     """The files of one model's run in ``work_dir``: ``last.pt``, ``best.pt``, ``config.yaml``."""
 
@@ -143,6 +211,8 @@ class Run:
         self.work = Path(cfg.work_dir)
         self.last, self.best = self.work / "last.pt", self.work / "best.pt"
         self.assets = assets  # the tokenizers, stored in every checkpoint (prepare.tokenizer_assets)
+        meta = read_meta(cfg.prepared_dir) if assets is not None else None
+        self.inputs = meta.get("inputs") if meta else None  # the corpus files' SHA-256, stored too: a resume names what changed
         # the CPU kernel choice of the run (cpu.calibration.prepare's record), stored in every checkpoint
         # and read back by restore: a resumed run computes with the same kernels (exact resume)
         self.cpu_kernels: dict | None = None
@@ -157,6 +227,8 @@ class Run:
         state = {"config": self.cfg.model_dump(mode="json"), "model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "progress": asdict(prog), "rng": loop.rng_state()}
         if self.assets is not None:
             state["assets"] = self.assets
+        if self.inputs is not None:
+            state["data_inputs"] = self.inputs
         if self.cpu_kernels is not None:
             state["cpu_kernels"] = self.cpu_kernels
         save_checkpoint(self.last, state)
@@ -165,10 +237,12 @@ class Run:
         if periodic and self.cfg.train.keep_checkpoints:
             keep_periodic(self.work, state, prog.step, self.cfg.train.keep_checkpoints)
 
-    def restore(self, model, opt, sched) -> tuple[Progress, dict]:
+    def restore(self, model, opt, sched, log: Callable = lambda _: None) -> tuple[Progress, dict]:
         """Load ``last.pt`` into the model and optimizer; returns the progress and the RNG state
         (and keeps the run's CPU kernel choice in :attr:`cpu_kernels`). A config whose model differs from the run's (a changed size or head count) is refused,
-        naming the keys, before any weight is loaded."""
+        naming the keys, before any weight is loaded; so is a prepared corpus whose vocabulary is
+        not the run's (its weights belong to other piece ids), naming the vocabulary and the
+        changed input files. The config's optimizer settings are applied (:func:`apply_optimizer_options`, logged)."""
         state = load_model_checkpoint(self.last)
         missing = [k for k in ("optimizer", "scheduler", "progress", "rng") if k not in state]
         if missing:
@@ -177,9 +251,16 @@ class Run:
         if changed:
             shown = "; ".join(f"model.{key} {old} in the run, {new} in the config" for key, old, new in changed[:3])
             raise UserError(f"{self.last}: --resume continues a run with the model it was trained with, but the config changes it ({shown}): restore those values (the run's config is {self.work / 'config.yaml'}) or choose another work_dir")
+        vocab = changed_tokenizers(self.cfg, state.get("assets"), self.assets)
+        if vocab:
+            files = changed_inputs(state.get("data_inputs"), self.inputs)
+            why = f" ({', '.join(files)} changed since the run began)" if files else ""
+            raise UserError(f"{self.last}: --resume continues a run with the vocabulary it was trained with, but the prepared corpus has another: {' and '.join(vocab)}{why}; restore the run's corpus, or train anew in another work_dir")
         load_weights(model, state["model"], self.last, "the model of this config (--resume continues a run with the model it was trained with)")
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
+        for change in apply_optimizer_options(opt, sched, self.cfg.train):
+            log(f"{change}: applied on resume from update {state['progress'].get('step', 0)}")
         self.cpu_kernels = state.get("cpu_kernels")
         return Progress(**state["progress"]), state["rng"]
 
@@ -227,7 +308,7 @@ class SingleModel:
         return self.progress.bad_validations
 
     def resume(self) -> None:
-        self.progress, rng = self.run.restore(self.raw, self.opt, self.sched)
+        self.progress, rng = self.run.restore(self.raw, self.opt, self.sched, self.log)
         loop.set_rng_state(rng)
         p = self.progress
         self.log(f"resumed {self.run.last} at update {p.step} (epoch {p.epoch}, batch {p.batch_pos})")
@@ -270,7 +351,7 @@ def set_matmul_precision(t: TrainConfig, device: torch.device) -> None:
 def start(cfg: Config, resume: bool, log: Callable) -> bool:
     """Check the run folder and decide whether to resume; seed and set threads."""
     run = Run(cfg)
-    for tmp in remove_stale_temporaries(run.work):
+    for tmp in remove_stale_temporaries(run.work, recursive=True):  # checkpoints/ too: a kill during a periodic write
         log(f"removed {tmp}, left by an interrupted write")
     if run.last.exists() and not resume:
         raise UserError(f"{run.last} exists: pass --resume to continue that run, or choose another work_dir")
@@ -292,11 +373,17 @@ def tensorboard_writer(cfg: Config, enabled: bool = True, log: Callable = tqdm.w
     return EventLog(Path(cfg.work_dir) / "tensorboard", log)
 
 
-def init_weights(model: torch.nn.Module, path: str, log) -> None:
+def init_weights(model: torch.nn.Module, path: str, log, cfg: Config | None = None, assets: Mapping | None = None) -> None:
     """Start ``model`` from the weights of the checkpoint at ``path`` (``train.init_from``): every
     parameter the checkpoint holds must fit; the others (e.g. the HAN block of a context model
-    fine-tuned from a sentence-level one, Miculicich et al. 2018 Sec. 3) keep their initialization."""
-    state = load_model_checkpoint(path)["model"]
+    fine-tuned from a sentence-level one, Miculicich et al. 2018 Sec. 3) keep their initialization.
+    With ``assets`` (this run's tokenizers) the checkpoint's must have the same pieces: embedding
+    rows of the same count may belong to other pieces."""
+    checkpoint = load_model_checkpoint(path)
+    vocab = changed_tokenizers(cfg, checkpoint.get("assets"), assets) if cfg is not None else []
+    if vocab:
+        raise UserError(f"train.init_from {path}: its tokenizers are not this run's: {' and '.join(vocab)}; its embedding rows would belong to other pieces (prepare this corpus with the checkpoint's vocabulary, or train from scratch)")
+    state = checkpoint["model"]
     own = model.state_dict()
     unknown = [k for k in state if k not in own]
     wrong = [k for k in state if k in own and own[k].shape != state[k].shape]
@@ -308,8 +395,23 @@ def init_weights(model: torch.nn.Module, path: str, log) -> None:
     log(f"initialized from {path}" + (f" ({len(missing)} parameters new, e.g. {missing[0]})" if missing else ""))
 
 
+def work_dir_lock(cfg: Config, log: Callable) -> contextlib.AbstractContextManager:
+    """The exclusive lock of ``work_dir`` (:func:`~syntaxnmt.textio.folder_lock`): one training
+    run writes a run folder at a time -- a second ``train`` on it is a :class:`UserError` naming
+    the holder. Taken by the first rank only (torchrun's other ranks train the same run)."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return contextlib.nullcontext()
+    return folder_lock(cfg.work_dir, "work_dir", log)
+
+
 def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
-    """Train ``cfg`` (preparing its corpus first if needed); returns the final progress."""
+    """Train ``cfg`` (preparing its corpus first if needed) holding the lock of its ``work_dir``;
+    returns the final progress."""
+    with work_dir_lock(cfg, log):
+        return _train(cfg, resume, log)
+
+
+def _train(cfg: Config, resume: bool, log) -> Progress:
     t = cfg.train
     resume = start(cfg, resume, log)
     world = init_world(t.device)
@@ -326,7 +428,7 @@ def train(cfg: Config, resume: bool = False, log=tqdm.write) -> Progress:
     if resume:
         task.resume()
     elif t.init_from:
-        init_weights(task.raw, t.init_from, log)
+        init_weights(task.raw, t.init_from, log, cfg, task.run.assets)
     if world.is_main:
         task.run.work.mkdir(parents=True, exist_ok=True)
         cfg.save(task.run.work / "config.yaml")

@@ -312,3 +312,4 @@ def test_the_synthetic_command_writes_the_discourse_corpus(tmp_path, capsys):
     assert (tmp_path / "d" / "contrastive.json").is_file()
     code, _, err = run_cli(capsys, "synthetic", "--documents", "-o", tmp_path / "e", "--test", 3)
     assert_one_line_error(code, err, "--test 3", "even number")
+    assert not (tmp_path / "e").exists()  # refused before the folder is made

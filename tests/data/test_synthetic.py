@@ -316,7 +316,7 @@ def test_synthetic_command_writes_the_corpus(capsys, tmp_path):
     assert err.startswith(f"wrote the synthetic corpus (train 40, dev 6, test 5 sentence pairs, seed 3) to {tmp_path / 'cli'}")
     expected = write_corpus(tmp_path / "py", 40, 6, 5, seed=3)
     names = sorted(p.name for paths in expected.values() for p in paths.values())
-    assert sorted(p.name for p in (tmp_path / "cli").iterdir()) == names == sorted(f"{s}.{k}" for s in ("train", "dev", "test") for k in ("src", "tgt", "conllu", "align"))
+    assert sorted(p.name for p in (tmp_path / "cli").iterdir() if p.name != ".syntaxnmt-synthetic") == names == sorted(f"{s}.{k}" for s in ("train", "dev", "test") for k in ("src", "tgt", "conllu", "align"))
     for name in names:
         assert (tmp_path / "cli" / name).read_bytes() == (tmp_path / "py" / name).read_bytes(), name
     assert len((tmp_path / "cli" / "dev.src").read_text(encoding="utf-8").splitlines()) == 6
@@ -325,3 +325,26 @@ def test_synthetic_command_writes_the_corpus(capsys, tmp_path):
     assert not (tmp_path / "bad").exists()
     code, _, err = run_cli(capsys, "synthetic", "-o", tmp_path / "x", "--data.annotate=spacy")
     assert_one_line_error(code, err, "unexpected arguments")
+
+
+def test_synthetic_refuses_a_folder_of_the_users_files_unless_forced(capsys, tmp_path):
+    """Issues 49 and 51: ``synthetic -o DIR`` wrote over the user's ``train.src``/``train.tgt``
+    and exited 0. A folder it did not write (no marker) that holds files is refused in one line
+    listing them; ``--force`` writes anyway; a folder it wrote (marked) is rewritten freely."""
+    from test_cli import assert_one_line_error, run_cli
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "train.src").write_text("my source\n")
+    (mine / "train.tgt").write_text("my target\n")
+    small = ("--train", "10", "--dev", "2", "--test", "2")
+    code, _, err = run_cli(capsys, "synthetic", "-o", mine, *small)
+    assert_one_line_error(code, err, f"{mine}: holds files `syntaxnmt synthetic` did not write (train.src, train.tgt)")
+    assert (mine / "train.src").read_text() == "my source\n" and sorted(p.name for p in mine.iterdir()) == ["train.src", "train.tgt"]
+    code, _, err = run_cli(capsys, "synthetic", "-o", mine, *small, "--force")
+    assert code == 0 and (mine / "train.src").read_text() != "my source\n", err
+    ours = tmp_path / "ours"
+    for seed in ("1", "2"):  # its own folder: written again without --force
+        code, _, err = run_cli(capsys, "synthetic", "-o", ours, *small, "--seed", seed)
+        assert code == 0, err
+    assert (ours / ".syntaxnmt-synthetic").is_file() and (ours / "train.src").read_text() == write_corpus(tmp_path / "py", 10, 2, 2, seed=2)["train"]["src"].read_text()

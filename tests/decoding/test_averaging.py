@@ -121,3 +121,14 @@ def test_checkpoints_of_different_model_configs_are_refused_naming_the_key(make_
         code = e.code
     assert_one_line_error(code, capsys.readouterr().err, str(other), "not the same model")
     assert not (tmp_path / "avg.pt").exists()
+
+
+def test_the_average_never_replaces_one_of_its_inputs(tmp_path):
+    """Issue 49: ``average-checkpoints -o`` onto one of its inputs (with a CONFIG too: a periodic
+    checkpoint) replaced it; refused before any checkpoint is read."""
+    inputs = [tmp_path / "step-00000006.pt", tmp_path / "step-00000012.pt"]
+    for p in inputs:
+        p.write_bytes(b"weights")
+    with pytest.raises(UserError, match=r"step-00000012.pt: -o is also an input"):
+        average_checkpoints(inputs, tmp_path / "." / "step-00000012.pt")
+    assert all(p.read_bytes() == b"weights" for p in inputs)

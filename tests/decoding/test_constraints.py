@@ -273,7 +273,7 @@ def _syntax_model_and_batch():
 def test_a_han_model_meets_its_constraints_with_its_document_context():
     """A (random) HAN Transformer reading the encoder states of the previous sentences, gathered
     as the document translation does (:class:`~syntaxnmt.decoding.translate.DocumentStates`)."""
-    from syntaxnmt.decoding.translate import DocumentStates
+    from syntaxnmt.decoding.documents import DocumentStates
     from syntaxnmt.model.transformer import Transformer
 
     torch.manual_seed(8)
@@ -387,3 +387,26 @@ def test_a_constraints_file_has_one_line_per_input_line(tmp_path):
         read_constraint_lines(path, 4)
     with pytest.raises(UserError, match="none.txt: constraints file not found"):
         read_constraint_lines(tmp_path / "none.txt")
+
+
+def test_the_pieces_that_continue_a_word(tmp_path):
+    """What may not follow a completed phrase (:class:`BatchConstraints`): pieces without the word
+    boundary that hold a letter or digit; not those starting a word, punctuation, or the specials."""
+    import numpy as np
+
+    from syntaxnmt.data.subwords import Tokenizer, train_sentencepiece
+    from syntaxnmt.decoding.constraints import BatchConstraints, continuing_pieces
+
+    lines = [" ".join(np.random.default_rng(i).choice("hund hunde hunden katze katzen , . !".split(), 6)) + "." for i in range(200)]
+    tok = Tokenizer(train_sentencepiece(lines, tmp_path / "spm.model", vocab_size=40), "de")
+    cont = continuing_pieces(tok)
+    pieces = [tok.sp.id_to_piece(i) for i in range(len(tok))]
+    assert len(cont) == len(pieces)
+    for i, p in enumerate(pieces):
+        expected = not p.startswith("\u2581") and any(c.isalnum() for c in p) and not tok.sp.is_control(i) and not tok.sp.is_unknown(i)
+        assert bool(cont[i]) == expected, p
+    assert cont.any() and not cont[[0, 1, 2, 3]].any()  # pad, unk, bos, eos
+    assert any(p.startswith("\u2581") for p in pieces) and any(p in (".", ",", "!") and not cont[i] for i, p in enumerate(pieces))
+    batch = BatchConstraints([[[5]], None, [[6, 7]]], cont)
+    sub = batch.subset([2, 0])
+    assert sub == [[[6, 7]], [[5]]] and sub.continuing is cont

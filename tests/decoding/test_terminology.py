@@ -84,3 +84,80 @@ def test_seeding_from_a_lexical_table(tmp_path):
         seed_from_lexicon(_write(tmp_path / "bad.tsv", "a\tb\t0.5\t1\na\tb\tlikely\n"), 0.5)
     with pytest.raises(UserError, match="lexical table not found"):
         seed_from_lexicon(tmp_path / "none.tsv", 0.5)
+
+
+# ---------------------------------------------------------------- terminology test sets and term accuracy (issue 52)
+
+from test_cli import assert_one_line_error, run_cli  # noqa: E402
+
+from syntaxnmt.decoding.terminology import build_term_set, content_dictionary, eval_words, term_accuracy  # noqa: E402
+
+# A hand-made lexicon table (f, e, P(e|f), c(f,e)): "Dog" and "dog" pool their links; "the" is
+# the most linked source word (a function word); "on" is too short, "3" not alphabetic.
+TABLE = """\
+the\tdie\t0.400000\t40
+the\tder\t0.350000\t35
+dog\tHund\t0.700000\t7
+dog\tdem\t0.300000\t3
+Dog\tHund\t1.000000\t3
+ball\tBall\t0.900000\t9
+ball\tball\t0.100000\t1
+man\tMann\t0.450000\t9
+man\tmann\t0.100000\t2
+on\tauf\t0.900000\t18
+3\tdrei\t1.000000\t9
+park\tPark\t0.500000\t4
+"""
+
+
+def test_the_content_dictionary_pools_case_and_keeps_content_words_above_the_thresholds(tmp_path):
+    table = _write(tmp_path / "lex.tsv", TABLE)
+    # links c(f): the 100, on 20, man 20, dog 10 + Dog 3, ball 10, 3 9, park 8
+    # dog: (7 + 3) / 13 = 0.77 hund; ball: 10 / 10 ball; man: 11 / 20 = 0.55 mann; park: 4 / 8, 4 links (< 5)
+    assert content_dictionary(table, threshold=0.5, min_count=5, skip_frequent=1) == {"ball": "ball", "dog": "hund", "man": "mann"}
+    assert content_dictionary(table, threshold=0.6, min_count=4, skip_frequent=1) == {"ball": "ball", "dog": "hund"}
+    assert content_dictionary(table, threshold=0.5, min_count=4, skip_frequent=0) == {"ball": "ball", "dog": "hund", "man": "mann", "park": "park"}
+    assert content_dictionary(table, threshold=0.3, min_count=1, skip_frequent=0)["the"] == "die"  # 0.4: why the most linked words are left out
+    assert content_dictionary(table, threshold=0.5, min_count=1, skip_frequent=3) == {"ball": "ball", "dog": "hund", "park": "park"}  # the, man, on: the most linked
+
+
+def test_a_term_set_keeps_the_terms_the_reference_has_as_it_writes_them(tmp_path):
+    dictionary = {"dog": "hund", "ball": "ball", "man": "mann", "red ball": "roter ball"}
+    sources = ["A dog plays with a ball.", "The man and the dog.", "Nothing here.", "A dog, a dog and a red ball!"]
+    refs = ["Ein Hund spielt mit einem Ball.", "Der Mann und die Katze.", "Hier nichts.", "Ein Hund, noch ein Hund und ein roter Ball!"]
+    assert build_term_set(dictionary, sources, refs) == [["Hund", "Ball"], ["Mann"], [], ["Hund", "Hund", "roter Ball"]]
+    assert eval_words("Ein Hund, noch ein HUND!") == ["ein", "hund", ",", "noch", "ein", "hund", "!"]
+
+
+def test_term_accuracy_counts_every_required_occurrence_once():
+    terms = [["Hund", "Ball"], ["Mann"], [], ["Hund", "Hund", "roter Ball"]]
+    hyps = ["Ein hund spielt mit dem Bälle.", "Der Mannschaft.", "x", "Ein Hund, ein roter Ball, ein Hund und ein Hund."]
+    assert term_accuracy(hyps, terms) == (1 + 0 + 0 + 3, 2 + 1 + 0 + 3)  # "Bälle", "Mannschaft": not the terms; a third Hund counts nothing
+    with pytest.raises(UserError, match="2 output lines for 4 lines of terms"):
+        term_accuracy(hyps[:2], terms)
+
+
+def test_terminology_commands_seed_build_and_evaluate(tmp_path, capsys):
+    """``terminology --from-lexicon``, ``terminology-set`` and ``evaluate-terms`` on hand-made files."""
+    table = _write(tmp_path / "lex.tsv", TABLE)
+    code, out, err = run_cli(capsys, "terminology", "--from-lexicon", table, "--threshold", "0.6", "-o", tmp_path / "dict.tsv")
+    assert code == 0, err
+    assert (tmp_path / "dict.tsv").read_text() == "3\tdrei\nDog\tHund\nball\tBall\ndog\tHund\non\tauf\n"
+    src = _write(tmp_path / "test.en", "A dog plays with a ball.\nThe man and the dog.\nNothing here.\n")
+    ref = _write(tmp_path / "test.de", "Ein Hund spielt mit einem Ball.\nDer Mann und die Katze.\nHier nichts.\n")
+    code, out, err = run_cli(capsys, "terminology-set", "--lexicon", table, "--src", src, "--ref", ref, "-o", tmp_path / "set", "--skip-frequent", "1")
+    assert code == 0, err
+    assert "3 terms in terms.tsv; 2 of 3 lines with a term, 3 term occurrences" in out
+    assert (tmp_path / "set" / "terms.tsv").read_text() == "ball\tball\ndog\thund\nman\tmann\n"
+    assert (tmp_path / "set" / "constraints.txt").read_text() == "Hund\tBall\nMann\n\n"
+    plain = _write(tmp_path / "plain.de", "Ein Hund spielt mit einem Spielzeug.\nDer Kerl und die Katze.\nHier nichts.\n")
+    code, out, err = run_cli(capsys, "evaluate-terms", "--ref", ref, "--constraints", tmp_path / "set" / "constraints.txt", "--hyp", f"plain={plain}", f"reference={ref}")
+    assert code == 0, err
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:3]}
+    assert rows["plain"][2:5] == ["33.33", "%", "(1/3)"] and rows["reference"][1:5] == ["100.00", "100.00", "%", "(3/3)"]
+    assert "nrefs:1" in out.splitlines()[-1]
+    code, _, err = run_cli(capsys, "evaluate-terms", "--ref", ref, "--constraints", tmp_path / "set" / "constraints.txt", "--hyp", "plain")
+    assert_one_line_error(code, err, "--hyp plain: give NAME=FILE")
+    _write(tmp_path / "short.de", "x\n")
+    code, _, err = run_cli(capsys, "evaluate-terms", "--ref", ref, "--constraints", tmp_path / "set" / "constraints.txt", "--hyp", f"s={tmp_path / 'short.de'}")
+    assert_one_line_error(code, err, "short.de: 1 lines for 3 references")

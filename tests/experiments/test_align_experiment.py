@@ -47,7 +47,7 @@ def _rows(markdown: str) -> dict[str, list[str]]:
     rows = {}
     for line in markdown.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("|") and len(cells) == 15 and not set(cells[0]) <= {"-"}:
+        if line.startswith("|") and len(cells) == 17 and not set(cells[0]) <= {"-"}:
             rows[cells[0]] = cells
     return rows
 
@@ -102,6 +102,11 @@ def test_align_experiment_with_seeds_gives_mean_sd_and_seed_aware_tests(corpus, 
     assert 0.0 < float(rows["coverage"][6].split()[0]) <= 1.0 and 0.0 < float(rows["coverage"][12].split()[0]) <= 1.0
     assert re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", rows["plain + coverage penalty"][4])
     assert "Seeds: 1, 2" in text and "stratified over seed pairs" in text
+    # The seed-level cells: mean difference over seeds [two-level bootstrap CI]; Welch's p over the two seeds.
+    assert rows["plain"][15] == rows["plain"][16] == "–"
+    seed_level = r"[+-]\d+\.\d+ \[[+-]\d+\.\d+, [+-]\d+\.\d+\]; p (\d\.\d{4}|–)( \((better|worse)\))?"
+    assert re.fullmatch(seed_level, rows["coverage"][15]) and re.fullmatch(seed_level, rows["coverage"][16]), rows["coverage"][15:]
+    assert "two-level bootstrap" in text
 
 
 def test_a_decode_variant_of_an_unknown_system_is_a_one_line_error(corpus, tmp_path, capsys):

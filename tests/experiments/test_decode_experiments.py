@@ -16,7 +16,7 @@ from conftest import deep_merge, tiny_tree
 
 from syntaxnmt.cli import main
 from syntaxnmt.experiments.runner import run_set
-from syntaxnmt.metrics import bleu_statistics, score, stratified_approximate_randomization
+from syntaxnmt.metrics import bleu_statistics, score, stratified_approximate_randomization, two_level_bootstrap
 from syntaxnmt.textio import read_lines, write_lines
 
 torch.set_num_threads(1)
@@ -80,6 +80,10 @@ def test_a_decoding_set_tabulates_every_row(corpus, tmp_path):
     assert float(cells["each seed"][6].split()[0]) == pytest.approx(p, abs=5e-5)
     assert cells["each seed"][7] == "–" and cells["plain"][6] == cells["plain"][8] == "–"  # ASO: 3 seeds per row; the first row is the reference
     assert cells["each seed"][8] != "–"
+    # The seed-level cell: Δ over seeds [two-level bootstrap CI]; Welch's p (the first row's one output paired with each seed).
+    assert cells["plain"][12] == "– |"
+    low, high = two_level_bootstrap([first, first], [bleu_statistics(h, [ref]) for h in per_seed], n_samples=1000)  # the decoding set's default bootstrap
+    assert cells["each seed"][12].startswith(f"{statistics.mean(bleus) - score(plain, [ref], force=True).bleu:+.2f} [{low:+.2f}, {high:+.2f}]; p ")
     copied = [read_lines(tmp_path / "runs" / f"word-seed{s}" / "test.tiny-decoding.each-seed-copied.hyp") for s in (1, 2)]
     unk = sum(h.split().count("<unk>") for hyps in per_seed for h in hyps)
     assert unk > 0 and cells["each seed"][9] == str(unk) and cells["each seed, copied"][10].endswith(f"/ {unk}")

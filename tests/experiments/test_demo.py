@@ -6,10 +6,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from test_cli import run_cli
 
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.data.synthetic import write_corpus
+from syntaxnmt.errors import UserError
+from syntaxnmt.experiments.demo import MARKER, WRITTEN_BY, refuse_to_remove
+from syntaxnmt.textio import write_marker
 
 TINY = ["--model.d_model=32", "--model.heads=2", "--model.ffn_dim=64", "--model.enc_layers=1", "--model.dec_layers=1", "--train.threads=1", "--train.tensorboard=false", "--decode.beam_size=2"]
 WARNING = re.compile(
@@ -33,6 +37,7 @@ def test_demo_on_a_slow_machine_prints_a_bleu_warns_and_a_rerun_says_it_is_finis
     scores again."""
     directory = tmp_path / "demo"
     write_corpus(directory / "corpus", n_train=300, n_dev=20, n_test=10, seed=1)  # the demo reuses a corpus it finds
+    write_marker(directory, MARKER, WRITTEN_BY)  # in its own folder
     for run in range(2):
         out, warnings = _demo(capsys, directory, "--minutes", "0.001")
         assert "test (10 sentences, beam 2): BLEU = " in out, out
@@ -46,6 +51,10 @@ def test_demo_on_a_slow_machine_prints_a_bleu_warns_and_a_rerun_says_it_is_finis
         assert trained == steps.group(1) and where == str(directory) and int(minutes) >= 1
     assert len((directory / "test.hyp").read_text(encoding="utf-8").splitlines()) == 10
     assert Path(directory / "run" / "best.pt").is_file()
+    refuse_to_remove(directory)  # --fresh takes every entry of a demo's folder for its own (issue 49)...
+    (directory / "run" / "NOTES.md").write_text("mine")
+    with pytest.raises(UserError, match=r"demo: holds what `syntaxnmt demo` did not write \(run/NOTES.md\)"):
+        refuse_to_remove(directory)  # ... and no file a user put in it
 
 
 def test_a_run_stopped_early_is_not_trained_further_and_enough_updates_give_no_warning(tmp_path, capsys):
@@ -54,6 +63,7 @@ def test_a_run_stopped_early_is_not_trained_further_and_enough_updates_give_no_w
     gets no warning."""
     directory = tmp_path / "demo"
     write_corpus(directory / "corpus", n_train=300, n_dev=20, n_test=10, seed=1)
+    write_marker(directory, MARKER, WRITTEN_BY)
     fast = ["--train.warmup_steps=2", "--train.max_steps=3", "--train.valid_every=3"]
     out, warnings = _demo(capsys, directory, *fast)
     assert "stopped (max_steps) at update 3" in out and warnings == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -16,15 +17,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.stats
 import torch
 import yaml
 from conftest import deep_merge, parsed_data, tiny_tree
 
+from syntaxnmt.checkpoint import load_model_checkpoint
 from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.errors import UserError
+from syntaxnmt.experiments.budget import read_curve
 from syntaxnmt.experiments.runner import run_set
-from syntaxnmt.experiments.sets import ExperimentSet, load_set, make_table, markdown_table, read_set_file, write_section
-from syntaxnmt.metrics import aso_epsilon_min, bleu_statistics, score, selection_sd, stratified_approximate_randomization
+from syntaxnmt.experiments.scores import read_run_scores
+from syntaxnmt.experiments.sets import ExperimentSet, control_pairs, load_set, make_table, markdown_table, read_set_file, set_runs, write_section
+from syntaxnmt.metrics import aa_splits, aso_epsilon_min, bleu_statistics, minimum_detectable_difference, run_scores, score, selection_sd, stratified_approximate_randomization, two_level_bootstrap, welch_p
 from syntaxnmt.textio import read_lines, write_lines
 
 torch.set_num_threads(1)
@@ -212,19 +217,20 @@ def test_run_set_trains_translates_and_replaces_its_section(tiny_set, tmp_path):
     text = output.read_text(encoding="utf-8")
     assert _section_of(text, "tiny-syntax") == "\n" + section
     assert section.startswith("### Tiny syntax set\n\nTwo tiny configs.\n")
-    table = [line for line in section.splitlines() if line.startswith("|")]
-    assert len(table) == 4
-    assert table[0].startswith("| system | params | dev BLEU | tiny BLEU | tiny chrF | tiny s_sel / s_opt | p vs baseline (tiny) | ASO ε_min vs baseline (tiny) | p, sentence bootstrap (tiny) |")
-    base_row, linear_row = (line.split(" | ") for line in table[2:])
-    assert base_row[0] == "| baseline" and linear_row[0] == "| linear"
-    assert base_row[6] == base_row[8] == "–" and linear_row[6] != "–" and linear_row[8] != "–"
-    assert base_row[7] == linear_row[7] == "–"  # ASO needs three seeds
-    assert base_row[5].endswith(" / –")  # one seed: no s_opt
-    assert base_row[-1] == "1.00× |"
+    main, inference = _tables(section)
+    assert main[0] == ["system", "seeds", "params", "dev BLEU", "tiny BLEU", "tiny chrF", "updates", "train tok/s", "time/update (rel.)"]
+    base_row, linear_row = main[1:]
+    assert base_row[0] == "baseline" and linear_row[0] == "linear" and base_row[1] == "1"
+    assert base_row[-1] == "1.00×"
+    i_head, i_base, i_linear = inference
+    assert i_head[5:] == ["s_sel / s_opt", "p vs baseline, AR (test-set variance only)", "p vs baseline, sentence bootstrap (test-set variance only)"]
+    assert i_base[1:5] == ["–"] * 4 and i_base[6:] == ["–", "–"] and i_linear[6] != "–" and i_linear[7] != "–"
+    assert i_linear[2] == i_linear[3] == "–"  # one seed: no Welch test, no ASO
+    assert i_base[5].endswith(" / –")  # one seed: no s_opt
     # The params column counts the model's parameters (tied ones once); relation embeddings add some.
     n_params = {label: sum(p.numel() for p in load_model(runs / f"{label}-seed1" / "best.pt", torch.device("cpu"))[0].parameters()) for label in ("baseline", "linear")}
     assert n_params["baseline"] < n_params["linear"]
-    assert linear_row[1] == f"{n_params['linear'] / 1e6:.2f}M"
+    assert linear_row[2] == f"{n_params['linear'] / 1e6:.2f}M"
     # The stale section is replaced in place; the rest of the file is untouched.
     assert "Stale table" not in text
     assert text == f"# Results\n\nIntro text kept.\n\n<!-- results:tiny-syntax -->\n{section}<!-- /results:tiny-syntax -->\n\n{other}\nTrailing notes kept.\n"
@@ -232,8 +238,8 @@ def test_run_set_trains_translates_and_replaces_its_section(tiny_set, tmp_path):
     # BLEU in the table is sacreBLEU's on the hypothesis files.
     refs = read_lines(tmp_path / "test" / "t.ref")
     for row, label in ((base_row, "baseline"), (linear_row, "linear")):
-        assert row[3] == f"{score(read_lines(runs / f'{label}-seed1' / 'tiny.hyp'), [refs], force=True).bleu:.2f}"
-        assert row[2] == f"{json.loads((runs / f'{label}-seed1' / 'done.json').read_text())['best']:.2f}"  # dev BLEU
+        assert row[4] == f"{score(read_lines(runs / f'{label}-seed1' / 'tiny.hyp'), [refs], force=True).bleu:.2f}"
+        assert row[3] == f"{json.loads((runs / f'{label}-seed1' / 'done.json').read_text())['best']:.2f}"  # dev BLEU
 
     # A second call reuses the finished runs and their translations, and replaces the section.
     mtimes = {p: p.stat().st_mtime_ns for p in runs.rglob("*") if p.is_file()}
@@ -256,6 +262,9 @@ def test_run_set_trains_translates_and_replaces_its_section(tiny_set, tmp_path):
     assert (runs / "linear-seed1" / "tiny.hyp").is_file()
     assert (runs / "linear-seed1" / "best.pt").stat().st_mtime_ns == mtimes[runs / "linear-seed1" / "best.pt"]
     assert sum("translated tiny" in m for m in logs) == 1 and not any("training in" in m for m in logs)
+    # The scores file follows the new translation (it is rewritten, not left from the old one).
+    assert (runs / "linear-seed1" / "scores.json.gz").stat().st_mtime_ns != mtimes[runs / "linear-seed1" / "scores.json.gz"]
+    assert read_run_scores(runs / "linear-seed1" / "scores.json.gz")["tests"]["tiny"]["hyps"] == read_lines(runs / "linear-seed1" / "tiny.hyp")
 
 
 def _table_without_wall_clock(section: str) -> list[str]:
@@ -283,19 +292,18 @@ def test_run_set_with_jobs_gives_the_sequential_results(tiny_set, tmp_path):
             assert f"stopped (max_steps) at update {STEPS}" in log and f"[{label} seed {seed}] translated tiny" in log
             assert not (seq / "train.log").exists()
     assert _table_without_wall_clock(parallel) == _table_without_wall_clock(sequential)
-    assert len([line for line in parallel.splitlines() if line.startswith("| ")]) == 3
+    assert [len(t) for t in _tables(parallel)] == [3, 3]
     # A 2-seed set writes the seed-aware columns: s_opt is the sd of the seeds' BLEU on their
     # hypothesis files, the baseline has no p-values, the variant has both (ASO needs 3 seeds).
-    head, base_row, linear_row = _rows(sequential)
-    assert head[5:9] == ["tiny s_sel / s_opt", "p vs baseline (tiny)", "ASO ε_min vs baseline (tiny)", "p, sentence bootstrap (tiny)"]
+    (_, base_row, linear_row), (_, i_base, i_linear) = _tables(sequential)
     refs = read_lines(tmp_path / "test" / "t.ref")
-    for row, label in ((base_row, "baseline"), (linear_row, "linear")):
+    for row, i_row, label in ((base_row, i_base, "baseline"), (linear_row, i_linear, "linear")):
         bleus = [score(read_lines(runs / f"{label}-seq-seed{s}" / "tiny.hyp"), [refs], force=True).bleu for s in seeds]
-        assert row[3] == f"{statistics.mean(bleus):.2f} ± {statistics.stdev(bleus):.2f}"
-        assert row[5].split(" / ")[1] == f"{statistics.stdev(bleus):.2f}"
-        assert row[7] == "–"
-    assert base_row[6] == base_row[8] == "–"
-    assert 0.0 < float(linear_row[6].split()[0]) <= 1.0 and 0.0 < float(linear_row[8].split()[0]) <= 1.0
+        assert row[4] == f"{statistics.mean(bleus):.2f} ± {statistics.stdev(bleus):.2f}"
+        assert i_row[5].split(" / ")[1] == f"{statistics.stdev(bleus):.2f}"
+        assert i_row[3] == "–"
+    assert i_base[6] == i_base[7] == "–"
+    assert 0.0 < float(i_linear[6].split()[0]) <= 1.0 and 0.0 < float(i_linear[7].split()[0]) <= 1.0
     assert "Seeds: 1, 2." in sequential and "stratified over seed pairs" in sequential
     # The parent only collected the finished runs.
     assert sum("trained already" in m for m in logs) == 4 and not any("training in" in m for m in logs)
@@ -351,8 +359,7 @@ def test_run_set_with_a_tag_keeps_its_runs_apart(tiny_set, tmp_path):
     assert any("training in" in m and "baseline-small-seed1" in m for m in logs)
     text = output.read_text(encoding="utf-8")
     assert text.startswith("# Results\n")
-    table = [line for line in _section_of(text, "tiny-tagged").splitlines() if line.startswith("| ")]
-    assert [row.split(" | ")[0] for row in table] == ["| system", "| baseline"]
+    assert [row[0] for row in _rows(_section_of(text, "tiny-tagged"))] == ["system", "baseline"]
 
 
 def test_run_set_generates_the_synthetic_corpus(tmp_path, monkeypatch):
@@ -516,9 +523,22 @@ def _spec(tmp_path: Path, **extra) -> ExperimentSet:
     return ExperimentSet.model_validate(tree)
 
 
+def _tables(section: str) -> list[list[list[str]]]:
+    """The Markdown tables of a section: rows of cells (the separator lines left out)."""
+    tables: list[list[list[str]]] = []
+    current: list[list[str]] = []
+    for line in section.splitlines() + [""]:
+        if line.startswith("| "):
+            current.append([c.strip() for c in line.strip().strip("|").split("|")])
+        elif not line.startswith("|---") and current:
+            tables.append(current)
+            current = []
+    return tables
+
+
 def _rows(section: str) -> list[list[str]]:
-    lines = [line for line in section.splitlines() if line.startswith("| ")]
-    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
+    """The rows of a section's first table (the scores)."""
+    return _tables(section)[0]
 
 
 def test_make_table_two_seeds_mean_std_and_baseline_row(tmp_path):
@@ -528,33 +548,41 @@ def test_make_table_two_seeds_mean_std_and_baseline_row(tmp_path):
     systems = {"base": {1: REFS, 2: worse1}, "sys": {1: worse1, 2: worse2}}
     records = _fake_records(tmp_path, REFS, systems, {"base": 10.0, "sys": 25.0})
     section = make_table(spec, records, [1, 2])
-    rows = _rows(section)
-    head, base_row, sys_row = rows[0], rows[1], rows[2]
-    assert head == ["system", "params", "dev BLEU", "test BLEU", "test chrF", "test s_sel / s_opt", "p vs base (test)", "ASO ε_min vs base (test)", "p, sentence bootstrap (test)", "updates", "train tok/s", "time/update (rel.)"]
-    assert base_row[0] == "base" and sys_row[0] == "sys"
-    assert base_row[1] == "2.50M"
-    assert base_row[2] == "25.00 ± 7.07" and sys_row[2] == "40.00 ± 7.07"  # best dev BLEU of seeds 1 and 2
-    for row, label in ((base_row, "base"), (sys_row, "sys")):
-        bleus = [score(systems[label][s], [REFS], force=True).bleu for s in (1, 2)]
-        assert row[3] == f"{statistics.mean(bleus):.2f} ± {statistics.stdev(bleus):.2f}"
+    (head, base_row, sys_row), (i_head, i_base, i_sys) = _tables(section)
+    assert head == ["system", "seeds", "params", "dev BLEU", "test BLEU", "test chrF", "updates", "train tok/s", "time/update (rel.)"]
+    assert i_head == ["system", "Δ vs base [95 % CI]", "p, seeds (Welch)", "ASO ε_min (better / worse)", "verdict", "s_sel / s_opt", "p vs base, AR (test-set variance only)", "p vs base, sentence bootstrap (test-set variance only)"]
+    assert base_row[0] == "base" and sys_row[0] == "sys" and base_row[1] == sys_row[1] == "2"
+    assert base_row[2] == "2.50M"
+    assert base_row[3] == "25.00 ± 7.07" and sys_row[3] == "40.00 ± 7.07"  # best dev BLEU of seeds 1 and 2
+    per_seed = {}
+    for row, i_row, label in ((base_row, i_base, "base"), (sys_row, i_sys, "sys")):
+        bleus = per_seed[label] = [score(systems[label][s], [REFS], force=True).bleu for s in (1, 2)]
+        assert row[4] == f"{statistics.mean(bleus):.2f} ± {statistics.stdev(bleus):.2f}"
         chrfs = [score(systems[label][s], [REFS], force=True).chrf for s in (1, 2)]
-        assert row[4] == f"{statistics.mean(chrfs):.2f}"
+        assert row[5] == f"{statistics.mean(chrfs):.2f}"
         # s_opt is the sd of the per-seed BLEU; s_sel the bootstrap sd of a seed's test set, averaged.
-        s_sel, s_opt = row[5].split(" / ")
+        s_sel, s_opt = i_row[5].split(" / ")
         assert s_opt == f"{statistics.stdev(bleus):.2f}"
         assert s_sel == f"{statistics.mean(selection_sd(bleu_statistics(systems[label][s], [REFS]), n_samples=spec.bootstrap) for s in (1, 2)):.2f}"
-    assert base_row[6] == base_row[8] == "–"
-    for cell in (sys_row[6], sys_row[8]):
+    assert i_base[1:5] == ["–"] * 4 and i_base[6] == i_base[7] == "–"
+    for cell in (i_sys[6], i_sys[7]):
         assert cell != "–" and 0.0 < float(cell.split()[0]) <= 1.0
-    # The seed-aware p: approximate randomization over the pairs (seed 1, seed 1), (seed 2, seed 2).
-    pairs = [np.stack([bleu_statistics(systems[label][s], [REFS]) for s in (1, 2)]) for label in ("base", "sys")]
-    assert float(sys_row[6].split()[0]) == pytest.approx(stratified_approximate_randomization(*pairs, n_shuffles=spec.shuffles), abs=5e-5)
-    assert base_row[7] == sys_row[7] == "–"  # two seeds: no ASO
-    assert base_row[9] == sys_row[9] == "100"
-    assert base_row[10] == "5000" and sys_row[10] == "2000"
-    assert base_row[11] == "1.00×" and sys_row[11] == "2.50×"
+    # The seed-level cells: the mean difference with its two-level bootstrap interval, Welch's p over seeds.
+    stats = {label: [bleu_statistics(systems[label][s], [REFS]) for s in (1, 2)] for label in ("base", "sys")}
+    low, high = two_level_bootstrap(stats["base"], stats["sys"], n_samples=spec.bootstrap)
+    difference = statistics.mean(per_seed["sys"]) - statistics.mean(per_seed["base"])
+    assert i_sys[1] == f"{difference:+.2f} [{low:+.2f}, {high:+.2f}]" and low < difference < high
+    assert i_sys[2] == f"{scipy.stats.ttest_ind(per_seed['sys'], per_seed['base'], equal_var=False).pvalue:.4f}"
+    # The test-set-only p: approximate randomization over the pairs (seed 1, seed 1), (seed 2, seed 2).
+    assert float(i_sys[6].split()[0]) == pytest.approx(stratified_approximate_randomization(np.stack(stats["base"]), np.stack(stats["sys"]), n_shuffles=spec.shuffles), abs=5e-5)
+    assert i_sys[3] == "–"  # two seeds: no ASO
+    assert base_row[6] == sys_row[6] == "100"
+    assert base_row[7] == "5000" and sys_row[7] == "2000"
+    assert base_row[8] == "1.00×" and sys_row[8] == "2.50×"
     assert "Seeds: 1, 2." in section and "Overrides: `none`" in section
     assert "approximate randomization (200 shuffles, two-sided) stratified over seed pairs" in section and "Clark et al. 2011" in section
+    assert "Power: with 2 baseline seeds and 2 seeds per system" in section
+    assert "A/A check" not in section  # two baseline seeds cannot be split into groups of two
     assert section.startswith("### t\n\n")
 
 
@@ -562,13 +590,13 @@ def test_make_table_one_seed_has_no_std(tmp_path):
     spec = _spec(tmp_path, title="One seed", overrides=["--train.threads=1"])
     records = _fake_records(tmp_path, REFS, {"base": {1: REFS}, "sys": {1: REFS}}, {"base": 1.0, "sys": 1.0})
     section = make_table(spec, records, [1])
-    rows = _rows(section)
-    assert rows[1][3] == rows[2][3] == "100.00"
-    assert "±" not in rows[1][3] + rows[2][3]
+    (_, base_row, sys_row), (_, i_base, i_sys) = _tables(section)
+    assert base_row[4] == sys_row[4] == "100.00"
+    assert "±" not in base_row[4] + sys_row[4]
     # Identical outputs: never significant (approximate randomization: p = 1 exactly).
-    assert rows[1][6] == rows[1][8] == "–" and "*" not in rows[2][8]
-    assert rows[2][6] == "1.0000"
-    assert rows[1][5] == rows[2][5] == "0.00 / –"  # every sentence perfect: no test-set spread; one seed: no s_opt
+    assert i_base[6] == i_base[7] == "–" and "*" not in i_sys[7]
+    assert i_sys[6] == "1.0000" and i_sys[1] == "+0.00 [+0.00, +0.00]" and i_sys[2] == "–" and i_sys[4] == "none shown"
+    assert i_base[5] == i_sys[5] == "0.00 / –"  # every sentence perfect: no test-set spread; one seed: no s_opt
     assert section.startswith("### One seed\n") and "Overrides: `--train.threads=1`" in section
 
 
@@ -579,11 +607,13 @@ def test_make_table_significant_difference_is_starred(tmp_path):
     spec = ExperimentSet.model_validate({"name": "t", "baseline": "base", "configs": {"base": "b", "sys": "s"}, "test_sets": {"test": {"src": str(ref), "ref": str(ref)}}, "bootstrap": 200})
     bad = [f"nothing {i} matches" for i in range(40)]
     records = _fake_records(tmp_path, refs, {"base": {1: bad}, "sys": {1: refs}}, {"base": 1.0, "sys": 1.0})
-    rows = _rows(make_table(spec, records, [1]))
-    for col in (6, 8):  # approximate randomization and the sentence bootstrap
+    rows = _tables(make_table(spec, records, [1]))[1]
+    for col in (6, 7):  # approximate randomization and the sentence bootstrap
         assert rows[2][col].endswith(" * (better)") and float(rows[2][col].split()[0]) < 0.05
-    worse = _rows(make_table(spec, _fake_records(tmp_path, refs, {"base": {1: refs}, "sys": {1: bad}}, {"base": 1.0, "sys": 1.0}), [1]))
-    assert worse[2][6].endswith(" * (worse)") and worse[2][8].endswith(" * (worse)")
+    worse = _tables(make_table(spec, _fake_records(tmp_path, refs, {"base": {1: refs}, "sys": {1: bad}}, {"base": 1.0, "sys": 1.0}), [1]))[1]
+    assert worse[2][6].endswith(" * (worse)") and worse[2][7].endswith(" * (worse)")
+    # One seed each: no seed-level test, so no verdict either way, whatever the sentence-level tests say.
+    assert rows[2][2] == worse[2][2] == "–" and rows[2][4] == worse[2][4] == "none shown"
 
 
 def test_make_table_without_train_tokens(tmp_path):
@@ -592,23 +622,63 @@ def test_make_table_without_train_tokens(tmp_path):
     for runs in records.values():
         del runs[1]["train_tokens"]  # done.json of runs from before tok/s was recorded
     rows = _rows(make_table(spec, records, [1]))
-    assert rows[1][10] == rows[2][10] == "–"
+    assert rows[1][7] == rows[2][7] == "–"
 
 
 def test_make_table_three_seeds_has_the_aso_column(tmp_path):
-    """With three seeds the ASO ε_min of the per-seed BLEU appears; a system better on every seed,
-    on every sentence of it, is significant by both tests."""
+    """With three seeds the ASO ε_min of the per-seed BLEU appears both ways; a system better on
+    every seed, on every sentence of it, is significant by every test and judged better."""
     spec = _spec(tmp_path)
-    drop = [lambda r: r.replace("the", "a"), lambda r: " ".join(r.split()[:-1]), lambda r: " ".join(r.split()[1:])]
-    base = {s: [drop[s - 1](r) for r in REFS] for s in (1, 2, 3)}
+    base = {s: ["nothing matches here" if (i + s) % 3 == 0 else r for i, r in enumerate(REFS)] for s in (1, 2, 3)}  # a third of the sentences wrong
     better = {s: [base[s][i] if i == s else r for i, r in enumerate(REFS)] for s in (1, 2, 3)}  # one sentence of the baseline's, the others perfect
     records = _fake_records(tmp_path, REFS, {"base": base, "sys": better}, {"base": 1.0, "sys": 1.0})
-    rows = _rows(make_table(spec, records, [1, 2, 3]))
+    rows = _tables(make_table(spec, records, [1, 2, 3]))[1]
     per_seed = {label: [score(by_seed[s], [REFS], force=True).bleu for s in (1, 2, 3)] for label, by_seed in (("base", base), ("sys", better))}
-    assert rows[2][7] == f"{aso_epsilon_min(per_seed['sys'], per_seed['base']):.2f}"
-    assert rows[1][7] == "–"
-    assert min(per_seed["sys"]) > max(per_seed["base"]) and rows[2][7] == "0.00"  # better on every seed: no violation
-    assert rows[2][6].endswith(" * (better)")
+    better_eps, worse_eps = aso_epsilon_min(per_seed["sys"], per_seed["base"]), aso_epsilon_min(per_seed["base"], per_seed["sys"])
+    assert rows[2][3] == f"{better_eps:.2f} / {worse_eps:.2f} (better)"
+    assert rows[1][3] == "–"
+    assert min(per_seed["sys"]) > max(per_seed["base"]) and better_eps == 0.0  # better on every seed: no violation
+    assert rows[2][6].endswith(" * (better)") and float(rows[2][2]) < 0.05 and rows[2][4] == "better"
+    # Swapped: the same evidence the other way round reads "worse", in ASO and in the verdict.
+    swapped = _tables(make_table(spec, {"base": records["sys"], "sys": records["base"]}, [1, 2, 3]))[1]
+    assert swapped[2][3] == f"{worse_eps:.2f} / {better_eps:.2f} (worse)" and swapped[2][4] == "worse"
+
+
+def test_aso_legend_matches_identical_systems(tmp_path):
+    """Issue 51 item 5: two identical systems over three seeds give ε_min = 1.00, which the old legend
+    read as "worse". The cell gives both directions (1.00 / 1.00), no mark, and the legend says
+    that values near 1 both ways are no evidence either way."""
+    spec = _spec(tmp_path)
+    drop = [lambda r: r.replace("the", "a"), lambda r: " ".join(r.split()[:-1]), lambda r: " ".join(r.split()[1:])]
+    same = {s: [drop[s - 1](r) for r in REFS] for s in (1, 2, 3)}
+    records = _fake_records(tmp_path, REFS, {"base": same, "sys": same}, {"base": 1.0, "sys": 1.0})
+    section = make_table(spec, records, [1, 2, 3])
+    row = _tables(section)[1][2]
+    assert row[3] == "1.00 / 1.00" and row[4] == "none shown"
+    assert "1 worse" not in section and "no evidence either way" in section and "Below 0.2" in section
+
+
+def test_make_table_baseline_with_more_seeds_and_the_aa_check(tmp_path):
+    """A baseline of six seeds against a system of four: the seed counts, the power line, and the
+    A/A check over the 10 splits of the six baseline seeds into 3 + 3."""
+    spec = _spec(tmp_path, lowercase_bleu=True)
+    edits = [lambda r: r.replace("the", "a"), lambda r: " ".join(r.split()[:-1]), lambda r: " ".join(r.split()[1:]), lambda r: r.replace("a", "the"), lambda r: r, lambda r: r.upper()]
+    base = {s: [edits[s - 1](r) for r in REFS] for s in range(1, 7)}
+    system = {s: [edits[s - 1](r) if i % 2 else r for i, r in enumerate(REFS)] for s in range(1, 5)}
+    records = _fake_records(tmp_path, REFS, {"base": base, "sys": system}, {"base": 1.0, "sys": 1.0})
+    section = make_table(spec, records)
+    (head, base_row, sys_row), _ = _tables(section)
+    assert head[4:6] == ["test BLEU", "test BLEU (lc)"] and base_row[1] == "6" and sys_row[1] == "4"
+    lower = [score([h.lower() for h in base[s]], [[r.lower() for r in REFS]], force=True).bleu for s in range(1, 7)]
+    assert base_row[5] == f"{statistics.mean(lower):.2f} ± {statistics.stdev(lower):.2f}"
+    assert "Seeds: base: 1, 2, 3, 4, 5, 6; sys: 1, 2, 3, 4." in section
+    sd = statistics.stdev(score(base[s], [REFS], force=True).bleu for s in range(1, 7))
+    assert f"test {minimum_detectable_difference(sd, 6, 4):.2f} BLEU (s_opt {sd:.2f})" in section
+    stats = [bleu_statistics(base[s], [REFS]) for s in range(1, 7)]
+    welch = sum(welch_p(run_scores([stats[i] for i in a]), run_scores([stats[i] for i in b])) < 0.05 for a, b in aa_splits(6))
+    assert "(10 splits; approximate randomization with 200 shuffles)" in section and f"Welch over seeds {welch}/10 ({10 * welch:.0f} %)" in section
+    # Deterministic: the same records give the same bytes.
+    assert make_table(spec, records) == section
 
 
 def test_markdown_table():
@@ -727,13 +797,16 @@ def test_make_table_tests_a_variant_against_its_control(tmp_path):
     system = {s: [base[s][i] if i == 0 else r for i, r in enumerate(REFS)] for s in (1, 2)}
     records = _fake_records(tmp_path, REFS, {"base": base, "sys": system, "sys, control": control}, {"base": 1.0, "sys": 1.0, "sys, control": 1.0})
     section = make_table(spec, records, [1, 2], {"sys, control": "sys", "missing": "sys"})
-    rows = _rows(section)
-    assert rows[0][8] == "p vs own control (test)" and rows[0][9] == "p, sentence bootstrap (test)"
+    rows = _tables(section)[1]
+    assert rows[0][5:7] == ["Δ vs own control [95 % CI]", "p vs own control, seeds (Welch)"]
     by_label = {row[0]: row for row in rows[1:]}
-    stats = {label: np.stack([bleu_statistics(read_lines(records[label][s]["hyps"]["test"]), [REFS]) for s in (1, 2)]) for label in records}
-    assert float(by_label["sys"][8].split()[0]) == pytest.approx(stratified_approximate_randomization(stats["sys, control"], stats["sys"], n_shuffles=spec.shuffles), abs=5e-5)
-    assert by_label["base"][8] == by_label["sys, control"][8] == "–"
-    assert "p vs own control" in section and "sys, control for sys" in section
+    stats = {label: [bleu_statistics(read_lines(records[label][s]["hyps"]["test"]), [REFS]) for s in (1, 2)] for label in records}
+    low, high = two_level_bootstrap(stats["sys, control"], stats["sys"], n_samples=spec.bootstrap)
+    scores = {label: run_scores(st) for label, st in stats.items()}
+    assert by_label["sys"][5] == f"{scores['sys'].mean() - scores['sys, control'].mean():+.2f} [{low:+.2f}, {high:+.2f}]"
+    assert by_label["sys"][6] == f"{welch_p(scores['sys, control'], scores['sys']):.4f}"
+    assert by_label["base"][5] == by_label["sys, control"][5] == "–"
+    assert "vs own control" in section and "sys, control for sys" in section
     # Without control arms among the systems, no such column.
     assert "own control" not in make_table(spec, {k: records[k] for k in ("base", "sys")}, [1, 2], {"sys, control": "sys"})
 
@@ -761,3 +834,193 @@ def test_select_on_dev_ranks_variants_and_adds_their_controls(corpus, tmp_path):
     assert "v1 control" not in out.stderr  # not ranked
     out = subprocess.run([sys.executable, str(script), str(path), "--top", "2"], capture_output=True, text=True, env=env, timeout=120, check=True)
     assert out.stdout.strip() == "v1,v1 control,v2"
+
+
+# ---------------------------------------------------------------- re-scoring, collecting, launchers, the budget
+
+
+def _set_with(path: Path, **changes) -> Path:
+    tree = yaml.safe_load(path.read_text(encoding="utf-8"))
+    tree.update(changes)
+    return _write_yaml(path, tree)
+
+
+def test_rescore_rewrites_the_table_byte_for_byte_from_the_kept_scores(tiny_set, tmp_path, capsys):
+    """Every run keeps its hypotheses and per-sentence statistics (scores.json.gz); --rescore makes
+    the same section from them without training, from the run folders or, once they are gone, from
+    the collected results folder; a missing run is one error line naming it."""
+    from test_cli import assert_one_line_error, run_cli
+
+    results = tmp_path / "committed"
+    set_path = _set_with(tiny_set(), results_dir=str(results))
+    section = run_set(set_path, log=lambda *a, **k: None)
+    runs = tmp_path / "runs"
+    for label in ("baseline", "linear"):
+        kept = read_run_scores(runs / f"{label}-seed1" / "scores.json.gz")
+        assert kept["tests"]["tiny"]["hyps"] == read_lines(runs / f"{label}-seed1" / "tiny.hyp")
+        assert kept["tests"]["tiny"]["bleu"].shape == (N_TEST_LINES, 10) and kept["steps"] == STEPS
+        assert [step for step, _ in kept["dev_curve"]] == [STEPS]  # valid.log: the dev curve
+    output = tmp_path / "results.md"
+    before = output.read_bytes()
+    output.write_text("# Results\n", encoding="utf-8")
+    code, out, err = run_cli(capsys, "experiment", set_path, "--rescore")
+    assert code == 0, err
+    assert output.read_bytes() == before
+    # Collect into the results folder, remove the runs: the committed copies re-score the same table.
+    code, out, err = run_cli(capsys, "experiment", set_path, "--collect")
+    assert code == 0 and sorted(p.name for p in results.iterdir()) == ["baseline-seed1.json.gz", "linear-seed1.json.gz"]
+    assert (results / "baseline-seed1.json.gz").read_bytes() == (runs / "baseline-seed1" / "scores.json.gz").read_bytes()
+    shutil.rmtree(runs)
+    output.write_text("# Results\n", encoding="utf-8")
+    code, out, err = run_cli(capsys, "experiment", set_path, "--rescore")
+    assert code == 0 and output.read_bytes() == before and section in out
+    (results / "linear-seed1.json.gz").unlink()
+    code, _, err = run_cli(capsys, "experiment", set_path, "--rescore")
+    assert_one_line_error(code, err, str(set_path), "--rescore needs the scores of 1 of 2 runs", f"<work_dir>/scores.json.gz of each run, then {results}/<label>-seed<S>.json.gz", "missing: 'linear' seed 1")
+
+
+def test_submitit_local_launcher_runs_each_run_as_a_job(tiny_set, tmp_path):
+    """--launcher submitit-local: each (system, seed) run is a submitit job in its own process
+    (submitit's local executor); the table is the one the local runner makes."""
+    pytest.importorskip("submitit")
+    local = run_set(tiny_set(tag="loc", name="tiny-loc"), log=lambda *a, **k: None)
+    logs: list[str] = []
+    jobs = run_set(tiny_set(tag="job", name="tiny-job"), launcher="submitit-local", slurm={"folder": str(tmp_path / "submitit")}, log=lambda *a, **k: logs.append(" ".join(map(str, a))))
+    assert sum("submitted as job" in m for m in logs) == 2 and sum("done (4 updates)" in m for m in logs) == 2
+    runs = tmp_path / "runs"
+    for label in ("baseline", "linear"):
+        assert read_lines(runs / f"{label}-job-seed1" / "tiny.hyp") == read_lines(runs / f"{label}-loc-seed1" / "tiny.hyp")
+    assert list((tmp_path / "submitit").glob("*_log.out"))  # submitit's own job logs
+    assert _table_without_wall_clock(jobs.replace("tiny-job", "x")) == _table_without_wall_clock(local.replace("tiny-loc", "x"))
+    # A second call finds every run finished: nothing is submitted.
+    logs.clear()
+    run_set(tiny_set(tag="job", name="tiny-job"), launcher="submitit-local", slurm={"folder": str(tmp_path / "submitit")}, log=lambda *a, **k: logs.append(" ".join(map(str, a))))
+    assert not any("submitted" in m for m in logs)
+
+
+def test_unset_budget_refuses_every_run(tmp_path, capsys):
+    """A set with a budget section but no budget.max_steps trains nothing (the budget must be fixed
+    on the baseline's curve first); --curve needs the section."""
+    from test_cli import assert_one_line_error, run_cli
+
+    _write_yaml(tmp_path / "b.yaml", {"work_dir": str(tmp_path / "runs" / "b")})
+    # The test files do not exist yet: the budget is checked first, before anything else.
+    tree = _set_tree(configs={"baseline": "b.yaml"}, test_sets={"test": {"src": str(tmp_path / "t.src"), "ref": str(tmp_path / "t.ref")}}, budget={"curve_steps": 100, "valid_every": 10})
+    path = _write_yaml(tmp_path / "b.set.yaml", tree)
+    code, _, err = run_cli(capsys, "experiment", path)
+    assert_one_line_error(code, err, str(path), "budget.max_steps is unset", "--curve")
+    assert not (tmp_path / "runs").exists()
+    # Once fixed, it is every run's train.max_steps.
+    tree["budget"]["max_steps"] = 70
+    spec = load_set(_write_yaml(tmp_path / "b.set.yaml", tree))
+    assert {r.cfg.train.max_steps for r in set_runs(path, spec, ["baseline"])} == {70}
+    del tree["budget"]
+    code, _, err = run_cli(capsys, "experiment", _write_yaml(tmp_path / "b.set.yaml", tree), "--curve")
+    assert_one_line_error(code, err, "--curve needs a 'budget:' section")
+
+
+def test_study_converged_set_file():
+    """recipes/multi30k/study-converged.set.yaml: the five arms with their seeds (6 for the baseline),
+    the three test sets, lowercased BLEU, the controls paired, and a budget still to be fixed."""
+    path = RECIPES / "study-converged.set.yaml"
+    spec = load_set(path)
+    assert list(spec.configs) == ["baseline", "+ tree distance", "+ tree distance, random-tree control", "+ input features", "+ input features, random-tree control"]
+    assert spec.seeds_of("baseline") == [1, 2, 3, 4, 5, 6] and all(spec.seeds_of(label) == [1, 2, 3, 4] for label in list(spec.configs)[1:])
+    assert list(spec.test_sets) == ["test_2016_flickr", "test_2017_flickr", "test_2017_mscoco"] and spec.lowercase_bleu
+    assert spec.budget is not None and spec.budget.max_steps is None and "PLACEHOLDER" in path.read_text(encoding="utf-8")
+    runs = set_runs(path, spec, list(spec.configs))
+    assert len(runs) == 6 + 4 * 4 and len({r.cfg.work_dir for r in runs}) == len(runs)
+    assert control_pairs(runs) == {"+ tree distance, random-tree control": "+ tree distance", "+ input features, random-tree control": "+ input features"}
+    for run in runs:
+        assert (run.cfg.model.d_model, run.cfg.model.enc_layers, run.cfg.model.dec_layers) == (256, 3, 3)
+
+
+def test_curve_trains_the_baseline_curve_and_reports_the_budget(tiny_set, tmp_path):
+    """--curve: the baseline's first seed trains budget.curve_steps updates, validated every
+    budget.valid_every, in <work_dir>-curve; its valid.log is the curve the budget is read from."""
+    from syntaxnmt.experiments.runner import run_curve
+
+    set_path = _set_with(tiny_set(), budget={"curve_steps": 4, "valid_every": 2}, seeds=[3])
+    logs: list[str] = []
+    text = run_curve(set_path, load_set(set_path), log=lambda *a, **k: logs.append(" ".join(map(str, a))))
+    work = tmp_path / "runs" / "baseline-curve"
+    assert [step for step, _ in read_curve(work / "valid.log")] == [2, 4]
+    assert yaml.safe_load((work / "config.yaml").read_text())["seed"] == 3
+    assert "no budget yet" in text and str(work / "valid.log") in text and "budget.max_steps" in text
+    assert not (tmp_path / "runs" / "linear-curve").exists()
+    # Again: the finished curve is read, not retrained.
+    logs.clear()
+    assert run_curve(set_path, load_set(set_path), log=lambda *a, **k: logs.append(" ".join(map(str, a)))) == text and not logs
+
+
+def test_slurm_launcher_without_a_cluster_is_one_line(tiny_set, tmp_path, capsys, monkeypatch):
+    """--launcher slurm where no Slurm is installed: one error line, before any corpus is prepared
+    or run started; a --slurm value without '=' is named."""
+    from test_cli import assert_one_line_error, run_cli
+
+    pytest.importorskip("submitit")
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # no srun, no sbatch
+    set_path = tiny_set(tag="slurm", name="tiny-slurm")
+    code, _, err = run_cli(capsys, "experiment", set_path, "--launcher", "slurm", "--slurm", f"folder={tmp_path / 'sub'}")
+    assert_one_line_error(code, err, "--launcher slurm", "srun")
+    assert not (tmp_path / "runs").exists()
+    code, _, err = run_cli(capsys, "experiment", set_path, "--launcher", "slurm", "--slurm", "partition")
+    assert_one_line_error(code, err, "--slurm partition: expected KEY=VALUE")
+
+
+def test_run_set_resumes_a_partly_trained_run_exactly(tiny_set, tmp_path):
+    """A run stopped part way (last.pt, no done.json) resumes from its last checkpoint when the set is
+    run again, and ends where an uninterrupted run ends: the same updates and the same weights.
+    (The stand-in stop validates at its last update, which the straight run does not, so best.pt and
+    the translations may differ; a signal stops without validating.)"""
+    from syntaxnmt.training.train import train
+
+    straight = run_set(tiny_set(tag="straight", name="tiny-straight"), only=["baseline"], log=lambda *a, **k: None)
+    set_path = tiny_set(tag="resumed", name="tiny-resumed")
+    (run,) = set_runs(set_path, load_set(set_path), ["baseline"])
+    half = run.cfg.model_copy(deep=True)
+    half.train.max_steps = STEPS // 2
+    train(half, resume=False, log=lambda *a, **k: None)  # as if stopped half way: last.pt, no done.json
+    work = Path(run.cfg.work_dir)
+    assert (work / "last.pt").is_file() and not (work / "done.json").exists()
+    logs: list[str] = []
+    resumed = run_set(set_path, only=["baseline"], log=lambda *a, **k: logs.append(" ".join(map(str, a))))
+    assert any(f"resumed {work / 'last.pt'} at update {STEPS // 2}" in m for m in logs), logs
+    assert json.loads((work / "done.json").read_text())["steps"] == STEPS
+    weights = [load_model_checkpoint(folder / "last.pt")["model"] for folder in (work, tmp_path / "runs" / "baseline-straight-seed1")]
+    assert weights[0].keys() == weights[1].keys() and all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert _rows(resumed)[1][6] == _rows(straight)[1][6] == str(STEPS)  # updates
+
+
+def test_a_run_of_a_set_holds_its_work_dirs_lock(tmp_path, monkeypatch):
+    """Issue 49: an experiment run (training, translations, done.json) is the one writer of its
+    work_dir: a run whose work_dir another process holds is refused in one line naming the holder
+    before anything is written there, and a run holds the lock while it runs."""
+    import fcntl
+
+    import syntaxnmt.experiments.runner as experiments
+
+    held = []
+
+    def fake_run_config(label, cfg, spec, log):
+        held.append((Path(cfg.work_dir) / ".syntaxnmt-lock").read_text())
+        hyp = Path(cfg.work_dir) / "test.hyp"
+        write_lines(hyp, ["a"])
+        return {"steps": 10, "train_seconds": 1.0, "train_tokens": 100, "best": 0.0, "hyps": {"test": str(hyp)}, "params": 1000}
+
+    monkeypatch.setattr(experiments, "run_config", fake_run_config)
+    write_lines(tmp_path / "ref.txt", ["a"])
+    _write_yaml(tmp_path / "set" / "b.yaml", {"work_dir": str(tmp_path / "runs" / "b")})
+    path = _write_yaml(tmp_path / "set" / "s.set.yaml", _set_tree(name="s", configs={"baseline": "b.yaml"}, seeds=[3], tag="t",
+                                                                   test_sets={"test": {"src": str(tmp_path / "ref.txt"), "ref": str(tmp_path / "ref.txt")}}, output=str(tmp_path / "r.md")))
+    work = tmp_path / "runs" / "b-t-seed3"
+    work.mkdir(parents=True)
+    with open(work / ".syntaxnmt-lock", "w", encoding="utf-8") as other:  # another process's lock: its own open file
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        other.write("syntaxnmt pid 4242 on host elsewhere\n")
+        other.flush()
+        with pytest.raises(UserError, match=rf"^{work}: the work_dir is in use by syntaxnmt pid 4242 on host elsewhere"):
+            run_set(path, log=lambda *a, **k: None)
+    assert held == [] and not (work / "test.hyp").exists()
+    run_set(path, log=lambda *a, **k: None)
+    assert len(held) == 1 and held[0].startswith(f"syntaxnmt pid {os.getpid()} on host ")

@@ -751,3 +751,172 @@ def test_a_resumed_run_reuses_its_recorded_cpu_kernel_choice(make_config, auto_k
     assert train(cfg(5, work_dir=Path(half.work_dir), mode="onednn"), resume=True, log=messages.append).step == 5
     assert "cpu kernels: onednn, row packing auto now, auto, row packing auto in the run: choosing again (the numbers may differ in the last bits from an uninterrupted run's)" in messages
     assert _params(half.work_dir)["cpu_kernels"] == {"mode": "onednn", "row_packing": "auto", "choice": "onednn, row packing"}
+
+
+# ---------------------------------------------------------------- one writer per work_dir, resume checks (issue 49)
+
+
+def test_two_concurrent_trains_on_one_work_dir_the_second_exits_2_naming_the_holder(capsys, make_config, tmp_path):
+    """Two ``syntaxnmt train`` on one work_dir both ran, and the one finishing last replaced the
+    other's checkpoints. The first holds the work_dir's lock; the second exits 2 in one line naming
+    the holder's PID and host, and changes nothing."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    cfg = make_config({"train": {"max_steps": 10**6, "valid_every": 10**5, "max_minutes": 1, "threads": 1}})  # the first runs a minute at most
+    path = tmp_path / "first.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")), encoding="utf-8")
+    lock = Path(cfg.work_dir) / ".syntaxnmt-lock"
+    first = subprocess.Popen([sys.executable, "-m", "syntaxnmt", "train", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.monotonic() + 90
+        while not (lock.is_file() and f"pid {first.pid}" in lock.read_text()):
+            assert first.poll() is None and time.monotonic() < deadline, "the first train never took the work_dir's lock"
+            time.sleep(0.1)
+        before = sorted(p.name for p in Path(cfg.work_dir).iterdir())
+        code, last = _train_cli(capsys, cfg, tmp_path)
+        assert code == 2 and last == f"syntaxnmt: error: {cfg.work_dir}: the work_dir is in use by syntaxnmt pid {first.pid} on host {socket.gethostname()} (its lock file {lock}): wait for it to finish, or choose another work_dir"
+        code, last = _train_cli(capsys, cfg, tmp_path, "--resume")
+        assert code == 2 and f"in use by syntaxnmt pid {first.pid}" in last
+        assert sorted(p.name for p in Path(cfg.work_dir).iterdir()) == before
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(120)
+
+
+def test_a_stale_lock_of_a_dead_process_is_taken_over_with_a_message(make_config):
+    """A killed run's lock file still names it; the kernel released its flock, so the next run
+    takes it over and says so, and leaves the lock file empty when it ends."""
+    cfg = make_config({"train": {"max_steps": 2, "valid_every": 2}})
+    Path(cfg.work_dir).mkdir(parents=True)
+    (Path(cfg.work_dir) / ".syntaxnmt-lock").write_text("syntaxnmt pid 999999999 on host gone\n")
+    messages = []
+    assert train(cfg, log=messages.append).step == 2
+    assert f"{cfg.work_dir}: took over the lock of syntaxnmt pid 999999999 on host gone, which is no longer running" in messages
+    assert (Path(cfg.work_dir) / ".syntaxnmt-lock").read_text() == ""
+
+
+def test_a_start_removes_a_periodic_checkpoints_temporary_left_by_a_kill(make_config):
+    """A kill during a periodic ``checkpoints/step-N.pt`` write left its temporary forever: the
+    clean-up looked only at the top of work_dir. It enters ``checkpoints/`` now."""
+    import subprocess
+    import sys
+
+    cfg = make_config({"train": {"max_steps": 2, "valid_every": 2, "keep_checkpoints": 2}})
+    train(cfg, log=quiet)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True).stdout.strip()
+    left = Path(cfg.work_dir) / "checkpoints" / f".step-00000004.pt.syntaxnmt-{dead}.k2j4h5g6.tmp"
+    left.write_bytes(b"half a checkpoint")
+    messages = []
+    train(make_config({"train": {"max_steps": 4, "valid_every": 2, "keep_checkpoints": 2}}, work_dir=Path(cfg.work_dir)), resume=True, log=messages.append)
+    assert not left.exists() and f"removed {left}, left by an interrupted write" in messages
+    assert sorted(p.name for p in left.parent.iterdir()) == ["step-00000002.pt", "step-00000004.pt"]
+
+
+@pytest.fixture(scope="module")
+def other_corpus(tmp_path_factory) -> dict:
+    """A synthetic corpus of another seed: its SentencePiece vocabulary (same size) has other pieces."""
+    from syntaxnmt.data.synthetic import write_corpus
+
+    return write_corpus(tmp_path_factory.mktemp("other_corpus"), n_train=600, n_dev=30, n_test=30, seed=2)
+
+
+def test_resume_after_the_training_corpus_changed_is_refused_naming_it(capsys, make_config, corpus, other_corpus, tmp_path):
+    """``--resume`` after the training corpus changed (same vocab_size) retrained SentencePiece and
+    continued the old weights on new piece ids (dev BLEU 8.2 -> 0.26, last.pt overwritten). The
+    checkpoint's tokenizers are compared with the prepared corpus's: one line naming the vocabulary
+    and the changed files; last.pt is kept."""
+    import shutil
+
+    mine = tmp_path / "corpus"
+    mine.mkdir()
+    for split in ("train", "dev"):
+        for side in ("src", "tgt"):
+            shutil.copy(corpus[split][side], mine / f"{split}.{side}")
+    data = {"train_src": str(mine / "train.src"), "train_tgt": str(mine / "train.tgt"), "dev_src": str(mine / "dev.src"), "dev_tgt": str(mine / "dev.tgt"), "prepared_dir": str(tmp_path / "prepared")}
+    cfg = make_config({"data": data, "train": {"max_steps": 2, "valid_every": 2}}, prepared_dir=tmp_path / "prepared")
+    train(cfg, log=quiet)
+    before = (Path(cfg.work_dir) / "last.pt").read_bytes()
+    for side in ("src", "tgt"):  # the same paths, another corpus
+        shutil.copy(other_corpus["train"][side], mine / f"train.{side}")
+    again = make_config({"data": data, "train": {"max_steps": 4, "valid_every": 2}}, work_dir=Path(cfg.work_dir), prepared_dir=tmp_path / "prepared")
+    code, last = _train_cli(capsys, again, tmp_path, "--resume")
+    assert code == 2 and last.startswith(f"syntaxnmt: error: {cfg.work_dir}/last.pt: --resume continues a run with the vocabulary it was trained with, but the prepared corpus has another: the source vocabulary ("), last
+    assert "(data.train_src, data.train_tgt changed since the run began); restore the run's corpus, or train anew in another work_dir" in last
+    assert (Path(cfg.work_dir) / "last.pt").read_bytes() == before
+
+
+def test_a_changed_learning_rate_is_applied_on_resume(make_config):
+    """``--train.lr`` on resume was recorded in the saved config but ignored: the optimizer's saved
+    state put the old peak back. It is applied from the resumed update on, and logged (so is weight_decay)."""
+    cfg = make_config({"train": {"max_steps": 2, "valid_every": 2}})
+    train(cfg, log=quiet)
+    lower = make_config({"train": {"max_steps": 4, "valid_every": 2, "lr": 1e-3, "weight_decay": 0.01}}, work_dir=Path(cfg.work_dir))
+    messages = []
+    assert train(lower, resume=True, log=messages.append).step == 4
+    assert "train.weight_decay 0.0 -> 0.01: applied on resume from update 2" in messages and "train.lr 0.002 -> 0.001: applied on resume from update 2" in messages
+    group = _params(cfg.work_dir)["optimizer"]["param_groups"][0]
+    assert group["lr"] == pytest.approx(1e-3 * inverse_sqrt(lower.train.warmup_steps)(4)) and group["weight_decay"] == 0.01
+    assert _params(cfg.work_dir)["scheduler"]["base_lrs"] == [1e-3]
+
+
+def test_init_from_a_checkpoint_of_another_vocabulary_is_refused_naming_it(make_config, trained_run, other_corpus, tmp_path):
+    """Issue 51 item 3: ``train.init_from`` took a checkpoint of another vocabulary of the same size
+    (its embedding rows belong to other pieces: dev perplexity 1,112) saying only "initialized from"."""
+    data = {k: str(other_corpus[s][side]) for k, (s, side) in {"train_src": ("train", "src"), "train_tgt": ("train", "tgt"), "dev_src": ("dev", "src"), "dev_tgt": ("dev", "tgt")}.items()}
+    best = Path(trained_run.work_dir) / "best.pt"
+    cfg = make_config({"data": data, "train": {"max_steps": 2, "valid_every": 2, "init_from": str(best)}}, prepared_dir=tmp_path / "prepared")
+    with pytest.raises(UserError, match=rf"^train.init_from {re.escape(str(best))}: its tokenizers are not this run's: the source vocabulary \(\d+ of \d+ piece ids differ\) and the target vocabulary"):
+        train(cfg, log=quiet)
+    assert not (Path(cfg.work_dir) / "last.pt").exists()
+    same = make_config({"train": {"max_steps": 2, "valid_every": 2, "init_from": str(best)}})  # the same vocabulary: initialized
+    messages = []
+    train(same, log=messages.append)
+    assert f"initialized from {best}" in messages
+
+
+def hold_lock(folder: Path, holder: str = "syntaxnmt pid 4242 on host elsewhere"):
+    """Hold ``folder``'s lock as another process would (its own open file and flock) and name ``holder`` in it."""
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    f = open(folder / ".syntaxnmt-lock", "w", encoding="utf-8")
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    f.write(holder + "\n")
+    f.flush()
+    return f
+
+
+def test_train_joint_holds_the_work_dirs_lock_too(make_config):
+    """``train-joint`` writes ``work_dir/forward`` and ``work_dir/reverse``: it holds ``work_dir``'s lock like ``train``."""
+    cfg = make_config({"train": {"max_steps": 2, "valid_every": 2}})
+    with hold_lock(Path(cfg.work_dir)):
+        with pytest.raises(UserError, match=rf"^{re.escape(cfg.work_dir)}: the work_dir is in use by syntaxnmt pid 4242 on host elsewhere "):
+            train_joint(cfg, log=quiet)
+        with pytest.raises(UserError, match="the work_dir is in use"):
+            train(cfg, log=quiet)
+    assert not (Path(cfg.work_dir) / "forward").exists()
+
+
+def test_the_lock_is_reentrant_within_a_process(make_config):
+    """An experiment run holds its work_dir's lock over training, translations and done.json; the
+    training inside it takes the same lock again (the same process: no refusal)."""
+    from syntaxnmt.textio import folder_lock
+
+    cfg = make_config({"train": {"max_steps": 2, "valid_every": 2}})
+    with folder_lock(cfg.work_dir):
+        assert train(cfg, log=quiet).step == 2
+        assert "syntaxnmt pid" in (Path(cfg.work_dir) / ".syntaxnmt-lock").read_text()  # still held
+    assert (Path(cfg.work_dir) / ".syntaxnmt-lock").read_text() == ""
+
+
+def test_a_run_refused_before_writing_leaves_no_work_dir(make_config, tmp_path):
+    """The lock makes ``work_dir``; a run refused before it writes anything (a missing corpus file) removes it again."""
+    cfg = make_config({"data": {"train_src": str(tmp_path / "nope.src")}}, prepared_dir=tmp_path / "prepared")
+    with pytest.raises(UserError, match="nope.src"):
+        train(cfg, log=quiet)
+    assert not Path(cfg.work_dir).exists()

@@ -1,0 +1,98 @@
+"""What a finished run keeps so that its table can be re-scored without training.
+
+Every run of ``syntaxnmt experiment`` writes ``<work_dir>/scores.json.gz``: its record (updates,
+training time, tokens, best dev BLEU, parameters, the dev curve), and for every test set its
+hypotheses and sacreBLEU's per-sentence sufficient statistics -- cased BLEU (13a), lowercased BLEU
+(13a, ``lowercase=True``) and chrF2 -- from which every number of the table is recomputed
+(:func:`syntaxnmt.metrics.bleu_from_statistics`, :func:`syntaxnmt.metrics.chrf_from_statistics`),
+so ``--rescore`` needs neither the models nor the references. ``--collect`` copies these files to
+``results/<set name>/<label>-seed<S>.json.gz``, the folder committed with a table. The files are
+gzip with no timestamp and sorted JSON: the same run gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from syntaxnmt.errors import UserError
+from syntaxnmt.metrics import ReferenceScorer
+from syntaxnmt.textio import atomic_write, read_lines
+
+SCORES_FILE = "scores.json.gz"
+FORMAT = 1
+RECORD_KEYS = ("steps", "train_seconds", "train_tokens", "best", "params")
+
+
+def label_slug(label: str) -> str:
+    """A file-name form of a system label: ``"+ input features (random-tree control)"`` -> ``input-features-random-tree-control``."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-").lower() or "system"
+
+
+def results_file(results_dir: str | Path, label: str, seed: int) -> Path:
+    """Where ``--collect`` puts a run's scores in the committed results folder."""
+    return Path(results_dir) / f"{label_slug(label)}-seed{seed}.json.gz"
+
+
+def test_statistics(hyps: Sequence[str], refs: Sequence[str]) -> dict[str, np.ndarray]:
+    """Per-sentence statistics of one output: cased BLEU, lowercased BLEU and chrF2."""
+    cased, lower = ReferenceScorer([refs]), ReferenceScorer([refs], lowercase=True)
+    return {"bleu": cased.bleu_statistics(hyps), "bleu_lc": lower.bleu_statistics(hyps), "chrf": cased.chrf_statistics(hyps)}
+
+
+def _to_json(stats: np.ndarray) -> list[list[int]]:
+    return [[int(x) for x in row] for row in np.asarray(stats).round().astype(np.int64)]
+
+
+def encode(label: str, seed: int, record: dict, tests: dict[str, dict], dev_curve: Sequence[Sequence[float]] = ()) -> bytes:
+    """The bytes of a scores file (gzip without timestamp, sorted JSON)."""
+    tree = {
+        "format": FORMAT,
+        "label": label,
+        "seed": seed,
+        "record": {k: record.get(k) for k in RECORD_KEYS},
+        "dev_curve": [[int(s), float(b)] for s, b in dev_curve],
+        "tests": {name: {"hyps": list(t["hyps"]), **{k: _to_json(t[k]) for k in ("bleu", "bleu_lc", "chrf")}} for name, t in sorted(tests.items())},
+    }
+    text = json.dumps(tree, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return gzip.compress(text, compresslevel=9, mtime=0)
+
+
+def write_run_scores(work_dir: str | Path, label: str, seed: int, record: dict, hyp_paths: dict[str, str], refs: dict[str, Sequence[str]], dev_curve: Sequence[Sequence[float]] = ()) -> Path:
+    """Score a run's test outputs sentence by sentence and write ``<work_dir>/scores.json.gz``."""
+    tests = {}
+    for name, path in hyp_paths.items():
+        hyps = read_lines(path)
+        tests[name] = {"hyps": hyps, **test_statistics(hyps, refs[name])}
+    target = Path(work_dir) / SCORES_FILE
+    data = encode(label, seed, record, tests, dev_curve)
+    atomic_write(target, lambda f: f.write(data))
+    return target
+
+
+def read_run_scores(path: str | Path) -> dict:
+    """A scores file as a run record for the table: the record's fields plus ``tests`` (name ->
+    ``bleu``/``bleu_lc``/``chrf`` arrays and ``hyps``) and ``dev_curve``."""
+    try:
+        tree = json.loads(gzip.decompress(Path(path).read_bytes()).decode("utf-8"))
+    except (OSError, ValueError, EOFError) as e:
+        raise UserError(f"{path}: not a readable scores file ({e})") from None
+    if tree.get("format") != FORMAT:
+        raise UserError(f"{path}: scores file format {tree.get('format')!r}, expected {FORMAT}")
+    record = dict(tree["record"])
+    record["dev_curve"] = tree["dev_curve"]
+    record["tests"] = {name: {"hyps": t["hyps"], **{k: np.asarray(t[k], dtype=np.float64).reshape(len(t["hyps"]), -1) for k in ("bleu", "bleu_lc", "chrf")}} for name, t in tree["tests"].items()}
+    return record
+
+
+def find_run_scores(work_dir: str | Path, results_dir: str | Path, label: str, seed: int) -> Path | None:
+    """The run's own scores file, else the committed copy; None when neither exists."""
+    for path in (Path(work_dir) / SCORES_FILE, results_file(results_dir, label, seed)):
+        if path.is_file():
+            return path
+    return None
