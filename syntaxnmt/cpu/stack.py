@@ -8,6 +8,10 @@ Transformer -- keeps the states packed between the layers: from the embeddings o
 the norms, dropouts, residuals and products run on those rows, and only the kernels' q, k, v are
 placed (through row maps). A pre-norm stack also runs each residual connection and the norm after
 it in one pass (:func:`pre_norm_chain`). The result is the same as the layers one by one.
+A stack that cannot pack through (an attention extension, weights asked for, attention dropout, a
+leak slot, HAN's blocks) runs the model's layers one by one on every row: the products of such
+stacks are no longer gathered onto the real rows layer by layer (issue 48; its saving is to be
+measured with the other fast paths).
 
 The position-wise blocks of a layer get their fused kernels from :class:`FusedFeedForward`
 (bias, ReLU and dropout in one pass) and :class:`FusedResidual` (dropout and the residual sum in
