@@ -14,7 +14,7 @@ script imports torch. ``native`` removes these variables, so that a figure label
 
 This module imports neither torch nor syntaxnmt (it runs before them). What the emulation is and
 is not -- the same cores, caches, clock and memory; only the instructions differ -- is in
-docs/benchmarks.md, "Emulating an AVX2 machine"; ``syntaxnmt.runtime.machine_info`` records the
+docs/benchmarks.md, "Emulating an AVX2 machine"; ``syntaxnmt.cpu.machine.machine_info`` records the
 limit, so that no figure measured this way can pass for a real AVX2 machine's.
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 
 ISAS = ("native", "avx2")
 # Every variable that limits the instruction set of a library these benchmarks load (the same
-# list as syntaxnmt.runtime.ISA_VARIABLES, which records them; a test keeps the two equal).
+# list as syntaxnmt.cpu.machine.ISA_VARIABLES, which records them; a test keeps the two equal).
 # DNNL_MAX_CPU_ISA is oneDNN's older name for ONEDNN_MAX_CPU_ISA: ``native`` removes it too.
 VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "CT2_FORCE_CPU_ISA", "OPENBLAS_CORETYPE")
 LIMITS: dict[str, dict[str, str]] = {

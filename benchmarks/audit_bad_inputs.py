@@ -479,7 +479,8 @@ def _demo_names_unmarked(case: Path, _env: Env) -> None:
 
 
 def _demo_marked_with_additions(case: Path, _env: Env) -> None:
-    from syntaxnmt.experiments.demo import MARKER as DEMO_MARKER, WRITTEN_BY as DEMO_BY
+    from syntaxnmt.experiments.demo import MARKER as DEMO_MARKER
+    from syntaxnmt.experiments.demo import WRITTEN_BY as DEMO_BY
     from syntaxnmt.textio import write_marker
 
     write(case / "P" / "demo.yaml", "name: demo\n")
@@ -1333,7 +1334,7 @@ def main() -> None:
     args = p.parse_args()
     if args.fork_server:
         return fork_server()
-    from syntaxnmt.runtime import machine_info, with_load_after
+    from syntaxnmt.cpu.machine import machine_info, with_load_after
 
     info = machine_info()
     started = time.monotonic()

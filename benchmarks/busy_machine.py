@@ -43,7 +43,7 @@ process got meanwhile.
 Printed: a table of medians over ``--repeats`` rounds, the ratios syntaxnmt/OpenNMT-py per setting
 and condition, the issue's targets as measured (busy ratio no worse than quiet; default within 5%
 of 1 thread when busy and of the best fixed setting when quiet), and the machine
-(``syntaxnmt.runtime.machine_info``). Everything goes to ``--json``. OpenNMT-py runs only where
+(``syntaxnmt.cpu.machine.machine_info``). Everything goes to ``--json``. OpenNMT-py runs only where
 ``benchmarks/peers/install.sh onmt`` has installed it (``PEERS_VENVS``); otherwise it is skipped
 with a message. ``--tiny``: 20 updates, 20 sentences, settings default and 1, no settling (checks
 the pipeline).
@@ -72,8 +72,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import side_by_side as sbs  # noqa: E402
 
+from syntaxnmt.cpu.machine import THREAD_VARIABLES, describe_isa_limits, isa_limits, load_average, machine_info, machine_summary, with_load_after  # noqa: E402
 from syntaxnmt.errors import UserError  # noqa: E402
-from syntaxnmt.runtime import THREAD_VARIABLES, describe_isa_limits, isa_limits, load_average, machine_info, machine_summary, with_load_after  # noqa: E402
 from syntaxnmt.textio import atomic_write_text, read_lines  # noqa: E402
 
 ROOT = sbs.ROOT

@@ -6,7 +6,7 @@ freshly initialised models and forced output lengths (so every model writes as m
     python benchmarks/context_cost.py --work /tmp/context-cost [--updates 30 --warmup 5 --threads 1 --repeats 3]
 
 Prints a table and writes JSON (default benchmarks/out/context_cost.json) with the machine it ran
-on (syntaxnmt.runtime.machine_info, load average before and after). Ratios are what to compare on
+on (syntaxnmt.cpu.machine.machine_info, load average before and after). Ratios are what to compare on
 a shared machine: the systems are measured interleaved (update by update, decoding run by
 decoding run), so that a change of load falls on all of them.
 """
@@ -25,12 +25,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from discourse_study import config  # noqa: E402  (the study's configuration)
 
+from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after  # noqa: E402
 from syntaxnmt.data.batches import TokenBatchSampler  # noqa: E402
 from syntaxnmt.data.discourse import write_documents  # noqa: E402
 from syntaxnmt.data.documents import doc_index, previous_sentences  # noqa: E402
 from syntaxnmt.data.prepare import is_prepared, prepare  # noqa: E402
 from syntaxnmt.decoding.translate import translate_ids  # noqa: E402
-from syntaxnmt.runtime import machine_info, machine_summary, with_load_after  # noqa: E402
 from syntaxnmt.textio import atomic_write_text, read_lines  # noqa: E402
 from syntaxnmt.training.distributed import World  # noqa: E402
 from syntaxnmt.training.loop import seed_everything  # noqa: E402

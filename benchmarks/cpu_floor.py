@@ -9,7 +9,7 @@ from what the arithmetic allows on this machine. It trains the side-by-side mode
 ``benchmarks/side_by_side.py`` writes) as ``benchmarks/speed.py`` does and, for the same updates:
 
 1. times the whole updates (target tokens/s);
-2. records every matrix product the updates made through oneDNN (``syntaxnmt.model.linear``: the
+2. records every matrix product the updates made through oneDNN (``syntaxnmt.cpu.linear``: the
    linears' forward, both gradients, and the fused output loss), with its shapes and strides, and
    replays exactly those products alone, on fresh tensors: the time the products need;
 3. counts their floating-point operations (2 m n k each) and the rate they ran at;
@@ -20,7 +20,7 @@ from what the arithmetic allows on this machine. It trains the side-by-side mode
 ``tokens / product time`` is the speed the update would have if everything else (attention,
 layer norm, dropout, the optimizer, Python) were free. With ``--peer-json`` (the side-by-side
 results), the fastest peer's training tokens/s is printed beside it. The figures and the machine
-(``syntaxnmt.runtime.machine_info``, load average before and after) also go to ``--json``
+(``syntaxnmt.cpu.machine.machine_info``, load average before and after) also go to ``--json``
 (default benchmarks/out/cpu_floor.json).
 """
 
@@ -39,9 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from speed import training_task  # noqa: E402
 
 from syntaxnmt.config import load_config  # noqa: E402
+from syntaxnmt.cpu import linear as linear_module  # noqa: E402
+from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after  # noqa: E402
 from syntaxnmt.data.batches import TokenBatchSampler, round_up  # noqa: E402
-from syntaxnmt.model import linear as linear_module  # noqa: E402
-from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after  # noqa: E402
+from syntaxnmt.runtime import keep_freed_memory  # noqa: E402
 from syntaxnmt.textio import atomic_write_text  # noqa: E402
 
 Product = tuple[tuple, tuple, tuple, tuple, bool]  # x shape, x stride, w shape, w stride, has bias

@@ -3,7 +3,7 @@
     python benchmarks/cpu_kernels.py [--d-model 256] [--ffn-dim 1024] [--layers 3] [--heads 4]
         [--vocab 8000] [--max-tokens 4096] [--length 20] [--threads 1] [--budget 15]
 
-Runs the calibration of ``train.cpu_kernels: auto`` (syntaxnmt/model/kernels.py) afresh, without
+Runs the calibration of ``train.cpu_kernels: auto`` (syntaxnmt/cpu/calibration.py) afresh, without
 reading or writing the user's cache, on a Transformer of these sizes (the recipe model of the
 side-by-side by default: d_model 256, FFN 1024, 3+3 layers, 8k joint vocabulary), as a run does at
 start-up: training steps (forward and backward of one batch of ``--max-tokens`` tokens, sentences
@@ -36,10 +36,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from syntaxnmt.config import CPU_SHAPE_BUCKET, load_config  # noqa: E402
+from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after  # noqa: E402
 from syntaxnmt.data.batches import make_batch, pad_batch, shape_bucket  # noqa: E402
 from syntaxnmt.decoding.calibration import decoding_step  # noqa: E402
 from syntaxnmt.model import build_model, kernels  # noqa: E402
-from syntaxnmt.runtime import machine_info, machine_summary, with_load_after  # noqa: E402
 from syntaxnmt.textio import atomic_write_text  # noqa: E402
 from syntaxnmt.training.step import forward_backward  # noqa: E402
 

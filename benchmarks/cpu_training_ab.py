@@ -14,12 +14,12 @@ of the process (with ``--threads 1`` the latter holds up on a loaded machine). V
 - ``bucketN``: static shapes (``train.shape_bucket=N``) with oneDNN linears (N=4: the CPU default);
 - ``bucketN-mkl``: static shapes, linears on MKL;
 - a ``-nopack`` suffix: the position-wise products also on the padding rows
-  (``Transformer.pack_granule = 0``; the default computes them on the real rows only,
-  :mod:`syntaxnmt.model.packing`);
+  (``model.stacks.pack_granule = 0``; the default computes them on the real rows only,
+  :mod:`syntaxnmt.cpu.packing`);
 - a ``-foreach`` suffix: Adam's multi-tensor (``foreach``) update instead of the fused one that
   ``training/optim.py`` builds on CPU too (issue 26).
 
-The figures and the machine (``syntaxnmt.runtime.machine_info``, load average before and after)
+The figures and the machine (``syntaxnmt.cpu.machine.machine_info``, load average before and after)
 also go to ``--json`` (default benchmarks/out/cpu_training_ab.json).
 """
 
@@ -36,9 +36,10 @@ from pathlib import Path
 import torch
 
 from syntaxnmt.config import load_config
+from syntaxnmt.cpu import linear as fast_linear
+from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after
 from syntaxnmt.data.batches import TokenBatchSampler
-from syntaxnmt.model import linear as fast_linear
-from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after
+from syntaxnmt.runtime import keep_freed_memory
 from syntaxnmt.textio import atomic_write_text
 from syntaxnmt.training.distributed import World
 from syntaxnmt.training.loop import seed_everything
@@ -58,7 +59,7 @@ class Variant:
         seed_everything(cfg.seed)
         self.task = SingleModel(cfg, World(), torch.device("cpu"), log=lambda *a, **k: None)
         if m.group(4):
-            self.task.raw.pack_granule = 0
+            self.task.raw.stacks.pack_granule = 0
         if m.group(5):
             for group in self.task.opt.param_groups:
                 group["fused"], group["foreach"] = None, True

@@ -18,9 +18,9 @@ table gives the median sentences/s (and the range), ours divided by each engine 
 repeat (the median of these paired ratios, less moved by a load that changes between repeats),
 corpus BLEU of the detokenized output, and how many sentences are word-for-word ours
 (``--torch-operators`` adds our search with ``decode.cpu_softmax: torch``: PyTorch's operators
-instead of the native kernels of ``syntaxnmt/_native.c``; ``--processes`` adds it with ``decode.processes``, the batches at once in forked processes; each variant of ours is also given against CTranslate2 float32, paired). ``--root`` is the folder that relative paths in the
+instead of the native kernels of ``syntaxnmt/cpu/_native.c``; ``--processes`` adds it with ``decode.processes``, the batches at once in forked processes; each variant of ours is also given against CTranslate2 float32, paired). ``--root`` is the folder that relative paths in the
 checkpoint's stored config start from (e.g. the repository the run was trained in). The figures
-and the machine (``syntaxnmt.runtime.machine_info``, load average before and after) also go to
+and the machine (``syntaxnmt.cpu.machine.machine_info``, load average before and after) also go to
 ``--json`` (default benchmarks/out/ct2_decode.json). ``--isa avx2`` restarts the script with ATen,
 oneDNN, MKL and CTranslate2 restricted to AVX2 (``benchmarks/_isa.py``: an emulation of an AVX2
 machine on this CPU, which the machine record says).
@@ -46,6 +46,7 @@ from pathlib import Path
 
 import torch
 
+from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after
 from syntaxnmt.cpu.pools import decode_workers
 from syntaxnmt.decoding.ct2_engine import CT2Engine
 from syntaxnmt.decoding.ct2_export import export_ct2
@@ -53,7 +54,7 @@ from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.decoding.sources import encode_source_lines
 from syntaxnmt.decoding.translate import translate_ids
 from syntaxnmt.metrics import score
-from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after
+from syntaxnmt.runtime import keep_freed_memory
 from syntaxnmt.textio import atomic_write_text, read_lines
 
 
@@ -91,7 +92,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=100, help="sentences each engine translates untimed first")
     ap.add_argument("--limit", type=int, default=0, help="only the first N sentences (quick checks)")
-    ap.add_argument("--torch-operators", action="store_true", help="also time our search with decode.cpu_softmax torch (PyTorch's operators, not the native kernels of syntaxnmt/_native.c)")
+    ap.add_argument("--torch-operators", action="store_true", help="also time our search with decode.cpu_softmax torch (PyTorch's operators, not the native kernels of syntaxnmt/cpu/_native.c)")
     ap.add_argument("--processes", action="store_true", help="also time our search with decode.processes (the batches at once in forked processes instead of threads)")
     _isa.add_isa_argument(ap)
     ap.add_argument("--json", default="benchmarks/out/ct2_decode.json", help="figures and the machine record")

@@ -61,7 +61,7 @@ Data (``${SYNTAXNMT_DATA:-../shared/data}``): Multi30k ``train.{en,fr}.gz`` (29,
    softmax model's). The other variants use softmax.
 
 Prints a Markdown table (AER/precision/recall on the test part and BLEU of every model, eflomal
-in the same run) and the machine (``syntaxnmt.runtime.machine_info``, load average before and
+in the same run) and the machine (``syntaxnmt.cpu.machine.machine_info``, load average before and
 after); ``--output`` also writes everything as JSON (with each model's full dev sweep).
 
 Running in pieces (the whole comparison takes hours): ``--until HH:MM`` (local time; tomorrow if
@@ -104,13 +104,13 @@ from syntaxnmt.alignment.sweep import TEACHER_READINGS, align_sweep, self_traini
 from syntaxnmt.alignment.symmetrize import symmetrize
 from syntaxnmt.checkpoint import load_checkpoint
 from syntaxnmt.config import config_from_dict, load_config
+from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after
 from syntaxnmt.data.links import Links, aer, parse_links, read_alignments, read_bitext, transposed
 from syntaxnmt.data.prepare import prepare
 from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.errors import Interrupted, UserError
 from syntaxnmt.metrics import score as mt_score
-from syntaxnmt.runtime import machine_info, machine_summary, with_load_after
 from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
 from syntaxnmt.training.train import train
 

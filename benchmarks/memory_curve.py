@@ -4,13 +4,13 @@
         [--variants bucket4:1000,dynamic-onednn:200] [--every 10] [--json benchmarks/out/memory_curve.json]
 
 oneDNN keeps state per problem shape, so training on its linears with a new batch shape at
-every update makes the process grow (syntaxnmt/model/linear.py). Each variant (``NAME:UPDATES``)
+every update makes the process grow (syntaxnmt/cpu/linear.py). Each variant (``NAME:UPDATES``)
 trains in a fresh process of this script (``--one NAME``) and records, every ``--every``
 updates, the resident set size (VmRSS) and its peak so far (VmHWM), in MB. Variants as in
 ``cpu_training_ab.py``: ``bucketN`` (static shapes, oneDNN linears: the CPU default with N=4),
 ``dynamic-onednn`` (every batch its own shape, oneDNN linears), ``dynamic-mkl``, ``bucketN-mkl``.
 The summary gives each variant's peak after 10% of its updates and at the end: flat means the
-two are about equal. The JSON also holds the machine (``syntaxnmt.runtime.machine_info``, load
+two are about equal. The JSON also holds the machine (``syntaxnmt.cpu.machine.machine_info``, load
 average before and after).
 """
 
@@ -28,7 +28,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cpu_training_ab import Variant  # noqa: E402
 
-from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after  # noqa: E402
+from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after  # noqa: E402
+from syntaxnmt.runtime import keep_freed_memory  # noqa: E402
 from syntaxnmt.textio import atomic_write_text  # noqa: E402
 
 

@@ -6,15 +6,15 @@
 
 Times, in one process (each figure the median of ``--repeats`` calls after warm-up):
 
-- the attention of training (:func:`syntaxnmt.model.native_attention.attention`) forward and
+- the attention of training (:func:`syntaxnmt.cpu.attention.attention`) forward and
   forward + backward, non-causal with padded keys (the encoder's and the cross-attention's) and
   causal (the decoder's), ``--sentences`` x ``--length`` positions, ``--heads`` heads of
   ``--d-head``; GFLOP/s counts the four products of the forward (Q K^T, P V) and twice as many back;
-- dropout (:mod:`syntaxnmt.model.dropout`: alone, with the residual, with bias and ReLU) forward
+- dropout (:mod:`syntaxnmt.cpu.dropout`: alone, with the residual, with bias and ReLU) forward
   and backward on ``--rows`` x ``--ffn-dim`` floats, p = 0.1, beside two operators that only move
   memory (``x * 1.1``, ``r + x``): how far a kernel is from the memory's speed.
 
-``--against REF`` also builds ``syntaxnmt/_native.c`` of the git revision REF (``git show``; ``cc -O3
+``--against REF`` also builds ``syntaxnmt/cpu/_native.c`` of the git revision REF (``git show``; ``cc -O3
 -fopenmp`` as the package builds it) into a temporary folder and times its attention kernels
 through the same calls, paired call by call with this tree's (their interface has not changed
 since the row maps of 2026-11-30 but for the ``threads`` argument of stop 46, which an older build
@@ -51,9 +51,9 @@ import syntaxnmt.__main__  # noqa: F401  (first: the command's OpenMP defaults, 
 # isort: split
 import torch
 
-from syntaxnmt.model import dropout as drop
-from syntaxnmt.model import native_attention
-from syntaxnmt.runtime import in_threads, machine_info, machine_summary, with_load_after
+from syntaxnmt.cpu import attention as native_attention
+from syntaxnmt.cpu import dropout as drop
+from syntaxnmt.cpu.machine import in_threads, machine_info, machine_summary, with_load_after
 from syntaxnmt.textio import atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,8 +72,11 @@ def median_ms(f: Callable[[], object], repeats: int) -> float:
 
 
 def build_revision(ref: str, folder: Path):
-    """The ``_native`` module of ``syntaxnmt/_native.c`` at git revision ``ref``, compiled into ``folder``."""
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:syntaxnmt/_native.c"], capture_output=True, text=True)
+    """The ``_native`` module of ``syntaxnmt/cpu/_native.c`` (``syntaxnmt/_native.c`` before issue 48) at git revision ``ref``, compiled into ``folder``."""
+    for path in ("syntaxnmt/cpu/_native.c", "syntaxnmt/_native.c"):
+        source = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:{path}"], capture_output=True, text=True)
+        if not source.returncode:
+            break
     if source.returncode:
         sys.exit(f"native_kernels: --against {ref}: {source.stderr.strip()}")
     (folder / "_native.c").write_text(source.stdout)
@@ -158,7 +161,7 @@ def main() -> int:
     ap.add_argument("--ffn-dim", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--against", metavar="REF", help="also time the attention kernels of syntaxnmt/_native.c at this git revision")
+    ap.add_argument("--against", metavar="REF", help="also time the attention kernels of syntaxnmt/cpu/_native.c at this git revision")
     ap.add_argument("--json", default="benchmarks/out/native_kernels.json")
     _isa.add_isa_argument(ap)
     args = ap.parse_args()

@@ -4,9 +4,9 @@
         [--batches 24] [--warmup 4] [--threads 2] [--kernels A,B] [--json benchmarks/out/native_training.json] [--isa native|avx2]
 
 ``train.cpu_native: auto`` computes three pieces of a CPU training update in the C kernels of
-``syntaxnmt/_native.c`` (docs/benchmarks.md, "Native kernels of training"): the attention of
-short sequences (:mod:`syntaxnmt.model.native_attention`), dropout
-(:mod:`syntaxnmt.model.dropout`) and the label-smoothed loss with its gradient
+``syntaxnmt/cpu/_native.c`` (docs/benchmarks.md, "Native kernels of training"): the attention of
+short sequences (:mod:`syntaxnmt.cpu.attention`), dropout
+(:mod:`syntaxnmt.cpu.dropout`) and the label-smoothed loss with its gradient
 (:func:`syntaxnmt.training.losses.native_smoothed_xent`); ``torch`` keeps PyTorch's operators.
 On a machine whose speed drifts by 10-15 % within minutes (a KVM guest), blocks of updates timed
 one after another compare the drift, not the code. This script therefore trains the side-by-side
@@ -15,28 +15,23 @@ times **every batch twice in a row**, once per setting (the order alternating fr
 batch), so that each pair sees the same batch on the same machine state. It prints the speed-up
 of the native kernels over the total time and the median of the per-batch ratios, and, for the
 shapes of the last batch, each kernel alone against its PyTorch counterpart (forward and
-backward). The figures and the machine (``syntaxnmt.runtime.machine_info``, load average before
+backward). The figures and the machine (``syntaxnmt.cpu.machine.machine_info``, load average before
 and after) also go to ``--json``.
 
 ``--kernels openblas,aten`` pairs two kernel choices of the linear layers the same way instead
-(``syntaxnmt.model.linear.set_kernels``; docs/benchmarks.md, "OpenBLAS products"), the native
-kernels on, row packing as the calibration chose it. ``--switch NAME`` pairs one part of the
-native training path on and off (docs/benchmarks.md, "Fused dropout kernels, stacked projections
-and packed layers"), the rest as the command runs it, row packing on unless NAME is row-packing:
+(``syntaxnmt.cpu.linear.set_kernels``; docs/benchmarks.md, "OpenBLAS products"), the native
+kernels on, row packing as the calibration chose it. ``--switch NAME`` pairs one setting of the
+native training path on and off, the rest as the command runs it, row packing on unless NAME is
+row-packing:
 
-- ``fused-dropout``: bias + ReLU + dropout and dropout + residual in one kernel pass each
-  (``syntaxnmt.model.dropout.FUSED``);
-- ``stacked-projections``: q, k, v as one product (``MultiHeadAttention.stack_projections``; off
-  also keeps the layers' states unpacked);
-- ``packed-layers``: the states packed between the layers (``Transformer.pack_through``);
-- ``row-maps``: the attention kernels read and write packed rows through row maps instead of
-  q, k, v placed in (B, T, ...) and the output gathered back (``native_attention.ROW_MAPS``);
 - ``row-granule``: packed rows (and the loss's last chunk) topped up to 8 rows where ATen or
   OpenBLAS compute the products, instead of the 128 that oneDNN's per-shape state needs
   (``linear.row_granule``);
-- ``row-packing``: the products on the real rows (``Transformer.pack_granule``);
-- ``add-norm``: a pre-norm residual connection and the next layer norm in one kernel pass each
-  (``syntaxnmt.model.dropout.FUSED_NORM``; off: the fused dropout + residual, then ATen's norm).
+- ``row-packing``: the products on the real rows (``PackedStacks.pack_granule`` of the model's ``stacks``).
+
+The fused dropout and norm kernels, the stacked projections, the packed layers and the row maps
+have no switch: a paired measurement of one of them runs ``benchmarks/side_by_side.py`` at this
+revision and at one without it (issue 48).
 
 ``--isa avx2`` restarts the script with ATen, oneDNN, MKL and OpenBLAS restricted to AVX2
 (``benchmarks/_isa.py``: an emulation of an AVX2 machine on this CPU, which the machine record says).
@@ -67,10 +62,11 @@ import torch.nn.functional as F
 from speed import training_task  # noqa: E402
 
 from syntaxnmt.config import load_config
-from syntaxnmt.model import linear as lin
-from syntaxnmt.model import native_attention
-from syntaxnmt.model.dropout import dropout
-from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, native_training_kernels, openblas_available, set_native_training, with_load_after
+from syntaxnmt.cpu import attention as native_attention
+from syntaxnmt.cpu import linear as lin
+from syntaxnmt.cpu.dropout import dropout
+from syntaxnmt.cpu.machine import machine_info, machine_summary, native_training_kernels, openblas_available, set_native_training, with_load_after
+from syntaxnmt.runtime import keep_freed_memory
 from syntaxnmt.textio import atomic_write_text
 
 
@@ -154,7 +150,7 @@ def patched(module, name: str, on: bool, off_value) -> None:
 
 def row_granule(on: bool) -> None:
     """On: packed rows topped up to 8 where ATen or OpenBLAS compute (``linear.row_granule``); off: always to the class's granule (128)."""
-    from syntaxnmt.model import transformer
+    from syntaxnmt.cpu import stack as transformer  # the stack runner's rows
     from syntaxnmt.training import losses
 
     for module in (transformer, losses):
@@ -163,26 +159,17 @@ def row_granule(on: bool) -> None:
 
 def switch(task, name: str) -> dict[str, Callable[[], None]]:
     """The two settings of ``--switch name`` (on first) for the model of ``task``."""
-    from syntaxnmt.model import dropout as drop
-    from syntaxnmt.model import native_attention
-    from syntaxnmt.model.attention import MultiHeadAttention
-
-    model = task.raw
+    model = task.raw.stacks  # syntaxnmt.cpu.stack.PackedStacks (syntaxnmt.cpu.install)
     flip = {
-        "fused-dropout": lambda on: setattr(drop, "FUSED", on),
-        "stacked-projections": lambda on: setattr(MultiHeadAttention, "stack_projections", on),
-        "packed-layers": lambda on: setattr(model, "pack_through", on),
-        "row-maps": lambda on: setattr(native_attention, "ROW_MAPS", on),
         "row-granule": row_granule,
         "row-packing": lambda on: setattr(model, "pack_granule", type(model).pack_granule if on else 0),
-        "add-norm": lambda on: setattr(drop, "FUSED_NORM", on),
     }[name]
     if name != "row-packing":
         model.pack_granule = type(model).pack_granule
     return {f"{name} on": lambda: flip(True), f"{name} off": lambda: flip(False)}
 
 
-SWITCHES = ("fused-dropout", "stacked-projections", "packed-layers", "row-maps", "row-granule", "row-packing", "add-norm")
+SWITCHES = ("row-granule", "row-packing")
 
 
 def paired_updates(task, stream, settings: dict[str, Callable[[], None]], batches: int, warmup: int) -> dict:
@@ -219,7 +206,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kernels", metavar="A,B", help="compare two kernel choices of the linear layers (e.g. openblas,aten; "
-                    "syntaxnmt.model.linear.set_kernels) instead of the native kernels on and off; row packing as the calibration chose it")
+                    "syntaxnmt.cpu.linear.set_kernels) instead of the native kernels on and off; row packing as the calibration chose it")
     ap.add_argument("--switch", choices=SWITCHES, help="pair one part of the native training path on and off instead (see above)")
     ap.add_argument("--json", default="benchmarks/out/native_training.json", help="figures and the machine record")
     _isa.add_isa_argument(ap)
@@ -228,7 +215,7 @@ def main() -> int:
         sys.exit("native_training: --kernels or --switch, not both")
     if args.switch:
         if native_training_kernels() is None:
-            sys.exit("native_training: syntaxnmt/_native.c was not built or this CPU lacks AVX2/FMA: nothing to switch")
+            sys.exit("native_training: syntaxnmt/cpu/_native.c was not built or this CPU lacks AVX2/FMA: nothing to switch")
         settings = None
     elif args.kernels:
         names = args.kernels.split(",")
@@ -239,14 +226,14 @@ def main() -> int:
         settings = {k: (lambda k=k: lin.set_kernels(k)) for k in names}
     else:
         if native_training_kernels() is None:
-            sys.exit("native_training: syntaxnmt/_native.c was not built (pip install -e . with a C compiler) or this CPU lacks AVX2/FMA: nothing to compare")
+            sys.exit("native_training: syntaxnmt/cpu/_native.c was not built (pip install -e . with a C compiler) or this CPU lacks AVX2/FMA: nothing to compare")
         settings = {"train.cpu_native auto": lambda: set_native_training(True), "train.cpu_native torch": lambda: set_native_training(False)}
     keep_freed_memory()
     torch.set_num_threads(args.threads)
     machine = machine_info()
     cfg = load_config(args.config)
     task, stream = training_task(cfg, torch.device("cpu"))
-    chosen, granule = lin.kernels(), task.raw.pack_granule
+    chosen, granule = lin.kernels(), task.raw.stacks.pack_granule
     if args.switch:
         settings = switch(task, args.switch)
     try:
@@ -256,7 +243,7 @@ def main() -> int:
         lin.set_kernels(chosen)
         if args.switch:
             settings[f"{args.switch} on"]()
-            task.raw.pack_granule = granule
+            task.raw.stacks.pack_granule = granule
     (a, b), tokens, seconds, ratios = settings, run["tokens"], run["seconds"], run["ratios"]
     figures = {
         "batches": args.batches, "threads": torch.get_num_threads(), "tokens_per_update": tokens / args.batches, "compared": [a, b],

@@ -3,12 +3,12 @@
     python benchmarks/onednn_shapes.py [--products 200] [--threads 1]
 
 The three products of a training linear (forward ``x W^T``, ``g W``, ``g^T x``) through
-``torch.ops.mkldnn._linear_pointwise`` (the op of syntaxnmt/model/linear.py), d_model 256 and
+``torch.ops.mkldnn._linear_pointwise`` (the op of syntaxnmt/cpu/linear.py), d_model 256 and
 FFN 1024, for ``--products`` batches whose row counts are all different (1000, 1007, 1014, ...)
 and then, in a fresh process, for the same number of batches cycling over 4 row counts (1024,
 2048, 3072, 4096: bucketed shapes). Each in two processes: with glibc's defaults and with
 syntaxnmt's ``keep_freed_memory`` (syntaxnmt/runtime.py). Prints the resident set size every 50
-batches (MB) and the machine (``syntaxnmt.runtime.machine_info``, load average before and after);
+batches (MB) and the machine (``syntaxnmt.cpu.machine.machine_info``, load average before and after);
 both also go to ``--json`` (default benchmarks/out/onednn_shapes.json).
 """
 
@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after  # noqa: E402
+from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after  # noqa: E402
+from syntaxnmt.runtime import keep_freed_memory  # noqa: E402
 from syntaxnmt.textio import atomic_write_text  # noqa: E402
 
 FEW = (1024, 2048, 3072, 4096)

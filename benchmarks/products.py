@@ -36,8 +36,8 @@ if "--alone" not in sys.argv:  # a child of one library inherits the environment
 # isort: split
 import torch  # noqa: E402
 
-from syntaxnmt.model import blas  # noqa: E402
-from syntaxnmt.runtime import machine_info, machine_summary, openblas_available, with_load_after  # noqa: E402
+from syntaxnmt.cpu import blas  # noqa: E402
+from syntaxnmt.cpu.machine import machine_info, machine_summary, openblas_available, with_load_after  # noqa: E402
 from syntaxnmt.textio import atomic_write_text  # noqa: E402
 
 LIBRARIES = ("mkl", "openblas")

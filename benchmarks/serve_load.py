@@ -29,7 +29,7 @@ Retry-After it was given (at most 5 s). Prints, per N, the small requests' p50 /
 refused up front (503 with Retry-After, in under a second), and held past the server's timeout
 without being refused up front (timed out with 503, or answered after the timeout: must be 0).
 
-Also the machine (``syntaxnmt.runtime.machine_info``, load average before and after); all go to ``--json``
+Also the machine (``syntaxnmt.cpu.machine.machine_info``, load average before and after); all go to ``--json``
 (default benchmarks/out/serve_load.json). The server runs as the ``syntaxnmt`` command does
 (passive OpenMP waiting, the thread policy unless ``--threads``).
 """
@@ -53,7 +53,7 @@ from pathlib import Path
 
 import httpx
 
-from syntaxnmt.runtime import machine_info, machine_summary, with_load_after
+from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after
 from syntaxnmt.textio import atomic_write_text
 
 

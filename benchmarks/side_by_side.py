@@ -27,7 +27,7 @@ Same data, same model, same measurements for every toolkit (method: docs/benchma
 - Threads: ``--threads T`` sets OMP_NUM_THREADS/MKL_NUM_THREADS for every toolkit; without it each
   runs as its users get it: the peers with torch's default, syntaxnmt as its command does
   (passive OpenMP waiting and the thread policy, docs/benchmarks.md "Thread policy").
-- The machine: ``syntaxnmt.runtime.machine_info`` (CPU, instruction-set flags, torch/oneDNN/MKL,
+- The machine: ``syntaxnmt.cpu.machine.machine_info`` (CPU, instruction-set flags, torch/oneDNN/MKL,
   thread settings, load average before and after the run) in the results file and the output.
 - ``--isa avx2``: every toolkit's processes run with ATen, oneDNN, MKL (and CTranslate2) restricted
   to AVX2 (``benchmarks/_isa.py``): an emulation of an AVX2 machine on this CPU, which the machine
@@ -68,7 +68,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from syntaxnmt.runtime import THREAD_VARIABLES, describe_isa_limits, isa_limits, machine_info, machine_summary, with_load_after
+from syntaxnmt.cpu.machine import THREAD_VARIABLES, describe_isa_limits, isa_limits, machine_info, machine_summary, with_load_after
 from syntaxnmt.textio import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]

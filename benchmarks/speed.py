@@ -8,7 +8,7 @@ recipe's batches (prepared corpus required: ``syntaxnmt prepare CONFIG``). Decod
 sentences/s over the 1,000 sentences of test_2016_flickr (the trained checkpoint if given, else
 the freshly initialised model; ``--force-length N`` makes every hypothesis exactly N subwords, so
 briefly trained models are compared fairly). The figures and the machine they were measured on
-(``syntaxnmt.runtime.machine_info``, load average before and after) also go to ``--json``
+(``syntaxnmt.cpu.machine.machine_info``, load average before and after) also go to ``--json``
 (default benchmarks/out/speed.json). ``--isa avx2`` restarts the script with ATen, oneDNN and MKL
 restricted to AVX2 (``benchmarks/_isa.py``: an emulation of an AVX2 machine on this CPU, which the
 machine record says).
@@ -36,6 +36,8 @@ import numpy as np
 import torch
 
 from syntaxnmt.config import load_config
+from syntaxnmt.cpu.calibration import prepare as prepare_cpu_kernels
+from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after
 from syntaxnmt.data.batches import TokenBatchSampler
 from syntaxnmt.data.prepare import feature_vocab_sizes, load_tokenizers
 from syntaxnmt.decoding.calibration import decoding_step
@@ -43,8 +45,7 @@ from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.decoding.translate import translate_ids
 from syntaxnmt.errors import UserError
 from syntaxnmt.model import build_model
-from syntaxnmt.model.kernels import prepare as prepare_cpu_kernels
-from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, resolve_device, with_load_after
+from syntaxnmt.runtime import keep_freed_memory, resolve_device
 from syntaxnmt.textio import atomic_write_text, read_lines
 from syntaxnmt.training.distributed import World
 from syntaxnmt.training.loop import seed_everything

@@ -15,7 +15,7 @@ the baseline's median. Prints one line per variant.
 every hypothesis forced to 20 subwords, in ``--rounds`` interleaved rounds; the median sentences/s
 is printed relative to the baseline's (models with source features get the dev parses).
 
-The figures and the machine (``syntaxnmt.runtime.machine_info``, load average before and after)
+The figures and the machine (``syntaxnmt.cpu.machine.machine_info``, load average before and after)
 also go to ``--json`` (default benchmarks/out/syntax_overhead.json).
 """
 
@@ -31,11 +31,12 @@ from pathlib import Path
 import torch
 
 from syntaxnmt.config import load_config
+from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after
 from syntaxnmt.data.batches import TokenBatchSampler
 from syntaxnmt.data.prepare import load_split, load_tokenizers
 from syntaxnmt.decoding.translate import translate_ids
 from syntaxnmt.model import build_model
-from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after
+from syntaxnmt.runtime import keep_freed_memory
 from syntaxnmt.textio import atomic_write_text
 from syntaxnmt.training.loop import seed_everything
 from syntaxnmt.training.objectives import training_objectives

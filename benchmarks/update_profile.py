@@ -43,8 +43,9 @@ from speed import training_task  # noqa: E402
 from torch.profiler import ProfilerActivity, profile
 
 from syntaxnmt.config import load_config
-from syntaxnmt.model import kernels
-from syntaxnmt.runtime import keep_freed_memory, machine_info, machine_summary, with_load_after
+from syntaxnmt.cpu import calibration as kernels
+from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after
+from syntaxnmt.runtime import keep_freed_memory
 from syntaxnmt.textio import atomic_write_text
 
 PRODUCTS = ("aten::mm", "aten::addmm")

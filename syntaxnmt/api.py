@@ -51,6 +51,8 @@ from syntaxnmt.analysis.export import (
     word_level,
 )
 from syntaxnmt.config import Config, DecodeConfig, merge_trees
+from syntaxnmt.cpu.calibration import configure as configure_cpu_kernels
+from syntaxnmt.cpu.machine import configure_threads
 from syntaxnmt.data.prepare import Tokenizers
 from syntaxnmt.decoding.ct2_engine import CT2Engine, ct2_device
 from syntaxnmt.decoding.ensemble import load_ensemble
@@ -59,9 +61,8 @@ from syntaxnmt.decoding.loading import apply_translation_config, checkpoint_file
 from syntaxnmt.decoding.output import Output, Phrases, translate_outputs
 from syntaxnmt.decoding.terminology import TermDictionary, source_words
 from syntaxnmt.errors import UserError
-from syntaxnmt.model.kernels import configure as configure_cpu_kernels
 from syntaxnmt.model.outputs import layer_head
-from syntaxnmt.runtime import configure_threads, resolve_device
+from syntaxnmt.runtime import resolve_device
 
 __all__ = ["Attention", "Candidate", "Translation", "Translator"]
 
@@ -177,7 +178,7 @@ class Translator:
         (or one list of them): an ensemble averaging their log-probabilities. Checkpoints carry
         their tokenizers, so any working folder will do. ``device``: ``auto``, ``cpu``, ``cuda``;
         ``threads``: torch's CPU threads (for the whole process); ``cpu_kernels``: ``auto``,
-        ``onednn`` or ``aten`` (:mod:`syntaxnmt.model.kernels`; None: the process's, ``--cpu-kernels``). ``options``: defaults of the
+        ``onednn`` or ``aten`` (:mod:`syntaxnmt.cpu.calibration`; None: the process's, ``--cpu-kernels``). ``options``: defaults of the
         ``decode`` keys, ``hard_attention`` and ``spacy_pipeline``; ``overrides``: the same as
         nested sections (``{"decode": {"beam_size": 3}}``, as ``--decode.beam_size=3``).
         ``engine`` (:data:`ENGINES`): ``ctranslate2`` searches one model with CTranslate2, the

@@ -25,6 +25,10 @@ from syntaxnmt.analysis.plot import load_for_plot, plot_sentences, read_link_fil
 from syntaxnmt.api import Translator, check_constraints_engine
 from syntaxnmt.checkpoint import trusting_checkpoints
 from syntaxnmt.config import DEFAULT_CPU_KERNELS, Config, DataConfig, load_config, parse_overrides
+from syntaxnmt.cpu.calibration import MODES as KERNEL_MODES
+from syntaxnmt.cpu.calibration import configure as configure_kernels
+from syntaxnmt.cpu.linear import configure
+from syntaxnmt.cpu.machine import configure_threads
 from syntaxnmt.data.annotations import SpacyParser, check_parse, to_conllu, write_conllu
 from syntaxnmt.data.contrastive import FORMATS as CONTRASTIVE_FORMATS
 from syntaxnmt.data.contrastive import check_context, read_contrastive
@@ -44,10 +48,7 @@ from syntaxnmt.experiments.decoding import run_decode_set
 from syntaxnmt.experiments.demo import run_demo
 from syntaxnmt.experiments.runner import run_set
 from syntaxnmt.metrics import evaluate_report
-from syntaxnmt.model.kernels import MODES as KERNEL_MODES
-from syntaxnmt.model.kernels import configure as configure_kernels
-from syntaxnmt.model.linear import configure
-from syntaxnmt.runtime import configure_threads, resolve_device, run_command
+from syntaxnmt.runtime import resolve_device, run_command
 from syntaxnmt.serving.server import READ_TIMEOUT, Limits, serve
 from syntaxnmt.textio import atomic_write_text, check_outputs, package_version, read_input, read_lines, write_lines
 from syntaxnmt.training.joint import train_joint
@@ -495,7 +496,7 @@ def cmd_demo(args, extra) -> None:
 
 
 def _threads_flag(s: argparse.ArgumentParser, what: str = "") -> None:
-    """``--threads N``: torch CPU threads of the command (:func:`syntaxnmt.runtime.configure_threads`)."""
+    """``--threads N``: torch CPU threads of the command (:func:`syntaxnmt.cpu.machine.configure_threads`)."""
     s.add_argument("--threads", type=int, help=f"torch CPU threads{what} (default: every core, fewer when other processes keep cores busy; docs/benchmarks.md)")
     s.add_argument("--cpu-kernels", choices=KERNEL_MODES, help="the linear layers' CPU kernels: auto (time whole steps of the model with oneDNN, ATen and OpenBLAS, once per machine and model: cached), onednn, aten or openblas (default: " + DEFAULT_CPU_KERNELS + (", or train.cpu_kernels" if "train." in what else "") + ")")
 
@@ -890,7 +891,7 @@ def _check_outputs(args, inputs: list[tuple[str, object]] = (), outputs: list[tu
 def _run(args, extra: list[str]) -> None:
     """Run the command: a bad SYNTAXNMT_ONEDNN_LINEAR is a user error before any work, torch's CPU
     threads follow the thread policy (the command's ``--threads`` when it has one), the linear
-    layers' CPU kernels its ``--cpu-kernels`` (:mod:`syntaxnmt.model.kernels`), and
+    layers' CPU kernels its ``--cpu-kernels`` (:mod:`syntaxnmt.cpu.calibration`), and
     ``--trust-checkpoint`` holds for the command's duration when given."""
     configure()
     _check_outputs(args)

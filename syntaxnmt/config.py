@@ -598,26 +598,26 @@ class TrainConfig(_Section):
     tensorboard: bool = True
     """Write TensorBoard event files to ``work_dir/tensorboard``."""
     threads: NonNegativeInt = 0
-    """torch CPU threads (0: the command's thread policy, :func:`syntaxnmt.runtime.configure_threads`: every core, fewer when other processes keep cores busy)."""
+    """torch CPU threads (0: the command's thread policy, :func:`syntaxnmt.cpu.machine.configure_threads`: every core, fewer when other processes keep cores busy)."""
     cpu_kernels: Literal["auto", "onednn", "aten", "openblas"] = DEFAULT_CPU_KERNELS
-    """The path of the linear layers' float32 products on CPU (:mod:`syntaxnmt.model.kernels`):
+    """The path of the linear layers' float32 products on CPU (:mod:`syntaxnmt.cpu.calibration`):
     ``auto`` (the default) times whole training steps of the run's model with each kernel choice
     and with row packing on and off (``row_packing``) at start-up (two rounds of steps and up to 15 s
     more, once per machine and model: cached) and takes the fastest; ``onednn`` (oneDNN wherever the fixed rule of
-    :mod:`syntaxnmt.model.linear` lets it run), ``aten`` (MKL's sgemm) or ``openblas`` (numpy's
-    OpenBLAS, :mod:`syntaxnmt.model.blas`) decide without timing (docs/benchmarks.md, "CPU kernel
+    :mod:`syntaxnmt.cpu.linear` lets it run), ``aten`` (MKL's sgemm) or ``openblas`` (numpy's
+    OpenBLAS, :mod:`syntaxnmt.cpu.blas`) decide without timing (docs/benchmarks.md, "CPU kernel
     choice", "OpenBLAS products").
     The choice is recorded in the checkpoints, and ``--resume`` reuses it (exact resume) unless
     this key or ``row_packing`` changed; ``SYNTAXNMT_CPU_KERNELS`` overrides it."""
     row_packing: Literal["auto", "on", "off"] = "auto"
     """CPU training computes the position-wise products on the non-padding rows only
-    (:mod:`syntaxnmt.model.packing`): ``on``, ``off``, or ``auto`` (on; timed against off when
+    (:mod:`syntaxnmt.cpu.packing`): ``on``, ``off``, or ``auto`` (on; timed against off when
     ``cpu_kernels`` is ``auto``). Set explicitly, it wins over the calibration."""
 
     cpu_native: Literal["auto", "torch"] = "auto"
-    """The C kernels of ``syntaxnmt/_native.c`` in CPU training, where they were built for this CPU
+    """The C kernels of ``syntaxnmt/cpu/_native.c`` in CPU training, where they were built for this CPU
     (AVX2/FMA): ``auto`` computes the attention of sequences up to 128 positions
-    (:mod:`syntaxnmt.model.native_attention`) and the label-smoothed loss with its gradient
+    (:mod:`syntaxnmt.cpu.attention`) and the label-smoothed loss with its gradient
     (:func:`syntaxnmt.training.losses.native_smoothed_xent`) there; ``torch`` keeps PyTorch's
     operators (flash attention, log-softmax) everywhere. The same values to float rounding;
     docs/benchmarks.md, "Native kernels of training"."""
@@ -642,7 +642,7 @@ class TrainConfig(_Section):
     ``max_tokens`` allows at that length (padding is masked; the loss is the same), so training
     sees a few shapes only. Unset (auto): 8 when CUDA graphs are used; on CPU
     ``CPU_SHAPE_BUCKET``, which lets the linear layers train on oneDNN's kernels (its per-shape
-    state stays bounded: :mod:`syntaxnmt.model.linear`); else 0. ``train-joint`` ignores it."""
+    state stays bounded: :mod:`syntaxnmt.cpu.linear`); else 0. ``train-joint`` ignores it."""
     cuda_graphs: bool | None = None
     """Replay the training step's forward and backward as CUDA graphs, one per shape bucket: far
     fewer kernel launches from Python for small models. Needs CUDA, one process, ``accum_steps``
@@ -721,7 +721,7 @@ class DecodeConfig(_Section):
     keeps threads."""
     cpu_softmax: CpuSoftmax = "auto"
     """How a search on the CPU turns the output layer's logits into its candidates: ``auto``, the
-    native kernel (:mod:`syntaxnmt.decoding.native`: log-softmax and top-k in one pass over a row)
+    native kernel (:mod:`syntaxnmt.cpu.search`: log-softmax and top-k in one pass over a row)
     where it was built and the CPU has AVX2/FMA, else PyTorch's operators; ``torch``: always
     PyTorch's (``log_softmax`` then top-k). The same choices to a few units in the last place."""
     nbest: int = 1

@@ -18,7 +18,6 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 from syntaxnmt.errors import UserError
 
-
 MAX_LINE_BYTES = 1 << 20
 """The longest line a text input may hold: 1 MiB of UTF-8, its line ending excluded. A longer
 line -- or an input with no newline within that much, such as ``-i /dev/zero`` -- is a

@@ -26,7 +26,7 @@ N_TRAIN, N_DEV, N_TEST = 600, 30, 30
 # against each other (a search that takes 10 ms on one thread can take seconds on two).
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # which the commands run in-process keep (runtime.configure_threads)
-# The CPU kernel calibration (model.kernels) caches its times in a folder of this test session,
+# The CPU kernel calibration (cpu.calibration) caches its times in a folder of this test session,
 # not in the user's ~/.cache, for the commands run in-process and the subprocesses alike.
 _KERNEL_CACHE = tempfile.TemporaryDirectory(prefix="syntaxnmt-test-cache-")
 os.environ["SYNTAXNMT_CACHE_DIR"] = _KERNEL_CACHE.name

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import load_script
 
-from syntaxnmt.runtime import THREAD_VARIABLES
+from syntaxnmt.cpu.machine import THREAD_VARIABLES
 
 ROOT = Path(__file__).resolve().parents[1]
 

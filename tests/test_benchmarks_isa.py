@@ -14,9 +14,9 @@ import torch
 import yaml
 from conftest import load_script
 
-from syntaxnmt import runtime
-from syntaxnmt.model import kernels
-from syntaxnmt.runtime import describe_isa_limits, isa_limits, machine_info, machine_summary
+from syntaxnmt.cpu import calibration as kernels
+from syntaxnmt.cpu import machine
+from syntaxnmt.cpu.machine import describe_isa_limits, isa_limits, machine_info, machine_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
@@ -38,7 +38,7 @@ def isa():
 
 
 def without_limits() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in runtime.ISA_VARIABLES}
+    return {k: v for k, v in os.environ.items() if k not in machine.ISA_VARIABLES}
 
 
 # ---------------------------------------------------------------- the child environment
@@ -49,15 +49,15 @@ def test_avx2_adds_every_limit_and_native_removes_them(isa, monkeypatch):
     monkeypatch.setenv("DNNL_MAX_CPU_ISA", "AVX512_CORE")
     monkeypatch.setenv("SOME_USER_VARIABLE", "kept")
     env = isa.child_env("avx2")
-    assert {k: env.get(k) for k in runtime.ISA_VARIABLES} == AVX2 | {"DNNL_MAX_CPU_ISA": None}
+    assert {k: env.get(k) for k in machine.ISA_VARIABLES} == AVX2 | {"DNNL_MAX_CPU_ISA": None}
     assert env["SOME_USER_VARIABLE"] == "kept" and env["PATH"] == os.environ["PATH"]
     native = isa.child_env("native")
-    assert not set(runtime.ISA_VARIABLES) & set(native) and native["SOME_USER_VARIABLE"] == "kept"
+    assert not set(machine.ISA_VARIABLES) & set(native) and native["SOME_USER_VARIABLE"] == "kept"
     assert isa.child_env("avx2", {"A": "1"}) == {"A": "1", **AVX2}
     with pytest.raises(ValueError, match="avx512"):
         isa.child_env("avx512")
     # one list of variables for the benchmarks (which cannot import syntaxnmt before the restart) and the record
-    assert isa.VARIABLES == tuple(runtime.ISA_VARIABLES)
+    assert isa.VARIABLES == tuple(machine.ISA_VARIABLES)
 
 
 @pytest.mark.parametrize(
@@ -94,7 +94,7 @@ def test_results_of_another_isa_are_not_merged(tmp_path):
 
 
 def test_the_record_says_when_and_how_the_isa_is_restricted(monkeypatch):
-    for k in runtime.ISA_VARIABLES:
+    for k in machine.ISA_VARIABLES:
         monkeypatch.delenv(k, raising=False)
     info = machine_info()
     assert info["isa_limits"] is None and info["isa_note"] is None and "restricted" not in machine_summary(info)
@@ -116,7 +116,7 @@ sys.path.insert(0, sys.argv[1])
 import _isa
 _isa.reexec_for_isa(sys.argv[2:])
 import torch
-from syntaxnmt.runtime import machine_info
+from syntaxnmt.cpu.machine import machine_info
 info = machine_info()
 print(torch.backends.cpu.get_cpu_capability(), info["torch_cpu_capability"], (info["openblas"] or {}).get("architecture"), info["isa_note"])
 """
@@ -180,7 +180,7 @@ def test_busy_machine_runs_syntaxnmt_restricted_and_says_so(make_config, corpus,
 
 def test_the_kernel_choice_of_an_emulated_machine_is_cached_apart(monkeypatch):
     """train.cpu_kernels auto times kernels per machine key: AVX2-limited timings never stand for native ones."""
-    for k in runtime.ISA_VARIABLES:
+    for k in machine.ISA_VARIABLES:
         monkeypatch.delenv(k, raising=False)
     native = kernels.machine_key(1)
     for k, v in AVX2.items():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from syntaxnmt.runtime import native_training_kernels
+from syntaxnmt.cpu.machine import native_training_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "native_kernels.py"

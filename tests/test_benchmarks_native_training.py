@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from conftest import load_script
 
-from syntaxnmt.runtime import native_kernels, native_training_kernels
+from syntaxnmt.cpu.machine import native_kernels, native_training_kernels
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "native_training.py"
 
 
-@pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/_native.c not built or no AVX2/FMA on this CPU")
+@pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/cpu/_native.c not built or no AVX2/FMA on this CPU")
 def test_each_kernel_is_timed_with_both_settings_and_the_kernels_stay_on():
     bench = load_script(SCRIPT)
     figures = bench.kernels_alone((4, 6), 16, 2, 32, 50)
@@ -38,33 +38,36 @@ def test_paired_updates_train_each_batch_once_per_setting_in_alternating_order()
     assert run["tokens"] == 30 and len(run["ratios"]) == 3 and set(run["seconds"]) == {"A", "B"} and run["last_batch"] == "b4"
 
 
-@pytest.mark.parametrize("name", ["fused-dropout", "stacked-projections", "packed-layers", "row-maps", "row-granule", "row-packing"])
-def test_each_switch_turns_its_part_off_and_on_again(name, monkeypatch):
+@pytest.mark.parametrize("name", ["row-granule", "row-packing"])
+def test_each_switch_turns_its_part_off_and_on_again(name):
     """--switch NAME: the two settings flip exactly that part of the native path (row packing on
     for the others), and turning it on again restores the defaults."""
-    from syntaxnmt.model import dropout as drop
-    from syntaxnmt.model import native_attention
-    from syntaxnmt.model.attention import MultiHeadAttention
-    from syntaxnmt.model.transformer import Transformer
+    from syntaxnmt.cpu.stack import PackedStacks
 
     bench = load_script(SCRIPT)
 
     class Task:
-        raw = type("Model", (), {"pack_granule": 128, "pack_through": True})()
+        raw = type("Model", (), {"stacks": type("Stacks", (), {"pack_granule": 128})()})()
 
-    Task.raw.pack_granule = 0  # as a calibration that chose no packing leaves it
+    Task.raw.stacks.pack_granule = 0  # as a calibration that chose no packing leaves it
     settings = bench.switch(Task(), name)
     assert list(settings) == [f"{name} on", f"{name} off"]
-    from syntaxnmt.model import linear, transformer
+    from syntaxnmt.cpu import linear, stack
     from syntaxnmt.training import losses
 
-    library = lambda: transformer.row_granule is linear.row_granule and losses.row_granule is linear.row_granule  # noqa: E731
-    state = lambda: (drop.FUSED, MultiHeadAttention.stack_projections, Task.raw.pack_through, native_attention.ROW_MAPS, library(), Task.raw.pack_granule)  # noqa: E731
-    on = (True, True, True, True, True, 128)
-    assert state() == (on if name != "row-packing" else (*on[:-1], 0))
+    library = lambda: stack.row_granule is linear.row_granule and losses.row_granule is linear.row_granule  # noqa: E731
+    state = lambda: (library(), Task.raw.stacks.pack_granule)  # noqa: E731
+    on = (True, 128)
+    assert state() == (on if name != "row-packing" else (True, 0))
     settings[f"{name} off"]()
     off = bench.SWITCHES.index(name)
-    assert state() == tuple(False if i == off and i < 5 else 0 if i == off else v for i, v in enumerate(on))
+    assert state() == tuple(False if i == off == 0 else 0 if i == off else v for i, v in enumerate(on))
     settings[f"{name} on"]()
     assert state() == on
-    assert Transformer.pack_through and Transformer.pack_granule == 128
+    assert PackedStacks.pack_granule == 128
+
+
+def test_the_benchmark_only_switches_are_gone():
+    """The fused kernels, stacked projections, packed layers and row maps are compared against a git revision (issue 48)."""
+    bench = load_script(SCRIPT)
+    assert bench.SWITCHES == ("row-granule", "row-packing")

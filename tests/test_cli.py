@@ -321,7 +321,7 @@ COMPUTING = {
 
 @pytest.mark.parametrize("command", list(COMPUTING))
 def test_commands_that_compute_take_threads(capsys, command):
-    """One shared --threads (syntaxnmt.runtime.configure_threads): a negative count is refused
+    """One shared --threads (syntaxnmt.cpu.machine.configure_threads): a negative count is refused
     before any work; 0 means the default thread policy; N sets torch's threads."""
     code, _, err = run_cli(capsys, command, *COMPUTING[command], "--threads", "-1")
     assert_one_line_error(code, err, "--threads -1: give at least 1 (or 0 for the default)")
@@ -504,9 +504,9 @@ def test_translate_writes_into_a_fifo_and_reports_a_full_device(capsys, trained_
 def test_translate_cpu_kernels(capsys, monkeypatch, trained_run, tmp_path):
     """``--cpu-kernels``: each path gives the same translations, the choice is recorded, and a
     value other than auto, onednn or aten is a one-line error."""
-    from syntaxnmt.model import kernels
-    from syntaxnmt.model import linear as fast_linear
-    from syntaxnmt.runtime import machine_info
+    from syntaxnmt.cpu import calibration as kernels
+    from syntaxnmt.cpu import linear as fast_linear
+    from syntaxnmt.cpu.machine import machine_info
 
     monkeypatch.delenv(kernels.ENV, raising=False)  # the test session's override (conftest)
     monkeypatch.setattr(kernels, "_mode", kernels._mode)  # the process's mode and plan are restored after

@@ -2,7 +2,7 @@
 
 Every ``import`` / ``from ... import`` statement counts, including those inside functions and
 ``TYPE_CHECKING`` blocks. The stage order is written once, here, and in the README's pipeline
-table: leaves < data < model < decoding < training < alignment < analysis < api, experiments < serving < cli.
+table: leaves < data < model < cpu < decoding < training < alignment < analysis < api, experiments < serving < cli.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ PACKAGE = Path(__file__).resolve().parents[1] / "syntaxnmt"
 # The rank of each top-level module or stage package; a module may import only modules of a
 # lower rank, or modules of its own stage package (without a cycle).
 STAGES: dict[str, float] = {
-    "_native": 0,  # the C extension (syntaxnmt/_native.c): imports nothing of the package
     "errors": 0,
     "textio": 1,
     "syntax": 1,
@@ -26,7 +25,7 @@ STAGES: dict[str, float] = {
     "metrics": 3,
     "data": 4,
     "model": 5,
-    "cpu": 5.5,  # CPU execution (syntaxnmt/cpu/): plugs into the model, used by decoding and training
+    "cpu": 5.5,  # CPU execution (syntaxnmt/cpu/): plugs into the model's seams (syntaxnmt.cpu.install), used by decoding and training; the model never imports it
     "decoding": 6,
     "training": 7,
     "alignment": 8,
@@ -164,3 +163,10 @@ def test_imports_inside_functions_count(tmp_path):
     f.write_text("def f():\n    from syntaxnmt.training import loop\n    from ..model import y\n")
     modules = {"syntaxnmt.data.x": f, "syntaxnmt.training.loop": f, "syntaxnmt.model.y": f, "syntaxnmt.training": f, "syntaxnmt.model": f}
     assert imports_of("syntaxnmt.data.x", f, modules) == {"syntaxnmt.training.loop", "syntaxnmt.model.y"}
+
+
+def test_the_model_never_imports_the_cpu_execution():
+    """The CPU path plugs into the model (syntaxnmt.cpu.install); a model built by hand runs PyTorch's."""
+    edges = graph()
+    assert sorted(f"{a} -> {b}" for a, targets in edges.items() if stage(a) == "model" for b in targets if stage(b) == "cpu") == []
+    assert any(stage(b) == "model" for b in edges["syntaxnmt.cpu"])

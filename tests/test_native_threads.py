@@ -1,4 +1,4 @@
-"""The threads of the C kernels (``syntaxnmt/_native.c``, "Threads"): a kernel's range split
+"""The threads of the C kernels (``syntaxnmt/cpu/_native.c``, "Threads"): a kernel's range split
 between torch's OpenMP threads gives the values of one thread, bit for bit, whatever the number of
 threads, with two Python threads calling at once, and in a forked child with one thread; the
 kernels load no OpenMP runtime besides torch's."""
@@ -12,10 +12,10 @@ import threading
 import pytest
 import torch
 
-from syntaxnmt.runtime import kernel_threads, native_kernels
+from syntaxnmt.cpu.machine import kernel_threads, native_kernels
 
 native = native_kernels()
-pytestmark = pytest.mark.skipif(native is None, reason="syntaxnmt/_native.c not built or no AVX2/FMA on this CPU")
+pytestmark = pytest.mark.skipif(native is None, reason="syntaxnmt/cpu/_native.c not built or no AVX2/FMA on this CPU")
 
 
 def _dropout_both_ways(threads: int, rows: int = 300, cols: int = 128) -> list[torch.Tensor]:
@@ -51,7 +51,7 @@ def _xent_and_topk(threads: int, rows: int = 40, vocab: int = 300) -> list[torch
 
 
 def _attention(threads: int, b: int = 37, t: int = 9, heads: int = 2, d: int = 16) -> list[torch.Tensor]:
-    from syntaxnmt.model import native_attention
+    from syntaxnmt.cpu import attention as native_attention
 
     gen = torch.Generator().manual_seed(3)
     q, k, v, g = (torch.randn(b, heads, t, d, generator=gen).requires_grad_() for _ in range(4))
@@ -113,7 +113,7 @@ def test_the_kernels_use_torchs_openmp_runtime():
         "import torch\n"
         "def gomp(): return sorted({l.split()[-1] for l in open('/proc/self/maps') if 'libgomp' in l})\n"
         "before = gomp()\n"
-        "from syntaxnmt.runtime import native_kernels\n"
+        "from syntaxnmt.cpu.machine import native_kernels\n"
         "assert native_kernels() is not None\n"
         "print(before == gomp(), before)\n"
     )

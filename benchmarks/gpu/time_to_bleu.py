@@ -7,7 +7,7 @@ every ``--every`` updates until sacreBLEU reaches ``--target``; prints one line 
 The clock is the training time only (CUDA-synchronized; checks are not counted); the wall time
 with the checks is printed too. A benchmark, so it reads the test set at every check: nothing is
 chosen on it. Results go to ``--json`` (default benchmarks/out/time_to_bleu.json), with the machine
-(``syntaxnmt.runtime.machine_info``: the CPU, torch, threads, load average before and after; the
+(``syntaxnmt.cpu.machine.machine_info``: the CPU, torch, threads, load average before and after; the
 GPU under ``device``).
 """
 
@@ -23,12 +23,13 @@ import numpy as np
 import torch
 
 from syntaxnmt.config import load_config
+from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after
 from syntaxnmt.data.batches import TokenBatchSampler
 from syntaxnmt.data.prepare import is_prepared, prepare
 from syntaxnmt.decoding.translate import translate_ids
 from syntaxnmt.errors import UserError
 from syntaxnmt.metrics import corpus_bleu
-from syntaxnmt.runtime import machine_info, machine_summary, resolve_device, with_load_after
+from syntaxnmt.runtime import resolve_device
 from syntaxnmt.textio import atomic_write_text, read_lines
 from syntaxnmt.training.distributed import World
 from syntaxnmt.training.loop import seed_everything

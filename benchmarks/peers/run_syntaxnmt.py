@@ -38,12 +38,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ for 
 import speed  # noqa: E402
 
 from syntaxnmt.config import load_config  # noqa: E402
+from syntaxnmt.cpu.machine import configure_threads, describe_threads, machine_info  # noqa: E402
 from syntaxnmt.data.batches import TokenBatchSampler  # noqa: E402
 from syntaxnmt.data.prepare import feature_vocab_sizes, load_split, load_tokenizers  # noqa: E402
 from syntaxnmt.data.subwords import BOS, EOS, PAD  # noqa: E402
 from syntaxnmt.decoding.translate import translate_ids  # noqa: E402
 from syntaxnmt.model import build_model  # noqa: E402
-from syntaxnmt.runtime import configure_threads, describe_threads, keep_freed_memory, machine_info, resolve_device  # noqa: E402
+from syntaxnmt.runtime import keep_freed_memory, resolve_device  # noqa: E402
 from syntaxnmt.textio import read_lines  # noqa: E402
 
 
@@ -116,7 +117,7 @@ def main() -> int:
     res["gomp_spincount"] = os.environ.get("GOMP_SPINCOUNT")
     res["torch"] = torch.__version__
     res["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()  # AVX2 under --isa avx2 (benchmarks/_isa.py)
-    res["cpu_kernels"] = machine_info()["cpu_kernels"]  # the linear layers' kernels chosen (syntaxnmt.model.kernels)
+    res["cpu_kernels"] = machine_info()["cpu_kernels"]  # the linear layers' kernels chosen (syntaxnmt.cpu.calibration)
     print("RESULT " + json.dumps(res))
     return 0
 

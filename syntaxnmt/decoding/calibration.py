@@ -7,19 +7,18 @@ from typing import Callable
 import numpy as np
 import torch
 
+from syntaxnmt.cpu.calibration import model_signature
 from syntaxnmt.data.batches import make_batch
 from syntaxnmt.data.features import SourceAnnotation
 from syntaxnmt.decoding.search import search
 from syntaxnmt.inputs import TAG_NAMES
-from syntaxnmt.model.kernels import model_signature
-
 
 TIMING_SHAPE = (8, 20, 10)
 """The decoding step the CPU kernel calibration times: 8 sentences of 20 pieces, beam 5, 10 steps."""
 
 
 def decoding_step(model: torch.nn.Module, beam: int = 5) -> tuple[str, Callable[[], None]]:
-    """What the whole-step calibration of the CPU kernels (:func:`syntaxnmt.model.kernels.prepare`)
+    """What the whole-step calibration of the CPU kernels (:func:`syntaxnmt.cpu.calibration.prepare`)
     times for inference: the signature of the step, and a function running one -- a beam-``beam``
     search of :data:`TIMING_SHAPE` synthetic sentences (fixed random pieces; for a model with
     source features, each parsed as a chain of its pieces with unknown tags) forced to its number

@@ -35,7 +35,7 @@ and may start another from the root. All states of the batch are tensors indexed
 one step of every hypothesis and candidate is a few gathers (:meth:`ConstraintTrie.advance`).
 
 With no constraint in a batch nothing here runs and the search is exactly the unconstrained one.
-With constraints on the CPU the native log-softmax top-k (:mod:`syntaxnmt.decoding.native`) stays
+With constraints on the CPU the native log-softmax top-k (:mod:`syntaxnmt.cpu.search`) stays
 in use: its forbidden columns are the same in every row, so it is asked for k + 1 candidates
 (one more than a row's banned EOS can take) and the rows' rules and constraint tokens are applied
 to them and to the logits (:meth:`StepRows.from_kernel`); where the kernel is not built, or with

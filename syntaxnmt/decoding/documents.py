@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from syntaxnmt.data.batches import make_batch
-from syntaxnmt.model.transformer import gather_rows
+from syntaxnmt.model.context import gather_rows
 
 
 def sentence_pool(sources: Sequence[np.ndarray], contexts, previous: np.ndarray | None, k: int) -> tuple[list[np.ndarray], np.ndarray]:

@@ -10,14 +10,15 @@ import torch
 
 from syntaxnmt.checkpoint import load_model_checkpoint, load_weights
 from syntaxnmt.config import Config, config_from_dict, merge_trees
+from syntaxnmt.cpu import install as install_cpu
+from syntaxnmt.cpu.calibration import note
+from syntaxnmt.cpu.calibration import prepare as prepare_cpu_kernels
+from syntaxnmt.cpu.machine import describe_threads
 from syntaxnmt.data.documents import document_context
 from syntaxnmt.data.prepare import Tokenizers, load_tokenizers, tokenizers_from_assets
 from syntaxnmt.decoding.calibration import decoding_step
 from syntaxnmt.errors import UserError
 from syntaxnmt.model import build_model, set_hard_attention
-from syntaxnmt.model.kernels import note
-from syntaxnmt.model.kernels import prepare as prepare_cpu_kernels
-from syntaxnmt.runtime import describe_threads
 
 
 def checkpoint_path(cfg: Config, which: str) -> Path:
@@ -95,7 +96,7 @@ def apply_translation_config(model: torch.nn.Module, cfg: Config) -> torch.nn.Mo
 def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module, Config, Tokenizers]:
     """A model ready for inference, with the config it was trained with and its tokenizers (stored
     in the checkpoint; one written before they were is read with its run's prepared corpus); on
-    CPU with its linear layers' kernels chosen (:func:`syntaxnmt.model.kernels.prepare`, the
+    CPU with its linear layers' kernels chosen (:func:`syntaxnmt.cpu.calibration.prepare`, the
     process's ``--cpu-kernels``)."""
     state = load_model_checkpoint(path, lazy=True)  # a training checkpoint's optimizer state is never read
     cfg = config_from_dict(state["config"], source=f"{path} (stored config)")
@@ -110,6 +111,7 @@ def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module,
     model.document_context = document_context(cfg, toks.src, toks.tgt)
     load_weights(model, state["model"], path, "the model of its own stored config: a damaged checkpoint, or weights put beside another model's config")
     if device.type == "cpu":
+        install_cpu(model)  # the CPU's execution (syntaxnmt.cpu)
         note(f"device cpu, {describe_threads()}")  # as training logs it; the thread policy's later changes are logged too
         prepare_cpu_kernels(model, None, timing=lambda: decoding_step(model), log=note)
     return model.to(device).eval(), cfg, toks

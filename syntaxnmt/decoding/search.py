@@ -8,7 +8,7 @@ the beams of their own sentence (none left the batch), so per-sentence tensors -
 output and the keys/values computed from it -- need no reordering. On the CPU, a model with
 ``step_logits`` (``step(..., normalize=False)`` returns logits) has its candidates read by the
 native log-softmax top-k, and one with ``native_attention`` (``init_state(..., native=True)``)
-steps its attentions in the native kernels too (:mod:`syntaxnmt.decoding.native`,
+steps its attentions in the native kernels too (:mod:`syntaxnmt.cpu.search`,
 ``decode.cpu_softmax``).
 
 Beam search is vectorized over sentences and beams (no Python loop over hypotheses). Hypotheses
@@ -36,8 +36,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from syntaxnmt.cpu.search import log_softmax_topk, use_native
 from syntaxnmt.decoding.constraints import BeamConstraints, SentenceConstraints, StepRows, has_constraints
-from syntaxnmt.decoding.native import log_softmax_topk, use_native
 from syntaxnmt.inputs import BOS, EOS, PAD, Batch
 
 
@@ -150,8 +150,8 @@ def next_candidates(model, tokens: Tensor, state, k: int, step: int, min_len: in
     """The model's step and the ``k`` best next tokens of each row it computed: log-probabilities
     and tokens (R, k) on the model's device, best first, and the new state. ``row_limits`` (R,): each row's
     longest output (:func:`_forbid`'s rules: never PAD or BOS, EOS only from ``min_len`` on and
-    nothing else from a row's limit on). With ``native`` (:func:`syntaxnmt.decoding.native.use_native`)
-    the step returns logits and :func:`~syntaxnmt.decoding.native.log_softmax_topk` reads them
+    nothing else from a row's limit on). With ``native`` (:func:`syntaxnmt.cpu.search.use_native`)
+    the step returns logits and :func:`~syntaxnmt.cpu.search.log_softmax_topk` reads them
     without writing the log-softmax; otherwise ``log_softmax``, :func:`_forbid` and :func:`topk_rows`
     (``max`` for k = 1). ``k`` larger than the vocabulary gives all of it. ``constrained`` (the
     rows' constraint states): their rules apply to the candidates, and their constraint tokens

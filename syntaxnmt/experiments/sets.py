@@ -48,7 +48,24 @@ from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.budget import CURVE_FILE, VALID_LINE, read_curve
 from syntaxnmt.experiments.scores import SCORES_FILE, read_run_scores, test_statistics, write_run_scores
-from syntaxnmt.metrics import ASO_THRESHOLD, POWER, SIGNIFICANCE_LEVEL, Metric, aa_splits, aso_epsilon_min, aso_verdict, bleu_from_statistics, chrf_from_statistics, minimum_detectable_difference, paired_bootstrap_p, run_scores, seed_statistics, stratified_approximate_randomization, two_level_bootstrap, welch_p
+from syntaxnmt.metrics import (
+    ASO_THRESHOLD,
+    POWER,
+    SIGNIFICANCE_LEVEL,
+    Metric,
+    aa_splits,
+    aso_epsilon_min,
+    aso_verdict,
+    bleu_from_statistics,
+    chrf_from_statistics,
+    minimum_detectable_difference,
+    paired_bootstrap_p,
+    run_scores,
+    seed_statistics,
+    stratified_approximate_randomization,
+    two_level_bootstrap,
+    welch_p,
+)
 from syntaxnmt.runtime import resolve_device
 from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
 from syntaxnmt.training.train import train

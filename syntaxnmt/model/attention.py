@@ -9,17 +9,16 @@ attention) and add terms to the output (relation embeddings on values). Extensio
 per-batch inputs (tags, relation ids, parent positions) from the typed
 :class:`~syntaxnmt.inputs.SourceFeatures` passed to ``forward``.
 
-With no extension and no request for the weights, the fused
-:func:`torch.nn.functional.scaled_dot_product_attention` kernel computes the same thing faster
-(except for single queries on CPU, as in incremental decoding, where plain matrix products or the
-native search step win, and for sequences of up to 128 positions on CPU, where the C kernels of
-:mod:`syntaxnmt.model.native_attention` do).
+How the plain attention (softmax, no extension, no weights asked for) is computed is the
+attention's :class:`AttentionKernel`: by default PyTorch's fused
+:func:`torch.nn.functional.scaled_dot_product_attention`; the code that runs a model on a given
+machine may install another one (:func:`syntaxnmt.cpu.install`: the C kernels of CPU training and
+decoding), as extensions plug into the explicit formula.
 """
 
 from __future__ import annotations
 
 import math
-from array import array
 from typing import Sequence
 
 import torch
@@ -27,14 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from syntaxnmt.inputs import SourceFeatures
-from syntaxnmt.model import native_attention
-from syntaxnmt.model.dropout import dropout
-from syntaxnmt.model.linear import Linear, linear
 from syntaxnmt.model.normalizers import HardMode, Normalizer, attention_weights
-from syntaxnmt.model.packing import Place, gather_rows, on_rows, scatter_rows
-from syntaxnmt.runtime import native_kernels
-
-_native = native_kernels()  # None: incremental decoding keeps PyTorch's operators
 
 
 class AttentionExtension(nn.Module):
@@ -78,6 +70,31 @@ class LeakSlot(nn.Module):
         return s.masked_fill(~self.heads[None, :, None, None], float("-inf"))
 
 
+class AttentionKernel:
+    """How :class:`MultiHeadAttention` computes its plain attention (softmax over the keys, no
+    extension, no leak slot, no weights asked for): the one seam for a faster implementation.
+    :meth:`__call__` gets the whole call (projections and cache included, so a kernel may stack
+    the projections or keep its own cache, :func:`reorder_cache`); :meth:`attend` the heads only
+    (also used by HAN's word level). This default is PyTorch's fused kernel."""
+
+    def __call__(self, attn: "MultiHeadAttention", query: Tensor, key_value: Tensor | None, key_padding_mask: Tensor | None, causal: bool, cache: dict | None, static_kv: bool) -> Tensor:
+        """The attention output (B, Tq, D) of :meth:`MultiHeadAttention.forward` for a plain attention."""
+        q, k, v = attn.project(query, key_value, cache, static_kv)
+        return attn.out_proj(attn.merge(self.attend(attn, q, k, v, key_padding_mask, causal and q.size(2) > 1)))
+
+    def attend(self, attn: "MultiHeadAttention", q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool, own_dropout: bool = False) -> Tensor:
+        """``softmax(q k^T / sqrt(d) + mask) v`` per head (B, H, Tq, d), with the attention's dropout in
+        training; ``own_dropout``: the caller would rather have the weights dropped by the attention's
+        own dropout module than by the fused kernel (a kernel may honour it; HAN's word level asks)."""
+        mask = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]  # True = may attend
+        p = attn.dropout if attn.training else 0.0
+        if causal and mask is not None:
+            tq, tk = q.size(2), k.size(2)
+            future = torch.ones(tq, tk, dtype=torch.bool, device=q.device).triu(tk - tq + 1)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask & ~future, dropout_p=p)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention for self- and cross-attention, with an optional key/value cache.
 
@@ -86,10 +103,8 @@ class MultiHeadAttention(nn.Module):
     receives zero weight; ``causal`` hides future positions (decoder self-attention).
     """
 
-    stack_projections = True
-    """CPU training computes q, k, v (k, v) as one product where it can (:meth:`packed_attention`); False:
-    three (two), with the same values (for paired benchmarks, ``benchmarks/native_training.py
-    --switch stacked-projections``; it also keeps the states of the layers unpacked)."""
+    kernel: AttentionKernel = AttentionKernel()
+    """How the plain attention is computed (:class:`AttentionKernel`; an instance may have its own)."""
 
     def __init__(self, d_model: int, heads: int, dropout: float = 0.0, bias: bool = True, extensions: Sequence[AttentionExtension] = (), normalizer: Normalizer = "softmax", hard: HardMode = "none"):
         """``normalizer`` and ``hard``: sparse or hard weights instead of the softmax (see :mod:`syntaxnmt.model.normalizers`)."""
@@ -98,22 +113,18 @@ class MultiHeadAttention(nn.Module):
         assert d_model % heads == 0, "d_model must be divisible by heads"
         self.d_model, self.heads, self.d_head = d_model, heads, d_model // heads
         self.dropout = dropout
-        self.q_proj = Linear(d_model, d_model, bias=bias)
-        self.k_proj = Linear(d_model, d_model, bias=bias)
-        self.v_proj = Linear(d_model, d_model, bias=bias)
-        self.out_proj = Linear(d_model, d_model, bias=bias)
+        self.weights_dropout = nn.Dropout(dropout)
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.extensions = nn.ModuleList(extensions)
         self.leak: LeakSlot | None = None  # set by train.alignment.leaky (syntaxnmt.model.factory)
 
-    def _split(self, x: Tensor) -> Tensor:
-        b, t, _ = x.shape
-        return x.view(b, t, self.heads, self.d_head).transpose(1, 2)
-
-    def project_kv(self, key_value: Tensor, rows: Tensor | None = None, packed: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """Keys and values (B, H, Tk, d); decoders cache these for the encoder output. With
-        ``rows``, computed on those rows of ``key_value`` only (``packed``: already gathered)."""
-        packed = gather_rows(key_value, rows) if packed is None else packed
-        return self._split(scatter_rows(self.k_proj(packed), rows, key_value)), self._split(scatter_rows(self.v_proj(packed), rows, key_value))
+    @property
+    def plain(self) -> bool:
+        """Softmax attention without extensions: what :attr:`kernel` computes."""
+        return not self.extensions and self.normalizer == "softmax" and self.hard == "none"
 
     def forward(
         self,
@@ -126,154 +137,56 @@ class MultiHeadAttention(nn.Module):
         cache: dict[str, Tensor] | None = None,
         static_kv: bool = False,
         features: SourceFeatures | None = None,
-        rows: Tensor | None = None,
-        kv_rows: Tensor | None = None,
         leak: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Return the attention output (B, Tq, D) and, if ``need_weights``, the weights (B, H, Tq, Tk).
 
         ``leak``: the heads of :attr:`leak` (a :class:`LeakSlot`) also attend to its slot; the
-        weights then have one more column, the leak's, last (B, H, Tq, Tk + 1).
+        weights then have one more column, the leak's, last (B, H, Tq, Tk + 1). ``cache``: a dict
+        updated in place for incremental decoding (:meth:`project`)."""
+        if self.plain and not need_weights and not leak:
+            return self.kernel(self, query, key_value, key_padding_mask, causal, cache, static_kv), None
+        q, k, v = self.project(query, key_value, cache, static_kv)
+        causal = causal and q.size(2) > 1  # with a cache, the queries are the newest positions: no future key exists to hide
+        out, weights = self.explicit(q, k, v, key_padding_mask, causal, features or SourceFeatures(), self.leak if leak else None)
+        return self.out_proj(self.merge(out)), weights
 
-        ``rows`` (``kv_rows``): flat indices of the query (key/value) positions the projections
-        compute, the others get zeros (:mod:`syntaxnmt.model.packing`; ``kv_rows`` defaults to
-        ``rows`` in self-attention). Only for positions nobody reads: padding.
+    def _split(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.heads, self.d_head).transpose(1, 2)
 
-        ``cache``: a dict updated in place for incremental decoding. For self-attention the new
-        keys/values are appended to ``cache['k']``/``cache['v']`` (after selecting the rows
-        ``cache['order']`` when beam search left one, :func:`defer_reorder`); with ``static_kv``
-        (cross-attention) they are computed once from ``key_value`` and reused.
-        """
-        if cache is not None and cache.get("native") and self.native_ready(leak):
-            if need_weights or rows is not None or query.size(1) != 1 or query.dtype != torch.float32 or query.device.type != "cpu":
-                raise ValueError("a native decoding state (init_state(..., native=True)) steps one float32 CPU query per row, without attention weights")
-            return self._native_step(query, key_value, key_padding_mask, cache, static_kv), None
-        if cache is None and not need_weights and self._stackable(query, key_value, causal, leak):
-            place = Place(rows, query.size(0), query.size(1))
-            memory, memory_place = (None, None) if key_value is None else (gather_rows(key_value, kv_rows), Place(kv_rows, key_value.size(0), key_value.size(1)))
-            out = self.packed_attention(gather_rows(query, rows), place, key_padding_mask, causal, memory, memory_place)
-            return scatter_rows(out, rows, query), None
-        packed = gather_rows(query, rows)
-        q = self._split(scatter_rows(self.q_proj(packed), rows, query))
+    def merge(self, out: Tensor) -> Tensor:
+        """The heads (B, H, T, d) side by side (B, T, D), before the output projection."""
+        b, _, t, _ = out.shape
+        return out.transpose(1, 2).reshape(b, t, self.d_model)
+
+    def project_kv(self, key_value: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values (B, H, Tk, d); decoders cache these for the encoder output."""
+        return self._split(self.k_proj(key_value)), self._split(self.v_proj(key_value))
+
+    def project(self, query: Tensor, key_value: Tensor | None, cache: dict | None = None, static_kv: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values (B, H, T, d). With a ``cache`` (incremental decoding), for
+        self-attention the new keys/values are appended to ``cache['k']``/``cache['v']`` (after
+        selecting the rows ``cache['order']`` when beam search left one, :func:`defer_reorder`);
+        with ``static_kv`` (cross-attention) they are computed once from ``key_value`` and reused."""
+        q = self._split(self.q_proj(query))
         if cache is not None and static_kv and "k" in cache:
-            k, v = cache["k"], cache["v"]
-        else:
-            k, v = self.project_kv(query, rows, packed) if key_value is None else self.project_kv(key_value, kv_rows)
-            if cache is not None:
-                if not static_kv and "k" in cache:
-                    order = cache.pop("order", None)  # rows kept by beam search since the last step (defer_reorder)
-                    k, v = append_rows(cache["k"], k, order), append_rows(cache["v"], v, order)
-                else:  # stored contiguous: every later step multiplies with them
-                    k, v = k.contiguous(), v.contiguous()
-                cache["k"], cache["v"] = k, v
-        # With a cache, the queries are the newest positions: no future key exists to hide.
-        causal = causal and q.size(2) > 1
-        # One query per row (incremental decoding) on CPU: two small matrix products beat the
-        # fused kernel's per-call overhead (about 2x at beam search's shapes).
-        single_query_cpu = q.size(2) == 1 and q.device.type == "cpu"
-        plain = self.normalizer == "softmax" and self.hard == "none"
-        leak_slot = self.leak if leak else None
-        if not self.extensions and not need_weights and not single_query_cpu and plain and leak_slot is None:
-            out = self._fused(q, k, v, key_padding_mask, causal)
-            weights = None
-        else:
-            out, weights = self._explicit(q, k, v, key_padding_mask, causal, features or SourceFeatures(), leak_slot)
-        b, _, tq, _ = out.shape
-        out = out.transpose(1, 2).reshape(b, tq, self.d_model)
-        return on_rows(self.out_proj, out, rows), weights
+            return q, cache["k"], cache["v"]
+        k, v = self.project_kv(query if key_value is None else key_value)
+        if cache is not None:
+            if not static_kv and "k" in cache:
+                order = cache.pop("order", None)  # rows kept by beam search since the last step (defer_reorder)
+                k, v = append_rows(cache["k"], k, order), append_rows(cache["v"], v, order)
+            else:  # stored contiguous: every later step multiplies with them
+                k, v = k.contiguous(), v.contiguous()
+            cache["k"], cache["v"] = k, v
+        return q, k, v
 
-    def _stackable(self, query: Tensor, key_value: Tensor | None, causal: bool, leak: bool) -> bool:
-        """Whether :meth:`packed_attention` computes this call: the plain attention of CPU training in the C
-        kernels (:func:`~syntaxnmt.model.native_attention.shapes_usable`), :attr:`stack_projections` on."""
-        tk = query.size(1) if key_value is None else key_value.size(1)
-        return (
-            self.stack_projections and self.training and not self.extensions and self.normalizer == "softmax" and self.hard == "none" and not leak
-            and not torch.is_autocast_enabled(query.device.type)  # the projections would be bf16/fp16: PyTorch's kernels
-            and native_attention.shapes_usable(query, query.size(0), query.size(1), tk, self.d_head, self.dropout, causal)
-        )
-
-    def _projection(self, x: Tensor, layers: Sequence[nn.Linear], rows: Tensor | None) -> Tensor:
-        """The projections ``layers`` of ``x`` (B, T, D) side by side (B, T, len(layers) * D), as one
-        product with the weights stacked (their gradients come back as slices of one)."""
-        if len(layers) == 1:
-            return on_rows(layers[0], x, rows)
-        weight = torch.cat([p.weight for p in layers])
-        bias = torch.cat([p.bias for p in layers]) if layers[0].bias is not None else None
-        return on_rows(lambda h: linear(h, weight, bias), x, rows)
-
-    def packed_attention(self, h: Tensor, place: Place, key_padding_mask: Tensor | None = None, causal: bool = False, memory: Tensor | None = None, memory_place: Place | None = None) -> Tensor:
-        """The plain attention of CPU training in the C kernels with the projections stacked: q, k,
-        v (self-attention) or k, v (cross-attention, of ``memory``) are one product each, on the
-        wider weight, and the kernels read their heads where the product wrote them and write their
-        gradients into one tensor (:func:`~syntaxnmt.model.native_attention.packed_attention`):
-        fewer, larger products than three, and no sums of the three input gradients. ``h`` (R, D)
-        holds the positions of ``place`` (:class:`~syntaxnmt.model.packing.Place`: packed rows, or
-        every position in order), ``memory`` (Rs, D) those of ``memory_place``, and so does the
-        result: the kernels read and write the packed rows through a row map, so layers whose
-        states stay packed between them (:meth:`syntaxnmt.model.transformer.Transformer.encode`,
-        ``decode``) run every operator on the R rows; :meth:`forward` packs and places around it."""
-        if memory is None:
-            sources, places = (self._projection(h, (self.q_proj, self.k_proj, self.v_proj), None),), (place,)
-        else:
-            sources, places = (self.q_proj(h), self._projection(memory, (self.k_proj, self.v_proj), None)), (place, memory_place)
-        return self.out_proj(native_attention.packed_attention(sources, places, self.heads, key_padding_mask, causal))
-
-    def native_ready(self, leak: bool = False) -> bool:
-        """Whether :meth:`_native_step` can compute this attention: the kernel was built for this
-        CPU and the attention is the plain one (softmax, no extension, no leak slot)."""
-        return _native is not None and not self.extensions and self.normalizer == "softmax" and self.hard == "none" and not leak
-
-    def _native_step(self, query: Tensor, key_value: Tensor | None, key_padding_mask: Tensor | None, cache: dict, static_kv: bool) -> Tensor:
-        """One step of incremental decoding (one query per row, float32 on the CPU) in the kernels
-        of ``syntaxnmt/_native.c``, without copying a cache: a self-attention cache keeps every
-        step's keys and values (R_t, D) as that step computed them and an ancestry table (R, t)
-        -- the row of each earlier step a row descends from -- which beam search reorders instead
-        of the keys (:func:`defer_reorder`); a cross-attention cache keeps one key/value block per
-        sentence (its first step's rows) and the block each row reads (``map``, reordered by
-        :func:`reorder_cache`). Same values as the explicit path to float rounding."""
-        x = query.reshape(-1, self.d_model)
-        r, h, d = x.size(0), self.heads, self.d_head
-        q = self.q_proj(x).contiguous()
-        out = torch.empty_like(q)
-        scale = 1.0 / math.sqrt(d)
-        if static_kv:
-            if "map" not in cache:  # the first step: the blocks of the rows' sentences
-                k, v = self.project_kv(key_value)
-                cache["k"], cache["v"], cache["map"] = k.contiguous(), v.contiguous(), torch.arange(r)
-                cache["pad"] = None if key_padding_mask is None else key_padding_mask.contiguous()
-            k, v, pad = cache["k"], cache["v"], cache["pad"]
-            _native.cross_attention(q.data_ptr(), r, h, d, k.size(0), k.size(2), k.data_ptr(), v.data_ptr(), cache["map"].data_ptr(), 0 if pad is None else pad.data_ptr(), out.data_ptr(), scale)
-        else:
-            k, v = self.k_proj(x).contiguous(), self.v_proj(x).contiguous()
-            keys = cache.setdefault("keys", [])  # the tensors, kept alive; their addresses and rows below
-            keys.append((k, v))
-            for name, value in (("key_at", k.data_ptr()), ("value_at", v.data_ptr()), ("rows_at", r)):
-                cache.setdefault(name, array("q")).append(value)
-            new = torch.arange(r)[:, None]
-            cache["anc"] = anc = new if "anc" not in cache else torch.cat([cache["anc"], new], dim=1)
-            at = [cache[name].buffer_info()[0] for name in ("key_at", "value_at", "rows_at")]
-            _native.self_attention(q.data_ptr(), r, h, d, len(keys), *at, anc.data_ptr(), out.data_ptr(), scale)
-        return self.out_proj(out).view(query.shape)
-
-    def _fused(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool) -> Tensor:
-        mask = None
-        if key_padding_mask is not None:
-            mask = ~key_padding_mask[:, None, None, :]  # True = may attend
-        p = self.dropout if self.training else 0.0
-        if native_attention.usable(q, k, p, causal):  # CPU, short sequences: the C kernels
-            return native_attention.attention(q, k, v, key_padding_mask, causal)
-        if causal and mask is not None:
-            tq, tk = q.size(2), k.size(2)
-            future = torch.ones(tq, tk, dtype=torch.bool, device=q.device).triu(tk - tq + 1)
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask & ~future, dropout_p=p)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
-
-    def weights(self, query: Tensor, key_value: Tensor, *, key_padding_mask: Tensor | None = None, features: SourceFeatures | None = None, rows: Tensor | None = None, kv_rows: Tensor | None = None, leak: bool = False) -> Tensor:
+    def weights(self, query: Tensor, key_value: Tensor, *, key_padding_mask: Tensor | None = None, features: SourceFeatures | None = None, leak: bool = False) -> Tensor:
         """The weights (B, H, Tq, Tk) ``forward(query, key_value, need_weights=True, ...)`` returns
         (bit for bit, leak column included), without the values and the output projection: for
         readers of the attention only (alignment)."""
-        q = self._split(scatter_rows(self.q_proj(gather_rows(query, rows)), rows, query))
-        k = self._split(scatter_rows(self.k_proj(gather_rows(key_value, kv_rows)), kv_rows, key_value))
+        q, k = self._split(self.q_proj(query)), self._split(self.k_proj(key_value))
         return self._weights(q, k, key_padding_mask, False, features or SourceFeatures(), self.leak if leak else None)[2]
 
     def _weights(self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None, causal: bool, features: SourceFeatures, leak: LeakSlot | None = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -293,9 +206,10 @@ class MultiHeadAttention(nn.Module):
             scores = torch.cat([scores, leak.scores(q)], dim=-1)
         return q, k, attention_weights(scores, None, self.normalizer, self.hard, self.training)
 
-    def _explicit(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool, features: SourceFeatures, leak: LeakSlot | None = None) -> tuple[Tensor, Tensor]:
+    def explicit(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool, features: SourceFeatures, leak: LeakSlot | None = None) -> tuple[Tensor, Tensor]:
         q, k, weights = self._weights(q, k, key_padding_mask, causal, features, leak)
-        dropped = dropout(weights, self.dropout, self.training)
+        """The attention (B, H, Tq, d) written out, its weights computed (and read by the extensions)."""
+        dropped = self.weights_dropout(weights)
         if leak is not None:
             tk = k.size(2)
             out = torch.matmul(dropped[..., :tk], v) + dropped[..., tk:] * leak.value.to(v.dtype)[None, :, None, :]
@@ -307,12 +221,14 @@ class MultiHeadAttention(nn.Module):
         return out, weights
 
 
+
+
 def reorder_cache(cache: dict, index: Tensor) -> None:
-    """Select batch rows ``index`` of every cached tensor in place (beam search bookkeeping); of
-    a native cross-attention cache (:meth:`MultiHeadAttention._native_step`), the map from rows
-    to key/value blocks."""
-    if "map" in cache:
-        cache["map"] = cache["map"].index_select(0, index)
+    """Select batch rows ``index`` of every cached tensor in place (beam search bookkeeping); a
+    kernel that keeps its own state in the cache (``cache['kernel']``, :class:`AttentionKernel`)
+    selects it with its ``reorder(index)``."""
+    if "kernel" in cache:
+        cache["kernel"].reorder(index)
         return
     for key, value in cache.items():
         if isinstance(value, Tensor):
@@ -323,9 +239,9 @@ def defer_reorder(cache: dict[str, Tensor], index: Tensor) -> None:
     """Select batch rows ``index`` of a self-attention cache at its next append instead of now:
     :func:`append_rows` then copies the cache once (gather and append together) rather than twice
     (``index_select`` now, ``torch.cat`` at the next step). Successive selections compose. A
-    native cache (:meth:`MultiHeadAttention._native_step`) selects rows of its ancestry table now."""
-    if "anc" in cache:
-        cache["anc"] = cache["anc"].index_select(0, index)
+    kernel's own state (``cache['kernel']``) selects them with its ``defer_reorder(index)``."""
+    if "kernel" in cache:
+        cache["kernel"].defer_reorder(index)
     elif "k" in cache:
         cache["order"] = cache["order"].index_select(0, index) if "order" in cache else index
 

@@ -10,7 +10,6 @@ import torch
 from torch import Tensor
 
 from syntaxnmt.errors import UserError
-from syntaxnmt.model.packing import Place
 
 
 @dataclass
@@ -37,7 +36,7 @@ class EncoderOutput:
     context_attention: ContextAttention | None = None  # HAN's weights over the previous sentences, on request
     target_context_rows: Tensor | None = None  # target-side HAN on a batch of rows (B, k): the decoder pass gathers its own states of these rows
     target_context_index: Tensor | None = None  # (B,): the row of ``target_context`` each row reads (None: its own)
-    packed: tuple[Tensor, Place] | None = None  # CPU training on packed rows: ``hidden``'s rows as computed, and where they lie (the decoder reads these)
+    kept: object | None = None  # what a stack runner (Transformer.stacks) kept of its encoder pass for its decoder pass
 
     def index_select(self, index: Tensor) -> "EncoderOutput":
         """Rows ``index`` (beam search: each sentence's row once per hypothesis). The target-side
@@ -63,9 +62,9 @@ class ModelOutput:
     alignment_leak: Tensor | None = None  # (B, H, T): the leak slot's weights in the supervised attention (train.alignment.leaky), on request
     target_context_attention: ContextAttention | None = None  # the target-side HAN's weights over the previous target sentences (S = T, Sc = Tc), on request
     real: tuple[Tensor, Tensor] | None = None
-    """Where training computed the decoder on packed rows (:mod:`syntaxnmt.model.packing`): the
-    positions that are not padding, (B, T) True there, and ``states`` at them in flat order (N, D):
-    the rows the loss reads, without a placement into (B, T, D) and a selection back."""
+    """Where a stack runner (``Transformer.stacks``) computed the decoder on the real positions only:
+    the positions that are not padding, (B, T) True there, and ``states`` at them in flat order
+    (N, D): the rows the loss reads, without a placement into (B, T, D) and a selection back."""
 
     @property
     def logits(self) -> Tensor:

@@ -42,12 +42,11 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+from torch.nn import Dropout, Linear  # the CPU path replaces them where it is installed (syntaxnmt.cpu.install)
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from syntaxnmt.config import ModelConfig, RNNConfig
 from syntaxnmt.inputs import PAD, Batch, FeatureSpec
-from syntaxnmt.model.dropout import Dropout
-from syntaxnmt.model.linear import Linear
 from syntaxnmt.model.outputs import EncoderOutput, ModelOutput
 from syntaxnmt.model.rnn_scores import Attention
 from syntaxnmt.model.transformer import sinusoidal_table

@@ -21,8 +21,8 @@ from typing import Callable
 
 import torch
 from torch import Tensor, nn
+from torch.nn import Linear  # the CPU path replaces it where it is installed (syntaxnmt.cpu.install)
 
-from syntaxnmt.model.linear import Linear
 from syntaxnmt.model.normalizers import HardMode, Normalizer, harden, normalize
 
 

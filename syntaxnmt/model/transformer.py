@@ -1,6 +1,9 @@
 """Transformer encoder-decoder (Vaswani et al. 2017) with pre- or post-norm residual blocks.
 
-Every attention goes through :class:`~syntaxnmt.model.attention.MultiHeadAttention`. Decoding is
+Every attention goes through :class:`~syntaxnmt.model.attention.MultiHeadAttention`. How the
+stacks of layers run when nothing is asked of their attentions is the model's :class:`StackRunner`
+(by default the layers one by one; :func:`syntaxnmt.cpu.install` installs one that keeps CPU
+training's states on the real positions between the layers). Decoding is
 incremental: :meth:`Transformer.step` feeds one token per hypothesis and reuses cached keys and
 values (self-attention grows its cache; cross-attention projects the encoder output once).
 """
@@ -8,7 +11,7 @@ values (self-attention grows its cache; cross-attention projects the encoder out
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -18,12 +21,8 @@ from torch import Tensor, nn
 from syntaxnmt.config import ModelConfig
 from syntaxnmt.inputs import PAD, Batch, FeatureSpec, SourceFeatures
 from syntaxnmt.model.attention import MultiHeadAttention, defer_reorder, reorder_cache
-from syntaxnmt.model.context import HierarchicalContext
-from syntaxnmt.model.dropout import Dropout, bias_relu_dropout, dropout_add, dropout_add_norm, fuses_bias
-from syntaxnmt.model.linear import Linear, decode_linear, linear, row_granule
+from syntaxnmt.model.context import CONTEXT_MODELS
 from syntaxnmt.model.outputs import ContextAttention, DecoderState, EncoderOutput, ForcedAttention, ModelOutput
-from syntaxnmt.model.packing import Place, PlacedRows, on_rows, packed_rows
-from syntaxnmt.model.packing import gather_rows as gather_packed
 from syntaxnmt.model.syntax_attention import InputFeatures, encoder_extensions
 
 
@@ -57,7 +56,7 @@ class Embeddings(nn.Module):
             nn.init.normal_(self.positions.weight, std=cfg.d_model**-0.5)
         else:
             self.register_buffer("table", sinusoidal_table(cfg.max_positions, cfg.d_model), persistent=False)
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, tokens: Tensor, offset: int = 0, features: SourceFeatures | None = None) -> Tensor:
         t = tokens.size(1)
@@ -68,37 +67,20 @@ class Embeddings(nn.Module):
         x = x * self.scale
         return self.dropout(x + pos if self.absolute else x)
 
-    def rows(self, tokens: Tensor, rows: Tensor, features: SourceFeatures | None = None) -> Tensor:
-        """:meth:`forward`'s rows at the flat positions ``rows`` of ``tokens`` (B, L), (len(rows), D),
-        computed on those rows only (the padding of a bucketed batch is not embedded); with input
-        features, the whole batch and then its rows."""
-        if self.features is not None:
-            return gather_packed(self(tokens, features=features), rows)
-        x = self.tokens(tokens.reshape(-1)[rows]) * self.scale
-        if self.absolute:
-            at = rows % tokens.size(1)
-            x = x + (self.positions(at) if self.learned else self.table[at])
-        return self.dropout(x)
-
 
 class FeedForward(nn.Module):
+    """The position-wise feed-forward block."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.fc1 = Linear(cfg.d_model, cfg.ffn_dim)
-        self.fc2 = Linear(cfg.ffn_dim, cfg.d_model)
+        self.fc1 = nn.Linear(cfg.d_model, cfg.ffn_dim)
+        self.fc2 = nn.Linear(cfg.ffn_dim, cfg.d_model)
         self.act = F.relu if cfg.activation == "relu" else F.gelu
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: Tensor, rows: Tensor | None = None) -> Tensor:
-        """``x`` (..., D); with ``rows`` (flat row indices, :func:`packed_rows`) only those rows are
-        computed and every other row of the output is 0."""
-        return on_rows(self._block, x, rows)
-
-    def _block(self, h: Tensor) -> Tensor:
-        p = self.dropout.p
-        if self.act is F.relu and fuses_bias(h, p, self.training, self.fc1.out_features):  # bias, ReLU and dropout in one pass
-            return self.fc2(bias_relu_dropout(linear(h, self.fc1.weight), self.fc1.bias, p, True))
-        return self.fc2(self.dropout(self.act(self.fc1(h))))
+    def forward(self, x: Tensor) -> Tensor:
+        """FFN(x) = W_2 dropout(act(x W_1 + b_1)) + b_2, position-wise (Vaswani et al. 2017, Eq. 2)."""
+        return self.fc2(self.dropout(self.act(self.fc1(x))))
 
 
 class Residual(nn.Module):
@@ -108,27 +90,16 @@ class Residual(nn.Module):
         super().__init__()
         self.pre = cfg.norm == "pre"
         self.norm = nn.LayerNorm(cfg.d_model)
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: Tensor, f) -> tuple[Tensor, object]:
         y, aux = f(self.norm(x) if self.pre else x)
-        x = dropout_add(x, y, self.dropout.p, self.training)  # x + dropout(y), in one pass where it can
+        x = self.add(x, y)
         return (x if self.pre else self.norm(x)), aux
 
-
-Block = tuple[Residual, Callable[[Tensor], Tensor]]  # a residual block and the function f it wraps
-
-
-def pre_norm_chain(x: Tensor, blocks: Sequence[Block], final_norm: nn.Module, training: bool) -> tuple[Tensor, list[Tensor]]:
-    """Pre-norm residual blocks ``x <- x + dropout(f(norm(x)))`` in order, then ``final_norm(x)``,
-    with each residual connection and the norm after it (the next block's, or ``final_norm``) in
-    one pass (:func:`dropout_add_norm`): the normalized output and each block's ``x``."""
-    h, outputs = blocks[0][0].norm(x), []
-    for i, (res, f) in enumerate(blocks):
-        after = blocks[i + 1][0].norm if i + 1 < len(blocks) else final_norm
-        x, h = dropout_add_norm(x, f(h), res.dropout.p, training, after)
-        outputs.append(x)
-    return h, outputs
+    def add(self, x: Tensor, y: Tensor) -> Tensor:
+        """The residual connection ``x + dropout(y)`` (Vaswani et al. 2017, Sec. 5.4)."""
+        return x + self.dropout(y)
 
 
 class EncoderLayer(nn.Module):
@@ -138,22 +109,10 @@ class EncoderLayer(nn.Module):
         self.ffn = FeedForward(cfg)
         self.res_attn, self.res_ffn = Residual(cfg), Residual(cfg)
 
-    def forward(self, x: Tensor, pad_mask: Tensor, need_weights: bool = False, features: SourceFeatures | None = None, rows: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        x, w = self.res_attn(x, lambda h: self.self_attn(h, key_padding_mask=pad_mask, need_weights=need_weights, features=features, rows=rows))
-        x, _ = self.res_ffn(x, lambda h: (self.ffn(h, rows), None))
+    def forward(self, x: Tensor, pad_mask: Tensor, need_weights: bool = False, features: SourceFeatures | None = None) -> tuple[Tensor, Tensor | None]:
+        x, w = self.res_attn(x, lambda h: self.self_attn(h, key_padding_mask=pad_mask, need_weights=need_weights, features=features))
+        x, _ = self.res_ffn(x, lambda h: (self.ffn(h), None))
         return x, w
-
-    def forward_packed(self, x: Tensor, pad_mask: Tensor, place: Place) -> Tensor:
-        """:meth:`forward` on packed states: ``x`` (R, D) are the positions of ``place`` in the
-        (B, S) source, and so is the output (:meth:`Transformer.encode`; only where
-        :meth:`MultiHeadAttention._stackable`, nothing asked of the attention)."""
-        for res, f in self.packed_blocks(pad_mask, place):
-            x, _ = res(x, lambda h: (f(h), None))
-        return x
-
-    def packed_blocks(self, pad_mask: Tensor, place: Place) -> list[Block]:
-        """The residual blocks of :meth:`forward_packed` (for :func:`pre_norm_chain`)."""
-        return [(self.res_attn, lambda h: self.self_attn.packed_attention(h, place, pad_mask)), (self.res_ffn, self.ffn)]
 
 
 class DecoderLayer(nn.Module):
@@ -164,55 +123,36 @@ class DecoderLayer(nn.Module):
         self.ffn = FeedForward(cfg)
         self.res_self, self.res_cross, self.res_ffn = Residual(cfg), Residual(cfg), Residual(cfg)
 
-    def forward(self, y: Tensor, memory: Tensor, memory_mask: Tensor, cache: dict | None = None, need_weights: bool = False, self_weights: bool = False, rows: Tensor | None = None, memory_rows: Tensor | None = None, leak: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    def forward(self, y: Tensor, memory: Tensor, memory_mask: Tensor, cache: dict | None = None, need_weights: bool = False, self_weights: bool = False, leak: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Output, cross-attention weights (``need_weights``) and self-attention weights
-        (``self_weights``); ``rows``/``memory_rows``: the position-wise products compute only
-        those rows of ``y``/``memory`` (:mod:`syntaxnmt.model.packing`); ``leak``: the
-        cross-attention's leak slot is on (``train.alignment.leaky``)."""
+        (``self_weights``); ``leak``: the cross-attention's leak slot is on (``train.alignment.leaky``)."""
         self_cache = cache.setdefault("self", {}) if cache is not None else None
         cross_cache = cache.setdefault("cross", {}) if cache is not None else None
-        y, ws = self.res_self(y, lambda h: self.self_attn(h, causal=True, cache=self_cache, need_weights=self_weights, rows=rows))
-        y, w = self.res_cross(y, lambda h: self.cross_attn(h, memory, key_padding_mask=memory_mask, cache=cross_cache, static_kv=True, need_weights=need_weights, rows=rows, kv_rows=memory_rows, leak=leak))
-        y, _ = self.res_ffn(y, lambda h: (self.ffn(h, rows), None))
+        y, ws = self.res_self(y, lambda h: self.self_attn(h, causal=True, cache=self_cache, need_weights=self_weights))
+        y, w = self.res_cross(y, lambda h: self.cross_attn(h, memory, key_padding_mask=memory_mask, cache=cross_cache, static_kv=True, need_weights=need_weights, leak=leak))
+        y, _ = self.res_ffn(y, lambda h: (self.ffn(h), None))
         return y, w, ws
 
-    def forward_packed(self, y: Tensor, memory: Tensor, memory_mask: Tensor, place: Place, memory_place: Place) -> Tensor:
-        """:meth:`forward` in training on packed states: ``y`` (R, D) are the positions of
-        ``place`` in the (B, T) target, ``memory`` (Rs, D) those of ``memory_place`` in the source,
-        and the output is ``y``'s (:meth:`Transformer.decode`; only where
-        :meth:`MultiHeadAttention._stackable`, nothing asked of the attentions)."""
-        for res, f in self.packed_blocks(memory, memory_mask, place, memory_place):
-            y, _ = res(y, lambda h: (f(h), None))
-        return y
-
-    def packed_blocks(self, memory: Tensor, memory_mask: Tensor, place: Place, memory_place: Place) -> list[Block]:
-        """The residual blocks of :meth:`forward_packed` (for :func:`pre_norm_chain`)."""
-        return [
-            (self.res_self, lambda h: self.self_attn.packed_attention(h, place, causal=True)),
-            (self.res_cross, lambda h: self.cross_attn.packed_attention(h, place, memory_mask, memory=memory, memory_place=memory_place)),
-            (self.res_ffn, self.ffn),
-        ]
-
-    def full_context_attention(self, y: Tensor, tgt_pad: Tensor, memory: Tensor, memory_mask: Tensor, rows: Tensor | None = None, memory_rows: Tensor | None = None, leak: bool = False) -> Tensor:
+    def full_context_attention(self, y: Tensor, tgt_pad: Tensor, memory: Tensor, memory_mask: Tensor, leak: bool = False) -> Tensor:
         """Cross-attention weights (B, H, T, S) of an extra pass through this layer whose
         self-attention sees the whole target (Garg et al. 2019, Sec. 4): ``y`` (B, T, D) are the
         layer's input states of the causal pass, ``tgt_pad`` (B, T) is True at target padding
         (hidden from the unmasked self-attention). The pass's output is not used: only its
         attention, the one the alignment terms supervise."""
-        h, _ = self.res_self(y, lambda x: self.self_attn(x, key_padding_mask=tgt_pad, rows=rows))
-        _, w = self.res_cross(h, lambda x: self.cross_attn(x, memory, key_padding_mask=memory_mask, need_weights=True, rows=rows, kv_rows=memory_rows, leak=leak))
+        h, _ = self.res_self(y, lambda x: self.self_attn(x, key_padding_mask=tgt_pad))
+        _, w = self.res_cross(h, lambda x: self.cross_attn(x, memory, key_padding_mask=memory_mask, need_weights=True, leak=leak))
         return w
 
-    def cross_weights(self, y: Tensor, memory: Tensor, memory_mask: Tensor, tgt_pad: Tensor | None = None, rows: Tensor | None = None, memory_rows: Tensor | None = None, leak: bool = False) -> Tensor:
+    def cross_weights(self, y: Tensor, memory: Tensor, memory_mask: Tensor, tgt_pad: Tensor | None = None, leak: bool = False) -> Tensor:
         """This layer's cross-attention weights (B, H, T, S) and nothing after them (no values, no
         feed-forward block): those of :meth:`forward` with ``need_weights`` or, with ``tgt_pad``,
         of :meth:`full_context_attention`, bit for bit."""
         if tgt_pad is None:
-            h, _ = self.res_self(y, lambda x: self.self_attn(x, causal=True, rows=rows))
+            h, _ = self.res_self(y, lambda x: self.self_attn(x, causal=True))
         else:
-            h, _ = self.res_self(y, lambda x: self.self_attn(x, key_padding_mask=tgt_pad, rows=rows))
+            h, _ = self.res_self(y, lambda x: self.self_attn(x, key_padding_mask=tgt_pad))
         x = self.res_cross.norm(h) if self.res_cross.pre else h
-        return self.cross_attn.weights(x, memory, key_padding_mask=memory_mask, rows=rows, kv_rows=memory_rows, leak=leak)
+        return self.cross_attn.weights(x, memory, key_padding_mask=memory_mask, leak=leak)
 
 
 def split_leak(weights: Tensor | None, leak: bool) -> tuple[Tensor | None, Tensor | None]:
@@ -239,37 +179,29 @@ class AlignmentPass:
         return self.leaky and not self.full_context and layer == self.layer
 
 
-def gather_rows(states: Tensor, pad: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
-    """The states (B, k, L, D) of rows ``rows`` (B, k; -1: missing) of ``states`` (N, L, D) and
-    their padding (B, k, L; a missing sentence is all padding, with zero states)."""
-    missing = rows.lt(0)
-    index = rows.clamp_min(0)
-    ctx = states[index].masked_fill(missing[..., None, None], 0.0)
-    return ctx, pad[index] | missing[..., None]
+class StackRunner:
+    """How :class:`Transformer` runs its encoder's and its decoder's layers when nothing is asked of
+    their attentions (no weights, no alignment pass, no target-side context rows): the one seam for
+    a faster execution of the stacks. This default declines (None), and the layers run one by one."""
+
+    def encode(self, model: "Transformer", batch: Batch) -> tuple[Tensor, Sequence[Tensor], object] | None:
+        """The encoder's normalized output (B, S, D), each layer's output states, and what the
+        runner keeps for its :meth:`decode` (:attr:`EncoderOutput.kept`); None: the plain loop."""
+        return None
+
+    def decode(self, model: "Transformer", tgt_in: Tensor, enc: EncoderOutput) -> tuple[Tensor, tuple[Tensor, Tensor] | None] | None:
+        """The decoder's normalized final states (B, T, D) and :attr:`ModelOutput.real` (or None); None: the plain loop."""
+        return None
 
 
 class Transformer(nn.Module):
-    """Encoder-decoder; the interface used by training (``forward``) and search (``encode``/``step``).
+    """Encoder-decoder; the interface used by training (``forward``) and search (``encode``/``step``)."""
 
-    CPU training runs the position-wise products (attention projections, feed-forward layers) on
-    the non-padding positions only (:attr:`pack_granule`, :mod:`syntaxnmt.model.packing`): the
-    bucketed static shapes of CPU training (``train.shape_bucket``) are about a fifth padding, and
-    these products are most of the update's arithmetic at the recipe size (docs/benchmarks.md).
-    The result is the same; 0 turns it off. Where every attention of a stack is the plain one of
-    the C kernels, the states stay packed between its layers (:attr:`pack_through`): norms,
-    dropouts and residuals run on the real rows too, and only the kernels' q, k, v are placed.
-    """
-
-    pack_granule: int = 128
-    pack_through = True
-    """With row packing, the encoder's and the decoder's states stay packed between their layers
-    where every attention is the plain one of the C kernels (:meth:`packs_through`); False: each
-    product gathers and places its rows (for paired benchmarks, ``benchmarks/native_training.py
-    --switch packed-layers``)."""
     alignment_pass: AlignmentPass | None = None
     step_rows = True  # step(..., rows=) computes the next-token distribution of some rows only
     step_logits = True  # step(..., normalize=False) returns the logits
-    native_attention = True  # init_state(..., native=True) steps the attentions in the C kernels
+    stacks: StackRunner = StackRunner()
+    """How the stacks run when nothing is asked of their attentions (:class:`StackRunner`)."""
 
     def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, **tag_vocabs: int):
         super().__init__()
@@ -290,12 +222,11 @@ class Transformer(nn.Module):
         self.encoder = nn.ModuleList(EncoderLayer(cfg, encoder_extensions(syn, i, cfg.heads, d_head, tag_vocabs)) for i in range(cfg.enc_layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.dec_layers))
         self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
-        han, side = cfg.context.kind == "han", cfg.context.side
-        # HAN (Miculicich et al. 2018): the encoder-side block (side source | both) and the decoder-side one (target | both)
-        self.han = HierarchicalContext(cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.dropout) if han and side != "target" else None
-        self.han_target = HierarchicalContext(cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.dropout) if han and side != "source" else None
+        kind = CONTEXT_MODELS[cfg.context.kind]  # the document-context model (syntaxnmt.model.context)
+        self.han, self.han_target = kind.blocks(cfg)
+        self.context = kind(self)
         self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
-        self.output = Linear(cfg.d_model, tgt_vocab, bias=False)
+        self.output = nn.Linear(cfg.d_model, tgt_vocab, bias=False)
         if cfg.tie_embeddings in ("decoder", "all"):
             self.output.weight = self.tgt_embed.tokens.weight
         else:
@@ -311,181 +242,79 @@ class Transformer(nn.Module):
         pad_mask = batch.src_pad_mask
         wanted = {i % len(self.encoder) for i in encoder_weights}
         weights, states = [], []
-        rows, packed_out = self.compute_rows(pad_mask), None
-        if rows is not None and not need_weights and not wanted and self.packs_through(self.states_like(batch.src)):
-            # packed through: the layers compute on the real rows only, from the embeddings of those
-            # rows; each layer's states are placed back (zeros at padding) when read (multitask
-            # heads), the output once; the decoder reads the output's packed rows
-            place = Place(rows, *batch.src.shape)
-            packed = self.src_embed.rows(batch.src, rows, batch.features)
-            if self.cfg.norm == "pre":  # each residual connection and the next norm in one pass
-                blocks = [block for layer in self.encoder for block in layer.packed_blocks(pad_mask, place)]
-                final, outputs = pre_norm_chain(packed, blocks, self.enc_norm, self.training)
-                per = len(blocks) // len(self.encoder)
-                outputs = outputs[per - 1 :: per]
-            else:
-                outputs = []
-                for layer in self.encoder:
-                    outputs.append(packed := layer.forward_packed(packed, pad_mask, place))
-                final = self.enc_norm(packed)
-            states = PlacedRows(outputs, place)
-            hidden, packed_out = place.placed(final), (final, place)
+        run = None if need_weights or wanted else self.stacks.encode(self, batch)
+        if run is not None:
+            hidden, states, kept = run
         else:
-            x = self.src_embed(batch.src, features=batch.features)
+            x, kept = self.src_embed(batch.src, features=batch.features), None
             for i, layer in enumerate(self.encoder):
-                x, w = layer(x, pad_mask, need_weights or i in wanted, batch.features, rows)
+                x, w = layer(x, pad_mask, need_weights or i in wanted, batch.features)
                 weights.append(w)
                 states.append(x)
             hidden = self.enc_norm(x)
-        target_context = context_attention = target_rows = None
-        if self.han is not None or self.han_target is not None:
-            hidden, target_context, target_rows, context_attention = self.read_context(batch, hidden, pad_mask, need_weights)
-            packed_out = None if self.han is not None else packed_out  # the encoder-side HAN changes the output
-        return EncoderOutput(hidden, pad_mask, weights if need_weights or wanted else [], states, target_context=target_context, context_attention=context_attention, target_context_rows=target_rows, packed=packed_out)
-
-    def read_context(self, batch: Batch, hidden: Tensor, pad_mask: Tensor, need_weights: bool = False):
-        """HAN on the encoder states ``hidden`` (B, S, D) of ``batch`` (Miculicich et al. 2018, Sec. 2).
-
-        The source-side context states of a sentence are its encoder output before HAN; the
-        target-side ones (Sec. 2.3) are the states the model itself computes for that sentence's
-        target, teacher-forced: the output of the last decoder layer (normalized) before the
-        decoder-side HAN, reading as memory the sentence's encoder output after the source-side
-        HAN (``side: both``; ``side: target`` has none, its memory is the plain encoder output),
-        as in HAN_NMT. With ``batch.context_rows`` every previous sentence is a row of the batch:
-        one encoder pass gives all source-side context states, and the model's own decoder pass
-        over the rows gives the target-side ones -- :meth:`decode` gathers them
-        (``target_context_rows``), so a batch needs one decoder pass; only a model whose decoder
-        translates with a leak slot (``train.alignment.leaky``) runs one more teacher-forced pass
-        without it. Gradients flow through the gathered states into the rows they come from, as
-        through the rows' own states. ``batch.context_states`` instead brings them computed
-        (document decoding, :class:`syntaxnmt.decoding.translate.DocumentStates`). Returns the new
-        ``hidden``, the target-side context (or None), the rows for :meth:`decode` to gather it
-        from (or None) and HAN's weights (with ``need_weights``)."""
-        target_context = target_rows = attention = cache = None
-        if batch.context_rows is not None:
-            if self.han is not None:  # the keys and values of each row projected once
-                cache, ctx_pad = self.han.gathered_context(hidden, pad_mask, batch.context_rows, self.han_granule(pad_mask))
-                ctx = (None, ctx_pad)
-        elif batch.context_states is not None:
-            ctx = batch.context_states[:2]
-            if self.han_target is not None and len(batch.context_states) > 2:
-                target_context = tuple(batch.context_states[2:4])
-        else:
-            return hidden, None, None, None
-        if self.han is not None:
-            hidden, attention = self.han(hidden, *ctx, need_weights=need_weights, cache=cache, pad=pad_mask, granule=self.han_granule(pad_mask))
-        if batch.context_rows is not None and self.han_target is not None:
-            ap = self.alignment_pass
-            if not (ap is not None and any(ap.leak_in_translation(i) for i in range(len(self.decoder)))):
-                target_rows = batch.context_rows
-            else:
-                if batch.tgt_in is None:
-                    raise ValueError("a target-side HAN batch needs the targets of its rows (tgt_in)")
-                states = self.decode_states(batch.tgt_in, hidden, pad_mask)
-                target_context = gather_rows(states, batch.tgt_in.eq(PAD), batch.context_rows)
-        return hidden, target_context, target_rows, attention
+        hidden, target_context, target_rows, context_attention = self.context.read_source(batch, hidden, pad_mask, need_weights)
+        kept = None if self.context.changes_encoder_output else kept
+        return EncoderOutput(hidden, pad_mask, weights if need_weights or wanted else [], states, target_context=target_context, context_attention=context_attention, target_context_rows=target_rows, kept=kept)
 
     def encode_states(self, src: Tensor) -> Tensor:
         """The encoder output (B, S, D) of sentences ``src`` without HAN: the states the
         source-side HAN reads of a previous sentence."""
         pad = src.eq(PAD)
         x = self.src_embed(src)
-        rows = self.compute_rows(pad)
         for layer in self.encoder:
-            x, _ = layer(x, pad, False, None, rows)
+            x, _ = layer(x, pad)
         return self.enc_norm(x)
 
     def decode_states(self, tgt_in: Tensor, memory: Tensor, memory_pad: Tensor) -> Tensor:
-        """The final decoder states (B, T, D), normalized, before the decoder-side HAN and the
-        output layer, of targets ``tgt_in`` (BOS-started, teacher-forced) reading ``memory``: what
-        the target-side HAN attends over (Miculicich et al. 2018, Sec. 2.3) when ``memory`` is the
-        sentence's own memory -- its encoder output, after the source-side HAN (:meth:`context_memory`)
-        for ``side: both``."""
+        """The final decoder states (B, T, D), normalized, before the decoder-side HAN and the output layer, of
+        targets ``tgt_in`` (teacher-forced) reading ``memory``: what the target-side HAN attends over (Miculicich
+        et al. 2018, Sec. 2.3) when ``memory`` is the sentence's own (:meth:`context_memory` for ``side: both``)."""
         y = self.tgt_embed(tgt_in)
-        rows, memory_rows = self.compute_rows(tgt_in.eq(PAD)), self.compute_rows(memory_pad)
         for layer in self.decoder:
-            y = layer(y, memory, memory_pad, rows=rows, memory_rows=memory_rows)[0]
+            y = layer(y, memory, memory_pad)[0]
         return self.dec_norm(y)
 
     def context_memory(self, hidden: Tensor, ctx: Tensor, ctx_pad: Tensor) -> Tensor:
-        """The memory the decoder reads: encoder states ``hidden`` (B, S, D) after the source-side
-        HAN over the encoder states ``ctx`` (B, k, Sc, D) of the previous source sentences (padding
-        ``ctx_pad``); unchanged for a model without one."""
-        return hidden if self.han is None else self.han(hidden, ctx, ctx_pad)[0]
-
-    def read_target_context(self, states: Tensor, enc: EncoderOutput, need_weights: bool = False, cache: dict | None = None) -> tuple[Tensor, ContextAttention | None]:
-        """The target-side HAN on final decoder states (B, T, D): each state is only the query of
-        the attention over the previous target sentences, so position t reads nothing of the
-        current sentence beyond its own state (incremental decoding gives the same result, with
-        ``cache`` keeping the context's word-level keys and values); with ``need_weights`` also
-        its weights (:class:`ContextAttention`, S = T and Sc = Tc). The rows of an encoder output
-        expanded over a beam read their sentence's context (``enc.target_context_index``)."""
-        if self.han_target is None or enc.target_context is None:
-            return states, None
-        return self.han_target(states, *enc.target_context, need_weights=need_weights, cache=cache, groups=enc.target_context_index)
+        """The memory the decoder reads: encoder states ``hidden`` (B, S, D) after the context model's source side
+        over the encoder states ``ctx`` (B, k, Sc, D) of the previous source sentences (padding ``ctx_pad``)."""
+        return self.context.memory(hidden, ctx, ctx_pad)
 
     def decode(self, tgt_in: Tensor, enc: EncoderOutput, need_weights: bool = False, self_weights: bool = True) -> tuple[Tensor, list[Tensor], list[Tensor], Tensor | None, Tensor | None, ContextAttention | None, tuple[Tensor, Tensor] | None]:
         """Final decoder states (B, T, D), normalized (and read by the target-side HAN of a
-        context model, :meth:`read_target_context`), before the output layer; cross- and
+        context model, ``self.context.read_target``), before the output layer; cross- and
         self-attention weights per layer on request, and with them the supervised layer's
         full-context cross-attention (B, H, T, S) of a model with ``alignment_pass.full_context``,
         the leak weights (B, H, T) of the supervised attention of a leaky one and the target-side
-        HAN's weights; last :attr:`ModelOutput.real` where the layers ran on packed rows."""
+        HAN's weights; last :attr:`ModelOutput.real` where the stack runner computed the real positions only."""
         cross, own = [], []
         pad = tgt_in.eq(PAD)
-        rows = self.compute_rows(pad)
         ap = self.alignment_pass
         aligned = leak = None
-        if rows is not None and not need_weights and ap is None and enc.target_context_rows is None and self.packs_through(self.states_like(tgt_in), enc.hidden):
-            # the states stay packed between the layers, from the embeddings of the real rows, and so does the memory
-            place = Place(rows, *tgt_in.shape)
-            packed = self.tgt_embed.rows(tgt_in, rows)
-            if enc.packed is not None:  # the encoder's output rows as it computed them
-                memory, memory_place = enc.packed
-            else:
-                memory_place = Place(self.compute_rows(enc.pad_mask), *enc.hidden.shape[:2])
-                memory = gather_packed(enc.hidden, memory_place.rows)
-            if self.cfg.norm == "pre":
-                blocks = [block for layer in self.decoder for block in layer.packed_blocks(memory, enc.pad_mask, place, memory_place)]
-                final = pre_norm_chain(packed, blocks, self.dec_norm, self.training)[0]
-            else:
-                for layer in self.decoder:
-                    packed = layer.forward_packed(packed, memory, enc.pad_mask, place, memory_place)
-                final = self.dec_norm(packed)
-            placed = place.placed(final)
-            states, target_attention = self.read_target_context(placed, enc)
-            kept = ~pad
-            real = (kept, final[: int(kept.sum())]) if states is placed else None  # packed_rows puts the real rows first
-            return states, [], [], None, None, target_attention, real
+        run = None if need_weights or ap is not None or enc.target_context_rows is not None else self.stacks.decode(self, tgt_in, enc)
+        if run is not None:
+            final, real = run
+            states, target_attention = self.context.read_target(final, enc)
+            return states, [], [], None, None, target_attention, real if states is final else None
         y = self.tgt_embed(tgt_in)
-        memory_rows = self.compute_rows(enc.pad_mask)
         for i, layer in enumerate(self.decoder):
             if need_weights and ap is not None and ap.full_context and i == ap.layer:
-                aligned, leak = split_leak(layer.full_context_attention(y, pad, enc.hidden, enc.pad_mask, rows, memory_rows, leak=ap.leaky), ap.leaky)
+                aligned, leak = split_leak(layer.full_context_attention(y, pad, enc.hidden, enc.pad_mask, leak=ap.leaky), ap.leaky)
             leaky = ap is not None and ap.leak_in_translation(i)
-            y, w, ws = layer(y, enc.hidden, enc.pad_mask, need_weights=need_weights, self_weights=need_weights and self_weights, rows=rows, memory_rows=memory_rows, leak=leaky)
+            y, w, ws = layer(y, enc.hidden, enc.pad_mask, need_weights=need_weights, self_weights=need_weights and self_weights, leak=leaky)
             w, layer_leak = split_leak(w, leaky)
             leak = layer_leak if layer_leak is not None else leak
             cross.append(w)
             own.append(ws)
         states = self.dec_norm(y)
-        if enc.target_context_rows is not None:  # this pass's own states are the rows' target-side context states
-            granule = self.han_granule(pad)
-            cache, ctx_pad = self.han_target.gathered_context(states, pad, enc.target_context_rows, granule)
-            states, target_attention = self.han_target(states, None, ctx_pad, need_weights=need_weights, cache=cache, pad=pad, granule=granule)
-        else:
-            states, target_attention = self.read_target_context(states, enc, need_weights)
+        states, target_attention = self.context.read_target(states, enc, need_weights, pad=pad)
         return states, (cross if need_weights else []), (own if need_weights and self_weights else []), aligned, leak, target_attention, None
 
     def forced_attention(self, batch: Batch, layers: Collection[int] = (), full_context: bool = False, enc: EncoderOutput | None = None) -> ForcedAttention:
-        """The cross-attention of decoder ``layers`` (negative: from the end) and, with
-        ``full_context``, of the supervised layer's full-context pass, teacher-forcing
-        ``batch.tgt_in`` in eval mode: each equal, bit for bit, to that of ``self(batch,
-        need_weights=True, self_weights=False)`` (the encoder output ``enc``, when given, must be
-        that of ``batch``). Nothing the attention does not depend on is computed: the decoder stops
-        after the cross-attention weights of the deepest layer needed (its values and feed-forward
-        block, the layers above it, the final norm, the target-side HAN and the output layer are
-        skipped). A leaky model also runs its leak's pass (its readings take the leak as the null word or renormalize it away)."""
+        """The cross-attention of decoder ``layers`` (negative: from the end) and, with ``full_context``, of the
+        supervised layer's full-context pass, teacher-forcing ``batch.tgt_in`` in eval mode: each equal, bit for bit,
+        to that of ``self(batch, need_weights=True, self_weights=False)`` (``enc``, when given, must be ``batch``'s).
+        The decoder stops after the cross-attention weights of the deepest layer needed. A leaky model also runs
+        its leak's pass (its readings take the leak as the null word or renormalize it away)."""
         n = len(self.decoder)
         wanted = {i % n for i in layers}
         ap = self.alignment_pass
@@ -497,49 +326,22 @@ class Transformer(nn.Module):
         tgt_in = batch.tgt_in
         y = self.tgt_embed(tgt_in)
         pad = tgt_in.eq(PAD)
-        rows, memory_rows = self.compute_rows(pad), self.compute_rows(enc.pad_mask)
         out = ForcedAttention([None] * n)
         for i, layer in enumerate(self.decoder[: deepest + 1]):
             if i == full_layer:
-                out.alignment_attention, leak = split_leak(layer.cross_weights(y, enc.hidden, enc.pad_mask, pad, rows, memory_rows, leak=ap.leaky), ap.leaky)
+                out.alignment_attention, leak = split_leak(layer.cross_weights(y, enc.hidden, enc.pad_mask, pad, leak=ap.leaky), ap.leaky)
                 out.alignment_leak = leak if leak is not None else out.alignment_leak
             leaky = ap is not None and ap.leak_in_translation(i)
             if i < deepest:  # its output feeds the next layer: the whole block, weights as the full pass computes them
-                y, w, _ = layer(y, enc.hidden, enc.pad_mask, need_weights=True, rows=rows, memory_rows=memory_rows, leak=leaky)
+                y, w, _ = layer(y, enc.hidden, enc.pad_mask, need_weights=True, leak=leaky)
             elif i in wanted:
-                w = layer.cross_weights(y, enc.hidden, enc.pad_mask, rows=rows, memory_rows=memory_rows, leak=leaky)
+                w = layer.cross_weights(y, enc.hidden, enc.pad_mask, leak=leaky)
             else:
                 break
             w, leak = split_leak(w, leaky)
             out.alignment_leak = leak if leak is not None else out.alignment_leak
             out.cross_attention[i] = w if i in wanted else None
         return out
-
-    def states_like(self, tokens: Tensor) -> Tensor:
-        """An empty (B, L, 0) tensor of the states' dtype and device for ``tokens`` (B, L): what
-        :meth:`packs_through` reads of the states (shape, dtype, device), before computing any."""
-        return self.tgt_embed.tokens.weight.new_empty(*tokens.shape, 0)
-
-    def packs_through(self, x: Tensor, memory: Tensor | None = None) -> bool:
-        """Whether the encoder's layers (``memory`` None) or the decoder's (``memory``: the encoder
-        output) can keep packed states between them for inputs like ``x``: every attention is the
-        plain one the C kernels compute (:meth:`MultiHeadAttention._stackable`)."""
-        if not self.pack_through:
-            return False
-        if memory is None:
-            return all(layer.self_attn._stackable(x, None, False, False) for layer in self.encoder)
-        return all(layer.self_attn._stackable(x, None, True, False) and layer.cross_attn._stackable(x, memory, False, False) for layer in self.decoder)
-
-    def han_granule(self, pad: Tensor) -> int:
-        """The granule of the per-token products on the real positions in training on CPU (HAN's and
-        :meth:`compute_rows`'s): :attr:`pack_granule` where oneDNN computes them, else 8
-        (:func:`~syntaxnmt.model.linear.row_granule`); 0: every position."""
-        return row_granule(self.pack_granule) if self.training and pad.device.type == "cpu" and self.pack_granule else 0
-
-    def compute_rows(self, pad: Tensor) -> Tensor | None:
-        """The rows the position-wise products compute in training on CPU (:func:`packed_rows`); None: all of them."""
-        granule = self.han_granule(pad)
-        return packed_rows(pad, granule) if granule else None
 
     def forward(self, batch: Batch, need_weights: bool = False, encoder_weights: Collection[int] = (), self_weights: bool = True) -> ModelOutput:
         """The output of a whole batch; ``need_weights``: with every attention's weights, or with
@@ -551,8 +353,9 @@ class Transformer(nn.Module):
 
     # --- incremental decoding -------------------------------------------------------------
     def init_state(self, enc: EncoderOutput, native: bool = False) -> DecoderState:
-        """The state before the first step; ``native``: the decoder's plain attentions step in the
-        C kernels (:meth:`MultiHeadAttention._native_step`: CPU, float32, no attention weights)."""
+        """The state before the first step; ``native``: each attention's cache starts marked for
+        the installed attention kernel's own decoding state (``syntaxnmt.cpu``: float32 on the CPU,
+        no attention weights; a model with ``native_attention`` takes it)."""
         return DecoderState(enc, 0, [{"self": {"native": True}, "cross": {"native": True}} if native else {} for _ in self.decoder])
 
     def step(self, tokens: Tensor, state: DecoderState, need_weights: bool = False, rows: Tensor | None = None, normalize: bool = True) -> tuple[Tensor, DecoderState]:
@@ -560,7 +363,7 @@ class Transformer(nn.Module):
         with ``rows`` (R,), those rows' only (R, V): the output layer and its softmax, the
         largest products of a step, skip the rows nobody reads (finished hypotheses). With
         ``normalize`` False, the logits before the log-softmax (the search normalizes what it
-        reads: :func:`syntaxnmt.decoding.native.log_softmax_topk`)."""
+        reads: :func:`syntaxnmt.cpu.search.log_softmax_topk`)."""
         if state.encoder.target_context_rows is not None:
             raise ValueError("incremental decoding reads computed target-side context states (batch.context_states), not batch rows")
         y = self.tgt_embed(tokens[:, None], offset=state.step)
@@ -570,20 +373,17 @@ class Transformer(nn.Module):
             leaky = ap is not None and ap.leak_in_translation(i)
             y, w, _ = layer(y, state.encoder.hidden, state.encoder.pad_mask, cache=cache, need_weights=need_weights, leak=leaky)
             w = split_leak(w, leaky)[0]
-        context_cache = state.caches[-1].setdefault("context", {}) if self.han_target is not None else None  # the target-side HAN's keys and values
-        final = self.read_target_context(self.dec_norm(y), state.encoder, cache=context_cache)[0][:, 0]
-        logits = decode_linear(self.output, final if rows is None else final.index_select(0, rows))
+        final = self.context.read_target(self.dec_norm(y), state.encoder, cache=state.caches[-1])[0][:, 0]
+        logits = self.output(final if rows is None else final.index_select(0, rows))
         state.step += 1
         state.last_cross_attention = w[:, :, 0].mean(1) if need_weights else None
         return (torch.log_softmax(logits.float(), dim=-1) if normalize else logits), state
 
     def reorder_state(self, state: DecoderState, index: Tensor, sources_kept: bool = False) -> DecoderState:
-        """Keep (and duplicate) hypotheses ``index`` of the decoder state. With ``sources_kept``
-        (rows move only among the beams of their own sentence), the encoder output and the
-        cross-attention keys/values, the same for every beam of a sentence, stay as they are. The
-        target-side HAN's keys and values (``context``) are those of the context rows, which the
-        hypotheses read through the encoder output's ``target_context_index``: never moved. The
-        self-attention caches are selected at the next step's append (:func:`defer_reorder`)."""
+        """Keep (and duplicate) hypotheses ``index`` of the decoder state. With ``sources_kept`` (rows move only among
+        the beams of their own sentence), the encoder output and the cross-attention keys/values stay as they are.
+        The target-side HAN's keys and values (``context``, of the context rows) never move. The self-attention
+        caches are selected at the next step's append (:func:`defer_reorder`)."""
         for cache in state.caches:
             for name, sub in cache.items():
                 if name == "self":

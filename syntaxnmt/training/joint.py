@@ -28,6 +28,8 @@ import torch
 from tqdm.auto import tqdm
 
 from syntaxnmt.config import Config, config_from_dict
+from syntaxnmt.cpu import install as install_cpu
+from syntaxnmt.cpu.calibration import prepare as prepare_cpu_kernels
 from syntaxnmt.data.batches import Split, TokenBatchSampler, collate
 from syntaxnmt.data.links import normalize_alignment
 from syntaxnmt.data.prepare import is_prepared, load_split, load_tokenizers, prepare, tokenizer_assets
@@ -35,7 +37,6 @@ from syntaxnmt.decoding.calibration import decoding_step
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD
 from syntaxnmt.model import build_model
-from syntaxnmt.model.kernels import prepare as prepare_cpu_kernels
 from syntaxnmt.runtime import resolve_device
 from syntaxnmt.textio import read_lines
 from syntaxnmt.training import loop
@@ -118,7 +119,7 @@ class JointModels:
         self.refs = (read_lines(cfg.prepared_dir / "dev.ref"), read_lines(cfg.prepared_dir / "dev.raw_src"))
         self.toks = [load_tokenizers(c) for c in self.configs]
         self.runs = [Run(c, tokenizer_assets(k)) for c, k in zip(self.configs, self.toks)]
-        self.models = [build_model(c, **k.vocab_sizes()).to(device) for c, k in zip(self.configs, self.toks)]
+        self.models = [install_cpu(build_model(c, **k.vocab_sizes()).to(device)) for c, k in zip(self.configs, self.toks)]
         if self.models[0].feature_spec:
             raise UserError("train-joint: the reverse model has no source annotation; use a model without source features (model.syntax)")
         self.optimizers = [build_optimizer(m, cfg.train) for m in self.models]
@@ -198,7 +199,7 @@ def _train_joint(cfg: Config, resume: bool, log) -> Progress:
         c.save(run.work / "config.yaml")
     n_params = sum(p.numel() for m in task.models for p in m.parameters())
     log(f"{cfg.name}: joint training of two models ({n_params / 1e6:.2f}M parameters), {len(task.split)} pairs, device {device}")
-    if device.type == "cpu":  # per-batch shapes: oneDNN only without autograd (model.linear), timed on decoding; a resumed run reuses its choice
+    if device.type == "cpu":  # per-batch shapes: oneDNN only without autograd (cpu.linear), timed on decoding; a resumed run reuses its choice
         record = prepare_cpu_kernels(task.models[0], t.cpu_kernels, timing=lambda: decoding_step(task.models[0]), log=log, recorded=task.runs[0].cpu_kernels)["record"]
         for run in task.runs:
             run.cpu_kernels = record

@@ -14,10 +14,11 @@ import torch
 from torch import Tensor, nn
 
 from syntaxnmt.config import parse_decay
+from syntaxnmt.cpu.linear import add_weight_grad, linear, row_granule
+from syntaxnmt.cpu.loss import native_smoothed_xent
+from syntaxnmt.cpu.machine import native_training_kernels
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD, FeatureSpec
-from syntaxnmt.model.linear import add_weight_grad, linear, row_granule
-from syntaxnmt.runtime import kernel_threads, native_training_kernels
 
 
 def smoothed_cross_entropy(logits: Tensor, target: Tensor, smoothing: float, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -52,12 +53,12 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
 
     The loss is a scalar, so its gradients are known in the forward pass up to the upstream
     factor: per chunk, ``dL/dz = softmax(z) - q`` (q the smoothed target) gives ``dL/dh = (dL/dz) W``
-    and adds ``(dL/dz)^T h`` to ``dL/dW`` (in place: :func:`~syntaxnmt.model.linear.add_weight_grad`); backward only scales them. One chunk of logits lives at
+    and adds ``(dL/dz)^T h`` to ``dL/dW`` (in place: :func:`~syntaxnmt.cpu.linear.add_weight_grad`); backward only scales them. One chunk of logits lives at
     a time, and the log-softmax and the softmax are computed in its buffer. The last chunk is
     padded with zero rows to a multiple of ``GRANULE`` rows where oneDNN computes the products, of 8
-    otherwise (:func:`~syntaxnmt.model.linear.row_granule`; left out of the loss; zero rows add
+    otherwise (:func:`~syntaxnmt.cpu.linear.row_granule`; left out of the loss; zero rows add
     nothing to ``dL/dW``), so the products have a few shapes only, whatever N (oneDNN keeps
-    state per shape: :mod:`syntaxnmt.model.linear`).
+    state per shape: :mod:`syntaxnmt.cpu.linear`).
     """
 
     GRANULE = 128
@@ -104,26 +105,6 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
         grad_h, grad_w = ctx.saved_tensors
         return grad_h * grad_loss, grad_w * grad_loss, None, None, None, None
-
-
-def native_smoothed_xent(z: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    """The summed label-smoothed cross-entropy and NLL of logits ``z`` (N, V; float32, contiguous,
-    CPU) for classes ``target`` (N,), as :func:`smoothed_cross_entropy` defines them, computed
-    in the C kernel ``smoothed_xent`` (``syntaxnmt/_native.c``: one read of each row from memory
-    instead of about seven passes over the chunk), which **overwrites z with dloss/dz** =
-    ``softmax(z) - eps / V - (1 - eps) onehot(target)``. Rows are split between torch's threads.
-    Only where :func:`~syntaxnmt.runtime.native_training_kernels` is not None."""
-    native = native_training_kernels()
-    if native is None or z.dtype != torch.float32 or z.device.type != "cpu" or not z.is_contiguous():
-        raise ValueError("native_smoothed_xent takes contiguous float32 CPU logits, with the native kernels built and on")
-    n, v = z.shape
-    if n == 0:
-        return z.new_zeros(()), z.new_zeros(())
-    target = target.to(torch.long).contiguous()
-    rows = z.new_empty(2, n)  # per-row loss, per-row NLL
-    native.smoothed_xent(z.data_ptr(), n, v, target.data_ptr(), eps, rows[0].data_ptr(), rows[1].data_ptr(), kernel_threads(n, 16))
-    total = rows.sum(dim=1)
-    return total[0], total[1]
 
 
 def sequence_loss(out, target: Tensor, smoothing: float, chunk: int = 1024, static: bool = False) -> tuple[Tensor, Tensor]:

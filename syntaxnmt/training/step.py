@@ -11,12 +11,12 @@ import numpy as np
 import torch
 
 from syntaxnmt.config import TrainConfig
+from syntaxnmt.cpu.calibration import model_signature
+from syntaxnmt.cpu.linear import onednn_in_training
+from syntaxnmt.cpu.machine import native_training_kernels
 from syntaxnmt.data.batches import Split, bucket_batches, collate, document_batches, pad_batch, shape_bucket
 from syntaxnmt.data.documents import DocumentContext
 from syntaxnmt.inputs import Batch, FeatureSpec
-from syntaxnmt.model.kernels import model_signature
-from syntaxnmt.model.linear import onednn_in_training
-from syntaxnmt.runtime import native_training_kernels
 from syntaxnmt.training.cuda_graphs import GraphedStep
 from syntaxnmt.training.distributed import World, no_sync, sum_across, unwrap
 from syntaxnmt.training.losses import AuxiliaryObjective, sequence_loss
@@ -81,7 +81,7 @@ def forward_backward(model, batch: Batch, t: TrainConfig, objectives=(), step: i
 
 
 def timing_step(model, split: Split, t: TrainConfig, device: torch.device, objectives=()) -> tuple[str, Callable[[], dict]]:
-    """What the whole-step calibration of the CPU kernels (:func:`syntaxnmt.model.kernels.prepare`)
+    """What the whole-step calibration of the CPU kernels (:func:`syntaxnmt.cpu.calibration.prepare`)
     times in training: the signature of the step's shape, and a function running one step --
     forward and backward of one batch of the run's typical shape (the batch of the median length
     among the unshuffled length-bucketed batches of ``split`` by ``train.max_tokens``, padded as

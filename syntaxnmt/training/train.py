@@ -23,6 +23,9 @@ from tqdm.auto import tqdm
 
 from syntaxnmt.checkpoint import load_model_checkpoint, load_weights, nonfinite_weight, save_checkpoint
 from syntaxnmt.config import Config, TrainConfig
+from syntaxnmt.cpu import install as install_cpu
+from syntaxnmt.cpu.calibration import prepare as prepare_cpu_kernels
+from syntaxnmt.cpu.machine import configure_threads, describe_threads, set_native_training
 from syntaxnmt.data.batches import Split, TokenBatchSampler, bucket_batches, collate, document_batches
 from syntaxnmt.data.documents import DocumentContext, document_context
 from syntaxnmt.data.prepare import check_tag_sets, is_prepared, load_split, load_tokenizers, prepare, read_meta, tokenizer_assets, tokenizers_from_assets
@@ -31,8 +34,7 @@ from syntaxnmt.decoding.translate import translate_ids
 from syntaxnmt.errors import UserError
 from syntaxnmt.metrics import corpus_bleu
 from syntaxnmt.model import build_model
-from syntaxnmt.model.kernels import prepare as prepare_cpu_kernels
-from syntaxnmt.runtime import configure_threads, describe_threads, keep_freed_memory, resolve_device, set_native_training
+from syntaxnmt.runtime import keep_freed_memory, resolve_device
 from syntaxnmt.textio import LOCK_FILE, folder_lock, read_lines, remove_stale_temporaries, write_lines
 from syntaxnmt.training import loop
 from syntaxnmt.training.cuda_graphs import GraphedStep
@@ -211,7 +213,7 @@ class Run:
         self.assets = assets  # the tokenizers, stored in every checkpoint (prepare.tokenizer_assets)
         meta = read_meta(cfg.prepared_dir) if assets is not None else None
         self.inputs = meta.get("inputs") if meta else None  # the corpus files' SHA-256, stored too: a resume names what changed
-        # the CPU kernel choice of the run (model.kernels.prepare's record), stored in every checkpoint
+        # the CPU kernel choice of the run (cpu.calibration.prepare's record), stored in every checkpoint
         # and read back by restore: a resumed run computes with the same kernels (exact resume)
         self.cpu_kernels: dict | None = None
 
@@ -273,7 +275,7 @@ class SingleModel:
         self.split, self.dev = load_split(cfg, "train"), load_split(cfg, "dev")
         check_dev_lengths(cfg, self.dev)
         self.refs = read_lines(cfg.prepared_dir / "dev.ref")
-        self.raw = build_model(cfg, **self.toks.vocab_sizes()).to(device)
+        self.raw = install_cpu(build_model(cfg, **self.toks.vocab_sizes()).to(device))  # on CPU, the CPU's execution (syntaxnmt.cpu)
         self.raw.document_context = document_context(cfg, self.toks.src, self.toks.tgt)
         self.model = self.raw
         self.objectives = training_objectives(cfg)
@@ -293,7 +295,7 @@ class SingleModel:
 
     def choose_cpu_kernels(self) -> None:
         """On CPU, the native kernels (``train.cpu_native``), the linear layers' kernels and row packing (``train.cpu_kernels``,
-        ``train.row_packing``, :mod:`syntaxnmt.model.kernels`): in mode ``auto`` timed on whole
+        ``train.row_packing``, :mod:`syntaxnmt.cpu.calibration`): in mode ``auto`` timed on whole
         training steps of this model (:func:`~syntaxnmt.training.step.timing_step`); a resumed run
         reuses the choice its checkpoint records, and the checkpoints record it."""
         if self.device.type == "cpu":

@@ -9,10 +9,10 @@ import torch
 from test_search import V, _batch, _model, _same
 
 from syntaxnmt.config import ModelConfig, SyntaxConfig, load_config
+from syntaxnmt.cpu import search as native
 from syntaxnmt.data.batches import make_batch
 from syntaxnmt.data.features import SourceAnnotation, pad_features, sentence_features
 from syntaxnmt.data.subwords import Tokenizer, train_sentencepiece
-from syntaxnmt.decoding import native
 from syntaxnmt.decoding.constraints import BeamConstraints, ConstraintTrie, allocate, met_all, phrase_ids, read_constraint_lines
 from syntaxnmt.decoding.ensemble import Ensemble
 from syntaxnmt.decoding.search import beam_search, greedy_search, length_penalty, max_output_lengths, search

@@ -17,7 +17,7 @@ from syntaxnmt.decoding.ct2_export import CONFIG_FILE, MARKER, SOURCE_TOKENIZER,
 from syntaxnmt.decoding.loading import checkpoint_path
 from syntaxnmt.errors import UserError
 from syntaxnmt.model import build_model
-from tests.conftest import parsed_data
+from tests.conftest import parsed_data, write_doc_ids
 
 pytest.importorskip("ctranslate2")
 
@@ -30,14 +30,37 @@ def model_of(cfg):
     return build_model(cfg, **load_tokenizers(cfg).vocab_sizes())
 
 
-def test_tree_relation_model_refused_in_one_line(make_config, corpus, parsed_prepared_dir, tmp_path):
-    cfg = make_config({"data": parsed_data(corpus), "model": {"syntax": {"relations": [["tree_distance", "none", "none", "none"]]}}}, prepared_dir=parsed_prepared_dir)
-    ckpt = tmp_path / "tree.pt"
+def export_refused(cfg, tmp_path) -> str:
+    """``syntaxnmt export-ct2`` of a checkpoint of ``cfg``'s model: exit 2, nothing written; its stderr."""
+    ckpt = tmp_path / "model.pt"
     save_checkpoint(ckpt, {"config": cfg.model_dump(mode="json"), "model": model_of(cfg).state_dict()})
     r = syntaxnmt("export-ct2", "--checkpoint", str(ckpt), "-o", str(tmp_path / "out"))
     assert r.returncode == 2
-    assert r.stderr == "syntaxnmt: error: CTranslate2 cannot represent tree relations (model.syntax.relations: tree_distance)\n"
     assert not (tmp_path / "out").exists()
+    return r.stderr
+
+
+def test_tree_relation_model_refused_in_one_line(make_config, corpus, parsed_prepared_dir, tmp_path):
+    cfg = make_config({"data": parsed_data(corpus), "model": {"syntax": {"relations": [["tree_distance", "none", "none", "none"]]}}}, prepared_dir=parsed_prepared_dir)
+    assert export_refused(cfg, tmp_path) == "syntaxnmt: error: CTranslate2 cannot represent tree relations (model.syntax.relations: tree_distance)\n"
+
+
+def context_config(make_config, corpus, parsed_prepared_dir, tmp_path, kind, side):
+    docs = write_doc_ids(corpus, tmp_path, per_doc=3)
+    data = {**parsed_data(corpus), "train_docs": str(docs["train"]), "dev_docs": str(docs["dev"])}
+    return make_config({"data": data, "model": {"context": {"kind": kind, "side": side}}}, prepared_dir=parsed_prepared_dir)
+
+
+@pytest.mark.parametrize("kind, side", [("han", "both"), ("concat", "source")])
+def test_document_context_models_are_refused_naming_their_kind(make_config, corpus, parsed_prepared_dir, tmp_path, kind, side):
+    """A HAN model would export without its HAN blocks, a concatenation model without its <sep>-joined documents."""
+    cfg = context_config(make_config, corpus, parsed_prepared_dir, tmp_path, kind, side)
+    assert unsupported(build_model(cfg, src_vocab=40, tgt_vocab=40), cfg) == f"a document-context model (model.context.kind: {kind}; CTranslate2 translates sentences alone)"
+
+
+def test_han_model_refused_in_one_line(make_config, corpus, parsed_prepared_dir, tmp_path):
+    cfg = context_config(make_config, corpus, parsed_prepared_dir, tmp_path, "han", "both")
+    assert export_refused(cfg, tmp_path) == "syntaxnmt: error: CTranslate2 cannot represent a document-context model (model.context.kind: han; CTranslate2 translates sentences alone)\n"
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,6 @@ from test_cli import assert_one_line_error, run_cli
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.cli import main
 
-
 # ---------------------------------------------------------------- self-contained checkpoints
 
 

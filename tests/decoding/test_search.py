@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from syntaxnmt.config import ModelConfig, load_config
+from syntaxnmt.cpu import search as native
 from syntaxnmt.data.batches import make_batch
-from syntaxnmt.decoding import native
 from syntaxnmt.decoding.search import Hypothesis, beam_search, greedy_search, length_penalty, max_output_length, max_output_lengths, search, topk_rows
 from syntaxnmt.inputs import BOS, EOS, PAD, UNK
 from syntaxnmt.model.factory import build_model

@@ -25,8 +25,8 @@ from conftest import deep_merge, parsed_data, tiny_tree
 from syntaxnmt.checkpoint import load_model_checkpoint
 from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments.runner import run_set
 from syntaxnmt.experiments.budget import read_curve
+from syntaxnmt.experiments.runner import run_set
 from syntaxnmt.experiments.scores import read_run_scores
 from syntaxnmt.experiments.sets import ExperimentSet, control_pairs, load_set, make_table, markdown_table, read_set_file, set_runs, write_section
 from syntaxnmt.metrics import aa_splits, aso_epsilon_min, bleu_statistics, minimum_detectable_difference, run_scores, score, selection_sd, stratified_approximate_randomization, two_level_bootstrap, welch_p

@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from syntaxnmt.inputs import SourceFeatures
-from syntaxnmt.model.attention import AttentionExtension, MultiHeadAttention, defer_reorder, reorder_cache
-from syntaxnmt.runtime import native_kernels
+from syntaxnmt.model.attention import AttentionExtension, MultiHeadAttention, reorder_cache
 
 D, H = 16, 4
 
@@ -203,50 +202,3 @@ def test_dropout_is_active_in_training_mode_only():
     assert not torch.allclose(a, b)
     mha.eval()
     assert torch.allclose(mha(x)[0], mha(x, need_weights=True)[0], atol=1e-6)
-
-
-needs_kernels = pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/_native.c not built or no AVX2/FMA on this CPU")
-
-
-@needs_kernels
-@pytest.mark.parametrize("d_model,heads", [(32, 4), (24, 2), (20, 4)])  # d_head 8 and 12 (vector path), 5 (scalar path)
-def test_native_steps_equal_the_explicit_steps_through_beam_reorders(d_model, heads):
-    """Self- and cross-attention stepped in the C kernels (an ancestry table and per-sentence
-    key/value blocks) give the outputs of the explicit path (copied caches), step after step,
-    through reorders within sentences, an expansion and a sentence leaving (with padding)."""
-    torch.manual_seed(d_model + heads)
-    self_attn, cross_attn = MultiHeadAttention(d_model, heads).eval(), MultiHeadAttention(d_model, heads).eval()
-    memory = torch.randn(3, 6, d_model)
-    pad = torch.zeros(3, 6, dtype=torch.bool)
-    pad[1, 4:] = pad[2, 2:] = True
-    plain = [{}, {}]
-    fast = [{"native": True}, {"native": True}]
-    rows = torch.arange(3)  # sentence of each row
-    reorders = [torch.tensor([0, 0, 1, 1, 2, 2]), torch.tensor([1, 0, 2, 3, 5, 5]), torch.tensor([0, 1, 1, 2, 3]), torch.tensor([4, 4, 0, 2, 1])]
-    with torch.no_grad():
-        for step in range(5):
-            y = torch.randn(len(rows), 1, d_model)
-            outs = []
-            for (s_cache, c_cache) in (plain, fast):
-                h, _ = self_attn(y, causal=True, cache=s_cache)
-                h, _ = cross_attn(h, memory[rows], key_padding_mask=pad[rows], cache=c_cache, static_kv=True)
-                outs.append(h)
-            torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-5)
-            if step < len(reorders):
-                index = reorders[step]
-                for s_cache, c_cache in (plain, fast):
-                    defer_reorder(s_cache, index)
-                    reorder_cache(c_cache, index)
-                rows = rows[index]
-    assert "anc" in fast[0] and "map" in fast[1] and fast[1]["k"].size(0) == 3  # never copied per row
-
-
-@needs_kernels
-def test_a_native_state_refuses_what_it_cannot_compute():
-    attn = MultiHeadAttention(16, 2).eval()
-    with torch.no_grad(), pytest.raises(ValueError, match="without attention weights"):
-        attn(torch.randn(2, 1, 16), causal=True, cache={"native": True}, need_weights=True)
-    kernels = native_kernels()
-    with pytest.raises(IndexError, match="not one of the N blocks"):  # a row map pointing outside the blocks
-        k = torch.zeros(1, 2, 3, 8)
-        kernels.cross_attention(k.data_ptr(), 2, 2, 8, 1, 3, k.data_ptr(), k.data_ptr(), torch.tensor([0, 1]).data_ptr(), 0, torch.empty(2, 2, 8).data_ptr(), 1.0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from syntaxnmt.cpu import install
 from syntaxnmt.model.context import HierarchicalContext
 
 B, S, K, SC, D = 2, 5, 3, 4, 16
@@ -73,8 +74,8 @@ def test_a_batch_of_rows_in_training_reads_in_place_what_every_position_computes
     def run(fast: bool):
         h = states.clone().requires_grad_(True)
         block.zero_grad()
-        cache, ctx_pad = block.gathered_context(h, pad, rows, granule=4 if fast else 0)
-        out = block(h, None, ctx_pad, cache=cache, pad=pad, granule=4)[0] if fast else block._read(h, ctx_pad, gather_context(cache), False)[0]
+        cache, ctx_pad = block.gathered_context(h, pad, rows)
+        out = block(h, None, ctx_pad, cache=cache)[0] if fast else block._read(h, ctx_pad, gather_context(cache), False)[0]
         out.masked_fill(pad[..., None], 0.0).square().sum().backward()
         return out, h.grad, {n: p.grad.clone() for n, p in block.named_parameters()}
 
@@ -380,7 +381,7 @@ def _with_computed_target_context(model, batch):
     from dataclasses import replace
 
     from syntaxnmt.inputs import PAD
-    from syntaxnmt.model.transformer import gather_rows
+    from syntaxnmt.model.context import gather_rows
 
     enc = model.encode(batch)
     states = model.decode_states(batch.tgt_in, enc.hidden, enc.pad_mask)
@@ -424,9 +425,9 @@ def test_a_target_side_han_model_translates_documents_from_its_own_translations(
     import numpy as np
     from test_cli import run_cli
 
-    from syntaxnmt.decoding.scoring import ScoredPair, target_nll
     from syntaxnmt.decoding.loading import load_model
     from syntaxnmt.decoding.output import translate_outputs
+    from syntaxnmt.decoding.scoring import ScoredPair, target_nll
     from syntaxnmt.errors import UserError
     from syntaxnmt.inputs import BOS
     from syntaxnmt.textio import read_lines
@@ -578,11 +579,11 @@ def test_a_document_batch_gives_the_per_sentence_log_probs(side, first):
             cut = collate(split, indices, context=DocumentContext("han", 2, side))
             cut.context_rows[cut.context_rows == ids.index(0)] = -1
             assert not torch.allclose(_gold_log_probs(model, cut)[0], together[0], atol=1e-4)
-    # Training (no dropout here) computes the per-token products on the real positions only
-    # (CPU packing, a small granule so that this batch is packed): the same log-probabilities.
-    model.train()
-    model.pack_granule = 4
-    assert model.compute_rows(batch.src_pad_mask) is not None and model.compute_rows(batch.tgt_out.eq(0)) is not None
+    # Training (no dropout here) with the CPU's execution computes the encoder on the real positions
+    # only (CPU packing, a small granule so that this batch is packed): the same log-probabilities.
+    install(model).train()
+    model.stacks.pack_granule = 4
+    assert model.stacks.rows(model, batch.src_pad_mask) is not None and model.stacks.rows(model, batch.tgt_out.eq(0)) is not None
     trained = _gold_log_probs(model, batch)
     torch.testing.assert_close(trained, together, rtol=0, atol=1e-5)
     # Gradients reach every HAN parameter through the gathered rows.
@@ -617,3 +618,18 @@ def test_a_batch_of_given_contexts_gives_the_per_sentence_log_probs(side):
         for row, i in enumerate(indices):
             alone = _per_sentence_log_probs(model, split, i, 2)
             torch.testing.assert_close(together[row, : len(alone)], alone, rtol=0, atol=1e-5)
+
+
+def test_every_context_kind_of_the_config_has_its_context_model():
+    """``model.context.kind`` is looked up in one registry: concatenation reads nothing in the
+    network (its context is in the input sequences), HAN reads with its blocks on the sides it has."""
+    from typing import get_args
+
+    from syntaxnmt.config import ContextConfig
+    from syntaxnmt.model.context import CONTEXT_MODELS, ContextModel, HanContext
+
+    assert set(CONTEXT_MODELS) == set(get_args(ContextConfig.model_fields["kind"].annotation))
+    assert CONTEXT_MODELS["concat"] is ContextModel and CONTEXT_MODELS["han"] is HanContext
+    source, target = _context_model("source"), _context_model("target")
+    assert isinstance(source.context, HanContext) and source.context.changes_encoder_output and source.context.target is None
+    assert not target.context.changes_encoder_output and target.context.target is target.han_target

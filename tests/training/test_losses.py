@@ -6,12 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from syntaxnmt.cpu.machine import native_kernels, set_native_training
 from syntaxnmt.inputs import PAD
 from syntaxnmt.model.outputs import ModelOutput
-from syntaxnmt.runtime import native_kernels, set_native_training
 from syntaxnmt.training.losses import label_smoothed_nll, native_smoothed_xent, sequence_loss
 
-needs_kernels = pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/_native.c not built or no AVX2/FMA on this CPU")
+needs_kernels = pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/cpu/_native.c not built or no AVX2/FMA on this CPU")
 
 
 @pytest.fixture(params=["auto", "torch"])
@@ -70,7 +70,7 @@ def test_chunked_fused_output_loss_matches_the_reference(eps, chunk, kernels, cp
     """A bias-free nn.Linear output layer takes the fused, chunked path: same loss and gradients
     (chunk 4: 9 rows make chunks of 4, 4 and 1, the last padded with zero rows to 4), whichever
     kernels compute the products (the weight's gradient summed over the chunks in place with ATen)."""
-    from syntaxnmt.model import linear as lin
+    from syntaxnmt.cpu import linear as lin
 
     monkeypatch.setattr(lin, "ONEDNN", kernels == "onednn")
     monkeypatch.setattr(lin, "OPENBLAS", kernels == "openblas" and lin.openblas_available())

@@ -177,8 +177,8 @@ def test_only_the_supervised_layer_computes_weights(parsed, monkeypatch):
     spec, reference, kwargs = objective_requests(model, [objective])
     assert spec.parent and not reference and kwargs == {"need_weights": False, "encoder_weights": frozenset({1})}
     explicit = []
-    original = MultiHeadAttention._explicit
-    monkeypatch.setattr(MultiHeadAttention, "_explicit", lambda self, *a: explicit.append(self) or original(self, *a))
+    original = MultiHeadAttention.explicit
+    monkeypatch.setattr(MultiHeadAttention, "explicit", lambda self, *a: explicit.append(self) or original(self, *a))
     out = model(collate(load_split(cfg, "train"), np.arange(4), spec), **kwargs)
     assert explicit == [model.encoder[1].self_attn]  # the other encoder layer and the decoder stay fused
     assert out.encoder.self_attention[0] is None and out.encoder.self_attention[1].shape[1] == cfg.model.heads

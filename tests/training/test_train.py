@@ -16,11 +16,11 @@ from test_cli import run_cli
 
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.config import CPU_SHAPE_BUCKET, TrainConfig, load_config
+from syntaxnmt.cpu.machine import openblas_available
 from syntaxnmt.data.prepare import load_split, load_tokenizers
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD
 from syntaxnmt.model import build_model
-from syntaxnmt.runtime import openblas_available
 from syntaxnmt.textio import read_lines
 from syntaxnmt.training import joint
 from syntaxnmt.training import step as step_module
@@ -305,7 +305,7 @@ def test_a_cpu_update_on_bucketed_shapes_equals_one_on_the_batch_itself(make_con
     """CPU default: batches padded to a few static shapes, linears on oneDNN, the loss over the
     real target tokens -- the same loss and the same (clipped) gradients in an update as the
     unbucketed batch (its own shape, linears on MKL)."""
-    from syntaxnmt.model import linear as fast_linear
+    from syntaxnmt.cpu import linear as fast_linear
     from syntaxnmt.training.distributed import World
     from syntaxnmt.training.step import update
     from syntaxnmt.training.train import SingleModel
@@ -553,8 +553,8 @@ def test_resume_with_weights_of_another_shape_is_refused(make_config):
 def auto_kernels(monkeypatch, tmp_path):
     """``train.cpu_kernels: auto`` allowed to time (without the test session's override,
     conftest), with its own cache, on a quiet machine; the process's kernels restored after."""
-    from syntaxnmt.model import kernels
-    from syntaxnmt.model import linear as fast_linear
+    from syntaxnmt.cpu import calibration as kernels
+    from syntaxnmt.cpu import linear as fast_linear
 
     if not fast_linear.enabled():
         pytest.skip("oneDNN linear op not available")
@@ -583,7 +583,7 @@ def test_cpu_training_calibrates_on_whole_steps_and_logs_the_choice(make_config,
     """``train.cpu_kernels: auto`` times real training steps of the run's model (6 candidates:
     kernels x row packing; 4 where numpy's BLAS is not OpenBLAS) once, logs the choice in one line and records it in the checkpoints
     and the machine record; a second run of the model reads the cache."""
-    from syntaxnmt.runtime import machine_info
+    from syntaxnmt.cpu.machine import machine_info
 
     cfg = make_config({"train": {"max_steps": 2, "valid_every": 2, "valid_bleu": False, "cpu_kernels": "auto"}})
     messages = []
@@ -619,7 +619,7 @@ def test_cpu_training_calibrates_by_default(make_config, auto_kernels, monkeypat
 def test_the_candidates_compute_the_same_loss_and_gradients(make_config, auto_kernels, monkeypatch):
     """The step the calibration times, under each candidate: the same loss and gradients (packing
     on and off alike up to float rounding, oneDNN and ATen within float tolerance)."""
-    from syntaxnmt.model.kernels import Choice, install
+    from syntaxnmt.cpu.calibration import Choice, install
     from syntaxnmt.runtime import resolve_device
     from syntaxnmt.training.distributed import World
     from syntaxnmt.training.train import SingleModel
@@ -627,8 +627,8 @@ def test_the_candidates_compute_the_same_loss_and_gradients(make_config, auto_ke
     cfg = make_config({"model": {"dropout": 0.0, "attention_dropout": 0.0}, "train": {"cpu_kernels": "auto"}})
     task = SingleModel(cfg, World(), resolve_device("cpu"), quiet)
     signature, run = step_module.timing_step(task.raw, task.split, task.t, task.device, task.objectives)
-    from syntaxnmt.model import linear as fast_linear
-    from syntaxnmt.model import transformer
+    from syntaxnmt.cpu import linear as fast_linear
+    from syntaxnmt.cpu import stack
 
     used = {"packed": 0, "onednn": 0}
 
@@ -640,12 +640,12 @@ def test_the_candidates_compute_the_same_loss_and_gradients(make_config, auto_ke
 
         return wrapper
 
-    monkeypatch.setattr(transformer, "packed_rows", counted("packed", transformer.packed_rows))
+    monkeypatch.setattr(stack, "packed_rows", counted("packed", stack.packed_rows))
     monkeypatch.setattr(fast_linear, "_dnn", counted("onednn", fast_linear._dnn))
     results = {}
     for choice in [Choice("onednn", True), Choice("onednn", False), Choice("aten", True), Choice("aten", False)]:
         install(task.raw, choice)
-        assert task.raw.pack_granule == (type(task.raw).pack_granule if choice.packing else 0)
+        assert task.raw.stacks.pack_granule == (type(task.raw.stacks).pack_granule if choice.packing else 0)
         used.update(packed=0, onednn=0)
         loss = run()["loss"]
         assert (used["packed"] > 0) == choice.packing and (used["onednn"] > 0) == (choice.kernels == "onednn"), (choice, used)  # each candidate computes its own way
@@ -719,7 +719,7 @@ def test_a_resumed_run_reuses_its_recorded_cpu_kernel_choice(make_config, auto_k
     a resumed run reuses it without timing, though the cache now says another candidate is the
     fastest -- the result equals an uninterrupted run's bitwise. Changing a setting on resume is
     logged, and the new choice recorded."""
-    from syntaxnmt.model import linear as fast_linear
+    from syntaxnmt.cpu import linear as fast_linear
 
     kernels = auto_kernels
     mocked_timings(monkeypatch, kernels, {"aten, no packing": 10.0})

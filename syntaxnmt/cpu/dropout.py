@@ -6,8 +6,8 @@ masks cost about a tenth of a training update on 2 cores (docs/benchmarks.md, is
 profile). :class:`Dropout` keeps a unit with probability 1 - p and scales kept units by
 1 / (1 - p), exactly as ``nn.Dropout`` does, in one of two ways on CPU:
 
-- float32 with the native kernels (:func:`~syntaxnmt.runtime.native_training_kernels`; not
-  ``train.cpu_native: torch``): ``dropout_forward`` of ``syntaxnmt/_native.c`` draws Philox4x32-10
+- float32 with the native kernels (:func:`~syntaxnmt.cpu.machine.native_training_kernels`; not
+  ``train.cpu_native: torch``): ``dropout_forward`` of ``syntaxnmt/cpu/_native.c`` draws Philox4x32-10
   words (Salmon et al. 2011; the generator of PyTorch's and JAX's GPU dropout), keeps a unit when
   its 16-bit half of a word is at least ceil(p 2^16) (two units per word: the generator is most
   of the kernel's time; the keep probability is 1 - p to within 2^-16), writes the result and
@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from syntaxnmt.runtime import in_threads, kernel_threads, native_kernels, native_training_kernels
+from syntaxnmt.cpu.machine import in_threads, kernel_threads, native_kernels, native_training_kernels
 
 BLOCK = 1 << 18  # uniform numbers per seed: the result does not depend on the thread count
 
@@ -48,7 +48,7 @@ def _fill(out: np.ndarray, seed: int) -> None:
 def uniform_like(x: Tensor) -> Tensor:
     """float32 numbers ~ U[0, 1) shaped like ``x`` (CPU): NumPy's PCG64, one stream per block of
     :data:`BLOCK` numbers seeded from torch's generator, blocks filled on ``torch.get_num_threads()``
-    threads (:func:`~syntaxnmt.runtime.in_threads`; NumPy releases the GIL while filling)."""
+    threads (:func:`~syntaxnmt.cpu.machine.in_threads`; NumPy releases the GIL while filling)."""
     n = x.numel()
     out = np.empty(n, dtype=np.float32)
     starts = range(0, n, BLOCK)
@@ -62,15 +62,6 @@ def uniform_like(x: Tensor) -> Tensor:
     in_threads(fill, len(jobs))
     return torch.from_numpy(out).view(x.shape)
 
-
-FUSED = True
-"""Whether :func:`bias_relu_dropout` and :func:`dropout_add` run their fused kernel where they can
-(False: the separate operators, with the same values; for paired benchmarks,
-``benchmarks/native_training.py --switch fused-dropout``)."""
-
-FUSED_NORM = True
-"""Whether :func:`dropout_add_norm` runs its fused kernel where it can (False: :func:`dropout_add`
-and the norm, with the same values; ``benchmarks/native_training.py --switch add-norm``)."""
 
 _GROUP = 64  # elements per Philox group of the kernel: four words of eight counters, two halves each
 _MIN_GROUPS_PER_THREAD = 512  # 32K elements
@@ -120,7 +111,7 @@ def fuses_bias(x: Tensor, p: float, training: bool, width: int) -> bool:
     """Whether :func:`bias_relu_dropout` runs in one pass of the C kernel for inputs like ``x``
     (``width`` units a row, a bias of as many): where :func:`dropout` does and ``width`` is a
     multiple of 8."""
-    return FUSED and width % 8 == 0 and _native_ok(x, p, training) and not torch.is_autocast_enabled("cpu")  # under autocast the product is bf16
+    return width % 8 == 0 and _native_ok(x, p, training) and not torch.is_autocast_enabled("cpu")  # under autocast the product is bf16
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
@@ -148,7 +139,7 @@ def bias_relu_dropout(x: Tensor, bias: Tensor | None, p: float, training: bool) 
 def dropout_add(residual: Tensor, y: Tensor, p: float, training: bool) -> Tensor:
     """``residual + dropout(y)`` (a residual connection, Vaswani et al. 2017, Sec. 5.4), in one pass
     of the C kernel where :func:`dropout` runs it: the same values and mask as the two operators."""
-    if FUSED and _native_ok(y, p, training) and residual.shape == y.shape and residual.dtype == y.dtype:
+    if _native_ok(y, p, training) and residual.shape == y.shape and residual.dtype == y.dtype:
         return _NativeDropout.apply(y, p, None, False, residual)
     return residual + dropout(y, p, training)
 
@@ -201,9 +192,7 @@ def dropout_add_norm(residual: Tensor, y: Tensor, p: float, training: bool, norm
     weight and bias, and the rows are a multiple of 64 floats; else the two operators. The same
     mask as :func:`dropout_add` with the same generator state."""
     if (
-        FUSED
-        and FUSED_NORM
-        and isinstance(norm, nn.LayerNorm)
+        isinstance(norm, nn.LayerNorm)
         and norm.normalized_shape == (y.size(-1),)
         and y.size(-1) % 64 == 0
         and norm.weight is not None
@@ -219,17 +208,8 @@ def dropout_add_norm(residual: Tensor, y: Tensor, p: float, training: bool, norm
     return x, norm(x)
 
 
-class Dropout(nn.Module):
-    """Drop-in for ``nn.Dropout`` (see the module docstring)."""
-
-    def __init__(self, p: float = 0.5):
-        super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"dropout probability must be in [0, 1], got {p}")
-        self.p = p
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` with :func:`dropout`'s masks (see the module docstring); :func:`syntaxnmt.cpu.install` gives it to a model's dropouts."""
 
     def forward(self, x: Tensor) -> Tensor:
         return dropout(x, self.p, self.training)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"

@@ -1,7 +1,7 @@
 """Per-position products on the non-padding rows only (CPU training).
 
 Bucketed CPU batches (``train.shape_bucket``: a few static shapes, so that oneDNN keeps a few
-primitives, :mod:`syntaxnmt.model.linear`) are about a fifth padding (``benchmarks/cpu_floor.py``).
+primitives, :mod:`syntaxnmt.cpu.linear`) are about a fifth padding (``benchmarks/cpu_floor.py``).
 Every linear map that works position by position -- the attention projections and the FFN --
 gives the padding rows nothing anybody reads (keys at padding are masked, outputs at padding are
 not in the loss), so training computes them on the gathered real rows and scatters the result

@@ -1,17 +1,17 @@
 """Float32 CPU matrix products through OpenBLAS, the BLAS that numpy's PyPI wheels bundle.
 
-PyTorch's CPU ``mm``/``addmm`` call MKL's sgemm (or oneDNN's, :mod:`syntaxnmt.model.linear`).
+PyTorch's CPU ``mm``/``addmm`` call MKL's sgemm (or oneDNN's, :mod:`syntaxnmt.cpu.linear`).
 On a 2-core AMD EPYC with AVX2 only (Zen 3), numpy's OpenBLAS (its Haswell kernels) ran the
 products of the side-by-side model's update as fast as MKL beside torch's operators (134 against
 133 GFLOP/s; alone MKL was faster, 153 against 132) and whole training updates about 1.04x
 faster (paired; docs/benchmarks.md, "OpenBLAS products"). So OpenBLAS is one more candidate of
-the whole-step calibration (:mod:`syntaxnmt.model.kernels`), not a rule.
+the whole-step calibration (:mod:`syntaxnmt.cpu.calibration`), not a rule.
 
 :func:`mm` multiplies torch tensors in place through ``numpy.matmul`` (zero-copy views; a
 transposed operand is passed to sgemm as transposed, not copied). OpenBLAS has its own thread
 pool: :func:`mm` gives it torch's current thread count (which the thread policy may change while
-a command runs, :class:`syntaxnmt.runtime.ThreadWatch`) through ``threadpoolctl``
-(:func:`syntaxnmt.runtime.openblas_threads`). Its idle
+a command runs, :class:`syntaxnmt.cpu.machine.ThreadWatch`) through ``threadpoolctl``
+(:func:`syntaxnmt.cpu.machine.openblas_threads`). Its idle
 threads spin for ``2**OPENBLAS_THREAD_TIMEOUT`` cycles before they sleep; the ``syntaxnmt``
 command sets a short spin (``syntaxnmt/__main__.py``), as for OpenMP, so that a spinning OpenBLAS
 thread does not hold the core that torch's next operator needs.
@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from torch import Tensor
 
-from syntaxnmt.runtime import openblas_threads
+from syntaxnmt.cpu.machine import openblas_threads
 
 
 def _blasable(t: Tensor) -> bool:
@@ -50,7 +50,7 @@ def mm(a: Tensor, b: Tensor, out: Tensor | None = None) -> Tensor:
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """``F.linear(x, weight, bias)`` without autograd, through :func:`mm` (with autograd:
-    ``syntaxnmt.model.linear``, whose autograd function gives the gradients through :func:`mm`)."""
+    ``syntaxnmt.cpu.linear``, whose autograd function gives the gradients through :func:`mm`)."""
     x2d = x.reshape(-1, x.size(-1))
     out = mm(x2d, weight.t())
     if bias is not None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from syntaxnmt.model.dropout import Dropout, dropout
-from syntaxnmt.runtime import native_kernels, set_native_training
+from syntaxnmt.cpu.dropout import Dropout, dropout
+from syntaxnmt.cpu.machine import native_kernels, set_native_training
 
 
 def test_identity_in_eval_and_at_zero():
@@ -35,7 +35,7 @@ def test_p_one_drops_everything_and_bad_p_is_rejected():
 
 
 def test_uniform_numbers_are_uniform_seeded_by_torch_and_independent_of_threads():
-    from syntaxnmt.model import dropout as mod
+    from syntaxnmt.cpu import dropout as mod
 
     x = torch.empty(3, mod.BLOCK + 1000)  # several blocks, the last one partial
     threads = torch.get_num_threads()
@@ -67,7 +67,7 @@ def test_masks_follow_torch_manual_seed():
     assert torch.equal(dropout(x, 0.1, True), a)
 
 
-needs_kernels = pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/_native.c not built or no AVX2/FMA on this CPU")
+needs_kernels = pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/cpu/_native.c not built or no AVX2/FMA on this CPU")
 
 
 @needs_kernels
@@ -124,7 +124,7 @@ def test_cpu_native_torch_keeps_the_numpy_masks():
     torch.manual_seed(3)
     native_mask = dropout(x, 0.1, True)
     torch.manual_seed(3)
-    from syntaxnmt.model.dropout import uniform_like
+    from syntaxnmt.cpu.dropout import uniform_like
 
     assert torch.equal(numpy_mask != 0, uniform_like(x) >= 0.1)
     assert not torch.equal(numpy_mask, native_mask)  # the two generators differ
@@ -162,7 +162,7 @@ def _grads(f, *xs, g):
 def test_bias_relu_dropout_is_the_three_operators_in_one_pass(shape):
     """Same values and masks as dropout(relu(x + b)) under the same seed, the same gradient of x,
     and the bias's gradient (summed in the kernel, float64) to float32 rounding."""
-    from syntaxnmt.model.dropout import bias_relu_dropout, fuses_bias
+    from syntaxnmt.cpu.dropout import bias_relu_dropout, fuses_bias
 
     torch.manual_seed(0)
     x = torch.randn(*shape, requires_grad=True)
@@ -188,7 +188,7 @@ def test_bias_relu_dropout_is_the_three_operators_in_one_pass(shape):
 
 @needs_kernels
 def test_bias_relu_dropout_falls_back_where_the_kernel_cannot_fuse():
-    from syntaxnmt.model.dropout import bias_relu_dropout, fuses_bias
+    from syntaxnmt.cpu.dropout import bias_relu_dropout, fuses_bias
 
     x, b = torch.randn(4, 12), torch.randn(12)  # 12 columns: not a multiple of 8
     assert not fuses_bias(x, 0.1, True, 12) and not fuses_bias(torch.randn(4, 16), 0.1, False, 16)
@@ -202,7 +202,7 @@ def test_bias_relu_dropout_falls_back_where_the_kernel_cannot_fuse():
 @needs_kernels
 @pytest.mark.parametrize("n", [4096, 1000])  # whole groups of 64, and a tail
 def test_dropout_add_is_the_residual_plus_dropout_in_one_pass(n):
-    from syntaxnmt.model.dropout import dropout_add
+    from syntaxnmt.cpu.dropout import dropout_add
 
     torch.manual_seed(0)
     r, y, g = torch.randn(n, requires_grad=True), torch.randn(n, requires_grad=True), torch.randn(n)
@@ -222,7 +222,7 @@ def test_dropout_add_is_the_residual_plus_dropout_in_one_pass(n):
 @needs_kernels
 def test_relu_tail_and_nan_in_the_fused_kernel():
     """Without a bias the ReLU form takes any length (the scalar tail); a NaN stays a NaN."""
-    from syntaxnmt.model.dropout import _NativeDropout
+    from syntaxnmt.cpu.dropout import _NativeDropout
 
     x = torch.randn(77)
     x[5] = float("nan")
@@ -252,7 +252,7 @@ def test_dropout_add_norm_is_the_residual_and_the_next_layer_norm_in_one_pass(ro
     block of a stack) too."""
     from torch import nn
 
-    from syntaxnmt.model.dropout import dropout_add, dropout_add_norm
+    from syntaxnmt.cpu.dropout import dropout_add, dropout_add_norm
 
     torch.manual_seed(0)
     norm = nn.LayerNorm(128)
@@ -286,7 +286,7 @@ def test_dropout_add_norm_falls_back_where_the_kernel_cannot_fuse():
     """Rows of 96 floats (not a multiple of 64), a norm without bias, eval: the two operators."""
     from torch import nn
 
-    from syntaxnmt.model.dropout import dropout_add, dropout_add_norm
+    from syntaxnmt.cpu.dropout import dropout_add, dropout_add_norm
 
     x, y = torch.randn(5, 96), torch.randn(5, 96)
     for norm, training in ((nn.LayerNorm(96), True), (nn.LayerNorm(96, bias=False), True), (nn.LayerNorm(96), False)):

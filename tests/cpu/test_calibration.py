@@ -1,4 +1,4 @@
-"""CPU kernel and layout choice (model.kernels): both kernels compute the same values, ``auto``
+"""CPU kernel and layout choice (cpu.calibration): both kernels compute the same values, ``auto``
 takes the candidate whose (mocked) whole steps are the fastest, the calibration leaves the model
 and the random generators as they were, its cache is written, read and ignored when corrupt, an
 override wins over it, and a recorded choice is reused. No assertion here is about speed."""
@@ -14,11 +14,11 @@ import pytest
 import torch
 from torch import nn
 
-from syntaxnmt import runtime
-from syntaxnmt.model import kernels
-from syntaxnmt.model import linear as lin
-from syntaxnmt.model.kernels import Choice
-from syntaxnmt.runtime import machine_info, machine_summary, with_load_after
+from syntaxnmt.cpu import calibration as kernels
+from syntaxnmt.cpu import linear as lin
+from syntaxnmt.cpu import machine
+from syntaxnmt.cpu.calibration import Choice
+from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after
 
 pytestmark = pytest.mark.skipif(not lin.enabled(), reason="oneDNN linear op not available")
 
@@ -366,7 +366,7 @@ def test_without_onednn_only_the_packing_is_timed(monkeypatch):
 
 
 def test_the_machine_record_shows_the_choice(monkeypatch):
-    monkeypatch.setattr(runtime, "_cpu_kernels", None)
+    monkeypatch.setattr(machine, "_cpu_kernels", None)
     info = machine_info()  # a benchmark takes the record first, the model chooses, with_load_after adds the choice
     assert info["cpu_kernels"] is None
     steps = FakeSteps(Packed(), TIMES, monkeypatch)
@@ -407,7 +407,7 @@ def test_openblas_is_a_candidate_where_numpy_has_it(monkeypatch):
     assert kernels.candidates_for("openblas", "off") == [Choice("aten", False)]  # ATen stands in
 
 
-@pytest.mark.skipif(not runtime.openblas_available(), reason="numpy's BLAS is not OpenBLAS")
+@pytest.mark.skipif(not machine.openblas_available(), reason="numpy's BLAS is not OpenBLAS")
 def test_auto_takes_openblas_when_its_steps_are_the_fastest(monkeypatch):
     monkeypatch.setattr(kernels, "openblas_available", lambda: True)
     model = Packed()

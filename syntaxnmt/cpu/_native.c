@@ -12,20 +12,20 @@
  * 8-wide polynomial exp, its k largest logits outside the forbidden columns, which still count in
  * the sum) and only k values, k indices and the row's log-sum-exp are written. Addresses of
  * float32 x (rows, V), float32 values (rows, k), int64 indices (rows, k), float32 lse (rows,) and
- * int64 forbidden (n_forbidden,). Used by syntaxnmt.decoding.native.
+ * int64 forbidden (n_forbidden,). Used by syntaxnmt.cpu.search.
  *
  * self_attention and cross_attention (below): one query per row and head, reading keys and values
  * where they are instead of copies of the caches. Used by syntaxnmt.model.attention.
  *
  * attention_forward and attention_backward (below): whole-sequence attention of training and
- * scoring, per sentence and head, with its gradients. Used by syntaxnmt.model.native_attention.
+ * scoring, per sentence and head, with its gradients. Used by syntaxnmt.cpu.attention.
  *
  * smoothed_xent (below): the label-smoothed cross-entropy of a chunk of logits and its gradient
  * in place. Used by syntaxnmt.training.losses.
  *
  * dropout_forward and dropout_backward (below): dropout with a counter-based generator, its mask
  * kept as bits, alone or fused with a bias, a ReLU and a residual; add_norm_forward and
- * add_norm_backward: a residual's dropout and the next layer norm in one pass. Used by syntaxnmt.model.dropout.
+ * add_norm_backward: a residual's dropout and the next layer norm in one pass. Used by syntaxnmt.cpu.dropout.
  *
  * Every function releases the GIL. The kernels of training and log_softmax_topk take a last,
  * optional argument threads (default 1) and split their range between torch's OpenMP threads
@@ -391,7 +391,7 @@ static PyObject *cross_attention(PyObject *self, PyObject *args) {
  * sentence-level NMT (Multi30k batches: 12-32 positions, 4 heads, d 64) PyTorch's fused CPU kernel
  * spends most of its time per (sentence, head) block outside the arithmetic; these loops keep one
  * block's rows in the L1 cache and vectorize over the head dimension (d a multiple of 8). Used by
- * syntaxnmt.model.native_attention. Tensors are (B, H, L, d) views given by their address and
+ * syntaxnmt.cpu.attention. Tensors are (B, H, L, d) views given by their address and
  * strides in elements (the head dimension contiguous), so the heads of a (B, L, H * d) projection
  * are read where they are. */
 struct view {
@@ -882,7 +882,7 @@ static PyObject *smoothed_xent(PyObject *self, PyObject *args) {
  * bias, cols, relu, residual give out = residual + dropout(relu(x + bias)) -- the ReLU's zeros
  * clear their bits too, so the bits alone give the gradient of x -- and the backward's colsum, cols
  * add the column sums of out (the bias's gradient) to a float64 array in the same pass.
- * Used by syntaxnmt.model.dropout. */
+ * Used by syntaxnmt.cpu.dropout. */
 #ifdef SYNTAXNMT_X86
 /* The high and low 32 bits of the products of the eight lanes of a with m. */
 __attribute__((target("avx2,fma"))) static inline void mulhilo8(__m256i a, __m256i m, __m256i *hi, __m256i *lo) {
@@ -998,7 +998,7 @@ __attribute__((target("avx2,fma"))) static void dropout_back_groups(const float 
  * gbeta): with xh = (xo - mean) rstd and gxh = gh gamma, the gradient of xo (the residual path's
  * gxo, or none: 0, plus the norm's rstd (gxh - mean(gxh) - xh mean(gxh xh))) goes to gx, which is
  * also x's gradient, and through the bits to gy, y's; ggamma and gbeta (float64, cols) get the
- * column sums of gh xh and gh added. Used by syntaxnmt.model.dropout (dropout_add_norm). */
+ * column sums of gh xh and gh added. Used by syntaxnmt.cpu.dropout (dropout_add_norm). */
 __attribute__((target("avx2,fma"))) static void norm_row(const float *xo, float *h, float *stats, const float *gamma, const float *beta, int64_t cols, float eps) {
     __m256 s = _mm256_setzero_ps();
     for (int64_t c = 0; c < cols; c += 8) s = _mm256_add_ps(s, _mm256_loadu_ps(xo + c));
@@ -1300,7 +1300,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "Native CPU kernels of beam search (see syntaxnmt.decoding.native).", -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "Native CPU kernels of beam search (see syntaxnmt.cpu.search).", -1, methods};
 
 PyMODINIT_FUNC PyInit__native(void) {
     use_avx2 = cpu_has_avx2();

@@ -1,6 +1,6 @@
 import torch
 
-from syntaxnmt.model.packing import gather_rows, on_rows, packed_rows, scatter_rows
+from syntaxnmt.cpu.packing import gather_rows, on_rows, packed_rows, scatter_rows
 
 
 def test_packed_rows_are_the_real_positions_topped_up_with_padding():
@@ -30,7 +30,7 @@ def test_on_rows_computes_the_chosen_rows_and_zeros_elsewhere():
 def test_the_left_out_positions_ride_along_and_only_they_are_zeroed():
     """packed_rows keeps the positions it leaves out (``rest``); scatter_rows and the gradient of
     gather_rows zero only those, and both ways give what index_select / zeros + index_copy give."""
-    from syntaxnmt.model.packing import rest_of
+    from syntaxnmt.cpu.packing import rest_of
 
     pad = torch.tensor([[False, False, True, True, True], [False, True, True, True, True]])
     rows = packed_rows(pad, 2)
@@ -55,7 +55,7 @@ def test_the_left_out_positions_ride_along_and_only_they_are_zeroed():
 def test_placed_rows_place_each_packed_tensor_once_when_read():
     """PlacedRows: the (B, L, E) tensors of Place.placed, made on first reading and kept; negative
     indices, slices and iteration as a list's."""
-    from syntaxnmt.model.packing import Place, PlacedRows
+    from syntaxnmt.cpu.packing import Place, PlacedRows
 
     pad = torch.tensor([[False, False, True], [False, True, True]])
     rows = packed_rows(pad, 1)

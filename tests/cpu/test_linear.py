@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from syntaxnmt.model import linear as lin
+from syntaxnmt.cpu import linear as lin
 
 
 @pytest.fixture(autouse=True)
 def onednn_chosen(monkeypatch):
-    """oneDNN wherever the mode allows it, whatever kernels an earlier test chose (model.kernels)."""
+    """oneDNN wherever the mode allows it, whatever kernels an earlier test chose (cpu.calibration)."""
     monkeypatch.setattr(lin, "ONEDNN", True)
 
 
@@ -83,7 +83,7 @@ def test_a_bad_environment_value_is_a_one_line_error_of_the_command_not_of_the_i
     import sys
 
     env = {**os.environ, "SYNTAXNMT_ONEDNN_LINEAR": "fast"}
-    imported = subprocess.run([sys.executable, "-c", "import syntaxnmt.model.linear"], env=env, capture_output=True, text=True)
+    imported = subprocess.run([sys.executable, "-c", "import syntaxnmt.cpu.linear"], env=env, capture_output=True, text=True)
     assert imported.returncode == 0, imported.stderr
     run = subprocess.run([sys.executable, "-m", "syntaxnmt", "aer", "--gold", str(tmp_path / "g"), "--hyp", str(tmp_path / "h")], env=env, capture_output=True, text=True)
     assert run.returncode == 2

@@ -1,10 +1,10 @@
 """CPU kernel and layout choice, by timing whole steps of the model on the machine at hand.
 
-:mod:`syntaxnmt.model.linear` can run a float32 CPU product through oneDNN's inner-product kernel,
+:mod:`syntaxnmt.cpu.linear` can run a float32 CPU product through oneDNN's inner-product kernel,
 through ATen (``F.linear``: MKL's sgemm in the PyPI wheels) or through numpy's OpenBLAS
-(:mod:`syntaxnmt.model.blas`), and CPU training can compute the
+(:mod:`syntaxnmt.cpu.blas`), and CPU training can compute the
 position-wise products on the non-padding rows only (row packing,
-:attr:`~syntaxnmt.model.transformer.Transformer.pack_granule`). Which is faster depends on the
+:attr:`~syntaxnmt.cpu.stack.PackedStacks.pack_granule`). Which is faster depends on the
 instruction set, the thread count and the shapes: oneDNN won 1.4x on the AVX-512 EPYC where the
 fixed rule was measured, and the same rule gave half the speed on an AVX2 EPYC (issue 26). Timed
 product by product, the choice did not add up to the model's speed (docs/benchmarks.md, "CPU
@@ -23,7 +23,7 @@ kernel choice"), so ``auto`` times **whole steps** of the run's own model:
   sizes, the step's shape) in ``cpu_kernels.json`` under :func:`cache_dir`, so only the first run
   pays; times taken while the load average exceeded the machine's cores are cached as provisional
   and timed again by the next run on a quieter machine;
-- ``onednn``: oneDNN wherever :mod:`~syntaxnmt.model.linear` allows it (without autograd, and in
+- ``onednn``: oneDNN wherever :mod:`~syntaxnmt.cpu.linear` allows it (without autograd, and in
   training on bucketed shapes), row packing on: the fixed rule;
 - ``aten``: ATen everywhere, row packing on;
 - ``openblas``: numpy's OpenBLAS for every product of the linear layers (ATen where numpy has
@@ -35,7 +35,7 @@ batches: a run keeps the one of its config). ``SYNTAXNMT_ONEDNN_LINEAR`` still s
 may run at all (``0``: nowhere), and ``SYNTAXNMT_CPU_KERNELS`` (one of the modes), when set,
 overrides the mode of every command and config (the test suite sets ``onednn``, so that only the
 tests of ``auto`` time steps). The choice is logged once when a command starts and kept for
-:func:`syntaxnmt.runtime.machine_info`.
+:func:`syntaxnmt.cpu.machine.machine_info`.
 
 A training run records its choice (:meth:`Choice.record`) in its checkpoints, and a resumed run
 reuses it without timing (``prepare(..., recorded=...)``): oneDNN and ATen round differently, so a
@@ -62,9 +62,9 @@ import torch
 from torch import nn
 
 from syntaxnmt.config import DEFAULT_CPU_KERNELS
+from syntaxnmt.cpu import linear as lin
+from syntaxnmt.cpu.machine import load_average, machine_info, openblas_available, record_cpu_kernels
 from syntaxnmt.errors import UserError
-from syntaxnmt.model import linear as lin
-from syntaxnmt.runtime import load_average, machine_info, openblas_available, record_cpu_kernels
 from syntaxnmt.textio import atomic_write_text
 
 MODES = ("auto", "onednn", "aten", "openblas")
@@ -142,14 +142,19 @@ def configure(mode: str | None) -> str:
 
 def install(model: nn.Module, choice: Choice) -> None:
     """Make ``model`` (and the process's linear layers) compute with ``choice``: the kernels for
-    every model of the process (:func:`syntaxnmt.model.linear.set_kernels`), the packing for the
-    modules of ``model`` that pack rows (those with a ``pack_granule``; their class's granule, or 0)."""
+    every model of the process (:func:`syntaxnmt.cpu.linear.set_kernels`), the packing for what
+    packs rows in ``model`` (:func:`packers`: their class's granule, or 0)."""
     lin.set_kernels(choice.kernels)
     if choice.packing is not None:
-        for m in model.modules():
-            default = getattr(type(m), "pack_granule", None)
-            if default is not None:
-                m.pack_granule = default if choice.packing else 0
+        for m in packers(model):
+            m.pack_granule = type(m).pack_granule if choice.packing else 0
+
+
+def packers(model: nn.Module) -> list[object]:
+    """What packs rows in ``model``: its modules and their stack runners (``stacks``,
+    :class:`syntaxnmt.cpu.stack.PackedStacks`) with a class ``pack_granule``."""
+    found = [o for m in model.modules() for o in (m, getattr(m, "stacks", None)) if o is not None and hasattr(type(o), "pack_granule")]
+    return list({id(o): o for o in found}.values())
 
 
 def cache_dir() -> Path:
@@ -389,10 +394,10 @@ def prepare(
     it). ``recorded``: the ``record`` of an earlier summary (a resumed training run's, from its
     checkpoint), reused without timing when its settings are these. Installs the choice
     (:func:`install`), logs it with ``log`` (one line), records it for
-    :func:`~syntaxnmt.runtime.machine_info` and returns the summary, with ``record``: ``{"mode",
+    :func:`~syntaxnmt.cpu.machine.machine_info` and returns the summary, with ``record``: ``{"mode",
     "row_packing", "choice"}`` (plain strings, what the checkpoint keeps)."""
     mode = configure(mode)
-    if row_packing is not None and not any(hasattr(type(m), "pack_granule") for m in model.modules()):
+    if row_packing is not None and not packers(model):
         row_packing = None  # nothing to pack (an RNN): the kernels alone
     candidates = candidates_for(mode, row_packing)
     summary: dict = {"mode": mode, "threads": torch.get_num_threads()}

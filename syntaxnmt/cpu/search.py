@@ -4,7 +4,7 @@ Beam search needs, for every row of logits ``x`` (R, V), the k largest log-proba
 ``log_softmax(x)_j = x_j - m - log Σ_i exp(x_i - m)`` (m = max x) with their columns, never
 choosing the ``forbidden`` columns (which still count in the normalizer: the model's distribution
 is not renormalized). :func:`log_softmax_topk` computes exactly that, and the row's log-sum-exp,
-in the C kernel ``syntaxnmt/_native.c`` (built by ``pip install``) without writing the (R, V)
+in the C kernel ``syntaxnmt/cpu/_native.c`` (built by ``pip install``) without writing the (R, V)
 log-probabilities: about 2.5x PyTorch's ``log_softmax`` followed by a top-k at beam search's
 shapes (docs/deployment.md, "Speed"). Where the kernel was not built (no C compiler at install) or
 the CPU lacks AVX2/FMA, :func:`available` is False and the search keeps PyTorch's operators;
@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from syntaxnmt.config import CpuSoftmax
-from syntaxnmt.runtime import kernel_threads, native_kernels
+from syntaxnmt.cpu.machine import kernel_threads, native_kernels
 
 _native = native_kernels()
 
@@ -56,7 +56,7 @@ def log_softmax_topk(x: Tensor, k: int, forbidden: Sequence[int] = ()) -> tuple[
     ``logsumexp`` (R,). Rows are split between torch's intra-op threads (the kernel releases the
     GIL). Raises RuntimeError where the kernel is not :func:`available`."""
     if _native is None:
-        raise RuntimeError("the native kernel syntaxnmt/_native.c was not built (install with a C compiler: pip install -e .) or this CPU lacks AVX2/FMA")
+        raise RuntimeError("the native kernel syntaxnmt/cpu/_native.c was not built (install with a C compiler: pip install -e .) or this CPU lacks AVX2/FMA")
     if x.dim() != 2 or x.dtype != torch.float32 or x.device.type != "cpu" or not 1 <= k <= x.size(1):
         raise ValueError(f"log_softmax_topk takes float32 CPU logits (R, V) and 1 <= k <= V, not {tuple(x.shape)} {x.dtype} on {x.device} with k={k}")
     x = x.contiguous()

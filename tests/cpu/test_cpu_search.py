@@ -1,11 +1,11 @@
-"""Tests for syntaxnmt.decoding.native: the C kernel's log-softmax top-k against PyTorch's."""
+"""Tests for syntaxnmt.cpu.search: the C kernel's log-softmax top-k against PyTorch's."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from syntaxnmt.decoding import native
+from syntaxnmt.cpu import search as native
 
 needs_kernel = pytest.mark.skipif(not native.available(), reason="the native kernel is not built or this CPU has no AVX2/FMA")
 

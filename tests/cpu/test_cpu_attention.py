@@ -1,19 +1,23 @@
-"""The C kernels of whole-sequence attention (syntaxnmt.model.native_attention) against a float64
-reference, through MultiHeadAttention and a training step."""
+"""The CPU's attention (syntaxnmt.cpu.attention): the C kernels of whole sequences against a
+float64 reference, through MultiHeadAttention and a training step; the stacked projections and the
+native decoding step against the plain model's attention."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
 import torch
 
-from syntaxnmt.model import native_attention
-from syntaxnmt.model.attention import MultiHeadAttention
-from syntaxnmt.model.packing import Place
-from syntaxnmt.runtime import native_kernels, set_native_training
+from syntaxnmt.cpu import attention as native_attention
+from syntaxnmt.cpu import install
+from syntaxnmt.cpu.attention import CPU_ATTENTION, _CrossState, _SelfState, stackable, stacked_attention
+from syntaxnmt.cpu.machine import native_kernels, set_native_training
+from syntaxnmt.cpu.packing import Place
+from syntaxnmt.model.attention import MultiHeadAttention, defer_reorder, reorder_cache
 
-pytestmark = pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/_native.c not built or no AVX2/FMA on this CPU")
+pytestmark = pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/cpu/_native.c not built or no AVX2/FMA on this CPU")
 
 
 def reference(q, k, v, pad, causal):
@@ -95,7 +99,7 @@ def test_the_thread_count_does_not_change_a_bit():
 
 def test_multi_head_attention_trains_the_same_with_either_kernel():
     torch.manual_seed(0)
-    attn = MultiHeadAttention(64, 4).train()
+    attn = install(MultiHeadAttention(64, 4).train())  # the CPU kernel, its native kernels on and off
     x, mem = torch.randn(3, 9, 64), torch.randn(3, 7, 64)
     pad = torch.zeros(3, 7, dtype=torch.bool)
     pad[2, 4:] = True
@@ -155,29 +159,31 @@ def test_stacked_projections_equal_the_three_separate_ones(cross, packed, monkey
     """In CPU training the plain attention computes q, k, v (or k, v) as one product on the stacked
     weights and the kernels write the gradients of the stacked output directly: same output and
     gradients (of the input, of every weight and bias) as the separate projections, with padding,
-    a causal mask, and on packed rows."""
-    from syntaxnmt.model.packing import packed_rows
+    a causal mask, and on packed rows (:func:`stacked_attention` of a memory on its real rows)."""
+    from syntaxnmt.cpu.packing import gather_rows, packed_rows
 
     torch.manual_seed(0)
     x, memory = torch.randn(3, 9, 32), torch.randn(3, 6, 32)
     pad = torch.zeros(3, 6, dtype=torch.bool)
     pad[1, 4:] = pad[2, 2:] = True
     grad = torch.randn(3, 9, 32)
-    rows = packed_rows(torch.zeros(3, 9, dtype=torch.bool), 8) if packed else None
-    kv_rows = packed_rows(pad, 8) if packed else None
+    kv_rows = packed_rows(pad, 8)
     results, calls = [], []
     kernel = native_attention.packed_attention
     monkeypatch.setattr(native_attention, "packed_attention", lambda *a: calls.append(len(a[0])) or kernel(*a))
     for stacked in (True, False):
         torch.manual_seed(1)
         mha = MultiHeadAttention(32, 4).train()
-        if not stacked:
-            monkeypatch.setattr(MultiHeadAttention, "_stackable", lambda *a: False)
+        if stacked:  # else the plain model's separate projections and PyTorch's kernel
+            install(mha)
         leaves = [x.clone().requires_grad_(), memory.clone().requires_grad_()]
-        if cross:
-            out, _ = mha(leaves[0], leaves[1], key_padding_mask=pad, rows=rows, kv_rows=kv_rows)
+        if stacked and packed:
+            placed = (gather_rows(leaves[1], kv_rows), Place(kv_rows, 3, 6)) if cross else (None, None)
+            out = stacked_attention(mha, leaves[0].reshape(-1, 32), Place(None, 3, 9), pad if cross else None, not cross, *placed).view(3, 9, 32)
+        elif cross:
+            out, _ = mha(leaves[0], leaves[1], key_padding_mask=pad)
         else:
-            out, _ = mha(leaves[0], causal=True, rows=rows)
+            out, _ = mha(leaves[0], causal=True)
         assert calls == [2 if cross else 1]  # the stacked sources, in the first run only
         out.backward(grad)
         results.append([out.detach(), leaves[0].grad, *(leaves[1].grad for _ in [0] if cross), *(p.grad for p in mha.parameters())])
@@ -186,13 +192,12 @@ def test_stacked_projections_equal_the_three_separate_ones(cross, packed, monkey
 
 
 @pytest.mark.parametrize("cross", [False, True])
-@pytest.mark.parametrize("row_maps", [True, False])
-def test_packed_rows_give_the_values_of_the_placed_layout_bit_for_bit(cross, row_maps, monkeypatch):
+def test_packed_rows_give_the_values_of_the_placed_layout_bit_for_bit(cross):
     """The kernels read packed rows through a row map: output and gradients are exactly those of
     placing the rows in (B, T, ...) with zeros at the positions without a row, attending there,
     and gathering the query rows back (what training did before), including rows that are
     padding topped up into the packed set and positions left out."""
-    from syntaxnmt.model.packing import gather_rows, packed_rows, scatter_rows
+    from syntaxnmt.cpu.packing import gather_rows, packed_rows, scatter_rows
 
     torch.manual_seed(0)
     b, t, s, heads, d = 3, 7, 5, 4, 16
@@ -209,7 +214,6 @@ def test_packed_rows_give_the_values_of_the_placed_layout_bit_for_bit(cross, row
     else:
         sources, places, layouts, pad, causal = [torch.randn(rows.numel(), 3 * heads * d)], (Place(rows, b, t),), [(rows, like)], None, True
     grad = torch.randn(rows.numel(), heads * d)
-    monkeypatch.setattr(native_attention, "ROW_MAPS", row_maps)  # False: packed_attention places and gathers
     results = []
     for packed in (True, False):
         leaves = [x.clone().requires_grad_() for x in sources]
@@ -230,10 +234,60 @@ def test_packed_attention_refuses_what_the_kernels_cannot_read_and_autocast_keep
     """A bf16 projection (CPU autocast) must never reach the float32 kernels (it crashed the process)."""
     with pytest.raises(ValueError, match="float32 CPU"):
         native_attention.packed_attention((torch.randn(10, 96).bfloat16(),), (Place(None, 2, 5),), 4)
-    mha = MultiHeadAttention(32, 4).train()
+    mha = install(MultiHeadAttention(32, 4).train())
     x = torch.randn(2, 5, 32)
-    assert mha._stackable(x, None, True, False)
+    assert stackable(mha, x, None, True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert not mha._stackable(x, None, True, False)
+        assert not stackable(mha, x, None, True)
         out, _ = mha(x, causal=True)
     assert out.dtype == torch.bfloat16
+
+
+needs_kernels = pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/cpu/_native.c not built or no AVX2/FMA on this CPU")
+
+
+@needs_kernels
+@pytest.mark.parametrize("d_model,heads", [(32, 4), (24, 2), (20, 4)])  # d_head 8 and 12 (vector path), 5 (scalar path)
+def test_native_steps_equal_the_explicit_steps_through_beam_reorders(d_model, heads):
+    """Self- and cross-attention stepped in the C kernels (an ancestry table and per-sentence
+    key/value blocks) give the outputs of the explicit path (copied caches), step after step,
+    through reorders within sentences, an expansion and a sentence leaving (with padding)."""
+    torch.manual_seed(d_model + heads)
+    self_attn, cross_attn = MultiHeadAttention(d_model, heads).eval(), MultiHeadAttention(d_model, heads).eval()
+    fast_self, fast_cross = copy.deepcopy(self_attn), copy.deepcopy(cross_attn)
+    fast_self.kernel = fast_cross.kernel = CPU_ATTENTION
+    memory = torch.randn(3, 6, d_model)
+    pad = torch.zeros(3, 6, dtype=torch.bool)
+    pad[1, 4:] = pad[2, 2:] = True
+    plain = [{}, {}]
+    fast = [{"native": True}, {"native": True}]
+    rows = torch.arange(3)  # sentence of each row
+    reorders = [torch.tensor([0, 0, 1, 1, 2, 2]), torch.tensor([1, 0, 2, 3, 5, 5]), torch.tensor([0, 1, 1, 2, 3]), torch.tensor([4, 4, 0, 2, 1])]
+    with torch.no_grad():
+        for step in range(5):
+            y = torch.randn(len(rows), 1, d_model)
+            outs = []
+            for (s_cache, c_cache), (sa, ca) in zip((plain, fast), ((self_attn, cross_attn), (fast_self, fast_cross))):
+                h, _ = sa(y, causal=True, cache=s_cache)
+                h, _ = ca(h, memory[rows], key_padding_mask=pad[rows], cache=c_cache, static_kv=True)
+                outs.append(h)
+            torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+            if step < len(reorders):
+                index = reorders[step]
+                for s_cache, c_cache in (plain, fast):
+                    defer_reorder(s_cache, index)
+                    reorder_cache(c_cache, index)
+                rows = rows[index]
+    assert isinstance(fast[0]["kernel"], _SelfState) and isinstance(fast[1]["kernel"], _CrossState) and fast[1]["kernel"].k.size(0) == 3  # never copied per row
+
+
+@needs_kernels
+def test_a_native_state_refuses_what_it_cannot_compute():
+    attn = MultiHeadAttention(16, 2).eval()
+    attn.kernel = CPU_ATTENTION
+    with torch.no_grad(), pytest.raises(ValueError, match="one float32 CPU query per row"):
+        attn(torch.randn(2, 3, 16), causal=True, cache={"native": True})
+    kernels = native_kernels()
+    with pytest.raises(IndexError, match="not one of the N blocks"):  # a row map pointing outside the blocks
+        k = torch.zeros(1, 2, 3, 8)
+        kernels.cross_attention(k.data_ptr(), 2, 2, 8, 1, 3, k.data_ptr(), k.data_ptr(), torch.tensor([0, 1]).data_ptr(), 0, torch.empty(2, 2, 8).data_ptr(), 1.0)

@@ -1,4 +1,4 @@
-"""Products through numpy's OpenBLAS (model.blas) and the ``openblas`` kernel choice of the linear
+"""Products through numpy's OpenBLAS (cpu.blas) and the ``openblas`` kernel choice of the linear
 layers: the same values and gradients as ATen's, any operand layout, OpenBLAS given torch's thread
 count. No assertion here is about speed."""
 
@@ -10,11 +10,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from syntaxnmt import runtime
-from syntaxnmt.model import blas
-from syntaxnmt.model import linear as lin
+from syntaxnmt.cpu import blas, machine
+from syntaxnmt.cpu import linear as lin
 
-pytestmark = pytest.mark.skipif(not runtime.openblas_available(), reason="numpy's BLAS is not OpenBLAS")
+pytestmark = pytest.mark.skipif(not machine.openblas_available(), reason="numpy's BLAS is not OpenBLAS")
 
 
 @pytest.fixture
@@ -55,8 +54,8 @@ def test_mm_of_empty_operands():
 def test_the_openblas_is_numpys_own_copy():
     """Not another package's copy (scipy's wheel loads one of its own)."""
     scipy = pytest.importorskip("scipy.linalg")  # noqa: F841  (when installed: both copies loaded)
-    runtime._openblas.cache_clear()
-    assert Path(runtime._openblas().filepath).resolve().parent.name.startswith("numpy")
+    machine._openblas.cache_clear()
+    assert Path(machine._openblas().filepath).resolve().parent.name.startswith("numpy")
 
 
 def test_openblas_gets_torchs_thread_count():
@@ -65,7 +64,7 @@ def test_openblas_gets_torchs_thread_count():
         for n in (1, 2):
             torch.set_num_threads(n)
             blas.mm(torch.randn(8, 8), torch.randn(8, 8))
-            assert runtime.machine_info()["openblas"]["num_threads"] == n
+            assert machine.machine_info()["openblas"]["num_threads"] == n
     finally:
         torch.set_num_threads(before)
 

@@ -18,12 +18,12 @@ chooses where :class:`Linear` uses it:
 - ``train``: in training with every batch shape too (memory grows with each new shape);
 - ``infer``: never in training; ``0``: never.
 
-Where oneDNN may run, the kernel choice (:func:`set_kernels`, made by :mod:`syntaxnmt.model.kernels`
+Where oneDNN may run, the kernel choice (:func:`set_kernels`, made by :mod:`syntaxnmt.cpu.calibration`
 from ``train.cpu_kernels`` / ``--cpu-kernels`` and a whole-step calibration on the machine at hand)
 says whether it does or ATen's ``F.linear`` runs instead, for every product of the process. The
 third choice, ``openblas``, sends every float32 CPU product of :func:`linear` (with and without
 autograd, any shape: OpenBLAS keeps no state per shape) to numpy's OpenBLAS
-(:mod:`syntaxnmt.model.blas`).
+(:mod:`syntaxnmt.cpu.blas`).
 
 Same parameters, state-dict keys and numbers (up to float32 rounding) as ``nn.Linear``; outside
 float32 CPU work without autocast, and where the op is missing, it is ``nn.Linear``.
@@ -39,9 +39,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from syntaxnmt.cpu import blas
+from syntaxnmt.cpu.machine import openblas_available
 from syntaxnmt.errors import UserError
-from syntaxnmt.model import blas
-from syntaxnmt.runtime import openblas_available
 
 _OP = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
 MODES = ("auto", "infer", "train", "0")
@@ -50,7 +50,7 @@ MODES = ("auto", "infer", "train", "0")
 MODE: str | None = None
 ENABLED = False
 TRAIN = False
-# The kernel choice (model.kernels): oneDNN where it may run, else ATen; or OpenBLAS everywhere.
+# The kernel choice (cpu.calibration): oneDNN where it may run, else ATen; or OpenBLAS everywhere.
 ONEDNN = True
 OPENBLAS = False
 KERNELS = ("onednn", "aten", "openblas")
@@ -192,16 +192,34 @@ class Linear(nn.Linear):
         return linear(x, self.weight, self.bias)
 
 
+def _decodes(layer: nn.Linear, x: Tensor) -> bool:
+    """Whether ``layer(x)`` is a product of incremental decoding's rows: no autograd, ``x`` (N, in)
+    and the weight float32 on the CPU."""
+    return not torch.is_grad_enabled() and x.dim() == 2 and x.device.type == "cpu" and x.dtype == torch.float32 and layer.weight.dtype == torch.float32
+
+
+def _transposed_product(layer: nn.Linear, x: Tensor) -> Tensor:
+    """``x @ W^T (+ b)`` against a contiguous copy of ``W^T`` (in, out) kept on the layer and made
+    again when the weight changes (see :func:`decode_linear`)."""
+    w = layer.weight
+    kept = layer.__dict__.get("_decode_weight_t")  # (weight, its version and storage, W^T)
+    if kept is None or kept[0] is not w or kept[1] != (w._version, w.data_ptr()):
+        kept = layer.__dict__["_decode_weight_t"] = (w, (w._version, w.data_ptr()), w.detach().t().contiguous())
+    return torch.mm(x, kept[2]) if layer.bias is None else torch.addmm(layer.bias, x, kept[2])
+
+
 def decode_linear(layer: nn.Module, x: Tensor) -> Tensor:
     """``layer(x)`` for incremental decoding's rows ``x`` (N, in); for an ``nn.Linear`` (or
     :class:`Linear`) without autograd on float32 CPU tensors, ``x @ W^T`` against a contiguous copy
     of ``W^T`` (in, out) kept on the layer and made again when the weight changes: at the output
     layer's shapes (a few hundred rows, 128 in, 8k out) MKL's sgemm on it is about 1.3x oneDNN's
     and ATen's product on the (out, in) weight, with the same values (docs/deployment.md, "Speed")."""
-    w = getattr(layer, "weight", None)
-    if type(layer) not in (Linear, nn.Linear) or torch.is_grad_enabled() or x.dim() != 2 or x.device.type != "cpu" or x.dtype != torch.float32 or w.dtype != torch.float32:
-        return layer(x)
-    kept = layer.__dict__.get("_decode_weight_t")  # (weight, its version and storage, W^T)
-    if kept is None or kept[0] is not w or kept[1] != (w._version, w.data_ptr()):
-        kept = layer.__dict__["_decode_weight_t"] = (w, (w._version, w.data_ptr()), w.detach().t().contiguous())
-    return torch.mm(x, kept[2]) if layer.bias is None else torch.addmm(layer.bias, x, kept[2])
+    return _transposed_product(layer, x) if isinstance(layer, nn.Linear) and _decodes(layer, x) else layer(x)
+
+
+class OutputLinear(Linear):
+    """The output layer of a Transformer (:func:`syntaxnmt.cpu.install`): the rows of a decoding
+    step (no autograd, (N, in)) through :func:`decode_linear`'s kept ``W^T``, else :class:`Linear`."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return _transposed_product(self, x) if _decodes(self, x) else linear(x, self.weight, self.bias)
