@@ -15,7 +15,7 @@ processes, one after another.
 Settings (``--settings``):
 
 - ``default``: what a user gets. syntaxnmt as its command runs (``syntaxnmt/__main__.py`` sets
-  ``GOMP_SPINCOUNT=3000``, a short spin, before torch loads; ``runtime.configure_threads`` chooses the threads:
+  ``GOMP_SPINCOUNT=3000``, a short spin, before torch loads; ``cpu.machine.configure_threads`` chooses the threads:
   docs/benchmarks.md, "Thread policy"); OpenNMT-py with torch's defaults.
 - ``N`` (``1``, ``2``, ...): N threads. syntaxnmt ``--threads N`` (the short spin as by default);
   OpenNMT-py ``OMP_NUM_THREADS=MKL_NUM_THREADS=N``.

@@ -7,7 +7,7 @@
 ``syntaxnmt/cpu/_native.c`` (docs/benchmarks.md, "Native kernels of training"): the attention of
 short sequences (:mod:`syntaxnmt.cpu.attention`), dropout
 (:mod:`syntaxnmt.cpu.dropout`) and the label-smoothed loss with its gradient
-(:func:`syntaxnmt.training.losses.native_smoothed_xent`); ``torch`` keeps PyTorch's operators.
+(:func:`syntaxnmt.cpu.loss.native_smoothed_xent`); ``torch`` keeps PyTorch's operators.
 On a machine whose speed drifts by 10-15 % within minutes (a KVM guest), blocks of updates timed
 one after another compare the drift, not the code. This script therefore trains the side-by-side
 model (the config ``benchmarks/side_by_side.py`` writes) as ``benchmarks/speed.py`` does and

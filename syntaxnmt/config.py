@@ -618,7 +618,7 @@ class TrainConfig(_Section):
     """The C kernels of ``syntaxnmt/cpu/_native.c`` in CPU training, where they were built for this CPU
     (AVX2/FMA): ``auto`` computes the attention of sequences up to 128 positions
     (:mod:`syntaxnmt.cpu.attention`) and the label-smoothed loss with its gradient
-    (:func:`syntaxnmt.training.losses.native_smoothed_xent`) there; ``torch`` keeps PyTorch's
+    (:func:`syntaxnmt.cpu.loss.native_smoothed_xent`) there; ``torch`` keeps PyTorch's
     operators (flash attention, log-softmax) everywhere. The same values to float rounding;
     docs/benchmarks.md, "Native kernels of training"."""
 

@@ -14,7 +14,7 @@ caller measures the peak memory and the whole-command time of each. ``check`` (n
 the first 20 sentences the same way and reports the hypothesis lengths, to verify the forced length.
 
 Threads as with the ``syntaxnmt`` command: its OpenMP defaults are set before torch loads (passive
-waiting, ``syntaxnmt/__main__.py``), and ``--threads`` goes to ``runtime.configure_threads``
+waiting, ``syntaxnmt/__main__.py``), and ``--threads`` goes to ``cpu.machine.configure_threads``
 (``policy``, the default: ``OMP_NUM_THREADS`` if set, else the thread policy; ``N``: N threads;
 ``torch``: torch's default threads, left alone -- start the process with ``GOMP_SPINCOUNT=300000``
 to keep libgomp's own waiting as well, i.e. syntaxnmt before the thread policy).

@@ -1,7 +1,7 @@
 /* Native CPU kernels: beam search's log-softmax top-k and single-query attention; training's attention of short sequences, dropout (fused with a bias, ReLU or residual) and label-smoothed loss.
  *
  * An optional C extension (pyproject.toml builds it at pip install; without a C compiler the
- * install goes on and syntaxnmt.runtime.native_kernels() is None, so decoding keeps PyTorch's
+ * install goes on and syntaxnmt.cpu.machine.native_kernels() is None, so decoding keeps PyTorch's
  * operators). Each kernel replaces a chain of PyTorch operators and their copies at the shapes of
  * beam search (docs/deployment.md, "The native search step") or of training (docs/benchmarks.md,
  * "Native kernels of training") on the CPU:
@@ -31,7 +31,7 @@
  * optional argument threads (default 1) and split their range between torch's OpenMP threads
  * (below, "Threads"); sums over the range are made in fixed chunks, so a result does not depend
  * on the threads. The fast
- * paths need AVX2 and FMA (checked at import: vectorized(); syntaxnmt.runtime.native_kernels() is
+ * paths need AVX2 and FMA (checked at import: vectorized(); syntaxnmt.cpu.machine.native_kernels() is
  * None without them); the decoding kernels' scalar paths are for tests, the training kernels have none.
  */
 #define PY_SSIZE_T_CLEAN
