@@ -35,7 +35,7 @@ from syntaxnmt.data.pronouns import mine, to_json_items, tokenize
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import atomic_write_text
 
-SPLITS = ("train", "dev", "test")
+SPLITS = ("train", "dev", "test", "heldout")
 
 
 def read_split(data: Path, split: str) -> tuple[list[str], list[str], list[str]]:
@@ -51,12 +51,31 @@ def read_split(data: Path, split: str) -> tuple[list[str], list[str], list[str]]
     return out[0], out[1], out[2]
 
 
+def reuse_links(data: Path, other: Path, corpus: dict, log=print) -> None:
+    """Write ``DATA/eflomal.links`` from the links another data folder holds for the same verse
+    pairs (prepare.py with and without ``--heldout`` splits the same pairs differently)."""
+    other_corpus = {split: read_split(other, split) for split in SPLITS if (other / f"{split}.en").is_file()}
+    other_lines = (other / "eflomal.links").read_text(encoding="utf-8").splitlines()
+    pairs = [(e, s) for split in other_corpus for e, s in zip(other_corpus[split][0], other_corpus[split][1])]
+    if len(pairs) != len(other_lines):
+        raise UserError(f"{other}/eflomal.links has {len(other_lines)} lines for {len(pairs)} verse pairs")
+    known = dict(zip(pairs, other_lines))
+    lines = []
+    for split in corpus:
+        for k, pair in enumerate(zip(corpus[split][0], corpus[split][1])):
+            if pair not in known:
+                raise UserError(f"{data}/{split}.en:{k + 1}: verse pair not in {other}; align with --realign instead")
+            lines.append(known[pair])
+    atomic_write_text(data / "eflomal.links", "".join(line + "\n" for line in lines))
+    log(f"links of {len(lines)} verse pairs copied from {other}/eflomal.links")
+
+
 def links_of(data: Path, corpus: dict, realign: bool, log=print) -> dict[str, list]:
     """Per split, each pair's links over the tokenized words: read from ``DATA/eflomal.links``, or
     computed with eflomal (all splits in one run) and written there."""
     path = data / "eflomal.links"
-    en = [" ".join(t.text for t in tokenize(line)) for split in SPLITS for line in corpus[split][0]]
-    es = [" ".join(t.text for t in tokenize(line)) for split in SPLITS for line in corpus[split][1]]
+    en = [" ".join(t.text for t in tokenize(line)) for split in corpus for line in corpus[split][0]]
+    es = [" ".join(t.text for t in tokenize(line)) for split in corpus for line in corpus[split][1]]
     if path.is_file() and not realign:
         lines = path.read_text(encoding="utf-8").splitlines()
         if len(lines) != len(en):
@@ -72,7 +91,7 @@ def links_of(data: Path, corpus: dict, realign: bool, log=print) -> dict[str, li
         atomic_write_text(path, "".join(format_links(x) + "\n" for x in links))
         log(f"links written to {path}")
     out, start = {}, 0
-    for split in SPLITS:
+    for split in corpus:
         n = len(corpus[split][0])
         out[split] = links[start:start + n]
         start += n
@@ -97,7 +116,9 @@ def counts_table(items: list) -> str:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("data", nargs="?", default="runs/bible-en-es/data", help="prepare.py's output folder (default runs/bible-en-es/data)")
-    ap.add_argument("--splits", default="test", help="comma-separated splits to mine (default test: the chapters no model trains on)")
+    ap.add_argument("--splits", default="test,heldout", help="comma-separated splits to mine into one set (default test,heldout: the chapters no model trains on; a split without files is skipped)")
+    ap.add_argument("--links-from", metavar="DIR", help="copy the links of the same verse pairs from another data folder's eflomal.links instead of aligning")
+    ap.add_argument("--output", help="the set (default DATA/contrastive.json; the reading table beside it, .tsv)")
     ap.add_argument("--max-distance", type=int, default=3, help="the farthest antecedent, in verses back (default 3)")
     ap.add_argument("--realign", action="store_true", help="run eflomal again even if DATA/eflomal.links exists")
     ap.add_argument("--sample", type=int, default=0, help="print N random items for reading")
@@ -109,32 +130,42 @@ def main(argv: list[str] | None = None) -> None:
         for split in splits:
             if split not in SPLITS:
                 raise UserError(f"--splits: unknown split {split!r} (known: {', '.join(SPLITS)})")
-        corpus = {split: read_split(data, split) for split in SPLITS}
+        corpus = {split: read_split(data, split) for split in SPLITS if split in ("train", "dev", "test") or (data / f"{split}.en").is_file()}
+        if args.links_from and (args.realign or not (data / "eflomal.links").is_file()):
+            reuse_links(data, Path(args.links_from), corpus)
         links = links_of(data, corpus, args.realign)
+        # one set from every mined split, in split order; `line` is the line in its split's files
+        mined = []  # (split, item)
+        objs = []
         for split in splits:
+            if split not in corpus:
+                print(f"{split}: no {data}/{split}.en, skipped")
+                continue
             en, es, docs = corpus[split]
             items = mine(en, es, docs, links[split], max_distance=args.max_distance)
-            objs = to_json_items(items, en, es)
-            json_path = data / f"{split}.contrastive.json"
-            body = ",\n".join(json.dumps(o, ensure_ascii=False) for o in objs)
-            atomic_write_text(json_path, '{"format": "syntaxnmt-contrastive", "version": 1, "items": [\n' + body + "\n]}\n")
-            read_contrastive(json_path)  # the reader `syntaxnmt score` uses accepts it
-            tsv = ["doc\tline\tdistance\tphenomenon\ten_word\tes_word\tgender\tantecedent\tantecedent_verse"]
-            tsv += [f"{i.doc}\t{i.line}\t{i.distance}\t{i.phenomenon}\t{i.en_word}\t{i.es_word}\t{i.gender}\t{i.antecedent}\t{i.antecedent_sentence + 1}" for i in items]
-            atomic_write_text(data / f"{split}.contrastive.tsv", "\n".join(tsv) + "\n")
-            print(f"{split}: {len(items)} items written to {json_path} (and {split}.contrastive.tsv)")
-            print(counts_table(items))
-            if args.sample:
-                chosen = sorted(random.Random(args.seed).sample(range(len(items)), min(args.sample, len(items))))
-                for n, k in enumerate(chosen, 1):
-                    item = items[k]
-                    ante = item.line - item.position + item.antecedent_sentence
-                    print(f"\n#{n} item {k + 1} {item.doc}:{item.position + 1} {item.phenomenon} d={item.distance} "
-                          f"antecedent {item.antecedent} in verse {item.antecedent_sentence + 1}")
-                    print(f"  ante EN: {en[ante]}\n  ante ES: {es[ante]}")
-                    for back in range(item.distance - 1, 0, -1):
-                        print(f"  -{back} EN: {en[item.line - back]}\n  -{back} ES: {es[item.line - back]}")
-                    print(f"  EN: {item.src}\n  ES: {item.reference}\n  X : {item.contrastive}")
+            mined += [(split, item) for item in items]
+            objs += to_json_items(items, en, es)
+        json_path = Path(args.output) if args.output else data / "contrastive.json"
+        body = ",\n".join(json.dumps(o, ensure_ascii=False) for o in objs)
+        atomic_write_text(json_path, '{"format": "syntaxnmt-contrastive", "version": 1, "items": [\n' + body + "\n]}\n")
+        read_contrastive(json_path)  # the reader `syntaxnmt score` uses accepts it
+        tsv = ["split\tdoc\tline\tdistance\tphenomenon\ten_word\tes_word\tgender\tantecedent\tantecedent_verse"]
+        tsv += [f"{sp}\t{i.doc}\t{i.line}\t{i.distance}\t{i.phenomenon}\t{i.en_word}\t{i.es_word}\t{i.gender}\t{i.antecedent}\t{i.antecedent_sentence + 1}" for sp, i in mined]
+        atomic_write_text(json_path.with_suffix(".tsv"), "\n".join(tsv) + "\n")
+        print(f"{len(mined)} items written to {json_path} (and {json_path.with_suffix('.tsv').name})")
+        print(counts_table([item for _, item in mined]))
+        if args.sample:
+            chosen = sorted(random.Random(args.seed).sample(range(len(mined)), min(args.sample, len(mined))))
+            for n, k in enumerate(chosen, 1):
+                split, item = mined[k]
+                en, es, _ = corpus[split]
+                ante = item.line - item.position + item.antecedent_sentence
+                print(f"\n#{n} item {k + 1} {item.doc}:{item.position + 1} {item.phenomenon} d={item.distance} "
+                      f"antecedent {item.antecedent} in verse {item.antecedent_sentence + 1}")
+                print(f"  ante EN: {en[ante]}\n  ante ES: {es[ante]}")
+                for back in range(item.distance - 1, 0, -1):
+                    print(f"  -{back} EN: {en[item.line - back]}\n  -{back} ES: {es[item.line - back]}")
+                print(f"  EN: {item.src}\n  ES: {item.reference}\n  X : {item.contrastive}")
     except UserError as e:
         print(f"syntaxnmt: error: {e}", file=sys.stderr)
         sys.exit(2)

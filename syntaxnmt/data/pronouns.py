@@ -15,8 +15,10 @@ and the English *he*, *she*, *him*, *her* are excluded: the first three have no 
 * enclitics: the same clitics written onto a verb (``guardarla``, ``tomólos``, ``dárselo``), when the
   rest of the word ends like a verb form (:func:`enclitic_split`).
 
-The Spanish token must be linked to the English pronoun by the word alignment, and its number
-must agree with the English word's (*it*: singular; *they*/*them*: plural).
+The Spanish token must be linked to the English pronoun by the word alignment, or (object *it*,
+*them* linked to no gendered form) be the clitic of the verb the English word before the pronoun
+is linked to (:func:`pronoun_links`); its number must agree with the English word's (*it*:
+singular; *they*/*them*: plural), and *they* (a subject) counts only with a tonic pronoun.
 
 Antecedent (no Spanish parser is used: a documented heuristic). A Spanish *noun* is a word right
 after a determiner that marks its gender and number (``el``/``del``/``al``/``un``/``este``/... masculine,
@@ -198,6 +200,40 @@ def _pronoun(word: str) -> tuple[str, str] | None:
     return None
 
 
+def pronoun_links(en: Sequence[Token], es: Sequence[Token], links: Links) -> list[tuple[int, int]]:
+    """``(English pronoun, Spanish pronoun)`` token pairs of a sentence, in Spanish order: the
+    links between an English *it*/*they*/*them* and a Spanish gendered form; and for an object
+    *it*/*them* linked to none, the clitic of the verb before it (aligners often link *it* to
+    nothing and the verb *took* to ``tomó``, leaving the ``lo`` of ``lo tomó`` unlinked): the
+    clitic one or two words before a Spanish word linked to that English word (``lo tomó``,
+    ``se lo dió``), or that word itself if it carries an enclitic (``tomólo``)."""
+    by_src: dict[int, list[int]] = {}
+    for s, t in links:
+        if s < len(en) and t < len(es):
+            by_src.setdefault(s, []).append(t)
+    out = []
+    for s, tok in enumerate(en):
+        word = tok.text.lower()
+        if word not in EN_PRONOUNS:
+            continue
+        linked = [t for t in sorted(by_src.get(s, ())) if _pronoun(es[t].text)]
+        if linked:
+            out.append((s, linked[0]))
+            continue
+        if word == "they" or s == 0:
+            continue
+        linked_anywhere = {t for ts in by_src.values() for t in ts}
+        for t in sorted(by_src.get(s - 1, ())):
+            if (_pronoun(es[t].text) or ("", ""))[1] == "enclitic":
+                out.append((s, t))
+                break
+            near = [k for k in (t - 1, t - 2) if k >= 0 and k not in linked_anywhere and (_pronoun(es[k].text) or ("", ""))[1] == "clitic"]
+            if near:
+                out.append((s, near[0]))
+                break
+    return sorted(out, key=lambda st: st[1])
+
+
 def mine_document(
     doc: str,
     first_line: int,
@@ -213,17 +249,12 @@ def mine_document(
     found = [nouns(es_toks[i], en_toks[i], links[i], i) for i in range(len(es_sentences))]
     items = []
     for i, (en, es, pair_links) in enumerate(zip(en_toks, es_toks, links)):
-        for s, t in sorted(pair_links, key=lambda st: st[1]):
-            if s >= len(en) or t >= len(es):
-                continue
+        for s, t in pronoun_links(en, es, pair_links):
             en_word = en[s].text.lower()
-            if en_word not in EN_PRONOUNS:
-                continue
             word = es[t].text
-            got = _pronoun(word)
-            if got is None:
-                continue
-            base, kind = got
+            base, kind = _pronoun(word)
+            if en_word == "they" and kind != "tonic":
+                continue  # a subject: a clitic linked to it is a mis-link
             if (base in PLURAL) != EN_PRONOUNS[en_word]:
                 continue  # number disagrees: not the English word's translation
             if kind == "clitic" and base == "lo" and t + 1 < len(es) and es[t + 1].text.lower() in ("que", "cual"):
