@@ -6,7 +6,7 @@ sits in an earlier sentence of the same document: the gender is then decided by 
 the sense of ContraPro, Müller et al. 2018, mined here with word alignments instead of a parser).
 The contrastive candidate is the reference with the pronoun's gender swapped.
 
-Gendered Spanish forms (:data:`SWAPS`; ``le``/``les``, ``se``, ``su``, ``lo`` before ``que``/``cual``
+Gendered Spanish forms (:data:`SWAPS`; ``le``/``les``, ``se``, ``su``, an article before ``que``/``cual``/``de`` (``lo que``, ``los de Jerusalem``)
 and the English *he*, *she*, *him*, *her* are excluded: the first three have no gender, the neuter
 ``lo`` refers to a clause, and English *him*/*her* give the gender away in the source):
 
@@ -29,8 +29,8 @@ not read as the article of a noun ``tomó``. The antecedent is the nearest such 
 of the pronoun's gender and number in the ``max_distance`` previous sentences of the document;
 ``distance`` = how many sentences back it is (1 = the previous one). Items are kept only when
 
-* the current sentence has no noun of the pronoun's gender and number before the pronoun (else
-  the antecedent could be in the sentence itself), and
+* the current sentence has no word of the pronoun's gender and number after a determiner before
+  the pronoun (:func:`determined_words`; else the antecedent could be in the sentence itself), and
 * the antecedent is 1..``max_distance`` sentences back.
 
 Reading 30 random items of the Bible set (docs/documents.md) measures how often this is right.
@@ -85,6 +85,11 @@ EN_FUNCTION_WORDS = {
 EN_DETERMINERS = {
     "the", "a", "an", "this", "that", "these", "those", "his", "her", "its", "their", "my", "your",
     "our", "thy", "thine", "every", "each", "another",
+}
+EN_PREPOSITIONS = {
+    "about", "above", "after", "against", "among", "around", "before", "behind", "below", "beneath",
+    "beside", "between", "beyond", "concerning", "down", "during", "except", "like", "near", "off",
+    "over", "through", "throughout", "toward", "towards", "under", "unto", "until", "within", "without",
 }
 # The rest of an enclitic word must end like a Spanish verb form: an infinitive (-r), a gerund
 # (-ndo), another clitic (dár-se-lo), or carry a written accent (tómala, hízolo, echólos).
@@ -163,6 +168,17 @@ def nouns(es: Sequence[Token], en: Sequence[Token], links: Links, sentence: int)
     return out
 
 
+def determined_words(es: Sequence[Token]) -> list[tuple[str, bool]]:
+    """(gender, plural) of every word after a gendered determiner, Spanish side only (looser than
+    :func:`nouns`, which also asks for an aligned English noun): what could be an antecedent
+    inside the current sentence."""
+    return [
+        DETERMINERS[es[k - 1].text.lower()] for k in range(1, len(es))
+        if es[k - 1].text.lower() in DETERMINERS and es[k].text.isalpha()
+        and es[k].text.lower() not in ES_NOT_NOUNS and es[k].text.lower() not in DETERMINERS
+    ]
+
+
 @dataclass(frozen=True)
 class PronounItem:
     """One mined item: ``src`` (sentence ``line`` of document ``doc``), the reference and the swapped candidate."""
@@ -205,8 +221,9 @@ def pronoun_links(en: Sequence[Token], es: Sequence[Token], links: Links) -> lis
     links between an English *it*/*they*/*them* and a Spanish gendered form; and for an object
     *it*/*them* linked to none, the clitic of the verb before it (aligners often link *it* to
     nothing and the verb *took* to ``tomó``, leaving the ``lo`` of ``lo tomó`` unlinked): the
-    clitic one or two words before a Spanish word linked to that English word (``lo tomó``,
-    ``se lo dió``), or that word itself if it carries an enclitic (``tomólo``)."""
+    unlinked clitic right before a Spanish word linked to that English word (``lo tomó``,
+    ``se lo dió``), or that word itself if it carries an enclitic (``tomólo``); the English word
+    must be a content word, not a preposition (*seize on it*: ``la`` of ``la oscuridad`` is no clitic)."""
     by_src: dict[int, list[int]] = {}
     for s, t in links:
         if s < len(en) and t < len(es):
@@ -220,16 +237,16 @@ def pronoun_links(en: Sequence[Token], es: Sequence[Token], links: Links) -> lis
         if linked:
             out.append((s, linked[0]))
             continue
-        if word == "they" or s == 0:
+        verb = en[s - 1].text.lower() if s > 0 else ""
+        if word == "they" or not verb.isalpha() or verb in EN_FUNCTION_WORDS or verb in EN_PREPOSITIONS:
             continue
         linked_anywhere = {t for ts in by_src.values() for t in ts}
         for t in sorted(by_src.get(s - 1, ())):
             if (_pronoun(es[t].text) or ("", ""))[1] == "enclitic":
                 out.append((s, t))
                 break
-            near = [k for k in (t - 1, t - 2) if k >= 0 and k not in linked_anywhere and (_pronoun(es[k].text) or ("", ""))[1] == "clitic"]
-            if near:
-                out.append((s, near[0]))
+            if t >= 1 and t - 1 not in linked_anywhere and (_pronoun(es[t - 1].text) or ("", ""))[1] == "clitic":
+                out.append((s, t - 1))
                 break
     return sorted(out, key=lambda st: st[1])
 
@@ -257,13 +274,13 @@ def mine_document(
                 continue  # a subject: a clitic linked to it is a mis-link
             if (base in PLURAL) != EN_PRONOUNS[en_word]:
                 continue  # number disagrees: not the English word's translation
-            if kind == "clitic" and base == "lo" and t + 1 < len(es) and es[t + 1].text.lower() in ("que", "cual"):
-                continue  # neuter lo ("lo que"): no antecedent noun
+            if kind == "clitic" and t + 1 < len(es) and es[t + 1].text.lower() in ("que", "cual", "cuales", "de"):
+                continue  # an article made a pronoun ("lo que", "los de Jerusalem"): no antecedent noun
             if kind == "clitic" and any(n.index == t + 1 for n in found[i]):
                 continue  # an article of a noun mis-linked to the pronoun
             gender, plural = GENDER[base], base in PLURAL
-            if any(n.gender == gender and n.plural == plural and n.index < t for n in found[i]):
-                continue  # a noun of the same gender and number earlier in the sentence
+            if any(g == (gender, plural) for g in determined_words(es[:t])):
+                continue  # a word of the same gender and number earlier in the sentence: the antecedent may be there
             antecedent = None
             for back in range(1, max_distance + 1):
                 if i - back < 0:
