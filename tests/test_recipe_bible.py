@@ -3,6 +3,8 @@ modelled on the WEB and Reina-Valera SWORD modules (the recipe itself, which nee
 
 from pathlib import Path
 
+import pytest
+
 from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,3 +58,63 @@ def test_chapters_align_by_reference_and_shifted_chapters_are_dropped():
     assert chapters == [("Gen", 1, [("In the beginning.", "En el principio.")]), ("Gen", 2, [(verses["en"][("Gen", 2, 1)], "Uno dos.")])]
     assert bible.aligned(chapters[0][2]) and not bible.aligned(chapters[1][2])
     assert [bible.split_of(i) for i in (0, 10, 30, 40, 41)] == ["dev", "test", "test", "dev", "train"]
+
+
+def test_heldout_chapters_are_never_test_or_dev_and_leave_train():
+    splits = [bible.split_of(i, 5) for i in range(1189)]
+    assert splits.count("heldout") == 238 and splits.count("test") == 59 and splits.count("dev") == 30
+    assert [bible.split_of(i) for i in range(1189)].count("heldout") == 0
+    for i in range(1189):
+        if bible.split_of(i) in ("test", "dev"):
+            assert bible.split_of(i, 5) == bible.split_of(i)
+
+
+contrastive = load_script(ROOT / "recipes" / "bible-en-es" / "contrastive.py", "bible_contrastive")
+
+
+def write_corpus(folder: Path, heldout: bool) -> None:
+    """A two-chapter corpus in prepare.py's layout and the links contrastive.py would have computed."""
+    from syntaxnmt.data.pronouns import tokenize
+
+    chapter = [("The city was great .", "La ciudad era grande ."), ("He burned it .", "Él la quemó .")]
+    other = [("The men came .", "Los hombres vinieron ."), ("They went .", "Ellos fueron .")]
+    layout = {"train": [("Gen.1", other)], "dev": [("Gen.2", other)], "test": [("Gen.3", chapter)]}
+    if heldout:
+        layout["heldout"] = [("Gen.4", other)]
+    else:
+        layout["train"].append(("Gen.4", other))
+    folder.mkdir(parents=True)
+    links = []
+    for split, docs in layout.items():
+        rows = [(doc, en, es) for doc, pairs in docs for en, es in pairs]
+        for ext, col in (("docs", 0), ("en", 1), ("es", 2)):
+            (folder / f"{split}.{ext}").write_text("".join(r[col] + "\n" for r in rows), encoding="utf-8")
+        for _, en, es in rows:
+            n = len(tokenize(en))
+            pairs = [(k, k) for k in range(n)] if en != "He burned it ." else [(0, 0), (1, 2), (2, 1), (3, 3)]
+            links.append(" ".join(f"{s}-{t}" for s, t in pairs))
+    if not heldout:
+        (folder / "eflomal.links").write_text("".join(x + "\n" for x in links), encoding="utf-8")
+
+
+def test_contrastive_set_from_test_and_heldout_chapters(tmp_path, capsys):
+    write_corpus(tmp_path / "data", heldout=False)
+    write_corpus(tmp_path / "data-heldout", heldout=True)
+    contrastive.main([str(tmp_path / "data-heldout"), "--links-from", str(tmp_path / "data")])
+    out = capsys.readouterr().out
+    assert "2 items written" in out and "| it:lo/la | 1 |" in out and "| they:ellos/ellas | 1 |" in out
+    from syntaxnmt.data.contrastive import read_contrastive
+
+    items = read_contrastive(tmp_path / "data-heldout" / "contrastive.json")
+    assert [(i.doc, i.line, i.distance, i.correct) for i in items] == [("Gen.3", 1, 1, 1), ("Gen.4", 1, 1, 0)]
+    assert items[0].candidates == ("Él lo quemó .", "Él la quemó .") and items[0].context_tgt == ("La ciudad era grande .",)
+    tsv = (tmp_path / "data-heldout" / "contrastive.tsv").read_text(encoding="utf-8").splitlines()
+    assert tsv[1].split("\t")[:4] == ["test", "Gen.3", "1", "1"]
+
+
+def test_contrastive_without_data_is_one_error_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        contrastive.main([str(tmp_path / "missing")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("syntaxnmt: error: ") and "prepare.sh" in err and len(err.splitlines()) == 1
