@@ -118,3 +118,54 @@ def test_contrastive_without_data_is_one_error_line(tmp_path, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("syntaxnmt: error: ") and "prepare.sh" in err and len(err.splitlines()) == 1
+
+
+study_table = load_script(ROOT / "recipes" / "bible-en-es" / "study_table.py", "bible_study_table")
+
+
+def test_study_table_over_seeds(tmp_path):
+    """Two seeds of made-up outputs: every system gets a row with BLEU, chrF and the accuracies,
+    the control's row has no difference, a context model's has one against the control's floor."""
+    import json
+
+    refs = [f"y el hombre {k} vió la ciudad grande de la tierra" for k in range(40)]
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "test.es").write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    accuracy = {"sentence": 0.60, "sentence-more": 0.62, "concat": 0.64, "han": 0.70}
+    for seed in (1, 2):
+        for k, m in enumerate(study_table.SYSTEMS):
+            folder = tmp_path / "work" / f"seed-{seed}" / m
+            folder.mkdir(parents=True)
+            hyps = [r if (i + k + seed) % 3 else "y el hombre vió" for i, r in enumerate(refs)]
+            (folder / "test.hyp").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+            contexts = ("true", "other-document", "none") if m in ("concat", "han") else ("none",)
+            for c in contexts:
+                a = accuracy[m] + 0.01 * seed if c == "true" or m not in ("concat", "han") else 0.61 + 0.01 * seed
+                (folder / f"contrastive-{c}.json").write_text(json.dumps({"accuracy": a}), encoding="utf-8")
+    out = study_table.table(tmp_path / "work", tmp_path / "data", bootstrap=50)
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in out.splitlines() if line.startswith("| ") and "---" not in line}
+    assert "Seeds 1, 2 (2)" in out
+    han = rows["HAN (k = 3, source side, + M)"]
+    assert han[5] == "71.5 ± 0.7" and han[6] == "62.5 ± 0.7" and han[7] == "62.5 ± 0.7"
+    assert han[8].startswith("+8.0; p ")
+    control = rows["**sentence-more** (control, + M)"]
+    assert control[2] == "–" and control[5] == "(floor) 63.5 ± 0.7" and control[8] == "– |"
+    assert rows["sentence (N updates)"][2].startswith(("+", "-")) and "[" in rows["sentence (N updates)"][2]
+
+
+def test_study_table_without_runs_is_one_error_line(tmp_path, capsys):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "test.es").write_text("x\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as e:
+        study_table.main([str(tmp_path / "work"), "--data", str(tmp_path / "data")])
+    assert e.value.code == 2 and capsys.readouterr().err.startswith("syntaxnmt: error: ")
+
+
+def test_study_sh_options():
+    import subprocess
+
+    script = ROOT / "recipes" / "bible-en-es" / "study.sh"
+    bad = subprocess.run(["bash", str(script), "--seeds", "1"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown option --seeds" in bad.stderr
+    shown = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True)
+    assert shown.returncode == 0 and "--seed S" in shown.stdout
