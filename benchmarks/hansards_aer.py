@@ -529,7 +529,7 @@ def result_key(work: Path, args, task: dict) -> dict:
     del tree["train"]["threads"]
     key: dict = {"config": tree}
     if not reverse:
-        key |= {"dev_pairs": args.dev_pairs, "bleu": args.bleu}
+        key |= {"dev_pairs": args.dev_pairs, "bleu": args.bleu, "kept": LINKS_FILE}  # results from before the links were kept: scored again
         if (variant, normalizer) == ("plain", "softmax"):
             key["hard_decode"] = bool(args.bleu and args.hard_decode)
     if variant == "self":

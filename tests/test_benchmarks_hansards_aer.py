@@ -377,6 +377,15 @@ def test_seed_trains_in_its_own_folders_and_keeps_the_links_that_rescore_it(ha, 
         assert list(kept["readings"]) == list(readings)
         for reading, lines in kept["readings"].items():
             assert ha.score(gold, [ha.parse_links(line)[0] for line in lines]) == readings[reading]
+    # A result stored before the links were kept (no "kept" in its key) is scored again, not retrained.
+    stored = json.loads((work / "run" / "result.json").read_text())
+    del stored["key"]["kept"]
+    (work / "run" / "result.json").write_text(json.dumps(stored))
+    (work / "run" / ha.LINKS_FILE).unlink()
+    again = ha.main(argv(work))
+    out = capsys.readouterr().out
+    assert "result reused" not in out and "resumed " in out and (work / "run" / ha.LINKS_FILE).is_file()
+    assert again["models"]["plain"]["readings"] == one["models"]["plain"]["readings"]
     # The seeds' table reads them (and eflomal's links) with no model.
     seeds = load_script(ROOT / "benchmarks" / "hansards_seeds.py", "hansards_seeds")
     monkeypatch.setattr(seeds.hansards_aer, "DATA", data)
