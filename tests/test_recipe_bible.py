@@ -169,3 +169,64 @@ def test_study_sh_options():
     assert bad.returncode == 2 and "unknown option --seeds" in bad.stderr
     shown = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True)
     assert shown.returncode == 0 and "--seed S" in shown.stdout
+
+
+STUB = r"""#!/usr/bin/env bash
+# A stand-in for the syntaxnmt command: records its arguments and writes what study.sh reads.
+echo "$*" >> "$STUB_LOG"
+cmd="$1"; shift
+out=""; prev=""
+for a in "$@"; do
+  [ "$prev" = "-o" ] && out="$a"
+  case "$a" in --work_dir=*) mkdir -p "${a#--work_dir=}"; touch "${a#--work_dir=}/best.pt" ;; esac
+  prev="$a"
+done
+case "$cmd" in
+  translate) cp "$STUB_HYP" "$out" ;;
+  score) echo '{"accuracy": 0.75}' > "$out" ;;
+esac
+"""
+
+
+def test_study_sh_trains_translates_and_scores_every_system_of_every_seed_once(tmp_path):
+    """study.sh with a stand-in `syntaxnmt` (no training): the commands it gives per seed, the
+    held-out data and seed in every training, the controls for the context models only, the
+    table at the end, and nothing done twice on a re-run."""
+    import os
+    import subprocess
+
+    data = tmp_path / "runs" / "bible-en-es" / "data-heldout"
+    data.mkdir(parents=True)
+    refs = [f"y vió la ciudad {k}" for k in range(6)]
+    for name in ("heldout.en", "test.en", "test.docs", "contrastive.json"):
+        (data / name).write_text("x\n", encoding="utf-8")
+    (data / "test.es").write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    (tmp_path / "runs" / "bible-en-es" / "prepared-heldout-bpe8k").mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "syntaxnmt").write_text(STUB, encoding="utf-8")
+    (bin_dir / "syntaxnmt").chmod(0o755)
+    log = tmp_path / "calls.log"
+    env = os.environ | {"PATH": f"{bin_dir}:{os.environ['PATH']}", "STUB_LOG": str(log), "STUB_HYP": str(data / "test.es"),
+                        "PYTHONPATH": str(ROOT)}
+    cmd = ["bash", str(ROOT / "recipes" / "bible-en-es" / "study.sh"), "--seed", "4", "--seed", "5", "--work", "W", "30", "10"]
+    run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    calls = log.read_text(encoding="utf-8").splitlines()
+    trains = [c for c in calls if c.startswith("train ")]
+    assert len(trains) == 8 and all("--data.train_src=runs/bible-en-es/data-heldout/train.en" in c and "--data.prepared_dir=runs/bible-en-es/prepared-heldout-bpe8k" in c for c in trains)
+    assert [c.split("--work_dir=")[1].split()[0] for c in trains[:4]] == ["W/seed-4/sentence", "W/seed-4/sentence-more", "W/seed-4/concat", "W/seed-4/han"]
+    assert all("--seed=4" in c for c in trains[:4]) and all("--seed=5" in c for c in trains[4:])
+    assert "--train.max_steps=30" in trains[0] and all("--train.max_steps=10" in c and "--train.init_from=W/seed-4/sentence/best.pt" in c for c in trains[1:4])
+    scores = [c for c in calls if c.startswith("score ")]
+    contexts = [(c.split("--checkpoint ")[1].split("/best.pt")[0], c.split("--context ")[1].split()[0]) for c in scores if "seed-4" in c]
+    assert contexts == [("W/seed-4/sentence", "none"), ("W/seed-4/sentence-more", "none"),
+                        ("W/seed-4/concat", "true"), ("W/seed-4/concat", "other-document"), ("W/seed-4/concat", "none"),
+                        ("W/seed-4/han", "true"), ("W/seed-4/han", "other-document"), ("W/seed-4/han", "none")]
+    assert all("--draws 5" in c for c in scores if "other-document" in c)
+    assert sum(c.startswith("translate ") for c in calls) == 8
+    table = (tmp_path / "W" / "table.md").read_text(encoding="utf-8")
+    assert "Seeds 4, 5 (2)" in table and "| HAN (k = 3, source side, + M) | 100.00" in table
+    log.write_text("", encoding="utf-8")
+    again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert again.returncode == 0 and log.read_text(encoding="utf-8") == ""  # everything done is skipped
