@@ -112,6 +112,19 @@ def test_contrastive_set_from_test_and_heldout_chapters(tmp_path, capsys):
     assert tsv[1].split("\t")[:4] == ["test", "Gen.3", "1", "1"]
 
 
+def test_the_reading_sample_keeps_its_items_when_others_leave_the_set():
+    from types import SimpleNamespace
+
+    mined = [("test", SimpleNamespace(doc=f"Gen.{k}", position=k % 7)) for k in range(200)]
+    chosen = contrastive.sample(mined, 30, 53)
+    assert len(chosen) == 30 and chosen == sorted(chosen) and contrastive.sample(mined, 30, 53) == chosen
+    assert contrastive.sample(mined, 30, 54) != chosen
+    gone = {chosen[0], *[k for k in range(200) if k not in chosen][:3]}  # one sampled item and three others leave
+    rest = [m for k, m in enumerate(mined) if k not in gone]
+    kept = {rest[k][1].doc for k in contrastive.sample(rest, 30, 53)}
+    assert {mined[k][1].doc for k in chosen[1:]} <= kept and len(kept) == 30
+
+
 def test_contrastive_without_data_is_one_error_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         contrastive.main([str(tmp_path / "missing")])

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
+import hashlib
 import sys
 from collections import Counter
 from pathlib import Path
@@ -98,6 +98,17 @@ def links_of(data: Path, corpus: dict, realign: bool, log=print) -> dict[str, li
     return out
 
 
+def sample(mined: list, n: int, seed: int) -> list[int]:
+    """Indices of ``n`` random items, in set order: those whose (seed, chapter, verse) hash lowest. A
+    seeded draw that keeps its items when others join or leave the set (a changed rule, another
+    alignment), so that a reading stays comparable."""
+    def key(k: int) -> str:
+        item = mined[k][1]
+        return hashlib.sha256(f"{seed}:{item.doc}:{item.position}".encode()).hexdigest()
+
+    return sorted(sorted(range(len(mined)), key=key)[:n])
+
+
 def counts_table(items: list) -> str:
     """Markdown table: items per phenomenon (rows) and distance (columns)."""
     cells = Counter((item.phenomenon, item.distance) for item in items)
@@ -121,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--output", help="the set (default DATA/contrastive.json; the reading table beside it, .tsv)")
     ap.add_argument("--max-distance", type=int, default=3, help="the farthest antecedent, in verses back (default 3)")
     ap.add_argument("--realign", action="store_true", help="run eflomal again even if DATA/eflomal.links exists")
-    ap.add_argument("--sample", type=int, default=0, help="print N random items for reading")
+    ap.add_argument("--sample", type=int, default=0, help="print N random items for reading (the same items while they stay in the set)")
     ap.add_argument("--seed", type=int, default=53, help="seed of --sample (default 53)")
     args = ap.parse_args(argv)
     try:
@@ -155,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{len(mined)} items written to {json_path} (and {json_path.with_suffix('.tsv').name})")
         print(counts_table([item for _, item in mined]))
         if args.sample:
-            chosen = sorted(random.Random(args.seed).sample(range(len(mined)), min(args.sample, len(mined))))
+            chosen = sample(mined, args.sample, args.seed)
             for n, k in enumerate(chosen, 1):
                 split, item = mined[k]
                 en, es, _ = corpus[split]

@@ -69,6 +69,8 @@ DETERMINERS: dict[str, tuple[str, bool]] = {
     **{w: ("m", True) for w in ("los", "unos", "estos", "esos", "aquellos", "nuestros", "vuestros", "otros", "todos")},
     **{w: ("f", True) for w in ("las", "unas", "estas", "esas", "aquellas", "nuestras", "vuestras", "otras", "todas")},
 }
+# Plural possessives, which do not mark the gender of their noun.
+PLURAL_POSSESSIVES = {"sus", "tus", "mis"}
 # A word after a determiner that is not a noun (the determiner is then a pronoun, or the word an
 # adjective or a relative): skipped, never an antecedent.
 ES_NOT_NOUNS = {
@@ -96,7 +98,8 @@ EN_PREPOSITIONS = {
     "over", "through", "throughout", "toward", "towards", "under", "unto", "until", "within", "without",
 }
 # The rest of an enclitic word must end like a Spanish verb form: an infinitive (-r), a gerund
-# (-ndo), another clitic (dár-se-lo), or carry a written accent (tómala, hízolo, echólos).
+# (-ndo), another clitic (dár-se-lo), or carry a written accent (tómala, hízolo, echólos); no verb
+# form ends in -u (nouns in -culo, -tulo do: tabernáculo, título).
 _VERB_END = re.compile(r"(?:[aeií]r|ndo|se|me|te|nos)$")
 _ACCENT = re.compile(r"[áéíóú]")
 _TOKEN = re.compile(r"\w+|[^\w\s]")
@@ -123,7 +126,7 @@ def enclitic_split(word: str) -> tuple[str, str] | None:
     for clitic in ("los", "las", "lo", "la"):
         if low.endswith(clitic) and len(low) - len(clitic) >= 3:
             verb = low[: -len(clitic)]
-            if _VERB_END.search(verb) or _ACCENT.search(verb):
+            if not verb.endswith("u") and (_VERB_END.search(verb) or _ACCENT.search(verb)):  # tabernácu-lo is a noun
                 return word[: -len(clitic)], word[-len(clitic):]
     return None
 
@@ -286,6 +289,8 @@ def mine_document(
             before = determined_words(es[:t])
             if (gender, plural) in before:
                 continue  # a word of the same gender and number earlier in the sentence: the antecedent may be there
+            if plural and any(es[k - 1].text.lower() in PLURAL_POSSESSIVES and es[k].text.isalpha() for k in range(1, t)):
+                continue  # a plural noun after "sus"/"tus"/"mis", whose gender is not marked ("sus siervos ... ellos")
             if kind == "clitic" and t + 1 < len(es) and (s, t + 1) in pair_links:
                 continue  # the next word translates the pronoun too: an article and its noun ("la ciudad" for *it*)
             antecedent = None

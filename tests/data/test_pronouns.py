@@ -64,6 +64,18 @@ def test_a_noun_of_the_same_gender_in_the_sentence_blocks_the_item():
     assert [item.distance for item in mine(en, es, ["d", "d"], links)] == [1]
 
 
+def test_a_plural_noun_after_a_possessive_blocks_a_plural_pronoun():
+    en = ["The men came .", "He saw his servants and he called them ."]
+    es = ["Los hombres vinieron .", "Vió á sus siervos y los llamó ."]
+    long = {(1, 0), (2, 2), (3, 3), (4, 4), (6, 6), (7, 5), (8, 7)}  # them -> los
+    assert mine(en, es, ["d", "d"], [diagonal(4), long]) == []
+    es[1] = "Vió á aquellos siervos y los llamó ."  # no possessive: the determiner shows the masculine noun
+    assert mine(en, es, ["d", "d"], [diagonal(4), long]) == []
+    es[1] = "Vió á Pedro y los llamó ."  # nothing before the pronoun: the men decide
+    short = {(1, 0), (3, 2), (4, 3), (6, 5), (7, 4), (8, 6)}
+    assert [(item.es_word, item.distance) for item in mine(en, es, ["d", "d"], [diagonal(4), short])] == [("los", 1)]
+
+
 def test_documents_do_not_share_antecedents():
     en, es = ["The city fell .", "They burned it ."], ["La ciudad cayó .", "Ellos la quemaron ."]
     links = [diagonal(4), {(0, 0), (1, 2), (2, 1), (3, 3)}]
@@ -83,6 +95,7 @@ def test_enclitics_and_neuter_lo():
     assert enclitic_split("guardarla") == ("guardar", "la")
     assert enclitic_split("tomólos") == ("tomó", "los")
     assert enclitic_split("escuela") is None and enclitic_split("sangre") is None
+    assert enclitic_split("tabernáculo") is None and enclitic_split("título") is None  # nouns in -ulo
     en, es = ["The city fell .", "He heard it ."], ["La ciudad cayó .", "Él lo que oyó ."]
     assert mine(en, es, ["d", "d"], [diagonal(4), {(0, 0), (2, 1), (1, 3), (3, 4)}]) == []
 
