@@ -6,9 +6,10 @@ sits in an earlier sentence of the same document: the gender is then decided by 
 the sense of ContraPro, Müller et al. 2018, mined here with word alignments instead of a parser).
 The contrastive candidate is the reference with the pronoun's gender swapped.
 
-Gendered Spanish forms (:data:`SWAPS`; ``le``/``les``, ``se``, ``su``, an article before ``que``/``cual``/``de`` (``lo que``, ``los de Jerusalem``)
-and the English *he*, *she*, *him*, *her* are excluded: the first three have no gender, the neuter
-``lo`` refers to a clause, and English *him*/*her* give the gender away in the source):
+Gendered Spanish forms (:data:`SWAPS`; ``le``/``les``, ``se``, ``su``, an article before
+``que``/``cual``/``de`` (``lo que``, ``los de Jerusalem``) and the English *he*, *she*, *him*,
+*her* are excluded: the first three have no gender, the neuter ``lo`` refers to a clause, and
+English *him*/*her* give the gender away in the source):
 
 * tonic/subject pronouns ``él``/``ella`` (for *it*) and ``ellos``/``ellas`` (*they*, *them*);
 * direct-object clitics ``lo``/``la`` (*it*) and ``los``/``las`` (*them*);
@@ -30,9 +31,10 @@ of the pronoun's gender and number in the ``max_distance`` previous sentences of
 ``distance`` = how many sentences back it is (1 = the previous one). Items are kept only when
 
 * the current sentence has, before the pronoun, no word of the pronoun's gender and number after a
-  determiner (:func:`determined_words`): else the antecedent could be in the sentence itself (nouns
-  without a determiner or after ``su``/``tu``/``mi``, names, and collectives of the other number,
-  ``el pueblo ... ellos``, are not seen: the reading in docs/documents.md counts how often that happens),
+  determiner (:func:`determined_words`), and for a plural pronoun no word after ``sus``/``tus``/``mis``
+  (which do not mark gender): else the antecedent could be in the sentence itself (nouns without a
+  determiner or after ``su``/``tu``/``mi``, names, and collectives of the other number, ``el pueblo
+  ... ellos``, are not seen: the reading in docs/documents.md counts how often that happens),
 * a directly linked clitic is not followed by a word linked to the same English pronoun (then it
   is the article of ``la ciudad`` translating *it*), and
 * the antecedent is 1..``max_distance`` sentences back.
