@@ -105,7 +105,7 @@ from syntaxnmt.alignment.symmetrize import symmetrize
 from syntaxnmt.checkpoint import load_checkpoint
 from syntaxnmt.config import config_from_dict, load_config
 from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after
-from syntaxnmt.data.links import Links, aer, parse_links, read_alignments, read_bitext, transposed
+from syntaxnmt.data.links import Links, aer, format_links, parse_links, read_alignments, read_bitext, transposed
 from syntaxnmt.data.prepare import prepare
 from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.decoding.output import translate_lines
@@ -198,20 +198,27 @@ def run_name(variant: str, normalizer: str = "softmax") -> str:
     return variant if normalizer == "softmax" else f"{variant}, {normalizer}"
 
 
-def run_folder(work: Path, variant: str = "plain", normalizer: str = "softmax", reverse: bool = False) -> Path:
+def run_folder(work: Path, variant: str = "plain", normalizer: str = "softmax", reverse: bool = False, seed: int = 1) -> Path:
     """The run folder of one model (``run``, ``run-<normalizer>`` for the plain ones as before,
     ``run-<variant>``; the French->English twins ``run-reverse`` for the plain model as before,
-    ``run-<variant>-reverse`` for the others). A joint variant's folder holds its result only."""
+    ``run-<variant>-reverse`` for the others), with ``-seed<S>`` appended for a training seed other
+    than 1 (seed 1's folders keep their names: the one-seed runs are its runs). A joint variant's
+    folder holds its result only."""
     if variant == "plain":
         folder = "run-reverse" if reverse else "run" if normalizer == "softmax" else f"run-{normalizer}"
     else:
         folder = f"run-{variant}" + ("-reverse" if reverse else "")
-    return work / folder
+    return work / (folder + (f"-seed{seed}" if seed != 1 else ""))
+
+
+def seed_of(args) -> int:
+    """The training seed of the options (``--seed``; 1 for options made before it existed)."""
+    return getattr(args, "seed", 1)
 
 
 def task_folder(work: Path, task: dict) -> Path:
     """The run folder of a task's model (:func:`run_folder`)."""
-    return run_folder(work, task["variant"], task["normalizer"], task.get("reverse", False))
+    return run_folder(work, task["variant"], task["normalizer"], task.get("reverse", False), task.get("seed", 1))
 
 
 def config_tree(work: Path, args, variant: str = "plain", normalizer: str = "softmax", reverse: bool = False) -> dict:
@@ -222,11 +229,14 @@ def config_tree(work: Path, args, variant: str = "plain", normalizer: str = "sof
     n, hard = NORMALIZERS[normalizer]
     budget = {"steps": args.steps, "minutes": 0} if args.steps else {"steps": 100000, "minutes": args.minutes}
     tree = yaml.safe_load(CONFIG.format(work=work.as_posix(), threads=args.threads, normalizer=n, hard=hard, **budget))
-    tree["work_dir"] = run_folder(work, variant, normalizer, reverse).as_posix()
+    tree["work_dir"] = run_folder(work, variant, normalizer, reverse, seed_of(args)).as_posix()
+    tree["seed"] = seed_of(args)
     spec = VARIANTS[variant]
     if "train" in spec:
         tree["train"]["alignment"] = dict(spec["train"]["alignment"])
     labels = spec.get("labels")
+    if labels == "self" and seed_of(args) != 1:  # read off this seed's plain model and twin
+        labels = f"self-seed{seed_of(args)}"
     if labels:
         tree["data"]["train_align"] = f"{work.as_posix()}/{labels}.train.align"
         tree["data"]["prepared_dir"] = f"{work.as_posix()}/data-{labels}"
@@ -243,7 +253,7 @@ def config_tree(work: Path, args, variant: str = "plain", normalizer: str = "sof
 
 def write_config(work: Path, args, variant: str = "plain", normalizer: str = "softmax", reverse: bool = False) -> Path:
     """Write the config of one model into its run folder (:func:`run_folder`); return its path."""
-    run = run_folder(work, variant, normalizer, reverse)
+    run = run_folder(work, variant, normalizer, reverse, seed_of(args))
     run.mkdir(parents=True, exist_ok=True)
     path = run / "config.yaml"
     path.write_text(yaml.safe_dump(config_tree(work, args, variant, normalizer, reverse), sort_keys=False), encoding="utf-8")
@@ -276,6 +286,20 @@ class GoldSplit:
         return self.en[self.test_slice], self.fr[self.test_slice], self.gold[self.test_slice]
 
 
+LINKS_FILE = "test-links.json"
+
+
+def save_links(folder: Path, split: GoldSplit, readings: dict[str, list[Links]]) -> Path:
+    """Keep a model's links of the test part, per reading (0-indexed Pharaoh lines, English-French),
+    in ``folder/test-links.json``: what its AER is computed from, so that it can be re-scored (and
+    resampled over seeds) without the model: ``{"test_lines": [first, last] of enfr.gold (1-based),
+    "readings": {reading: [line, ...]}}``."""
+    path = folder / LINKS_FILE
+    lines = [split.test_slice.start + 1, split.test_slice.stop]
+    atomic_write_text(path, json.dumps({"test_lines": lines, "readings": {key: [format_links(x) for x in hyp] for key, hyp in readings.items()}}))
+    return path
+
+
 def score(gold, hyp) -> dict:
     r = aer([s for s, _ in gold], [p for _, p in gold], hyp)
     return {"aer": 100 * r.aer, "precision": 100 * r.precision, "recall": 100 * r.recall}
@@ -303,6 +327,7 @@ def evaluate(checkpoint: Path, split: GoldSplit, work: Path, bleu: bool, log) ->
     test_en, test_fr, gold = split.test()
     source, target, _ = encode_pairs(model, cfg, toks, test_en, test_fr)
     links = readings_alignments(model, source, target, device, list(readings.values()))
+    save_links(checkpoint.parent, split, dict(zip(readings, links)))
     out: dict = {"readings": {key: score(gold, hyp) for key, hyp in zip(readings, links)}, "dev_sweep": sweep.to_json()}
     if bleu:
         out["test_2016_flickr"] = test_bleu(model, cfg, toks, work, device)
@@ -342,7 +367,7 @@ def evaluate_joint(task: dict, args, work: Path, split: GoldSplit, log) -> dict:
     """A joint variant's result: its two models' links of the test part symmetrized (``readings``)
     and the French->English twin's own (``reverse_readings``), scored like every model's; the
     English->French model's training and BLEU (from its result) and the twin's training."""
-    forward_task, reverse_task = joint_parts(task["variant"])
+    forward_task, reverse_task = joint_parts(task["variant"], seed_of(args))
     parts = {name: reusable_result(work, args, t) for name, t in (("forward", forward_task), ("reverse", reverse_task))}
     missing = [t["name"] for t, r in zip((forward_task, reverse_task), parts.values()) if r is None]
     if missing:
@@ -350,6 +375,7 @@ def evaluate_joint(task: dict, args, work: Path, split: GoldSplit, log) -> dict:
     test_en, test_fr, gold = split.test()
     checkpoints = [task_folder(work, t) / "last.pt" for t in (forward_task, reverse_task)]
     links = joint_links(*checkpoints, test_en, test_fr, torch.device("cpu"), log)
+    save_links(run_folder(work, task["variant"], seed=seed_of(args)), split, links["joint"])
     out: dict = {
         "forward": forward_task["name"],
         "symmetrization": JOINT_SYMMETRIZATION,
@@ -497,13 +523,13 @@ def result_key(work: Path, args, task: dict) -> dict:
     a joint variant's: its two models' keys."""
     variant, normalizer, reverse = task["variant"], task["normalizer"], task.get("reverse", False)
     if "joint" in VARIANTS[variant]:
-        forward, twin = joint_parts(variant)
+        forward, twin = joint_parts(variant, seed_of(args))
         return {"forward": result_key(work, args, forward), "reverse": result_key(work, args, twin), "symmetrization": JOINT_SYMMETRIZATION}
     tree = config_tree(work, args, variant, normalizer, reverse)
     del tree["train"]["threads"]
     key: dict = {"config": tree}
     if not reverse:
-        key |= {"dev_pairs": args.dev_pairs, "bleu": args.bleu}
+        key |= {"dev_pairs": args.dev_pairs, "bleu": args.bleu, "kept": LINKS_FILE}  # results from before the links were kept: scored again
         if (variant, normalizer) == ("plain", "softmax"):
             key["hard_decode"] = bool(args.bleu and args.hard_decode)
     if variant == "self":
@@ -569,7 +595,7 @@ def self_labels(cfg, args, work: Path, split: GoldSplit) -> dict:
         return record["labels"]
     if saved_step(Path(cfg.work_dir)):
         raise UserError(f"{cfg.work_dir}/last.pt was trained on other self-training labels than these options give ({labels}): remove {cfg.work_dir} and {labels} or choose another --work")
-    plain, twin = work / "run" / "last.pt", work / "run-reverse" / "last.pt"
+    plain, twin = run_folder(work, seed=seed_of(args)) / "last.pt", run_folder(work, reverse=True, seed=seed_of(args)) / "last.pt"
     chosen = self_training_alignments(cfg, plain, twin, split.dev(), cfg.data.train_align, torch.device("cpu"), reading=args.self_reading, log=_log)
     atomic_write_text(record_path, json.dumps({"key": key, "labels": chosen}, indent=1))
     return chosen
@@ -607,7 +633,7 @@ def train_and_score(task: dict, args, work: Path, split: GoldSplit) -> dict:
     """Train one model (resuming) and score it; a joint variant: score its two finished models."""
     variant, normalizer, reverse = task["variant"], task["normalizer"], task.get("reverse", False)
     if "joint" in VARIANTS[variant]:
-        run_folder(work, variant).mkdir(parents=True, exist_ok=True)
+        run_folder(work, variant, seed=seed_of(args)).mkdir(parents=True, exist_ok=True)
         return evaluate_joint(task, args, work, split, _log)
     cfg = load_config(write_config(work, args, variant, normalizer, reverse))
     out: dict = {}
@@ -660,11 +686,11 @@ def run_model(task: dict) -> dict:
     return {"result": out}
 
 
-def joint_parts(variant: str) -> tuple[dict, dict]:
+def joint_parts(variant: str, seed: int = 1) -> tuple[dict, dict]:
     """The tasks of a joint variant's two models: its English->French model (the variant's own
-    task, shared) and that model's French->English twin."""
+    task, shared) and that model's French->English twin (of training seed ``seed``)."""
     base = VARIANTS[variant]["joint"]
-    return {"name": base, "variant": base, "normalizer": "softmax"}, {"name": f"{base}, French->English twin", "variant": base, "normalizer": "softmax", "reverse": True}
+    return {"name": base, "variant": base, "normalizer": "softmax", "seed": seed}, {"name": f"{base}, French->English twin", "variant": base, "normalizer": "softmax", "reverse": True, "seed": seed}
 
 
 def tasks_for(args) -> list[dict]:
@@ -689,7 +715,7 @@ def tasks_for(args) -> list[dict]:
             tasks.append({**forward, "hidden": True})
         tasks.append(twin)
         tasks.append({"name": variant, "variant": variant, "normalizer": "softmax", "after": [forward["name"], twin["name"]]})
-    return tasks
+    return [{**task, "seed": seed_of(args)} for task in tasks]
 
 
 class MainStop:
@@ -849,7 +875,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--self-reading", choices=list(TEACHER_READINGS), default="best", help="the self variant's teacher reading per direction, chosen on the dev part: the better of the best unshifted and shifted one (best, default), or the best shifted / unshifted one")
     ap.add_argument("--until", metavar="HH:MM", help="stop every training at its next update at this local time (tomorrow if already past), keep what is finished; re-run the same command to continue")
     ap.add_argument("--max-wall-minutes", type=float, metavar="M", help="the same, M minutes after the start")
+    ap.add_argument("--seed", type=int, default=1, help="training seed of every model (default 1); another seed trains in run folders named -seed<S> beside seed 1's, sharing the corpus, prepared data and eflomal's links")
     args = ap.parse_args(argv)
+    if args.seed < 0:
+        raise UserError(f"--seed {args.seed}: give a seed >= 0")
     wall_start = _now()
     deadline = deadline_of(args, wall_start)
     unknown = set(args.normalizers.split(",")) - set(NORMALIZERS)

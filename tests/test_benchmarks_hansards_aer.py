@@ -252,7 +252,7 @@ def test_the_joint_variant_adds_the_twin_and_scores_after_both_the_other_folders
     assert [t["name"] for t in tasks] == ["guided", "guided-full-leaky", "guided-full-leaky, French->English twin", "guided-full-leaky-gdfa"]
     forward, twin, joint = tasks[1:]
     assert forward["hidden"] and forward["variant"] == "guided-full-leaky" and not forward.get("reverse")  # the guided-full-leaky run, not a second one
-    assert twin == {"name": "guided-full-leaky, French->English twin", "variant": "guided-full-leaky", "normalizer": "softmax", "reverse": True}
+    assert twin == {"name": "guided-full-leaky, French->English twin", "variant": "guided-full-leaky", "normalizer": "softmax", "reverse": True, "seed": 1}
     assert joint["after"] == ["guided-full-leaky", "guided-full-leaky, French->English twin"]
     folders = [ha.result_path(work, t).parent.name for t in tasks]
     assert folders == ["run-guided", "run-guided-full-leaky", "run-guided-full-leaky-reverse", "run-guided-full-leaky-gdfa"]
@@ -350,3 +350,62 @@ def test_the_joint_variant_end_to_end_symmetrizes_both_directions_and_is_reused(
         monkeypatch.setattr(ha, name, refuse)
     again = ha.main(run)
     assert capsys.readouterr().out.count("result reused") == 3 and again["models"] == results["models"]
+
+
+# --seed (issue 53): another seed trains beside seed 1, the links of every scored model are kept
+# ---------------------------------------------------------------------------------------------
+
+
+def test_seed_trains_in_its_own_folders_and_keeps_the_links_that_rescore_it(ha, data, tmp_path, monkeypatch, capsys):
+    work = tmp_path / "w"
+    one = ha.main(argv(work))
+    two = ha.main(argv(work, "--seed", "2"))
+    capsys.readouterr()
+    configs = {name: ha.load_config(work / name / "config.yaml") for name in ("run", "run-seed2")}
+    assert (configs["run"].seed, configs["run-seed2"].seed) == (1, 2)
+    assert configs["run-seed2"].data.prepared_dir == configs["run"].data.prepared_dir  # shared data
+    weights = [load_checkpoint(work / name / "last.pt")["model"] for name in ("run", "run-seed2")]
+    assert any(not torch.equal(weights[0][k], weights[1][k]) for k in weights[0])  # another initialization
+    assert json.loads((work / "run" / "result.json").read_text())["result"] == json.loads(json.dumps(one["models"]["plain"]))  # seed 1 untouched
+    # The kept links give back every reading's AER without the model.
+    split = ha.GoldSplit(work, 4)
+    gold = split.test()[2]
+    for name, results in (("run", one), ("run-seed2", two)):
+        kept = json.loads((work / name / ha.LINKS_FILE).read_text())
+        assert kept["test_lines"] == [5, 10]
+        readings = results["models"]["plain"]["readings"]
+        assert list(kept["readings"]) == list(readings)
+        for reading, lines in kept["readings"].items():
+            assert ha.score(gold, [ha.parse_links(line)[0] for line in lines]) == readings[reading]
+    # A result stored before the links were kept (no "kept" in its key) is scored again, not retrained.
+    stored = json.loads((work / "run" / "result.json").read_text())
+    del stored["key"]["kept"]
+    (work / "run" / "result.json").write_text(json.dumps(stored))
+    (work / "run" / ha.LINKS_FILE).unlink()
+    again = ha.main(argv(work))
+    out = capsys.readouterr().out
+    assert "result reused" not in out and "resumed " in out and (work / "run" / ha.LINKS_FILE).is_file()
+    assert again["models"]["plain"]["readings"] == one["models"]["plain"]["readings"]
+    # The seeds' table reads them (and eflomal's links) with no model.
+    seeds = load_script(ROOT / "benchmarks" / "hansards_seeds.py", "hansards_seeds")
+    monkeypatch.setattr(seeds.hansards_aer, "DATA", data)
+    text = seeds.table(work, [1, 2], "plain", bootstrap=20)
+    reading = "configured: all layers, heads averaged"
+    aers = [r["readings"][reading]["aer"] for r in (one["models"]["plain"], two["models"]["plain"])]
+    row = next(line for line in text.splitlines() if line.startswith(f"| plain | {reading} |"))
+    assert f"| {aers[0]:.2f} / {aers[1]:.2f} |" in row and f"{sum(aers) / 2:.2f} ± " in row
+    assert f"| {one['eflomal']['grow-diag-final-and']['aer']:.2f} |" in text.splitlines()[4]
+    with pytest.raises(UserError, match="seed 3 of plain is not scored yet"):
+        seeds.table(work, [1, 3], "plain", bootstrap=20)
+
+
+def test_seed_names_every_folder_of_the_joint_variant_and_its_self_labels(ha, tmp_path):
+    work = tmp_path / "w"
+    tasks = ha.tasks_for(options(work, "guided-full-leaky-gdfa", seed=2))
+    assert [ha.result_path(work, t).parent.name for t in tasks] == ["run-guided-full-leaky-seed2", "run-guided-full-leaky-reverse-seed2", "run-guided-full-leaky-gdfa-seed2"]
+    args = options(work, "self", seed=3)
+    tree = ha.config_tree(work, args, "self")
+    assert tree["seed"] == 3 and tree["work_dir"].endswith("run-self-seed3") and tree["data"]["train_align"].endswith("self-seed3.train.align")
+    assert ha.config_tree(work, options(work, "guided-full-leaky", seed=3), "guided-full-leaky")["data"]["train_align"].endswith("/eflomal.train.align")  # eflomal's labels are shared
+    with pytest.raises(UserError, match="--seed -1"):
+        ha.main(argv(work, "--seed", "-1"))

@@ -3,6 +3,8 @@ modelled on the WEB and Reina-Valera SWORD modules (the recipe itself, which nee
 
 from pathlib import Path
 
+import pytest
+
 from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,3 +58,188 @@ def test_chapters_align_by_reference_and_shifted_chapters_are_dropped():
     assert chapters == [("Gen", 1, [("In the beginning.", "En el principio.")]), ("Gen", 2, [(verses["en"][("Gen", 2, 1)], "Uno dos.")])]
     assert bible.aligned(chapters[0][2]) and not bible.aligned(chapters[1][2])
     assert [bible.split_of(i) for i in (0, 10, 30, 40, 41)] == ["dev", "test", "test", "dev", "train"]
+
+
+def test_heldout_chapters_are_never_test_or_dev_and_leave_train():
+    splits = [bible.split_of(i, 5) for i in range(1189)]
+    assert splits.count("heldout") == 238 and splits.count("test") == 59 and splits.count("dev") == 30
+    assert [bible.split_of(i) for i in range(1189)].count("heldout") == 0
+    for i in range(1189):
+        if bible.split_of(i) in ("test", "dev"):
+            assert bible.split_of(i, 5) == bible.split_of(i)
+
+
+contrastive = load_script(ROOT / "recipes" / "bible-en-es" / "contrastive.py", "bible_contrastive")
+
+
+def write_corpus(folder: Path, heldout: bool) -> None:
+    """A two-chapter corpus in prepare.py's layout and the links contrastive.py would have computed."""
+    from syntaxnmt.data.pronouns import tokenize
+
+    chapter = [("The city was great .", "La ciudad era grande ."), ("He burned it .", "Él la quemó .")]
+    other = [("The men came .", "Los hombres vinieron ."), ("They went .", "Ellos fueron .")]
+    layout = {"train": [("Gen.1", other)], "dev": [("Gen.2", other)], "test": [("Gen.3", chapter)]}
+    if heldout:
+        layout["heldout"] = [("Gen.4", other)]
+    else:
+        layout["train"].append(("Gen.4", other))
+    folder.mkdir(parents=True)
+    links = []
+    for split, docs in layout.items():
+        rows = [(doc, en, es) for doc, pairs in docs for en, es in pairs]
+        for ext, col in (("docs", 0), ("en", 1), ("es", 2)):
+            (folder / f"{split}.{ext}").write_text("".join(r[col] + "\n" for r in rows), encoding="utf-8")
+        for _, en, es in rows:
+            n = len(tokenize(en))
+            pairs = [(k, k) for k in range(n)] if en != "He burned it ." else [(0, 0), (1, 2), (2, 1), (3, 3)]
+            links.append(" ".join(f"{s}-{t}" for s, t in pairs))
+    if not heldout:
+        (folder / "eflomal.links").write_text("".join(x + "\n" for x in links), encoding="utf-8")
+
+
+def test_contrastive_set_from_test_and_heldout_chapters(tmp_path, capsys):
+    write_corpus(tmp_path / "data", heldout=False)
+    write_corpus(tmp_path / "data-heldout", heldout=True)
+    contrastive.main([str(tmp_path / "data-heldout"), "--links-from", str(tmp_path / "data")])
+    out = capsys.readouterr().out
+    assert "2 items written" in out and "| it:lo/la | 1 |" in out and "| they:ellos/ellas | 1 |" in out
+    from syntaxnmt.data.contrastive import read_contrastive
+
+    items = read_contrastive(tmp_path / "data-heldout" / "contrastive.json")
+    assert [(i.doc, i.line, i.distance, i.correct) for i in items] == [("Gen.3", 1, 1, 1), ("Gen.4", 1, 1, 0)]
+    assert items[0].candidates == ("Él lo quemó .", "Él la quemó .") and items[0].context_tgt == ("La ciudad era grande .",)
+    tsv = (tmp_path / "data-heldout" / "contrastive.tsv").read_text(encoding="utf-8").splitlines()
+    assert tsv[1].split("\t")[:4] == ["test", "Gen.3", "1", "1"]
+
+
+def test_the_reading_sample_keeps_its_items_when_others_leave_the_set():
+    from types import SimpleNamespace
+
+    mined = [("test", SimpleNamespace(doc=f"Gen.{k}", position=k % 7)) for k in range(200)]
+    chosen = contrastive.sample(mined, 30, 53)
+    assert len(chosen) == 30 and chosen == sorted(chosen) and contrastive.sample(mined, 30, 53) == chosen
+    assert contrastive.sample(mined, 30, 54) != chosen
+    gone = {chosen[0], *[k for k in range(200) if k not in chosen][:3]}  # one sampled item and three others leave
+    rest = [m for k, m in enumerate(mined) if k not in gone]
+    kept = {rest[k][1].doc for k in contrastive.sample(rest, 30, 53)}
+    assert {mined[k][1].doc for k in chosen[1:]} <= kept and len(kept) == 30
+
+
+def test_contrastive_without_data_is_one_error_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        contrastive.main([str(tmp_path / "missing")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("syntaxnmt: error: ") and "prepare.sh" in err and len(err.splitlines()) == 1
+
+
+study_table = load_script(ROOT / "recipes" / "bible-en-es" / "study_table.py", "bible_study_table")
+
+
+def test_study_table_over_seeds(tmp_path):
+    """Two seeds of made-up outputs: every system gets a row with BLEU, chrF and the accuracies,
+    the control's row has no difference, a context model's has one against the control's floor."""
+    import json
+
+    refs = [f"y el hombre {k} vió la ciudad grande de la tierra" for k in range(40)]
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "test.es").write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    accuracy = {"sentence": 0.60, "sentence-more": 0.62, "concat": 0.64, "han": 0.70}
+    for seed in (1, 2):
+        for k, m in enumerate(study_table.SYSTEMS):
+            folder = tmp_path / "work" / f"seed-{seed}" / m
+            folder.mkdir(parents=True)
+            hyps = [r if (i + k + seed) % 3 else "y el hombre vió" for i, r in enumerate(refs)]
+            (folder / "test.hyp").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+            contexts = ("true", "other-document", "none") if m in ("concat", "han") else ("none",)
+            for c in contexts:
+                a = accuracy[m] + 0.01 * seed if c == "true" or m not in ("concat", "han") else 0.61 + 0.01 * seed
+                (folder / f"contrastive-{c}.json").write_text(json.dumps({"accuracy": a}), encoding="utf-8")
+    out = study_table.table(tmp_path / "work", tmp_path / "data", bootstrap=50)
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in out.splitlines() if line.startswith("| ") and "---" not in line}
+    assert "Seeds 1, 2 (2)" in out
+    han = rows["HAN (k = 3, source side, + M)"]
+    assert han[5] == "71.5 ± 0.7" and han[6] == "62.5 ± 0.7" and han[7] == "62.5 ± 0.7"
+    assert han[8].startswith("+8.0; p ")
+    control = rows["**sentence-more** (control, + M)"]
+    assert control[2] == "–" and control[5] == "(floor) 63.5 ± 0.7" and control[8] == "– |"
+    assert rows["sentence (N updates)"][2].startswith(("+", "-")) and "[" in rows["sentence (N updates)"][2]
+
+
+def test_study_table_without_runs_is_one_error_line(tmp_path, capsys):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "test.es").write_text("x\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as e:
+        study_table.main([str(tmp_path / "work"), "--data", str(tmp_path / "data")])
+    assert e.value.code == 2 and capsys.readouterr().err.startswith("syntaxnmt: error: ")
+
+
+def test_study_sh_options():
+    import subprocess
+
+    script = ROOT / "recipes" / "bible-en-es" / "study.sh"
+    bad = subprocess.run(["bash", str(script), "--seeds", "1"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown option --seeds" in bad.stderr
+    shown = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True)
+    assert shown.returncode == 0 and "--seed S" in shown.stdout
+
+
+STUB = r"""#!/usr/bin/env bash
+# A stand-in for the syntaxnmt command: records its arguments and writes what study.sh reads.
+echo "$*" >> "$STUB_LOG"
+cmd="$1"; shift
+out=""; prev=""
+for a in "$@"; do
+  [ "$prev" = "-o" ] && out="$a"
+  case "$a" in --work_dir=*) mkdir -p "${a#--work_dir=}"; touch "${a#--work_dir=}/best.pt" ;; esac
+  prev="$a"
+done
+case "$cmd" in
+  translate) cp "$STUB_HYP" "$out" ;;
+  score) echo '{"accuracy": 0.75}' > "$out" ;;
+esac
+"""
+
+
+def test_study_sh_trains_translates_and_scores_every_system_of_every_seed_once(tmp_path):
+    """study.sh with a stand-in `syntaxnmt` (no training): the commands it gives per seed, the
+    held-out data and seed in every training, the controls for the context models only, the
+    table at the end, and nothing done twice on a re-run."""
+    import os
+    import subprocess
+
+    data = tmp_path / "runs" / "bible-en-es" / "data-heldout"
+    data.mkdir(parents=True)
+    refs = [f"y vió la ciudad {k}" for k in range(6)]
+    for name in ("heldout.en", "test.en", "test.docs", "contrastive.json"):
+        (data / name).write_text("x\n", encoding="utf-8")
+    (data / "test.es").write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    (tmp_path / "runs" / "bible-en-es" / "prepared-heldout-bpe8k").mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "syntaxnmt").write_text(STUB, encoding="utf-8")
+    (bin_dir / "syntaxnmt").chmod(0o755)
+    log = tmp_path / "calls.log"
+    env = os.environ | {"PATH": f"{bin_dir}:{os.environ['PATH']}", "STUB_LOG": str(log), "STUB_HYP": str(data / "test.es"),
+                        "PYTHONPATH": str(ROOT)}
+    cmd = ["bash", str(ROOT / "recipes" / "bible-en-es" / "study.sh"), "--seed", "4", "--seed", "5", "--work", "W", "30", "10"]
+    run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    calls = log.read_text(encoding="utf-8").splitlines()
+    trains = [c for c in calls if c.startswith("train ")]
+    assert len(trains) == 8 and all("--data.train_src=runs/bible-en-es/data-heldout/train.en" in c and "--data.prepared_dir=runs/bible-en-es/prepared-heldout-bpe8k" in c for c in trains)
+    assert [c.split("--work_dir=")[1].split()[0] for c in trains[:4]] == ["W/seed-4/sentence", "W/seed-4/sentence-more", "W/seed-4/concat", "W/seed-4/han"]
+    assert all("--seed=4" in c for c in trains[:4]) and all("--seed=5" in c for c in trains[4:])
+    assert "--train.max_steps=30" in trains[0] and all("--train.max_steps=10" in c and "--train.init_from=W/seed-4/sentence/best.pt" in c for c in trains[1:4])
+    scores = [c for c in calls if c.startswith("score ")]
+    contexts = [(c.split("--checkpoint ")[1].split("/best.pt")[0], c.split("--context ")[1].split()[0]) for c in scores if "seed-4" in c]
+    assert contexts == [("W/seed-4/sentence", "none"), ("W/seed-4/sentence-more", "none"),
+                        ("W/seed-4/concat", "true"), ("W/seed-4/concat", "other-document"), ("W/seed-4/concat", "none"),
+                        ("W/seed-4/han", "true"), ("W/seed-4/han", "other-document"), ("W/seed-4/han", "none")]
+    assert all("--draws 5" in c for c in scores if "other-document" in c)
+    assert sum(c.startswith("translate ") for c in calls) == 8
+    table = (tmp_path / "W" / "table.md").read_text(encoding="utf-8")
+    assert "Seeds 4, 5 (2)" in table and "| HAN (k = 3, source side, + M) | 100.00" in table
+    log.write_text("", encoding="utf-8")
+    again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert again.returncode == 0 and log.read_text(encoding="utf-8") == ""  # everything done is skipped

@@ -22,7 +22,11 @@ through). Verses that one module leaves empty (the WEB moves Romans 16:25-27 to 
 dropped. Writes ``{train,dev,test}.{en,es,docs}`` under OUT (default
 ``runs/bible-en-es/data``; never committed) and prints verses, chapters and tokens per split.
 
-    python recipes/bible-en-es/prepare.py [OUT] [--sword /usr/share/sword]
+    python recipes/bible-en-es/prepare.py [OUT] [--sword /usr/share/sword] [--heldout 5]
+
+``--heldout 5`` also holds out every chapter whose index is 3 mod 5 (238 chapters) from train, as
+the split ``heldout``: with the test chapters, the source of the contrastive test (contrastive.py)
+that the models of ``study.sh`` never train on.
 
 ``prepare.sh`` installs the packages first (needs root and apt; never needed by CI).
 """
@@ -127,12 +131,17 @@ def aligned(pairs: list[tuple[str, str]], max_ratio: float = 2.5) -> bool:
     return True
 
 
-def split_of(index: int) -> str:
-    """The split of the index-th chapter (canonical order): test every 20th, dev every 40th, train the rest."""
+def split_of(index: int, heldout: int = 0) -> str:
+    """The split of the index-th chapter (canonical order): test every 20th, dev every 40th, train
+    the rest; with ``heldout`` N > 0, the chapters whose index is 3 mod N (never a test or dev
+    chapter when N divides 20, as 5 does) go to ``heldout`` instead of train: chapters no model
+    trains on, for the contrastive test (contrastive.py)."""
     if index % 20 == 10:
         return "test"
     if index % 40 == 0:
         return "dev"
+    if heldout and index % heldout == 3:
+        return "heldout"
     return "train"
 
 
@@ -140,15 +149,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", nargs="?", default="runs/bible-en-es/data", help="output folder (default runs/bible-en-es/data)")
     ap.add_argument("--sword", default="/usr/share/sword", help="SWORD library root holding mods.d/ and modules/")
+    ap.add_argument("--heldout", type=int, default=0, metavar="N", help="also hold out the chapters whose index is 3 mod N from train, as the split heldout (default 0: none; the study uses 5)")
     args = ap.parse_args()
+    if args.heldout < 0 or (args.heldout and 20 % args.heldout):
+        ap.error(f"--heldout must divide 20 (so that no test or dev chapter is held out), got {args.heldout}")
     verses = read_verses(args.sword)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    files = {split: {ext: [] for ext in ("en", "es", "docs")} for split in ("train", "dev", "test")}
+    splits = ("train", "dev", "test", "heldout") if args.heldout else ("train", "dev", "test")
+    files = {split: {ext: [] for ext in ("en", "es", "docs")} for split in splits}
     n_chapters = {split: 0 for split in files}
     dropped = []
     for index, (book, chapter, pairs) in enumerate(chapters_in_order(verses)):
-        split = split_of(index)
+        split = split_of(index, args.heldout)
         if not aligned(pairs):
             dropped.append(f"{book}.{chapter} ({split})")
             continue
@@ -166,7 +179,7 @@ def main() -> None:
             (out / f"{split}.{ext}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         tokens = {lang: sum(len(line.split()) for line in cols[lang]) for lang in ("en", "es")}
         print(f"{split:6} {n_chapters[split]:8d} {len(cols['en']):7d} {tokens['en']:10d} {tokens['es']:10d}")
-    print(f"written to {out}/{{train,dev,test}}.{{en,es,docs}} (tokens: whitespace-separated words)")
+    print(f"written to {out}/{{{','.join(splits)}}}.{{en,es,docs}} (tokens: whitespace-separated words)")
 
 
 if __name__ == "__main__":
