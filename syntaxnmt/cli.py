@@ -794,7 +794,7 @@ def _analysis_commands(sub) -> None:
     s.add_argument("--gold-align", help="gold word alignments of input and reference (Pharaoh): AER of every cross-attention head")
     s.add_argument("--one-indexed-gold", action="store_true", help="the gold file counts from 1")
     s.add_argument("--sentences", help="0-based line numbers to analyse, e.g. 0-499 (default: all)")
-    s.add_argument("--beam", type=positive_int, default=1, help="beam size of the translation without --ref (default 1)")
+    s.add_argument("--beam", type=positive_int, help="beam size of the translation without --ref (default: the model's decode.beam_size, as translate)")
     s.add_argument("--batch-size", type=positive_int, default=32, help="sentences per batch")
     s.add_argument("--title", help="title of the report and the figure")
     s.add_argument("-o", "--output", required=True, help="writes OUT.md, OUT-heads.csv, OUT-labels.csv, OUT-cross.csv and OUT.png; several models: OUT-LABEL.* each and the comparison OUT.md, OUT-summary.csv")

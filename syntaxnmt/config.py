@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -112,6 +113,36 @@ class DataConfig(_Section):
 HeadSpec = list[list[str]]
 
 
+@dataclass(frozen=True)
+class ContextKind:
+    """What the code around the network (data, training, decoding, serving, analysis) needs to know
+    of a document-context kind (``model.context.kind``). Its network is
+    ``syntaxnmt.model.context.CONTEXT_MODELS[kind]``; a test keeps the two tables in step (the same
+    kinds; a kind that reads states has context blocks, the others none)."""
+
+    concatenates: bool = False
+    """The context is in the input sequences: the previous sentences, a ``<sep>`` piece and the
+    current sentence are encoded (for ``side: both`` also written) as one sequence (Tiedemann &
+    Scherrer 2017; :meth:`syntaxnmt.data.documents.DocumentContext.concatenate`)."""
+    reads_states: bool = False
+    """The network reads the states of the previous sentences (Miculicich et al. 2018): a training
+    batch carries them as rows of its own (``batch.context_rows``, batches of contiguous runs of
+    documents, no CUDA graphs), decoding encodes them first (``DocumentStates``)."""
+    sides: tuple[str, ...] = ("source", "target", "both")
+    """The ``model.context.side`` values the kind accepts."""
+    sides_note: str = ""
+    """Why another side is refused (the error message's explanation)."""
+
+
+CONTEXT_KINDS: dict[str, ContextKind] = {
+    "none": ContextKind(),
+    "concat": ContextKind(concatenates=True, sides=("source", "both"), sides_note="concatenation is 2-to-1 (side: source) or 2-to-2 (side: both)"),
+    "han": ContextKind(reads_states=True),
+}
+"""Every ``model.context.kind`` and what it asks of the code around the network: a new kind is its
+entry here, its name in :attr:`ContextConfig.kind` and its class in ``model/context.py``."""
+
+
 class ContextConfig(_Section):
     """Context from the previous sentences of the document (``data.train_docs``); see
     docs/documents.md and :mod:`syntaxnmt.model.context`.
@@ -140,9 +171,34 @@ class ContextConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> "ContextConfig":
-        if self.kind == "concat" and self.side == "target":
-            raise ValueError("model.context.side target: concatenation is 2-to-1 (side: source) or 2-to-2 (side: both)")
+        if self.side not in self.described.sides:
+            raise ValueError(f"model.context.side {self.side}: {self.described.sides_note or 'model.context.kind ' + self.kind + ' takes side ' + ' or '.join(self.described.sides)}")
         return self
+
+    @property
+    def described(self) -> ContextKind:
+        """What this kind asks of the code around the network (:data:`CONTEXT_KINDS`)."""
+        return CONTEXT_KINDS[self.kind]
+
+    @property
+    def documents(self) -> bool:
+        """Whether the model reads the previous sentences of a document (any kind but ``none``)."""
+        return self.kind != "none"
+
+    @property
+    def concatenates(self) -> bool:
+        """The context is in the input sequences, joined by ``<sep>`` (:attr:`ContextKind.concatenates`)."""
+        return self.described.concatenates
+
+    @property
+    def concatenates_target(self) -> bool:
+        """The target is concatenated too (2-to-2: one ``<sep>`` piece in both vocabularies)."""
+        return self.concatenates and self.side == "both"
+
+    @property
+    def reads_states(self) -> bool:
+        """The network reads the previous sentences' states: batches carry them as rows (:attr:`ContextKind.reads_states`)."""
+        return self.described.reads_states
 
 
 # The names of the extension points whose implementations are registered in the model
@@ -328,9 +384,9 @@ class ModelConfig(_Section):
             raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
         syn = self.syntax
         if self.arch != "transformer":
-            if self.context.kind != "none":
+            if self.context.documents:
                 raise ValueError("model.context is Transformer-only: leave it out with arch rnn")
-        if self.context.kind != "none" and syn != SyntaxConfig():
+        if self.context.documents and syn != SyntaxConfig():
             raise ValueError("model.context with model.syntax: not supported yet (the context sentences carry no parses)")
         if self.arch != "transformer":
             if syn != SyntaxConfig():
@@ -777,7 +833,7 @@ class Config(_Section):
         self._check_parses()
         self._check_multitask()
         self._check_model_data()
-        if self.model.context.kind != "none" and not (self.data.train_docs and self.data.dev_docs):
+        if self.model.context.documents and not (self.data.train_docs and self.data.dev_docs):
             raise ValueError(f"model.context.kind {self.model.context.kind} needs the document ids of the corpus: set data.train_docs and data.dev_docs")
         return self
 
@@ -787,7 +843,7 @@ class Config(_Section):
         m = self.model
         if m.tie_embeddings == "all" and not self.data.joint_vocab:
             raise ValueError("model.tie_embeddings=all shares the source embedding: it needs data.joint_vocab true (or use tie_embeddings=decoder)")
-        if m.context.kind == "concat" and m.context.side == "both" and not self.data.joint_vocab:
+        if m.context.concatenates_target and not self.data.joint_vocab:
             raise ValueError("model.context concat with side both (2-to-2) puts one <sep> piece in the source and the target: it needs data.joint_vocab true (or side: source)")
         if m.position_table and self.data.max_len >= m.max_positions:
             raise ValueError(f"data.max_len {self.data.max_len} must be below model.max_positions {m.max_positions} (a sentence of max_len subwords takes max_len + 1 positions with its end symbol)")

@@ -538,7 +538,7 @@ def attention_of_targets(
     dc = getattr(model, "document_context", None) if contexts is not None else None
     n_src = n_tgt = [0] * len(src)
     han_ctx = han_tgt = None
-    if dc is not None and dc.kind == "concat":
+    if dc is not None and dc.concatenates:
         joined = [_join(dc.sep, [(p.ids, p.word_of_piece, p.words) for p in reversed(c.sources[: dc.sentences])] + [(s.ids, s.word_of_piece, s.words)]) for s, c in zip(src, contexts)]
         src = [EncodedSource(np.asarray(ids, dtype=np.int64), words, wop, None, None) for ids, wop, words, _ in joined]
         n_src = [n for *_, n in joined]
@@ -546,7 +546,7 @@ def attention_of_targets(
             joined_tgt = [_join(dc.sep, [(t[0], t[2], t[3]) for t in reversed((c.targets or [])[: dc.sentences])] + [(cur[0], cur[2], cur[3])]) for cur, c in zip(tgt, contexts)]
             tgt = [(ids, [toks.tgt.id_to_piece(i) for i in ids], wop, words, cur[4]) for (ids, wop, words, _), cur in zip(joined_tgt, tgt)]
             n_tgt = [n for *_, n in joined_tgt]
-    elif dc is not None and dc.kind == "han":
+    elif dc is not None and dc.reads_states:
         han_ctx = [[p.ids for p in c.sources[: dc.reach]] for c in contexts]  # side both: the previous sentences' own previous ones too
         if dc.han_target:
             if any(c.targets is None for c in contexts):
@@ -781,6 +781,6 @@ def export_attention(
     contexts = read_contexts(model, cfg, toks, src, docs, keep, ref, device=device, beam=beam, batch_size=batch_size)
     result = attention_for_sentences(model, cfg, toks, lines, refs=refs, device=device, beam=beam, parse=parse, batch_size=batch_size, progress=True, source_name=src, parses=parses, contexts=contexts)
     info = {"checkpoint": str(checkpoint), "source_file": str(src), "reference_file": ref, "lines": keep, "target": "reference" if ref else "translation", "beam": None if ref else beam, **model_info(model, cfg)}
-    info["context"] = {**cfg.model.context.model_dump(mode="json"), "docs_file": docs} if cfg.model.context.kind != "none" else None
+    info["context"] = {**cfg.model.context.model_dump(mode="json"), "docs_file": docs} if cfg.model.context.documents else None
     jsonl, npz = write_attention(out, result, info)
     return jsonl, npz, len(result)

@@ -372,19 +372,22 @@ def analyze_heads(
     gold_align: str | None = None,
     one_indexed_gold: bool = False,
     sentences: str | None = None,
-    beam: int = 1,
+    beam: int | None = None,
     batch_size: int = 32,
     chunk: int = 256,
     title: str = "",
     device,
 ) -> tuple[HeadAnalysis, list[Path]]:
     """``syntaxnmt analyze-heads``: run the model over the corpus chunk by chunk, count, write
-    ``OUT.md``, ``OUT-heads.csv``, ``OUT-labels.csv``, ``OUT-cross.csv`` and ``OUT.png``."""
+    ``OUT.md``, ``OUT-heads.csv``, ``OUT-labels.csv``, ``OUT-cross.csv`` and ``OUT.png``. Without
+    ``ref`` the model's translations are analysed, searched with ``beam`` (None: the checkpoint's
+    ``decode.beam_size``, as ``translate``, ``attention`` and ``plot``)."""
 
 
     if gold_align and not ref:
         raise UserError("--gold-align needs --ref: the gold links are between the source and its reference")
     model, cfg, toks = load_model(checkpoint, device)
+    beam = beam or cfg.decode.beam_size
     lines, refs, parses, keep = read_inputs(src, ref, conllu, sentences)
     if parses is None:  # parse as the corpus was (spaCy), before any work
         parses = source_parses(cfg, lines, None, src, "the analysis needs source parses")

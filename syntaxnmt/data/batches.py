@@ -249,7 +249,7 @@ def context_batch(context: DocumentContext, src: Sequence, tgt: Sequence | None,
     separators in one sequence (the target too for 2-to-2, from ``tgt_ctx``), for ``han`` the
     sentences (rows 0..n-1) followed by their previous sentences as rows of their own
     (:func:`make_batch`; with their targets ``tgt_ctx`` when the HAN reads the target side)."""
-    if context.kind == "han":
+    if context.reads_states:
         if context.han_target and tgt_ctx is None:
             raise ValueError("a target-side HAN model needs the target sentences of its context (tgt_ctx)")
         return make_batch(src, tgt, ids, context=src_ctx, context_size=context.sentences, context_tgt=tgt_ctx if context.han_target else None, context_depth=2 if context.han_both else 1)
@@ -281,7 +281,7 @@ def collate(split: Split, indices: Sequence[int], spec: FeatureSpec | None = Non
     annotations = [split.annotation(i) for i in indices] if spec else None
     idx = np.asarray(indices, dtype=np.int64)
     n = len(idx)
-    if context is not None and context.kind == "han":
+    if context is not None and context.reads_states:
         previous = split.previous(context.sentences)
         idx = np.concatenate([idx, lead_in(previous, idx)])
         reading = len(idx) if context.han_both else n  # the rows whose HAN output is read
@@ -302,7 +302,7 @@ def collate(split: Split, indices: Sequence[int], spec: FeatureSpec | None = Non
     if alignment:
         if "align" not in split.fields:
             raise UserError("guided alignment needs the prepared corpus to hold alignments: set data.train_align")
-        if context is not None and context.kind == "concat":
+        if context is not None and context.concatenates:
             raise UserError("guided alignment and concatenation context models do not go together (the alignments cover the current sentence only)")
         links = [split["align"][i].reshape(-1, 2).tolist() if r < n else [] for r, i in enumerate(idx)]
         ref = alignment_targets(links, batch.tgt_out.size(1), batch.src.size(1))

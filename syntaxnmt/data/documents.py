@@ -17,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
+from syntaxnmt.config import CONTEXT_KINDS, ContextKind
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import read_lines
 
@@ -85,8 +86,9 @@ def other_document_context(docs: np.ndarray, previous: np.ndarray, seed: int = 0
 @dataclass(frozen=True)
 class DocumentContext:
     """How a context model (``model.context``) reads the previous sentences of a document:
-    ``kind`` concat or han, ``sentences`` k, ``side``, and ``sep`` the id of the :data:`SEP` piece
-    (in the source and, for 2-to-2, the target vocabulary)."""
+    ``kind`` (one of :data:`syntaxnmt.config.CONTEXT_KINDS`: what it needs is :attr:`described`),
+    ``sentences`` k, ``side``, and ``sep`` the id of the :data:`SEP` piece (in the source and, for
+    2-to-2, the target vocabulary)."""
 
     kind: str
     sentences: int
@@ -94,16 +96,31 @@ class DocumentContext:
     sep: int = -1
 
     @property
+    def described(self) -> ContextKind:
+        """What the kind asks of the data, training and decoding code (:class:`syntaxnmt.config.ContextKind`)."""
+        return CONTEXT_KINDS[self.kind]
+
+    @property
+    def reads_states(self) -> bool:
+        """The network reads the previous sentences' states (HAN): a batch carries them as rows of its own."""
+        return self.described.reads_states
+
+    @property
+    def concatenates(self) -> bool:
+        """The previous sentences are joined to the current one by ``<sep>`` (:meth:`concatenate`)."""
+        return self.described.concatenates
+
+    @property
     def han_target(self) -> bool:
-        """Whether a HAN reads the decoder states of the previous target sentences (``side: target | both``)."""
-        return self.kind == "han" and self.side in ("target", "both")
+        """Whether the network (a HAN) reads the decoder states of the previous target sentences (``side: target | both``)."""
+        return self.reads_states and self.side in ("target", "both")
 
     @property
     def han_both(self) -> bool:
         """HAN on both sides: the decoder states of a previous target sentence are computed with
         that sentence's own source-side HAN (Miculicich et al. 2018, Sec. 2.3), so they read its k
         previous source sentences in turn."""
-        return self.kind == "han" and self.side == "both"
+        return self.reads_states and self.side == "both"
 
     @property
     def reach(self) -> int:
@@ -114,7 +131,7 @@ class DocumentContext:
     @property
     def concat_target(self) -> bool:
         """Whether the target is concatenated too (2-to-2)."""
-        return self.kind == "concat" and self.side == "both"
+        return self.concatenates and self.side == "both"
 
     def concatenate(self, previous: Sequence[np.ndarray], current: np.ndarray) -> np.ndarray:
         """``c_k <sep> ... c_1 <sep> current`` from the previous sentences (nearest first)."""
@@ -134,9 +151,9 @@ def document_context(cfg, src_tok, tgt_tok) -> DocumentContext | None:
     """The :class:`DocumentContext` of a config's ``model.context`` with its tokenizers' separator
     ids; None for a sentence-level model."""
     c = cfg.model.context
-    if c.kind == "none":
+    if not c.documents:
         return None
     sep = src_tok.symbol_id(SEP)
-    if c.kind == "concat" and (sep is None or (c.side == "both" and tgt_tok.symbol_id(SEP) != sep)):
+    if c.concatenates and (sep is None or (c.side == "both" and tgt_tok.symbol_id(SEP) != sep)):
         raise UserError(f"model.context concat needs the {SEP} piece in the vocabularies: prepare the corpus with data.train_docs set (and a joint vocabulary for side: both)")
     return DocumentContext(c.kind, c.sentences, c.side, -1 if sep is None else sep)

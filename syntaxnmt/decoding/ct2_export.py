@@ -58,7 +58,7 @@ def unsupported(model: nn.Module, cfg: Config) -> str | None:
     """Why CTranslate2 cannot represent ``model`` (None when it can)."""
     if cfg.model.arch != "transformer":
         return f"model.arch {cfg.model.arch} (CTranslate2 runs Transformers only)"
-    if cfg.model.context.kind != "none":  # HAN's blocks, or the <sep>-joined documents of concatenation
+    if cfg.model.context.documents:  # HAN's blocks, or the <sep>-joined documents of concatenation
         return f"a document-context model (model.context.kind: {cfg.model.context.kind}; CTranslate2 translates sentences alone)"
     if cfg.model.attention_normalizer != "softmax":
         return f"model.attention_normalizer {cfg.model.attention_normalizer} (CTranslate2's attention is softmax)"

@@ -69,7 +69,7 @@ def translate_ids(
         raise ValueError("a target-side HAN model translates documents in order: give the positions of the previous sentences (previous=)")
     model.eval()
     states = None
-    if context is not None and context.kind == "han":
+    if context is not None and context.reads_states:
         max_pos = model.cfg.max_positions - 2
         pool, rows = sentence_pool(sources, contexts, previous, context.sentences)
         states = DocumentStates(model, [s[:max_pos] for s in pool], device, decode.batch_size)

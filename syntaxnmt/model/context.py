@@ -388,4 +388,7 @@ class HanContext(ContextModel):
 
 
 CONTEXT_MODELS: dict[str, type[ContextModel]] = {"none": ContextModel, "concat": ContextModel, "han": HanContext}
-"""The context model of each ``model.context.kind``: a new kind is its class here (and its name in the config)."""
+"""The context model of each ``model.context.kind``: a new kind is its class here and its entry in
+:data:`syntaxnmt.config.CONTEXT_KINDS` (what the code around the network asks of it; a test keeps
+the two in step: a kind whose ``reads_states`` is set holds blocks and reads them, the others
+read nothing)."""

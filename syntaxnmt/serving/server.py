@@ -226,7 +226,7 @@ class ServedModel:
         out = []
         for doc in documents:
             costs = self.work(doc, beam, attention)
-            if context is not None and context.kind == "concat":
+            if context is not None and context.concatenates:
                 filled = [c for c in costs if c]  # a blank sentence is nobody's context
                 costs = [sum(filled[max(0, i - context.sentences) : i + 1]) for i in range(len(filled))]
             out.append(sum(costs))
@@ -334,7 +334,7 @@ class ServedModel:
             "parser": self.parser_name,
             "beam": self.cfg.decode.beam_size,
             "alignment": configured_reading(self.cfg).label,
-            "context": None if m.context.kind == "none" else {"kind": m.context.kind, "side": m.context.side, "sentences": m.context.sentences},
+            "context": {"kind": m.context.kind, "side": m.context.side, "sentences": m.context.sentences} if m.context.documents else None,
             "terminology": None if self.terminology is None else {"file": self.terminology_file.name, "terms": len(self.terminology.terms)},
         }
 

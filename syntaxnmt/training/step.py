@@ -90,7 +90,7 @@ def timing_step(model, split: Split, t: TrainConfig, device: torch.device, objec
     raw = unwrap(model)
     context = getattr(raw, "document_context", None)
     src_lens, tgt_lens = split["src"].lengths, split["tgt"].lengths
-    if context is not None and context.kind == "han":
+    if context is not None and context.reads_states:
         batches = document_batches(split.docs, src_lens, tgt_lens, t.max_tokens, context.reach, None, t.shape_bucket)
     else:
         batches = bucket_batches(src_lens, tgt_lens, t.max_tokens, None, t.shape_bucket)

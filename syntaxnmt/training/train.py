@@ -50,7 +50,7 @@ from syntaxnmt.training.step import forward_loss, timing_step, update
 def training_batches(split: Split, cfg: Config, context: DocumentContext | None, rng: np.random.Generator | None) -> list[np.ndarray]:
     """The batches (sentence indices) of ``split`` by ``train.max_tokens``: length-bucketed, or for
     a HAN model contiguous runs of documents (:func:`~syntaxnmt.data.batches.document_batches`)."""
-    if context is not None and context.kind == "han":
+    if context is not None and context.reads_states:
         return document_batches(split.docs, split["src"].lengths, split["tgt"].lengths, cfg.train.max_tokens, context.reach, rng)
     return bucket_batches(split["src"].lengths, split["tgt"].lengths, cfg.train.max_tokens, rng)
 
@@ -285,7 +285,7 @@ class SingleModel:
         self.t = t = cfg.train.for_device(device.type, world.size)  # the automatic settings decided
         set_matmul_precision(t, device)
         off = None if t.cuda_graphs else "several processes" if world.distributed else "not a CUDA device"
-        if t.cuda_graphs and cfg.model.context.kind == "han":
+        if t.cuda_graphs and cfg.model.context.reads_states:
             # The context rows of a HAN batch (batch.context_rows) are no graph input: HAN trains without graphs.
             self.t = t = t.model_copy(update={"cuda_graphs": False})
             off = "a HAN model reads its context through the rows of each batch"
@@ -436,7 +436,7 @@ def _train(cfg: Config, resume: bool, log) -> Progress:
     log(f"{cfg.name}: {n_params / 1e6:.2f}M parameters, {len(task.split)} training pairs, device {device}" + (f", {describe_threads()}" if device.type == "cpu" else "") + (f", {world.size} processes" if world.distributed else ""))
     task.choose_cpu_kernels()
     task.distribute()
-    han = cfg.model.context.kind == "han"  # HAN: batches of contiguous runs of documents
+    han = cfg.model.context.reads_states  # HAN: batches of contiguous runs of documents
     sampler = TokenBatchSampler(task.split["src"].lengths, task.split["tgt"].lengths, t.max_tokens, cfg.seed, num_shards=world.size, shard=world.rank, multiple=task.t.shape_bucket, docs=task.split.docs if han else None, context=task.raw.document_context.reach if han else 0)
     result = loop.run(task, t, sampler, log, world=world, writer=writer)
     prog = task.progress

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_analysis_export import CPU, load_tiny
+from test_analysis_export import CPU, MODELS, load_tiny
 from test_cli import assert_one_line_error, run_cli
 
 from syntaxnmt.analysis.export import SentenceAttention, attention_for_sentences
@@ -187,3 +187,23 @@ def test_several_models_side_by_side(capsys, corpus, parsed_prepared_dir, tmp_pa
     assert "| det |" in text  # the per-label comparison
     code, _, err = run_cli(capsys, "analyze-heads", "--checkpoint", base, "--checkpoint", base, "-i", src, "--src-conllu", conllu, "-o", tmp_path / "x")
     assert_one_line_error(code, err, "labelled alike")
+
+
+def test_analyze_heads_translates_with_the_checkpoints_beam_by_default(capsys, corpus, parsed_prepared_dir, tmp_path, monkeypatch):
+    """Without --ref and --beam, `analyze-heads` searches the translations it analyses with the
+    checkpoint's decode.beam_size, as `translate`, `attention` and `plot` do (it was greedy, beam 1)."""
+    import syntaxnmt.analysis.heads as heads_module
+
+    monkeypatch.setitem(MODELS, "beam3", {"decode": {"beam_size": 3}})
+    *_, cfg, _, path = load_tiny("beam3", corpus, parsed_prepared_dir, tmp_path)
+    assert cfg.decode.beam_size == 3
+    seen = []
+    real = heads_module.attention_for_sentences
+    monkeypatch.setattr(heads_module, "attention_for_sentences", lambda *a, **k: seen.append(k["beam"]) or real(*a, **k))
+    src, conllu = corpus["test"]["src"], corpus["test"]["conllu"]
+    code, _, err = run_cli(capsys, "analyze-heads", "--checkpoint", path, "-i", src, "--src-conllu", conllu, "--sentences", "0-3", "-o", tmp_path / "r", "--device", "cpu")
+    assert code == 0, err
+    assert seen == [3]
+    code, _, err = run_cli(capsys, "analyze-heads", "--checkpoint", path, "-i", src, "--src-conllu", conllu, "--sentences", "0-3", "--beam", "2", "-o", tmp_path / "r2", "--device", "cpu")
+    assert code == 0, err
+    assert seen == [3, 2]

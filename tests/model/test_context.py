@@ -633,3 +633,85 @@ def test_every_context_kind_of_the_config_has_its_context_model():
     source, target = _context_model("source"), _context_model("target")
     assert isinstance(source.context, HanContext) and source.context.changes_encoder_output and source.context.target is None
     assert not target.context.changes_encoder_output and target.context.target is target.han_target
+
+
+# ---------------------------------------------------------------- the kinds: one table, one registry
+
+
+def test_every_context_kind_is_described_and_its_description_matches_its_model():
+    """Each ``model.context.kind`` is in the config's table (CONTEXT_KINDS: what the code around the
+    network asks of it) and in the model's registry (CONTEXT_MODELS), and the two agree: a kind
+    that reads the previous sentences' states holds context blocks on every side it accepts and
+    overrides the reads, a kind that does not (the sentence model, concatenation) holds none and
+    reads nothing; a side outside the kind's ``sides`` is refused at load."""
+    from typing import get_args
+
+    from pydantic import ValidationError
+
+    from syntaxnmt.config import CONTEXT_KINDS, ContextConfig, ModelConfig
+    from syntaxnmt.model.context import CONTEXT_MODELS, ContextModel
+
+    assert set(get_args(ContextConfig.model_fields["kind"].annotation)) == set(CONTEXT_KINDS) == set(CONTEXT_MODELS)
+    for kind, described in CONTEXT_KINDS.items():
+        model = CONTEXT_MODELS[kind]
+        for side in ("source", "target", "both"):
+            if side not in described.sides:
+                with pytest.raises(ValidationError, match=f"model.context.side {side}"):
+                    ContextConfig(kind=kind, side=side)
+                continue
+            cfg = ModelConfig(d_model=16, heads=4, ffn_dim=32, enc_layers=1, dec_layers=1, context={"kind": kind, "side": side})
+            assert cfg.context.described is described and cfg.context.reads_states == described.reads_states
+            blocks = model.blocks(cfg)
+            assert any(b is not None for b in blocks) == described.reads_states, (kind, side)
+            if described.reads_states:  # the block on the side it reads
+                assert (blocks[0] is not None) == (side != "target") and (blocks[1] is not None) == (side != "source"), (kind, side)
+        reads = [getattr(model, name) is not getattr(ContextModel, name) for name in ("read_source", "read_target", "memory")]
+        assert all(reads) if described.reads_states else not any(reads), kind
+    assert [k for k, d in CONTEXT_KINDS.items() if d.concatenates] == ["concat"] and [k for k, d in CONTEXT_KINDS.items() if d.reads_states] == ["han"]
+    assert not ContextConfig().documents and all(ContextConfig(kind=k).documents for k in CONTEXT_KINDS if k != "none")
+
+
+def kind_comparisons(root) -> list[str]:
+    """``file:line`` of every comparison of a ``kind`` (an attribute or a name) with a context kind's
+    name (== / != / in / not in) in the package's modules but config.py and model/context.py."""
+    import ast
+    from pathlib import Path
+
+    from syntaxnmt.config import CONTEXT_KINDS
+
+    def strings(node) -> set[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return {node.value}
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+        return set()
+
+    def is_kind(node) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "kind") or (isinstance(node, ast.Name) and node.id.endswith("kind"))
+
+    root = Path(root)
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel in ("config.py", "model/context.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                if any(is_kind(o) for o in operands) and any(strings(o) & set(CONTEXT_KINDS) for o in operands):
+                    found.append(f"{rel}:{node.lineno}")
+    return found
+
+
+def test_no_module_but_the_config_and_the_context_models_compares_context_kinds(tmp_path):
+    """What a module needs of a context kind is a property (``concatenates``, ``reads_states``,
+    ``documents`` ...), so a new kind touches config.py, model/context.py and at most one
+    data-side function -- not the modules that batch, train, decode, serve or analyse."""
+    from pathlib import Path
+
+    import syntaxnmt
+
+    assert kind_comparisons(Path(syntaxnmt.__file__).parent) == []
+    (tmp_path / "data").mkdir()  # the check finds the comparisons it is meant to find
+    (tmp_path / "data" / "x.py").write_text('if context.kind == "han":\n    pass\nhan = cfg.model.context.kind in ("concat", "x")\nok = arr.dtype.kind not in "iu"\n')
+    assert kind_comparisons(tmp_path) == ["data/x.py:1", "data/x.py:3"]
