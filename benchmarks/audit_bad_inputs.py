@@ -752,7 +752,7 @@ def cases(env: Env) -> list[Case]:
         C("score-index-out-of-range", "score", ["score", "--checkpoint", ck, "--contrastive", str(b["contrastive_index"])], fragments=("index.json", "correct")),
         C("score-wrong-types", "score", ["score", "--checkpoint", ck, "--contrastive", str(b["contrastive_types"])], fragments=("types.json",)),
         C("score-contrapro-short-context", "score", ["score", "--checkpoint", ck, "--contrastive", str(b["contrapro"]), "--context-src", empty, "--context-tgt", empty], fragments=("empty.txt",)),
-        C("score-crafted-pickle", "score", ["score", "--checkpoint", evil, "--contrastive", "{case}/ok.json"],
+        C("score-crafted-pickle", "score", ["score", "--checkpoint", evil, "--contrastive", "{case}/ok.json", "--context", "none"],
           setup=lambda c, e: write(c / "ok.json", json.dumps({"items": [{"src": "a red house .", "candidates": ["aru ie .", "ie ."], "correct": 0}]})) and None, fragments=("evil.pt",)),
         C("score-batch-size-zero", "score", ["score", "--checkpoint", ck, "--contrastive", "{case}/ok.json", "--batch-size", "0"],
           setup=lambda c, e: write(c / "ok.json", json.dumps({"items": [{"src": "a red house .", "candidates": ["aru ie .", "ie ."], "correct": 0}]})) and None, fragments=("--batch-size",)),
