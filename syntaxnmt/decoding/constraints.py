@@ -73,26 +73,40 @@ class BatchConstraints(list):
     the word boundary "▁" that hold a letter or digit; None: no rule, as for a word vocabulary).
     With it, a hypothesis whose last token completed a constraint may not continue that word with
     such a piece (only with the tokens that advance a constraint), so that a phrase's last word
-    stays a word of the output ("Hund", not "Hunde"): what term accuracy counts."""
+    stays a word of the output ("Hund", not "Hunde"): what term accuracy counts. ``glue``: (V,)
+    bool, the pieces without "▁" and without a letter or digit (punctuation such as "-"), through
+    which the rule holds ("Texas-" may not go on to "Texas-BB")."""
 
-    def __init__(self, constraints: Sequence[SentenceConstraints] = (), continuing: Tensor | None = None):
+    def __init__(self, constraints: Sequence[SentenceConstraints] = (), continuing: Tensor | None = None, glue: Tensor | None = None):
         super().__init__(constraints)
-        self.continuing = continuing
+        self.continuing, self.glue = continuing, glue
 
     def subset(self, index: Sequence[int]) -> "BatchConstraints":
         """The constraints of the sentences ``index``, with the same rule."""
-        return BatchConstraints([self[int(i)] for i in index], self.continuing)
+        return BatchConstraints([self[int(i)] for i in index], self.continuing, self.glue)
 
 
-def continuing_pieces(tok: "Tokenizer") -> Tensor | None:
-    """(V,) bool: the pieces of ``tok``'s vocabulary that continue a word (:class:`BatchConstraints`);
-    None for a word vocabulary (every token is a word)."""
+def _inner_pieces(tok: "Tokenizer", alnum: bool) -> Tensor | None:
+    """(V,) bool: the ordinary pieces of ``tok``'s vocabulary without the word boundary "▁" that
+    do (``alnum``) or do not hold a letter or digit; None for a word vocabulary."""
     sp = tok.sp
     if not hasattr(sp, "is_control"):  # syntaxnmt.data.words.WordProcessor
         return None
     pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
     special = [sp.is_control(i) or sp.is_unknown(i) or sp.is_byte(i) or (p.startswith("<") and p.endswith(">")) for i, p in enumerate(pieces)]
-    return torch.tensor([not sym and not p.startswith("\u2581") and any(c.isalnum() for c in p) for p, sym in zip(pieces, special)])
+    return torch.tensor([not sym and not p.startswith("\u2581") and any(c.isalnum() for c in p) == alnum for p, sym in zip(pieces, special)])
+
+
+def continuing_pieces(tok: "Tokenizer") -> Tensor | None:
+    """(V,) bool: the pieces of ``tok``'s vocabulary that continue a word (:class:`BatchConstraints`);
+    None for a word vocabulary (every token is a word)."""
+    return _inner_pieces(tok, alnum=True)
+
+
+def glue_pieces(tok: "Tokenizer") -> Tensor | None:
+    """(V,) bool: the pieces that join the word before them without a letter or digit ("-", "'"):
+    the rule of :class:`BatchConstraints` holds through them."""
+    return _inner_pieces(tok, alnum=False)
 
 
 def _phrases(constraints: SentenceConstraints) -> Sequence[Sequence[int]]:
@@ -328,8 +342,8 @@ class StepRows:
 class BeamConstraints:
     """The constraint states of a beam search's hypotheses (m sentences alive, k beams each)."""
 
-    def __init__(self, trie: ConstraintTrie, limits: Tensor, k: int, names: Sequence[str] = (), continuing: Tensor | None = None):
-        self.trie, self.limits, self.k, self.names, self.continuing = trie, limits, k, list(names), continuing
+    def __init__(self, trie: ConstraintTrie, limits: Tensor, k: int, names: Sequence[str] = (), continuing: Tensor | None = None, glue: Tensor | None = None):
+        self.trie, self.limits, self.k, self.names, self.continuing, self.glue = trie, limits, k, list(names), continuing, glue
         self._vocabulary: int | None = None
         n = len(trie.root)
         self.sent = torch.arange(n)  # the batch rows of the sentences alive
@@ -357,7 +371,7 @@ class BeamConstraints:
         if len(over):
             i = int(over[0])
             raise UserError(f"{names[i]}: its constraints take {int(need[i])} target tokens, more than its output length limit of {int(limits[i])} (decode.max_len_a/max_len_b, model.max_positions): shorten or drop a constraint")
-        return cls(trie, limits, k, names, getattr(constraints, "continuing", None))
+        return cls(trie, limits, k, names, getattr(constraints, "continuing", None), getattr(constraints, "glue", None))
 
     def check_vocabulary(self, size: int) -> None:
         """A constraint token id outside the model's target vocabulary of ``size`` is a :class:`UserError`."""
@@ -400,7 +414,10 @@ class BeamConstraints:
         score = cand_score.reshape(m, -1)
         top_idx = allocate(score, bank.reshape(m, -1), finished.reshape(m, -1), k)
         self.node = new_node.reshape(m, -1).gather(1, top_idx)
-        closing = (new_count.sum(-1) > count.sum(-1)) & ~done[:, :, None]
+        closing = new_count.sum(-1) > count.sum(-1)
+        if self.glue is not None:  # still inside the completed phrase's last word: "Texas-"
+            closing |= self.closing[:, :, None].to(closing.device) & self.glue.to(cand_tok.device)[cand_tok]
+        closing &= ~done[:, :, None]
         self.count = new_count.reshape(m, -1, new_count.size(-1)).gather(1, top_idx[:, :, None].expand(-1, -1, new_count.size(-1)))
         self.closing = closing.reshape(m, -1).gather(1, top_idx)
         return score.gather(1, top_idx), top_idx

@@ -13,7 +13,7 @@ import torch
 from syntaxnmt.config import Config, DecodeConfig
 from syntaxnmt.data.documents import doc_index, previous_sentences
 from syntaxnmt.data.prepare import Tokenizers
-from syntaxnmt.decoding.constraints import BatchConstraints, continuing_pieces, phrase_ids
+from syntaxnmt.decoding.constraints import BatchConstraints, continuing_pieces, glue_pieces, phrase_ids
 from syntaxnmt.decoding.sources import encode_source_lines, parser_words, warn_cut_lines
 from syntaxnmt.decoding.terminology import TermDictionary, source_words
 from syntaxnmt.decoding.translate import translate_ids
@@ -108,7 +108,7 @@ def translate_outputs(
     if phrases is not None:
         where = constraints_name if terminology is None else source_name if constraints is None else f"{constraints_name} / {source_name}"
         numbers = line_numbers or range(1, len(lines) + 1)
-        kw["constraints"] = BatchConstraints([phrase_ids(toks.tgt, p, f"{where}:{n}") for p, n in zip(phrases, numbers)], continuing_pieces(toks.tgt))
+        kw["constraints"] = BatchConstraints([phrase_ids(toks.tgt, p, f"{where}:{n}") for p, n in zip(phrases, numbers)], continuing_pieces(toks.tgt), glue_pieces(toks.tgt))
     return _translate_ids_of_lines(model, cfg, toks, lines, decode, device, conllu, source_name, line_numbers, docs, **kw)
 
 
