@@ -39,6 +39,7 @@ from syntaxnmt.config import CPU_SHAPE_BUCKET, load_config  # noqa: E402
 from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after  # noqa: E402
 from syntaxnmt.data.batches import make_batch, pad_batch, shape_bucket  # noqa: E402
 from syntaxnmt.decoding.calibration import decoding_step  # noqa: E402
+from syntaxnmt.cpu import install as install_cpu
 from syntaxnmt.model import build_model, kernels  # noqa: E402
 from syntaxnmt.textio import atomic_write_text  # noqa: E402
 from syntaxnmt.training.step import forward_backward  # noqa: E402
@@ -82,7 +83,7 @@ def main() -> int:
     torch.manual_seed(0)
     model_tree = {"arch": "transformer", "d_model": args.d_model, "heads": args.heads, "ffn_dim": args.ffn_dim, "enc_layers": args.layers, "dec_layers": args.layers, "norm": "pre", "tie_embeddings": "all", "dropout": 0.2}
     cfg = load_config(None, {"model": model_tree, "train": {"max_tokens": args.max_tokens, "device": "cpu"}})
-    model = build_model(cfg, args.vocab, args.vocab)
+    model = install_cpu(build_model(cfg, args.vocab, args.vocab))  # as training does (syntaxnmt.cpu)
     machine = machine_info()
     results = {}
     with tempfile.TemporaryDirectory() as cache:

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from syntaxnmt.config import load_config
+from syntaxnmt.cpu import install as install_cpu
 from syntaxnmt.cpu.calibration import prepare as prepare_cpu_kernels
 from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after
 from syntaxnmt.data.batches import TokenBatchSampler
@@ -96,7 +97,8 @@ def decoding_setup(cfg, device, checkpoint: str | None, beam: int, force_length:
         seed_everything(cfg.seed)
         toks = load_tokenizers(cfg)
         model = build_model(cfg.model, len(toks.src), len(toks.tgt), **feature_vocab_sizes(cfg)).to(device).eval()
-        if device.type == "cpu":  # as load_model does
+        if device.type == "cpu":  # as load_model does: the CPU's execution, then its kernels' calibration
+            install_cpu(model)
             prepare_cpu_kernels(model, timing=lambda: decoding_step(model))
     decode = cfg.decode.model_copy(update={"beam_size": beam})
     if force_length:

@@ -35,6 +35,7 @@ from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after
 from syntaxnmt.data.batches import TokenBatchSampler
 from syntaxnmt.data.prepare import load_split, load_tokenizers
 from syntaxnmt.decoding.translate import translate_ids
+from syntaxnmt.cpu import install as install_cpu
 from syntaxnmt.model import build_model
 from syntaxnmt.runtime import keep_freed_memory
 from syntaxnmt.textio import atomic_write_text
@@ -76,7 +77,7 @@ def main() -> None:
         seed_everything(cfg.seed)
         toks = load_tokenizers(cfg)
         split = load_split(cfg, "train")
-        model = build_model(cfg, **toks.vocab_sizes()).to(device).train()
+        model = install_cpu(build_model(cfg, **toks.vocab_sizes()).to(device).train())  # as training does (syntaxnmt.cpu)
         opt, sched = build_optimizer(model, cfg.train)
         batches = TokenBatchSampler(split["src"].lengths, split["tgt"].lengths, cfg.train.max_tokens, cfg.seed).epoch_batches(0)
         runs.append({"cfg": cfg, "split": split, "model": model, "opt": opt, "sched": sched, "batches": batches, "objectives": training_objectives(cfg), "times": []})
