@@ -369,16 +369,20 @@ class Translator:
         if len(self.members) > 1 or docs is not None:
             raise UserError("alignments read one model's attention, without document context (as translate --alignments): load one checkpoint and give no docs (an ensemble's averaged attention: attention=True)")
 
+    def word_links(self, sources: list[str], texts: list[list[str]], batch_size: int, conllu: str | None, source_name: str, reading=None) -> list:
+        """The word links of every source line with each of its translations: from the export's
+        alignment layer and heads when CTranslate2 searches, else the PyTorch model's attention
+        (``reading``: :func:`~syntaxnmt.alignment.extract.alignments_for_translations`'s; None: configured)."""
+        if self.engine is not None:
+            return engine_alignments_for_translations(self.engine, self.toks, sources, texts, batch_size=batch_size, source_name=source_name)
+        return alignments_for_translations(self.model, self.cfg, self.toks, sources, texts, self.device, reading=reading, batch_size=batch_size, conllu=conllu, source_name=source_name)
+
     def _align(self, results: list[Translation], conllu: str | None, source_name: str, decode: DecodeConfig) -> None:
         """Attach the word alignment of every candidate of every result to its non-empty source
         (the best one's also to the result), read as ``translate --nbest N --alignments`` reads
         it (:func:`~syntaxnmt.alignment.extract.alignments_for_translations`, all hypotheses
         force-decoded in the same batches)."""
-        sources, texts = [r.source for r in results], [[c.text for c in r.nbest] for r in results]
-        if self.engine is not None:  # the export's alignment layer and heads, read by CTranslate2
-            links = engine_alignments_for_translations(self.engine, self.toks, sources, texts, batch_size=decode.batch_size, source_name=source_name)
-        else:
-            links = alignments_for_translations(self.model, self.cfg, self.toks, sources, texts, self.device, batch_size=decode.batch_size, conllu=conllu, source_name=source_name)
+        links = self.word_links([r.source for r in results], [[c.text for c in r.nbest] for r in results], decode.batch_size, conllu, source_name)
         for r, per_candidate in zip(results, links):
             if not r.source.strip():
                 continue

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from syntaxnmt.alignment.external import align_external
-from syntaxnmt.alignment.extract import alignments_for_translations, check_reading, configured_reading, engine_alignments_for_translations, model_alignments
+from syntaxnmt.alignment.extract import check_reading, configured_reading, model_alignments
 from syntaxnmt.alignment.lexicon import build_lexicon
 from syntaxnmt.alignment.markup import parse_markup, transfer_to_translations
 from syntaxnmt.alignment.sweep import align_sweep
@@ -205,9 +205,6 @@ def cmd_aer(args, extra) -> None:
     print(aer_report(args.gold, args.hyp, args.one_indexed_gold, args.src, args.tgt, args.bitext))
 
 
-_read_input = read_input  # a file, or stdin for None and '-' (textio: the one reader of text)
-
-
 def _aligning(args, paths: list[Path]) -> bool:
     """Whether ``translate`` aligns its output (``--alignments``, ``--markup``); refuses what it cannot align before any work."""
     if not (args.alignments or args.markup):
@@ -239,13 +236,13 @@ def cmd_translate(args, extra) -> None:
             overrides.setdefault("decode", {})[key] = value
     translator = Translator.from_checkpoint(paths, device=args.device, engine=args.engine, overrides=overrides)
     decode = translator.decode
-    if aligning and translator.engine is not None:
-        translator.engine.check_aligning()
+    if aligning:
+        translator.check_aligning(None)
     reading = check_reading(translator.model, configured_reading(translator.cfg, args.align_layer, args.align_head, args.align_shift)) if aligning and translator.engine is None else None
     nbest = decode.nbest if args.nbest is None else args.nbest
     if nbest > decode.beam_size:
         raise UserError(f"--nbest {nbest} is larger than the beam size {decode.beam_size}")
-    lines = _read_input(args.input)
+    lines = read_input(args.input)
     marked = [parse_markup(line, f"{args.input or '<stdin>'}:{n}") for n, line in enumerate(lines, start=1)] if args.markup else None
     if marked is not None:
         lines = [m.plain for m in marked]
@@ -257,12 +254,8 @@ def cmd_translate(args, extra) -> None:
         kw["terminology"] = args.terminology
     results = [[(c.text, c.score) for c in t.nbest] for t in translator.translate(lines, nbest=nbest, src_conllu=args.src_conllu, docs=docs, **kw)]
     if aligning:
-        model, cfg, toks = translator.model, translator.cfg, translator.toks
-        texts = [[text for text, _ in nb] for nb in results]
-        if translator.engine is not None:  # the export's alignment layer and heads (docs/deployment.md)
-            links = engine_alignments_for_translations(translator.engine, toks, lines, texts, batch_size=decode.batch_size, source_name=kw["source_name"])
-        else:
-            links = alignments_for_translations(model, cfg, toks, lines, texts, translator.device, reading=reading, batch_size=decode.batch_size, conllu=args.src_conllu, source_name=kw["source_name"])
+        toks = translator.toks
+        links = translator.word_links(lines, [[text for text, _ in nb] for nb in results], decode.batch_size, args.src_conllu, kw["source_name"], reading=reading)
         if args.alignments:
             write_lines(args.alignments, [format_links(x) for nb in links for x in nb])
         if marked is not None:
@@ -434,9 +427,9 @@ def cmd_decode_experiment(args, extra) -> None:
 
 def cmd_parse(args, extra) -> None:
     _no_overrides(extra)
-    lines = _read_input(args.input)
-    parses = SpacyParser(args.pipeline).parse(lines, progress=args.output is not None, source=args.input or "<stdin>")
+    lines = read_input(args.input)
     source = args.input or "<stdin>"
+    parses = SpacyParser(args.pipeline).parse(lines, progress=args.output is not None, source=source)
     for i, p in enumerate(parses, start=1):
         check_parse(p, f"{source} sentence {i}")
     if args.output:

@@ -195,10 +195,11 @@ class ConstraintTrie:
         """How many more tokens a hypothesis needs to meet all its constraints (``node``,
         ``sent`` (...), ``count`` (..., U)): the unmet phrases' tokens, less the progress of the
         one in progress (it may be finished by continuing). Its bank is :meth:`total` - this."""
-        need = self.need[sent]
-        unmet = count < need
-        tokens = ((need - count).clamp(min=0) * self.length[sent]).sum(-1)
-        return tokens - self.depth[node] * (self.through[node] & unmet).any(-1)
+        return self.unmet_tokens(count, sent) - self.depth[node] * (self.through[node] & (count < self.need[sent])).any(-1)
+
+    def unmet_tokens(self, count: Tensor, sent: Tensor) -> Tensor:
+        """The tokens of the phrases still needed (``count`` (..., U) met so far), none of them begun."""
+        return ((self.need[sent] - count).clamp(min=0) * self.length[sent]).sum(-1)
 
     def forward_tokens(self, node: Tensor, count: Tensor, sent: Tensor) -> Tensor:
         """(..., B) the tokens that advance an unmet constraint from ``node`` (-1: none): the
@@ -264,7 +265,7 @@ class StepRows:
         trie, k = owner.trie, owner.k
         self.node, self.count, self.sent = owner.node.view(-1)[rows], owner.count.view(-1, owner.count.size(-1))[rows], owner.sent.repeat_interleave(k)[rows]
         self.forward = trie.forward_tokens(self.node, self.count, self.sent)  # (R, B)
-        unmet_tokens = ((trie.need[self.sent] - self.count).clamp(min=0) * trie.length[self.sent]).sum(-1)
+        unmet_tokens = trie.unmet_tokens(self.count, self.sent)
         self.unmet = unmet_tokens > 0
         # a token that drops the phrase in progress leaves at most all unmet tokens to write: only
         # where they still fit after it may it be chosen (else only the tokens that advance)
@@ -291,12 +292,13 @@ class StepRows:
             log_probs[self.unmet.to(device), EOS] = _NEG
         if bool(self.tight.any()):
             rows = self.tight.nonzero().view(-1)
-            fwd = self.forward[rows].to(device)
-            kept = log_probs[rows.to(device)].gather(1, fwd.clamp(min=0)).masked_fill(fwd < 0, _NEG)
-            log_probs[rows.to(device)] = torch.full_like(log_probs[rows.to(device)], _NEG).scatter_(1, fwd.clamp(min=0), kept)
+            fwd, at = self.forward[rows].to(device), rows.to(device)
+            kept = log_probs[at].gather(1, fwd.clamp(min=0)).masked_fill(fwd < 0, _NEG)
+            log_probs[at] = log_probs.new_full((len(at), log_probs.size(-1)), _NEG).scatter_(1, fwd.clamp(min=0), kept)
         if self.closing is not None and bool(self.closing.any()):
             rows = self.closing.nonzero().view(-1)
-            log_probs[rows.to(device)] = log_probs[rows.to(device)].masked_fill(~self._not_continuing(rows, device), _NEG)
+            at = rows.to(device)
+            log_probs[at] = log_probs[at].masked_fill(~self._not_continuing(rows, device), _NEG)
 
     def from_kernel(self, logits: Tensor, lse: Tensor, values: Tensor, index: Tensor, k: int) -> tuple[Tensor, Tensor]:
         """The native kernel's k + 1 best log-probabilities and tokens of the rows (R, k + 1;
@@ -414,7 +416,7 @@ class BeamConstraints:
         score = cand_score.reshape(m, -1)
         top_idx = allocate(score, bank.reshape(m, -1), finished.reshape(m, -1), k)
         self.node = new_node.reshape(m, -1).gather(1, top_idx)
-        closing = new_count.sum(-1) > count.sum(-1)
+        closing = new_count.sum(-1) > self.count.sum(-1)[:, :, None]
         if self.glue is not None:  # still inside the completed phrase's last word: "Texas-"
             closing |= self.closing[:, :, None].to(closing.device) & self.glue.to(cand_tok.device)[cand_tok]
         closing &= ~done[:, :, None]
