@@ -695,10 +695,6 @@ class TranslationJob:
     items: list
     costs: list[int]
 
-    @property
-    def work(self) -> int:
-        return sum(self.costs)
-
 
 def request_job(req: TranslateRequest, model: ServedModel, limits: Limits) -> TranslationJob:
     """The job of a request, or a :class:`Refusal`: 413 over a size limit or the work budget,

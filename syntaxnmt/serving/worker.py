@@ -47,6 +47,7 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 Checkpoint = Callable[[], None]
@@ -93,8 +94,9 @@ class Job:
     def __post_init__(self) -> None:
         self.results = [None] * len(self.items)
 
-    @property
+    @cached_property
     def work(self) -> float:
+        """The work of all its items (its costs are fixed at submission)."""
         return sum(self.costs)
 
     def priority(self) -> tuple[float, int]:
@@ -375,10 +377,10 @@ class BatchingWorker:
         self.stats["batches"] += 1
         self.stats["jobs"] += len(slices)
         self.stats["items"] += len(items)
-        frame = _Frame(slices, time.monotonic(), priority, work)
+        started = time.monotonic()
+        frame = _Frame(slices, started, priority, work)
         self._stack.append(frame)
         error: BaseException | None = None
-        started = time.monotonic()
         try:
             results = self.handler(key, items, self._checkpoint)
             if len(results) != len(items):

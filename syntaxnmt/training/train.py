@@ -171,8 +171,9 @@ def changed_inputs(stored: Mapping | None, current: Mapping | None) -> list[str]
     return [f"data.{k}" for k in sorted(set(stored) | set(current)) if stored.get(k) != current.get(k)]
 
 
-OPTIMIZER_KEYS = (("lr", "lr"), ("adam_betas", "betas"), ("adam_eps", "eps"), ("weight_decay", "weight_decay"))
-"""``train`` keys an optimizer's saved state holds (``param_groups``): loading it would override the config's values."""
+OPTIMIZER_KEYS = (("adam_betas", "betas"), ("adam_eps", "eps"), ("weight_decay", "weight_decay"))
+"""``train`` keys an optimizer's saved state holds (``param_groups``), with their names there: loading it
+would override the config's values (``train.lr``, the schedule's peak, is the scheduler's: :func:`apply_optimizer_options`)."""
 
 
 def apply_optimizer_options(opt, sched, t: TrainConfig) -> list[str]:
@@ -181,7 +182,7 @@ def apply_optimizer_options(opt, sched, t: TrainConfig) -> list[str]:
     ``adam_eps`` and ``weight_decay`` where they differ from the saved ones, which loading had
     put back. Returns "train.KEY OLD -> NEW" for each one applied."""
     changed = []
-    for key, name in OPTIMIZER_KEYS[1:]:
+    for key, name in OPTIMIZER_KEYS:
         new = tuple(getattr(t, key)) if key == "adam_betas" else getattr(t, key)
         old = opt.param_groups[0][name]
         if (tuple(old) if key == "adam_betas" else old) != new:
