@@ -32,7 +32,7 @@ import hansards_aer  # noqa: E402  (the benchmark beside this file)
 
 from syntaxnmt.data.links import aer_from_statistics, aer_statistics, parse_links  # noqa: E402
 from syntaxnmt.errors import UserError  # noqa: E402
-from syntaxnmt.metrics import two_level_bootstrap  # noqa: E402
+from syntaxnmt.metrics import run_scores, two_level_bootstrap  # noqa: E402
 
 VARIANTS = "plain,guided-full-leaky-gdfa"
 
@@ -102,7 +102,7 @@ def table(work: Path, seeds: list[int], variants: str = VARIANTS, bootstrap: int
         readings = [r for r in per_seed[seeds[0]] if all(r in per_seed[s] for s in seeds)]
         for reading in readings:
             stats = [aer_statistics(sure, possible, per_seed[s][reading]) for s in seeds]
-            scores = [float(aer_from_statistics(x.sum(0))) for x in stats]
+            scores = run_scores(stats, aer_from_statistics).tolist()
             low, high = two_level_bootstrap(base, stats, aer_from_statistics, n_samples=bootstrap)
             spread = f"{statistics.mean(scores):.2f} ± {statistics.stdev(scores):.2f}" if len(scores) > 1 else f"{scores[0]:.2f}"
             delta = statistics.mean(scores) - base_aer

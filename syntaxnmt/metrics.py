@@ -647,10 +647,9 @@ def aa_splits(k: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     half = k // 2
     splits = []
     for first in combinations(range(k), half):
-        rest = tuple(i for i in range(k) if i not in first)
-        if half * 2 == k and (rest, first) in splits:
-            continue
-        splits.append((first, rest))
+        if half * 2 == k and first[0] != 0:
+            continue  # equal halves: each split once, with run 0 in the first group (its mirror came earlier)
+        splits.append((first, tuple(i for i in range(k) if i not in first)))
     return splits
 
 

@@ -465,9 +465,9 @@ def aa_rates(runs: Sequence[np.ndarray], bootstrap: int, shuffles: int) -> dict[
     tested as two systems; per test, (splits where it finds a difference at α = 0.05, splits).
     None with fewer than four runs (a group needs two seeds for the seed-level test). The
     approximate randomization uses at most :data:`AA_SHUFFLES` shuffles."""
-    splits = aa_splits(len(runs))
     if len(runs) < 4:
         return None
+    splits = aa_splits(len(runs))
     hits = {"welch": 0, "ci": 0, "ar": 0}
     for first, second in splits:
         a, b = [runs[i] for i in first], [runs[i] for i in second]
