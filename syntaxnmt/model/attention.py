@@ -207,8 +207,8 @@ class MultiHeadAttention(nn.Module):
         return q, k, attention_weights(scores, None, self.normalizer, self.hard, self.training)
 
     def explicit(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool, features: SourceFeatures, leak: LeakSlot | None = None) -> tuple[Tensor, Tensor]:
-        q, k, weights = self._weights(q, k, key_padding_mask, causal, features, leak)
         """The attention (B, H, Tq, d) written out, its weights computed (and read by the extensions)."""
+        q, k, weights = self._weights(q, k, key_padding_mask, causal, features, leak)
         dropped = self.weights_dropout(weights)
         if leak is not None:
             tk = k.size(2)
@@ -219,8 +219,6 @@ class MultiHeadAttention(nn.Module):
         for ext in self.extensions:
             out = ext.values(out, dropped, features)
         return out, weights
-
-
 
 
 def reorder_cache(cache: dict, index: Tensor) -> None:
