@@ -70,6 +70,13 @@ class LeakSlot(nn.Module):
         return s.masked_fill(~self.heads[None, :, None, None], float("-inf"))
 
 
+def future_keys(tq: int, tk: int, device: torch.device | None = None) -> Tensor:
+    """The causal mask (Vaswani et al. 2017, Sec. 3.2.3): (Tq, Tk), True where a key lies after its
+    query, which may not attend to it. The queries are the newest ``tq`` of the ``tk`` positions
+    (with a cache, query i is position tk - tq + i)."""
+    return torch.ones(tq, tk, dtype=torch.bool, device=device).triu(tk - tq + 1)
+
+
 class AttentionKernel:
     """How :class:`MultiHeadAttention` computes its plain attention (softmax over the keys, no
     extension, no leak slot, no weights asked for): the one seam for a faster implementation.
@@ -88,10 +95,10 @@ class AttentionKernel:
         own dropout module than by the fused kernel (a kernel may honour it; HAN's word level asks)."""
         mask = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]  # True = may attend
         p = attn.dropout if attn.training else 0.0
-        if causal and mask is not None:
-            tq, tk = q.size(2), k.size(2)
-            future = torch.ones(tq, tk, dtype=torch.bool, device=q.device).triu(tk - tq + 1)
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask & ~future, dropout_p=p)
+        tq, tk = q.size(2), k.size(2)
+        if causal and (mask is not None or tq != tk):  # is_causal aligns the queries with the first keys, not the last
+            allowed = ~future_keys(tq, tk, q.device)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed if mask is None else mask & allowed, dropout_p=p)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
 
 
@@ -199,9 +206,7 @@ class MultiHeadAttention(nn.Module):
         if key_padding_mask is not None:
             scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
         if causal:
-            tq, tk = scores.shape[-2:]
-            future = torch.ones(tq, tk, dtype=torch.bool, device=scores.device).triu(tk - tq + 1)
-            scores = scores.masked_fill(future, float("-inf"))
+            scores = scores.masked_fill(future_keys(*scores.shape[-2:], scores.device), float("-inf"))
         if leak is not None:
             scores = torch.cat([scores, leak.scores(q)], dim=-1)
         return q, k, attention_weights(scores, None, self.normalizer, self.hard, self.training)

@@ -171,6 +171,19 @@ def test_incremental_self_attention_with_cache_equals_full():
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
 
 
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_several_new_positions_after_a_cache_equal_full(need_weights):
+    """Queries after a cache are the newest positions: both paths hide the keys after each one
+    (the fused path used to align them with the first keys instead)."""
+    mha = _mha(seed=5)
+    x, _, _ = _inputs()
+    full, _ = mha(x, causal=True)
+    cache: dict = {}
+    first, _ = mha(x[:, :4], causal=True, cache=cache, need_weights=need_weights)
+    rest, _ = mha(x[:, 4:], causal=True, cache=cache, need_weights=need_weights)
+    assert torch.allclose(torch.cat([first, rest], dim=1), full, atol=1e-5)
+
+
 def test_static_cross_attention_cache_is_computed_once():
     mha = _mha(seed=6)
     x, mem, mask = _inputs()
