@@ -24,6 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveInt, ValidationError, field_validator, model_validator
 
 from syntaxnmt.errors import UserError
+from syntaxnmt.runtime import cpu_cores
 from syntaxnmt.syntax import RELATION_KINDS
 from syntaxnmt.textio import atomic_write_text, read_text
 
@@ -735,16 +736,12 @@ CpuSoftmax = Literal["auto", "torch"]  # decode.cpu_softmax
 
 
 def at_most_cores(n: int) -> int:
-    """``n`` workers or processes capped by the cores this process may run on (its CPU affinity,
-    else the machine's), at least 1: whether ``decode.workers`` came from the command line, a
+    """``n`` workers or processes capped by the cores this process may run on
+    (:func:`syntaxnmt.runtime.cpu_cores`), at least 1: whether ``decode.workers`` came from the command line, a
     config or a checkpoint's stored config (made on a larger machine), a 2-core machine never
     runs 16 searches (or forks 16 processes) at once. :func:`syntaxnmt.cpu.pools.decode_workers`
     applies it."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(n, cores))
+    return max(1, min(n, cpu_cores()))
 
 
 class DecodeConfig(_Section):

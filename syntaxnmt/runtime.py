@@ -1,6 +1,7 @@
 """The process around a command: exit codes and signals (:func:`run_command`), the device
-(:func:`resolve_device`) and the memory settings of a command (:func:`keep_freed_memory`). CPU
-threads and the machine's description are :mod:`syntaxnmt.cpu.machine`'s.
+(:func:`resolve_device`), the CPUs it may run on (:func:`usable_cpus`, :func:`cpu_cores`) and the
+memory settings of a command (:func:`keep_freed_memory`). CPU threads and the machine's
+description are :mod:`syntaxnmt.cpu.machine`'s.
 
 Training allocates and frees tensors of tens to hundreds of MB every update (the logits of a
 4k-token batch over an 8k vocabulary take 131 MB). glibc's malloc serves blocks that large with
@@ -13,13 +14,15 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import signal
 import sys
-from typing import Callable
-
-import torch
+from typing import TYPE_CHECKING, Callable, Collection
 
 from syntaxnmt.errors import Interrupted, UserError, error_line
+
+if TYPE_CHECKING:
+    import torch
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _done = False
@@ -41,9 +44,24 @@ def keep_freed_memory() -> bool:
     return ok
 
 
+def usable_cpus() -> Collection[int]:
+    """The CPUs this process may run on (its CPU affinity; all of them where the system cannot say)."""
+    try:
+        return os.sched_getaffinity(0)
+    except AttributeError:  # not Linux
+        return range(os.cpu_count() or 1)
+
+
+def cpu_cores() -> int:
+    """The CPU cores this process may use (:func:`usable_cpus`)."""
+    return len(usable_cpus())
+
+
 def resolve_device(name: str) -> torch.device:
     """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``; anything else, or CUDA on a
     machine without it, is a user error."""
+    import torch  # here: the config (which reads cpu_cores) stays importable without torch
+
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:

@@ -54,3 +54,22 @@ def test_resolve_device():
 
 
 # ---------------------------------------------------------------- the machine record
+
+
+def test_the_cores_a_process_may_use_are_read_in_one_place(monkeypatch):
+    """The decode workers' cap (config), the thread policy and the machine record (cpu.machine)
+    all read :func:`syntaxnmt.runtime.usable_cpus`; before, config and cpu.machine each asked
+    the system themselves."""
+    from syntaxnmt import runtime
+    from syntaxnmt.config import at_most_cores
+    from syntaxnmt.cpu import machine
+
+    monkeypatch.setattr(runtime, "usable_cpus", lambda: range(3))
+    assert runtime.cpu_cores() == machine.cpu_cores() == at_most_cores(16) == 3
+    assert machine.machine_info()["usable_cpus"] == 3
+
+
+def test_importing_the_config_does_not_load_torch():
+    """runtime (which the config reads the usable cores from) imports torch only to resolve a device."""
+    probe = "import sys, syntaxnmt.config; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "False"

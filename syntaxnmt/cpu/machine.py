@@ -33,6 +33,7 @@ from typing import Callable, Collection, Mapping
 import torch
 
 from syntaxnmt.errors import UserError
+from syntaxnmt.runtime import cpu_cores, usable_cpus
 
 
 def native_kernels():
@@ -103,19 +104,6 @@ def in_threads(work: Callable[[int, int], None], n: int, min_per_thread: int = 1
             f.exception()  # wait for every part before raising
     for f in futures:
         f.result()
-
-
-def usable_cpus() -> Collection[int]:
-    """The CPUs this process may run on (all of them where the system cannot say)."""
-    try:
-        return os.sched_getaffinity(0)
-    except AttributeError:  # not Linux
-        return range(os.cpu_count() or 1)
-
-
-def cpu_cores() -> int:
-    """The CPU cores this process may use."""
-    return len(usable_cpus())
 
 
 def load_average() -> list[float] | None:
@@ -435,15 +423,11 @@ def machine_info() -> dict:
     ``load_average_after`` with :func:`with_load_after`)."""
     model, flags, physical = _cpuinfo()
     config = torch.__config__.show()
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
     return {
         "cpu": model or platform.processor() or platform.machine(),
         "arch": platform.machine(),
         "logical_cpus": os.cpu_count(),
-        "usable_cpus": usable,
+        "usable_cpus": cpu_cores(),
         "physical_cores": physical,
         "cpu_quota": _cpu_quota(),
         "isa": {f: f in flags for f in [*ISA_FLAGS, *sorted(f for f in flags if f.startswith("amx_") and f not in ISA_FLAGS)]},

@@ -27,14 +27,13 @@ from typing import IO, Callable, Sequence
 from tqdm.auto import tqdm
 
 from syntaxnmt.config import Config, config_from_dict
-from syntaxnmt.cpu.machine import cpu_cores
 from syntaxnmt.data.prepare import prepare
 from syntaxnmt.data.synthetic import write_corpus
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.budget import CURVE_FILE, describe, read_curve
 from syntaxnmt.experiments.scores import SCORES_FILE, find_run_scores, read_run_scores, results_file
 from syntaxnmt.experiments.sets import ExperimentSet, Run, RunsFailed, control_pairs, curve_logger, is_finished, load_set, make_table, run_config, run_config_of, select_labels, set_runs, write_section
-from syntaxnmt.runtime import run_command
+from syntaxnmt.runtime import cpu_cores, run_command
 from syntaxnmt.textio import atomic_write, atomic_write_text, folder_lock
 from syntaxnmt.training.train import train
 
