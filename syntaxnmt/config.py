@@ -144,7 +144,48 @@ CONTEXT_KINDS: dict[str, ContextKind] = {
 entry here, its name in :attr:`ContextConfig.kind` and its class in ``model/context.py``."""
 
 
-class ContextConfig(_Section):
+class ContextFlags:
+    """What a document-context kind and side ask of the code around the network, read from
+    :data:`CONTEXT_KINDS` in this one place: for :class:`ContextConfig` (``model.context``) and
+    :class:`syntaxnmt.data.documents.DocumentContext` alike. The class that takes it in has the
+    attributes ``kind`` (a key of :data:`CONTEXT_KINDS`) and ``side``."""
+
+    @property
+    def described(self) -> ContextKind:
+        """What this kind asks of the code around the network (:data:`CONTEXT_KINDS`)."""
+        return CONTEXT_KINDS[self.kind]  # type: ignore[attr-defined]
+
+    @property
+    def concatenates(self) -> bool:
+        """The context is in the input sequences, the previous sentences joined to the current one
+        by ``<sep>`` (:attr:`ContextKind.concatenates`)."""
+        return self.described.concatenates
+
+    @property
+    def concat_target(self) -> bool:
+        """The target is concatenated too (2-to-2: one ``<sep>`` piece in both vocabularies)."""
+        return self.concatenates and self.side == "both"  # type: ignore[attr-defined]
+
+    @property
+    def reads_states(self) -> bool:
+        """The network reads the previous sentences' states (HAN): batches carry them as rows of
+        their own (:attr:`ContextKind.reads_states`)."""
+        return self.described.reads_states
+
+    @property
+    def han_target(self) -> bool:
+        """The network (a HAN) reads the decoder states of the previous target sentences (``side: target | both``)."""
+        return self.reads_states and self.side in ("target", "both")  # type: ignore[attr-defined]
+
+    @property
+    def han_both(self) -> bool:
+        """HAN on both sides: the decoder states of a previous target sentence are computed with
+        that sentence's own source-side HAN (Miculicich et al. 2018, Sec. 2.3), so they read its k
+        previous source sentences in turn."""
+        return self.reads_states and self.side == "both"  # type: ignore[attr-defined]
+
+
+class ContextConfig(_Section, ContextFlags):
     """Context from the previous sentences of the document (``data.train_docs``); see
     docs/documents.md and :mod:`syntaxnmt.model.context`.
 
@@ -177,29 +218,9 @@ class ContextConfig(_Section):
         return self
 
     @property
-    def described(self) -> ContextKind:
-        """What this kind asks of the code around the network (:data:`CONTEXT_KINDS`)."""
-        return CONTEXT_KINDS[self.kind]
-
-    @property
     def documents(self) -> bool:
         """Whether the model reads the previous sentences of a document (any kind but ``none``)."""
         return self.kind != "none"
-
-    @property
-    def concatenates(self) -> bool:
-        """The context is in the input sequences, joined by ``<sep>`` (:attr:`ContextKind.concatenates`)."""
-        return self.described.concatenates
-
-    @property
-    def concatenates_target(self) -> bool:
-        """The target is concatenated too (2-to-2: one ``<sep>`` piece in both vocabularies)."""
-        return self.concatenates and self.side == "both"
-
-    @property
-    def reads_states(self) -> bool:
-        """The network reads the previous sentences' states: batches carry them as rows (:attr:`ContextKind.reads_states`)."""
-        return self.described.reads_states
 
 
 # The names of the extension points whose implementations are registered in the model
@@ -840,7 +861,7 @@ class Config(_Section):
         m = self.model
         if m.tie_embeddings == "all" and not self.data.joint_vocab:
             raise ValueError("model.tie_embeddings=all shares the source embedding: it needs data.joint_vocab true (or use tie_embeddings=decoder)")
-        if m.context.concatenates_target and not self.data.joint_vocab:
+        if m.context.concat_target and not self.data.joint_vocab:
             raise ValueError("model.context concat with side both (2-to-2) puts one <sep> piece in the source and the target: it needs data.joint_vocab true (or side: source)")
         if m.position_table and self.data.max_len >= m.max_positions:
             raise ValueError(f"data.max_len {self.data.max_len} must be below model.max_positions {m.max_positions} (a sentence of max_len subwords takes max_len + 1 positions with its end symbol)")

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from syntaxnmt.config import CONTEXT_KINDS, ContextKind
+from syntaxnmt.config import ContextFlags
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import read_lines
 
@@ -84,11 +84,12 @@ def other_document_context(docs: np.ndarray, previous: np.ndarray, seed: int = 0
 
 
 @dataclass(frozen=True)
-class DocumentContext:
+class DocumentContext(ContextFlags):
     """How a context model (``model.context``) reads the previous sentences of a document:
-    ``kind`` (one of :data:`syntaxnmt.config.CONTEXT_KINDS`: what it needs is :attr:`described`),
-    ``sentences`` k, ``side``, and ``sep`` the id of the :data:`SEP` piece (in the source and, for
-    2-to-2, the target vocabulary)."""
+    ``kind`` (one of :data:`syntaxnmt.config.CONTEXT_KINDS`; what it needs, :attr:`described` and
+    the flags, as the config reads them: :class:`syntaxnmt.config.ContextFlags`), ``sentences`` k,
+    ``side``, and ``sep`` the id of the :data:`SEP` piece (in the source and, for 2-to-2, the
+    target vocabulary)."""
 
     kind: str
     sentences: int
@@ -96,42 +97,10 @@ class DocumentContext:
     sep: int = -1
 
     @property
-    def described(self) -> ContextKind:
-        """What the kind asks of the data, training and decoding code (:class:`syntaxnmt.config.ContextKind`)."""
-        return CONTEXT_KINDS[self.kind]
-
-    @property
-    def reads_states(self) -> bool:
-        """The network reads the previous sentences' states (HAN): a batch carries them as rows of its own."""
-        return self.described.reads_states
-
-    @property
-    def concatenates(self) -> bool:
-        """The previous sentences are joined to the current one by ``<sep>`` (:meth:`concatenate`)."""
-        return self.described.concatenates
-
-    @property
-    def han_target(self) -> bool:
-        """Whether the network (a HAN) reads the decoder states of the previous target sentences (``side: target | both``)."""
-        return self.reads_states and self.side in ("target", "both")
-
-    @property
-    def han_both(self) -> bool:
-        """HAN on both sides: the decoder states of a previous target sentence are computed with
-        that sentence's own source-side HAN (Miculicich et al. 2018, Sec. 2.3), so they read its k
-        previous source sentences in turn."""
-        return self.reads_states and self.side == "both"
-
-    @property
     def reach(self) -> int:
         """How many previous sentences a sentence's output depends on: k, and 2k for HAN on both
         sides (:attr:`han_both`: the states of the k previous translations read k more sources)."""
         return 2 * self.sentences if self.han_both else self.sentences
-
-    @property
-    def concat_target(self) -> bool:
-        """Whether the target is concatenated too (2-to-2)."""
-        return self.concatenates and self.side == "both"
 
     def concatenate(self, previous: Sequence[np.ndarray], current: np.ndarray) -> np.ndarray:
         """``c_k <sep> ... c_1 <sep> current`` from the previous sentences (nearest first)."""

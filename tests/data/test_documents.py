@@ -46,6 +46,26 @@ def test_concatenation_both_ways():
     assert c.current_part([6, 9, 5, 9, 1, 2]) == [1, 2] and c.current_part([1, 2]) == [1, 2]
 
 
+def test_the_config_and_the_data_read_a_context_kind_alike():
+    """``model.context`` and the DocumentContext made from it derive every flag from the one kind
+    table (CONTEXT_KINDS) through the same code (config.ContextFlags), for every kind and side."""
+    from syntaxnmt.config import CONTEXT_KINDS, ContextConfig, ContextFlags
+
+    flags = [name for name, value in vars(ContextFlags).items() if isinstance(value, property)]
+    assert {"described", "concatenates", "concat_target", "reads_states", "han_target", "han_both"} <= set(flags)
+    expected = {  # (kind, side): (concatenates, concat_target, reads_states, han_target, han_both)
+        ("none", "source"): (False,) * 5, ("none", "target"): (False,) * 5, ("none", "both"): (False,) * 5,
+        ("concat", "source"): (True, False, False, False, False), ("concat", "both"): (True, True, False, False, False),
+        ("han", "source"): (False, False, True, False, False), ("han", "target"): (False, False, True, True, False), ("han", "both"): (False, False, True, True, True),
+    }
+    for kind, described in CONTEXT_KINDS.items():
+        for side in described.sides:
+            config, data = ContextConfig(kind=kind, sentences=2, side=side), DocumentContext(kind, 2, side)
+            assert config.described is data.described is described
+            assert all(getattr(config, name) == getattr(data, name) for name in flags), (kind, side)
+            assert tuple(getattr(data, name) for name in ("concatenates", "concat_target", "reads_states", "han_target", "han_both")) == expected[kind, side]
+
+
 @pytest.fixture(scope="module")
 def doc_corpus(corpus, tmp_path_factory):
     """The tiny corpus with documents of 4 lines (the last one shorter)."""
