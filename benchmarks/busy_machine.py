@@ -15,7 +15,7 @@ processes, one after another.
 Settings (``--settings``):
 
 - ``default``: what a user gets. syntaxnmt as its command runs (``syntaxnmt/__main__.py`` sets
-  ``GOMP_SPINCOUNT=3000``, a short spin, before torch loads; ``cpu.machine.configure_threads`` chooses the threads:
+  ``GOMP_SPINCOUNT=3000``, a short spin, before torch loads; ``cpu.threads.configure_threads`` chooses the threads:
   docs/benchmarks.md, "Thread policy"); OpenNMT-py with torch's defaults.
 - ``N`` (``1``, ``2``, ...): N threads. syntaxnmt ``--threads N`` (the short spin as by default);
   OpenNMT-py ``OMP_NUM_THREADS=MKL_NUM_THREADS=N``.
@@ -72,7 +72,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import side_by_side as sbs  # noqa: E402
 
-from syntaxnmt.cpu.machine import THREAD_VARIABLES, describe_isa_limits, isa_limits, load_average, machine_info, machine_summary, with_load_after  # noqa: E402
+from syntaxnmt.cpu.machine import THREAD_VARIABLES, describe_isa_limits, isa_limits, machine_info, machine_summary, with_load_after  # noqa: E402
+
+from syntaxnmt.cpu.threads import load_average  # noqa: E402
 from syntaxnmt.errors import UserError  # noqa: E402
 from syntaxnmt.textio import atomic_write_text, read_lines  # noqa: E402
 

@@ -53,7 +53,8 @@ import torch
 
 from syntaxnmt.cpu import attention as native_attention
 from syntaxnmt.cpu import dropout as drop
-from syntaxnmt.cpu.machine import in_threads, machine_info, machine_summary, with_load_after
+from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after
+from syntaxnmt.cpu.threads import in_threads
 from syntaxnmt.textio import atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -37,7 +37,8 @@ if "--alone" not in sys.argv:  # a child of one library inherits the environment
 import torch  # noqa: E402
 
 from syntaxnmt.cpu import blas  # noqa: E402
-from syntaxnmt.cpu.machine import machine_info, machine_summary, openblas_available, with_load_after  # noqa: E402
+from syntaxnmt.cpu.blas import openblas_available  # noqa: E402
+from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after  # noqa: E402
 from syntaxnmt.textio import atomic_write_text  # noqa: E402
 
 LIBRARIES = ("mkl", "openblas")

@@ -11,7 +11,7 @@ wakes the threads through the kernel before every operation, 12 % of quiet train
 2-core AVX2 EPYC (KVM). The short spin keeps most of the quiet speed and 95-97 % of passive waiting's
 speed beside a busy process (docs/benchmarks.md, "Thread policy"). A user who sets
 ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` keeps them. The number of threads is chosen later, by
-:func:`syntaxnmt.cpu.machine.configure_threads`.
+:func:`syntaxnmt.cpu.threads.configure_threads`.
 
 numpy's OpenBLAS (the third kernel choice of the linear layers, :mod:`syntaxnmt.cpu.blas`) has
 a thread pool of its own, whose idle threads spin for ``2**OPENBLAS_THREAD_TIMEOUT`` cycles

@@ -52,7 +52,7 @@ from syntaxnmt.analysis.export import (
 )
 from syntaxnmt.config import Config, DecodeConfig, merge_trees
 from syntaxnmt.cpu.calibration import configure as configure_cpu_kernels
-from syntaxnmt.cpu.machine import configure_threads
+from syntaxnmt.cpu.threads import configure_threads
 from syntaxnmt.data.prepare import Tokenizers
 from syntaxnmt.decoding.ct2_engine import CT2Engine, ct2_device
 from syntaxnmt.decoding.ensemble import load_ensemble

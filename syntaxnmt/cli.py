@@ -28,7 +28,7 @@ from syntaxnmt.config import DEFAULT_CPU_KERNELS, Config, DataConfig, load_confi
 from syntaxnmt.cpu.calibration import MODES as KERNEL_MODES
 from syntaxnmt.cpu.calibration import configure as configure_kernels
 from syntaxnmt.cpu.linear import configure
-from syntaxnmt.cpu.machine import configure_threads
+from syntaxnmt.cpu.threads import configure_threads
 from syntaxnmt.data.annotations import SpacyParser, check_parse, to_conllu, write_conllu
 from syntaxnmt.data.contrastive import FORMATS as CONTRASTIVE_FORMATS
 from syntaxnmt.data.contrastive import check_context, read_contrastive
@@ -489,7 +489,7 @@ def cmd_demo(args, extra) -> None:
 
 
 def _threads_flag(s: argparse.ArgumentParser, what: str = "") -> None:
-    """``--threads N``: torch CPU threads of the command (:func:`syntaxnmt.cpu.machine.configure_threads`)."""
+    """``--threads N``: torch CPU threads of the command (:func:`syntaxnmt.cpu.threads.configure_threads`)."""
     s.add_argument("--threads", type=int, help=f"torch CPU threads{what} (default: every core, fewer when other processes keep cores busy; docs/benchmarks.md)")
     s.add_argument("--cpu-kernels", choices=KERNEL_MODES, help="the linear layers' CPU kernels: auto (time whole steps of the model with oneDNN, ATen and OpenBLAS, once per machine and model: cached), onednn, aten or openblas (default: " + DEFAULT_CPU_KERNELS + (", or train.cpu_kernels" if "train." in what else "") + ")")
 

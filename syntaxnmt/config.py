@@ -676,7 +676,7 @@ class TrainConfig(_Section):
     tensorboard: bool = True
     """Write TensorBoard event files to ``work_dir/tensorboard``."""
     threads: NonNegativeInt = 0
-    """torch CPU threads (0: the command's thread policy, :func:`syntaxnmt.cpu.machine.configure_threads`: every core, fewer when other processes keep cores busy)."""
+    """torch CPU threads (0: the command's thread policy, :func:`syntaxnmt.cpu.threads.configure_threads`: every core, fewer when other processes keep cores busy)."""
     cpu_kernels: Literal["auto", "onednn", "aten", "openblas"] = DEFAULT_CPU_KERNELS
     """The path of the linear layers' float32 products on CPU (:mod:`syntaxnmt.cpu.calibration`):
     ``auto`` (the default) times whole training steps of the run's model with each kernel choice

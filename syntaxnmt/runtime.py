@@ -1,7 +1,7 @@
 """The process around a command: exit codes and signals (:func:`run_command`), the device
 (:func:`resolve_device`), the CPUs it may run on (:func:`usable_cpus`, :func:`cpu_cores`) and the
-memory settings of a command (:func:`keep_freed_memory`). CPU threads and the machine's
-description are :mod:`syntaxnmt.cpu.machine`'s.
+memory settings of a command (:func:`keep_freed_memory`). CPU threads are
+:mod:`syntaxnmt.cpu.threads`'s, the machine's description :mod:`syntaxnmt.cpu.machine`'s.
 
 Training allocates and frees tensors of tens to hundreds of MB every update (the logits of a
 4k-token batch over an 8k vocabulary take 131 MB). glibc's malloc serves blocks that large with

@@ -25,7 +25,7 @@ N_TRAIN, N_DEV, N_TEST = 600, 30, 30
 # The models here are tiny: one thread is as fast, and several threads on a busy machine spin
 # against each other (a search that takes 10 ms on one thread can take seconds on two).
 torch.set_num_threads(1)
-os.environ.setdefault("OMP_NUM_THREADS", "1")  # which the commands run in-process keep (cpu.machine.configure_threads)
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # which the commands run in-process keep (cpu.threads.configure_threads)
 # The CPU kernel calibration (cpu.calibration) caches its times in a folder of this test session,
 # not in the user's ~/.cache, for the commands run in-process and the subprocesses alike.
 _KERNEL_CACHE = tempfile.TemporaryDirectory(prefix="syntaxnmt-test-cache-")

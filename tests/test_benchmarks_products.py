@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import load_script
 
-from syntaxnmt.cpu.machine import openblas_available
+from syntaxnmt.cpu.blas import openblas_available
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "products.py"
 

@@ -321,7 +321,7 @@ COMPUTING = {
 
 @pytest.mark.parametrize("command", list(COMPUTING))
 def test_commands_that_compute_take_threads(capsys, command):
-    """One shared --threads (syntaxnmt.cpu.machine.configure_threads): a negative count is refused
+    """One shared --threads (syntaxnmt.cpu.threads.configure_threads): a negative count is refused
     before any work; 0 means the default thread policy; N sets torch's threads."""
     code, _, err = run_cli(capsys, command, *COMPUTING[command], "--threads", "-1")
     assert_one_line_error(code, err, "--threads -1: give at least 1 (or 0 for the default)")

@@ -12,7 +12,9 @@ import threading
 import pytest
 import torch
 
-from syntaxnmt.cpu.machine import kernel_threads, native_kernels
+from syntaxnmt.cpu.machine import native_kernels
+
+from syntaxnmt.cpu.threads import kernel_threads
 
 native = native_kernels()
 pytestmark = pytest.mark.skipif(native is None, reason="syntaxnmt/cpu/_native.c not built or no AVX2/FMA on this CPU")

@@ -1,4 +1,4 @@
-"""The process around a command: glibc memory settings and the device (the CPU threads and the machine record: tests/cpu/test_machine.py)."""
+"""The process around a command: glibc memory settings, the device and the usable cores (the CPU threads: tests/cpu/test_threads.py; the machine record: tests/cpu/test_machine.py)."""
 
 import subprocess
 import sys
@@ -62,10 +62,10 @@ def test_the_cores_a_process_may_use_are_read_in_one_place(monkeypatch):
     the system themselves."""
     from syntaxnmt import runtime
     from syntaxnmt.config import at_most_cores
-    from syntaxnmt.cpu import machine
+    from syntaxnmt.cpu import machine, threads
 
     monkeypatch.setattr(runtime, "usable_cpus", lambda: range(3))
-    assert runtime.cpu_cores() == machine.cpu_cores() == at_most_cores(16) == 3
+    assert runtime.cpu_cores() == threads.cpu_cores() == at_most_cores(16) == 3
     assert machine.machine_info()["usable_cpus"] == 3
 
 

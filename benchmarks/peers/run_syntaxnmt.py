@@ -14,7 +14,7 @@ caller measures the peak memory and the whole-command time of each. ``check`` (n
 the first 20 sentences the same way and reports the hypothesis lengths, to verify the forced length.
 
 Threads as with the ``syntaxnmt`` command: its OpenMP defaults are set before torch loads (passive
-waiting, ``syntaxnmt/__main__.py``), and ``--threads`` goes to ``cpu.machine.configure_threads``
+waiting, ``syntaxnmt/__main__.py``), and ``--threads`` goes to ``cpu.threads.configure_threads``
 (``policy``, the default: ``OMP_NUM_THREADS`` if set, else the thread policy; ``N``: N threads;
 ``torch``: torch's default threads, left alone -- start the process with ``GOMP_SPINCOUNT=300000``
 to keep libgomp's own waiting as well, i.e. syntaxnmt before the thread policy).
@@ -38,7 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ for 
 import speed  # noqa: E402
 
 from syntaxnmt.config import load_config  # noqa: E402
-from syntaxnmt.cpu.machine import configure_threads, describe_threads, machine_info  # noqa: E402
+from syntaxnmt.cpu.machine import machine_info  # noqa: E402
+from syntaxnmt.cpu.threads import configure_threads, describe_threads  # noqa: E402
 from syntaxnmt.data.batches import TokenBatchSampler  # noqa: E402
 from syntaxnmt.data.prepare import feature_vocab_sizes, load_split, load_tokenizers  # noqa: E402
 from syntaxnmt.data.subwords import BOS, EOS, PAD  # noqa: E402

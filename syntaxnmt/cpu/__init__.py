@@ -20,7 +20,7 @@ implementations into the seams the model declares:
   residual blocks by :class:`~syntaxnmt.cpu.stack.FusedFeedForward` and
   :class:`~syntaxnmt.cpu.stack.FusedResidual`.
 
-Beside them: the machine and its threads (:mod:`syntaxnmt.cpu.machine`), row packing
+Beside them: the machine (:mod:`syntaxnmt.cpu.machine`) and its threads (:mod:`syntaxnmt.cpu.threads`), row packing
 (:mod:`syntaxnmt.cpu.packing`), the search step's log-softmax top-k (:mod:`syntaxnmt.cpu.search`)
 and the training loss's kernel (:mod:`syntaxnmt.cpu.loss`).
 """

@@ -35,8 +35,9 @@ import torch
 from torch import Tensor, nn
 
 from syntaxnmt.cpu.linear import linear
-from syntaxnmt.cpu.machine import kernel_threads, native_kernels, native_training_kernels
+from syntaxnmt.cpu.machine import native_kernels, native_training_kernels
 from syntaxnmt.cpu.packing import Place
+from syntaxnmt.cpu.threads import kernel_threads
 from syntaxnmt.inputs import SourceFeatures
 from syntaxnmt.model.attention import AttentionKernel, MultiHeadAttention
 

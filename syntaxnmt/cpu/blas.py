@@ -10,8 +10,8 @@ the whole-step calibration (:mod:`syntaxnmt.cpu.calibration`), not a rule.
 :func:`mm` multiplies torch tensors in place through ``numpy.matmul`` (zero-copy views; a
 transposed operand is passed to sgemm as transposed, not copied). OpenBLAS has its own thread
 pool: :func:`mm` gives it torch's current thread count (which the thread policy may change while
-a command runs, :class:`syntaxnmt.cpu.machine.ThreadWatch`) through ``threadpoolctl``
-(:func:`syntaxnmt.cpu.machine.openblas_threads`). Its idle
+a command runs, :class:`syntaxnmt.cpu.threads.ThreadWatch`) through ``threadpoolctl``
+(:func:`openblas_threads`). Its idle
 threads spin for ``2**OPENBLAS_THREAD_TIMEOUT`` cycles before they sleep; the ``syntaxnmt``
 command sets a short spin (``syntaxnmt/__main__.py``), as for OpenMP, so that a spinning OpenBLAS
 thread does not hold the core that torch's next operator needs.
@@ -19,10 +19,52 @@ thread does not hold the core that torch's next operator needs.
 
 from __future__ import annotations
 
+import os
+from functools import lru_cache
+from pathlib import Path
+
 import numpy as np
+import torch
 from torch import Tensor
 
-from syntaxnmt.cpu.machine import openblas_threads
+
+@lru_cache(maxsize=1)
+def _openblas():
+    """threadpoolctl's controller of numpy's own OpenBLAS (the copy in its wheel: ``numpy.libs/``,
+    not another package's, e.g. scipy's), or None (numpy built with another BLAS)."""
+    from threadpoolctl import ThreadpoolController  # finds numpy's BLAS, loaded with numpy
+
+    home = str(Path(np.__file__).resolve().parent)  # .../numpy; its wheel's libraries are in .../numpy.libs
+    found = [c for c in ThreadpoolController().select(internal_api="openblas").lib_controllers if str(Path(c.filepath).resolve().parent).startswith(home)]
+    return found[0] if found else None
+
+
+_openblas_threads: int | None = None
+
+
+def openblas_available() -> bool:
+    """Whether numpy's BLAS is OpenBLAS (the PyPI wheels' scipy-openblas), whose threads this process can set."""
+    return _openblas() is not None
+
+
+def openblas_threads() -> None:
+    """Give numpy's OpenBLAS torch's current thread count (the policy may change it while a command
+    runs, :class:`syntaxnmt.cpu.threads.ThreadWatch`); a no-op when it already has it. Before each OpenBLAS product."""
+    global _openblas_threads
+    n = torch.get_num_threads()
+    if n != _openblas_threads:
+        _openblas().set_num_threads(n)
+        _openblas_threads = n
+
+
+def openblas_info() -> dict | None:
+    """numpy's OpenBLAS for the machine record: version, kernel architecture, threads, threading layer and
+    ``OPENBLAS_THREAD_TIMEOUT``; None when numpy has another BLAS."""
+    lib = _openblas()
+    if lib is None:
+        return None
+    info = lib.info()
+    return {k: info.get(k) for k in ("version", "architecture", "num_threads", "threading_layer")} | {"thread_timeout": os.environ.get("OPENBLAS_THREAD_TIMEOUT")}
 
 
 def _blasable(t: Tensor) -> bool:

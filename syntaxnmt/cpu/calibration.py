@@ -63,7 +63,9 @@ from torch import nn
 
 from syntaxnmt.config import DEFAULT_CPU_KERNELS
 from syntaxnmt.cpu import linear as lin
-from syntaxnmt.cpu.machine import load_average, machine_info, openblas_available, record_cpu_kernels
+from syntaxnmt.cpu.blas import openblas_available
+from syntaxnmt.cpu.machine import machine_info, record_cpu_kernels
+from syntaxnmt.cpu.threads import load_average
 from syntaxnmt.errors import UserError
 from syntaxnmt.textio import atomic_write_text
 

@@ -36,7 +36,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from syntaxnmt.cpu.machine import in_threads, kernel_threads, native_kernels, native_training_kernels
+from syntaxnmt.cpu.machine import native_kernels, native_training_kernels
+
+from syntaxnmt.cpu.threads import in_threads, kernel_threads
 
 BLOCK = 1 << 18  # uniform numbers per seed: the result does not depend on the thread count
 
@@ -48,7 +50,7 @@ def _fill(out: np.ndarray, seed: int) -> None:
 def uniform_like(x: Tensor) -> Tensor:
     """float32 numbers ~ U[0, 1) shaped like ``x`` (CPU): NumPy's PCG64, one stream per block of
     :data:`BLOCK` numbers seeded from torch's generator, blocks filled on ``torch.get_num_threads()``
-    threads (:func:`~syntaxnmt.cpu.machine.in_threads`; NumPy releases the GIL while filling)."""
+    threads (:func:`~syntaxnmt.cpu.threads.in_threads`; NumPy releases the GIL while filling)."""
     n = x.numel()
     out = np.empty(n, dtype=np.float32)
     starts = range(0, n, BLOCK)

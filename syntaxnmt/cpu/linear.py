@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from syntaxnmt.cpu import blas
-from syntaxnmt.cpu.machine import openblas_available
+from syntaxnmt.cpu.blas import openblas_available
 from syntaxnmt.errors import UserError
 
 _OP = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)

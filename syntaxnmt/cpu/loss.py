@@ -10,7 +10,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from syntaxnmt.cpu.machine import kernel_threads, native_training_kernels
+from syntaxnmt.cpu.machine import native_training_kernels
+
+from syntaxnmt.cpu.threads import kernel_threads
 
 
 def native_smoothed_xent(z: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:

@@ -16,7 +16,7 @@ import torch
 
 from syntaxnmt.config import at_most_cores
 from syntaxnmt.cpu.calibration import note
-from syntaxnmt.cpu.machine import ThreadWatch
+from syntaxnmt.cpu.threads import ThreadWatch
 from syntaxnmt.errors import UserError
 
 
@@ -25,7 +25,7 @@ def batches_side_by_side(work: Callable[[Any], Any], batches: Sequence[Any], wor
     torch thread on the CPU), yielding each batch in order once its work is done and ``store(batch,
     work(batch))`` (when given) has run in the caller's thread. The workers run under the caller's
     grad and inference mode (thread-local in torch). On the CPU the thread policy is applied again
-    between batches as the load changes (:meth:`~syntaxnmt.cpu.machine.ThreadWatch.for_this_process`:
+    between batches as the load changes (:meth:`~syntaxnmt.cpu.threads.ThreadWatch.for_this_process`:
     every 30 s, where the policy chose the threads), and the batches at once follow the new thread
     count. ``processes`` (``decode.processes``): batches at once of one thread each are searched in
     forked processes instead of threads (:func:`_forked_pool`); ``work`` must then hand its whole

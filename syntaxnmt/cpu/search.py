@@ -21,7 +21,8 @@ import torch
 from torch import Tensor
 
 from syntaxnmt.config import CpuSoftmax
-from syntaxnmt.cpu.machine import kernel_threads, native_kernels
+from syntaxnmt.cpu.machine import native_kernels
+from syntaxnmt.cpu.threads import kernel_threads
 
 _native = native_kernels()
 

@@ -13,7 +13,7 @@ from syntaxnmt.config import Config, config_from_dict, merge_trees
 from syntaxnmt.cpu import install as install_cpu
 from syntaxnmt.cpu.calibration import note
 from syntaxnmt.cpu.calibration import prepare as prepare_cpu_kernels
-from syntaxnmt.cpu.machine import describe_threads
+from syntaxnmt.cpu.threads import describe_threads
 from syntaxnmt.data.documents import document_context
 from syntaxnmt.data.prepare import Tokenizers, load_tokenizers, tokenizers_from_assets
 from syntaxnmt.decoding.calibration import decoding_step

@@ -979,7 +979,7 @@ def serve(
     terminology: str | Path | None = None,
 ) -> None:
     """Load the model and serve it with uvicorn until interrupted (torch's threads: ``--threads``,
-    :func:`syntaxnmt.cpu.machine.configure_threads`). A client has ``read_timeout`` seconds for a
+    :func:`syntaxnmt.cpu.threads.configure_threads`). A client has ``read_timeout`` seconds for a
     request's headers (:func:`header_timeout_protocol`) and as many for its body
     (:class:`BoundedBody`); an idle connection is closed after 5 s; headers over 16 KiB: 400.
 

@@ -22,7 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from syntaxnmt.config import TrainConfig
-from syntaxnmt.cpu.machine import ThreadWatch
+from syntaxnmt.cpu.threads import ThreadWatch
 from syntaxnmt.data.batches import TokenBatchSampler
 from syntaxnmt.errors import Interrupted, UserError
 from syntaxnmt.training.distributed import World, broadcast_flag, sum_across

@@ -25,7 +25,8 @@ from syntaxnmt.checkpoint import load_model_checkpoint, load_weights, nonfinite_
 from syntaxnmt.config import Config, TrainConfig
 from syntaxnmt.cpu import install as install_cpu
 from syntaxnmt.cpu.calibration import prepare as prepare_cpu_kernels
-from syntaxnmt.cpu.machine import configure_threads, describe_threads, set_native_training
+from syntaxnmt.cpu.machine import set_native_training
+from syntaxnmt.cpu.threads import configure_threads, describe_threads
 from syntaxnmt.data.batches import Split, TokenBatchSampler, bucket_batches, collate, document_batches
 from syntaxnmt.data.documents import DocumentContext, document_context
 from syntaxnmt.data.prepare import check_tag_sets, is_prepared, load_split, load_tokenizers, prepare, read_meta, tokenizer_assets, tokenizers_from_assets

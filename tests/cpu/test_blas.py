@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from syntaxnmt.cpu import blas, machine
 from syntaxnmt.cpu import linear as lin
 
-pytestmark = pytest.mark.skipif(not machine.openblas_available(), reason="numpy's BLAS is not OpenBLAS")
+pytestmark = pytest.mark.skipif(not blas.openblas_available(), reason="numpy's BLAS is not OpenBLAS")
 
 
 @pytest.fixture
@@ -54,8 +54,8 @@ def test_mm_of_empty_operands():
 def test_the_openblas_is_numpys_own_copy():
     """Not another package's copy (scipy's wheel loads one of its own)."""
     scipy = pytest.importorskip("scipy.linalg")  # noqa: F841  (when installed: both copies loaded)
-    machine._openblas.cache_clear()
-    assert Path(machine._openblas().filepath).resolve().parent.name.startswith("numpy")
+    blas._openblas.cache_clear()
+    assert Path(blas._openblas().filepath).resolve().parent.name.startswith("numpy")
 
 
 def test_openblas_gets_torchs_thread_count():

@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+from syntaxnmt.cpu import blas
 from syntaxnmt.cpu import calibration as kernels
 from syntaxnmt.cpu import linear as lin
 from syntaxnmt.cpu import machine
@@ -407,7 +408,7 @@ def test_openblas_is_a_candidate_where_numpy_has_it(monkeypatch):
     assert kernels.candidates_for("openblas", "off") == [Choice("aten", False)]  # ATen stands in
 
 
-@pytest.mark.skipif(not machine.openblas_available(), reason="numpy's BLAS is not OpenBLAS")
+@pytest.mark.skipif(not blas.openblas_available(), reason="numpy's BLAS is not OpenBLAS")
 def test_auto_takes_openblas_when_its_steps_are_the_fastest(monkeypatch):
     monkeypatch.setattr(kernels, "openblas_available", lambda: True)
     model = Packed()

@@ -40,7 +40,7 @@ def test_a_search_process_that_dies_is_one_clear_error():
 
 
 def test_batches_side_by_side_follow_the_thread_policy_as_the_load_changes(monkeypatch):
-    """Between batches the policy's watch looks again (:class:`syntaxnmt.cpu.machine.ThreadWatch`): 2
+    """Between batches the policy's watch looks again (:class:`syntaxnmt.cpu.threads.ThreadWatch`): 2
     threads (two batches at once, one thread each), then a busy machine (1 thread: one batch at a
     time on the caller's thread), then quiet again (two at once). Every batch runs once and comes
     back in order across the changes; the count the watch set stays after."""

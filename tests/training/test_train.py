@@ -16,7 +16,7 @@ from test_cli import run_cli
 
 from syntaxnmt.checkpoint import load_checkpoint, save_checkpoint
 from syntaxnmt.config import CPU_SHAPE_BUCKET, TrainConfig, load_config
-from syntaxnmt.cpu.machine import openblas_available
+from syntaxnmt.cpu.blas import openblas_available
 from syntaxnmt.data.prepare import load_split, load_tokenizers
 from syntaxnmt.errors import UserError
 from syntaxnmt.inputs import PAD
