@@ -208,15 +208,22 @@ class ServedModel:
             return self.attention(items, key.beam, checkpoint, constraints=constraints)
         return self.translate(items, key.beam, checkpoint, constraints=constraints)
 
-    def work(self, sentences: Sequence[str], beam: int, attention: bool = False, aligned: bool = False) -> list[int]:
+    def source_tokens(self, sentences: Sequence[str]) -> list[int]:
+        """The subword tokens of each sentence as the model reads it (before any cut), encoded once
+        per request for :meth:`work` and :func:`request_constraints`."""
+        return [len(ids) for ids in self.toks.src.encode_batch(sentences)]
+
+    def work(self, sentences: Sequence[str], beam: int, attention: bool = False, aligned: bool = False, tokens: Sequence[int] | None = None) -> list[int]:
         """The work of each sentence, what ``--max-work`` bounds: beam x (subword tokens + 1 for
         ``</s>``), times 2 with attention or with alignments / markup (the output is searched,
         then force-decoded: with ``nbest`` N <= beam hypotheses, each in one pass), times 3 with
         both (two force-decodings), 0 for a blank sentence.
-        Tokens past the model's positions are not counted (they are cut)."""
+        Tokens past the model's positions are not counted (they are cut). ``tokens``: the
+        sentences' :meth:`source_tokens` when the caller has them."""
         limit = self.model.cfg.max_positions - 2
         factor = beam * (1 + attention + aligned)
-        return [factor * (min(len(self.toks.src.encode(s)), limit) + 1) if s.strip() else 0 for s in sentences]
+        tokens = self.source_tokens(sentences) if tokens is None else tokens
+        return [factor * (min(n, limit) + 1) if s.strip() else 0 for s, n in zip(sentences, tokens, strict=True)]
 
     def document_work(self, documents: Sequence[Sequence[str]], beam: int, attention: bool = False) -> list[int]:
         """The work of each document: the sum of its sentences' (:meth:`work`); a concatenation
@@ -718,8 +725,9 @@ def request_job(req: TranslateRequest, model: ServedModel, limits: Limits) -> Tr
             except UserError as e:
                 raise Refusal(422, str(e)) from None
             sentences = [m.plain for m in items]
-        costs = model.work(sentences, beam, req.attention, aligned)
-        phrases = request_constraints(req, model, limits, sentences)
+        tokens = model.source_tokens(sentences)  # once: the work and the constraints' length limits read them
+        costs = model.work(sentences, beam, req.attention, aligned, tokens)
+        phrases = request_constraints(req, model, limits, sentences, tokens)
         key = JobKey(beam, attention=req.attention, alignments=req.alignments, markup=req.markup, nbest=req.nbest, constrained=phrases is not None)
         if phrases is not None:  # the constraints travel with their sentences through the worker's batches
             items = list(zip(items, phrases))
@@ -737,7 +745,7 @@ def request_job(req: TranslateRequest, model: ServedModel, limits: Limits) -> Tr
     return TranslationJob(key, items, costs)
 
 
-def request_constraints(req: TranslateRequest, model: ServedModel, limits: Limits, sentences: Sequence[str]) -> list[list[str]] | None:
+def request_constraints(req: TranslateRequest, model: ServedModel, limits: Limits, sentences: Sequence[str], tokens: Sequence[int]) -> list[list[str]] | None:
     """Every sentence's target phrases (in words): its ``constraints`` and, with ``terminology``,
     the server's dictionary's target terms of the source terms in it (the union, as
     :func:`~syntaxnmt.decoding.output.line_constraints` makes it for the API and the command);
@@ -747,7 +755,8 @@ def request_constraints(req: TranslateRequest, model: ServedModel, limits: Limit
     sentence, a phrase over ``limits.max_constraint_chars`` characters, constraints on an empty
     sentence, a phrase that is empty or has a piece outside the target vocabulary
     (:func:`~syntaxnmt.decoding.constraints.phrase_ids`), or phrases taking more target tokens
-    than the sentence's output length limit (``decode.max_len_a * |x| + decode.max_len_b``)."""
+    than the sentence's output length limit (``decode.max_len_a * |x| + decode.max_len_b``; |x|
+    from ``tokens``, the sentences' :meth:`ServedModel.source_tokens`)."""
     if req.constraints is None and not req.terminology:
         return None
     if req.terminology and model.terminology is None:
@@ -768,7 +777,7 @@ def request_constraints(req: TranslateRequest, model: ServedModel, limits: Limit
     if phrases is None or not any(phrases):
         return None
     cfg, max_pos = model.cfg, model.cfg.model.max_positions - 2
-    lengths = max_output_lengths(torch.tensor([min(len(model.toks.src.encode(s)), max_pos) for s in sentences]), cfg.decode.max_len_a, cfg.decode.max_len_b, max_pos).tolist()
+    lengths = max_output_lengths(torch.tensor([min(n, max_pos) for n in tokens]), cfg.decode.max_len_a, cfg.decode.max_len_b, max_pos).tolist()
     for i, (p, limit) in enumerate(zip(phrases, lengths)):
         try:
             need = sum(len(ids) for ids in phrase_ids(model.toks.tgt, p, f"constraints.{i}"))

@@ -268,7 +268,10 @@ class FailingTranslator:
 
     cfg = SimpleNamespace(decode=SimpleNamespace(beam_size=2))
 
-    def work(self, sentences, beam, attention=False, aligned=False):
+    def source_tokens(self, sentences):
+        return [1] * len(sentences)
+
+    def work(self, sentences, beam, attention=False, aligned=False, tokens=None):
         return [beam] * len(sentences)
 
     def handle(self, key, sentences, checkpoint):

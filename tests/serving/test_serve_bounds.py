@@ -27,7 +27,10 @@ class Upper:
     def __init__(self):
         self.holding, self.release = threading.Event(), threading.Event()
 
-    def work(self, sentences, beam, attention=False, aligned=False):
+    def source_tokens(self, sentences):
+        return [len(s) for s in sentences]
+
+    def work(self, sentences, beam, attention=False, aligned=False, tokens=None):
         return [len(s) for s in sentences]
 
     def handle(self, key, sentences, checkpoint):

@@ -16,7 +16,7 @@ from test_cli import run_cli
 
 from syntaxnmt.api import Translator
 from syntaxnmt.data.links import format_links
-from syntaxnmt.serving.server import Limits, create_app
+from syntaxnmt.serving.server import Limits, TranslateRequest, create_app, request_job
 
 LIMITS = Limits(max_sentences=8, max_chars=200, max_beam=6, max_attention_sentences=2, max_work=4000, timeout=60, max_constraints=3, max_constraint_chars=20)
 # target phrases of the synthetic corpus's language (in its vocabulary), some sentences with none
@@ -174,3 +174,30 @@ def test_serve_flags_bound_the_constraints_and_read_the_dictionary(capsys, check
     assert code == 2 and err.startswith(f"syntaxnmt: error: {bad}:1: expected 'source term<TAB>target term'"), err
     code, _, err = run_cli(capsys, "serve", "--checkpoint", checkpoint, "--max-constraints", "0")
     assert code == 2 and err == "syntaxnmt: error: --max-constraints must be at least 1, got 0\n"
+
+
+class _CountingPieces:
+    """The source tokenizer's SentencePiece model, recording every text it encodes."""
+
+    def __init__(self, sp):
+        self.sp, self.texts = sp, []
+
+    def encode(self, text, *args, **kwargs):
+        self.texts += [text] if isinstance(text, str) else list(text)
+        return self.sp.encode(text, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.sp, name)
+
+
+def test_a_constrained_request_encodes_its_sentences_once(client, lines, monkeypatch):
+    """The work bound and the constraints' length limits read one encoding of each sentence
+    (they used to encode every constrained sentence twice before the search)."""
+    model = client.app.state.translator
+    counting = _CountingPieces(model.toks.src.sp)
+    monkeypatch.setattr(model.toks.src, "sp", counting)
+    sentences = lines[:3]
+    job = request_job(TranslateRequest(sentences=sentences, constraints=PHRASES[:3], terminology=True, beam=2), model, LIMITS)
+    assert job.key.constrained and [p for _, p in job.items][0][0] == "mado"
+    assert sorted(counting.texts) == sorted(model.toks.src.normalize(s) for s in sentences)
+
