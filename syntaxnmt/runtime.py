@@ -77,17 +77,82 @@ def _raise_interrupted(signum, frame) -> None:
     raise Interrupted(signum)
 
 
+class StdoutError(Exception):
+    """Writing the standard output failed (``e``, the OSError): a full disk or a device such as
+    ``/dev/full`` behind ``> FILE``, or a reader that went away (``| head``)."""
+
+    def __init__(self, e: OSError, stream):
+        self.error, self.stream = e, stream
+        where = _stream_target(stream)
+        super().__init__(f"cannot write standard output{f' ({where})' if where else ''}: {e.strerror or e}")
+
+
+def _stream_target(stream) -> str:
+    """What a stream writes to (``/dev/full``, a file's path, ``pipe:[...]``), '' where the system cannot say."""
+    try:
+        return os.readlink(f"/proc/self/fd/{stream.fileno()}")
+    except (OSError, ValueError, AttributeError):  # no /proc, or a stream without a descriptor (io.UnsupportedOperation)
+        return ""
+
+
+class _GuardedStdout:
+    """``sys.stdout`` while :func:`run_command` runs a command: a write error is raised as a
+    :class:`StdoutError`, so that it can name the standard output; all else is the stream's."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as e:
+            raise StdoutError(e, self._stream) from e
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as e:
+            raise StdoutError(e, self._stream) from e
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _drop_stdout(stream) -> None:
+    """Point the failed standard output at /dev/null, so that the interpreter's last flush of what
+    it still holds does not fail again (Python prints "Exception ignored" and exits with 120)."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):  # a stream without a descriptor (a test's capture)
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, fd)
+    os.close(null)
+
+
 def run_command(func: Callable[[], None]) -> None:
     """Run a command: a user error prints one line ``syntaxnmt: error: ...`` and exits with its
     ``exit_code`` (2 unless it has one); Ctrl-C exits with 130 and SIGTERM with 143 (training
-    saves ``last.pt`` first), leaving no temporary file behind."""
+    saves ``last.pt`` first), leaving no temporary file behind. The standard output is flushed
+    before the command ends: a write error on it (a full disk behind ``> FILE``) is the one line
+    ``syntaxnmt: error: cannot write standard output (FILE): ...`` and exit 2; a reader that went
+    away (``| head``) ends the command quietly with 0."""
     keep_freed_memory()
     try:
         old_term = signal.signal(signal.SIGTERM, _raise_interrupted)
     except ValueError:  # not the main thread
         old_term = False
+    stdout = sys.stdout
+    sys.stdout = _GuardedStdout(stdout)
     try:
         func()
+        sys.stdout.flush()
+    except StdoutError as e:
+        _drop_stdout(e.stream)
+        if isinstance(e.error, BrokenPipeError):
+            sys.exit(0)
+        print(f"syntaxnmt: error: {error_line(e)}", file=sys.stderr)
+        sys.exit(2)
     except UserError as e:
         print(f"syntaxnmt: error: {error_line(e)}", file=sys.stderr)
         sys.exit(getattr(e, "exit_code", 2))
@@ -103,5 +168,7 @@ def run_command(func: Callable[[], None]) -> None:
         print(f"syntaxnmt: error: {error_line(e)}", file=sys.stderr)
         sys.exit(2)
     finally:
+        if isinstance(sys.stdout, _GuardedStdout):
+            sys.stdout = stdout
         if old_term is not False:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if old_term is None else old_term)

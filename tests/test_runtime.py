@@ -1,5 +1,6 @@
 """The process around a command: glibc memory settings, the device and the usable cores (the CPU threads: tests/cpu/test_threads.py; the machine record: tests/cpu/test_machine.py)."""
 
+import os
 import subprocess
 import sys
 
@@ -73,3 +74,32 @@ def test_importing_the_config_does_not_load_torch():
     """runtime (which the config reads the usable cores from) imports torch only to resolve a device."""
     probe = "import sys, syntaxnmt.config; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+@pytest.mark.parametrize("unbuffered", ["1", ""], ids=["unbuffered", "buffered"])
+def test_a_full_disk_behind_standard_output_is_one_line_naming_it(tmp_path, unbuffered):
+    """``syntaxnmt evaluate ... > /dev/full``: one line naming the standard output and exit 2,
+    whether Python writes each print at once (PYTHONUNBUFFERED) or at the end (it was a bare
+    ``[Errno 28]``, or Python's "Exception ignored" and exit 120)."""
+    text = tmp_path / "h.txt"
+    text.write_text("the cat sat .\na dog .\n", encoding="utf-8")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": unbuffered}
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "syntaxnmt", "evaluate", "--hyp", str(text), "--ref", str(text)], stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+    assert proc.returncode == 2 and proc.stderr == "syntaxnmt: error: cannot write standard output (/dev/full): No space left on device\n", proc.stderr
+
+
+def test_a_reader_gone_from_standard_output_ends_the_command_quietly(tmp_path):
+    """``syntaxnmt evaluate ... | head -0``: the closed pipe ends the command with 0 and nothing on
+    standard error (Python's "Exception ignored ... BrokenPipeError" and exit 120 before)."""
+    text = tmp_path / "h.txt"
+    text.write_text("the cat sat .\na dog .\n", encoding="utf-8")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": ""}
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command writes
+    try:
+        proc = subprocess.run([sys.executable, "-m", "syntaxnmt", "evaluate", "--hyp", str(text), "--ref", str(text)], stdout=write, stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (0, "")
