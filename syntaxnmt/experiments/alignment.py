@@ -10,6 +10,9 @@ with the layer/head the system was trained to align with (``train.alignment``), 
 layers and heads averaged. A joint system also gets a row for its two directions symmetrized, and
 eflomal run on the training corpus plus the test pairs is the external reference. The table
 replaces the set's section of a Markdown file (:func:`syntaxnmt.experiments.sets.write_section`).
+As ``experiment`` does, the runner holds the lock of a system's ``work_dir`` while it writes there
+(:func:`syntaxnmt.textio.folder_lock`: its alignments, training, ``done.json`` and translations): a
+second run on it is a one-line error naming the holder, before any work.
 
 ``readings`` add rows that read a trained system's attention another way, without training again:
 Shift-Att's step (``shift``, Chen et al. 2020) and a fixed layer/head, or the best reading of
@@ -55,7 +58,7 @@ from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.sets import SEED_LEVEL_CAPTION, markdown_table, read_set_file, section_heading, seed_cells, seed_level_cell, statistics_caption, write_section
 from syntaxnmt.metrics import bleu_from_statistics, bleu_statistics
 from syntaxnmt.runtime import resolve_device
-from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
+from syntaxnmt.textio import atomic_write_text, folder_lock, read_lines, write_lines
 from syntaxnmt.training.joint import train_joint
 from syntaxnmt.training.train import train
 
@@ -251,21 +254,22 @@ def run_alignment_set(path: str | Path, output: str | None = None, log=print) ->
         forwards[label] = []
         for k, (seed, cfg) in enumerate(runs.items()):
             name = label if seed is None else f"{label} seed {seed}"
-            if label in spec.self_training:
-                teacher_readings.append(_self_labels(label, cfg, spec, base_dir, seed, forwards[spec.self_training[label].teacher][k], device, log))
-            record = _train(name, cfg, log)
-            forward, reverse = _checkpoints(cfg, record["joint"])
-            forwards[label].append(forward)
-            work = Path(cfg.work_dir)
-            run = {"steps": record["steps"], "seconds": record["train_seconds"], "bleu": _bleu(forward, test, work / "test.hyp", {}, device)}
-            run["aer"] = _aer_run(gold, model_alignments(forward, src_lines, tgt_lines, device))
-            run["avg_aer"] = _aer(gold, model_alignments(forward, src_lines, tgt_lines, device, layer="average", head="average"))[0]
-            main.append(run)
-            if reverse is not None:
-                sym.append({
-                    "aer": _aer_run(gold, model_alignments(forward, src_lines, tgt_lines, device, reverse_checkpoint=reverse)),
-                    "avg_aer": _aer(gold, model_alignments(forward, src_lines, tgt_lines, device, reverse_checkpoint=reverse, layer="average", head="average"))[0],
-                })
+            with folder_lock(cfg.work_dir, "work_dir", log):  # one writer per work_dir, as `experiment`: its labels, training, done.json, translations
+                if label in spec.self_training:
+                    teacher_readings.append(_self_labels(label, cfg, spec, base_dir, seed, forwards[spec.self_training[label].teacher][k], device, log))
+                record = _train(name, cfg, log)
+                forward, reverse = _checkpoints(cfg, record["joint"])
+                forwards[label].append(forward)
+                work = Path(cfg.work_dir)
+                run = {"steps": record["steps"], "seconds": record["train_seconds"], "bleu": _bleu(forward, test, work / "test.hyp", {}, device)}
+                run["aer"] = _aer_run(gold, model_alignments(forward, src_lines, tgt_lines, device))
+                run["avg_aer"] = _aer(gold, model_alignments(forward, src_lines, tgt_lines, device, layer="average", head="average"))[0]
+                main.append(run)
+                if reverse is not None:
+                    sym.append({
+                        "aer": _aer_run(gold, model_alignments(forward, src_lines, tgt_lines, device, reverse_checkpoint=reverse)),
+                        "avg_aer": _aer(gold, model_alignments(forward, src_lines, tgt_lines, device, reverse_checkpoint=reverse, layer="average", head="average"))[0],
+                    })
         a = configs[label].train.alignment
         where = "all layers+heads" if a.layer == "average" and a.head == "average" else f"layer {a.layer}, head {a.head}"
         where += " (full-context pass)" if a.full_context else ""
@@ -283,7 +287,8 @@ def run_alignment_set(path: str | Path, output: str | None = None, log=print) ->
         runs = []
         for cfg in _seed_configs(variant.system, spec.configs[variant.system], spec, base_dir).values():
             forward, _ = _checkpoints(cfg, cfg.train.alignment.symmetry_weight > 0)
-            runs.append({"bleu": _bleu(forward, test, Path(cfg.work_dir) / f"test.{slug}.hyp", variant.decode, device)})
+            with folder_lock(cfg.work_dir, "work_dir", log):  # its translation goes into the system's work_dir
+                runs.append({"bleu": _bleu(forward, test, Path(cfg.work_dir) / f"test.{slug}.hyp", variant.decode, device)})
         options = ", ".join(f"{k}={v}" for k, v in variant.decode.items())
         rows.append({"label": label, "where": f"(decoding: {options})", "runs": runs})
     first = rows[0]

@@ -211,3 +211,25 @@ def test_a_reading_with_only_a_layer_is_a_one_line_error(corpus, tmp_path, capsy
     path, _ = _write_set(tmp_path, corpus, readings={"half": {"system": "plain", "layer": 0}})
     code, _, err = run_cli(capsys, "align-experiment", path)
     assert_one_line_error(code, err, "reading 'half' gives only one of layer/head")
+
+
+def test_a_second_run_on_a_locked_work_dir_is_a_one_line_error_before_any_work(corpus, tmp_path, capsys):
+    """align-experiment holds each system's work_dir lock, as every other writing command: while
+    another process holds it, the run stops with the lock's one-line error before it aligns
+    (eflomal wrote the system's data.train_align first) or trains anything."""
+    import fcntl
+
+    path, results = _write_set(tmp_path, corpus)
+    tree = yaml.safe_load((tmp_path / "plain.yaml").read_text())
+    tree["data"]["train_align"] = str(tmp_path / "plain.align")  # missing: the run would align the corpus with eflomal first
+    (tmp_path / "plain.yaml").write_text(yaml.safe_dump(tree))
+    work = tmp_path / "plain"
+    work.mkdir()
+    with open(work / ".syntaxnmt-lock", "w", encoding="utf-8") as other:  # another process's lock: its own open file
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        other.write("syntaxnmt pid 4242 on host elsewhere\n")
+        other.flush()
+        code, out, err = run_cli(capsys, "align-experiment", path)
+    assert_one_line_error(code, err, f"{work}: the work_dir is in use by syntaxnmt pid 4242 on host elsewhere")
+    assert not (tmp_path / "plain.align").exists() and sorted(p.name for p in work.iterdir()) == [".syntaxnmt-lock"] and not results.exists()
+
