@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments.sets import seed_cells, seed_level_cell
+from syntaxnmt.experiments.sets import mean_sd_cell, seed_cells, seed_level_cell
 from syntaxnmt.metrics import ReferenceScorer, chrf_from_statistics, run_scores, welch_p
 
 SYSTEMS = ("sentence", "sentence-more", "concat", "han")
@@ -43,12 +43,8 @@ CONTEXTS = ("true", "other-document", "none")
 
 
 def mean_sd(values: list[float], digits: int = 1) -> str:
-    """``mean ± sd`` (sd over seeds; the mean alone with one seed; ``–`` with none)."""
-    if not values:
-        return "–"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+    """``mean ± sd`` over seeds (:func:`syntaxnmt.experiments.sets.mean_sd_cell`); ``–`` with none."""
+    return mean_sd_cell(values, digits) if values else "–"
 
 
 def read_accuracy(path: Path) -> float | None:

@@ -52,7 +52,7 @@ from syntaxnmt.data.synthetic import write_corpus
 from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments.sets import SEED_LEVEL_CAPTION, markdown_table, read_set_file, section_heading, seed_cells, seed_level_cell, statistics_caption, write_section
+from syntaxnmt.experiments.sets import SEED_LEVEL_CAPTION, markdown_table, mean_sd_cell, read_set_file, section_heading, seed_cells, seed_level_cell, statistics_caption, write_section
 from syntaxnmt.metrics import bleu_from_statistics, bleu_statistics
 from syntaxnmt.runtime import resolve_device
 from syntaxnmt.textio import atomic_write_text, read_lines, write_lines
@@ -220,10 +220,6 @@ def _seed_configs(label: str, rel: str, spec: AlignmentSet, base_dir: Path) -> d
     return {seed: load_config(base_dir / rel, spec.overrides + seeded(seed)) for seed in spec.seeds}
 
 
-def _mean_sd(values: list[float], digits: int) -> str:
-    return f"{statistics.mean(values):.{digits}f}" + (f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else "")
-
-
 def _neg_aer(stats: np.ndarray) -> np.ndarray:
     """-AER: the seed-aware tests read higher as better."""
     return -aer_from_statistics(stats)
@@ -370,10 +366,10 @@ def _row_cells(row: dict, first: dict, spec: AlignmentSet) -> list[str]:
     runs, base = row["runs"], first["runs"]
     is_first = row is first
     cells = [row["label"], row["where"]]
-    cells += [_mean_sd([r["steps"] for r in runs], 0), f"{statistics.mean(r['seconds'] for r in runs):.0f} s"] if "steps" in runs[0] else ["", ""]
+    cells += [mean_sd_cell([r["steps"] for r in runs], 0), f"{statistics.mean(r['seconds'] for r in runs):.0f} s"] if "steps" in runs[0] else ["", ""]
     if "bleu" in runs[0]:
         bleu = seed_cells([r["bleu"] for r in base], [r["bleu"] for r in runs], spec.bootstrap, spec.shuffles, is_baseline=is_first)
-        cells += [_mean_sd([float(bleu_from_statistics(r["bleu"].sum(0))) for r in runs], 2), bleu["spread"], bleu["p"], bleu["aso"]]
+        cells += [mean_sd_cell([float(bleu_from_statistics(r["bleu"].sum(0))) for r in runs], 2), bleu["spread"], bleu["p"], bleu["aso"]]
         seed_level = [seed_level_cell(bleu)]
     else:
         cells += ["", "", "", ""]
@@ -381,8 +377,8 @@ def _row_cells(row: dict, first: dict, spec: AlignmentSet) -> list[str]:
     if "aer" in runs[0]:
         stats = [r["aer"]["stats"] for r in runs]
         cmp = seed_cells([r["aer"]["stats"] for r in base], stats, spec.bootstrap, spec.shuffles, is_baseline=is_first, metric=_neg_aer, digits=1)
-        cells += [_mean_sd([r["aer"][k] for r in runs], 1) for k in ("aer", "precision", "recall")]
-        cells += [cmp["spread"], cmp["p"], cmp["aso"], _mean_sd([r["avg_aer"] for r in runs], 1) if "avg_aer" in runs[0] else ""]
+        cells += [mean_sd_cell([r["aer"][k] for r in runs], 1) for k in ("aer", "precision", "recall")]
+        cells += [cmp["spread"], cmp["p"], cmp["aso"], mean_sd_cell([r["avg_aer"] for r in runs], 1) if "avg_aer" in runs[0] else ""]
         seed_level.append(seed_level_cell(cmp))
     else:
         cells += ["", "", "", "", "", "", ""]

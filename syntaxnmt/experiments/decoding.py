@@ -39,7 +39,7 @@ from syntaxnmt.decoding.sources import encode_source_lines, parser_words
 from syntaxnmt.decoding.translate import translate_ids
 from syntaxnmt.decoding.unk import translations_with_replacement
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments.sets import SEED_LEVEL_CAPTION, load_set, markdown_table, read_set_file, section_heading, seed_cells, seed_level_cell, sentence_bootstrap_cell, set_runs, statistics_caption, write_section
+from syntaxnmt.experiments.sets import SEED_LEVEL_CAPTION, load_set, markdown_table, mean_sd_cell, read_set_file, section_heading, seed_cells, seed_level_cell, sentence_bootstrap_cell, set_runs, statistics_caption, write_section
 from syntaxnmt.inputs import UNK
 from syntaxnmt.metrics import ReferenceScorer, bleu_from_statistics, score
 from syntaxnmt.runtime import resolve_device
@@ -192,7 +192,7 @@ def _table(spec: DecodeSet, results: dict, tests: dict, path) -> str:
         for t in tests:
             outputs = by_test[t]
             bleus = [float(bleu_from_statistics(r["stats"].sum(0))) for r in outputs.values()]  # = sacreBLEU's corpus BLEU
-            bleu = f"{statistics.mean(bleus):.2f}" + (f" ± {statistics.stdev(bleus):.2f}" if len(bleus) > 1 else "")
+            bleu = mean_sd_cell(bleus)
             chrf = f"{statistics.mean(scorers[t].chrf(r['hyps']) for r in outputs.values()):.2f}"
             pairs = _pairs(results[first][t], outputs)
             base_stats = [results[first][t][a]["stats"] for a, _ in pairs]

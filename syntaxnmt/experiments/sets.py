@@ -407,7 +407,8 @@ def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: 
 
 
 def mean_sd_cell(values: Sequence[float], digits: int = 2) -> str:
-    """``mean ± sd`` (sd with n − 1; no sd with one value)."""
+    """``mean ± sd`` (sd with n − 1; no sd with one value): every mean-over-seeds cell of the
+    experiment, decoding and alignment tables."""
     return f"{statistics.mean(values):.{digits}f}" + (f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else "")
 
 
@@ -622,9 +623,7 @@ def dev_bleu_cell(runs: dict[int, dict], seeds: list[int]) -> str:
     """Mean ± std over seeds of the best (greedy) dev BLEU of each run: the figure systems are
     chosen by (never the test sets)."""
     values = [runs[s]["best"] for s in seeds if isinstance(runs[s].get("best"), (int, float))]
-    if not values:
-        return "–"
-    return f"{statistics.mean(values):.2f}" + (f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else "")
+    return mean_sd_cell(values) if values else "–"
 
 
 def section_heading(title: str, description: str = "") -> list[str]:
