@@ -581,8 +581,11 @@ def test_make_table_two_seeds_mean_std_and_baseline_row(tmp_path):
     assert base_row[8] == "1.00×" and sys_row[8] == "2.50×"
     assert "Seeds: 1, 2." in section and "Overrides: `none`" in section
     assert "approximate randomization (200 shuffles, two-sided) stratified over seed pairs" in section and "Clark et al. 2011" in section
-    assert "Power: with 2 baseline seeds and 2 seeds per system" in section
-    assert "A/A check" not in section  # two baseline seeds cannot be split into groups of two
+    sd = statistics.stdev(per_seed["base"])
+    assert f"Power (BLEU): with 2 seeds of base and 2 seeds per other system, the smallest true difference of mean BLEU" in section
+    assert f"test {minimum_detectable_difference(sd, 2, 2):.2f} BLEU (s_opt {sd:.2f})" in section
+    # Two baseline seeds cannot be split into groups of two: the line says so.
+    assert "A/A check (BLEU, calibration): not possible with 2 seeds of base -- each of the two groups needs two seeds" in section
     assert section.startswith("### t\n\n")
 
 
@@ -598,6 +601,7 @@ def test_make_table_one_seed_has_no_std(tmp_path):
     assert i_sys[6] == "1.0000" and i_sys[1] == "+0.00 [+0.00, +0.00]" and i_sys[2] == "–" and i_sys[4] == "none shown"
     assert i_base[5] == i_sys[5] == "0.00 / –"  # every sentence perfect: no test-set spread; one seed: no s_opt
     assert section.startswith("### One seed\n") and "Overrides: `--train.threads=1`" in section
+    assert "Power" not in section and "A/A check" not in section  # one seed everywhere: nothing to say about seeds
 
 
 def test_make_table_significant_difference_is_starred(tmp_path):
@@ -673,6 +677,7 @@ def test_make_table_baseline_with_more_seeds_and_the_aa_check(tmp_path):
     assert base_row[5] == f"{statistics.mean(lower):.2f} ± {statistics.stdev(lower):.2f}"
     assert "Seeds: base: 1, 2, 3, 4, 5, 6; sys: 1, 2, 3, 4." in section
     sd = statistics.stdev(score(base[s], [REFS], force=True).bleu for s in range(1, 7))
+    assert "Power (BLEU): with 6 seeds of base and 4 seeds per other system" in section
     assert f"test {minimum_detectable_difference(sd, 6, 4):.2f} BLEU (s_opt {sd:.2f})" in section
     stats = [bleu_statistics(base[s], [REFS]) for s in range(1, 7)]
     welch = sum(welch_p(run_scores([stats[i] for i in a]), run_scores([stats[i] for i in b])) < 0.05 for a, b in aa_splits(6))
