@@ -215,11 +215,13 @@ def load_records(path: str | Path, spec: ExperimentSet, runs: Sequence[Run]) -> 
     set's results folder); a :class:`UserError` names the runs without one (by system and seeds)."""
     records: dict[str, dict[int, dict]] = {}
     missing: dict[str, list[str]] = {}
+    files = 0
     for run in runs:
         found = find_run_scores(run.cfg.work_dir, spec.results_folder, run.label, run.seed)
         if found is None:
             missing.setdefault(run.label, []).append(str(run.seed))
             continue
+        files += 1
         record = read_run_scores(found)
         absent = [t for t in spec.test_sets if t not in record["tests"]]
         if absent:
@@ -229,6 +231,8 @@ def load_records(path: str | Path, spec: ExperimentSet, runs: Sequence[Run]) -> 
     if missing:
         count = sum(map(len, missing.values()))
         where = f"<work_dir>/{SCORES_FILE} of each run, then {results_file(spec.results_folder, 'LABEL', 0).with_name('<label>-seed<S>.json.gz')}"
+        if not files:  # a clean clone of a set whose scores were never collected: say so, not 66 names cut short
+            raise UserError(f"{path}: --rescore found the scores of none of its {len(runs)} runs ({where}): train the set, or --collect its finished runs' scores and commit {spec.results_folder}")
         named = "; ".join(f"'{label}' seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}" for label, seeds in missing.items())
         raise UserError(f"{path}: --rescore needs the scores of {count} of {len(runs)} runs ({where}), missing: {named}")
     return records

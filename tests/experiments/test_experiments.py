@@ -884,6 +884,64 @@ def test_rescore_rewrites_the_table_byte_for_byte_from_the_kept_scores(tiny_set,
     assert_one_line_error(code, err, str(set_path), "--rescore needs the scores of 1 of 2 runs", f"<work_dir>/scores.json.gz of each run, then {results}/<label>-seed<S>.json.gz", "missing: 'linear' seed 1")
 
 
+def test_rescore_from_committed_scores_alone_and_its_errors_name_what_is_missing(tmp_path, capsys):
+    """--rescore in a clean clone: no run folders, no test files, only the committed scores of the
+    results folder (made up here with write_run_scores, no training) make the table; what is
+    missing -- every scores file, one run's, a test set of one, a file's hypotheses or statistics
+    -- is one error line naming it."""
+    import gzip
+
+    from test_cli import assert_one_line_error, run_cli
+
+    from syntaxnmt.experiments.scores import results_file, write_run_scores
+
+    results = tmp_path / "results" / "made-up"
+    for name in ("b", "s"):
+        _write_yaml(tmp_path / f"{name}.yaml", {"work_dir": str(tmp_path / "runs" / name)})
+    tree = _set_tree(name="made-up", configs={"baseline": "b.yaml", "sys": "s.yaml"}, seeds=[1, 2], results_dir=str(results), output=str(tmp_path / "r.md"),
+                     test_sets={"test": {"src": str(tmp_path / "absent.src"), "ref": str(tmp_path / "absent.ref")}})
+    path = _write_yaml(tmp_path / "set.yaml", tree)
+    code, _, err = run_cli(capsys, "experiment", path, "--rescore")
+    assert_one_line_error(code, err, str(path), "--rescore found the scores of none of its 4 runs", f"then {results}/<label>-seed<S>.json.gz", f"commit {results}")
+    edits = {("baseline", 1): REFS, ("baseline", 2): [r.replace("the", "a") for r in REFS], ("sys", 1): [" ".join(r.split()[:-1]) for r in REFS], ("sys", 2): REFS}
+    record = {"steps": 100, "train_seconds": 10.0, "train_tokens": 5000, "best": 12.5, "params": 2_500_000}
+    for (label, seed), hyps in edits.items():
+        folder = tmp_path / "made" / f"{label}-{seed}"
+        write_lines(folder / "test.hyp", hyps)
+        written = write_run_scores(folder, label, seed, record, {"test": str(folder / "test.hyp")}, {"test": REFS})
+        target = results_file(results, label, seed)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if (label, seed) != ("sys", 2):
+            target.write_bytes(written.read_bytes())
+    code, _, err = run_cli(capsys, "experiment", path, "--rescore")
+    assert_one_line_error(code, err, "--rescore needs the scores of 1 of 4 runs", "missing: 'sys' seed 2")
+    target.write_bytes((tmp_path / "made" / "sys-2" / "scores.json.gz").read_bytes())
+    code, out, err = run_cli(capsys, "experiment", path, "--rescore")
+    assert code == 0, err
+    base_row, sys_row = _rows((tmp_path / "r.md").read_text(encoding="utf-8"))[1:]
+    for row, label in ((base_row, "baseline"), (sys_row, "sys")):
+        bleus = [score(edits[label, s], [REFS], force=True).bleu for s in (1, 2)]
+        assert row[4] == f"{statistics.mean(bleus):.2f} ± {statistics.stdev(bleus):.2f}"
+    # A test set the set now names but a run's scores do not hold.
+    code, _, err = run_cli(capsys, "experiment", _set_with(path, test_sets={**tree["test_sets"], "other": {"src": "o.src", "ref": "o.ref"}}), "--rescore")
+    assert_one_line_error(code, err, "needs the scores of 4 of 4 runs", f"'baseline' seeds 1 (no other in {results / 'baseline-seed1.json.gz'}), 2 (no other in")
+    _set_with(path, test_sets=tree["test_sets"])
+    # A scores file without hypotheses, or with statistics that do not fit them.
+    data = json.loads(gzip.decompress(target.read_bytes()))
+    del data["tests"]["test"]["hyps"]
+    target.write_bytes(gzip.compress(json.dumps(data).encode()))
+    code, _, err = run_cli(capsys, "experiment", path, "--rescore")
+    assert_one_line_error(code, err, f"{target}: test set 'test' has no hypotheses: write it again")
+    data["tests"]["test"]["hyps"] = REFS[:-1]
+    target.write_bytes(gzip.compress(json.dumps(data).encode()))
+    code, _, err = run_cli(capsys, "experiment", path, "--rescore")
+    assert_one_line_error(code, err, f"{target}: test set 'test' has 8 rows of BLEU statistics for 7 hypotheses")
+    del data["tests"]
+    target.write_bytes(gzip.compress(json.dumps(data).encode()))
+    code, _, err = run_cli(capsys, "experiment", path, "--rescore")
+    assert_one_line_error(code, err, f"{target}: scores file without 'tests'")
+
+
 def test_submitit_local_launcher_runs_each_run_as_a_job(tiny_set, tmp_path):
     """--launcher submitit-local: each (system, seed) run is a submitit job in its own process
     (submitit's local executor); the table is the one the local runner makes."""
