@@ -286,7 +286,8 @@ def run_set(path: str | Path, seeds: list[int] | None = None, only: list[str] | 
     local test double) submits them as jobs through submitit instead (:mod:`syntaxnmt.experiments.launchers`).
     The records and the table are then made here, from the runs' scores files.
     ``rescore``: no training -- the table from the scores files alone (run folders, else the set's
-    results folder). ``collect``: copy the finished runs' scores files into the results folder.
+    results folder). ``collect``: copy the finished runs' scores files into the results folder and,
+    once every run has one, write the table from them (as ``rescore`` does).
     ``only``: the ``--only`` values (labels, or comma-separated labels: :func:`select_labels`); the baseline always runs.
     """
     spec = load_set(path)
@@ -305,7 +306,10 @@ def run_set(path: str | Path, seeds: list[int] | None = None, only: list[str] | 
     runs = set_runs(path, spec, labels, seeds)
     if collect:
         collect_results(spec, runs, log)
-        return ""
+        waiting = [run.name for run in runs if find_run_scores(run.cfg.work_dir, spec.results_folder, run.label, run.seed) is None]
+        if waiting:
+            log(f"the table waits for {len(waiting)} of {len(runs)} runs: {'; '.join(waiting)}")
+            return ""
     if training:
         records = train_runs(path, spec, runs, jobs, launcher, slurm or {}, log)
     else:
