@@ -553,7 +553,7 @@ def _training_commands(sub) -> None:
     s.add_argument("--output", help="Markdown file for the table (default: the set's output)")
     s.add_argument("--jobs", type=int, default=1, help="run N (config, seed) runs at once in worker processes sharing the GPU or the CPU cores, each logging to <work_dir>/train.log (default 1: one by one, in this process)")
     s.add_argument("--rescore", action="store_true", help="no training: rewrite the table from the runs' scores files (<work_dir>/scores.json.gz, else the set's results folder)")
-    s.add_argument("--collect", action="store_true", help="copy the finished runs' scores files into the set's results folder (results/<set name>/, to commit)")
+    s.add_argument("--collect", action="store_true", help="copy the finished runs' scores files into the set's results folder (results/<set name>/, to commit); once every run has one, write the table from them")
     s.add_argument("--curve", action="store_true", help="train the baseline's dev curve of a set with a 'budget:' section and print the budget (the plateau point)")
     s.add_argument("--launcher", choices=["local", "slurm", "submitit-local"], default="local", help="where unfinished runs train: local (this machine; --jobs workers), slurm (one job per run through submitit), submitit-local (the same jobs as local processes, for testing)")
     s.add_argument("--slurm", action="append", metavar="KEY=VALUE", help="a submitit parameter of --launcher slurm, e.g. slurm_partition=gpu, timeout_min=240, gpus_per_node=1, cpus_per_task=4, mem_gb=16, folder=runs/submitit (several: repeat)")

@@ -164,6 +164,16 @@ def test_study_table_over_seeds(tmp_path):
     control = rows["**sentence-more** (control, + M)"]
     assert control[2] == "–" and control[5] == "(floor) 63.5 ± 0.7" and control[8] == "– |"
     assert rows["sentence (N updates)"][2].startswith(("+", "-")) and "[" in rows["sentence (N updates)"][2]
+    # Under the table (issue 50): what two seeds can detect, from the control's s_opt; no A/A check with two seeds.
+    import statistics
+
+    from syntaxnmt.metrics import minimum_detectable_difference, score
+
+    control = [score([r if (i + 1 + seed) % 3 else "y el hombre vió" for i, r in enumerate(refs)], [refs], force=True).bleu for seed in (1, 2)]
+    sd = statistics.stdev(control)
+    assert "Power (BLEU): with 2 seeds of sentence-more (control, + M) and 2 seeds per other system" in out
+    assert f"test {minimum_detectable_difference(sd, 2, 2):.2f} BLEU (s_opt {sd:.2f})" in out
+    assert "A/A check (BLEU, calibration): not possible with 2 seeds of sentence-more (control, + M)" in out
 
 
 def test_study_table_without_runs_is_one_error_line(tmp_path, capsys):

@@ -16,6 +16,9 @@ the references ``DATA/test.es``. Per system:
   p over seeds (``score`` writes totals, not per-item outcomes, so the item level is not resampled
   here; one seed's binomial sd on N items is sqrt(a(1-a)/N), about 2.6 points at 330 items).
 
+Under the table, with several seeds: the smallest BLEU difference the seeds detect with 80 % power
+and the A/A check on the control's seeds (:func:`syntaxnmt.experiments.sets.seed_notes`).
+
     python recipes/bible-en-es/study_table.py WORK [--data runs/bible-en-es/data-heldout] [--bootstrap 1000]
 """
 
@@ -28,7 +31,7 @@ import sys
 from pathlib import Path
 
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments.sets import seed_cells, seed_level_cell
+from syntaxnmt.experiments.sets import AA_SHUFFLES, mean_sd_cell, seed_cells, seed_level_cell, seed_notes
 from syntaxnmt.metrics import ReferenceScorer, chrf_from_statistics, run_scores, welch_p
 
 SYSTEMS = ("sentence", "sentence-more", "concat", "han")
@@ -43,12 +46,8 @@ CONTEXTS = ("true", "other-document", "none")
 
 
 def mean_sd(values: list[float], digits: int = 1) -> str:
-    """``mean ± sd`` (sd over seeds; the mean alone with one seed; ``–`` with none)."""
-    if not values:
-        return "–"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+    """``mean ± sd`` over seeds (:func:`syntaxnmt.experiments.sets.mean_sd_cell`); ``–`` with none."""
+    return mean_sd_cell(values, digits) if values else "–"
 
 
 def read_accuracy(path: Path) -> float | None:
@@ -118,6 +117,9 @@ def table(work: Path, data_dir: Path, bootstrap: int = 1000) -> str:
             f"{mean_sd(acc['true']) if context_model else '(floor) ' + mean_sd(acc['none'])} | "
             f"{mean_sd(acc['other-document']) if context_model else '–'} | {mean_sd(acc['none'])} | {delta} |"
         )
+    # What the seeds can detect in BLEU against the control, and the A/A check on its seeds (as under the experiment tables).
+    for note in seed_notes(LABELS[CONTROL].replace("*", ""), {"test": control["bleu"]}, [len(seeds)] * (len(SYSTEMS) - 1), bootstrap, AA_SHUFFLES):
+        lines += ["", note]
     return "\n".join(lines)
 
 

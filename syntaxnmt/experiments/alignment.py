@@ -27,8 +27,10 @@ With ``seeds``, every system trains once per seed (in ``<work_dir>-seed<S>``, as
 and its rows give BLEU and AER as mean ± sd over the seeds, with the seed-aware statistics of
 :func:`syntaxnmt.experiments.sets.seed_cells` against the first system (s_sel / s_opt, approximate
 randomization stratified over seed pairs, ASO ε_min with three seeds or more), for AER on its
-sentence-level counts (:func:`syntaxnmt.data.links.aer_statistics`). Without ``seeds`` each
-config trains once in its own ``work_dir`` with its own seed, as before.
+sentence-level counts (:func:`syntaxnmt.data.links.aer_statistics`); under the table, the power
+lines and the A/A checks of BLEU and AER on the first system's seeds
+(:func:`syntaxnmt.experiments.sets.seed_notes`). Without ``seeds`` each config trains once in its
+own ``work_dir`` with its own seed, as before.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from syntaxnmt.data.synthetic import write_corpus
 from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments.sets import SEED_LEVEL_CAPTION, markdown_table, read_set_file, section_heading, seed_cells, seed_level_cell, statistics_caption, write_section
+from syntaxnmt.experiments.sets import SEED_LEVEL_CAPTION, markdown_table, mean_sd_cell, read_set_file, section_heading, seed_cells, seed_level_cell, seed_notes, statistics_caption, write_section
 from syntaxnmt.metrics import bleu_from_statistics, bleu_statistics
 from syntaxnmt.runtime import resolve_device
 from syntaxnmt.textio import atomic_write_text, folder_lock, read_lines, write_lines
@@ -223,10 +225,6 @@ def _seed_configs(label: str, rel: str, spec: AlignmentSet, base_dir: Path) -> d
     return {seed: load_config(base_dir / rel, spec.overrides + seeded(seed)) for seed in spec.seeds}
 
 
-def _mean_sd(values: list[float], digits: int) -> str:
-    return f"{statistics.mean(values):.{digits}f}" + (f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else "")
-
-
 def _neg_aer(stats: np.ndarray) -> np.ndarray:
     """-AER: the seed-aware tests read higher as better."""
     return -aer_from_statistics(stats)
@@ -291,20 +289,33 @@ def run_alignment_set(path: str | Path, output: str | None = None, log=print) ->
                 runs.append({"bleu": _bleu(forward, test, Path(cfg.work_dir) / f"test.{slug}.hyp", variant.decode, device)})
         options = ", ".join(f"{k}={v}" for k, v in variant.decode.items())
         rows.append({"label": label, "where": f"(decoding: {options})", "runs": runs})
+    extra = [_eflomal_row(configs[next(iter(configs))], src_lines, tgt_lines, gold, log)] if spec.eflomal_baseline else []
+    minutes, cpu_minutes = (time.perf_counter() - t0) / 60, (_cpu_seconds() - cpu0) / 60
+    cost = f"data, eflomal, training and evaluation: {cpu_minutes:.1f} min of CPU time, {minutes:.1f} min wall clock on a shared 2-core machine"
+    section = alignment_table(spec, rows, extra, len(gold), cost, path)
+    target = Path(output or spec.output)
+    write_section(target, spec.name, section)
+    log(section)
+    log(f"results written to {target}")
+    return section
+
+
+def alignment_table(spec: AlignmentSet, rows: list[dict], extra: list[list[str]], n_gold: int, cost: str, path) -> str:
+    """The set's Markdown section: one row per system (``rows``: label, where, runs -- per seed,
+    ``bleu`` sentence statistics and ``aer`` figures with their ``stats``), tested against the
+    first; ``extra``: rows of cells as they are (eflomal). With several seeds, the power lines
+    and A/A checks of BLEU and AER on the first system's seeds follow the table
+    (:func:`syntaxnmt.experiments.sets.seed_notes`)."""
     first = rows[0]
     head = ["system", "alignment read from", "updates", "train time", "test BLEU (beam)", "BLEU s_sel / s_opt", f"BLEU p vs {first['label']}", f"BLEU ASO ε_min vs {first['label']}"]
     head += ["AER", "precision", "recall", "AER s_sel / s_opt", f"AER p vs {first['label']}", f"AER ASO ε_min vs {first['label']}", "AER (all layers+heads averaged)"]
     head += [f"BLEU Δ vs {first['label']} [95 % CI]; p (seed level)", f"−AER Δ vs {first['label']} [95 % CI]; p (seed level)"]
-    table = [_row_cells(row, first, spec) for row in rows]
-    if spec.eflomal_baseline:
-        table.append(_eflomal_row(configs[next(iter(configs))], src_lines, tgt_lines, gold, log))
-    minutes, cpu_minutes = (time.perf_counter() - t0) / 60, (_cpu_seconds() - cpu0) / 60
+    table = [_row_cells(row, first, spec) for row in rows] + list(extra)
     seeds = f"Seeds: {', '.join(map(str, spec.seeds))} (AER, precision, recall and BLEU: mean ± sd over seeds). " if spec.seeds else "One run per system, with its config's seed. "
     lines = section_heading(spec.title or spec.name, spec.description)
     lines += [
-        f"Command: `{spec.command or 'syntaxnmt align-experiment ' + str(path)}` (data, eflomal, training and "
-        f"evaluation: {cpu_minutes:.1f} min of CPU time, {minutes:.1f} min wall clock on a shared 2-core machine). "
-        f"AER/precision/recall in % against the {len(gold)} gold test alignments (attention argmax: one link per target word -- none where a leaky "
+        f"Command: `{spec.command or 'syntaxnmt align-experiment ' + str(path)}` ({cost}). "
+        f"AER/precision/recall in % against the {n_gold} gold test alignments (attention argmax: one link per target word -- none where a leaky "
         f"head's leak outweighs every source word -- read while force-decoding the reference); BLEU: sacreBLEU on the detokenized test output. {seeds}"
         + statistics_caption(first["label"], spec.bootstrap, spec.shuffles, one_seed=len(spec.seeds) <= 1, metric="BLEU (AER)")
         + SEED_LEVEL_CAPTION
@@ -312,12 +323,12 @@ def run_alignment_set(path: str | Path, output: str | None = None, log=print) ->
         "",
         *markdown_table(head, table),
     ]
-    section = "\n".join(lines) + "\n"
-    target = Path(output or spec.output)
-    write_section(target, spec.name, section)
-    log(section)
-    log(f"results written to {target}")
-    return section
+    for key, measure, metric, stats in (("bleu", "BLEU", bleu_from_statistics, lambda run: run["bleu"]), ("aer", "AER", _neg_aer, lambda run: run["aer"]["stats"])):
+        if key in first["runs"][0]:
+            others = [len(row["runs"]) for row in rows[1:] if key in row["runs"][0]]
+            for note in seed_notes(first["label"], {"test": [stats(run) for run in first["runs"]]}, others, spec.bootstrap, spec.shuffles, metric=metric, measure=measure):
+                lines += ["", note]
+    return "\n".join(lines) + "\n"
 
 
 def _reading_row(label: str, variant: ReadingVariant, dev: AlignmentTestSet | None, forwards: list[Path], system_runs: list[dict], src_lines, tgt_lines, gold, device, log) -> dict:
@@ -375,10 +386,10 @@ def _row_cells(row: dict, first: dict, spec: AlignmentSet) -> list[str]:
     runs, base = row["runs"], first["runs"]
     is_first = row is first
     cells = [row["label"], row["where"]]
-    cells += [_mean_sd([r["steps"] for r in runs], 0), f"{statistics.mean(r['seconds'] for r in runs):.0f} s"] if "steps" in runs[0] else ["", ""]
+    cells += [mean_sd_cell([r["steps"] for r in runs], 0), f"{statistics.mean(r['seconds'] for r in runs):.0f} s"] if "steps" in runs[0] else ["", ""]
     if "bleu" in runs[0]:
         bleu = seed_cells([r["bleu"] for r in base], [r["bleu"] for r in runs], spec.bootstrap, spec.shuffles, is_baseline=is_first)
-        cells += [_mean_sd([float(bleu_from_statistics(r["bleu"].sum(0))) for r in runs], 2), bleu["spread"], bleu["p"], bleu["aso"]]
+        cells += [mean_sd_cell([float(bleu_from_statistics(r["bleu"].sum(0))) for r in runs], 2), bleu["spread"], bleu["p"], bleu["aso"]]
         seed_level = [seed_level_cell(bleu)]
     else:
         cells += ["", "", "", ""]
@@ -386,8 +397,8 @@ def _row_cells(row: dict, first: dict, spec: AlignmentSet) -> list[str]:
     if "aer" in runs[0]:
         stats = [r["aer"]["stats"] for r in runs]
         cmp = seed_cells([r["aer"]["stats"] for r in base], stats, spec.bootstrap, spec.shuffles, is_baseline=is_first, metric=_neg_aer, digits=1)
-        cells += [_mean_sd([r["aer"][k] for r in runs], 1) for k in ("aer", "precision", "recall")]
-        cells += [cmp["spread"], cmp["p"], cmp["aso"], _mean_sd([r["avg_aer"] for r in runs], 1) if "avg_aer" in runs[0] else ""]
+        cells += [mean_sd_cell([r["aer"][k] for r in runs], 1) for k in ("aer", "precision", "recall")]
+        cells += [cmp["spread"], cmp["p"], cmp["aso"], mean_sd_cell([r["avg_aer"] for r in runs], 1) if "avg_aer" in runs[0] else ""]
         seed_level.append(seed_level_cell(cmp))
     else:
         cells += ["", "", "", "", "", "", ""]

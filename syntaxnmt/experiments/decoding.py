@@ -12,7 +12,9 @@ seed-aware statistics of :func:`syntaxnmt.experiments.sets.seed_cells` against t
 s_opt, approximate randomization stratified over seed pairs, ASO ε_min with three seeds or more),
 the sentence-level paired bootstrap, and, with ``unk_replace``, how many ``<unk>`` were replaced
 and how many of the replacements occur in the reference sentence (whitespace tokens of its Moses
-tokenization) -- "correct" in that sense. The table replaces the set's section of ``output``.
+tokenization) -- "correct" in that sense. When rows are decoded per seed, the power line and the A/A
+check on the first row's seeds follow the table (:func:`syntaxnmt.experiments.sets.seed_notes`, as
+under an experiment table). The table replaces the set's section of ``output``.
 
 Pairs for the tests against the first row: two ``per_seed`` rows pair seed k with seed k (the
 seeds they share); a single output (one seed, or an ensemble) against a ``per_seed`` row is paired
@@ -39,7 +41,7 @@ from syntaxnmt.decoding.sources import encode_source_lines, parser_words
 from syntaxnmt.decoding.translate import translate_ids
 from syntaxnmt.decoding.unk import translations_with_replacement
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments.sets import SEED_LEVEL_CAPTION, load_set, markdown_table, read_set_file, section_heading, seed_cells, seed_level_cell, sentence_bootstrap_cell, set_runs, statistics_caption, write_section
+from syntaxnmt.experiments.sets import SEED_LEVEL_CAPTION, load_set, markdown_table, mean_sd_cell, read_set_file, section_heading, seed_cells, seed_level_cell, seed_notes, sentence_bootstrap_cell, set_runs, statistics_caption, write_section
 from syntaxnmt.inputs import UNK
 from syntaxnmt.metrics import ReferenceScorer, bleu_from_statistics, score
 from syntaxnmt.runtime import resolve_device
@@ -192,7 +194,7 @@ def _table(spec: DecodeSet, results: dict, tests: dict, path) -> str:
         for t in tests:
             outputs = by_test[t]
             bleus = [float(bleu_from_statistics(r["stats"].sum(0))) for r in outputs.values()]  # = sacreBLEU's corpus BLEU
-            bleu = f"{statistics.mean(bleus):.2f}" + (f" ± {statistics.stdev(bleus):.2f}" if len(bleus) > 1 else "")
+            bleu = mean_sd_cell(bleus)
             chrf = f"{statistics.mean(scorers[t].chrf(r['hyps']) for r in outputs.values()):.2f}"
             pairs = _pairs(results[first][t], outputs)
             base_stats = [results[first][t][a]["stats"] for a, _ in pairs]
@@ -225,4 +227,8 @@ def _table(spec: DecodeSet, results: dict, tests: dict, path) -> str:
         "",
         *markdown_table(head, rows),
     ]
+    # Rows decoded per seed: what their seeds can detect against the first row, and the A/A check on its seeds.
+    others = [len(spec.rows[label].seeds) for label in results if label != first and spec.rows[label].per_seed]
+    for note in seed_notes(f"'{first}'", {t: [r["stats"] for r in results[first][t].values()] for t in tests}, others, spec.bootstrap, spec.shuffles, unit="row"):
+        lines += ["", note]
     return "\n".join(lines) + "\n"

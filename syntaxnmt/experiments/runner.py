@@ -214,11 +214,13 @@ def load_records(path: str | Path, spec: ExperimentSet, runs: Sequence[Run]) -> 
     set's results folder); a :class:`UserError` names the runs without one (by system and seeds)."""
     records: dict[str, dict[int, dict]] = {}
     missing: dict[str, list[str]] = {}
+    files = 0
     for run in runs:
         found = find_run_scores(run.cfg.work_dir, spec.results_folder, run.label, run.seed)
         if found is None:
             missing.setdefault(run.label, []).append(str(run.seed))
             continue
+        files += 1
         record = read_run_scores(found)
         absent = [t for t in spec.test_sets if t not in record["tests"]]
         if absent:
@@ -228,6 +230,8 @@ def load_records(path: str | Path, spec: ExperimentSet, runs: Sequence[Run]) -> 
     if missing:
         count = sum(map(len, missing.values()))
         where = f"<work_dir>/{SCORES_FILE} of each run, then {results_file(spec.results_folder, 'LABEL', 0).with_name('<label>-seed<S>.json.gz')}"
+        if not files:  # a clean clone of a set whose scores were never collected: say so, not 66 names cut short
+            raise UserError(f"{path}: --rescore found the scores of none of its {len(runs)} runs ({where}): train the set, or --collect its finished runs' scores and commit {spec.results_folder}")
         named = "; ".join(f"'{label}' seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}" for label, seeds in missing.items())
         raise UserError(f"{path}: --rescore needs the scores of {count} of {len(runs)} runs ({where}), missing: {named}")
     return records
@@ -281,7 +285,8 @@ def run_set(path: str | Path, seeds: list[int] | None = None, only: list[str] | 
     local test double) submits them as jobs through submitit instead (:mod:`syntaxnmt.experiments.launchers`).
     The records and the table are then made here, from the runs' scores files.
     ``rescore``: no training -- the table from the scores files alone (run folders, else the set's
-    results folder). ``collect``: copy the finished runs' scores files into the results folder.
+    results folder). ``collect``: copy the finished runs' scores files into the results folder and,
+    once every run has one, write the table from them (as ``rescore`` does).
     ``only``: the ``--only`` values (labels, or comma-separated labels: :func:`select_labels`); the baseline always runs.
     """
     spec = load_set(path)
@@ -300,7 +305,10 @@ def run_set(path: str | Path, seeds: list[int] | None = None, only: list[str] | 
     runs = set_runs(path, spec, labels, seeds)
     if collect:
         collect_results(spec, runs, log)
-        return ""
+        waiting = [run.name for run in runs if find_run_scores(run.cfg.work_dir, spec.results_folder, run.label, run.seed) is None]
+        if waiting:
+            log(f"the table waits for {len(waiting)} of {len(runs)} runs: {'; '.join(waiting)}")
+            return ""
     if training:
         records = train_runs(path, spec, runs, jobs, launcher, slurm or {}, log)
     else:

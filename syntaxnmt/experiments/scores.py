@@ -82,12 +82,37 @@ def read_run_scores(path: str | Path) -> dict:
         tree = json.loads(gzip.decompress(Path(path).read_bytes()).decode("utf-8"))
     except (OSError, ValueError, EOFError) as e:
         raise UserError(f"{path}: not a readable scores file ({e})") from None
-    if tree.get("format") != FORMAT:
-        raise UserError(f"{path}: scores file format {tree.get('format')!r}, expected {FORMAT}")
+    if not isinstance(tree, dict) or tree.get("format") != FORMAT:
+        raise UserError(f"{path}: scores file format {tree.get('format') if isinstance(tree, dict) else None!r}, expected {FORMAT}")
+    absent = [key for key in ("record", "dev_curve", "tests") if not isinstance(tree.get(key), dict if key != "dev_curve" else list)]
+    if absent:
+        raise UserError(f"{path}: scores file without {', '.join(map(repr, absent))}: write it again (syntaxnmt experiment SET re-scores a finished run's hypotheses)")
     record = dict(tree["record"])
     record["dev_curve"] = tree["dev_curve"]
-    record["tests"] = {name: {"hyps": t["hyps"], **{k: np.asarray(t[k], dtype=np.float64).reshape(len(t["hyps"]), -1) for k in ("bleu", "bleu_lc", "chrf")}} for name, t in tree["tests"].items()}
+    record["tests"] = {name: _test_arrays(path, name, t) for name, t in tree["tests"].items()}
     return record
+
+
+def _test_arrays(path: str | Path, name: str, test: object) -> dict:
+    """One test set of a scores file: its hypotheses and per-sentence statistics as arrays; a
+    :class:`UserError` names what is missing or does not fit (one row of statistics per hypothesis)."""
+    kinds = {"hyps": "hypotheses", "bleu": "BLEU statistics", "bleu_lc": "lowercased BLEU statistics", "chrf": "chrF statistics"}
+    absent = [what for key, what in kinds.items() if not isinstance(test, dict) or not isinstance(test.get(key), list)]
+    if absent:
+        raise UserError(f"{path}: test set '{name}' has no {', '.join(absent)}: write it again (syntaxnmt experiment SET re-scores a finished run's hypotheses)")
+    if not test["hyps"]:
+        raise UserError(f"{path}: test set '{name}' has no sentences")
+    arrays = {"hyps": test["hyps"]}
+    for key in ("bleu", "bleu_lc", "chrf"):
+        try:
+            table = np.asarray(test[key], dtype=np.float64)
+        except ValueError:
+            table = None
+        if table is None or table.ndim != 2 or len(table) != len(test["hyps"]):
+            rows = len(test[key])
+            raise UserError(f"{path}: test set '{name}' has {rows} rows of {kinds[key]} for {len(test['hyps'])} hypotheses")
+        arrays[key] = table
+    return arrays
 
 
 def find_run_scores(work_dir: str | Path, results_dir: str | Path, label: str, seed: int) -> Path | None:

@@ -15,8 +15,9 @@ deepsig's 0.2, the verdict -- beside the test-set-only columns (approximate rand
 over seed pairs, the pooled sentence bootstrap) and s_sel / s_opt; the power line (the smallest
 difference the seeds detect with 80 % power); and the A/A check (every split of the baseline's seeds
 tested as two systems: each test's false-positive rate). The statistics are those of
-:mod:`syntaxnmt.metrics` (Clark et al. 2011; Dror et al. 2019); :func:`seed_cells` makes them for
-the decoding and alignment tables too. The section replaces the set's in a Markdown file
+:mod:`syntaxnmt.metrics` (Clark et al. 2011; Dror et al. 2019); :func:`seed_cells` and
+:func:`seed_notes` (the power and A/A lines) make them for the decoding, alignment and document
+tables too. The section replaces the set's in a Markdown file
 (``docs/results.md`` by default).
 
 With ``--jobs N`` the unfinished runs train and translate in N worker processes first
@@ -398,16 +399,16 @@ def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: 
         lines += [f"Seed-level inference on {t} (BLEU):", ""]
         lines += markdown_table(*inference_table(spec, stats, t, arms_of))
         lines += [""]
-    lines += [power_line(spec, stats, seeds_of, tests), ""]
-    aa = aa_line(spec, stats[spec.baseline], tests)
-    if aa:
-        lines += [aa, ""]
+    others = [len(seeds_of[label]) for label in records if label != spec.baseline]
+    for note in seed_notes(spec.baseline, stats[spec.baseline], others, spec.bootstrap, spec.shuffles):
+        lines += [note, ""]
     lines += [inference_caption(spec, controls)]
     return "\n".join(lines) + "\n"
 
 
 def mean_sd_cell(values: Sequence[float], digits: int = 2) -> str:
-    """``mean ± sd`` (sd with n − 1; no sd with one value)."""
+    """``mean ± sd`` (sd with n − 1; no sd with one value): every mean-over-seeds cell of the
+    experiment, decoding and alignment tables."""
     return f"{statistics.mean(values):.{digits}f}" + (f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else "")
 
 
@@ -436,21 +437,43 @@ def inference_table(spec: ExperimentSet, stats: dict[str, dict[str, list[np.ndar
     return head, rows
 
 
-def power_line(spec: ExperimentSet, stats: dict[str, dict[str, list[np.ndarray]]], seeds_of: dict[str, list[int]], tests: list[str]) -> str:
-    """The smallest difference the set's seeds can detect (:func:`minimum_detectable_difference`)."""
-    n_base = len(seeds_of[spec.baseline])
-    others = sorted({len(v) for k, v in seeds_of.items() if k != spec.baseline}) or [n_base]
+def seed_notes(reference: str, runs: dict[str, Sequence[np.ndarray]], others: Sequence[int], bootstrap: int, shuffles: int, *, metric: Metric = bleu_from_statistics, measure: str = "BLEU", unit: str = "system", digits: int = 2) -> list[str]:
+    """The lines under a table whose systems have several seeds: what the seeds can detect
+    (:func:`power_line`) and the A/A calibration check on the reference's seeds (:func:`aa_line`);
+    none when every system has one seed. Shared by the experiment, decoding, alignment and
+    document tables.
+
+    ``reference``: the system the table tests against, as the table names it (the baseline, a
+    decoding table's first row); ``runs``: its runs' sentence statistics per test set;
+    ``others``: the seed counts of the systems tested against it; ``metric`` / ``measure``: the
+    score, higher is better (e.g. −AER for AER, :func:`syntaxnmt.experiments.alignment._neg_aer`)."""
+    n_ref = len(next(iter(runs.values())))
+    if max([n_ref, *others]) < 2:
+        return []
+    return [
+        power_line(reference, runs, others, metric=metric, measure=measure, unit=unit, digits=digits),
+        aa_line(reference, runs, bootstrap, shuffles, metric=metric, measure=measure),
+    ]
+
+
+def power_line(reference: str, runs: dict[str, Sequence[np.ndarray]], others: Sequence[int], *, metric: Metric = bleu_from_statistics, measure: str = "BLEU", unit: str = "system", digits: int = 2) -> str:
+    """The smallest difference the table's seeds can detect (:func:`minimum_detectable_difference`)
+    from the reference's s_opt on each test set; ``others``: the other systems' seed counts."""
+    n_ref = len(next(iter(runs.values())))
+    counts = sorted(set(others))
+    versus = f"{'/'.join(map(str, counts))} seeds per other {unit}" if counts else f"as many seeds per other {unit}"
     parts = []
-    for t in tests:
-        scores = run_scores(stats[spec.baseline][t])
+    for name, own in runs.items():
+        scores = run_scores(own, metric)
         sd = statistics.stdev(scores) if len(scores) > 1 else None
-        mdd = [minimum_detectable_difference(sd, n_base, n) for n in others]
-        shown = " / ".join("–" if d is None else f"{d:.2f}" for d in mdd)
-        parts.append(f"{t} {shown} BLEU (s_opt {'–' if sd is None else f'{sd:.2f}'})")
+        shown = " / ".join("–" if d is None else f"{d:.{digits}f}" for d in (minimum_detectable_difference(sd, n_ref, n) for n in counts or [n_ref]))
+        parts.append(f"{name} {shown} {measure} (s_opt {'–' if sd is None else f'{sd:.{digits}f}'})")
+    missing = f" ({reference} has one seed: no s_opt, so no power can be stated)" if n_ref < 2 else ""
     return (
-        f"Power: with {n_base} baseline seeds and {'/'.join(map(str, others))} seeds per system, the smallest true difference of mean BLEU that "
-        f"Welch's test at α = {SIGNIFICANCE_LEVEL} detects with {POWER:.0%} power, taking the baseline's s_opt as every system's seed sd: "
+        f"Power ({measure}): with {n_ref} seed{'s' if n_ref != 1 else ''} of {reference} and {versus}, the smallest true difference of mean {measure} that "
+        f"Welch's test at α = {SIGNIFICANCE_LEVEL} detects with {POWER:.0%} power, taking the s_opt of {reference} as every {unit}'s seed sd: "
         + "; ".join(parts)
+        + missing
         + ". (Two-sample t with ν = n₁ + n₂ − 2: δ solves P(|T| > t_{1−α/2,ν}) = 0.8 for T ~ noncentral t(ν, δ / (s_opt √(1/n₁ + 1/n₂))).) "
         "A difference below it that the test does not find is no evidence of no effect; the interval says what is ruled out."
     )
@@ -458,40 +481,46 @@ def power_line(spec: ExperimentSet, stats: dict[str, dict[str, list[np.ndarray]]
 
 AA_SHUFFLES = 1000
 """Shuffles of the A/A check's approximate randomization: p to 0.001 is enough to count p < 0.05."""
+AA_MIN_RUNS = 4
+"""Runs an A/A check needs: each of its two groups needs two seeds for the seed-level test."""
 
 
-def aa_rates(runs: Sequence[np.ndarray], bootstrap: int, shuffles: int) -> dict[str, tuple[int, int]] | None:
+def aa_rates(runs: Sequence[np.ndarray], bootstrap: int, shuffles: int, metric: Metric = bleu_from_statistics) -> dict[str, tuple[int, int]] | None:
     """The A/A check on k runs of one configuration: every split into two groups (:func:`aa_splits`)
     tested as two systems; per test, (splits where it finds a difference at α = 0.05, splits).
-    None with fewer than four runs (a group needs two seeds for the seed-level test). The
-    approximate randomization uses at most :data:`AA_SHUFFLES` shuffles."""
-    if len(runs) < 4:
+    None with fewer than :data:`AA_MIN_RUNS` runs. The approximate randomization uses at most
+    :data:`AA_SHUFFLES` shuffles."""
+    if len(runs) < AA_MIN_RUNS:
         return None
     splits = aa_splits(len(runs))
     hits = {"welch": 0, "ci": 0, "ar": 0}
     for first, second in splits:
         a, b = [runs[i] for i in first], [runs[i] for i in second]
-        p = welch_p(run_scores(a), run_scores(b))
+        p = welch_p(run_scores(a, metric), run_scores(b, metric))
         hits["welch"] += int(p is not None and p < SIGNIFICANCE_LEVEL)
-        low, high = two_level_bootstrap(a, b, n_samples=bootstrap)
+        low, high = two_level_bootstrap(a, b, metric, n_samples=bootstrap)
         hits["ci"] += int(low > 0 or high < 0)
         pairs = min(len(a), len(b))
-        hits["ar"] += int(stratified_approximate_randomization(np.stack(a[:pairs]), np.stack(b[:pairs]), n_shuffles=min(shuffles, AA_SHUFFLES)) < SIGNIFICANCE_LEVEL)
+        hits["ar"] += int(stratified_approximate_randomization(np.stack(a[:pairs]), np.stack(b[:pairs]), metric, n_shuffles=min(shuffles, AA_SHUFFLES)) < SIGNIFICANCE_LEVEL)
     return {k: (v, len(splits)) for k, v in hits.items()}
 
 
-def aa_line(spec: ExperimentSet, baseline: dict[str, list[np.ndarray]], tests: list[str]) -> str:
-    """The A/A calibration line of a table: false-positive rates of the tests on the baseline's seeds."""
+def aa_line(reference: str, runs: dict[str, Sequence[np.ndarray]], bootstrap: int, shuffles: int, *, metric: Metric = bleu_from_statistics, measure: str = "BLEU") -> str:
+    """The A/A calibration line of a table: false-positive rates of its tests on the reference's
+    seeds (``runs``: per test set), or why there is none (fewer than :data:`AA_MIN_RUNS` seeds)."""
+    k = len(next(iter(runs.values())))
+    if k < AA_MIN_RUNS:
+        return (
+            f"A/A check ({measure}, calibration): not possible with {k} seed{'s' if k != 1 else ''} of {reference} -- each of the two "
+            f"groups needs two seeds for Welch's test, so it takes {AA_MIN_RUNS} or more."
+        )
     parts = []
-    for t in tests:
-        rates = aa_rates(baseline[t], spec.bootstrap, spec.shuffles)
-        if rates is None:
-            return ""
-        parts.append(f"{t}: Welch over seeds {_rate(rates['welch'])}, 95 % CI excluding 0 {_rate(rates['ci'])}, AR over seed pairs {_rate(rates['ar'])}")
-    k = len(baseline[tests[0]])
+    for name, own in runs.items():
+        rates = aa_rates(own, bootstrap, shuffles, metric)
+        parts.append(f"{name}: Welch over seeds {_rate(rates['welch'])}, 95 % CI excluding 0 {_rate(rates['ci'])}, AR over seed pairs (test-set variance only) {_rate(rates['ar'])}")
     return (
-        f"A/A check (calibration): the {k} seeds of {spec.baseline} split every way into two groups of {k // 2} and {k - k // 2} "
-        f"({len(aa_splits(k))} splits; approximate randomization with {min(spec.shuffles, AA_SHUFFLES)} shuffles), each pair tested as if two systems; the share of splits found different at α = {SIGNIFICANCE_LEVEL} "
+        f"A/A check ({measure}, calibration): the {k} seeds of {reference} split every way into two groups of {k // 2} and {k - k // 2} "
+        f"({len(aa_splits(k))} splits; approximate randomization with {min(shuffles, AA_SHUFFLES)} shuffles), each pair tested as if two systems; the share of splits found different at α = {SIGNIFICANCE_LEVEL} "
         f"(nominal 5 %; a test far above it is not calibrated): " + "; ".join(parts) + "."
     )
 
@@ -622,9 +651,7 @@ def dev_bleu_cell(runs: dict[int, dict], seeds: list[int]) -> str:
     """Mean ± std over seeds of the best (greedy) dev BLEU of each run: the figure systems are
     chosen by (never the test sets)."""
     values = [runs[s]["best"] for s in seeds if isinstance(runs[s].get("best"), (int, float))]
-    if not values:
-        return "–"
-    return f"{statistics.mean(values):.2f}" + (f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else "")
+    return mean_sd_cell(values) if values else "–"
 
 
 def section_heading(title: str, description: str = "") -> list[str]:

@@ -233,3 +233,75 @@ def test_a_second_run_on_a_locked_work_dir_is_a_one_line_error_before_any_work(c
     assert_one_line_error(code, err, f"{work}: the work_dir is in use by syntaxnmt pid 4242 on host elsewhere")
     assert not (tmp_path / "plain.align").exists() and sorted(p.name for p in work.iterdir()) == [".syntaxnmt-lock"] and not results.exists()
 
+
+REFS = [
+    "the cat sat on the mat today",
+    "a dog barked at the old man",
+    "she reads a long book every night",
+    "we walked home through the quiet park",
+    "the children played in the garden",
+    "he drinks coffee in the morning",
+    "birds sing loudly in the tall trees",
+    "my sister bought a new red car",
+]
+
+
+def _made_up_rows(seeds: list[int]) -> tuple[list[dict], dict]:
+    """Two systems' runs, made up (no training): per seed, the sentence statistics of BLEU and of
+    AER against a diagonal gold alignment. The first system's seeds 1-2 are close to the gold and
+    the references, 3-4 far from both (when there are four)."""
+    from syntaxnmt.data.links import aer_statistics
+    from syntaxnmt.metrics import bleu_statistics
+
+    sure = [{(i, i) for i in range(len(r.split()))} for r in REFS]
+    possible = [set() for _ in REFS]
+    wrong = {1: {0}, 2: {0, 1}, 3: set(range(8)) - {5}, 4: set(range(8)) - {5, 6}}
+    seen = {"a": {}, "b": {}}
+    rows = []
+    for label in ("a", "b"):
+        runs = []
+        for seed in seeds:
+            bad = wrong[seed] if label == "a" else {(seed + k) % 8 for k in range(3)}
+            hyps = [" ".join(r.split()[:-1]) if i in bad else r for i, r in enumerate(REFS)]
+            links = [{(i, (i + 1) % len(s)) for i, _ in enumerate(s)} if k in bad else set(s) for k, s in enumerate(sure)]
+            stats = aer_statistics(sure, possible, links)
+            error = 100 * aer(sure, possible, links).aer
+            seen[label][seed] = {"hyps": hyps, "aer": error}
+            runs.append({"steps": 10, "seconds": 1.0, "bleu": bleu_statistics(hyps, [REFS]), "aer": {"aer": error, "precision": 50.0, "recall": 50.0, "stats": stats}, "avg_aer": error})
+        rows.append({"label": label, "where": "all layers+heads", "runs": runs})
+    return rows, seen
+
+
+def test_an_alignment_table_over_seeds_states_its_power_and_the_aa_checks(tmp_path):
+    """Issue 50: with seeds, the power lines (BLEU and AER, from the first system's s_opt) and the
+    A/A checks on the first system's seeds follow the alignment table; the AER figures are those of
+    the corpus AER of each seed (``links.aer``), the Welch counts scipy's. One seed: no such lines."""
+    import scipy.stats
+
+    from syntaxnmt.experiments.alignment import AlignmentSet, alignment_table
+    from syntaxnmt.metrics import aa_splits, minimum_detectable_difference
+
+    def spec(seeds):
+        return AlignmentSet.model_validate({"name": "made-up", "configs": {"a": "a.yaml", "b": "b.yaml"}, "test": {"src": "t.src", "ref": "t.ref", "align": "t.align"}, "seeds": seeds, "bootstrap": 100, "shuffles": 200})
+
+    rows, seen = _made_up_rows([1, 2, 3, 4])
+    text = alignment_table(spec([1, 2, 3, 4]), rows, [], len(REFS), "made up", "align.set.yaml")
+    bleus = [score(seen["a"][s]["hyps"], [REFS], force=True).bleu for s in (1, 2, 3, 4)]
+    errors = [seen["a"][s]["aer"] for s in (1, 2, 3, 4)]
+    assert re.search(r"\| a \| all layers\+heads \| 10 ± 0 \| 1 s \| ", text) and text.index("| b |") < text.index("Power (BLEU)")
+    for measure, values in (("BLEU", bleus), ("AER", errors)):
+        sd = statistics.stdev(values)
+        assert f"Power ({measure}): with 4 seeds of a and 4 seeds per other system, the smallest true difference of mean {measure}" in text
+        assert f"test {minimum_detectable_difference(sd, 4, 4):.2f} {measure} (s_opt {sd:.2f})" in text
+        welch = sum(scipy.stats.ttest_ind([values[i] for i in x], [values[i] for i in y], equal_var=False).pvalue < 0.05 for x, y in aa_splits(4))
+        assert welch == 1  # the split {1, 2} / {3, 4}
+        assert f"A/A check ({measure}, calibration): the 4 seeds of a split every way into two groups of 2 and 2 (3 splits; approximate randomization with 200 shuffles)" in text
+        assert re.search(rf"A/A check \({measure}, calibration\): [^\n]*test: Welch over seeds 1/3 \(33 %\), 95 % CI excluding 0 \d/3", text)
+    # Three seeds: the power lines; the A/A checks say why there are none.
+    rows, seen = _made_up_rows([1, 2, 3])
+    three = alignment_table(spec([1, 2, 3]), rows, [], len(REFS), "made up", "align.set.yaml")
+    assert "Power (AER): with 3 seeds of a and 3 seeds per other system" in three and "A/A check (AER, calibration): not possible with 3 seeds of a" in three
+    # One run per system: no such lines.
+    rows, _ = _made_up_rows([1])
+    one = alignment_table(spec([]), rows, [], len(REFS), "made up", "align.set.yaml")
+    assert "| b |" in one and "Power" not in one and "A/A check" not in one

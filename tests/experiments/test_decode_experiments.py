@@ -89,3 +89,59 @@ def test_a_decoding_set_tabulates_every_row(corpus, tmp_path):
     assert unk > 0 and cells["each seed"][9] == str(unk) and cells["each seed, copied"][10].endswith(f"/ {unk}")
     assert not any("<unk>" in h for hyps in copied for h in hyps)
     assert "stratified over seed pairs" in text
+
+
+# ---------------------------------------------------------------- the table, from made-up outputs (no training)
+
+REFS = [
+    "the cat sat on the mat today",
+    "a dog barked at the old man",
+    "she reads a long book every night",
+    "we walked home through the quiet park",
+    "the children played in the garden",
+    "he drinks coffee in the morning",
+    "birds sing loudly in the tall trees",
+    "my sister bought a new red car",
+]
+EDITS = [lambda r: r.replace("the", "a"), lambda r: " ".join(r.split()[:-1]), lambda r: " ".join(r.split()[1:]), lambda r: r.replace("a", "the")]
+
+
+def _decoding_table(rows: dict[str, dict], outputs: dict[str, dict]) -> str:
+    """decode-experiment's section for made-up outputs: ``outputs``: row -> seed (None: one output) -> hypotheses."""
+    from syntaxnmt.experiments.decoding import DecodeSet, _table
+
+    spec = DecodeSet.model_validate({"name": "made-up", "systems": "s.set.yaml", "rows": rows, "bootstrap": 100, "shuffles": 200})
+    results = {label: {"test": {seed: {"hyps": hyps, "unk": 0, "seconds": 1.0} for seed, hyps in by_seed.items()}} for label, by_seed in outputs.items()}
+    return _table(spec, results, {"test": (REFS, REFS)}, "d.yaml")
+
+
+def test_a_decoding_table_with_rows_per_seed_states_its_power_and_the_aa_check():
+    """Issue 50: rows decoded per seed get the lines of the experiment tables under the table: the
+    smallest difference their seeds detect with 80 % power (from the first row's s_opt) and the
+    A/A check on the first row's seeds (each split's Welch test counted here with scipy)."""
+    import scipy.stats
+
+    from syntaxnmt.metrics import aa_splits, minimum_detectable_difference
+
+    # Seeds 1-2 near the references, 3-4 far from them: the A/A split {1, 2} / {3, 4} is a Welch false positive.
+    first = {s: [" ".join(r.split()[:-1]) if i in dropped else r for i, r in enumerate(REFS)] for s, dropped in ((1, {0}), (2, {0, 1}), (3, set(range(8)) - {5}), (4, set(range(8)) - {5, 6}))}
+    other = {s: [EDITS[s - 1](r) if i % 2 else r for i, r in enumerate(REFS)] for s in (1, 2, 3)}
+    rows = {"each seed": {"system": "x", "seeds": [1, 2, 3, 4], "per_seed": True}, "other, each seed": {"system": "x", "seeds": [1, 2, 3], "per_seed": True}, "ensemble": {"system": "x", "seeds": [1, 2]}}
+    text = _decoding_table(rows, {"each seed": first, "other, each seed": other, "ensemble": {None: REFS}})
+    bleus = [score(first[s], [REFS], force=True).bleu for s in (1, 2, 3, 4)]
+    sd = statistics.stdev(bleus)
+    assert f"Power (BLEU): with 4 seeds of 'each seed' and 3 seeds per other row, the smallest true difference of mean BLEU" in text
+    assert f"test {minimum_detectable_difference(sd, 4, 3):.2f} BLEU (s_opt {sd:.2f})" in text
+    welch = sum(scipy.stats.ttest_ind([bleus[i] for i in a], [bleus[i] for i in b], equal_var=False).pvalue < 0.05 for a, b in aa_splits(4))
+    assert "A/A check (BLEU, calibration): the 4 seeds of 'each seed' split every way into two groups of 2 and 2 (3 splits; approximate randomization with 200 shuffles)" in text
+    assert welch == 1 and "test: Welch over seeds 1/3 (33 %), 95 % CI excluding 0 " in text
+    assert text.index("| each seed |") < text.index("Power (BLEU)") < text.index("A/A check")  # under the table
+
+    # Two seeds of the first row: the power line, and the A/A check says why there is none.
+    two = _decoding_table({"each seed": {"system": "x", "seeds": [1, 2], "per_seed": True}, "ensemble": {"system": "x", "seeds": [1, 2]}}, {"each seed": {s: first[s] for s in (1, 2)}, "ensemble": {None: REFS}})
+    sd2 = statistics.stdev(bleus[:2])
+    assert f"Power (BLEU): with 2 seeds of 'each seed' and as many seeds per other row" in two and f"test {minimum_detectable_difference(sd2, 2, 2):.2f} BLEU (s_opt {sd2:.2f})" in two
+    assert "A/A check (BLEU, calibration): not possible with 2 seeds of 'each seed'" in two
+    # No row decoded per seed (one output each, as the recipes' tables): no such lines.
+    single = _decoding_table({"plain": {"system": "x"}, "ensemble": {"system": "x", "seeds": [1, 2]}}, {"plain": {None: first[1]}, "ensemble": {None: REFS}})
+    assert "Power" not in single and "A/A check" not in single

@@ -581,8 +581,11 @@ def test_make_table_two_seeds_mean_std_and_baseline_row(tmp_path):
     assert base_row[8] == "1.00×" and sys_row[8] == "2.50×"
     assert "Seeds: 1, 2." in section and "Overrides: `none`" in section
     assert "approximate randomization (200 shuffles, two-sided) stratified over seed pairs" in section and "Clark et al. 2011" in section
-    assert "Power: with 2 baseline seeds and 2 seeds per system" in section
-    assert "A/A check" not in section  # two baseline seeds cannot be split into groups of two
+    sd = statistics.stdev(per_seed["base"])
+    assert f"Power (BLEU): with 2 seeds of base and 2 seeds per other system, the smallest true difference of mean BLEU" in section
+    assert f"test {minimum_detectable_difference(sd, 2, 2):.2f} BLEU (s_opt {sd:.2f})" in section
+    # Two baseline seeds cannot be split into groups of two: the line says so.
+    assert "A/A check (BLEU, calibration): not possible with 2 seeds of base -- each of the two groups needs two seeds" in section
     assert section.startswith("### t\n\n")
 
 
@@ -598,6 +601,7 @@ def test_make_table_one_seed_has_no_std(tmp_path):
     assert i_sys[6] == "1.0000" and i_sys[1] == "+0.00 [+0.00, +0.00]" and i_sys[2] == "–" and i_sys[4] == "none shown"
     assert i_base[5] == i_sys[5] == "0.00 / –"  # every sentence perfect: no test-set spread; one seed: no s_opt
     assert section.startswith("### One seed\n") and "Overrides: `--train.threads=1`" in section
+    assert "Power" not in section and "A/A check" not in section  # one seed everywhere: nothing to say about seeds
 
 
 def test_make_table_significant_difference_is_starred(tmp_path):
@@ -673,6 +677,7 @@ def test_make_table_baseline_with_more_seeds_and_the_aa_check(tmp_path):
     assert base_row[5] == f"{statistics.mean(lower):.2f} ± {statistics.stdev(lower):.2f}"
     assert "Seeds: base: 1, 2, 3, 4, 5, 6; sys: 1, 2, 3, 4." in section
     sd = statistics.stdev(score(base[s], [REFS], force=True).bleu for s in range(1, 7))
+    assert "Power (BLEU): with 6 seeds of base and 4 seeds per other system" in section
     assert f"test {minimum_detectable_difference(sd, 6, 4):.2f} BLEU (s_opt {sd:.2f})" in section
     stats = [bleu_statistics(base[s], [REFS]) for s in range(1, 7)]
     welch = sum(welch_p(run_scores([stats[i] for i in a]), run_scores([stats[i] for i in b])) < 0.05 for a, b in aa_splits(6))
@@ -879,6 +884,64 @@ def test_rescore_rewrites_the_table_byte_for_byte_from_the_kept_scores(tiny_set,
     assert_one_line_error(code, err, str(set_path), "--rescore needs the scores of 1 of 2 runs", f"<work_dir>/scores.json.gz of each run, then {results}/<label>-seed<S>.json.gz", "missing: 'linear' seed 1")
 
 
+def test_rescore_from_committed_scores_alone_and_its_errors_name_what_is_missing(tmp_path, capsys):
+    """--rescore in a clean clone: no run folders, no test files, only the committed scores of the
+    results folder (made up here with write_run_scores, no training) make the table; what is
+    missing -- every scores file, one run's, a test set of one, a file's hypotheses or statistics
+    -- is one error line naming it."""
+    import gzip
+
+    from test_cli import assert_one_line_error, run_cli
+
+    from syntaxnmt.experiments.scores import results_file, write_run_scores
+
+    results = tmp_path / "results" / "made-up"
+    for name in ("b", "s"):
+        _write_yaml(tmp_path / f"{name}.yaml", {"work_dir": str(tmp_path / "runs" / name)})
+    tree = _set_tree(name="made-up", configs={"baseline": "b.yaml", "sys": "s.yaml"}, seeds=[1, 2], results_dir=str(results), output=str(tmp_path / "r.md"),
+                     test_sets={"test": {"src": str(tmp_path / "absent.src"), "ref": str(tmp_path / "absent.ref")}})
+    path = _write_yaml(tmp_path / "set.yaml", tree)
+    code, _, err = run_cli(capsys, "experiment", path, "--rescore")
+    assert_one_line_error(code, err, str(path), "--rescore found the scores of none of its 4 runs", f"then {results}/<label>-seed<S>.json.gz", f"commit {results}")
+    edits = {("baseline", 1): REFS, ("baseline", 2): [r.replace("the", "a") for r in REFS], ("sys", 1): [" ".join(r.split()[:-1]) for r in REFS], ("sys", 2): REFS}
+    record = {"steps": 100, "train_seconds": 10.0, "train_tokens": 5000, "best": 12.5, "params": 2_500_000}
+    for (label, seed), hyps in edits.items():
+        folder = tmp_path / "made" / f"{label}-{seed}"
+        write_lines(folder / "test.hyp", hyps)
+        written = write_run_scores(folder, label, seed, record, {"test": str(folder / "test.hyp")}, {"test": REFS})
+        target = results_file(results, label, seed)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if (label, seed) != ("sys", 2):
+            target.write_bytes(written.read_bytes())
+    code, _, err = run_cli(capsys, "experiment", path, "--rescore")
+    assert_one_line_error(code, err, "--rescore needs the scores of 1 of 4 runs", "missing: 'sys' seed 2")
+    target.write_bytes((tmp_path / "made" / "sys-2" / "scores.json.gz").read_bytes())
+    code, out, err = run_cli(capsys, "experiment", path, "--rescore")
+    assert code == 0, err
+    base_row, sys_row = _rows((tmp_path / "r.md").read_text(encoding="utf-8"))[1:]
+    for row, label in ((base_row, "baseline"), (sys_row, "sys")):
+        bleus = [score(edits[label, s], [REFS], force=True).bleu for s in (1, 2)]
+        assert row[4] == f"{statistics.mean(bleus):.2f} ± {statistics.stdev(bleus):.2f}"
+    # A test set the set now names but a run's scores do not hold.
+    code, _, err = run_cli(capsys, "experiment", _set_with(path, test_sets={**tree["test_sets"], "other": {"src": "o.src", "ref": "o.ref"}}), "--rescore")
+    assert_one_line_error(code, err, "needs the scores of 4 of 4 runs", f"'baseline' seeds 1 (no other in {results / 'baseline-seed1.json.gz'}), 2 (no other in")
+    _set_with(path, test_sets=tree["test_sets"])
+    # A scores file without hypotheses, or with statistics that do not fit them.
+    data = json.loads(gzip.decompress(target.read_bytes()))
+    del data["tests"]["test"]["hyps"]
+    target.write_bytes(gzip.compress(json.dumps(data).encode()))
+    code, _, err = run_cli(capsys, "experiment", path, "--rescore")
+    assert_one_line_error(code, err, f"{target}: test set 'test' has no hypotheses: write it again")
+    data["tests"]["test"]["hyps"] = REFS[:-1]
+    target.write_bytes(gzip.compress(json.dumps(data).encode()))
+    code, _, err = run_cli(capsys, "experiment", path, "--rescore")
+    assert_one_line_error(code, err, f"{target}: test set 'test' has 8 rows of BLEU statistics for 7 hypotheses")
+    del data["tests"]
+    target.write_bytes(gzip.compress(json.dumps(data).encode()))
+    code, _, err = run_cli(capsys, "experiment", path, "--rescore")
+    assert_one_line_error(code, err, f"{target}: scores file without 'tests'")
+
+
 def test_submitit_local_launcher_runs_each_run_as_a_job(tiny_set, tmp_path):
     """--launcher submitit-local: each (system, seed) run is a submitit job in its own process
     (submitit's local executor); the table is the one the local runner makes."""
@@ -933,6 +996,97 @@ def test_study_converged_set_file():
     assert control_pairs(runs) == {"+ tree distance, random-tree control": "+ tree distance", "+ input features, random-tree control": "+ input features"}
     for run in runs:
         assert (run.cfg.model.d_model, run.cfg.model.enc_layers, run.cfg.model.dec_layers) == (256, 3, 3)
+
+
+def test_converged_study_with_its_budget_set_trains_every_arm_to_it_and_collect_writes_its_table(tmp_path, capsys, monkeypatch):
+    """recipes/multi30k/study-converged.set.yaml, dry run (no training): as committed (no budget) the
+    runner refuses every arm, also in workers; with budget.max_steps set, every arm's config has that
+    train.max_steps (the worker's job carries it). Then made-up scores stand in for the 22 finished
+    runs: --collect waits for the last run, then writes the table -- three test sets, cased and
+    lowercased BLEU, the seed counts, the power line for 6 baseline and 4 other seeds and the A/A
+    check over the 10 splits of the 6 baseline seeds (values recomputed here with sacreBLEU and
+    scipy) -- and --rescore from the collected scores alone writes it again byte for byte."""
+    import scipy.stats
+
+    from syntaxnmt.experiments.runner import curve_run
+    from syntaxnmt.experiments.scores import write_run_scores
+    from test_cli import assert_one_line_error, run_cli
+
+    committed = RECIPES / "study-converged.set.yaml"
+    monkeypatch.chdir(tmp_path)  # the configs' work_dirs (runs/...) are relative: here, under tmp_path
+    for extra in ([], ["--jobs", "2"], ["--only", "+ tree distance"], ["--launcher", "submitit-local"]):
+        code, _, err = run_cli(capsys, "experiment", committed, *extra)
+        assert_one_line_error(code, err, str(committed), "budget.max_steps is unset", "--curve")
+    assert not (tmp_path / "runs").exists()
+
+    tree = yaml.safe_load(committed.read_text(encoding="utf-8"))
+    tree["budget"]["max_steps"] = 3000
+    tree["configs"] = {label: str(RECIPES / rel) for label, rel in tree["configs"].items()}
+    tests = list(tree["test_sets"])
+    refs = {t: [f"{r} {k}" if k else r.capitalize() for r in REFS] for k, t in enumerate(tests)}  # three different reference sets
+    for t in tests:
+        write_lines(tmp_path / f"{t}.ref", refs[t])
+        tree["test_sets"][t] = {"src": str(tmp_path / f"{t}.ref"), "ref": str(tmp_path / f"{t}.ref")}
+    tree.update(results_dir=str(tmp_path / "results"), output=str(tmp_path / "results.md"), bootstrap=100, shuffles=200)
+    path = _write_yaml(tmp_path / "study.set.yaml", tree)
+    spec = load_set(path)
+    runs = set_runs(path, spec, list(spec.configs))
+    assert len(runs) == 22 and {r.cfg.train.max_steps for r in runs} == {3000} and {r.cfg.train.max_tokens for r in runs} == {4096}
+    assert all(r.cfg.model_dump(mode="json")["train"]["max_steps"] == 3000 for r in runs)  # what a worker / submitit job is sent
+    assert curve_run(path, spec).cfg.train.max_steps == 8000  # the curve keeps its own length
+
+    def hyps(k: int, seed: int, test: str) -> list[str]:
+        """System k's output on one test set: sentences upper-cased (cased BLEU only) -- one for seeds 1-3,
+        all but one for seeds 4-6, so that the A/A split {1, 2, 3} / {4, 5, 6} differs -- and, for the
+        other systems, seed-dependent words dropped."""
+        upper = {seed % 8} if seed <= 3 else set(range(8)) - {seed % 8}
+        return [r.upper() if i in upper else " ".join(r.split()[:-1]) if k and (i + seed + k) % 4 == 0 else r for i, r in enumerate(refs[test])]
+
+    labels = list(spec.configs)
+    record = {"steps": 3000, "train_seconds": 3600.0, "train_tokens": 10_000_000, "best": 37.0, "params": 7_580_000}
+    for run in runs:
+        if run is runs[-1]:
+            continue
+        k = labels.index(run.label)
+        files = {}
+        for t in tests:
+            write_lines(Path(run.cfg.work_dir) / f"{t}.hyp", hyps(k, run.seed, t))
+            files[t] = str(Path(run.cfg.work_dir) / f"{t}.hyp")
+        write_run_scores(run.cfg.work_dir, run.label, run.seed, record, files, refs)
+    code, out, err = run_cli(capsys, "experiment", path, "--collect")
+    assert code == 0, err
+    assert "collected 21 new or changed run(s)" in out and f"the table waits for 1 of 22 runs: {runs[-1].name}" in out and not (tmp_path / "results.md").exists()
+    last = runs[-1]
+    for t in tests:
+        write_lines(Path(last.cfg.work_dir) / f"{t}.hyp", hyps(labels.index(last.label), last.seed, t))
+    write_run_scores(last.cfg.work_dir, last.label, last.seed, record, {t: str(Path(last.cfg.work_dir) / f"{t}.hyp") for t in tests}, refs)
+    code, out, err = run_cli(capsys, "experiment", path, "--collect")
+    assert code == 0, err
+    assert len(list((tmp_path / "results").iterdir())) == 22
+    section = (tmp_path / "results.md").read_text(encoding="utf-8")
+    (head, *rows), *inference = _tables(section)
+    assert head[4:10] == [f"{t} BLEU" for t in tests] + [f"{t} BLEU (lc)" for t in tests]
+    assert [(row[0], row[1]) for row in rows] == [(label, "6" if label == "baseline" else "4") for label in labels]
+    assert [table[0][0] for table in inference] == ["system"] * 3 and len(inference) == 3
+    assert "Seeds: baseline: 1, 2, 3, 4, 5, 6; + tree distance: 1, 2, 3, 4;" in section and "budget: train.max_steps=3000" in section
+    for j, t in enumerate(tests):
+        assert f"Seed-level inference on {t} (BLEU):" in section
+        cased = [score(hyps(0, s, t), [refs[t]], force=True).bleu for s in range(1, 7)]
+        lower = [score([h.lower() for h in hyps(0, s, t)], [[r.lower() for r in refs[t]]], force=True).bleu for s in range(1, 7)]
+        assert rows[0][4 + j] == f"{statistics.mean(cased):.2f} ± {statistics.stdev(cased):.2f}" and rows[0][7 + j] == f"{statistics.mean(lower):.2f} ± {statistics.stdev(lower):.2f}"
+        assert statistics.mean(lower) > statistics.mean(cased)
+        sd = statistics.stdev(cased)
+        assert f"{t} {minimum_detectable_difference(sd, 6, 4):.2f} BLEU (s_opt {sd:.2f})" in section
+        welch = sum(scipy.stats.ttest_ind([cased[i] for i in a], [cased[i] for i in b], equal_var=False).pvalue < 0.05 for a, b in aa_splits(6))
+        assert welch >= 1 and f"{t}: Welch over seeds {welch}/10 ({10 * welch} %), 95 % CI excluding 0 " in section
+    assert "Power (BLEU): with 6 seeds of baseline and 4 seeds per other system" in section
+    assert "A/A check (BLEU, calibration): the 6 seeds of baseline split every way into two groups of 3 and 3 (10 splits;" in section
+    # Anyone, from the committed scores alone: the same bytes.
+    shutil.rmtree(tmp_path / "runs")
+    (tmp_path / "results.md").write_text("# Results\n", encoding="utf-8")
+    code, out, err = run_cli(capsys, "experiment", path, "--rescore")
+    assert code == 0, err
+    assert (tmp_path / "results.md").read_text(encoding="utf-8") == section and section.startswith("# Results\n\n<!-- results:multi30k-study-converged -->")
 
 
 def test_curve_trains_the_baseline_curve_and_reports_the_budget(tiny_set, tmp_path):
