@@ -58,7 +58,10 @@ The variants (``name``: what the process runs without the path):
 - ``compile`` -- not a removal: ``fused_dropout``'s removal, plus ``torch.compile`` (inductor, mode
   default) of the model in the training command, as the maintained alternative to the hand-fused
   element-wise kernels; its compilation is timed apart (one step of each batch shape of the
-  measured updates, before the measurement).
+  measured updates, before the measurement). Inductor cannot lower the routed oneDNN product with
+  trainable weights (``mkldnn._linear_pointwise`` wants frozen ones) nor numpy's OpenBLAS, so the
+  products are ATen's on both sides: the compiled process runs without ``routing`` too, and the
+  process it is compared with is ``routing``'s (fused kernels, ATen products).
 
 The lines of each path (:func:`code_lines`) are counted from the source: top-level definitions
 (``file:name``, ``file:Class.method``) by their AST extent, whole files, and C spans between two
@@ -407,11 +410,14 @@ def _dynamo_stats() -> dict:
 
 
 def compiled_training(patches: Patches, measured_updates: int | None = None) -> None:
-    """``fused_dropout``'s removal, then the training task's model ``torch.compile``d (inductor):
+    """``fused_dropout``'s and ``routing``'s removals (inductor lowers the products itself: it cannot
+    take the routed oneDNN op with trainable weights, nor numpy's OpenBLAS), then the training
+    task's model ``torch.compile``d (inductor):
     one forward/backward of each batch shape of the first ``measured_updates`` updates (warm-up
     included) runs first, timed as the compilation, with the model's state restored after
     (:func:`~syntaxnmt.cpu.calibration.preserved`: no optimizer step, the generators as they were)."""
     without_fused_dropout(patches)
+    without_routing(patches)
     speed = sys.modules.get("speed")
     if speed is None or measured_updates is None:
         return
@@ -459,6 +465,8 @@ class Variant:
     """Names of :data:`COUNTED` of other paths that run only inside this one and go with it."""
     adds: bool = False
     """The command as side_by_side.py runs it lacks the path: the variant turns it on."""
+    baseline: str = "none"
+    """The variant the process with the path runs (``none``: all paths)."""
     note: str = ""
 
     def gone(self) -> set[str]:
@@ -505,7 +513,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("output_transposed", "output layer's kept W^T in decoding", ("decode",), ("transposed_output",),
             (*(Part(L, n) for n in ("_decodes", "_transposed_product", "decode_linear", "OutputLinear")),), without_output_transposed, note="not in the issue's list"),
     Variant("compile", "torch.compile (inductor) instead of the fused dropout/norm kernels", ("train",), ("dropout_forward", "add_norm_forward", "uniform_like"),
-            _FUSED_PARTS, compiled_training, note="the lines are those of the fused kernels compile would replace"),
+            _FUSED_PARTS, compiled_training, baseline="routing",
+            note="both sides without the routing (ATen products: inductor cannot take the routed ones); the lines are those of the fused kernels compile would replace"),
 )}
 
 

@@ -23,14 +23,50 @@ ATen, row packing off, one thread ... -- and its remaining runs are skipped, rep
 used"), and a process without it must not have (else the measurement stops for that path with an
 error: it would measure nothing).
 
-The paths (``--paths``; default all): train_attention, decode_step, packing, stacked_projections,
-fused_dropout, routing, native_loss, forked_processes, search_topk, output_transposed, compile.
-Each is measured on the commands it runs in (fast_path_variants.VARIANTS[...].commands).
-``compile`` is torch.compile (inductor, mode default) of the model in the training command with
-the fused dropout/norm kernels removed, the maintained alternative to them; its compilation (one
-step of each batch shape of the measured updates, before the timed ones) is reported apart, and
-the steady state is the usual measurement after it. ``forked_processes`` is off in the command as
-it is (``decode.processes`` false): its variant turns it on.
+The paths (``--paths``; default all), what a process runs without each (in detail:
+``fast_path_variants.py``), and its code (``--list`` prints every part with its line range; the
+counts, computed from the source by AST extent or between two markers of ``_native.c``, go to
+the table and the JSON):
+
+- ``train_attention`` (train, decode): the C attention of whole sequences -> PyTorch's
+  ``scaled_dot_product_attention`` (the model's default kernel) on the three projections; the
+  stacked projections and packed-through stacks need it and go too. Code: ``cpu/attention.py``
+  ``usable`` .. ``packed_attention``, ``CpuAttention.attend``; ``_native.c`` "Attention of training
+  and scoring".
+- ``decode_step`` (decode): ``native_step`` -> plain key/value caches and ``CpuAttention``'s
+  explicit one-query products. Code: ``cpu/attention.py`` ``_CrossState``, ``_SelfState``,
+  ``native_step``; ``_native.c`` "Single-query attention of incremental decoding".
+- ``packing`` (train): row packing and the packed-through stacks -> the model's loop over the
+  layers on every row (as ``train.row_packing: off``; the fused residual-norm chain goes with it).
+  Code: ``cpu/packing.py``; ``cpu/stack.py`` ``pre_norm_chain``, ``embedded_rows``, ``_run``,
+  ``PackedStacks``, ``_states_like``.
+- ``stacked_projections`` (train): q/k/v as one product -> three products read by the same
+  packed kernels. Code: ``cpu/attention.py`` ``stackable``, ``_stacked_views``, ``_projection``,
+  ``stacked_attention``.
+- ``fused_dropout`` (train): the fused dropout/norm kernels -> ``nn.Dropout``, ``FeedForward``,
+  ``Residual`` as built, and ``x + F.dropout(y)`` then the norm. Code: ``cpu/dropout.py``;
+  ``cpu/stack.py`` ``FusedFeedForward``, ``FusedResidual``; ``_native.c`` "Dropout of training"
+  (add_norm included).
+- ``routing`` (train, decode): oneDNN/OpenBLAS products -> ATen's (the calibration's candidates
+  mapped to ATen, row packing still calibrated). Code: ``cpu/linear.py`` ``configure`` ..
+  ``Linear``; ``cpu/blas.py``; the OpenBLAS helpers of ``cpu/machine.py`` (``calibration.py`` not
+  counted).
+- ``native_loss`` (train): the C loss -> the torch branch of ``training/losses.py``. Code:
+  ``cpu/loss.py``; ``_native.c`` "The label-smoothed cross-entropy".
+- ``forked_processes`` (decode): off in the command as it is (``decode.processes`` false): the
+  variant turns it on. Code: ``cpu/pools.py`` ``_forked_call``, ``_forked_start``,
+  ``_forked_pool``, ``_result``.
+- ``search_topk`` (decode; not in the issue's list): the C log-softmax top-k -> PyTorch's, the
+  native step kept. Code: ``cpu/search.py``; its ``_native.c`` functions.
+- ``output_transposed`` (decode; not in the issue's list): the output layer's kept W^T -> a routed
+  ``Linear``. Code: ``cpu/linear.py`` ``_decodes``, ``_transposed_product``, ``decode_linear``,
+  ``OutputLinear``.
+- ``compile`` (train): torch.compile (inductor, mode default) of the model with the fused
+  dropout/norm kernels removed, the maintained alternative to them; its compilation (one step of
+  each batch shape of the measured updates, before the timed ones) is reported apart, and the
+  steady state is the usual measurement after it. Both sides run ATen's products (inductor cannot
+  lower the routed oneDNN op with trainable weights): compile is compared with ``routing``'s
+  process (the fused kernels, ATen products), not with all paths.
 
 Paired design: for each (path, command), ``--rounds`` rounds of two processes, with the path and
 without it, in the order with/without in odd rounds and without/with in even ones (ABBA over two
@@ -121,11 +157,11 @@ def schedule(pairs: list[tuple[str, str]], rounds: int) -> list[tuple[int, str, 
 
 
 def process_variant(name: str, role: str) -> str:
-    """The variant a process of ``role`` runs: ``none`` (all paths) or the path's removal (its
-    addition, for a path the command lacks)."""
+    """The variant a process of ``role`` runs: the path's baseline (``none``: all paths) or its
+    removal (its addition, for a path the command lacks)."""
     variant = fpv.VARIANTS[name]
     on = role == "with"
-    return name if on == variant.adds else "none"
+    return name if on == variant.adds else variant.baseline
 
 
 def pct(x: float | None) -> str:
@@ -165,7 +201,7 @@ def verdict(name: str, summary: dict) -> str:
         return "error: see the log"
     measured = [e for e in entries if e["state"] == "measured"]
     if not measured:
-        return "not used in its commands here: deleted" if entries and all(e["state"] == "not used" for e in entries) else "not measured"
+        return "not used here: saves 0 % (see NOT USED)" if entries and all(e["state"] == "not used" for e in entries) else "not measured"
     best = max(e["saving_pct"] for e in measured)
     if name == "compile":
         return f"fused kernels faster ({best:+.1f} %): keep them" if best > 0 else f"torch.compile faster ({-best:.1f} %): replace the fused kernels"

@@ -144,3 +144,37 @@ def test_every_path_names_code_that_exists(fpv):
         fpv.part_lines(fpv.Part("syntaxnmt/cpu/attention.py", "no_such_function"))
     with pytest.raises(LookupError):
         fpv.part_lines(fpv.Part(fpv.NATIVE_C, "/* ---- no such section", "struct"))
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_script(Path(__file__).resolve().parents[1] / "benchmarks" / "fast_paths.py")
+
+
+def test_each_pair_runs_with_and_without_its_path_in_abba_order_and_the_pairs_rotate(bench):
+    plan = bench.schedule([("a", "train"), ("b", "decode")], 2)
+    assert plan == [(1, "a", "train", "with"), (1, "a", "train", "without"), (1, "b", "decode", "with"), (1, "b", "decode", "without"),
+                    (2, "b", "decode", "without"), (2, "b", "decode", "with"), (2, "a", "train", "without"), (2, "a", "train", "with")]
+    assert bench.process_variant("native_loss", "with") == "none" and bench.process_variant("native_loss", "without") == "native_loss"
+    assert bench.process_variant("forked_processes", "with") == "forked_processes" and bench.process_variant("forked_processes", "without") == "none"
+    assert bench.process_variant("compile", "with") == "routing" and bench.process_variant("compile", "without") == "compile"  # ATen products on both sides
+
+
+def test_saving_is_the_median_with_over_the_median_without_and_the_verdict_keeps_three_percent(bench):
+    def runs(path, what, with_, without):
+        return [{"path": path, "command": what, "round": r + 1, "role": role, "metric": m, "process_variant": "none" if role == "with" else path}
+                for role, ms in (("with", with_), ("without", without)) for r, m in enumerate(ms)]
+
+    measured = runs("native_loss", "train", [104.0, 106.0], [100.0, 100.0]) + runs("routing", "train", [102.0, 102.0], [100.0, 100.0]) + runs("compile", "train", [90.0], [100.0])
+    pairs = [("native_loss", "train"), ("routing", "train"), ("routing", "decode"), ("compile", "train"), ("decode_step", "decode")]
+    summary = bench.summarize(measured, pairs, {"routing/decode": "no call"}, {"decode_step/decode": "failed"})
+    assert summary["native_loss/train"]["saving_pct"] == pytest.approx(5.0) and summary["native_loss/train"]["round_savings_pct"] == pytest.approx([4.0, 6.0])
+    assert summary["routing/train"]["saving_pct"] == pytest.approx(2.0) and summary["routing/decode"]["state"] == "not used"
+    assert bench.verdict("native_loss", summary).startswith("kept")
+    assert bench.verdict("routing", summary).startswith("deleted")  # 2 % in training, not used in decoding
+    assert bench.verdict("compile", summary).startswith("torch.compile faster")
+    assert bench.verdict("decode_step", summary).startswith("error")
+    rows = bench.table(["native_loss", "routing"], summary, {"native_loss": {"python": 33, "c": 91}, "routing": {"python": 189, "c": 0}})
+    assert rows[2].startswith("| native_loss") and "+5.0 (rounds +4.0, +6.0)" in rows[2] and "| n/a |" in rows[2]
+    assert "+2.0" in rows[3] and "not used" in rows[3]
+    assert bench.spread(measured)["train"]["runs"] == 5
