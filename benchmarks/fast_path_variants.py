@@ -57,8 +57,8 @@ The variants (``name``: what the process runs without the path):
   issue's list): the output layer is a plain routed ``Linear``.
 - ``compile`` -- not a removal: ``fused_dropout``'s removal, plus ``torch.compile`` (inductor, mode
   default) of the model in the training command, as the maintained alternative to the hand-fused
-  element-wise kernels; its compilation is timed apart (one step of each batch shape of the
-  measured updates, before the measurement). Inductor cannot lower the routed oneDNN product with
+  element-wise kernels; its compilation is timed apart (a prepass of one forward/backward on
+  every batch of the measured updates, before the measurement). Inductor cannot lower the routed oneDNN product with
   trainable weights (``mkldnn._linear_pointwise`` wants frozen ones) nor numpy's OpenBLAS, so the
   products are ATen's on both sides: the compiled process runs without ``routing`` too, and the
   process it is compared with is ``routing``'s (fused kernels, ATen products).
@@ -409,13 +409,16 @@ def _dynamo_stats() -> dict:
     return {"unique_graphs": int(counters["stats"]["unique_graphs"]), "graph_breaks": int(sum(counters["graph_break"].values())), "frames": int(counters["frames"]["total"]) if "total" in counters["frames"] else 0}
 
 
-def compiled_training(patches: Patches, measured_updates: int | None = None) -> None:
+def compiled_training(patches: Patches, measured_updates: int | None = None, warmup: int = 0) -> None:
     """``fused_dropout``'s and ``routing``'s removals (inductor lowers the products itself: it cannot
     take the routed oneDNN op with trainable weights, nor numpy's OpenBLAS), then the training
-    task's model ``torch.compile``d (inductor):
-    one forward/backward of each batch shape of the first ``measured_updates`` updates (warm-up
-    included) runs first, timed as the compilation, with the model's state restored after
-    (:func:`~syntaxnmt.cpu.calibration.preserved`: no optimizer step, the generators as they were)."""
+    task's model ``torch.compile``d (inductor): a forward/backward of every batch of the first
+    ``measured_updates`` updates (warm-up included) runs first -- so that every shape, the packed
+    rows' counts included, is compiled before the timing -- timed as the prepass, with the model's
+    state restored after (:func:`~syntaxnmt.cpu.calibration.preserved`: no optimizer step, the
+    generators as they were).
+    The graphs compiled later are counted at the end of the prepass, at the start of the timed
+    updates (after ``warmup`` ones) and at the end (:data:`COMPILE_INFO`)."""
     without_fused_dropout(patches)
     without_routing(patches)
     speed = sys.modules.get("speed")
@@ -433,15 +436,22 @@ def compiled_training(patches: Patches, measured_updates: int | None = None) -> 
         task.model = torch.compile(task.raw, backend="inductor")
         ahead = list(itertools.islice(stream, measured_updates * cfg.train.accum_steps))
         spec = objective_requests(task.raw, task.objectives)[0]
-        shapes: dict = {}
-        for _, _, idx in ahead:
-            batch = training_batch(task.split, idx, spec, task.t, task.objectives, getattr(task.raw, "document_context", None))
-            shapes.setdefault((tuple(batch.src.shape), tuple(batch.tgt_in.shape)), batch)
+        context = getattr(task.raw, "document_context", None)
+        batches = [training_batch(task.split, idx, spec, task.t, task.objectives, context) for _, _, idx in ahead]
         start = time.perf_counter()
-        with preserved(task.raw):
-            for batch in shapes.values():
+        with preserved(task.raw):  # every batch once: each shape of the packed rows seen before the timing
+            for batch in batches:
                 forward_backward(task.model, batch.to(device), task.t, task.objectives, 0, 1.0)
-        COMPILE_INFO.update(compile_s=time.perf_counter() - start, shapes=len(shapes), after_compile=_dynamo_stats())
+        shapes = {(tuple(b.src.shape), tuple(b.tgt_in.shape)) for b in batches}
+        COMPILE_INFO.update(prepass_s=time.perf_counter() - start, prepass_steps=len(batches), shapes=len(shapes), after_compile=_dynamo_stats())
+        update, done = task.update, itertools.count()
+
+        def counted_update(group, step):
+            if next(done) == warmup:
+                COMPILE_INFO["timed_start"] = _dynamo_stats()
+            return update(group, step)
+
+        task.update = counted_update
         return task, itertools.chain(ahead, stream)
 
     patches.set(speed, "training_task", compiled_task)
@@ -551,7 +561,7 @@ def child_main(argv: list[str]) -> int:
     known.add_argument("--updates", type=int, default=90)
     known.add_argument("--warmup", type=int, default=10)
     args, _ = known.parse_known_args(rest)
-    options = {"measured_updates": args.updates + args.warmup} if name == "compile" and rest[:1] == ["train"] else {}
+    options = {"measured_updates": args.updates + args.warmup, "warmup": args.warmup} if name == "compile" and rest[:1] == ["train"] else {}
     counters = Counters()
     with removed(name, **options), counters.installed():
         sys.argv = [run_syntaxnmt.__file__, *rest]

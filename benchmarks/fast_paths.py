@@ -62,9 +62,11 @@ the table and the JSON):
   ``Linear``. Code: ``cpu/linear.py`` ``_decodes``, ``_transposed_product``, ``decode_linear``,
   ``OutputLinear``.
 - ``compile`` (train): torch.compile (inductor, mode default) of the model with the fused
-  dropout/norm kernels removed, the maintained alternative to them; its compilation (one step of
-  each batch shape of the measured updates, before the timed ones) is reported apart, and the
-  steady state is the usual measurement after it. Both sides run ATen's products (inductor cannot
+  dropout/norm kernels removed, the maintained alternative to them; its compilation (a prepass of
+  one forward/backward on every batch of the measured updates, before them, so that no shape is
+  compiled in the timed updates -- the late graphs are counted and printed; an empty inductor
+  cache of its own in every round: compiled cold) is reported apart, and the steady state is the
+  usual measurement after it. Both sides run ATen's products (inductor cannot
   lower the routed oneDNN op with trainable weights): compile is compared with ``routing``'s
   process (the fused kernels, ATen products), not with all paths.
 
@@ -98,6 +100,7 @@ import datetime as _dt
 import json
 import os
 import shlex
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -327,6 +330,10 @@ def main() -> int:
             bar.set_postfix_str(f"round {r} {key} {role}")
             log_path = own / "logs" / f"r{r}-{name}-{what}-{role}.log"
             run_env = {**env, "SYNTAXNMT_CACHE_DIR": str(own / "cache" / pv)}
+            if pv == "compile":  # compiled cold in every round: an empty inductor cache of its own
+                inductor = own / "inductor-cache" / f"r{r}"
+                shutil.rmtree(inductor, ignore_errors=True)
+                run_env["TORCHINDUCTOR_CACHE_DIR"] = str(inductor)
             load_before = os.getloadavg()[0]
             try:
                 res = sbs.run_measured(command(what, pv, cfg, args.updates, test_src), log_path, run_env, ROOT)
@@ -361,12 +368,24 @@ def main() -> int:
           f"{setting['sentences']} sentences, {args.rounds} paired round(s); saving = median with / median without - 1")
     for line in result["table"]:
         print(line)
+    for key, e in result["summary"].items():
+        if e["state"] == "measured":
+            base = fpv.VARIANTS[e["path"]].baseline
+            print(f"{key}: with the path {e['with_median']:.1f}, without {e['without_median']:.1f} {UNITS[e['command']]} (medians of {e['rounds']} round(s)"
+                  f"{'' if base == 'none' else f'; with = the process without {base}'}): saving {e['saving_pct']:+.1f} %")
     for what, s in result["all_paths_spread"].items():
         print(f"all paths, {what}: {s['runs']} processes, {s['min']:.1f} .. {s['max']:.1f} {UNITS[what]} (median {s['median']:.1f}, spread {s['spread_pct']:.1f} %)")
     for r in runs:
         if "compile" in r:
             c = r["compile"]
-            print(f"compile, round {r['round']}: {c.get('compile_s', float('nan')):.0f} s compiling {c.get('shapes')} batch shapes before the timed updates; graphs {c.get('after_compile')} -> {c.get('at_end')} at the end")
+            graphs = lambda at: (c.get(at) or {}).get("unique_graphs")  # noqa: E731
+            late = None if graphs("timed_start") is None or graphs("at_end") is None else graphs("at_end") - graphs("timed_start")
+            step_s = r["result"]["tokens_per_update"] / r["metric"]
+            print(f"compile, round {r['round']}: prepass {c.get('prepass_s', float('nan')):.0f} s over {c.get('prepass_steps')} steps ({c.get('shapes')} batch shapes; "
+                  f"{graphs('after_compile')} graphs, {(c.get('after_compile') or {}).get('graph_breaks')} graph breaks), compilation about "
+                  f"{c.get('prepass_s', float('nan')) - c.get('prepass_steps', 0) * step_s:.0f} s (the prepass less its steps at the measured {step_s:.2f} s/update); "
+                  f"graphs compiled in the warm-up updates: {None if graphs('timed_start') is None else graphs('timed_start') - graphs('after_compile')}, in the timed ones: {late}"
+                  + (" (their compilation is in the measured time)" if late else ""))
     for name in selected:
         v = fpv.VARIANTS[name]
         notes = [f"also removes {', '.join(v.removes_also)}"] if v.removes_also else []
