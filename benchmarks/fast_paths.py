@@ -171,6 +171,11 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1f}"
 
 
+def kernels_of(run: dict) -> str:
+    """The CPU kernel choice of a measured process (its calibration's, :mod:`syntaxnmt.cpu.calibration`)."""
+    return str(((run.get("result") or {}).get("cpu_kernels") or {}).get("choice"))
+
+
 def summarize(runs: list[dict], pairs: list[tuple[str, str]], unused: dict, errors: dict) -> dict:
     """Per path and command: medians with and without, the saving (%), the rounds' paired savings,
     and the state (measured, not used, error, not measured)."""
@@ -189,7 +194,8 @@ def summarize(runs: list[dict], pairs: list[tuple[str, str]], unused: dict, erro
             a, b = statistics.median(with_.values()), statistics.median(without.values())
             rounds = sorted(set(with_) & set(without))
             entry.update(state="measured", with_median=a, without_median=b, saving_pct=100 * (a / b - 1),
-                         round_savings_pct=[100 * (with_[r] / without[r] - 1) for r in rounds], rounds=len(rounds))
+                         round_savings_pct=[100 * (with_[r] / without[r] - 1) for r in rounds], rounds=len(rounds),
+                         kernels={role: sorted({kernels_of(r) for r in mine if r["role"] == role}) for role in ("with", "without")})
         entry.setdefault("state", "not measured")
         out[key] = entry
     return out
@@ -372,7 +378,8 @@ def main() -> int:
         if e["state"] == "measured":
             base = fpv.VARIANTS[e["path"]].baseline
             print(f"{key}: with the path {e['with_median']:.1f}, without {e['without_median']:.1f} {UNITS[e['command']]} (medians of {e['rounds']} round(s)"
-                  f"{'' if base == 'none' else f'; with = the process without {base}'}): saving {e['saving_pct']:+.1f} %")
+                  f"{'' if base == 'none' else f'; with = the process without {base}'}): saving {e['saving_pct']:+.1f} %"
+                  f"; cpu kernels with {'/'.join(e['kernels']['with'])}, without {'/'.join(e['kernels']['without'])}")
     for what, s in result["all_paths_spread"].items():
         print(f"all paths, {what}: {s['runs']} processes, {s['min']:.1f} .. {s['max']:.1f} {UNITS[what]} (median {s['median']:.1f}, spread {s['spread_pct']:.1f} %)")
     for r in runs:
