@@ -1,10 +1,12 @@
 """One measured process of ``benchmarks/fast_paths.py``: syntaxnmt's side of the side-by-side
 benchmark (``benchmarks/peers/run_syntaxnmt.py``) without one CPU fast path.
 
-    python benchmarks/fast_path_run.py VARIANT train  --config CFG --updates 90 --warmup 10
-    python benchmarks/fast_path_run.py VARIANT decode --config CFG --test-src FILE --beam 5 --force-length 20
+    python benchmarks/fast_path_run.py VARIANT [--choice CHOICE] train  --config CFG --updates 90 --warmup 10
+    python benchmarks/fast_path_run.py VARIANT [--choice CHOICE] decode --config CFG --test-src FILE --beam 5 --force-length 20
 
-VARIANT is a name of ``fast_path_variants.VARIANTS``, or ``none`` (all paths). The removal is a
+VARIANT is a name of ``fast_path_variants.VARIANTS``, or ``none`` (all paths); CHOICE fixes the
+CPU kernels (``"openblas, row packing"``, ``onednn`` ...: the calibration's one candidate) instead
+of calibrating them. The removal is a
 patch of this process only (``fast_path_variants.removed``); the calls into every path are
 counted and printed as a ``PATHS {json}`` line after run_syntaxnmt's ``RESULT`` line.
 """

@@ -528,12 +528,27 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
 )}
 
 
+def fix_choice(patches: Patches, name: str) -> None:
+    """The CPU kernels and packing of the process are ``name`` (``onednn, row packing``, ``aten``
+    ...: :class:`~syntaxnmt.cpu.calibration.Choice`), the calibration's one candidate: no timing.
+    A variant's own change of the candidates (``routing``, ``packing``) applies on top."""
+    from syntaxnmt.cpu.calibration import Choice
+
+    choice = Choice.parse(name)
+    if choice is None:
+        raise ValueError(f"not a CPU kernel choice: {name!r}")
+    patches.rebind("syntaxnmt.cpu.calibration", "candidates_for", lambda mode, row_packing: [choice])
+
+
 @contextmanager
-def removed(name: str, **options) -> Iterator[Patches]:
+def removed(name: str, choice: str | None = None, **options) -> Iterator[Patches]:
     """Inside, this process runs without the path of variant ``name`` (with it, for an ``adds``
-    variant; ``none``: as it is)."""
+    variant; ``none``: as it is), with the CPU kernel ``choice`` when given (:func:`fix_choice`;
+    None: calibrated as the command does)."""
     patches = Patches()
     try:
+        if choice is not None:
+            fix_choice(patches, choice)
         if name != "none":
             variant = VARIANTS[name]
             variant.apply(patches, **options) if options else variant.apply(patches)
@@ -546,8 +561,9 @@ def removed(name: str, **options) -> Iterator[Patches]:
 
 
 def child_main(argv: list[str]) -> int:
-    """``VARIANT WHAT ARGS...``: ``benchmarks/peers/run_syntaxnmt.py WHAT ARGS...`` in this process,
-    without the path of VARIANT (``none``: all paths), counting the calls into every path; prints
+    """``VARIANT [--choice CHOICE] WHAT ARGS...``: ``benchmarks/peers/run_syntaxnmt.py WHAT ARGS...``
+    in this process, without the path of VARIANT (``none``: all paths), with the CPU kernel choice
+    CHOICE (:func:`fix_choice`; default: calibrated), counting the calls into every path; prints
     ``PATHS {json}`` after run_syntaxnmt's ``RESULT`` line."""
     import argparse
     import json
@@ -555,6 +571,9 @@ def child_main(argv: list[str]) -> int:
     import run_syntaxnmt  # benchmarks/peers on sys.path (fast_path_run.py)
 
     name, rest = argv[0], argv[1:]
+    choice = None
+    if rest[:1] == ["--choice"]:
+        choice, rest = rest[1], rest[2:]
     if name != "none" and name not in VARIANTS:
         raise SystemExit(f"unknown variant {name!r}; choose from none, {', '.join(VARIANTS)}")
     known = argparse.ArgumentParser(add_help=False)
@@ -563,10 +582,10 @@ def child_main(argv: list[str]) -> int:
     args, _ = known.parse_known_args(rest)
     options = {"measured_updates": args.updates + args.warmup, "warmup": args.warmup} if name == "compile" and rest[:1] == ["train"] else {}
     counters = Counters()
-    with removed(name, **options), counters.installed():
+    with removed(name, choice, **options), counters.installed():
         sys.argv = [run_syntaxnmt.__file__, *rest]
         rc = run_syntaxnmt.main()
-    report = {"variant": name, "calls": dict(counters.calls)}
+    report = {"variant": name, "choice": choice, "calls": dict(counters.calls)}
     if name == "compile" and COMPILE_INFO:
         report["compile"] = {**COMPILE_INFO, "at_end": _dynamo_stats()}
     print("PATHS " + json.dumps(report), flush=True)

@@ -72,10 +72,16 @@ the table and the JSON):
 
 Paired design: for each (path, command), ``--rounds`` rounds of two processes, with the path and
 without it, in the order with/without in odd rounds and without/with in even ones (ABBA over two
-rounds); the pairs' order rotates from round to round. Every process of a variant (and every
-process with all paths) keeps its own CPU kernel cache (``SYNTAXNMT_CACHE_DIR`` under the work
-folder), so each calibrates its kernels once, as the command would without the path
-(``--cpu-kernels onednn|aten|openblas`` fixes the kernels of every process instead).
+rounds); the pairs' order rotates from round to round. Before them, round 0 runs each command
+once with all paths, its CPU kernels calibrated as the command calibrates them (``auto``; the
+times cached under the work folder, ``SYNTAXNMT_CACHE_DIR``); every later process, with or without
+its path, runs with that choice (``fast_path_variants.fix_choice``: the calibration's one
+candidate, no timing), so that a removal changes nothing else -- ``routing`` maps it to ATen with
+the same packing, ``packing`` to the same kernels without packing. Round 0 counts in the spread of
+the processes with all paths only. ``--calibrate-each``: every process calibrates for itself
+instead (its variant's own cache): what a deletion would cost once the calibration chooses again
+(noisier: a calibration's choice among close candidates varies). ``--cpu-kernels
+onednn|aten|openblas`` fixes the kernel mode of every process (round 0 then times nothing).
 
 Reported per path and command: the median metric with the path and without it over the rounds,
 the **saving** = median with / median without - 1, in % (how much longer the command takes
@@ -118,6 +124,7 @@ THRESHOLD = 3.0
 """A path saving less than this % of every command it runs in is deleted (issue 48, item 3)."""
 METRIC = {"train": "train_tok_s", "decode": "decode_sent_s_own_timer"}
 UNITS = {"train": "tgt tok/s", "decode": "sent/s"}
+CALIBRATION = "(calibration)"  # the path name of round 0's processes
 
 
 def log(msg: str) -> None:
@@ -129,9 +136,10 @@ def warmup_updates(updates: int) -> int:
     return min(sbs.SKIP_UPDATES, max(1, updates // 2))
 
 
-def command(what: str, variant: str, cfg: Path, updates: int, test_src: Path) -> list[str]:
-    """The process measuring ``what`` (train, decode) without ``variant``'s path (none: all paths)."""
-    cmd = [sys.executable, str(RUNNER), variant, what, "--config", str(cfg)]
+def command(what: str, variant: str, cfg: Path, updates: int, test_src: Path, choice: str | None = None) -> list[str]:
+    """The process measuring ``what`` (train, decode) without ``variant``'s path (none: all paths),
+    with the CPU kernel ``choice`` (None: calibrated)."""
+    cmd = [sys.executable, str(RUNNER), variant, *(["--choice", choice] if choice else []), what, "--config", str(cfg)]
     if what == "train":
         warmup = warmup_updates(updates)
         return cmd + ["--updates", str(updates - warmup), "--warmup", str(warmup)]
@@ -263,7 +271,8 @@ def main() -> int:
     ap.add_argument("--updates", type=int, default=100, help="training updates per process; the first 10 are not timed (side_by_side's --updates)")
     ap.add_argument("--threads", type=int, default=2, help="OMP/MKL threads of every process (0: the command's thread policy)")
     ap.add_argument("--sentences", type=int, default=0, help="decode the first N sentences of test_2016_flickr (0: all 1,000)")
-    ap.add_argument("--cpu-kernels", default="auto", choices=("auto", "onednn", "aten", "openblas"), help="SYNTAXNMT_CPU_KERNELS of every process (auto: each calibrates, as the command does)")
+    ap.add_argument("--cpu-kernels", default="auto", choices=("auto", "onednn", "aten", "openblas"), help="SYNTAXNMT_CPU_KERNELS of the processes (auto: calibrated, as the command does)")
+    ap.add_argument("--calibrate-each", action="store_true", help="every process calibrates its kernels for itself (its variant's own cache) instead of all taking round 0's choice")
     ap.add_argument("--work", default=str(sbs.OUT / "side_by_side"), help="prepared data (shared with side_by_side.py); logs and kernel caches in its fast_paths/")
     ap.add_argument("--out", default=str(sbs.OUT / "fast_paths.json"), help="results (JSON)")
     ap.add_argument("--list", action="store_true", help="list the paths, their code and line counts, and exit")
@@ -289,9 +298,10 @@ def main() -> int:
     data = sbs.prepare_data(work, data_dir)
     cfg = Path(data["config"])
     test_src = data_dir / "multi30k" / "test_2016_flickr.en.gz"
+    n_sentences = data.get("test_sentences")
     if args.sentences:
         lines = read_lines(test_src)[: args.sentences]
-        test_src = own / f"test{len(lines)}.en"
+        test_src, n_sentences = own / f"test{len(lines)}.en", len(lines)
         atomic_write_text(test_src, "".join(line + "\n" for line in lines))
     env = sbs.clean_env(args.threads)
     env["PYTHONPATH"] = str(ROOT)  # this checkout's syntaxnmt
@@ -302,9 +312,10 @@ def main() -> int:
     plan = schedule(pairs, args.rounds)
     command_line = shlex.join([Path(sys.executable).name, *sys.argv])
     setting = {"updates": args.updates, "timed_updates": args.updates - warmup_updates(args.updates), "rounds": args.rounds, "threads": args.threads or "policy",
-               "sentences": args.sentences or data.get("test_sentences"), "test_src": str(test_src), "cpu_kernels": args.cpu_kernels, "threshold_pct": THRESHOLD,
+               "sentences": n_sentences, "test_src": str(test_src), "cpu_kernels": args.cpu_kernels, "calibrate_each": args.calibrate_each, "threshold_pct": THRESHOLD,
                "beam": sbs.BEAM, "forced_length": sbs.FORCE_LEN, "metric": METRIC}
     runs: list[dict] = []
+    fixed: dict[str, str] = {}  # per command: the CPU kernel choice of every process after round 0
     unused: dict[str, str] = {}
     errors: dict[str, str] = {}
 
@@ -313,7 +324,7 @@ def main() -> int:
         result = {
             "command": command_line, "date": _dt.datetime.now().isoformat(timespec="seconds"), "complete": complete, "setting": setting,
             "machine": machine, "variants": {n: {"title": fpv.VARIANTS[n].title, "commands": fpv.VARIANTS[n].commands, "counted": fpv.VARIANTS[n].counted,
-                                                 "removes_also": fpv.VARIANTS[n].removes_also, "adds": fpv.VARIANTS[n].adds, "note": fpv.VARIANTS[n].note, "lines": lines_of[n]} for n in selected},
+                                                 "removes_also": fpv.VARIANTS[n].removes_also, "adds": fpv.VARIANTS[n].adds, "baseline": fpv.VARIANTS[n].baseline, "note": fpv.VARIANTS[n].note, "lines": lines_of[n]} for n in selected},
             "runs": runs, "summary": summary, "verdicts": {n: verdict(n, summary) for n in selected}, "all_paths_spread": spread(runs),
             "table": table(selected, summary, lines_of), "errors": errors, "total_seconds": time.perf_counter() - t_start,
         }
@@ -325,8 +336,45 @@ def main() -> int:
         """The processes of a pair not run yet."""
         return sum(1 for p in plan if p[1:3] == (name, what)) - sum(1 for x in runs if x["path"] == name and x["command"] == what)
 
-    log(f"{len(plan)} processes: {len(pairs)} (path, command) pairs x 2 x {args.rounds} rounds")
-    with tqdm(total=len(plan), desc="fast paths", unit="process", file=sys.stderr) as bar:
+    def measure(r: int, what: str, pv: str, log_path: Path, what_for: str) -> tuple[dict, dict, dict]:
+        """One process: ``what`` without ``pv``'s path (``none``: all paths), with the fixed kernel
+        choice of ``what`` when there is one: (run_measured's figures, RESULT, PATHS)."""
+        run_env = {**env, "SYNTAXNMT_CACHE_DIR": str(own / "cache" / pv)}  # used where a process calibrates
+        if pv == "compile":  # compiled cold in every round: an empty inductor cache of its own
+            inductor = own / "inductor-cache" / f"r{r}"
+            shutil.rmtree(inductor, ignore_errors=True)
+            run_env["TORCHINDUCTOR_CACHE_DIR"] = str(inductor)
+        res = sbs.run_measured(command(what, pv, cfg, args.updates, test_src, fixed.get(what)), log_path, run_env, ROOT)
+        sbs.check_rc(res, what_for, log_path)
+        return res, sbs._result_line(log_path), paths_line(log_path)
+
+    def record(r: int, name: str, what: str, role: str, pv: str, res: dict, result: dict, paths: dict, load_before: float) -> dict:
+        run = {"round": r, "path": name, "command": what, "role": role, "process_variant": pv, "metric": result[METRIC[what]], "calls": paths["calls"],
+               "wall_s": res["wall_s"], "peak_mb": res["peak_mb"], "load_1min_before": load_before, "load_1min_after": os.getloadavg()[0], "result": result}
+        if "compile" in paths:
+            run["compile"] = paths["compile"]
+        runs.append(run)
+        return run
+
+    commands_used = [w for w in ("train", "decode") if any(p[1] == w for p in pairs)]
+    calibrations = [] if args.calibrate_each else commands_used
+    log(f"{len(calibrations) + len(plan)} processes: {len(calibrations)} calibrating, then {len(pairs)} (path, command) pairs x 2 x {args.rounds} rounds")
+    with tqdm(total=len(calibrations) + len(plan), desc="fast paths", unit="process", file=sys.stderr) as bar:
+        for what in calibrations:  # round 0: all paths, the kernels calibrated once; every later process runs with that choice
+            bar.set_postfix_str(f"round 0 {what}: all paths, calibrating the kernels")
+            load_before = os.getloadavg()[0]
+            try:
+                run = record(0, CALIBRATION, what, "with", "none", *measure(0, what, "none", own / "logs" / f"r0-calibration-{what}.log", f"{what} with all paths (calibration)"), load_before)
+            except sbs.Failure as e:
+                errors[f"{CALIBRATION}/{what}"] = str(e)
+                log(f"ERROR {e}")
+                write(False)
+                return 1
+            fixed[what] = str((run["result"].get("cpu_kernels") or {}).get("choice"))
+            setting["fixed_choices"] = dict(fixed)
+            bar.update(1)
+            log(f"round 0 {what} with all paths: {run['metric']:.1f} {UNITS[what]}; cpu kernels {fixed[what]}, fixed for every process from now on")
+            write(False)
         for r, name, what, role in plan:
             key = f"{name}/{what}"
             if key in unused or key in errors:  # skipped: counted in the bar when it was decided
@@ -334,17 +382,9 @@ def main() -> int:
             variant = fpv.VARIANTS[name]
             pv = process_variant(name, role)
             bar.set_postfix_str(f"round {r} {key} {role}")
-            log_path = own / "logs" / f"r{r}-{name}-{what}-{role}.log"
-            run_env = {**env, "SYNTAXNMT_CACHE_DIR": str(own / "cache" / pv)}
-            if pv == "compile":  # compiled cold in every round: an empty inductor cache of its own
-                inductor = own / "inductor-cache" / f"r{r}"
-                shutil.rmtree(inductor, ignore_errors=True)
-                run_env["TORCHINDUCTOR_CACHE_DIR"] = str(inductor)
             load_before = os.getloadavg()[0]
             try:
-                res = sbs.run_measured(command(what, pv, cfg, args.updates, test_src), log_path, run_env, ROOT)
-                sbs.check_rc(res, f"{key} ({role} the path, round {r})", log_path)
-                result, paths = sbs._result_line(log_path), paths_line(log_path)
+                res, result, paths = measure(r, what, pv, own / "logs" / f"r{r}-{name}-{what}-{role}.log", f"{key} ({role} the path, round {r})")
                 calls = sum(paths["calls"].get(n, 0) for n in variant.counted)
                 if role == "without" and calls:
                     raise sbs.Failure(f"{key}: the process without the path called it {calls} times ({paths['calls']}): the patch did not take; nothing measured")
@@ -354,11 +394,7 @@ def main() -> int:
                 bar.update(left(name, what))  # this one and the pair's others
                 write(False)
                 continue
-            run = {"round": r, "path": name, "command": what, "role": role, "process_variant": pv, "metric": result[METRIC[what]], "calls": paths["calls"],
-                   "wall_s": res["wall_s"], "peak_mb": res["peak_mb"], "load_1min_before": load_before, "load_1min_after": os.getloadavg()[0], "result": result}
-            if "compile" in paths:
-                run["compile"] = paths["compile"]
-            runs.append(run)
+            run = record(r, name, what, role, pv, res, result, paths, load_before)
             bar.update(1)
             log(f"round {r} {key} {role} the path: {run['metric']:.1f} {UNITS[what]} ({res['wall_s']:.0f} s; calls into it: {calls})")
             if role == "with" and not calls:

@@ -178,3 +178,20 @@ def test_saving_is_the_median_with_over_the_median_without_and_the_verdict_keeps
     assert rows[2].startswith("| native_loss") and "+5.0 (rounds +4.0, +6.0)" in rows[2] and "| n/a |" in rows[2]
     assert "+2.0" in rows[3] and "not used" in rows[3]
     assert bench.spread(measured)["train"]["runs"] == 5
+
+
+def test_a_fixed_kernel_choice_is_the_one_candidate_and_the_variants_change_it_on_top(fpv):
+    from syntaxnmt.cpu.calibration import Choice
+
+    with fpv.removed("none", "openblas, row packing"):
+        assert calibration.candidates_for("auto", "auto") == [Choice("openblas", True)]
+    with fpv.removed("routing", "openblas, row packing"):
+        assert calibration.candidates_for("auto", "auto") == [Choice("aten", True)]
+    with fpv.removed("packing", "openblas, row packing"):
+        assert calibration.candidates_for("auto", "auto") == [Choice("openblas", False)]
+    with fpv.removed("decode_step", "onednn"):
+        assert calibration.candidates_for("auto", None) == [Choice("onednn")]
+    assert len(calibration.candidates_for("auto", "auto")) > 1  # undone
+    with pytest.raises(ValueError):
+        with fpv.removed("none", "mkl"):
+            pass
