@@ -85,7 +85,8 @@ onednn|aten|openblas`` fixes the kernel mode of every process (round 0 then time
 
 Reported per path and command: the median metric with the path and without it over the rounds,
 the **saving** = median with / median without - 1, in % (how much longer the command takes
-without the path, relative to the command as it is; for ``compile``: the hand-fused kernels
+without the path, relative to the command as it is -- also from the whole process's wall clock,
+start-up included, in the JSON: ``wall_saving_pct``; for ``compile``: the hand-fused kernels
 against compile, so positive means the fused kernels are faster), the paired saving of each
 round, and a suggested verdict: kept if the path saves at least 3 % of a command it runs in,
 else deleted; the spread of all the processes with every path gives the noise to read it against.
@@ -115,7 +116,7 @@ from tqdm import tqdm
 
 import fast_path_variants as fpv
 import side_by_side as sbs
-from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after
+from syntaxnmt.cpu.machine import THREAD_VARIABLES, machine_info, machine_summary, with_load_after
 from syntaxnmt.textio import atomic_write_text, read_lines
 
 ROOT = sbs.ROOT
@@ -203,7 +204,8 @@ def summarize(runs: list[dict], pairs: list[tuple[str, str]], unused: dict, erro
             rounds = sorted(set(with_) & set(without))
             entry.update(state="measured", with_median=a, without_median=b, saving_pct=100 * (a / b - 1),
                          round_savings_pct=[100 * (with_[r] / without[r] - 1) for r in rounds], rounds=len(rounds),
-                         kernels={role: sorted({kernels_of(r) for r in mine if r["role"] == role}) for role in ("with", "without")})
+                         kernels={role: sorted({kernels_of(r) for r in mine if r["role"] == role}) for role in ("with", "without")},
+                         wall_saving_pct=100 * (statistics.median(r["wall_s"] for r in mine if r["role"] == "without") / statistics.median(r["wall_s"] for r in mine if r["role"] == "with") - 1))
         entry.setdefault("state", "not measured")
         out[key] = entry
     return out
@@ -404,7 +406,8 @@ def main() -> int:
                 log(f"{key}: not used in this command here ({unused[key]}): its other processes are skipped")
             write(False)
 
-    machine = with_load_after(machine)
+    # The thread variables the measured processes started with (not this one's), as side_by_side.py records them.
+    machine = with_load_after(machine) | {"threads": args.threads or "the command's thread policy", "env": {k: env.get(k) for k in THREAD_VARIABLES}}
     result = write(True)
     print(f"fast paths: {args.updates} training updates ({setting['timed_updates']} timed), beam {sbs.BEAM} forced to {sbs.FORCE_LEN} pieces on "
           f"{setting['sentences']} sentences, {args.rounds} paired round(s); saving = median with / median without - 1")

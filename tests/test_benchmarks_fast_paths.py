@@ -162,13 +162,14 @@ def test_each_pair_runs_with_and_without_its_path_in_abba_order_and_the_pairs_ro
 
 def test_saving_is_the_median_with_over_the_median_without_and_the_verdict_keeps_three_percent(bench):
     def runs(path, what, with_, without):
-        return [{"path": path, "command": what, "round": r + 1, "role": role, "metric": m, "process_variant": "none" if role == "with" else path}
+        return [{"path": path, "command": what, "round": r + 1, "role": role, "metric": m, "wall_s": 1000.0 / m, "process_variant": "none" if role == "with" else path}
                 for role, ms in (("with", with_), ("without", without)) for r, m in enumerate(ms)]
 
     measured = runs("native_loss", "train", [104.0, 106.0], [100.0, 100.0]) + runs("routing", "train", [102.0, 102.0], [100.0, 100.0]) + runs("compile", "train", [90.0], [100.0])
     pairs = [("native_loss", "train"), ("routing", "train"), ("routing", "decode"), ("compile", "train"), ("decode_step", "decode")]
     summary = bench.summarize(measured, pairs, {"routing/decode": "no call"}, {"decode_step/decode": "failed"})
     assert summary["native_loss/train"]["saving_pct"] == pytest.approx(5.0) and summary["native_loss/train"]["round_savings_pct"] == pytest.approx([4.0, 6.0])
+    assert summary["native_loss/train"]["wall_saving_pct"] == pytest.approx(100 * (10.0 / ((1000 / 104 + 1000 / 106) / 2) - 1))  # the wall clock of each process
     assert summary["routing/train"]["saving_pct"] == pytest.approx(2.0) and summary["routing/decode"]["state"] == "not used"
     assert bench.verdict("native_loss", summary).startswith("kept")
     assert bench.verdict("routing", summary).startswith("deleted")  # 2 % in training, not used in decoding
