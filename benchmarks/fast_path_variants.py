@@ -510,7 +510,7 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             _FUSED_PARTS, without_fused_dropout),
     Variant("routing", "OpenBLAS/oneDNN product routing", ("train", "decode"), ("onednn_product", "openblas_product"),
             (*(Part(L, n) for n in ("configure", "enabled", "train_allowed", "set_kernels", "kernels", "row_granule", "onednn_in_training", "_dnn", "_weight_grad", "_KernelLinear", "linear", "add_weight_grad", "Linear")),
-             Part("syntaxnmt/cpu/blas.py"), *(Part("syntaxnmt/cpu/machine.py", n) for n in ("_openblas", "openblas_available", "openblas_threads", "_openblas_info"))),
+             Part("syntaxnmt/cpu/blas.py")),
             without_routing, note="calibration.py (whole-step timing of the kernels and the packing) is not counted"),
     Variant("native_loss", "native loss (label-smoothed cross-entropy)", ("train",), ("smoothed_xent",),
             (Part("syntaxnmt/cpu/loss.py"), Part(NATIVE_C, "/* ---- The label-smoothed", "/* ---- Dropout of training")), without_native_loss),

@@ -49,7 +49,7 @@ the table and the JSON):
   (add_norm included).
 - ``routing`` (train, decode): oneDNN/OpenBLAS products -> ATen's (the calibration's candidates
   mapped to ATen, row packing still calibrated). Code: ``cpu/linear.py`` ``configure`` ..
-  ``Linear``; ``cpu/blas.py``; the OpenBLAS helpers of ``cpu/machine.py`` (``calibration.py`` not
+  ``Linear``; ``cpu/blas.py`` with the OpenBLAS helpers (``calibration.py`` not
   counted).
 - ``native_loss`` (train): the C loss -> the torch branch of ``training/losses.py``. Code:
   ``cpu/loss.py``; ``_native.c`` "The label-smoothed cross-entropy".
