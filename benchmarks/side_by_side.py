@@ -24,6 +24,8 @@ Same data, same model, same measurements for every toolkit (method: docs/benchma
   wall clock of the whole command (start-up and model loading included). Hypothesis lengths are
   checked.
 - Memory: peak resident set size (max RSS, from wait4) of the training and of the decoding process.
+  syntaxnmt's depends on the CPU kernels its calibration chose (oneDNN keeps state per product
+  shape): each round records them (``cpu_kernels``) and the table says when the rounds differ.
 - Threads: ``--threads T`` sets OMP_NUM_THREADS/MKL_NUM_THREADS for every toolkit; without it each
   runs as its users get it: the peers with torch's default, syntaxnmt as its command does
   (passive OpenMP waiting and the thread policy, docs/benchmarks.md "Thread policy").
@@ -706,7 +708,29 @@ class Syntaxnmt(Toolkit):
             "decode_peak_mb": dres["peak_mb"], "hyp_lengths": d["hyp_lengths_checked"], "sentences": d["sentences"],
             "torch_threads": d["torch_threads"], "threads": d.get("threads"), "omp_wait_policy": d.get("omp_wait_policy"), "gomp_spincount": d.get("gomp_spincount"),
             "torch_cpu_capability": d.get("torch_cpu_capability"),  # the measured processes' own (AVX2 with --isa avx2)
+            "cpu_kernels": {"train": kernel_choice(t), "decode": kernel_choice(d)},  # the calibration's choice: memory as well as speed depend on it
         }
+
+
+def kernel_choice(result: dict) -> str | None:
+    """The CPU kernels a syntaxnmt process ran (``onednn, row packing``, ``aten``...), from its result line."""
+    return (result.get("cpu_kernels") or {}).get("choice")
+
+
+def kernel_line(runs: list[dict]) -> str | None:
+    """syntaxnmt's CPU kernels over its rounds, training and decoding; it says so when the rounds
+    differ in the training's: oneDNN keeps state per product shape (``syntaxnmt/cpu/linear.py``),
+    so on the side-by-side model a round on oneDNN peaks some 500 MB (about 40 %) above one on
+    OpenBLAS or ATen (docs/benchmarks.md, issue 48), and medians over such rounds mix the two."""
+    ours = [r.get("cpu_kernels") for r in runs if r["toolkit"] == "syntaxnmt" and "error" not in r and r.get("cpu_kernels")]
+    if not ours:
+        return None
+    parts = []
+    for what in ("train", "decode"):
+        counts = Counter(k[what] or "unknown" for k in ours)
+        parts.append(f"{what} " + ", ".join(f"{name} in {n} round{'s' * (n > 1)}" for name, n in counts.items()))
+    mixed = len({k["train"] for k in ours}) > 1
+    return "syntaxnmt's CPU kernels (the calibration's choice): " + "; ".join(parts) + (" -- the training rounds differ: their peak memory is not comparable" if mixed else "")
 
 
 def _result_line(path: Path) -> dict:
@@ -797,6 +821,9 @@ def summarize(runs: list[dict], toolkits: list[str]) -> tuple[dict, dict, list[s
                 f"(whole command x{rat['decode_sent_s_wall']:.2f}), peak RSS train x{rat['train_peak_mb']:.2f} / decode x{rat['decode_peak_mb']:.2f}"
             )
         lines.append("SUMMARY syntaxnmt/peer (speed >1 = syntaxnmt faster; memory >1 = syntaxnmt uses more): " + "; ".join(parts))
+    kernels = kernel_line(runs)
+    if kernels:
+        lines.append(kernels)
     return medians, ratios, lines
 
 
@@ -877,6 +904,7 @@ def main() -> int:
                 f"  {NAMES[t]}: train {res['train_tok_s']:.0f} tgt tok/s ({res['tokens_per_update']:.0f} tok/update), "
                 f"decode {res['decode_sent_s']:.1f} sent/s (whole command {res['decode_sent_s_wall']:.1f}), "
                 f"peak RSS {res['train_peak_mb']:.0f}/{res['decode_peak_mb']:.0f} MB, {res['params']:,} params, {res['seconds']:.0f} s"
+                + (f", CPU kernels train {res['cpu_kernels']['train']} / decode {res['cpu_kernels']['decode']}" if "cpu_kernels" in res else "")
             )
 
     # The thread variables and instruction-set limits every toolkit's process started with (not this one's).

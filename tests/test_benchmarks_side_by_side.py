@@ -83,3 +83,15 @@ def test_sigterm_stops_the_toolkit_process_it_waits_for(tmp_path):
     assert p.wait(timeout=30) == 128 + signal.SIGTERM
     with pytest.raises(ProcessLookupError):  # killed and reaped by the driver
         os.kill(child, 0)
+
+
+def test_the_table_names_syntaxnmts_cpu_kernels_and_says_when_the_rounds_differ(sbs):
+    # issue 48: a round on oneDNN peaks ~40 % above one on OpenBLAS; the kernels are the calibration's choice
+    same = [run("onmt", 1500, "d1")] + [run("syntaxnmt", 2000, "d1") | {"repeat": r, "cpu_kernels": {"train": "onednn, row packing", "decode": "aten"}} for r in (1, 2)]
+    lines = sbs.summarize(same, ["onmt", "syntaxnmt"])[2]
+    assert lines[-1] == "syntaxnmt's CPU kernels (the calibration's choice): train onednn, row packing in 2 rounds; decode aten in 2 rounds"
+    mixed = same[:2] + [same[2] | {"cpu_kernels": {"train": "openblas, row packing", "decode": "aten"}}]
+    assert lines[-1] not in (line := sbs.summarize(mixed, ["onmt", "syntaxnmt"])[2][-1])
+    assert "train onednn, row packing in 1 round, openblas, row packing in 1 round" in line and line.endswith("the training rounds differ: their peak memory is not comparable")
+    # runs recorded before the kernels were (and the peers) add no line
+    assert not sbs.summarize([run("onmt", 1500, "d1"), run("syntaxnmt", 2000, "d1")], ["onmt", "syntaxnmt"])[2][-1].startswith("syntaxnmt's CPU kernels")

@@ -101,9 +101,13 @@ class PackedStacks(StackRunner):
     :func:`~syntaxnmt.cpu.linear.row_granule`); 0 turns packing off (the calibration's choice,
     :func:`syntaxnmt.cpu.calibration.install`)."""
 
+    def granule(self, model: Transformer, pad: Tensor) -> int:
+        """The multiple of the packed row count in training on CPU (:func:`row_granule`); 0: no packing."""
+        return row_granule(self.pack_granule) if model.training and pad.device.type == "cpu" and self.pack_granule else 0
+
     def rows(self, model: Transformer, pad: Tensor) -> Tensor | None:
         """The rows the layers compute in training on CPU (:func:`packed_rows`); None: all of them."""
-        granule = row_granule(self.pack_granule) if model.training and pad.device.type == "cpu" and self.pack_granule else 0
+        granule = self.granule(model, pad)
         return packed_rows(pad, granule) if granule else None
 
     @staticmethod
@@ -129,11 +133,15 @@ class PackedStacks(StackRunner):
 
     def decode(self, model: Transformer, tgt_in: Tensor, enc: EncoderOutput) -> tuple[Tensor, tuple[Tensor, Tensor] | None] | None:
         """The decoder on the real rows, reading the encoder output's packed rows (``enc.kept``, or
-        gathered): its final states placed, and the real positions' states for the loss."""
+        gathered): its final states placed, and the real positions' states for the loss. A target
+        with too little padding to leave out (:func:`packed_rows` None: a batch that fills its
+        shape) runs every row, still reading the source's packed rows: the cross-attention's keys
+        and values are not projected on the source's padding (issue 48)."""
         pad = tgt_in.eq(PAD)
-        rows = self.rows(model, pad)
-        if rows is None or not self.packs_through(model, _states_like(model, tgt_in), enc.hidden):
+        granule = self.granule(model, pad)
+        if not granule or not self.packs_through(model, _states_like(model, tgt_in), enc.hidden):
             return None
+        rows = packed_rows(pad, granule)
         place = Place(rows, *tgt_in.shape)
         if enc.kept is not None:  # the encoder's output rows as it computed them
             memory, memory_place = enc.kept
@@ -149,7 +157,10 @@ class PackedStacks(StackRunner):
                 (layer.res_ffn, layer.ffn),
             )
         ]
-        final, _ = _run(embedded_rows(model.tgt_embed, tgt_in, rows), blocks, 3, model.dec_norm, model.cfg.norm == "pre", model.training)
+        x = embedded_rows(model.tgt_embed, tgt_in, rows) if rows is not None else model.tgt_embed(tgt_in).reshape(-1, model.cfg.d_model)
+        final, _ = _run(x, blocks, 3, model.dec_norm, model.cfg.norm == "pre", model.training)
+        if rows is None:  # every row, in order: the loss reads the real positions of the placed states
+            return place.placed(final), None
         kept = ~pad
         return place.placed(final), (kept, final[: int(kept.sum())])  # packed_rows puts the real rows first
 

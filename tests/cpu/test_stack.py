@@ -169,3 +169,36 @@ def test_training_with_the_fused_dropout_kernels_equals_the_separate_operators(n
     torch.testing.assert_close(s1, s0)
     for a, b in zip(g0, g1):
         torch.testing.assert_close(b, a)
+
+
+@pytest.mark.skipif(native_training_kernels() is None, reason="the native kernels are not built for this CPU")
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_a_target_that_fills_its_shape_still_reads_the_sources_packed_rows(norm, monkeypatch):
+    """Issue 48: a batch whose target has no padding to leave out (``packed_rows`` None) runs the
+    decoder's stack on every target row, and its cross-attentions still project keys and values
+    on the source's packed rows only (the layers one by one project every source row, padding
+    included, as the code of issue 48 did for such batches); the same states and gradients."""
+    from syntaxnmt.cpu import attention as cpu_attention
+
+    batch = _batch(src_lens=(9, 3, 5, 2), tgt_lens=(6, 6, 6, 6))
+    src_rows = packed_rows(batch.src_pad_mask, 8)
+    assert packed_rows(batch.tgt_in.eq(PAD), 8) is None and src_rows.numel() < batch.src.numel()
+    kv_rows, calls = [], []
+    projection, run = cpu_attention._projection, cpu_stack._run
+    monkeypatch.setattr(cpu_attention, "_projection", lambda x, layers: (len(layers) == 2 and kv_rows.append(x.size(0))) or projection(x, layers))
+    monkeypatch.setattr(cpu_stack, "_run", lambda x, blocks, per_layer, *a: calls.append((per_layer, x.size(0))) or run(x, blocks, per_layer, *a))
+    results = []
+    for granule in (0, 8):
+        kv_rows.clear()
+        model = _model(dropout=0.0, norm=norm).train()
+        model.stacks.pack_granule = granule
+        out = model(batch)
+        real = batch.tgt_out.ne(PAD)
+        (out.states[real] ** 2).sum().backward()
+        results.append((out.states[real].detach(), [p.grad for p in model.parameters()]))
+    assert kv_rows == [src_rows.numel()] * 2 and out.real is None  # each decoder layer's keys and values: the source's packed rows
+    assert calls == [(2, src_rows.numel()), (3, batch.tgt_in.numel())]  # both stacks packed through, the decoder's on every row
+    (s0, g0), (s1, g1) = results
+    torch.testing.assert_close(s1, s0)
+    for a, b in zip(g0, g1):
+        torch.testing.assert_close(b, a)
