@@ -202,3 +202,16 @@ def run_translate(args: list[str], cwd, stdin: str) -> subprocess.CompletedProce
     """``syntaxnmt translate ARGS`` in a subprocess of one thread, reading ``stdin``, run in ``cwd``."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     return subprocess.run([sys.executable, "-m", "syntaxnmt", "translate", *args], input=stdin.encode(), capture_output=True, cwd=cwd, env=env, timeout=300)
+
+
+# Eight short English references for the tables built from made-up outputs (no training).
+REFS = [
+    "the cat sat on the mat today",
+    "a dog barked at the old man",
+    "she reads a long book every night",
+    "we walked home through the quiet park",
+    "the children played in the garden",
+    "he drinks coffee in the morning",
+    "birds sing loudly in the tall trees",
+    "my sister bought a new red car",
+]

@@ -9,7 +9,7 @@ import statistics
 
 import torch
 import yaml
-from conftest import deep_merge, tiny_tree
+from conftest import REFS, deep_merge, tiny_tree
 from test_cli import assert_one_line_error, run_cli
 
 from syntaxnmt.alignment.extract import model_alignments
@@ -234,16 +234,6 @@ def test_a_second_run_on_a_locked_work_dir_is_a_one_line_error_before_any_work(c
     assert not (tmp_path / "plain.align").exists() and sorted(p.name for p in work.iterdir()) == [".syntaxnmt-lock"] and not results.exists()
 
 
-REFS = [
-    "the cat sat on the mat today",
-    "a dog barked at the old man",
-    "she reads a long book every night",
-    "we walked home through the quiet park",
-    "the children played in the garden",
-    "he drinks coffee in the morning",
-    "birds sing loudly in the tall trees",
-    "my sister bought a new red car",
-]
 
 
 def _made_up_rows(seeds: list[int]) -> tuple[list[dict], dict]:

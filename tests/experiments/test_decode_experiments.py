@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import deep_merge, tiny_tree
+from conftest import REFS, deep_merge, tiny_tree
 
 from syntaxnmt.cli import main
 from syntaxnmt.experiments.runner import run_set
@@ -93,16 +93,6 @@ def test_a_decoding_set_tabulates_every_row(corpus, tmp_path):
 
 # ---------------------------------------------------------------- the table, from made-up outputs (no training)
 
-REFS = [
-    "the cat sat on the mat today",
-    "a dog barked at the old man",
-    "she reads a long book every night",
-    "we walked home through the quiet park",
-    "the children played in the garden",
-    "he drinks coffee in the morning",
-    "birds sing loudly in the tall trees",
-    "my sister bought a new red car",
-]
 EDITS = [lambda r: r.replace("the", "a"), lambda r: " ".join(r.split()[:-1]), lambda r: " ".join(r.split()[1:]), lambda r: r.replace("a", "the")]
 
 

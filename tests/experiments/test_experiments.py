@@ -20,7 +20,7 @@ import pytest
 import scipy.stats
 import torch
 import yaml
-from conftest import deep_merge, parsed_data, tiny_tree
+from conftest import REFS, deep_merge, parsed_data, tiny_tree
 
 from syntaxnmt.checkpoint import load_model_checkpoint
 from syntaxnmt.decoding.loading import load_model
@@ -503,16 +503,6 @@ def _fake_records(tmp_path: Path, refs: list[str], systems: dict[str, dict[int, 
     return records
 
 
-REFS = [
-    "the cat sat on the mat today",
-    "a dog barked at the old man",
-    "she reads a long book every night",
-    "we walked home through the quiet park",
-    "the children played in the garden",
-    "he drinks coffee in the morning",
-    "birds sing loudly in the tall trees",
-    "my sister bought a new red car",
-]
 
 
 def _spec(tmp_path: Path, **extra) -> ExperimentSet:
