@@ -17,11 +17,15 @@ kernel choice"), so ``auto`` times **whole steps** of the run's own model:
   the kernels -- one warm-up step each, a round of one timed step per candidate, then rounds of
   the candidates still close to the fastest (:data:`CONTENDERS`; the order rotating) while the
   next round fits in :data:`BUDGET_S`; the fastest step of each counts and the fastest candidate
-  is chosen. Nothing of the model or the run changes: the random generators,
+  is chosen -- in training, unless another one of flatter memory is within :data:`TIE_MARGIN`
+  (3 %) of it: the first of those in :data:`MEMORY_ORDER` (OpenBLAS or ATen before oneDNN,
+  whose state per product shape raised a training's peak memory by ~40 % for a 2 % faster step;
+  :func:`chosen`), and the log line says so. Inference stays on speed alone (its memory did not
+  grow with oneDNN). Nothing of the model or the run changes: the random generators,
   the gradients and the buffers are restored (:func:`preserved`), and no optimizer steps. The times
   are cached per machine (CPU model, ISA flags, torch version, threads) and signature (the model's
   sizes, the step's shape) in ``cpu_kernels.json`` under :func:`cache_dir`, so only the first run
-  pays; times taken while the load average exceeded the machine's cores are cached as provisional
+  pays (the choice is made from the cached times by the same rule); times taken while the load average exceeded the machine's cores are cached as provisional
   and timed again by the next run on a quieter machine;
 - ``onednn``: oneDNN wherever :mod:`~syntaxnmt.cpu.linear` allows it (without autograd, and in
   training on bucketed shapes), row packing on: the fixed rule;
@@ -90,6 +94,23 @@ fastest one's are timed again (:func:`calibrate`): single steps of one candidate
 of the budget. With the six candidates of training (three kernels x row packing), a small model's
 close candidates get their second and third steps; the side-by-side model's warm-up and first
 round take ~24 s, and its close candidates then get their further steps within the budget."""
+TIE_MARGIN = 0.03
+"""In training, a candidate whose step is less than this fraction slower than the fastest one's
+ties with it (the fastest saves under 3 % of its step), and :data:`MEMORY_ORDER` decides between
+ties (:func:`chosen`): the project's rule that a fast path stays only if it saves >= 3 % of its
+command. The whole-step times of the candidates that won differ by 1-2 %, within the timing's
+noise (so the pick flipped between runs), while oneDNN keeps state per product shape and a
+oneDNN training peaked ~40 % higher: 965 ms a step with oneDNN and row packing against 986 ms
+with OpenBLAS and row packing, and 1,681 MB against 1,161 MB of peak RSS on the side-by-side
+training command (2-core AMD EPYC, 2 threads; docs/benchmarks.md, issue 48, "The training
+memory explained")."""
+MEMORY_ORDER: tuple[tuple[str, ...], ...] = (("openblas", "aten"), ("onednn",))
+"""The kernels by their training memory, flat first: OpenBLAS and ATen (their peak stays flat:
+1,161 MB with OpenBLAS on the side-by-side training command), then oneDNN (state per product
+shape: 1,681 MB there, growing with every new row count; docs/benchmarks.md, issue 48). Between
+ties (:data:`TIE_MARGIN`) the first rank wins, and within a rank the faster (no measurement puts
+OpenBLAS's memory below ATen's, so they share one rank; row packing on or off, by time too). A
+kernel not listed ranks last."""
 CACHE_FILE = "cpu_kernels.json"
 CACHE_VERSION = 2  # 1: per-product times (replaced by whole steps)
 ENV = "SYNTAXNMT_CPU_KERNELS"
@@ -267,6 +288,23 @@ def fastest(ms: dict[str, float], candidates: Sequence[Choice]) -> Choice:
     return min(candidates, key=lambda c: ms[c.name])
 
 
+def memory_rank(kernels: str) -> int:
+    """The rank of ``kernels`` in :data:`MEMORY_ORDER` (0: flat memory; a kernel not listed: last)."""
+    return next((i for i, rank in enumerate(MEMORY_ORDER) if kernels in rank), len(MEMORY_ORDER))
+
+
+def chosen(ms: dict[str, float], candidates: Sequence[Choice], training: bool) -> Choice:
+    """The candidate to take by the times ``ms``: in inference the :func:`fastest`; in training,
+    of the candidates that tie with the fastest (their step less than :data:`TIE_MARGIN` slower),
+    the first in :data:`MEMORY_ORDER`, and of one rank the fastest (the first listed of equal
+    ones). So a oneDNN step 2 % faster than OpenBLAS's loses to it; 5 % faster, it wins."""
+    best = fastest(ms, candidates)
+    if not training:
+        return best
+    ties = [c for c in candidates if ms[c.name] <= ms[best.name] or (1 - TIE_MARGIN) * ms[c.name] < ms[best.name]]
+    return min(ties, key=lambda c: (memory_rank(c.kernels), ms[c.name]))
+
+
 # ------------------------------------------------------------------ the cache
 
 
@@ -367,10 +405,15 @@ def _from_record(recorded: object) -> Choice | None:
 def describe(summary: dict) -> str:
     """The log line of a :func:`prepare` summary: ``cpu kernels: auto -> K, P (whole-step
     calibration: 4 candidates in S s, fastest of N steps each, T threads: K, P X ms; ...)``, the
-    candidates fastest first; or the mode, the choice and why (a fixed setting, a record)."""
+    candidates fastest first, with ``(within 3 % of K, P X ms; lower memory)`` after the choice
+    when it is not the fastest (a tie broken for memory, :func:`chosen`); or the mode, the choice
+    and why (a fixed setting, a record)."""
     head = f"cpu kernels: {summary['mode']} -> {summary['choice']}"
     if "ms" not in summary:
         return f"{head} ({summary['reason']})"
+    if summary.get("tie"):
+        tie = summary["tie"]
+        head += f" (within {100 * tie['margin']:g} % of {tie['fastest']} {tie['ms']:.4g} ms; lower memory)"
     times = "; ".join(f"{name} {ms:.4g} ms" for name, ms in sorted(summary["ms"].items(), key=lambda kv: kv[1]))
     n = min(summary["steps"].values(), default=0)
     steps = f"fastest of {n} step{'s' if n != 1 else ''} each" if len(set(summary["steps"].values())) == 1 else f"fastest of {n} or more steps each"
@@ -391,7 +434,8 @@ def prepare(
     """Choose how ``model`` computes on CPU for ``mode`` (None: the process's, :func:`configure`)
     and ``row_packing`` (``train.row_packing``; None: inference, nothing to pack). In mode ``auto``
     with more than one candidate (:func:`candidates_for`), from the cached or newly measured whole
-    steps: ``timing()`` gives the cache signature of the steps and a function running one step
+    steps (:func:`chosen`: with ``row_packing`` given -- training, an RNN's too -- a tie within
+    :data:`TIE_MARGIN` of the fastest goes to the kernels of flatter memory): ``timing()`` gives the cache signature of the steps and a function running one step
     (called only when timing: a training step or a decoding step; the caller's model computes
     it). ``recorded``: the ``record`` of an earlier summary (a resumed training run's, from its
     checkpoint), reused without timing when its settings are these. Installs the choice
@@ -399,6 +443,7 @@ def prepare(
     :func:`~syntaxnmt.cpu.machine.machine_info` and returns the summary, with ``record``: ``{"mode",
     "row_packing", "choice"}`` (plain strings, what the checkpoint keeps)."""
     mode = configure(mode)
+    training = row_packing is not None  # the tie rule weighs memory in training only (chosen)
     if row_packing is not None and not packers(model):
         row_packing = None  # nothing to pack (an RNN): the kernels alone
     candidates = candidates_for(mode, row_packing)
@@ -429,7 +474,7 @@ def prepare(
     else:
         with preserved(model):  # the batch is made and the steps run: the run's state stays as it was
             signature, run = timing()
-            choice = _calibrated(model, candidates, signature, run, budget_s, summary)
+            choice = _calibrated(model, candidates, signature, run, budget_s, summary, training)
     install(model, choice)
     summary["choice"] = choice.name
     summary["record"] = {**settings, "choice": choice.name}
@@ -440,9 +485,11 @@ def prepare(
     return summary
 
 
-def _calibrated(model: nn.Module, candidates: list[Choice], signature: str, run: Callable[[], object], budget_s: float, summary: dict) -> Choice:
-    """The fastest of ``candidates`` by the cached whole-step times of ``signature`` on this
-    machine, or by timing ``run`` afresh (and caching the times); ``summary`` gets the details."""
+def _calibrated(model: nn.Module, candidates: list[Choice], signature: str, run: Callable[[], object], budget_s: float, summary: dict, training: bool = False) -> Choice:
+    """The candidate :func:`chosen` by the cached whole-step times of ``signature`` on this
+    machine, or by timing ``run`` afresh (and caching the times): the fastest, or in ``training``
+    a tie of it of lower memory; ``summary`` gets the details (``tie``: the fastest one's name and
+    time and the margin, when a tie was broken for memory)."""
     path, key = cache_dir() / CACHE_FILE, machine_key()
     doc = read_cache(path)
     load = busy()
@@ -474,4 +521,7 @@ def _calibrated(model: nn.Module, candidates: list[Choice], signature: str, run:
     ms = {n: entry["ms"][n] for n in names}
     steps = entry.get("steps") if isinstance(entry.get("steps"), dict) else {}
     summary.update(machine=key, signature=signature, cache=str(path), timed=timed, steps={n: steps.get(n, 0) for n in names}, ms=ms)
-    return fastest(ms, candidates)
+    choice, best = chosen(ms, candidates, training), fastest(ms, candidates)
+    if choice != best:
+        summary["tie"] = {"fastest": best.name, "ms": ms[best.name], "margin": TIE_MARGIN}
+    return choice

@@ -445,3 +445,73 @@ def test_after_the_first_round_only_the_close_candidates_are_timed_again(monkeyp
     steps.ms = {**steps.ms, "aten, no packing": 40.0}
     summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, budget_s=100.0)
     assert summary["choice"] == "aten, row packing" and summary["steps"] == dict.fromkeys(steps.ms, 1) and steps.runs == 4 + 4
+
+
+# ---------------------------------------------------------------- ties: under 3 % faster does not earn more memory
+
+
+MEASURED = {"onednn, row packing": 965.0, "onednn, no packing": 1100.0, "openblas, row packing": 986.0, "openblas, no packing": 1050.0, "aten, row packing": 1000.0, "aten, no packing": 1200.0}
+"""Whole-step times as issue 48 measured them (docs/benchmarks.md): oneDNN 2.1 % faster than OpenBLAS."""
+
+
+def test_in_training_a_step_under_3_percent_faster_ties_and_the_flatter_memory_wins():
+    every = [Choice(k, p) for k in ("onednn", "aten", "openblas") for p in (True, False)]
+    assert kernels.chosen(MEASURED, every, training=True) == Choice("openblas", True)  # 965 against 986: a tie
+    assert kernels.chosen(MEASURED, every, training=False) == Choice("onednn", True)  # speed alone
+    assert kernels.chosen({**MEASURED, "onednn, row packing": 0.95 * 986}, every, training=True) == Choice("onednn", True)  # 5 % faster: it wins
+    assert kernels.chosen({**MEASURED, "aten, row packing": 980.0}, every, training=True) == Choice("aten", True)  # of flat ones, the faster
+    assert kernels.chosen({**MEASURED, "openblas, no packing": 975.0}, every, training=True) == Choice("openblas", False)  # packing by time
+    assert kernels.chosen({**MEASURED, "aten, row packing": 960.0}, every, training=True) == Choice("aten", True)  # the fastest is flat: no tie to break
+    assert kernels.chosen(dict.fromkeys(MEASURED, 0.0), every, training=True) == Choice("aten", True)  # equal times: flat memory, first listed
+
+
+def test_a_tie_broken_for_memory_is_said_in_the_log_and_holds_from_the_cache(monkeypatch, tmp_path):
+    """oneDNN's step 2 % faster than ATen's: ATen trains, and the line says why; the cache keeps
+    times, so a run reading it decides by the same rule; 5 % faster, oneDNN trains; decoding
+    stays on speed alone."""
+    model = Packed()
+    tied = {"onednn, row packing": 49.0, "onednn, no packing": 60.0, "aten, row packing": 50.0, "aten, no packing": 55.0}
+    steps = FakeSteps(model, tied, monkeypatch)
+    logged = []
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, log=logged.append)
+    assert summary["choice"] == "aten, row packing" and not lin.ONEDNN and model.pack_granule == Packed.pack_granule
+    assert logged == [f"cpu kernels: auto -> aten, row packing (within 3 % of onednn, row packing 49 ms; lower memory) (whole-step calibration: 4 candidates in {summary['seconds']:.1f} s, fastest of 3 steps each, 1 thread: "
+                      "onednn, row packing 49 ms; aten, row packing 50 ms; aten, no packing 55 ms; onednn, no packing 60 ms)"]
+    assert summary["record"]["choice"] == "aten, row packing" and machine_info()["cpu_kernels"]["tie"] == {"fastest": "onednn, row packing", "ms": 49.0, "margin": 0.03}
+    assert kernels.read_cache(tmp_path / "cache" / kernels.CACHE_FILE)["machines"][kernels.machine_key()]["sig"]["ms"] == tied  # times, not the choice
+    steps.runs, logged = 0, []
+    again = kernels.prepare(model, "auto", row_packing="auto", timing=steps, log=logged.append)
+    assert steps.runs == 0 and again["choice"] == "aten, row packing"
+    assert logged[0].startswith(f"cpu kernels: auto -> aten, row packing (within 3 % of onednn, row packing 49 ms; lower memory) (whole-step times from the cache, {tmp_path / 'cache' / kernels.CACHE_FILE}; ")
+    steps.signature, steps.ms = "five per cent", {**tied, "onednn, row packing": 47.5}
+    logged = []
+    assert kernels.prepare(model, "auto", row_packing="auto", timing=steps, log=logged.append)["choice"] == "onednn, row packing" and lin.ONEDNN
+    assert logged[0].startswith("cpu kernels: auto -> onednn, row packing (whole-step calibration: ") and "lower memory" not in logged[0]
+    decoding = FakeSteps(Packed(), {"onednn": 49.0, "aten": 50.0}, monkeypatch, signature="decoding")
+    logged = []
+    assert kernels.prepare(decoding.model, "auto", timing=decoding, log=logged.append)["choice"] == "onednn"  # inference: the fastest
+    assert "lower memory" not in logged[0]
+
+
+@pytest.mark.parametrize("mode,row_packing,choice", [("onednn", "auto", "onednn, row packing"), ("onednn", "off", "onednn, no packing"), ("auto", "off", "aten, no packing"), ("auto", "on", "aten, row packing")])
+def test_an_explicit_setting_is_not_overridden_by_the_tie_rule(mode, row_packing, choice, monkeypatch):
+    """A fixed ``train.cpu_kernels`` keeps its kernels though a tie would prefer others; a fixed
+    ``train.row_packing`` keeps its packing (the rule chooses among the kernels left)."""
+    model = Packed()
+    steps = FakeSteps(model, {"onednn, row packing": 49.0, "onednn, no packing": 49.5, "aten, row packing": 50.0, "aten, no packing": 50.5}, monkeypatch)
+    kernels.prepare(model, "auto", row_packing="auto", timing=steps)  # the cache: every candidate, oneDNN fastest
+    steps.runs = 0
+    summary = kernels.prepare(model, mode, row_packing=row_packing, timing=steps)
+    assert summary["choice"] == choice and steps.runs == 0
+    assert lin.kernels() == choice.split(",")[0] and (model.pack_granule > 0) == choice.endswith("row packing")
+
+
+@pytest.mark.skipif(not blas.openblas_available(), reason="numpy's BLAS is not OpenBLAS")
+def test_openblas_takes_a_tie_with_a_2_percent_faster_onednn(monkeypatch):
+    monkeypatch.setattr(kernels, "openblas_available", lambda: True)
+    model = Packed()
+    steps = FakeSteps(model, MEASURED, monkeypatch)
+    logged = []
+    summary = kernels.prepare(model, "auto", row_packing="auto", timing=steps, log=logged.append, budget_s=100.0)
+    assert summary["choice"] == "openblas, row packing" and lin.kernels() == "openblas"
+    assert logged[0].startswith("cpu kernels: auto -> openblas, row packing (within 3 % of onednn, row packing 965 ms; lower memory) (whole-step calibration: 6 candidates")
