@@ -681,7 +681,9 @@ class TrainConfig(_Section):
     """The path of the linear layers' float32 products on CPU (:mod:`syntaxnmt.cpu.calibration`):
     ``auto`` (the default) times whole training steps of the run's model with each kernel choice
     and with row packing on and off (``row_packing``) at start-up (two rounds of steps and up to 15 s
-    more, once per machine and model: cached) and takes the fastest; ``onednn`` (oneDNN wherever the fixed rule of
+    more, once per machine and model: cached) and takes the fastest -- or, of the candidates within
+    3 % of it, OpenBLAS or ATen before oneDNN, whose per-shape state raised a training's peak memory
+    by ~40 % for a 2 % faster step (the log line says so; docs/benchmarks.md, issue 48); ``onednn`` (oneDNN wherever the fixed rule of
     :mod:`syntaxnmt.cpu.linear` lets it run), ``aten`` (MKL's sgemm) or ``openblas`` (numpy's
     OpenBLAS, :mod:`syntaxnmt.cpu.blas`) decide without timing (docs/benchmarks.md, "CPU kernel
     choice", "OpenBLAS products").
