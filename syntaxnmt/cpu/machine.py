@@ -230,7 +230,9 @@ def machine_summary(info: dict) -> str:
     after = f", after {load('load_average_after')}" if "load_average_after" in info else ""
     kernels = info.get("cpu_kernels")
     if kernels and kernels.get("ms"):
-        kernels_shown = f"; cpu kernels {kernels['mode']} -> {kernels['choice']} (" + ", ".join(f"{k} {v:.4g} ms" for k, v in kernels["ms"].items()) + ")"
+        tie = kernels.get("tie")  # a tie broken for memory (cpu.calibration.chosen)
+        tie_shown = f"; within {100 * tie['margin']:g} % of {tie['fastest']}: lower memory" if tie else ""
+        kernels_shown = f"; cpu kernels {kernels['mode']} -> {kernels['choice']} (" + ", ".join(f"{k} {v:.4g} ms" for k, v in kernels["ms"].items()) + tie_shown + ")"
     else:
         kernels_shown = f"; cpu kernels {kernels['mode']}" + (f" -> {kernels['choice']}" if kernels.get("choice") else "") if kernels else ""
     return (

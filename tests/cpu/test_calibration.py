@@ -478,6 +478,7 @@ def test_a_tie_broken_for_memory_is_said_in_the_log_and_holds_from_the_cache(mon
     assert logged == [f"cpu kernels: auto -> aten, row packing (within 3 % of onednn, row packing 49 ms; lower memory) (whole-step calibration: 4 candidates in {summary['seconds']:.1f} s, fastest of 3 steps each, 1 thread: "
                       "onednn, row packing 49 ms; aten, row packing 50 ms; aten, no packing 55 ms; onednn, no packing 60 ms)"]
     assert summary["record"]["choice"] == "aten, row packing" and machine_info()["cpu_kernels"]["tie"] == {"fastest": "onednn, row packing", "ms": 49.0, "margin": 0.03}
+    assert machine_summary(machine_info()).endswith("cpu kernels auto -> aten, row packing (onednn, row packing 49 ms, onednn, no packing 60 ms, aten, row packing 50 ms, aten, no packing 55 ms; within 3 % of onednn, row packing: lower memory)")
     assert kernels.read_cache(tmp_path / "cache" / kernels.CACHE_FILE)["machines"][kernels.machine_key()]["sig"]["ms"] == tied  # times, not the choice
     steps.runs, logged = 0, []
     again = kernels.prepare(model, "auto", row_packing="auto", timing=steps, log=logged.append)
