@@ -20,13 +20,15 @@ kernel choice"), so ``auto`` times **whole steps** of the run's own model:
   is chosen -- in training, unless another one of flatter memory is within :data:`TIE_MARGIN`
   (3 %) of it: the first of those in :data:`MEMORY_ORDER` (OpenBLAS or ATen before oneDNN,
   whose state per product shape raised a training's peak memory by ~40 % for a 2 % faster step;
-  :func:`chosen`), and the log line says so. Inference stays on speed alone (its memory did not
-  grow with oneDNN). Nothing of the model or the run changes: the random generators,
-  the gradients and the buffers are restored (:func:`preserved`), and no optimizer steps. The times
+  :func:`chosen`), and the log line says so. Inference stays on speed alone (its peak memory
+  showed no such difference: 541 vs 550 MB). Nothing of the model or the run changes: the random
+  generators, the gradients and the buffers are restored (:func:`preserved`), and no optimizer
+  steps. The times
   are cached per machine (CPU model, ISA flags, torch version, threads) and signature (the model's
   sizes, the step's shape) in ``cpu_kernels.json`` under :func:`cache_dir`, so only the first run
-  pays (the choice is made from the cached times by the same rule); times taken while the load average exceeded the machine's cores are cached as provisional
-  and timed again by the next run on a quieter machine;
+  pays (the cache keeps times: a choice read from it follows the same rule); times taken while
+  the load average exceeded the machine's cores are cached as provisional and timed again by the
+  next run on a quieter machine;
 - ``onednn``: oneDNN wherever :mod:`~syntaxnmt.cpu.linear` allows it (without autograd, and in
   training on bucketed shapes), row packing on: the fixed rule;
 - ``aten``: ATen everywhere, row packing on;
@@ -105,12 +107,12 @@ with OpenBLAS and row packing, and 1,681 MB against 1,161 MB of peak RSS on the 
 training command (2-core AMD EPYC, 2 threads; docs/benchmarks.md, issue 48, "The training
 memory explained")."""
 MEMORY_ORDER: tuple[tuple[str, ...], ...] = (("openblas", "aten"), ("onednn",))
-"""The kernels by their training memory, flat first: OpenBLAS and ATen (their peak stays flat:
-1,161 MB with OpenBLAS on the side-by-side training command), then oneDNN (state per product
-shape: 1,681 MB there, growing with every new row count; docs/benchmarks.md, issue 48). Between
-ties (:data:`TIE_MARGIN`) the first rank wins, and within a rank the faster (no measurement puts
-OpenBLAS's memory below ATen's, so they share one rank; row packing on or off, by time too). A
-kernel not listed ranks last."""
+"""The kernels by their training memory, flat first: OpenBLAS (1,161 MB of peak RSS on the
+side-by-side training command) and ATen (MKL's sgemm: no state per shape either; not measured
+apart), then oneDNN (state per product shape: 1,681 MB there, growing with every new row count;
+docs/benchmarks.md, issue 48). Between ties (:data:`TIE_MARGIN`) the first rank wins, and within
+a rank the faster (no measurement puts OpenBLAS's memory below ATen's, so they share one rank; row
+packing on or off, by time too). A kernel not listed ranks last."""
 CACHE_FILE = "cpu_kernels.json"
 CACHE_VERSION = 2  # 1: per-product times (replaced by whole steps)
 ENV = "SYNTAXNMT_CPU_KERNELS"
@@ -435,9 +437,9 @@ def prepare(
     and ``row_packing`` (``train.row_packing``; None: inference, nothing to pack). In mode ``auto``
     with more than one candidate (:func:`candidates_for`), from the cached or newly measured whole
     steps (:func:`chosen`: with ``row_packing`` given -- training, an RNN's too -- a tie within
-    :data:`TIE_MARGIN` of the fastest goes to the kernels of flatter memory): ``timing()`` gives the cache signature of the steps and a function running one step
-    (called only when timing: a training step or a decoding step; the caller's model computes
-    it). ``recorded``: the ``record`` of an earlier summary (a resumed training run's, from its
+    :data:`TIE_MARGIN` of the fastest goes to the kernels of flatter memory): ``timing()`` gives
+    the cache signature of the steps and a function running one step (called only when timing: a
+    training step or a decoding step; the caller's model computes it). ``recorded``: the ``record`` of an earlier summary (a resumed training run's, from its
     checkpoint), reused without timing when its settings are these. Installs the choice
     (:func:`install`), logs it with ``log`` (one line), records it for
     :func:`~syntaxnmt.cpu.machine.machine_info` and returns the summary, with ``record``: ``{"mode",
