@@ -31,7 +31,7 @@ from syntaxnmt.data.prepare import prepare
 from syntaxnmt.data.synthetic import write_corpus
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.budget import CURVE_FILE, describe, read_curve
-from syntaxnmt.experiments.scores import SCORES_FILE, find_run_scores, read_run_scores, results_file
+from syntaxnmt.experiments.scores import SCORES_FILE, find_run_scores, label_slug, read_run_scores, results_file
 from syntaxnmt.experiments.sets import ExperimentSet, Run, RunsFailed, control_pairs, curve_logger, is_finished, load_set, make_table, run_config, run_config_of, select_labels, set_runs, write_section
 from syntaxnmt.runtime import cpu_cores, run_command
 from syntaxnmt.textio import atomic_write, atomic_write_text, folder_lock
@@ -254,6 +254,22 @@ def collect_results(spec: ExperimentSet, runs: Sequence[Run], log: Callable[[str
     return written
 
 
+def collect_curve(path: str | Path, spec: ExperimentSet, log: Callable[[str], None] = print) -> Path | None:
+    """Copy the baseline's dev curve (``valid.log`` of :func:`curve_run`), as far as it has been
+    trained, into the results folder as ``<baseline>-seed<S>-curve.valid.log``: the committed copy
+    from which ``python -m syntaxnmt.experiments.budget`` re-derives the budget in a clean clone."""
+    run = curve_run(path, spec)
+    source = Path(run.cfg.work_dir) / CURVE_FILE
+    if not source.is_file():
+        return None
+    target = Path(spec.results_folder) / f"{label_slug(run.label)}-seed{run.seed}-curve.{CURVE_FILE}"
+    data = source.read_bytes()
+    if not target.is_file() or target.read_bytes() != data:
+        atomic_write(target, lambda f: f.write(data))
+        log(f"collected the dev curve ({len(read_curve(source))} validations) into {target}")
+    return target
+
+
 def curve_run(path: str | Path, spec: ExperimentSet) -> Run:
     """The baseline's dev-curve run of a set with a ``budget``: its first seed, ``budget.curve_steps``
     updates validated every ``budget.valid_every``, in ``<work_dir>[-<tag>]-curve``."""
@@ -305,6 +321,8 @@ def run_set(path: str | Path, seeds: list[int] | None = None, only: list[str] | 
     runs = set_runs(path, spec, labels, seeds)
     if collect:
         collect_results(spec, runs, log)
+        if spec.budget:
+            collect_curve(path, spec, log)
         waiting = [run.name for run in runs if find_run_scores(run.cfg.work_dir, spec.results_folder, run.label, run.seed) is None]
         if waiting:
             log(f"the table waits for {len(waiting)} of {len(runs)} runs: {'; '.join(waiting)}")

@@ -1024,6 +1024,9 @@ def test_converged_study_with_its_budget_set_trains_every_arm_to_it_and_collect_
     assert len(runs) == 22 and {r.cfg.train.max_steps for r in runs} == {3000} and {r.cfg.train.max_tokens for r in runs} == {4096}
     assert all(r.cfg.model_dump(mode="json")["train"]["max_steps"] == 3000 for r in runs)  # what a worker / submitit job is sent
     assert curve_run(path, spec).cfg.train.max_steps == 8000  # the curve keeps its own length
+    curve_dir = Path(curve_run(path, spec).cfg.work_dir)  # a curve trained so far: --collect copies it for the budget command
+    curve_dir.mkdir(parents=True)
+    (curve_dir / "valid.log").write_text("".join(f"update {s} | dev loss 2.0 BLEU {b}\n" for s, b in [(250, 4.0), (500, 13.6), (750, 19.4)]), encoding="utf-8")
 
     def hyps(k: int, seed: int, test: str) -> list[str]:
         """System k's output on one test set: sentences upper-cased (cased BLEU only) -- one for seeds 1-3,
@@ -1046,13 +1049,15 @@ def test_converged_study_with_its_budget_set_trains_every_arm_to_it_and_collect_
     code, out, err = run_cli(capsys, "experiment", path, "--collect")
     assert code == 0, err
     assert "collected 21 new or changed run(s)" in out and f"the table waits for 1 of 22 runs: {runs[-1].name}" in out and not (tmp_path / "results.md").exists()
+    curve_copy = tmp_path / "results" / "baseline-seed1-curve.valid.log"
+    assert f"collected the dev curve (3 validations) into {curve_copy}" in out and curve_copy.read_bytes() == (curve_dir / "valid.log").read_bytes()
     last = runs[-1]
     for t in tests:
         write_lines(Path(last.cfg.work_dir) / f"{t}.hyp", hyps(labels.index(last.label), last.seed, t))
     write_run_scores(last.cfg.work_dir, last.label, last.seed, record, {t: str(Path(last.cfg.work_dir) / f"{t}.hyp") for t in tests}, refs)
     code, out, err = run_cli(capsys, "experiment", path, "--collect")
     assert code == 0, err
-    assert len(list((tmp_path / "results").iterdir())) == 22
+    assert len(list((tmp_path / "results").glob("*.json.gz"))) == 22 and "collected the dev curve" not in out  # unchanged: not copied again
     section = (tmp_path / "results.md").read_text(encoding="utf-8")
     (head, *rows), *inference = _tables(section)
     assert head[4:10] == [f"{t} BLEU" for t in tests] + [f"{t} BLEU (lc)" for t in tests]
