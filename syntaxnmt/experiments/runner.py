@@ -289,7 +289,7 @@ def run_curve(path: str | Path, spec: ExperimentSet, log: Callable[[str], None] 
         log(f"[{run.name}] dev curve: {spec.budget.curve_steps} updates in {work}")
         progress = train(run.cfg, resume=True, log=curve_logger(work, log))
         atomic_write_text(work / "done.json", json.dumps({"steps": progress.step}))
-    text = describe(read_curve(work / CURVE_FILE), spec.budget.min_gain, spec.budget.horizon, spec.budget.smooth)
+    text = describe(read_curve(work / CURVE_FILE), spec.budget.min_gain, spec.budget.horizon, spec.budget.smooth, spec.budget.tolerance)
     return text + f"\n(curve: {work / CURVE_FILE}; write the budget into {path} as budget.max_steps)"
 
 

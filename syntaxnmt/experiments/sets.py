@@ -96,9 +96,10 @@ class Budget(BaseModel):
     model_config = ConfigDict(extra="forbid")
     curve_steps: PositiveInt = Field(description="updates of the baseline's curve run")
     valid_every: PositiveInt = Field(description="validation interval of the curve run")
-    min_gain: float = Field(0.3, description="dev BLEU gain below which the curve has plateaued")
-    horizon: float = Field(0.2, description="the window after a point, as a fraction of its updates")
+    min_gain: float = Field(0.3, description="the curve has plateaued when its last part raises its best (smoothed) dev BLEU by less than this")
+    horizon: float = Field(0.2, description="that last part, as a fraction of the curve's updates")
     smooth: PositiveInt = Field(3, description="validations averaged into each point of the curve (one checkpoint's dev BLEU is noisy)")
+    tolerance: float = Field(0.5, description="the budget: the first update whose smoothed dev BLEU is within this of the curve's best")
     max_steps: PositiveInt | None = Field(None, description="the budget of every run (train.max_steps); unset: only --curve runs")
 
 
@@ -389,7 +390,7 @@ def make_table(spec: ExperimentSet, records: dict[str, dict[int, dict]], seeds: 
         + ("; BLEU (lc): the same of lowercased text (sacreBLEU lowercase=True, 13a tokenization: the Multi30k literature's lowercased tokenized BLEU)" if spec.lowercase_bleu else "")
         + "; chrF: mean over seeds. dev BLEU: the best greedy dev BLEU of each run (that checkpoint decodes the test sets), the figure to choose systems by. "
         f"Overrides: `{' '.join(spec.overrides) or 'none'}`"
-        + (f"; budget: train.max_steps={spec.budget.max_steps}, fixed on the baseline's dev curve (the first update after which dev BLEU, the mean of {spec.budget.smooth} validations, gains under {spec.budget.min_gain} over the next {spec.budget.horizon:.0%} of the updates)" if spec.budget and spec.budget.max_steps else "")
+        + (f"; budget: train.max_steps={spec.budget.max_steps}, fixed on the baseline's dev curve (the first update whose dev BLEU, the mean of {spec.budget.smooth} validations, is within {spec.budget.tolerance} of the plateaued curve's best)" if spec.budget and spec.budget.max_steps else "")
         + ". tok/s and time/update are wall-clock figures of the training runs, disturbed by any other load on the machine "
         "(controlled step-time measurements: `benchmarks/syntax_overhead.py`, docs/benchmarks.md).",
         "",
