@@ -237,6 +237,15 @@ def load_records(path: str | Path, spec: ExperimentSet, runs: Sequence[Run]) -> 
     return records
 
 
+def _copy_changed(source: Path, target: Path) -> bool:
+    """Copy ``source`` to ``target`` atomically unless it holds the same bytes; whether it copied."""
+    data = source.read_bytes()
+    if target.is_file() and target.read_bytes() == data:
+        return False
+    atomic_write(target, lambda f: f.write(data))
+    return True
+
+
 def collect_results(spec: ExperimentSet, runs: Sequence[Run], log: Callable[[str], None] = print) -> list[Path]:
     """Copy each finished run's scores file into the set's results folder (the committed copy a
     clean clone re-scores from); returns the files written."""
@@ -246,9 +255,7 @@ def collect_results(spec: ExperimentSet, runs: Sequence[Run], log: Callable[[str
         if not source.is_file():
             continue
         target = results_file(spec.results_folder, run.label, run.seed)
-        data = source.read_bytes()
-        if not target.is_file() or target.read_bytes() != data:
-            atomic_write(target, lambda f, data=data: f.write(data))
+        if _copy_changed(source, target):
             written.append(target)
     log(f"collected {len(written)} new or changed run(s) into {spec.results_folder} ({sum(1 for r in runs if (Path(r.cfg.work_dir) / SCORES_FILE).is_file())} of {len(runs)} runs finished)")
     return written
@@ -263,9 +270,7 @@ def collect_curve(path: str | Path, spec: ExperimentSet, log: Callable[[str], No
     if not source.is_file():
         return None
     target = Path(spec.results_folder) / f"{label_slug(run.label)}-seed{run.seed}-curve.{CURVE_FILE}"
-    data = source.read_bytes()
-    if not target.is_file() or target.read_bytes() != data:
-        atomic_write(target, lambda f: f.write(data))
+    if _copy_changed(source, target):
         log(f"collected the dev curve ({len(read_curve(source))} validations) into {target}")
     return target
 
