@@ -14,7 +14,11 @@ eflomal's links are shared; seed S > 1 trains in ``run-*-seed<S>`` folders), eac
 run folder: the test part of the gold set, per reading) and eflomal's (``eflomal-gold.json``), and
 prints per model and reading the AER of each seed, their mean ± sd, and the difference to eflomal
 (grow-diag-final-and) with the 95 % interval of the two-level bootstrap over seeds and test pairs
-(:func:`syntaxnmt.metrics.two_level_bootstrap`, eflomal as one run: it cannot be seeded).
+(:func:`syntaxnmt.metrics.two_level_bootstrap`, eflomal as one run: it cannot be seeded). Under
+the table, with several seeds (issue 50): the smallest AER difference the seeds detect with 80 %
+power and the A/A check, both on the seeds of the first model's first reading, as under the
+alignment experiment tables (:func:`syntaxnmt.experiments.sets.seed_notes`; eflomal, one run, has
+no seed sd to take).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ import hansards_aer  # noqa: E402  (the benchmark beside this file)
 
 from syntaxnmt.data.links import aer_from_statistics, aer_statistics, parse_links  # noqa: E402
 from syntaxnmt.errors import UserError  # noqa: E402
+from syntaxnmt.experiments.alignment import _neg_aer  # noqa: E402
+from syntaxnmt.experiments.sets import AA_SHUFFLES, seed_notes  # noqa: E402
 from syntaxnmt.metrics import run_scores, two_level_bootstrap  # noqa: E402
 
 VARIANTS = "plain,guided-full-leaky-gdfa"
@@ -98,10 +104,12 @@ def table(work: Path, seeds: list[int], variants: str = VARIANTS, bootstrap: int
     base = [aer_statistics(sure, possible, eflomal)]
     base_aer = float(aer_from_statistics(base[0].sum(0)))
     rows.append(f"| eflomal, grow-diag-final-and | – | {base_aer:.2f} | {base_aer:.2f} | – |")
+    seeded: list[tuple[str, list[np.ndarray]]] = []  # (row, its seeds' statistics): the seed notes' input
     for name, per_seed in models.items():
         readings = [r for r in per_seed[seeds[0]] if all(r in per_seed[s] for s in seeds)]
         for reading in readings:
             stats = [aer_statistics(sure, possible, per_seed[s][reading]) for s in seeds]
+            seeded.append((f"{name}, {reading}", stats))
             scores = run_scores(stats, aer_from_statistics).tolist()
             low, high = two_level_bootstrap(base, stats, aer_from_statistics, n_samples=bootstrap)
             spread = f"{statistics.mean(scores):.2f} ± {statistics.stdev(scores):.2f}" if len(scores) > 1 else f"{scores[0]:.2f}"
@@ -109,12 +117,27 @@ def table(work: Path, seeds: list[int], variants: str = VARIANTS, bootstrap: int
             rows.append(f"| {name} | {reading} | {' / '.join(f'{x:.2f}' for x in scores)} | {spread} | {delta:+.2f} [{low:+.2f}, {high:+.2f}] |")
     head = [
         f"AER on gold lines {span[0]}-{span[1]} of enfr.gold, seeds {', '.join(map(str, seeds))} ({work}); Δ vs eflomal: mean over seeds minus eflomal's, "
-        f"95 % interval of a two-level bootstrap ({bootstrap} samples: seeds, then test pairs; eflomal one run).",
+        f"95 % interval of a two-level bootstrap ({bootstrap} samples: seeds, then test pairs; eflomal one run)."
+        + (" Under the table: the power and A/A lines of AER on the first model row's seeds (eflomal, one run, has no seed sd)." if len(seeds) > 1 else ""),
         "",
         "| system | reading | AER per seed | mean ± sd | Δ vs eflomal [95 % CI] |",
         "|---|---|---|---|---|",
     ]
-    return "\n".join(head + rows)
+    return "\n".join(head + rows + notes(seeded, bootstrap))
+
+
+def notes(seeded: list[tuple[str, list[np.ndarray]]], bootstrap: int) -> list[str]:
+    """The lines under the table with several seeds (issue 50): what the seeds can detect and the
+    A/A check, on the first row's seeds (``seeded``: per model row, its seeds' AER statistics), as
+    under the alignment experiment tables; AER read as −AER, lower is better
+    (:func:`syntaxnmt.experiments.alignment._neg_aer`). eflomal is one run: no s_opt, no split."""
+    if not seeded:
+        return []
+    (first, stats), others = seeded[0], [len(s) for _, s in seeded[1:]]
+    out = []
+    for note in seed_notes(f"'{first}'", {"test": stats}, others, bootstrap, AA_SHUFFLES, metric=_neg_aer, measure="AER", unit="row"):
+        out += ["", note]
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:

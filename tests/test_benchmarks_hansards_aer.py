@@ -409,3 +409,52 @@ def test_seed_names_every_folder_of_the_joint_variant_and_its_self_labels(ha, tm
     assert ha.config_tree(work, options(work, "guided-full-leaky", seed=3), "guided-full-leaky")["data"]["train_align"].endswith("/eflomal.train.align")  # eflomal's labels are shared
     with pytest.raises(UserError, match="--seed -1"):
         ha.main(argv(work, "--seed", "-1"))
+
+
+def test_seeds_table_states_the_power_and_the_aa_check_of_the_first_rows_seeds(data, tmp_path, monkeypatch):
+    """Issue 50 under the Hansards table: made-up kept links (no model) of four seeds. The plain
+    model's configured reading (the first row) has AER 0, 5.x, ~94, ~88 by seed; every other row
+    the same links on every seed (s_opt 0), so lines taken from another row or from eflomal (one
+    run) would read differently. Split 2 + 2, only {0, 5.x} vs {~94, ~88} is a difference: Welch 1/3."""
+    import statistics
+
+    from syntaxnmt.metrics import minimum_detectable_difference
+
+    seeds = load_script(ROOT / "benchmarks" / "hansards_seeds.py", "hansards_seeds")
+    monkeypatch.setattr(seeds.hansards_aer, "DATA", data)
+    ha = seeds.hansards_aer
+    gold_lines = (data / "alignment" / "enfr-hansards" / "enfr.gold").read_text().splitlines()
+    gold = [[(int(i) - 1, int(j) - 1) for i, j in (x.split("-") for x in line.split())] for line in gold_lines]
+    test = gold[4:]  # test_lines 5-10: the test part after 4 dev pairs
+    dropped = [links[:-1] if k < 3 else links for k, links in enumerate(test)]  # 3 links fewer
+    one, two = [[links[0]] if k == 0 else [] for k, links in enumerate(test)], [links[:1] if k < 2 else [] for k, links in enumerate(test)]
+    plain = {1: test, 2: dropped, 3: one, 4: two}
+    same = [[] if k == 0 else links for k, links in enumerate(test)]
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "eflomal-gold.json").write_text(json.dumps({"eflomal": {"grow-diag-final-and": {"links": gold}}}))
+    configured = "configured: all layers, heads averaged"
+    for seed in plain:
+        for task, readings in (("plain", {configured: plain[seed], "layer 0 heads averaged": same}), ("guided-full-leaky-gdfa", {"configured: layer 1, head 0": same})):
+            folder = ha.task_folder(work, {"variant": task, "normalizer": "softmax", "seed": seed})
+            folder.mkdir()
+            kept = {"test_lines": [5, 10], "readings": {r: [" ".join(f"{i}-{j}" for i, j in links) for links in hyp] for r, hyp in readings.items()}}
+            (folder / ha.LINKS_FILE).write_text(json.dumps(kept))
+    aers = [ha.score([(set(g), set(g)) for g in test], [set(x) for x in plain[s]])["aer"] for s in plain]
+    assert aers[0] == 0 and 5 < aers[1] < 6 and aers[2] > 90 and 85 < aers[3] < 90
+    text = seeds.table(work, [1, 2, 3, 4], bootstrap=50)
+    sd = statistics.stdev(aers)
+    power = next(line for line in text.splitlines() if line.startswith("Power (AER)"))
+    assert power.startswith(f"Power (AER): with 4 seeds of 'plain, {configured}' and 4 seeds per other row, ")
+    assert f"test {minimum_detectable_difference(sd, 4, 4):.2f} AER (s_opt {sd:.2f})" in power
+    aa = next(line for line in text.splitlines() if line.startswith("A/A check (AER"))
+    assert aa.startswith(f"A/A check (AER, calibration): the 4 seeds of 'plain, {configured}' split every way into two groups of 2 and 2 (3 splits;")
+    assert "test: Welch over seeds 1/3 (33 %)" in aa
+    assert "the power and A/A lines of AER on the first model row's seeds" in text.splitlines()[0]
+    # Three seeds: the power of 3 against 3; no A/A check (it takes 4). One seed: no lines.
+    three = seeds.table(work, [1, 2, 3], bootstrap=50)
+    sd3 = statistics.stdev(aers[:3])
+    assert f"test {minimum_detectable_difference(sd3, 3, 3):.2f} AER (s_opt {sd3:.2f})" in three
+    assert f"A/A check (AER, calibration): not possible with 3 seeds of 'plain, {configured}'" in three
+    single = seeds.table(work, [1], bootstrap=50)
+    assert "Power (" not in single and "A/A" not in single and "Under the table" not in single
