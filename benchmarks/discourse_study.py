@@ -10,6 +10,11 @@ seed (train.init_from, Miculicich et al. 2018's two-stage recipe) for the same n
 ``--jobs N`` runs N trainings at a time in worker processes of cores / N threads each (a HAN run
 starts once its seed's sentence model is trained) and reports the study's wall clock: on a 2-core
 CPU two one-thread runs finish sooner than one two-thread run after the other.
+
+Under the table, with several seeds (issue 50): the smallest BLEU difference the seeds detect with
+80 % power and the A/A check, on the sentence model's seeds (:func:`notes`, as under the experiment
+tables). Contrastive accuracy has none: the sentence model reads no context, so the twin items fix
+its accuracy at 50 in every cell, whatever its seed.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from syntaxnmt.config import load_config
@@ -32,8 +38,8 @@ from syntaxnmt.data.prepare import is_prepared, prepare
 from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.decoding.scoring import CONTEXT_MODES, score_contrastive
-from syntaxnmt.experiments.sets import write_section
-from syntaxnmt.metrics import corpus_bleu
+from syntaxnmt.experiments.sets import AA_MIN_RUNS, AA_SHUFFLES, aa_line, power_line, seed_notes, write_section
+from syntaxnmt.metrics import bleu_statistics, corpus_bleu
 from syntaxnmt.textio import atomic_write_text, read_lines
 from syntaxnmt.training.train import train
 
@@ -107,6 +113,7 @@ def run_system(cfg, corpus: dict, items, log, draws: int = 1) -> dict:
         "train_cpu_s": cpu,
         "ms_per_update": 1000 * wall / max(progress.step, 1),
         "bleu": corpus_bleu(hyps, [ref]),
+        "bleu_stats": bleu_statistics(hyps, [ref]).astype(int).tolist(),  # per sentence: the seed notes resample them
         "decode_sent_per_s": len(src) / decode_s,
         "contrastive": {mode: score_contrastive(model, toks, items, device, context=mode, draws=draws if mode == "other-document" else 1).as_json() for mode in CONTEXT_MODES},
     }
@@ -118,7 +125,7 @@ def mean_sd(values: list[float]) -> str:
     return f"{statistics.mean(values):.1f}" + (f" ± {statistics.stdev(values):.1f}" if len(values) > 1 else "")
 
 
-def table(results: dict[str, list[dict]], items) -> str:
+def table(results: dict[str, list[dict]], items, bootstrap: int = 1000) -> str:
     cells = sorted({f"{it.phenomenon} / distance {it.distance}" for it in items})
     head = ["system", "context", "all", *cells, "BLEU", "ms/update", "sent/s (docs)"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -128,7 +135,37 @@ def table(results: dict[str, list[dict]], items) -> str:
             per = [mean_sd([100 * r["contrastive"][mode]["cells"][c]["accuracy"] for r in runs]) for c in cells]
             extra = [mean_sd([r["bleu"] for r in runs]), f"{statistics.mean(r['ms_per_update'] for r in runs):.0f}", f"{statistics.mean(r['decode_sent_per_s'] for r in runs):.0f}"] if mode == "true" else ["", "", ""]
             rows.append("| " + " | ".join([system if mode == "true" else "", mode, mean_sd(acc), *per, *extra]) + " |")
-    return "\n".join(rows)
+    return "\n".join(rows + [x for note in notes(results, bootstrap) for x in ("", note)])
+
+
+def _score(stats: np.ndarray) -> np.ndarray:
+    """A run's BLEU kept as its one statistic (``[[bleu]]``): the metric of runs without ``bleu_stats``."""
+    return np.asarray(stats, dtype=np.float64)[..., 0]
+
+
+def notes(results: dict[str, list[dict]], bootstrap: int) -> list[str]:
+    """The lines under the table with several seeds (issue 50): the BLEU power line and A/A check
+    on the sentence model's seeds (:func:`syntaxnmt.experiments.sets.seed_notes`) from the
+    per-sentence statistics every run keeps (``bleu_stats``). Runs scored before they were kept
+    give the power line from their BLEU (it needs no more), and an A/A check only with fewer seeds
+    than it takes (the line says so); with more, the line says what it lacks."""
+    sentence = results.get("sentence", [])
+    others = [len(runs) for system, runs in results.items() if system != "sentence"]
+    if not sentence:
+        return []
+    if all("bleu_stats" in r for r in sentence):
+        return seed_notes("sentence", {"test": [np.asarray(r["bleu_stats"], dtype=np.float64) for r in sentence]}, others, bootstrap, AA_SHUFFLES)
+    if max(len(sentence), *others) < 2:
+        return []
+    runs = {"test": [np.array([[r["bleu"]]]) for r in sentence]}
+    missing = sum("bleu_stats" not in r for r in sentence)
+    aa = (
+        aa_line("sentence", runs, bootstrap, AA_SHUFFLES)
+        if len(sentence) < AA_MIN_RUNS
+        else f"A/A check (BLEU, calibration): not computed -- it resamples the test sentences, and {missing} of the sentence model's {len(sentence)} "
+        "runs were scored before result.json kept their per-sentence BLEU statistics (bleu_stats)."
+    )
+    return [power_line("sentence", runs, others, metric=_score), aa]
 
 
 def conditions(results: dict[str, list[dict]]) -> str:
@@ -188,10 +225,11 @@ def main() -> None:
     ap.add_argument("--write", help="write the table as a section of this Markdown file (e.g. docs/documents.md)")
     ap.add_argument("--jobs", type=int, default=1, help="trainings at a time, each in its own process with cores // JOBS threads (default 1: in this process)")
     ap.add_argument("--draws", type=int, default=5, help="other-document control: donors per item (syntaxnmt score --draws)")
+    ap.add_argument("--bootstrap", type=int, default=1000, help="two-level bootstrap samples of the A/A check under the table (default 1000)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # one run of --jobs: train the systems asked, no table
     args = ap.parse_args()
-    if args.jobs < 1 or args.draws < 1:
-        ap.error("--jobs and --draws take a positive number")
+    if args.jobs < 1 or args.draws < 1 or args.bootstrap < 1:
+        ap.error("--jobs, --draws and --bootstrap take a positive number")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     work = Path(args.work)
     sizes = dict(n_train_docs=60, n_dev_docs=4, n_test_docs=24) if args.quick else {}
@@ -226,7 +264,7 @@ def main() -> None:
             cfg = config(work, corpus, system, seed, steps, args.quick)
             print(f"== {system}, seed {seed}", file=sys.stderr, flush=True)
             results[system].append(run_system(cfg, corpus, items, log=lambda *a, **k: None, draws=args.draws))
-    text = table(results, items)
+    text = table(results, items, args.bootstrap)
     load1 = os.getloadavg()
     caption = (
         f"Contrastive accuracy (%) on {len(items)} items of the synthetic discourse test set by phenomenon and distance "
@@ -238,6 +276,13 @@ def main() -> None:
         + (f"The {trained} runs took {wall / 60:.0f} minutes of wall clock in all, {args.jobs} at a time. " if wall is not None else "")
         + f"ms/update and sent/s are wall-clock means over the seeds' runs as they ran ({conditions(results)}): "
         "timings, not a cost comparison (docs/documents.md, Cost)."
+        + (
+            " Under the table: the smallest BLEU difference the seeds detect with 80 % power and the A/A check, on the sentence model's seeds "
+            "(the table itself tests no difference: it gives mean ± sd; the lines say what a test over these seeds could detect); "
+            "none for contrastive accuracy: the sentence model reads no context, so the twin items, not its seed, fix its accuracy at 50."
+            if len(args.seeds) > 1 and "sentence" in results
+            else ""
+        )
     )
     print(caption + "\n\n" + text)
     if args.write:
