@@ -176,6 +176,44 @@ def test_study_table_over_seeds(tmp_path):
     assert "A/A check (BLEU, calibration): not possible with 2 seeds of sentence-more (control, + M)" in out
 
 
+
+def test_study_table_states_the_accuracy_power_from_the_controls_floor(tmp_path):
+    """Three seeds whose accuracies spread differently per system: the accuracy power line takes the
+    s_opt of the control's floor (60, 62, 67), not of another system's or context's accuracies."""
+    import json
+    import statistics
+
+    from syntaxnmt.metrics import minimum_detectable_difference
+
+    refs = [f"y el hombre {k} vió la ciudad grande de la tierra" for k in range(20)]
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "test.es").write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    floor = {1: 60.0, 2: 62.0, 3: 67.0}
+    for seed in (1, 2, 3):
+        for m in study_table.SYSTEMS:
+            folder = tmp_path / "work" / f"seed-{seed}" / m
+            folder.mkdir(parents=True)
+            (folder / "test.hyp").write_text("".join((r if (i + seed) % 4 else "y el") + "\n" for i, r in enumerate(refs)), encoding="utf-8")
+            context_model = m in ("concat", "han")
+            own = {"sentence-more": floor[seed], "sentence": 60 + 0.5 * seed}.get(m, 70 + 0.2 * seed)  # a context model's: with its context
+            for c in ("true", "other-document", "none") if context_model else ("none",):
+                accuracy = 50 + 10 * seed if context_model and c == "none" else own
+                (folder / f"contrastive-{c}.json").write_text(json.dumps({"accuracy": accuracy / 100}), encoding="utf-8")
+    out = study_table.table(tmp_path / "work", tmp_path / "data", bootstrap=20)
+    power = next(line for line in out.splitlines() if line.startswith("Power (accuracy %)"))
+    sd = statistics.stdev(floor.values())
+    assert power.startswith("Power (accuracy %): with 3 seeds of sentence-more's floor (no context) and 3 seeds per other system, ")
+    assert f"contrastive set {minimum_detectable_difference(sd, 3, 3):.1f} accuracy % (s_opt {sd:.1f})" in power
+    assert out.index("Power (BLEU)") < out.index("A/A check (BLEU") < out.index("Power (accuracy %)")
+    # One seed: no accuracy power line (nor the BLEU lines).
+    import shutil
+
+    for seed in (2, 3):
+        shutil.rmtree(tmp_path / "work" / f"seed-{seed}")
+    one = study_table.table(tmp_path / "work", tmp_path / "data", bootstrap=20)
+    assert "Seeds 1 (1)" in one and "Power (" not in one and "A/A" not in one
+
+
 def test_study_table_without_runs_is_one_error_line(tmp_path, capsys):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "test.es").write_text("x\n", encoding="utf-8")

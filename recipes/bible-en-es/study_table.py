@@ -17,7 +17,10 @@ the references ``DATA/test.es``. Per system:
   here; one seed's binomial sd on N items is sqrt(a(1-a)/N), about 2.6 points at 330 items).
 
 Under the table, with several seeds: the smallest BLEU difference the seeds detect with 80 % power
-and the A/A check on the control's seeds (:func:`syntaxnmt.experiments.sets.seed_notes`).
+and the A/A check on the control's seeds (:func:`syntaxnmt.experiments.sets.seed_notes`), and the
+smallest difference of contrastive accuracy they detect, from the control's floor over seeds
+(:func:`syntaxnmt.experiments.sets.power_line`: it needs per-seed accuracies only; the A/A check
+resamples items, which ``score``'s totals do not give).
 
     python recipes/bible-en-es/study_table.py WORK [--data runs/bible-en-es/data-heldout] [--bootstrap 1000]
 """
@@ -30,8 +33,10 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments.sets import AA_SHUFFLES, mean_sd_cell, seed_cells, seed_level_cell, seed_notes
+from syntaxnmt.experiments.sets import AA_SHUFFLES, mean_sd_cell, power_line, seed_cells, seed_level_cell, seed_notes
 from syntaxnmt.metrics import ReferenceScorer, chrf_from_statistics, run_scores, welch_p
 
 SYSTEMS = ("sentence", "sentence-more", "concat", "han")
@@ -120,7 +125,17 @@ def table(work: Path, data_dir: Path, bootstrap: int = 1000) -> str:
     # What the seeds can detect in BLEU against the control, and the A/A check on its seeds (as under the experiment tables).
     for note in seed_notes(LABELS[CONTROL].replace("*", ""), {"test": control["bleu"]}, [len(seeds)] * (len(SYSTEMS) - 1), bootstrap, AA_SHUFFLES):
         lines += ["", note]
+    # And what they can detect in contrastive accuracy against the control's floor (per-seed accuracies: one figure per run).
+    others = [len(data[m]["acc"]["true" if m in ("concat", "han") else "none"]) for m in SYSTEMS if m != CONTROL]
+    if floor and max(len(floor), *others) > 1:
+        runs = {"contrastive set": [np.array([[a]]) for a in floor]}
+        lines += ["", power_line(f"{CONTROL}'s floor (no context)", runs, others, metric=_accuracy, measure="accuracy %", digits=1)]
     return "\n".join(lines)
+
+
+def _accuracy(stats: np.ndarray) -> np.ndarray:
+    """A run's contrastive accuracy kept as its one statistic (``[[accuracy]]``)."""
+    return np.asarray(stats, dtype=np.float64)[..., 0]
 
 
 def main(argv: list[str] | None = None) -> None:
