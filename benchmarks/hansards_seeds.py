@@ -36,7 +36,7 @@ import hansards_aer  # noqa: E402  (the benchmark beside this file)
 
 from syntaxnmt.data.links import aer_from_statistics, aer_statistics, parse_links  # noqa: E402
 from syntaxnmt.errors import UserError  # noqa: E402
-from syntaxnmt.experiments.alignment import _neg_aer  # noqa: E402
+from syntaxnmt.experiments.alignment import negative_aer  # noqa: E402
 from syntaxnmt.experiments.sets import AA_SHUFFLES, seed_notes  # noqa: E402
 from syntaxnmt.metrics import run_scores, two_level_bootstrap  # noqa: E402
 
@@ -130,12 +130,12 @@ def notes(seeded: list[tuple[str, list[np.ndarray]]], bootstrap: int) -> list[st
     """The lines under the table with several seeds (issue 50): what the seeds can detect and the
     A/A check, on the first row's seeds (``seeded``: per model row, its seeds' AER statistics), as
     under the alignment experiment tables; AER read as −AER, lower is better
-    (:func:`syntaxnmt.experiments.alignment._neg_aer`). eflomal is one run: no s_opt, no split."""
+    (:func:`syntaxnmt.experiments.alignment.negative_aer`). eflomal is one run: no s_opt, no split."""
     if not seeded:
         return []
     (first, stats), others = seeded[0], [len(s) for _, s in seeded[1:]]
     out = []
-    for note in seed_notes(f"'{first}'", {"test": stats}, others, bootstrap, AA_SHUFFLES, metric=_neg_aer, measure="AER", unit="row"):
+    for note in seed_notes(f"'{first}'", {"test": stats}, others, bootstrap, AA_SHUFFLES, metric=negative_aer, measure="AER", unit="row"):
         out += ["", note]
     return out
 

@@ -225,7 +225,7 @@ def _seed_configs(label: str, rel: str, spec: AlignmentSet, base_dir: Path) -> d
     return {seed: load_config(base_dir / rel, spec.overrides + seeded(seed)) for seed in spec.seeds}
 
 
-def _neg_aer(stats: np.ndarray) -> np.ndarray:
+def negative_aer(stats: np.ndarray) -> np.ndarray:
     """-AER: the seed-aware tests read higher as better."""
     return -aer_from_statistics(stats)
 
@@ -323,7 +323,7 @@ def alignment_table(spec: AlignmentSet, rows: list[dict], extra: list[list[str]]
         "",
         *markdown_table(head, table),
     ]
-    for key, measure, metric, stats in (("bleu", "BLEU", bleu_from_statistics, lambda run: run["bleu"]), ("aer", "AER", _neg_aer, lambda run: run["aer"]["stats"])):
+    for key, measure, metric, stats in (("bleu", "BLEU", bleu_from_statistics, lambda run: run["bleu"]), ("aer", "AER", negative_aer, lambda run: run["aer"]["stats"])):
         if key in first["runs"][0]:
             others = [len(row["runs"]) for row in rows[1:] if key in row["runs"][0]]
             for note in seed_notes(first["label"], {"test": [stats(run) for run in first["runs"]]}, others, spec.bootstrap, spec.shuffles, metric=metric, measure=measure):
@@ -396,7 +396,7 @@ def _row_cells(row: dict, first: dict, spec: AlignmentSet) -> list[str]:
         seed_level = [""]
     if "aer" in runs[0]:
         stats = [r["aer"]["stats"] for r in runs]
-        cmp = seed_cells([r["aer"]["stats"] for r in base], stats, spec.bootstrap, spec.shuffles, is_baseline=is_first, metric=_neg_aer, digits=1)
+        cmp = seed_cells([r["aer"]["stats"] for r in base], stats, spec.bootstrap, spec.shuffles, is_baseline=is_first, metric=negative_aer, digits=1)
         cells += [mean_sd_cell([r["aer"][k] for r in runs], 1) for k in ("aer", "precision", "recall")]
         cells += [cmp["spread"], cmp["p"], cmp["aso"], mean_sd_cell([r["avg_aer"] for r in runs], 1) if "avg_aer" in runs[0] else ""]
         seed_level.append(seed_level_cell(cmp))

@@ -448,7 +448,7 @@ def seed_notes(reference: str, runs: dict[str, Sequence[np.ndarray]], others: Se
     ``reference``: the system the table tests against, as the table names it (the baseline, a
     decoding table's first row); ``runs``: its runs' sentence statistics per test set;
     ``others``: the seed counts of the systems tested against it; ``metric`` / ``measure``: the
-    score, higher is better (e.g. −AER for AER, :func:`syntaxnmt.experiments.alignment._neg_aer`)."""
+    score, higher is better (e.g. −AER for AER, :func:`syntaxnmt.experiments.alignment.negative_aer`)."""
     n_ref = len(next(iter(runs.values())))
     if max([n_ref, *others]) < 2:
         return []
