@@ -1,7 +1,7 @@
 """syntaxnmt side by side with fairseq 0.12.2, OpenNMT-py 3.5.1 and Joey NMT 2.3.0, in one run.
 
     python benchmarks/side_by_side.py [--updates 100] [--repeats 3]
-        [--toolkits fairseq,onmt,joey,syntaxnmt] [--tiny] [--no-install] [--isa native|avx2]
+        [--toolkits fairseq,onmt,joey,syntaxnmt] [--tiny] [--no-install] [--isa native|avx2] [--against REF]
 
 Same data, same model, same measurements for every toolkit (method: docs/benchmarks.md, section
 "Side-by-side with peer toolkits"):
@@ -35,6 +35,17 @@ Same data, same model, same measurements for every toolkit (method: docs/benchma
   to AVX2 (``benchmarks/_isa.py``): an emulation of an AVX2 machine on this CPU, which the machine
   record says. Its figures go to their own file (``side_by_side-avx2.json``) and are never merged
   with native ones.
+- ``--against REF``: syntaxnmt at git revision REF as one more toolkit of the same rounds,
+  ``syntaxnmt@<sha7>`` (this checkout against the commit before a change: one machine, one hour).
+  REF is checked out in a detached worktree ``WORK/revisions/<sha>`` (made once, reused while it is
+  a clean checkout of REF), its native extension built in place from its own pyproject.toml, and
+  its own ``benchmarks/peers/run_syntaxnmt.py`` runs with PYTHONPATH set to it, on the same prepared
+  data and setting (its own run folder ``WORK/syntaxnmt@<sha7>``); each syntaxnmt has its own
+  calibration cache there; the two swap places in even rounds. The ratios this checkout / REF
+  (medians and per round) are printed and stored (``against``), and, untimed,
+  ``benchmarks/peers/syntaxnmt_outputs.py`` compares the two sides' training losses per update and
+  decoded token ids with the CPU kernels fixed to ATen on both (docs/benchmarks.md, "Against a git
+  revision").
 
 Each toolkit runs in its own process, one after another, round-robin over --repeats rounds;
 medians are reported with the ratios syntaxnmt/peer. Results and the exact command go to
