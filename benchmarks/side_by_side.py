@@ -1,7 +1,7 @@
 """syntaxnmt side by side with fairseq 0.12.2, OpenNMT-py 3.5.1 and Joey NMT 2.3.0, in one run.
 
     python benchmarks/side_by_side.py [--updates 100] [--repeats 3]
-        [--toolkits fairseq,onmt,joey,syntaxnmt] [--tiny] [--no-install] [--isa native|avx2]
+        [--toolkits fairseq,onmt,joey,syntaxnmt] [--tiny] [--no-install] [--isa native|avx2] [--against REF]
 
 Same data, same model, same measurements for every toolkit (method: docs/benchmarks.md, section
 "Side-by-side with peer toolkits"):
@@ -35,6 +35,17 @@ Same data, same model, same measurements for every toolkit (method: docs/benchma
   to AVX2 (``benchmarks/_isa.py``): an emulation of an AVX2 machine on this CPU, which the machine
   record says. Its figures go to their own file (``side_by_side-avx2.json``) and are never merged
   with native ones.
+- ``--against REF``: syntaxnmt at git revision REF as one more toolkit of the same rounds,
+  ``syntaxnmt@<sha7>`` (this checkout against the commit before a change: one machine, one hour).
+  REF is checked out in a detached worktree ``WORK/revisions/<sha>`` (made once, reused while it is
+  a clean checkout of REF), its native extension built in place from its own pyproject.toml, and
+  its own ``benchmarks/peers/run_syntaxnmt.py`` runs with PYTHONPATH set to it, on the same prepared
+  data and setting (its own run folder ``WORK/syntaxnmt@<sha7>``); each syntaxnmt has its own
+  calibration cache there; the two swap places in even rounds. The ratios this checkout / REF
+  (medians and per round) are printed and stored (``against``), and, untimed,
+  ``benchmarks/peers/syntaxnmt_outputs.py`` compares the two sides' training losses per update and
+  decoded token ids with the CPU kernels fixed to ATen on both (docs/benchmarks.md, "Against a git
+  revision").
 
 Each toolkit runs in its own process, one after another, round-robin over --repeats rounds;
 medians are reported with the ratios syntaxnmt/peer. Results and the exact command go to
@@ -71,6 +82,7 @@ from collections import Counter
 from pathlib import Path
 
 from syntaxnmt.cpu.machine import THREAD_VARIABLES, describe_isa_limits, isa_limits, machine_info, machine_summary, with_load_after
+from syntaxnmt.errors import UserError
 from syntaxnmt.textio import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -188,11 +200,13 @@ def venv_bin(name: str, tool: str) -> str:
 # shared data
 
 
-def syntaxnmt_config(work: Path, data_dir: Path) -> str:
+def syntaxnmt_config(work: Path, data_dir: Path, work_dir: Path | None = None) -> str:
+    """syntaxnmt's configuration of the common setting; ``work_dir`` (default ``WORK/syntaxnmt/run``):
+    the run folder, the one thing that differs for a revision measured with ``--against``."""
     mt = data_dir / "multi30k"
     return f"""# written by benchmarks/side_by_side.py: the common setting of the side-by-side benchmark
 name: side-by-side-syntaxnmt
-work_dir: {work / 'syntaxnmt' / 'run'}
+work_dir: {work_dir or work / 'syntaxnmt' / 'run'}
 seed: {SEED}
 data:
   train_src: {mt / 'train.en.gz'}
@@ -364,6 +378,169 @@ def find_number(pattern: str, text: str, what: str) -> float:
     if not m:
         raise Failure(f"{what}: pattern {pattern!r} not found in the log")
     return float(m.group(1).replace(",", ""))
+
+
+# ----------------------------------------------------------------------------------------------
+# --against REF: syntaxnmt at another git revision, one more toolkit of the same round-robin
+
+REVISION_PREFIX = "syntaxnmt@"
+OUTPUT_KERNELS = "aten"  # the CPU kernels of the untimed outputs comparison, on both sides
+
+
+def revision_name(sha: str) -> str:
+    """The revision's name as a toolkit, in the table and the results file: ``syntaxnmt@4ddc2eb``."""
+    return REVISION_PREFIX + sha[:7]
+
+
+def is_revision(toolkit: str) -> bool:
+    return toolkit.startswith(REVISION_PREFIX)
+
+
+def label(toolkit: str) -> str:
+    return NAMES.get(toolkit, toolkit)
+
+
+def git(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+
+
+def resolve_revision(ref: str, repo: Path = ROOT) -> str:
+    """The full sha of commit ``ref`` of ``repo``."""
+    r = git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
+    if r.returncode or not r.stdout.strip():
+        raise UserError(f"--against {ref}: not a commit of the repository {repo}")
+    return r.stdout.strip()
+
+
+def native_modules(tree: Path) -> list[str]:
+    """The C extensions that ``tree``'s pyproject.toml declares (``[[tool.setuptools.ext-modules]]``:
+    ``syntaxnmt._native`` up to 4ddc2eb, ``syntaxnmt.cpu._native`` after issue 48)."""
+    import tomllib
+
+    path = tree / "pyproject.toml"
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: {e}") from None
+    return [m["name"] for m in data.get("tool", {}).get("setuptools", {}).get("ext-modules", [])]
+
+
+def build_native(tree: Path, ref: str) -> list[str]:
+    """Build the C extensions of the checkout ``tree`` in place (setuptools ``build_ext --inplace``,
+    which reads the pyproject's ext-modules and skips what is up to date; log in
+    ``<tree>.build.log`` beside it) and import each from ``tree``: the files imported."""
+    modules = native_modules(tree)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")} | {"PYTHONPATH": str(tree)}
+    if modules:
+        log_path = tree.parent / f"{tree.name}.build.log"
+        res = run_measured([sys.executable, "-c", "from setuptools import setup; setup()", "build_ext", "--inplace"], log_path, env, tree)
+        if res["rc"]:
+            raise UserError(f"--against {ref}: building its native extension ({', '.join(modules)}) failed with exit code {res['rc']} (log {log_path})")
+    files = []
+    for name in modules:
+        r = subprocess.run([sys.executable, "-c", "import importlib, sys; print(importlib.import_module(sys.argv[1]).__file__)", name],
+                           cwd=tree, env=env, capture_output=True, text=True)
+        path = r.stdout.strip()
+        if r.returncode or not path or not Path(path).resolve().is_relative_to(tree.resolve()):
+            why = (r.stderr.strip().splitlines() or ["no output"])[-1] if r.returncode else f"it is loaded from {path or '?'}"
+            raise UserError(f"--against {ref}: its native extension {name} does not import from {tree}: {why}")
+        files.append(path)
+    return files
+
+
+def materialise_revision(ref: str, work: Path, repo: Path = ROOT) -> tuple[str, Path, list[str]]:
+    """Commit ``ref`` of ``repo`` in a detached git worktree ``WORK/revisions/<sha>``, made once
+    (``git worktree add --detach``) and reused while it is a clean checkout of that commit, with its
+    native C extensions built in place (:func:`build_native`): (sha, folder, extension files).
+    Nothing else is touched: a folder there that is not such a checkout is an error (one line)."""
+    sha = resolve_revision(ref, repo)
+    tree = (work / "revisions" / sha).resolve()
+    if tree.exists():
+        top = git(tree, "rev-parse", "--show-toplevel").stdout.strip()
+        at = git(tree, "rev-parse", "HEAD").stdout.strip()
+        if not top or Path(top).resolve() != tree or at != sha:
+            raise UserError(f"--against {ref}: {tree} exists but is not a git checkout of {sha[:12]}; move it away")
+        changed = git(tree, "status", "--porcelain", "--untracked-files=no").stdout.splitlines()
+        if changed:
+            raise UserError(f"--against {ref}: {tree} has local changes ({changed[0][3:]}{' ...' * (len(changed) > 1)}); revert them or move the folder away")
+    else:
+        tree.parent.mkdir(parents=True, exist_ok=True)
+        # --force: only overrides a registration left by a worktree folder deleted by hand (git worktree prune)
+        r = git(repo, "worktree", "add", "--force", "--detach", str(tree), sha)
+        if r.returncode:
+            raise UserError(f"--against {ref}: git worktree add {tree} failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
+    return sha, tree, build_native(tree, ref)
+
+
+def against_ratios(runs: list[dict], revision: str) -> dict | None:
+    """This checkout's syntaxnmt over ``revision`` (syntaxnmt at another commit): the ratios of the
+    medians (``ratios``) and of each round's pair (``per_round``), when both were measured in one
+    invocation (one date); ``paired`` False, without ratios, when the results file holds them from
+    different invocations. None when either has no figures."""
+    ours = [r for r in runs if r["toolkit"] == "syntaxnmt" and "error" not in r]
+    theirs = [r for r in runs if r["toolkit"] == revision and "error" not in r]
+    if not ours or not theirs:
+        return None
+    dates = {"syntaxnmt": sorted({str(r.get("date")) for r in ours}), revision: sorted({str(r.get("date")) for r in theirs})}
+    if len(set(dates["syntaxnmt"]) | set(dates[revision])) != 1:
+        return {"paired": False, "dates": dates}
+    ratios = {k: statistics.median(r[k] for r in ours) / statistics.median(r[k] for r in theirs) for k, _, _ in METRICS}
+    by_round = {r["repeat"]: r for r in theirs}
+    per_round = [{"repeat": r["repeat"], **{k: r[k] / by_round[r["repeat"]][k] for k, _, _ in METRICS}} for r in ours if r["repeat"] in by_round]
+    return {"paired": True, "date": dates[revision][0], "ratios": ratios, "per_round": per_round}
+
+
+def against_line(revision: str, result: dict) -> str:
+    """The summary line of :func:`against_ratios`."""
+    if not result["paired"]:
+        return f"syntaxnmt/{revision}: not paired (measured in different runs: {result['dates']}), no ratio"
+    rat, rounds = result["ratios"], result["per_round"]
+
+    def each(k: str) -> str:
+        return ", ".join(f"x{r[k]:.3f}" for r in rounds)
+
+    return (f"SUMMARY syntaxnmt/{revision} (this checkout over that revision, one run; speed >1 = this checkout faster; memory >1 = it uses more): "
+            f"train x{rat['train_tok_s']:.3f}, decode x{rat['decode_sent_s']:.3f} (whole command x{rat['decode_sent_s_wall']:.3f}), "
+            f"peak RSS train x{rat['train_peak_mb']:.3f} / decode x{rat['decode_peak_mb']:.3f}; "
+            f"per round: train {each('train_tok_s')}, decode {each('decode_sent_s')}")
+
+
+def compare_outputs(ours: dict, theirs: dict) -> dict:
+    """This checkout's outputs (:meth:`Syntaxnmt.outputs`) against the revision's: whether the
+    training losses are the same bit for bit (else from which update, and by how much) and the
+    update's tokens the same, and how many decoded sentences are the same token for token."""
+    la, lb = ours["train"]["losses"], theirs["train"]["losses"]
+    differing = [u for u, (a, b) in enumerate(zip(la, lb), 1) if a != b]
+    rel = [abs(a - b) / max(abs(b), 1e-30) for a, b in zip(la, lb)]
+    ha, hb = ours["decode"]["hypotheses"], theirs["decode"]["hypotheses"]
+    sentences = [i for i, (a, b) in enumerate(zip(ha, hb), 1) if a != b]
+    return {
+        "cpu_kernels": OUTPUT_KERNELS,
+        "updates": [len(la), len(lb)],
+        "losses_identical": la == lb,
+        "updates_differing": len(differing) + abs(len(la) - len(lb)),
+        "first_differing_update": differing[0] if differing else None,
+        "max_rel_loss_diff": max(rel, default=0.0),
+        "update_tokens_identical": ours["train"]["tokens"] == theirs["train"]["tokens"],
+        "sentences": [len(ha), len(hb)],
+        "hypotheses_identical": ha == hb,
+        "sentences_identical": sum(1 for a, b in zip(ha, hb) if a == b),
+        "first_differing_sentence": sentences[0] if sentences else None,
+        "torch_threads": {"syntaxnmt": [ours[w]["torch_threads"] for w in ("train", "decode")], "revision": [theirs[w]["torch_threads"] for w in ("train", "decode")]},
+    }
+
+
+def outputs_line(revision: str, c: dict) -> str:
+    """The line of :func:`compare_outputs`."""
+    if c["losses_identical"]:
+        losses = f"the losses of its {c['updates'][0]} training updates are identical bit for bit"
+    elif c["updates"][0] != c["updates"][1]:
+        losses = f"the training updates differ in number ({c['updates'][0]} against {c['updates'][1]})"
+    else:
+        losses = (f"the losses of {c['updates_differing']} of {c['updates'][0]} training updates differ, from update {c['first_differing_update']} "
+                  f"(at most {c['max_rel_loss_diff']:.2e} relative)" + ("" if c["update_tokens_identical"] else "; the updates' tokens differ too"))
+    hyps = f"{c['sentences_identical']} of {c['sentences'][1]} decoded sentences identical" + ("" if c["hypotheses_identical"] else f" (first difference: sentence {c['first_differing_sentence']})")
+    return f"OUTPUTS syntaxnmt against {revision} (untimed, CPU kernels {c['cpu_kernels']} on both): {losses}; {hyps}"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -676,31 +853,43 @@ model:
 
 class Syntaxnmt(Toolkit):
     name = "syntaxnmt"
+    tree = ROOT  # the checkout whose syntaxnmt and benchmarks/peers/run_syntaxnmt.py run
+
+    def __init__(self, work: Path, pieces: Path, env: dict, updates: int, tiny: bool, own_cache: bool = False):
+        super().__init__(work, pieces, env, updates, tiny)
+        self.config = work / "syntaxnmt.yaml"  # written by prepare_data
+        self.own_cache = own_cache  # --against: a calibration cache of its own (SYNTAXNMT_CACHE_DIR) under WORK/<name>
+        self.test_src = self.pieces / f"test{TINY_SENTENCES}.raw.en" if tiny else Path(os.environ["SYNTAXNMT_DATA"]) / "multi30k" / "test_2016_flickr.en.gz"
+
+    def process_env(self) -> dict:
+        env = {**self.env, "PYTHONPATH": str(self.tree)}  # this tree's syntaxnmt
+        if self.own_cache:
+            env["SYNTAXNMT_CACHE_DIR"] = str(self.root / "kernel-cache")
+        return env
 
     def run(self, r: int) -> dict:
         run_dir = self.root / f"run{r}"
         shutil.rmtree(run_dir, ignore_errors=True)
         run_dir.mkdir(parents=True)
-        script = str(PEERS_DIR / "run_syntaxnmt.py")
-        cfg = str(self.root.parent / "syntaxnmt.yaml")
+        script = str(self.tree / "benchmarks" / "peers" / "run_syntaxnmt.py")
+        cfg = str(self.config)
         tlog = run_dir / "train.log"
         cmd = [sys.executable, script, "train", "--config", cfg, "--updates", str(self.updates - SKIP_UPDATES), "--warmup", str(SKIP_UPDATES)]
-        env = {**self.env, "PYTHONPATH": str(ROOT)}  # this checkout's syntaxnmt
-        res = run_measured(cmd, tlog, env, ROOT)
-        check_rc(res, "syntaxnmt training", tlog)
+        env = self.process_env()
+        res = run_measured(cmd, tlog, env, self.tree)
+        check_rc(res, f"{self.name} training", tlog)
         t = _result_line(tlog)
-        test_src = self.pieces / f"test{TINY_SENTENCES}.raw.en" if self.tiny else Path(os.environ["SYNTAXNMT_DATA"]) / "multi30k" / "test_2016_flickr.en.gz"
         dlog = run_dir / "decode.log"
-        cmd = [sys.executable, script, "decode", "--config", cfg, "--test-src", str(test_src), "--beam", str(BEAM), "--force-length", str(FORCE_LEN)]
-        dres = run_measured(cmd, dlog, env, ROOT)
-        check_rc(dres, "syntaxnmt decoding", dlog)
+        cmd = [sys.executable, script, "decode", "--config", cfg, "--test-src", str(self.test_src), "--beam", str(BEAM), "--force-length", str(FORCE_LEN)]
+        dres = run_measured(cmd, dlog, env, self.tree)
+        check_rc(dres, f"{self.name} decoding", dlog)
         d = _result_line(dlog)
         clog = run_dir / "check.log"
         cmd[2] = "check"
-        run_quiet(cmd, clog, env, ROOT, "syntaxnmt length check")
+        run_quiet(cmd, clog, env, self.tree, f"{self.name} length check")
         d.update(_result_line(clog))
         if d["sentences"] != self.n_test:
-            raise Failure(f"syntaxnmt decoded {d['sentences']} sentences, expected {self.n_test}")
+            raise Failure(f"{self.name} decoded {d['sentences']} sentences, expected {self.n_test}")
         return {
             "train_tok_s": t["train_tok_s"], "tokens_per_update": t["tokens_per_update"], "timed_updates": t["timed_updates"],
             "train_peak_mb": res["peak_mb"], "train_wall_s": res["wall_s"], "params": t["params"],
@@ -711,18 +900,54 @@ class Syntaxnmt(Toolkit):
             "cpu_kernels": {"train": kernel_choice(t), "decode": kernel_choice(d)},  # the calibration's choice: memory as well as speed depend on it
         }
 
+    def outputs(self) -> dict:
+        """Untimed, once (``--against``): the loss of each of the ``updates`` training updates and
+        the decoded token ids of the test sentences, by this checkout's
+        ``benchmarks/peers/syntaxnmt_outputs.py`` run on this tree's syntaxnmt, with the CPU kernels
+        fixed to :data:`OUTPUT_KERNELS` on both sides (a calibration choosing differently for the
+        two would change the floating-point sums, not the code's behaviour)."""
+        out = self.root / "outputs"
+        out.mkdir(parents=True, exist_ok=True)
+        env = self.process_env() | {"SYNTAXNMT_CPU_KERNELS": OUTPUT_KERNELS}
+        script = str(PEERS_DIR / "syntaxnmt_outputs.py")
+        found: dict = {}
+        for what, extra in (("train", ["--updates", str(self.updates)]),
+                            ("decode", ["--test-src", str(self.test_src), "--beam", str(BEAM), "--force-length", str(FORCE_LEN)])):
+            path = out / f"{what}.json"
+            path.unlink(missing_ok=True)
+            run_quiet([sys.executable, script, what, "--config", str(self.config), "--out", str(path), *extra], out / f"{what}.log", env, self.tree, f"{self.name} outputs ({what})")
+            found[what] = json.loads(path.read_text())
+        return found
+
+
+class SyntaxnmtRevision(Syntaxnmt):
+    """syntaxnmt at another git revision (``--against REF``): its own worktree ``tree``
+    (:func:`materialise_revision`), its own ``benchmarks/peers/run_syntaxnmt.py``, the same prepared
+    data and setting with its own run folder and calibration cache (``WORK/syntaxnmt@<sha>``)."""
+
+    def __init__(self, work: Path, pieces: Path, env: dict, updates: int, tiny: bool, *, sha: str, tree: Path, data_dir: Path):
+        self.name, self.tree, self.sha = revision_name(sha), tree, sha
+        super().__init__(work, pieces, env, updates, tiny, own_cache=True)
+        self.config = self.root / "syntaxnmt.yaml"
+        self.config_text = syntaxnmt_config(work, data_dir, work_dir=self.root / "run")
+
+    def setup(self) -> None:
+        if not self.config.is_file() or self.config.read_text() != self.config_text:
+            self.config.write_text(self.config_text)
+
 
 def kernel_choice(result: dict) -> str | None:
     """The CPU kernels a syntaxnmt process ran (``onednn, row packing``, ``aten``...), from its result line."""
     return (result.get("cpu_kernels") or {}).get("choice")
 
 
-def kernel_line(runs: list[dict]) -> str | None:
+def kernel_line(runs: list[dict], toolkit: str = "syntaxnmt") -> str | None:
     """syntaxnmt's CPU kernels over its rounds, training and decoding; it says so when the rounds
     differ in the training's: oneDNN keeps state per product shape (``syntaxnmt/cpu/linear.py``),
     so on the side-by-side model a round on oneDNN peaks some 500 MB (about 40 %) above one on
-    OpenBLAS or ATen (docs/benchmarks.md, issue 48), and medians over such rounds mix the two."""
-    ours = [r.get("cpu_kernels") for r in runs if r["toolkit"] == "syntaxnmt" and "error" not in r and r.get("cpu_kernels")]
+    OpenBLAS or ATen (docs/benchmarks.md, issue 48), and medians over such rounds mix the two.
+    ``toolkit``: ``syntaxnmt`` or a revision of it (``syntaxnmt@4ddc2eb``)."""
+    ours = [r.get("cpu_kernels") for r in runs if r["toolkit"] == toolkit and "error" not in r and r.get("cpu_kernels")]
     if not ours:
         return None
     parts = []
@@ -730,7 +955,7 @@ def kernel_line(runs: list[dict]) -> str | None:
         counts = Counter(k[what] or "unknown" for k in ours)
         parts.append(f"{what} " + ", ".join(f"{name} in {n} round{'s' * (n > 1)}" for name, n in counts.items()))
     mixed = len({k["train"] for k in ours}) > 1
-    return "syntaxnmt's CPU kernels (the calibration's choice): " + "; ".join(parts) + (" -- the training rounds differ: their peak memory is not comparable" if mixed else "")
+    return f"{toolkit}'s CPU kernels (the calibration's choice): " + "; ".join(parts) + (" -- the training rounds differ: their peak memory is not comparable" if mixed else "")
 
 
 def _result_line(path: Path) -> dict:
@@ -788,6 +1013,8 @@ def fmt(key: str, v: float | None) -> str:
 
 
 def summarize(runs: list[dict], toolkits: list[str]) -> tuple[dict, dict, list[str]]:
+    """Medians per toolkit, the ratios syntaxnmt/peer and the table's lines (with a revision of
+    syntaxnmt among ``toolkits``, ``--against``: its row and :func:`against_line`)."""
     medians: dict = {}
     for t in toolkits:
         ok = [r for r in runs if r["toolkit"] == t and "error" not in r]
@@ -800,19 +1027,22 @@ def summarize(runs: list[dict], toolkits: list[str]) -> tuple[dict, dict, list[s
     ratios: dict = {}
     if "syntaxnmt" in medians:
         for t in toolkits:
-            if t != "syntaxnmt" and t in medians:
+            if t in PEERS and t in medians:
                 ratios[t] = {k: medians["syntaxnmt"][k] / medians[t][k] for k, _, _ in METRICS}
+    against = {t: a for t in toolkits if is_revision(t) and (a := against_ratios(runs, t))}
+    rows = {"syntaxnmt/" + t: rat for t, rat in ratios.items()} | {"syntaxnmt/" + t: a["ratios"] for t, a in against.items() if a["paired"]}
+    width = max([18] + [len(name) + 1 for name in [*map(label, toolkits), *rows]])
     lines = []
-    head = f"{'toolkit':<18}" + "".join(f"{label:>17}" for _, label, _ in METRICS) + f"{'tok/update':>12}{'params':>11}{'runs':>6}"
+    head = f"{'toolkit':<{width}}" + "".join(f"{lab:>17}" for _, lab, _ in METRICS) + f"{'tok/update':>12}{'params':>11}{'runs':>6}"
     lines.append(head)
     for t in toolkits:
         if t in medians:
             m = medians[t]
-            lines.append(f"{NAMES[t]:<18}" + "".join(f"{fmt(k, m[k]):>17}" for k, _, _ in METRICS) + f"{m['tokens_per_update']:>12.0f}{m['params']:>11,}{m['runs']:>6}")
+            lines.append(f"{label(t):<{width}}" + "".join(f"{fmt(k, m[k]):>17}" for k, _, _ in METRICS) + f"{m['tokens_per_update']:>12.0f}{m['params']:>11,}{m['runs']:>6}")
         else:
-            lines.append(f"{NAMES[t]:<18}  FAILED (see the errors above)")
-    for t, rat in ratios.items():
-        lines.append(f"{'syntaxnmt/' + t:<18}" + "".join(f"{'x%.2f' % rat[k]:>17}" for k, _, _ in METRICS))
+            lines.append(f"{label(t):<{width}}  FAILED (see the errors above)")
+    for name, rat in rows.items():
+        lines.append(f"{name:<{width}}" + "".join(f"{'x%.2f' % rat[k]:>17}" for k, _, _ in METRICS))
     if ratios:
         parts = []
         for t, rat in ratios.items():
@@ -821,10 +1051,23 @@ def summarize(runs: list[dict], toolkits: list[str]) -> tuple[dict, dict, list[s
                 f"(whole command x{rat['decode_sent_s_wall']:.2f}), peak RSS train x{rat['train_peak_mb']:.2f} / decode x{rat['decode_peak_mb']:.2f}"
             )
         lines.append("SUMMARY syntaxnmt/peer (speed >1 = syntaxnmt faster; memory >1 = syntaxnmt uses more): " + "; ".join(parts))
-    kernels = kernel_line(runs)
-    if kernels:
-        lines.append(kernels)
+    lines.extend(against_line(t, a) for t, a in against.items())
+    for t in ["syntaxnmt", *(t for t in toolkits if is_revision(t))]:
+        kernels = kernel_line(runs, t)
+        if kernels:
+            lines.append(kernels)
     return medians, ratios, lines
+
+
+def round_order(measured: list[str], r: int) -> list[str]:
+    """The toolkits in round ``r``: in the order given, but in even rounds syntaxnmt and its
+    revision (``--against``; right after it) swap places, so that neither always runs first."""
+    order = list(measured)
+    revs = [i for i, t in enumerate(order) if is_revision(t)]
+    if r % 2 == 0 and revs and "syntaxnmt" in order:
+        i, j = order.index("syntaxnmt"), revs[0]
+        order[i], order[j] = order[j], order[i]
+    return order
 
 
 def main() -> int:
@@ -837,6 +1080,8 @@ def main() -> int:
     ap.add_argument("--no-install", action="store_true", help="do not run benchmarks/peers/install.sh for the selected peers")
     ap.add_argument("--work", default=str(OUT / "side_by_side"), help="prepared data, configs and logs")
     ap.add_argument("--json", help="results file (default benchmarks/out/side_by_side.json, -tiny with --tiny, -avx2 with --isa avx2)")
+    ap.add_argument("--against", metavar="REF", help="also measure syntaxnmt at git revision REF (a worktree under WORK/revisions), as toolkit syntaxnmt@<sha>, "
+                    "in the same rounds; ratios of this checkout's syntaxnmt to it, and its training losses and decoded outputs compared")
     _isa.add_isa_argument(ap)
     args = ap.parse_args()
     stop_on_sigterm()
@@ -844,6 +1089,8 @@ def main() -> int:
     bad = [t for t in toolkits if t not in TOOLKITS]
     if bad or not toolkits:
         ap.error(f"unknown toolkit(s) {bad}; choose from {','.join(TOOLKITS)}")
+    if args.against is not None and "syntaxnmt" not in toolkits:
+        ap.error("--against compares with this checkout's syntaxnmt: add syntaxnmt to --toolkits")
     if args.tiny:
         args.updates, args.repeats = 20, 1
     if args.updates < SKIP_UPDATES + LOG_INTERVAL or args.updates % LOG_INTERVAL:
@@ -859,6 +1106,11 @@ def main() -> int:
     command = shlex.join([Path(sys.executable).name, *sys.argv])
     t_start = time.perf_counter()
     machine = machine_info()
+    revision = None
+    if args.against is not None:
+        sha, tree, native = materialise_revision(args.against, work)
+        revision = {"ref": args.against, "sha": sha, "name": revision_name(sha), "tree": str(tree), "native": native}
+        log(f"--against {args.against}: {revision['name']} from {tree} (native extension {', '.join(native) or 'none'})")
 
     peers = [t for t in toolkits if t in PEERS]
     if peers and not args.no_install:
@@ -876,18 +1128,24 @@ def main() -> int:
         try:
             if t in PEERS and not (VENVS / t / ".stamp").is_file():
                 raise Failure(f"{t}: no installed environment in {VENVS / t} (run benchmarks/peers/install.sh {t})")
-            kits[t] = CLASSES[t](work, pieces, env, args.updates, args.tiny)
+            kits[t] = Syntaxnmt(work, pieces, env, args.updates, args.tiny, own_cache=True) if t == "syntaxnmt" and revision else CLASSES[t](work, pieces, env, args.updates, args.tiny)
             kits[t].setup()
         except Failure as e:
             errors[t] = str(e)
             log(f"{t}: {e}")
+    measured = list(toolkits)
+    if revision:
+        name = revision["name"]
+        kits[name] = SyntaxnmtRevision(work, pieces, env, args.updates, args.tiny, sha=revision["sha"], tree=Path(revision["tree"]), data_dir=data_dir)
+        kits[name].setup()
+        measured.insert(measured.index("syntaxnmt") + 1, name)
 
     runs: list[dict] = []
     for r in range(1, args.repeats + 1):
-        for t in toolkits:
+        for t in round_order(measured, r):
             if t not in kits or t in errors:
                 continue
-            log(f"round {r}/{args.repeats}: {NAMES[t]}")
+            log(f"round {r}/{args.repeats}: {label(t)}")
             t0, load_before = time.perf_counter(), os.getloadavg()[0]
             try:
                 res = kits[t].run(r)
@@ -901,16 +1159,25 @@ def main() -> int:
             res.update(toolkit=t, repeat=r, seconds=time.perf_counter() - t0, load_1min_before=load_before, load_1min_after=os.getloadavg()[0])
             runs.append(res)
             log(
-                f"  {NAMES[t]}: train {res['train_tok_s']:.0f} tgt tok/s ({res['tokens_per_update']:.0f} tok/update), "
+                f"  {label(t)}: train {res['train_tok_s']:.0f} tgt tok/s ({res['tokens_per_update']:.0f} tok/update), "
                 f"decode {res['decode_sent_s']:.1f} sent/s (whole command {res['decode_sent_s_wall']:.1f}), "
                 f"peak RSS {res['train_peak_mb']:.0f}/{res['decode_peak_mb']:.0f} MB, {res['params']:,} params, {res['seconds']:.0f} s"
                 + (f", CPU kernels train {res['cpu_kernels']['train']} / decode {res['cpu_kernels']['decode']}" if "cpu_kernels" in res else "")
             )
 
+    outputs = None
+    if revision and not {"syntaxnmt", revision["name"]} & set(errors):
+        try:
+            log(f"outputs (untimed, CPU kernels {OUTPUT_KERNELS}): the losses of {args.updates} updates and the decoded sentences of syntaxnmt and {revision['name']}")
+            outputs = compare_outputs(kits["syntaxnmt"].outputs(), kits[revision["name"]].outputs())
+        except Failure as e:
+            outputs = {"error": str(e)}
+            log(f"outputs: {e}")
+
     # The thread variables and instruction-set limits every toolkit's process started with (not this one's).
     machine = with_load_after(machine) | {"threads": args.threads or "each toolkit's default", "env": {k: env.get(k) for k in THREAD_VARIABLES}, "isa_option": args.isa,
                                          "isa_limits": isa_limits(env), "isa_note": describe_isa_limits(isa_limits(env)) or None}
-    this_run = {"command": command, "date": _dt.datetime.now().isoformat(timespec="seconds"), "toolkits": toolkits, "machine": machine}
+    this_run = {"command": command, "date": _dt.datetime.now().isoformat(timespec="seconds"), "toolkits": measured, "machine": machine}
     for res in runs:
         res["date"] = this_run["date"]
     setting = {"tiny": args.tiny, "updates": args.updates, "seed": SEED, "vocab": VOCAB, "layers": LAYERS, "d_model": D_MODEL, "heads": HEADS,
@@ -918,19 +1185,22 @@ def main() -> int:
                "clip_norm": CLIP_NORM, "max_tokens": MAX_TOKENS, "joey_batch_tokens": JOEY_BATCH, "beam": BEAM, "forced_length": FORCE_LEN,
                "decode_batch": DECODE_BATCH, "log_interval": LOG_INTERVAL, "isa": args.isa}
     previous = read_previous(json_path, setting)
-    failed_now = bool(errors)
+    failed_now = bool(errors) or bool(outputs and "error" in outputs)
     runs, errors, invocations = merge_runs(previous, runs, errors, this_run)
-    merged = [t for t in TOOLKITS if any(r["toolkit"] == t for r in runs) or t in errors]
+    present = {r["toolkit"] for r in runs} | set(errors)
+    merged = [t for t in TOOLKITS if t in present] + sorted(t for t in present if is_revision(t))
     medians, ratios, lines = summarize(runs, merged)
     print(f"side by side: {args.updates} updates (11..{args.updates} measured), beam {BEAM} forced to {FORCE_LEN} pieces on "
           f"{TINY_SENTENCES if args.tiny else data['test_sentences']} sentences, medians of {args.repeats} round(s)")
     for line in lines:
         print(line)
+    if outputs:
+        print(f"ERROR outputs: {outputs['error'].splitlines()[0]}" if "error" in outputs else outputs_line(revision["name"], outputs))
     print(machine_summary(machine))
     for t in merged:
-        if t not in toolkits:
+        if t not in measured:
             dates = sorted({r.get("date", "?") for r in runs if r["toolkit"] == t})
-            print(f"{NAMES[t]}: figures kept from the earlier run(s) of {', '.join(dates)} in {json_path.name}")
+            print(f"{label(t)}: figures kept from the earlier run(s) of {', '.join(dates)} in {json_path.name}")
     for t, e in errors.items():
         print(f"ERROR {t}: {e.splitlines()[0]}")
     result = {
@@ -948,6 +1218,7 @@ def main() -> int:
         "runs": runs,
         "medians": medians,
         "ratios_syntaxnmt_over_peer": ratios,
+        "against": revision and revision | {"ratios_syntaxnmt_over_revision": against_ratios(runs, revision["name"]), "outputs": outputs},
         "table": lines,
         "errors": errors,
         "total_seconds": time.perf_counter() - t_start,
