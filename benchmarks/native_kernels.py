@@ -74,7 +74,7 @@ def median_ms(f: Callable[[], object], repeats: int) -> float:
 
 def build_revision(ref: str, folder: Path):
     """The ``_native`` module of ``syntaxnmt/cpu/_native.c`` (``syntaxnmt/cpu/_native.c`` before issue 48) at git revision ``ref``, compiled into ``folder``."""
-    for path in ("syntaxnmt/cpu/_native.c", "syntaxnmt/cpu/_native.c"):
+    for path in ("syntaxnmt/cpu/_native.c", "syntaxnmt/_native.c"):
         source = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:{path}"], capture_output=True, text=True)
         if not source.returncode:
             break
