@@ -285,13 +285,17 @@ def curve_run(path: str | Path, spec: ExperimentSet) -> Run:
 
 
 def run_curve(path: str | Path, spec: ExperimentSet, log: Callable[[str], None] = print) -> str:
-    """``--curve``: train (or resume) the baseline's curve run and return its curve with the budget point."""
+    """``--curve``: train (or resume) the baseline's curve run and return its curve with the budget point.
+    A curve finished at fewer updates than ``budget.curve_steps`` (the set file lengthened it after
+    the rule found no plateau) resumes from its ``last.pt`` to the new length."""
     if spec.budget is None:
         raise UserError(f"{path}: --curve needs a 'budget:' section (curve_steps, valid_every) in the set file")
     run = curve_run(path, spec)
     work = Path(run.cfg.work_dir)
-    if not (work / "done.json").is_file():
-        log(f"[{run.name}] dev curve: {spec.budget.curve_steps} updates in {work}")
+    done = work / "done.json"
+    trained = json.loads(done.read_text(encoding="utf-8"))["steps"] if done.is_file() else 0
+    if trained < spec.budget.curve_steps:  # not trained, stopped, or a curve lengthened since (it resumes from last.pt)
+        log(f"[{run.name}] dev curve: {spec.budget.curve_steps} updates in {work}" + (f" (trained to {trained}: resumed)" if trained else ""))
         progress = train(run.cfg, resume=True, log=curve_logger(work, log))
         atomic_write_text(work / "done.json", json.dumps({"steps": progress.step}))
     text = describe(read_curve(work / CURVE_FILE), spec.budget.min_gain, spec.budget.horizon, spec.budget.smooth, spec.budget.tolerance)

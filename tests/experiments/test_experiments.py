@@ -1023,7 +1023,7 @@ def test_converged_study_with_its_budget_set_trains_every_arm_to_it_and_collect_
     runs = set_runs(path, spec, list(spec.configs))
     assert len(runs) == 22 and {r.cfg.train.max_steps for r in runs} == {3000} and {r.cfg.train.max_tokens for r in runs} == {4096}
     assert all(r.cfg.model_dump(mode="json")["train"]["max_steps"] == 3000 for r in runs)  # what a worker / submitit job is sent
-    assert curve_run(path, spec).cfg.train.max_steps == 8000  # the curve keeps its own length
+    assert curve_run(path, spec).cfg.train.max_steps == tree["budget"]["curve_steps"] > 3000  # the curve keeps its own length
     curve_dir = Path(curve_run(path, spec).cfg.work_dir)  # a curve trained so far: --collect copies it for the budget command
     curve_dir.mkdir(parents=True)
     (curve_dir / "valid.log").write_text("".join(f"update {s} | dev loss 2.0 BLEU {b}\n" for s, b in [(250, 4.0), (500, 13.6), (750, 19.4)]), encoding="utf-8")
@@ -1100,6 +1100,11 @@ def test_curve_trains_the_baseline_curve_and_reports_the_budget(tiny_set, tmp_pa
     # Again: the finished curve is read, not retrained.
     logs.clear()
     assert run_curve(set_path, load_set(set_path), log=lambda *a, **k: logs.append(" ".join(map(str, a)))) == text and not logs
+    # Lengthened in the set file after the rule found no plateau: it resumes from last.pt to the new length.
+    longer = _set_with(tiny_set(), budget={"curve_steps": 6, "valid_every": 2}, seeds=[3])
+    run_curve(longer, load_set(longer), log=lambda *a, **k: logs.append(" ".join(map(str, a))))
+    assert [step for step, _ in read_curve(work / "valid.log")] == [2, 4, 6]
+    assert json.loads((work / "done.json").read_text())["steps"] == 6 and any("trained to 4: resumed" in line for line in logs)
 
 
 def test_slurm_launcher_without_a_cluster_is_one_line(tiny_set, tmp_path, capsys, monkeypatch):
