@@ -8,8 +8,8 @@ the CPU (training, decoding) calls :func:`install` once on the built model, whic
 implementations into the seams the model declares:
 
 - each attention's :class:`~syntaxnmt.model.attention.AttentionKernel`:
-  :class:`~syntaxnmt.cpu.attention.CpuAttention` (the C kernels of whole sequences with stacked
-  projections, and of the incremental decoding step);
+  :class:`~syntaxnmt.cpu.attention.CpuAttention` (the C kernels of whole sequences, and of the
+  incremental decoding step);
 - the Transformer's :class:`~syntaxnmt.model.transformer.StackRunner`:
   :class:`~syntaxnmt.cpu.stack.PackedStacks` (training's layers on the real rows only);
 - the module classes, replaced in place by subclasses with the same parameters and state-dict
