@@ -46,8 +46,6 @@ The variants (``name``: what the process runs without the path):
 - ``search_topk`` -- the native log-softmax top-k of beam search (``cpu/search.py``; not in the
   issue's list): PyTorch's ``log_softmax`` and ``topk`` on the native step's log-probabilities
   (the native attention step kept, unlike ``decode.cpu_softmax: torch``, which drops both).
-- ``output_transposed`` -- the output layer's kept W^T in decoding (``OutputLinear``; not in the
-  issue's list): the output layer is a plain routed ``Linear``.
 - ``compile`` -- not a removal: ``fused_dropout``'s removal, plus ``torch.compile`` (inductor, mode
   default) of the model in the training command, as the maintained alternative to the hand-fused
   element-wise kernels; its compilation is timed apart (a prepass of one forward/backward on
@@ -163,7 +161,6 @@ COUNTED = {
     "packed_stack": ("syntaxnmt.cpu.stack", "_run"),
     "onednn_product": ("syntaxnmt.cpu.linear", "_OP"),
     "openblas_product": ("syntaxnmt.cpu.blas", "mm"),
-    "transposed_output": ("syntaxnmt.cpu.linear", "_transposed_product"),
     "forked_pool": ("syntaxnmt.cpu.pools", "_forked_pool"),
 }
 
@@ -356,17 +353,6 @@ def without_search_topk(patches: Patches) -> None:
     patches.set(search, "next_candidates", torch_candidates)  # the state stays native (use_native decides it)
 
 
-def without_output_transposed(patches: Patches) -> None:
-    from syntaxnmt.cpu.linear import Linear, OutputLinear
-
-    def routed_output(model) -> None:
-        for m in _transformers(model):
-            if type(m.output) is OutputLinear:
-                m.output.__class__ = Linear
-
-    _after_install(patches, routed_output)
-
-
 COMPILE_INFO: dict = {}
 """What the compile variant's process did: seconds compiling, shapes, graphs (printed by :func:`child_main`)."""
 
@@ -485,8 +471,6 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("search_topk", "native log-softmax top-k of beam search", ("decode",), ("log_softmax_topk",),
             (Part("syntaxnmt/cpu/search.py"), Part(NATIVE_C, "static inline void insert(", "/* ---- Single-query attention"), Part(NATIVE_C, "struct topk_job", "static PyObject *vectorized")),
             without_search_topk, note="not in the issue's list"),
-    Variant("output_transposed", "output layer's kept W^T in decoding", ("decode",), ("transposed_output",),
-            (*(Part(L, n) for n in ("_decodes", "_transposed_product", "decode_linear", "OutputLinear")),), without_output_transposed, note="not in the issue's list"),
     Variant("compile", "torch.compile (inductor) instead of the fused dropout/norm kernels", ("train",), ("dropout_forward", "add_norm_forward", "uniform_like"),
             _FUSED_PARTS, compiled_training, baseline="routing",
             note="both sides without the routing (ATen products: inductor cannot take the routed ones); the lines are those of the fused kernels compile would replace"),

@@ -54,9 +54,6 @@ the table and the JSON):
   ``_forked_pool``, ``_result``.
 - ``search_topk`` (decode; not in the issue's list): the C log-softmax top-k -> PyTorch's, the
   native step kept. Code: ``cpu/search.py``; its ``_native.c`` functions.
-- ``output_transposed`` (decode; not in the issue's list): the output layer's kept W^T -> a routed
-  ``Linear``. Code: ``cpu/linear.py`` ``_decodes``, ``_transposed_product``, ``decode_linear``,
-  ``OutputLinear``.
 - ``compile`` (train): torch.compile (inductor, mode default) of the model with the fused
   dropout/norm kernels removed, the maintained alternative to them; its compilation (a prepass of
   one forward/backward on every batch of the measured updates, before them, so that no shape is
