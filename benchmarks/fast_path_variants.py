@@ -43,9 +43,6 @@ The variants (``name``: what the process runs without the path):
   side-by-side command does not use them (``decode.processes`` is false by default): this variant
   turns them on, and the saving is that of the command with them against the command as it is
   (threads). With one torch thread there is one batch at a time and nothing is forked.
-- ``search_topk`` -- the native log-softmax top-k of beam search (``cpu/search.py``; not in the
-  issue's list): PyTorch's ``log_softmax`` and ``topk`` on the native step's log-probabilities
-  (the native attention step kept, unlike ``decode.cpu_softmax: torch``, which drops both).
 - ``compile`` -- not a removal: ``fused_dropout``'s removal, plus ``torch.compile`` (inductor, mode
   default) of the model in the training command, as the maintained alternative to the hand-fused
   element-wise kernels; its compilation is timed apart (a prepass of one forward/backward on
@@ -156,7 +153,6 @@ COUNTED = {
     "smoothed_xent": ("syntaxnmt.cpu._native", "smoothed_xent"),
     "dropout_forward": ("syntaxnmt.cpu._native", "dropout_forward"),
     "add_norm_forward": ("syntaxnmt.cpu._native", "add_norm_forward"),
-    "log_softmax_topk": ("syntaxnmt.cpu._native", "log_softmax_topk"),
     "uniform_like": ("syntaxnmt.cpu.dropout", "uniform_like"),
     "packed_stack": ("syntaxnmt.cpu.stack", "_run"),
     "onednn_product": ("syntaxnmt.cpu.linear", "_OP"),
@@ -342,17 +338,6 @@ def with_forked_processes(patches: Patches) -> None:
     patches.set(translate, "batches_side_by_side", in_processes)
 
 
-def without_search_topk(patches: Patches) -> None:
-    import syntaxnmt.decoding.search as search
-
-    candidates = search.next_candidates
-
-    def torch_candidates(model, tokens, state, k, step, min_len, row_limits, native, *args, **kwargs):
-        return candidates(model, tokens, state, k, step, min_len, row_limits, False, *args, **kwargs)
-
-    patches.set(search, "next_candidates", torch_candidates)  # the state stays native (use_native decides it)
-
-
 COMPILE_INFO: dict = {}
 """What the compile variant's process did: seconds compiling, shapes, graphs (printed by :func:`child_main`)."""
 
@@ -443,7 +428,7 @@ class Variant:
 
 
 A, S, L, D, P = "syntaxnmt/cpu/attention.py", "syntaxnmt/cpu/stack.py", "syntaxnmt/cpu/linear.py", "syntaxnmt/cpu/dropout.py", "syntaxnmt/cpu/pools.py"
-_FUSED_PARTS = (Part(D), Part(S, "FusedFeedForward"), Part(S, "FusedResidual"), Part(NATIVE_C, "/* ---- Dropout of training", "struct topk_job"))
+_FUSED_PARTS = (Part(D), Part(S, "FusedFeedForward"), Part(S, "FusedResidual"), Part(NATIVE_C, "/* ---- Dropout of training", "static PyObject *vectorized"))
 
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("train_attention", "C attention of whole sequences (training; decoding's encoder)", ("train", "decode"), ("attention_forward", "attention_backward"),
@@ -468,9 +453,6 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("forked_processes", "forked search processes (decode.processes)", ("decode",), ("forked_pool",),
             (*(Part(P, n) for n in ("_forked_call", "_forked_start", "_forked_pool", "_result")),), with_forked_processes, adds=True,
             note="off in the side-by-side command (decode.processes: false): measured by turning it on"),
-    Variant("search_topk", "native log-softmax top-k of beam search", ("decode",), ("log_softmax_topk",),
-            (Part("syntaxnmt/cpu/search.py"), Part(NATIVE_C, "static inline void insert(", "/* ---- Single-query attention"), Part(NATIVE_C, "struct topk_job", "static PyObject *vectorized")),
-            without_search_topk, note="not in the issue's list"),
     Variant("compile", "torch.compile (inductor) instead of the fused dropout/norm kernels", ("train",), ("dropout_forward", "add_norm_forward", "uniform_like"),
             _FUSED_PARTS, compiled_training, baseline="routing",
             note="both sides without the routing (ATen products: inductor cannot take the routed ones); the lines are those of the fused kernels compile would replace"),

@@ -52,8 +52,6 @@ the table and the JSON):
 - ``forked_processes`` (decode): off in the command as it is (``decode.processes`` false): the
   variant turns it on. Code: ``cpu/pools.py`` ``_forked_call``, ``_forked_start``,
   ``_forked_pool``, ``_result``.
-- ``search_topk`` (decode; not in the issue's list): the C log-softmax top-k -> PyTorch's, the
-  native step kept. Code: ``cpu/search.py``; its ``_native.c`` functions.
 - ``compile`` (train): torch.compile (inductor, mode default) of the model with the fused
   dropout/norm kernels removed, the maintained alternative to them; its compilation (a prepass of
   one forward/backward on every batch of the measured updates, before them, so that no shape is

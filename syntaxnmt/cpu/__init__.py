@@ -20,8 +20,7 @@ implementations into the seams the model declares:
   :class:`~syntaxnmt.cpu.stack.FusedResidual`.
 
 Beside them: the machine (:mod:`syntaxnmt.cpu.machine`) and its threads (:mod:`syntaxnmt.cpu.threads`), row packing
-(:mod:`syntaxnmt.cpu.packing`), the search step's log-softmax top-k (:mod:`syntaxnmt.cpu.search`)
-and the training loss's kernel (:mod:`syntaxnmt.cpu.loss`).
+(:mod:`syntaxnmt.cpu.packing`) and the training loss's kernel (:mod:`syntaxnmt.cpu.loss`).
 """
 
 from __future__ import annotations
