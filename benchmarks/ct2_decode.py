@@ -1,7 +1,7 @@
 """Our beam search against CTranslate2 (float32 and int8) on one checkpoint: sentences/s and sacreBLEU.
 
     python benchmarks/ct2_decode.py --checkpoint runs/multi30k-en-de/baseline/best.pt \
-        [--threads 2] [--workers 0] [--beam 5] [--repeats 5] [--root DIR] [--test-src F --test-ref F] [--limit N] [--isa native|avx2] [--torch-operators] [--processes]
+        [--threads 2] [--workers 0] [--beam 5] [--repeats 5] [--root DIR] [--test-src F --test-ref F] [--limit N] [--isa native|avx2] [--processes]
 
 The source lines are turned into subword ids once (the pipeline both engines share: the parser's
 words for a model trained on a parsed corpus, SentencePiece); what is timed is the search from
@@ -17,8 +17,8 @@ each. ``--workers 1``: one batch at a time on all the threads for both. The engi
 table gives the median sentences/s (and the range), ours divided by each engine within each
 repeat (the median of these paired ratios, less moved by a load that changes between repeats),
 corpus BLEU of the detokenized output, and how many sentences are word-for-word ours
-(``--torch-operators`` adds our search with ``decode.cpu_softmax: torch``: PyTorch's operators
-instead of the native kernels of ``syntaxnmt/cpu/_native.c``; ``--processes`` adds it with ``decode.processes``, the batches at once in forked processes; each variant of ours is also given against CTranslate2 float32, paired). ``--root`` is the folder that relative paths in the
+(``--processes`` adds ours with ``decode.processes``, the batches at once in forked processes,
+also given against CTranslate2 float32, paired). ``--root`` is the folder that relative paths in the
 checkpoint's stored config start from (e.g. the repository the run was trained in). The figures
 and the machine (``syntaxnmt.cpu.machine.machine_info``, load average before and after) also go to
 ``--json`` (default benchmarks/out/ct2_decode.json). ``--isa avx2`` restarts the script with ATen,
@@ -58,10 +58,9 @@ from syntaxnmt.runtime import keep_freed_memory
 from syntaxnmt.textio import atomic_write_text, read_lines
 
 
-def engines(model, checkpoint: Path, tmp: Path, threads: int, inter_threads: int = 1, torch_operators: bool = False, processes: bool = False):
+def engines(model, checkpoint: Path, tmp: Path, threads: int, inter_threads: int = 1, processes: bool = False):
     """name -> search function from ids to hypotheses: ours on ``model`` (loaded from
-    ``checkpoint``; with ``torch_operators`` also ours with ``decode.cpu_softmax: torch``, PyTorch's
-    operators instead of the native kernels; with ``processes`` also ours with ``decode.processes``,
+    ``checkpoint``; with ``processes`` also ours with ``decode.processes``,
     the batches at once in forked processes), CTranslate2 with ``inter_threads`` translators sharing ``threads`` threads."""
     device = torch.device("cpu")
 
@@ -69,8 +68,6 @@ def engines(model, checkpoint: Path, tmp: Path, threads: int, inter_threads: int
         return lambda sources, decode, anns: translate_ids(model, sources, decode.model_copy(update=update), device, annotations=anns)
 
     out = {"syntaxnmt (PyTorch)": ours()}
-    if torch_operators:
-        out["syntaxnmt, cpu_softmax torch"] = ours(cpu_softmax="torch")
     if processes:
         out["syntaxnmt, processes"] = ours(processes=True)
     for quant in ("float32", "int8"):
@@ -92,7 +89,6 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=100, help="sentences each engine translates untimed first")
     ap.add_argument("--limit", type=int, default=0, help="only the first N sentences (quick checks)")
-    ap.add_argument("--torch-operators", action="store_true", help="also time our search with decode.cpu_softmax torch (PyTorch's operators, not the native kernels of syntaxnmt/cpu/_native.c)")
     ap.add_argument("--processes", action="store_true", help="also time our search with decode.processes (the batches at once in forked processes instead of threads)")
     _isa.add_isa_argument(ap)
     ap.add_argument("--json", default="benchmarks/out/ct2_decode.json", help="figures and the machine record")
@@ -109,7 +105,7 @@ def main() -> None:
         model, cfg, toks = load_model(checkpoint, torch.device("cpu"))
         batches = -(-len(lines) // cfg.decode.batch_size)
         workers, per_worker = decode_workers(args.workers, batches, torch.device("cpu"))
-        runs = engines(model, checkpoint, Path(tmp), per_worker * workers, workers, args.torch_operators, args.processes)
+        runs = engines(model, checkpoint, Path(tmp), per_worker * workers, workers, args.processes)
         decode = cfg.decode.model_copy(update={"beam_size": args.beam, "workers": workers})
         sources, anns = encode_source_lines(cfg, toks, lines, model.feature_spec, source_name=str(src))
         names = list(runs)

@@ -7,8 +7,7 @@ realised by patching ``syntaxnmt.cpu`` (and the one or two places of ``training`
 call into it) in the measuring process only (:func:`removed`): the package keeps no switch. Each
 removal leaves the rest of the execution as it is: what runs instead is what the package runs
 wherever the path does not apply (the model's default attention kernel, PyTorch's dropout, ATen's
-products, the plain loss, a thread per batch ...), never new code, except for the stacked
-projections (see below).
+products, the plain loss, a thread per batch ...), never new code.
 
 Evidence (:class:`Counters`): calls into each path are counted in every measured process, at the
 names the package calls them by (the C kernels' functions on ``syntaxnmt.cpu._native``, a few
@@ -19,9 +18,9 @@ The variants (``name``: what the process runs without the path):
 
 - ``train_attention`` -- the C attention kernels of whole sequences (training forward and backward;
   also the encoder's pass in decoding). Without them ``CpuAttention`` declines them
-  (``usable``/``stackable`` False): PyTorch's ``scaled_dot_product_attention``, the model's
-  default kernel, on the three separate projections. The stacked projections and the packed-through
-  stacks need these kernels (they read the packed rows through row maps), so they go too.
+  (``usable``/``rows_usable`` False): PyTorch's ``scaled_dot_product_attention``, the model's
+  default kernel, on the three projections. The packed-through stacks need these kernels (they
+  read the packed rows through row maps), so they go too.
 - ``decode_step`` -- the single-query step of incremental decoding in the C kernels
   (``native_step``, its states). Without it ``Transformer.native_attention`` is False: the
   attention caches are plain tensors, the step is ``CpuAttention``'s explicit one-query products.
@@ -30,12 +29,6 @@ The variants (``name``: what the process runs without the path):
   off (as ``train.row_packing: off``): the layers run one by one on every row (the model's loop).
   The fused residual-norm chain (``pre_norm_chain``) runs only inside the packed stacks, so it
   goes too.
-- ``stacked_projections`` -- q, k, v (or k, v) as one product on the stacked weights: without it
-  the same packed kernels read three separate products (q, k, v each one ``Linear``), the
-  attention kernels' views built per tensor (:func:`_unstacked_views`; the C kernel takes any
-  views). This is the one variant that runs code the package does not have: the way the packed
-  kernels would be fed without stacking (tests/test_benchmarks_fast_paths.py checks it computes
-  the same as the stacked path).
 - ``fused_dropout`` -- the fused dropout/norm kernels (``syntaxnmt/cpu/dropout.py``: the Philox
   dropout, bias+ReLU+dropout, dropout+residual, dropout+residual+layer norm; and its PCG64
   fallback): without them ``install`` leaves ``nn.Dropout``, ``FeedForward`` and ``Residual`` as
@@ -50,11 +43,6 @@ The variants (``name``: what the process runs without the path):
   side-by-side command does not use them (``decode.processes`` is false by default): this variant
   turns them on, and the saving is that of the command with them against the command as it is
   (threads). With one torch thread there is one batch at a time and nothing is forked.
-- ``search_topk`` -- the native log-softmax top-k of beam search (``cpu/search.py``; not in the
-  issue's list): PyTorch's ``log_softmax`` and ``topk`` on the native step's log-probabilities
-  (the native attention step kept, unlike ``decode.cpu_softmax: torch``, which drops both).
-- ``output_transposed`` -- the output layer's kept W^T in decoding (``OutputLinear``; not in the
-  issue's list): the output layer is a plain routed ``Linear``.
 - ``compile`` -- not a removal: ``fused_dropout``'s removal, plus ``torch.compile`` (inductor, mode
   default) of the model in the training command, as the maintained alternative to the hand-fused
   element-wise kernels; its compilation is timed apart (a prepass of one forward/backward on
@@ -165,13 +153,10 @@ COUNTED = {
     "smoothed_xent": ("syntaxnmt.cpu._native", "smoothed_xent"),
     "dropout_forward": ("syntaxnmt.cpu._native", "dropout_forward"),
     "add_norm_forward": ("syntaxnmt.cpu._native", "add_norm_forward"),
-    "log_softmax_topk": ("syntaxnmt.cpu._native", "log_softmax_topk"),
     "uniform_like": ("syntaxnmt.cpu.dropout", "uniform_like"),
     "packed_stack": ("syntaxnmt.cpu.stack", "_run"),
-    "stacked_product": ("syntaxnmt.cpu.attention", "_projection"),
     "onednn_product": ("syntaxnmt.cpu.linear", "_OP"),
     "openblas_product": ("syntaxnmt.cpu.blas", "mm"),
-    "transposed_output": ("syntaxnmt.cpu.linear", "_transposed_product"),
     "forked_pool": ("syntaxnmt.cpu.pools", "_forked_pool"),
 }
 
@@ -292,7 +277,7 @@ def _map_candidates(patches: Patches, change: Callable) -> None:
 def without_train_attention(patches: Patches) -> None:
     never = lambda *args, **kwargs: False  # noqa: E731
     patches.rebind("syntaxnmt.cpu.attention", "usable", never)
-    patches.rebind("syntaxnmt.cpu.attention", "stackable", never)
+    patches.rebind("syntaxnmt.cpu.attention", "rows_usable", never)
 
 
 def without_decode_step(patches: Patches) -> None:
@@ -309,30 +294,6 @@ def without_packing(patches: Patches) -> None:
 
     patches.set(PackedStacks, "pack_granule", 0)  # an installed runner packs nothing (the calibration's install keeps 0)
     _map_candidates(patches, lambda c: c if c.packing is None else Choice(c.kernels, False))
-
-
-def _unstacked_views(sources, heads, places):
-    """``_stacked_views`` for q, k, v as three tensors (R, D) each: one view per tensor."""
-    from syntaxnmt.cpu.attention import _packed_views
-
-    if len(sources) != 3:
-        raise ValueError(f"the unstacked projections are three tensors, not {len(sources)}")
-    return [_packed_views(x, 1, heads, place)[0] for x, place in zip(sources, places)]
-
-
-def unstacked_attention(attn, h, place, key_padding_mask=None, causal=False, memory=None, memory_place=None):
-    """``stacked_attention`` with q, k and v each its own product (``attn.q_proj`` ...), read by the
-    same packed kernels."""
-    from syntaxnmt.cpu.attention import packed_attention
-
-    kv, kv_place = (h, place) if memory is None else (memory, memory_place)
-    sources = (attn.q_proj(h), attn.k_proj(kv), attn.v_proj(kv))
-    return attn.out_proj(packed_attention(sources, (place, kv_place, kv_place), attn.heads, key_padding_mask, causal))
-
-
-def without_stacked_projections(patches: Patches) -> None:
-    patches.rebind("syntaxnmt.cpu.attention", "_stacked_views", _unstacked_views)
-    patches.rebind("syntaxnmt.cpu.attention", "stacked_attention", unstacked_attention)
 
 
 def separate_add_norm(residual, y, p: float, training: bool, norm):
@@ -375,28 +336,6 @@ def with_forked_processes(patches: Patches) -> None:
         return side_by_side(work, batches, workers, device, store, True)
 
     patches.set(translate, "batches_side_by_side", in_processes)
-
-
-def without_search_topk(patches: Patches) -> None:
-    import syntaxnmt.decoding.search as search
-
-    candidates = search.next_candidates
-
-    def torch_candidates(model, tokens, state, k, step, min_len, row_limits, native, *args, **kwargs):
-        return candidates(model, tokens, state, k, step, min_len, row_limits, False, *args, **kwargs)
-
-    patches.set(search, "next_candidates", torch_candidates)  # the state stays native (use_native decides it)
-
-
-def without_output_transposed(patches: Patches) -> None:
-    from syntaxnmt.cpu.linear import Linear, OutputLinear
-
-    def routed_output(model) -> None:
-        for m in _transformers(model):
-            if type(m.output) is OutputLinear:
-                m.output.__class__ = Linear
-
-    _after_install(patches, routed_output)
 
 
 COMPILE_INFO: dict = {}
@@ -489,23 +428,20 @@ class Variant:
 
 
 A, S, L, D, P = "syntaxnmt/cpu/attention.py", "syntaxnmt/cpu/stack.py", "syntaxnmt/cpu/linear.py", "syntaxnmt/cpu/dropout.py", "syntaxnmt/cpu/pools.py"
-_FUSED_PARTS = (Part(D), Part(S, "FusedFeedForward"), Part(S, "FusedResidual"), Part(NATIVE_C, "/* ---- Dropout of training", "struct topk_job"))
+_FUSED_PARTS = (Part(D), Part(S, "FusedFeedForward"), Part(S, "FusedResidual"), Part(NATIVE_C, "/* ---- Dropout of training", "static PyObject *vectorized"))
 
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("train_attention", "C attention of whole sequences (training; decoding's encoder)", ("train", "decode"), ("attention_forward", "attention_backward"),
-            (*(Part(A, n) for n in ("usable", "shapes_usable", "_view", "_heads_last", "_unit_stride", "_packed_views", "_require_native", "_forward", "_backward",
-                                    "_PackedAttention", "_Attention", "attention", "packed_attention", "CpuAttention.attend")),
+            (*(Part(A, n) for n in ("usable", "shapes_usable", "_view", "_heads_last", "_unit_stride", "_packed_view", "_require_native", "_forward", "_backward",
+                                    "_views", "_PackedAttention", "_Attention", "attention", "packed_attention", "rows_usable", "rows_attention", "CpuAttention.attend")),
              Part(NATIVE_C, "/* ---- Attention of training and scoring", "/* ---- The label-smoothed")),
-            without_train_attention, removes_also=("stacked_projections", "packing")),
+            without_train_attention, removes_also=("packing",)),
     Variant("decode_step", "single-query decode step (native_step)", ("decode",), ("self_attention", "cross_attention"),
             (Part(A, "_CrossState"), Part(A, "_SelfState"), Part(A, "native_step"), Part(NATIVE_C, "/* ---- Single-query attention", "/* ---- Attention of training")),
             without_decode_step),
     Variant("packing", "row packing and packed-through stacks", ("train",), ("packed_stack",),
             (Part("syntaxnmt/cpu/packing.py"), *(Part(S, n) for n in ("pre_norm_chain", "embedded_rows", "_run", "PackedStacks", "_states_like"))),
             without_packing, side_effects=("add_norm_forward",), note="the fused residual-norm chain (dropout_add_norm) runs only in the packed stacks"),
-    Variant("stacked_projections", "stacked q/k/v projections", ("train",), ("stacked_product",),
-            (Part(A, "stackable"), Part(A, "_stacked_views"), Part(A, "_projection"), Part(A, "stacked_attention")),
-            without_stacked_projections, note="without it the packed kernels read three separate products (benchmark code, tested)"),
     Variant("fused_dropout", "fused dropout/norm kernels", ("train",), ("dropout_forward", "add_norm_forward", "uniform_like"),
             _FUSED_PARTS, without_fused_dropout),
     Variant("routing", "OpenBLAS/oneDNN product routing", ("train", "decode"), ("onednn_product", "openblas_product"),
@@ -517,11 +453,6 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("forked_processes", "forked search processes (decode.processes)", ("decode",), ("forked_pool",),
             (*(Part(P, n) for n in ("_forked_call", "_forked_start", "_forked_pool", "_result")),), with_forked_processes, adds=True,
             note="off in the side-by-side command (decode.processes: false): measured by turning it on"),
-    Variant("search_topk", "native log-softmax top-k of beam search", ("decode",), ("log_softmax_topk",),
-            (Part("syntaxnmt/cpu/search.py"), Part(NATIVE_C, "static inline void insert(", "/* ---- Single-query attention"), Part(NATIVE_C, "struct topk_job", "static PyObject *vectorized")),
-            without_search_topk, note="not in the issue's list"),
-    Variant("output_transposed", "output layer's kept W^T in decoding", ("decode",), ("transposed_output",),
-            (*(Part(L, n) for n in ("_decodes", "_transposed_product", "decode_linear", "OutputLinear")),), without_output_transposed, note="not in the issue's list"),
     Variant("compile", "torch.compile (inductor) instead of the fused dropout/norm kernels", ("train",), ("dropout_forward", "add_norm_forward", "uniform_like"),
             _FUSED_PARTS, compiled_training, baseline="routing",
             note="both sides without the routing (ATen products: inductor cannot take the routed ones); the lines are those of the fused kernels compile would replace"),

@@ -30,9 +30,8 @@ the table and the JSON):
 
 - ``train_attention`` (train, decode): the C attention of whole sequences -> PyTorch's
   ``scaled_dot_product_attention`` (the model's default kernel) on the three projections; the
-  stacked projections and packed-through stacks need it and go too. Code: ``cpu/attention.py``
-  ``usable`` .. ``packed_attention``, ``CpuAttention.attend``; ``_native.c`` "Attention of training
-  and scoring".
+  packed-through stacks need it and go too. Code: ``cpu/attention.py`` ``usable`` ..
+  ``rows_attention``, ``CpuAttention.attend``; ``_native.c`` "Attention of training and scoring".
 - ``decode_step`` (decode): ``native_step`` -> plain key/value caches and ``CpuAttention``'s
   explicit one-query products. Code: ``cpu/attention.py`` ``_CrossState``, ``_SelfState``,
   ``native_step``; ``_native.c`` "Single-query attention of incremental decoding".
@@ -40,9 +39,6 @@ the table and the JSON):
   layers on every row (as ``train.row_packing: off``; the fused residual-norm chain goes with it).
   Code: ``cpu/packing.py``; ``cpu/stack.py`` ``pre_norm_chain``, ``embedded_rows``, ``_run``,
   ``PackedStacks``, ``_states_like``.
-- ``stacked_projections`` (train): q/k/v as one product -> three products read by the same
-  packed kernels. Code: ``cpu/attention.py`` ``stackable``, ``_stacked_views``, ``_projection``,
-  ``stacked_attention``.
 - ``fused_dropout`` (train): the fused dropout/norm kernels -> ``nn.Dropout``, ``FeedForward``,
   ``Residual`` as built, and ``x + F.dropout(y)`` then the norm. Code: ``cpu/dropout.py``;
   ``cpu/stack.py`` ``FusedFeedForward``, ``FusedResidual``; ``_native.c`` "Dropout of training"
@@ -56,11 +52,6 @@ the table and the JSON):
 - ``forked_processes`` (decode): off in the command as it is (``decode.processes`` false): the
   variant turns it on. Code: ``cpu/pools.py`` ``_forked_call``, ``_forked_start``,
   ``_forked_pool``, ``_result``.
-- ``search_topk`` (decode; not in the issue's list): the C log-softmax top-k -> PyTorch's, the
-  native step kept. Code: ``cpu/search.py``; its ``_native.c`` functions.
-- ``output_transposed`` (decode; not in the issue's list): the output layer's kept W^T -> a routed
-  ``Linear``. Code: ``cpu/linear.py`` ``_decodes``, ``_transposed_product``, ``decode_linear``,
-  ``OutputLinear``.
 - ``compile`` (train): torch.compile (inductor, mode default) of the model with the fused
   dropout/norm kernels removed, the maintained alternative to them; its compilation (a prepass of
   one forward/backward on every batch of the measured updates, before them, so that no shape is

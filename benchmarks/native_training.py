@@ -29,9 +29,9 @@ row-packing:
   (``linear.row_granule``);
 - ``row-packing``: the products on the real rows (``PackedStacks.pack_granule`` of the model's ``stacks``).
 
-The fused dropout and norm kernels, the stacked projections, the packed layers and the row maps
-have no switch: a paired measurement of one of them runs ``benchmarks/side_by_side.py`` at this
-revision and at one without it (issue 48).
+The fused dropout and norm kernels, the packed layers and the row maps have no switch: a paired
+measurement of one of them runs ``benchmarks/side_by_side.py`` at this revision and at one
+without it (issue 48).
 
 ``--isa avx2`` restarts the script with ATen, oneDNN, MKL and OpenBLAS restricted to AVX2
 (``benchmarks/_isa.py``: an emulation of an AVX2 machine on this CPU, which the machine record says).

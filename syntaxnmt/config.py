@@ -755,9 +755,6 @@ class TrainConfig(_Section):
         return self.precision == "bf16"
 
 
-CpuSoftmax = Literal["auto", "torch"]  # decode.cpu_softmax
-
-
 def at_most_cores(n: int) -> int:
     """``n`` workers or processes capped by the cores this process may run on
     (:func:`syntaxnmt.runtime.cpu_cores`), at least 1: whether ``decode.workers`` came from the command line, a
@@ -795,11 +792,6 @@ class DecodeConfig(_Section):
     command's instead of threads of it: no GIL between them (two on two cores: about 1.2x the
     sentences/s of two threads, docs/deployment.md). CPU only; force-decoding for ``--alignments``
     keeps threads."""
-    cpu_softmax: CpuSoftmax = "auto"
-    """How a search on the CPU turns the output layer's logits into its candidates: ``auto``, the
-    native kernel (:mod:`syntaxnmt.cpu.search`: log-softmax and top-k in one pass over a row)
-    where it was built and the CPU has AVX2/FMA, else PyTorch's operators; ``torch``: always
-    PyTorch's (``log_softmax`` then top-k). The same choices to a few units in the last place."""
     nbest: int = 1
     """Hypotheses ``translate`` outputs per sentence, with their scores when more than 1."""
     coverage_penalty: float = 0.0
@@ -1044,10 +1036,29 @@ def _format_error(source: str, err: ValidationError) -> str:
     return f"{source}: " + "; ".join(problems)
 
 
+RETIRED_KEYS: dict[str, str] = {
+    "decode.cpu_softmax": "the native log-softmax top-k it chose was deleted (issue 48): a search takes PyTorch's log_softmax and top-k",
+}
+"""Keys of earlier versions that no setting replaces, and what became of them. A config with one
+(a checkpoint's stored config, a run's ``config.yaml``, an older config file) loads without it:
+:func:`config_from_dict` drops them."""
+
+
+def without_retired_keys(tree: dict) -> dict:
+    """``tree`` without the :data:`RETIRED_KEYS` it holds (``tree`` is not changed)."""
+    out = dict(tree)
+    for dotted in RETIRED_KEYS:
+        section, key = dotted.split(".")
+        if isinstance(out.get(section), dict) and key in out[section]:
+            out[section] = {k: v for k, v in out[section].items() if k != key}
+    return out
+
+
 def config_from_dict(tree: dict, source: str = "config") -> Config:
-    """Validate a nested dict into a :class:`Config`; errors name the key and ``source``."""
+    """Validate a nested dict into a :class:`Config` (without its :data:`RETIRED_KEYS`); errors
+    name the key and ``source``."""
     try:
-        cfg = Config.model_validate(tree)
+        cfg = Config.model_validate(without_retired_keys(tree) if isinstance(tree, dict) else tree)
     except ValidationError as e:
         raise UserError(_format_error(source, e)) from None
     return _expand_paths(cfg)

@@ -70,7 +70,7 @@ def _train_step(fpv, name: str, dropout: float):
     return counters, logs["loss"].detach(), [p.grad.clone() for p in model.parameters()]
 
 
-TRAINING = ["train_attention", "packing", "stacked_projections", "fused_dropout", "native_loss", "routing"]
+TRAINING = ["train_attention", "packing", "fused_dropout", "native_loss", "routing"]
 
 
 @needs_kernels
@@ -79,14 +79,14 @@ def test_a_training_variant_takes_its_path_out_and_computes_the_same(fpv, name):
     variant = fpv.VARIANTS[name]
     if name == "routing" and not lin.enabled():
         pytest.skip("oneDNN linears unavailable: the routing has nothing to route here")
-    install, usable, stacked = cpu.install, cpu.attention.usable, cpu.attention.stacked_attention
+    install, usable, rows = cpu.install, cpu.attention.usable, cpu.attention.rows_usable
     all_paths, *_ = _train_step(fpv, "none", 0.1)
     without, *_ = _train_step(fpv, name, 0.1)
     assert all_paths.of(variant.counted) > 0, f"{name}: the path is not taken with all paths ({dict(all_paths.calls)})"
     assert without.of(variant.counted) == 0, f"{name}: the path is still taken ({dict(without.calls)})"
     others = [n for n in all_paths.calls if n not in variant.gone()]
     assert others and all(without.calls[n] > 0 for n in others), f"{name}: took other paths out too ({dict(all_paths.calls)} -> {dict(without.calls)})"
-    assert (cpu.install, cpu.attention.usable, cpu.attention.stacked_attention) == (install, usable, stacked)  # undone
+    assert (cpu.install, cpu.attention.usable, cpu.attention.rows_usable) == (install, usable, rows)  # undone
     if name != "fused_dropout":  # without dropout the fused kernels do not run: the values of the rest compared
         _, loss0, grads0 = _train_step(fpv, "none", 0.0)
         _, loss1, grads1 = _train_step(fpv, name, 0.0)
@@ -110,7 +110,7 @@ def _decode(fpv, name: str):
 
 
 @needs_kernels
-@pytest.mark.parametrize("name", ["decode_step", "search_topk", "output_transposed", "train_attention", "routing"])
+@pytest.mark.parametrize("name", ["decode_step", "train_attention", "routing"])
 def test_a_decoding_variant_takes_its_path_out_and_translates_the_same(fpv, name):
     variant = fpv.VARIANTS[name]
     if name == "routing" and not lin.enabled():

@@ -68,6 +68,6 @@ def test_each_switch_turns_its_part_off_and_on_again(name):
 
 
 def test_the_benchmark_only_switches_are_gone():
-    """The fused kernels, stacked projections, packed layers and row maps are compared against a git revision (issue 48)."""
+    """The fused kernels, packed layers and row maps are compared against a git revision (issue 48)."""
     bench = load_script(SCRIPT)
     assert bench.SWITCHES == ("row-granule", "row-packing")

@@ -178,6 +178,22 @@ def test_unknown_key_in_override(tmp_path):
     assert "model.nrom" in msg and str(path) in msg
 
 
+def test_a_retired_key_is_dropped_so_old_configs_and_checkpoints_still_load(tmp_path):
+    """``decode.cpu_softmax`` (its kernel deleted in issue 48) is in every config stored before
+    then -- checkpoints, runs' config.yaml: such a config loads, without the key; a key that never
+    was stays an error."""
+    stored = Config().model_dump(mode="json")
+    stored["decode"]["cpu_softmax"] = "torch"  # what a checkpoint of an earlier version holds
+    assert "cpu_softmax" not in Config.model_fields["decode"].annotation.model_fields
+    assert config_from_dict(stored, "old.pt (stored config)") == Config()
+    assert stored["decode"]["cpu_softmax"] == "torch"  # the caller's tree is not changed
+    path = write_yaml(tmp_path / "old.yaml", "decode:\n  beam_size: 3\n  cpu_softmax: auto\n")
+    assert load_config(path).decode.beam_size == 3
+    assert load_config(path, ["--decode.cpu_softmax=torch"]).decode == load_config(path).decode
+    with pytest.raises(UserError, match="unknown key 'decode.cpu_softmaxx'"):
+        load_config(path, ["--decode.cpu_softmaxx=torch"])
+
+
 def test_wrong_type_in_file(tmp_path):
     path = write_yaml(tmp_path / "bad_type.yaml", "train:\n  lr: fast\nmodel:\n  d_model: 12.5\n")
     with pytest.raises(UserError) as exc:

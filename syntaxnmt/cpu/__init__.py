@@ -8,21 +8,19 @@ the CPU (training, decoding) calls :func:`install` once on the built model, whic
 implementations into the seams the model declares:
 
 - each attention's :class:`~syntaxnmt.model.attention.AttentionKernel`:
-  :class:`~syntaxnmt.cpu.attention.CpuAttention` (the C kernels of whole sequences with stacked
-  projections, and of the incremental decoding step);
+  :class:`~syntaxnmt.cpu.attention.CpuAttention` (the C kernels of whole sequences, and of the
+  incremental decoding step);
 - the Transformer's :class:`~syntaxnmt.model.transformer.StackRunner`:
   :class:`~syntaxnmt.cpu.stack.PackedStacks` (training's layers on the real rows only);
 - the module classes, replaced in place by subclasses with the same parameters and state-dict
   keys: ``nn.Linear`` by :class:`~syntaxnmt.cpu.linear.Linear` (oneDNN or OpenBLAS products, the
-  calibration's choice: :mod:`syntaxnmt.cpu.calibration`; the output layer by
-  :class:`~syntaxnmt.cpu.linear.OutputLinear`), ``nn.Dropout`` by
+  calibration's choice: :mod:`syntaxnmt.cpu.calibration`), ``nn.Dropout`` by
   :class:`~syntaxnmt.cpu.dropout.Dropout` (its masks in the C kernel), and the feed-forward and
   residual blocks by :class:`~syntaxnmt.cpu.stack.FusedFeedForward` and
   :class:`~syntaxnmt.cpu.stack.FusedResidual`.
 
 Beside them: the machine (:mod:`syntaxnmt.cpu.machine`) and its threads (:mod:`syntaxnmt.cpu.threads`), row packing
-(:mod:`syntaxnmt.cpu.packing`), the search step's log-softmax top-k (:mod:`syntaxnmt.cpu.search`)
-and the training loss's kernel (:mod:`syntaxnmt.cpu.loss`).
+(:mod:`syntaxnmt.cpu.packing`) and the training loss's kernel (:mod:`syntaxnmt.cpu.loss`).
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ from torch import nn
 
 from syntaxnmt.cpu.attention import CPU_ATTENTION
 from syntaxnmt.cpu.dropout import Dropout
-from syntaxnmt.cpu.linear import Linear, OutputLinear
+from syntaxnmt.cpu.linear import Linear
 from syntaxnmt.cpu.machine import native_kernels
 from syntaxnmt.cpu.stack import FusedFeedForward, FusedResidual, PackedStacks
 from syntaxnmt.model.attention import MultiHeadAttention
@@ -56,6 +54,4 @@ def install(model: nn.Module) -> nn.Module:
             if not isinstance(m.stacks, PackedStacks):
                 m.stacks = PackedStacks()
             m.native_attention = native_kernels() is not None  # init_state(..., native=True) steps the attentions in the C kernels
-            if type(m.output) is Linear:
-                m.output.__class__ = OutputLinear
     return model

@@ -1,21 +1,13 @@
-/* Native CPU kernels: beam search's log-softmax top-k and single-query attention; training's attention of short sequences, dropout (fused with a bias, ReLU or residual) and label-smoothed loss.
+/* Native CPU kernels: beam search's single-query attention; training's attention of short sequences, dropout (fused with a bias, ReLU or residual) and label-smoothed loss.
  *
  * An optional C extension (pyproject.toml builds it at pip install; without a C compiler the
- * install goes on and syntaxnmt.cpu.machine.native_kernels() is None, so decoding keeps PyTorch's
- * operators). Each kernel replaces a chain of PyTorch operators and their copies at the shapes of
- * beam search (docs/deployment.md, "The native search step") or of training (docs/benchmarks.md,
- * "Native kernels of training") on the CPU:
- *
- * log_softmax_topk(x, rows, V, k, values, indices, lse, forbidden, n_forbidden): for a row x of V
- * logits, log_softmax(x)_j = x_j - m - log(sum_i exp(x_i - m)) with m = max_i x_i, and beam search
- * reads only the k largest of them. A row is read three times (its maximum, the sum of exps with an
- * 8-wide polynomial exp, its k largest logits outside the forbidden columns, which still count in
- * the sum) and only k values, k indices and the row's log-sum-exp are written. Addresses of
- * float32 x (rows, V), float32 values (rows, k), int64 indices (rows, k), float32 lse (rows,) and
- * int64 forbidden (n_forbidden,). Used by syntaxnmt.cpu.search.
+ * install goes on and syntaxnmt.cpu.machine.native_kernels() is None, so decoding and training
+ * keep PyTorch's operators). Each kernel replaces a chain of PyTorch operators and their copies at
+ * the shapes of beam search (docs/deployment.md, "The native search step") or of training
+ * (docs/benchmarks.md, "Native kernels of training") on the CPU:
  *
  * self_attention and cross_attention (below): one query per row and head, reading keys and values
- * where they are instead of copies of the caches. Used by syntaxnmt.model.attention.
+ * where they are instead of copies of the caches. Used by syntaxnmt.cpu.attention.
  *
  * attention_forward and attention_backward (below): whole-sequence attention of training and
  * scoring, per sentence and head, with its gradients. Used by syntaxnmt.cpu.attention.
@@ -27,8 +19,8 @@
  * kept as bits, alone or fused with a bias, a ReLU and a residual; add_norm_forward and
  * add_norm_backward: a residual's dropout and the next layer norm in one pass. Used by syntaxnmt.cpu.dropout.
  *
- * Every function releases the GIL. The kernels of training and log_softmax_topk take a last,
- * optional argument threads (default 1) and split their range between torch's OpenMP threads
+ * Every function releases the GIL. The kernels of training take a last, optional argument
+ * threads (default 1) and split their range between torch's OpenMP threads
  * (below, "Threads"); sums over the range are made in fixed chunks, so a result does not depend
  * on the threads. The fast
  * paths need AVX2 and FMA (checked at import: vectorized(); syntaxnmt.cpu.machine.native_kernels() is
@@ -107,28 +99,9 @@ static void add_parts(double *total, const double *parts, int64_t count, int64_t
         for (int64_t c = 0; c < cols; c++) total[c] += parts[i * cols + c];
 }
 
-/* Insert (v, j) into the k best so far, kept sorted in descending order; v > values[k - 1]. */
-static inline void insert(float v, int64_t j, float *values, int64_t *indices, int64_t k) {
-    int64_t p = k - 1;
-    while (p > 0 && v > values[p - 1]) {
-        values[p] = values[p - 1];
-        indices[p] = indices[p - 1];
-        p--;
-    }
-    values[p] = v;
-    indices[p] = j;
-}
-
-static inline int is_forbidden(int64_t j, const int64_t *forbidden, int64_t n_forbidden) {
-    for (int64_t i = 0; i < n_forbidden; i++)
-        if (forbidden[i] == j) return 1;
-    return 0;
-}
-
-static inline void consider(const float *x, int64_t j, float *values, int64_t *indices, int64_t k, const int64_t *forbidden, int64_t n_forbidden) {
-    if (x[j] > values[k - 1] && !is_forbidden(j, forbidden, n_forbidden)) insert(x[j], j, values, indices, k);
-}
-
+/* ---- Vector helpers and the CPU check -------------------------------------------------------
+ * An 8-wide exp and sum for the softmaxes of the kernels below, and whether this CPU has AVX2 and
+ * FMA (use_avx2, set at import). */
 #ifdef SYNTAXNMT_X86
 /* exp of 8 floats <= 0 (Cephes' expf: e^x = 2^n e^r, |r| <= ln2/2, a degree-5 polynomial for e^r;
  * within 2 ulp of expf); inputs below -87 give e^-87 (about 1.6e-38): nothing in a sum of >= 1. */
@@ -155,43 +128,6 @@ __attribute__((target("avx2,fma"))) static inline float hsum8(__m256 v) {
     return s;
 }
 
-__attribute__((target("avx2,fma"))) static void row_avx2(const float *x, int64_t V, int64_t k, float *values, int64_t *indices, float *lse, const int64_t *forbidden, int64_t n_forbidden) {
-    int64_t j;
-    /* 1. the maximum */
-    __m256 m8 = _mm256_set1_ps(-INFINITY);
-    for (j = 0; j + 8 <= V; j += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(x + j));
-    float t[8], m = -INFINITY;
-    _mm256_storeu_ps(t, m8);
-    for (int i = 0; i < 8; i++) m = t[i] > m ? t[i] : m;
-    for (; j < V; j++) m = x[j] > m ? x[j] : m;
-    /* 2. the sum of exps, two accumulators */
-    __m256 mm = _mm256_set1_ps(m), s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    for (j = 0; j + 16 <= V; j += 16) {
-        s0 = _mm256_add_ps(s0, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), mm)));
-        s1 = _mm256_add_ps(s1, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j + 8), mm)));
-    }
-    for (; j + 8 <= V; j += 8) s0 = _mm256_add_ps(s0, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), mm)));
-    float sum = hsum8(_mm256_add_ps(s0, s1));
-    for (; j < V; j++) sum += expf(x[j] - m);
-    /* 3. the k largest allowed logits: 8 compared with the k-th best at once */
-    for (int64_t i = 0; i < k; i++) {
-        values[i] = -INFINITY;
-        indices[i] = 0;
-    }
-    for (j = 0; j + 8 <= V; j += 8) {
-        int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + j), _mm256_set1_ps(values[k - 1]), _CMP_GT_OQ));
-        while (mask) {
-            int b = __builtin_ctz(mask);
-            mask &= mask - 1;
-            consider(x, j + b, values, indices, k, forbidden, n_forbidden);
-        }
-    }
-    for (; j < V; j++) consider(x, j, values, indices, k, forbidden, n_forbidden);
-    float log_sum = logf(sum);
-    for (int64_t i = 0; i < k; i++) values[i] = (values[i] - m) - log_sum;
-    *lse = m + log_sum;
-}
-
 static int cpu_has_avx2(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -199,23 +135,6 @@ static int cpu_has_avx2(void) {
 #else
 static int cpu_has_avx2(void) { return 0; }
 #endif
-
-/* The same without vector instructions (expf of the C library). */
-static void row_scalar(const float *x, int64_t V, int64_t k, float *values, int64_t *indices, float *lse, const int64_t *forbidden, int64_t n_forbidden) {
-    float m = -INFINITY, sum = 0.0f;
-    for (int64_t j = 0; j < V; j++) m = x[j] > m ? x[j] : m;
-    for (int64_t j = 0; j < V; j++) sum += expf(x[j] - m);
-    for (int64_t i = 0; i < k; i++) {
-        values[i] = -INFINITY;
-        indices[i] = 0;
-    }
-    for (int64_t j = 0; j < V; j++) consider(x, j, values, indices, k, forbidden, n_forbidden);
-    float log_sum = logf(sum);
-    for (int64_t i = 0; i < k; i++) values[i] = (values[i] - m) - log_sum;
-    *lse = m + log_sum;
-}
-
-
 
 /* ---- Single-query attention of incremental decoding ------------------------------------------
  * One query per row and head against T keys: softmax(q.k_t * scale) weighted sum of the v_t
@@ -1242,51 +1161,9 @@ static PyObject *add_norm_backward(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-struct topk_job {
-    const float *xs;
-    float *vs, *ls;
-    int64_t *is;
-    const int64_t *fs;
-    int64_t V, k, n_forbidden;
-};
-
-static void topk_part(void *ctx, int64_t a, int64_t b, int slot) {
-    struct topk_job *j = ctx;
-    for (int64_t r = a; r < b; r++) {
-#ifdef SYNTAXNMT_X86
-        if (use_avx2) {
-            row_avx2(j->xs + r * j->V, j->V, j->k, j->vs + r * j->k, j->is + r * j->k, j->ls + r, j->fs, j->n_forbidden);
-            continue;
-        }
-#endif
-        row_scalar(j->xs + r * j->V, j->V, j->k, j->vs + r * j->k, j->is + r * j->k, j->ls + r, j->fs, j->n_forbidden);
-    }
-}
-
-static PyObject *log_softmax_topk(PyObject *self, PyObject *args) {
-    unsigned long long x, values, indices, lse, forbidden;
-    long long rows, V, k, n_forbidden;
-    int threads = 1;
-    if (!PyArg_ParseTuple(args, "KLLLKKKKL|i", &x, &rows, &V, &k, &values, &indices, &lse, &forbidden, &n_forbidden, &threads)) return NULL;
-    if (rows < 0 || V < 1 || k < 1 || n_forbidden < 0) {
-        PyErr_SetString(PyExc_ValueError, "log_softmax_topk: rows >= 0, V >= 1, k >= 1 and n_forbidden >= 0");
-        return NULL;
-    }
-    const float *xs = (const float *)(uintptr_t)x;
-    float *vs = (float *)(uintptr_t)values, *ls = (float *)(uintptr_t)lse;
-    int64_t *is = (int64_t *)(uintptr_t)indices;
-    const int64_t *fs = (const int64_t *)(uintptr_t)forbidden;
-    struct topk_job j = {xs, vs, ls, is, fs, V, k, n_forbidden};
-    Py_BEGIN_ALLOW_THREADS;
-    run_parts(topk_part, &j, rows, threads, 0);
-    Py_END_ALLOW_THREADS;
-    Py_RETURN_NONE;
-}
-
 static PyObject *vectorized(PyObject *self, PyObject *args) { return PyBool_FromLong(use_avx2); }
 
 static PyMethodDef methods[] = {
-    {"log_softmax_topk", log_softmax_topk, METH_VARARGS, "k largest log-softmax values of each row, their columns and the rows' log-sum-exp (addresses, see the module source)"},
     {"self_attention", self_attention, METH_VARARGS, "single-query self-attention over the key/value blocks of the steps, through the ancestry table (see the module source)"},
     {"cross_attention", cross_attention, METH_VARARGS, "single-query attention over one key/value block per sentence (see the module source)"},
     {"attention_forward", attention_forward, METH_VARARGS, "whole-sequence attention of sentences b0..b1, keeping the probabilities (see the module source)"},
@@ -1300,7 +1177,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "Native CPU kernels of beam search (see syntaxnmt.cpu.search).", -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "Native CPU kernels of beam search and training (see syntaxnmt.cpu).", -1, methods};
 
 PyMODINIT_FUNC PyInit__native(void) {
     use_avx2 = cpu_has_avx2();

@@ -1,8 +1,8 @@
 """Attention on the CPU in the C kernels: :class:`CpuAttention`, the
 :class:`~syntaxnmt.model.attention.AttentionKernel` that :func:`syntaxnmt.cpu.install` gives a
-model's attentions -- the whole sequence (training, scoring), forward and backward, with the
-projections stacked where training can (:func:`stacked_attention`), and the incremental step of
-decoding (:func:`native_step`).
+model's attentions -- the whole sequence (training, scoring), forward and backward, on packed
+rows where training can (:func:`rows_attention`), and the incremental step of decoding
+(:func:`native_step`).
 
     O = softmax(Q K^T / sqrt(d) + mask) V                      (Vaswani et al. 2017, Eq. 1)
     dV = P^T dO,  dS = P o (dP - rowsum(P o dP)) with dP = dO V^T,  dQ = dS K / sqrt(d),  dK = dS^T Q / sqrt(d)
@@ -32,9 +32,8 @@ from array import array
 from collections.abc import Sequence
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from syntaxnmt.cpu.linear import linear
 from syntaxnmt.cpu.machine import native_kernels, native_training_kernels
 from syntaxnmt.cpu.packing import Place
 from syntaxnmt.cpu.threads import kernel_threads
@@ -77,19 +76,13 @@ def _unit_stride(x: Tensor) -> Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def _packed_views(x: Tensor, parts: int, heads: int, place: Place) -> list[tuple[int, ...]]:
-    """The kernel views (``parse_view`` of ``_native.c``) of the ``parts`` column blocks of ``x``
-    (R, parts * heads * d), whose rows are the positions ``place.rows`` of a (B, T) layout: each
-    position's row is looked up in :meth:`Place.row_map` (-1: zeros, writes dropped)."""
-    d, w = x.size(1) // (parts * heads), x.stride(0)
+def _packed_view(x: Tensor, heads: int, place: Place) -> tuple[int, ...]:
+    """The kernel view (``parse_view`` of ``_native.c``) of ``x`` (R, heads * d), whose rows are
+    the positions ``place.rows`` of a (B, T) layout: each position's row is looked up in
+    :meth:`Place.row_map` (-1: zeros, writes dropped)."""
+    d, w = x.size(1) // heads, x.stride(0)
     where = (0, d, w, place.row_map().data_ptr(), place.length) if place.rows is not None else (place.length * w, d, w)  # the map is kept on rows
-    return [(x.data_ptr() + x.element_size() * i * heads * d, *where) for i in range(parts)]
-
-
-def _stacked_views(sources: list[Tensor] | tuple[Tensor, ...], heads: int, places: tuple[Place, ...]) -> list[tuple[int, ...]]:
-    """The views of q, k and v in ``sources``: (qkv,) with qkv (R, 3D), or (q, kv) with kv (Rk, 2D)."""
-    parts = (3,) if len(sources) == 1 else (1, 2)
-    return [v for x, n, place in zip(sources, parts, places) for v in _packed_views(x, n, heads, place)]
+    return (x.data_ptr(), *where)
 
 
 def _require_native() -> None:
@@ -111,19 +104,25 @@ def _backward(views: list, grad_view: tuple, grad_views: list, probs: Tensor, d:
     _native.attention_backward(*views, grad_view, *grad_views, probs.data_ptr(), 0, b, h, tq, tk, d, causal, 1.0 / math.sqrt(d), kernel_threads(b))
 
 
+def _views(qkv: Sequence[Tensor], heads: int, places: tuple[Place, Place]) -> list[tuple[int, ...]]:
+    """The kernel views of q (the query's ``places[0]``), k and v (the keys' ``places[1]``)."""
+    return [_packed_view(x, heads, place) for x, place in zip(qkv, (places[0], places[1], places[1]))]
+
+
 class _PackedAttention(torch.autograd.Function):
-    """:class:`_Attention` of stacked projections whose rows are packed (:mod:`syntaxnmt.cpu.packing`):
-    the kernels read q, k, v through each source's row map and write the output (and, back, the
-    gradients) in the rows of the query's source, so nothing is placed in a (B, T, ...) layout
-    and gathered back."""
+    """:class:`_Attention` of q, k and v (R, D) each whose rows are packed (:mod:`syntaxnmt.cpu.packing`):
+    the kernels read them through each one's row map and write the output (and, back, the
+    gradients) in the rows of the query, so nothing is placed in a (B, T, ...) layout and
+    gathered back."""
 
     @staticmethod
-    def forward(ctx, pad: Tensor | None, causal: bool, heads: int, places: tuple[Place, ...], *sources: Tensor) -> Tensor:
-        sources = tuple(x.contiguous() for x in sources)
-        d = sources[0].size(1) // ((3 if len(sources) == 1 else 1) * heads)
-        out = sources[0].new_empty(sources[0].size(0), heads * d)
-        probs = _forward(_stacked_views(sources, heads, places), _packed_views(out, 1, heads, places[0])[0], pad, places[0].batch, heads, places[0].length, places[-1].length, d, causal)
-        ctx.save_for_backward(probs, *sources)
+    def forward(ctx, pad: Tensor | None, causal: bool, heads: int, places: tuple[Place, Place], q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        q, k, v = (x.contiguous() for x in (q, k, v))
+        d = q.size(1) // heads
+        out = q.new_empty(q.size(0), heads * d)
+        views = _views((q, k, v), heads, places)
+        probs = _forward(views, _packed_view(out, heads, places[0]), pad, places[0].batch, heads, places[0].length, places[1].length, d, causal)
+        ctx.save_for_backward(probs, q, k, v)
         ctx.causal, ctx.heads, ctx.places = causal, heads, places
         return out
 
@@ -132,8 +131,8 @@ class _PackedAttention(torch.autograd.Function):
         probs, *sources = ctx.saved_tensors
         grads = [torch.empty_like(x) for x in sources]
         heads, places = ctx.heads, ctx.places
-        grad_view = _packed_views(grad.contiguous(), 1, heads, places[0])[0]
-        _backward(_stacked_views(sources, heads, places), grad_view, _stacked_views(grads, heads, places), probs, grad.size(1) // heads, ctx.causal)
+        grad_view = _packed_view(grad.contiguous(), heads, places[0])
+        _backward(_views(sources, heads, places), grad_view, _views(grads, heads, places), probs, grad.size(1) // heads, ctx.causal)
         return None, None, None, None, *grads
 
 
@@ -170,27 +169,25 @@ def attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None =
     return _Attention.apply(key_padding_mask, causal, q, k, v)
 
 
-def packed_attention(sources: tuple[Tensor, ...], places: tuple[Place, ...], heads: int, key_padding_mask: Tensor | None = None, causal: bool = False) -> Tensor:
-    """:func:`attention` of ``heads`` heads whose q, k and v are column blocks of stacked
-    projections on packed rows: ``sources`` (qkv,) with qkv (R, 3D) (self-attention) or (q, kv)
-    with q (Rq, D) and kv (Rk, 2D) (cross-attention), each the output of one product (the
-    projections' weights side by side), the rows of each the positions of its
-    :class:`~syntaxnmt.cpu.packing.Place` in the query's (B, Tq) or the keys' (B, Tk) layout
-    (rows None: every position in order). Returns (Rq, D), the output at the query's rows; the
-    gradient of each source comes out as one tensor. The same values as placing the sources in
-    (B, T, ...) with zeros at the positions without a row, attending, and gathering the output's
-    rows, without those copies. Only where :func:`shapes_usable`."""
+def packed_attention(q: Tensor, k: Tensor, v: Tensor, places: tuple[Place, Place], heads: int, key_padding_mask: Tensor | None = None, causal: bool = False) -> Tensor:
+    """:func:`attention` of ``heads`` heads of the projections q (Rq, D), k and v (Rk, D) on packed
+    rows: the rows of q are the positions of ``places[0]`` (:class:`~syntaxnmt.cpu.packing.Place`)
+    in the query's (B, Tq) layout, those of k and v the positions of ``places[1]`` in the keys'
+    (B, Tk) (rows None: every position in order). Returns (Rq, D), the output at the query's
+    rows. The same values as placing q, k and v in (B, T, ...) with zeros at the positions without
+    a row, attending, and gathering the output's rows, without those copies. Only where
+    :func:`shapes_usable`."""
     _require_native()
-    if any(x.dtype != torch.float32 or x.device.type != "cpu" or x.dim() != 2 for x in sources):
-        raise ValueError(f"packed_attention computes (rows, width) float32 CPU tensors, not {', '.join(f'{tuple(x.shape)} {x.dtype} on {x.device}' for x in sources)}")
-    return _PackedAttention.apply(key_padding_mask, causal, heads, places, *sources)
+    if any(x.dtype != torch.float32 or x.device.type != "cpu" or x.dim() != 2 for x in (q, k, v)):
+        raise ValueError(f"packed_attention computes (rows, width) float32 CPU tensors, not {', '.join(f'{tuple(x.shape)} {x.dtype} on {x.device}' for x in (q, k, v))}")
+    return _PackedAttention.apply(key_padding_mask, causal, heads, places, q, k, v)
 
 
 # ------------------------------------------------------------------ the kernel of a model's attentions
 
 
-def stackable(attn: MultiHeadAttention, query: Tensor, key_value: Tensor | None, causal: bool) -> bool:
-    """Whether :func:`stacked_attention` computes this call of ``attn``: its plain attention in
+def rows_usable(attn: MultiHeadAttention, query: Tensor, key_value: Tensor | None, causal: bool) -> bool:
+    """Whether :func:`rows_attention` computes this call of ``attn``: its plain attention in
     training, in the C kernels (:func:`shapes_usable`), the projections not under autocast."""
     tk = query.size(1) if key_value is None else key_value.size(1)
     return (
@@ -200,29 +197,17 @@ def stackable(attn: MultiHeadAttention, query: Tensor, key_value: Tensor | None,
     )
 
 
-def _projection(x: Tensor, layers: Sequence[nn.Linear]) -> Tensor:
-    """The projections ``layers`` of ``x`` (R, D) side by side (R, len(layers) * D), as one
-    product with the weights stacked (their gradients come back as slices of one)."""
-    weight = torch.cat([p.weight for p in layers])
-    bias = torch.cat([p.bias for p in layers]) if layers[0].bias is not None else None
-    return linear(x, weight, bias)
-
-
-def stacked_attention(attn: MultiHeadAttention, h: Tensor, place: Place, key_padding_mask: Tensor | None = None, causal: bool = False, memory: Tensor | None = None, memory_place: Place | None = None) -> Tensor:
-    """The plain attention of CPU training in the C kernels with the projections stacked: q, k,
-    v (self-attention) or k, v (cross-attention, of ``memory``) are one product each, on the
-    wider weight, and the kernels read their heads where the product wrote them and write their
-    gradients into one tensor (:func:`packed_attention`): fewer, larger products than three, and
-    no sums of the three input gradients. ``h`` (R, D) holds the positions of ``place``
-    (:class:`~syntaxnmt.cpu.packing.Place`: packed rows, or every position in order), ``memory``
-    (Rs, D) those of ``memory_place``, and so does the result: the kernels read and write the
-    packed rows through a row map, so stacks whose states stay packed between the layers
-    (:class:`syntaxnmt.cpu.stack.PackedStacks`) run every operator on the R rows."""
-    if memory is None:
-        sources, places = (_projection(h, (attn.q_proj, attn.k_proj, attn.v_proj)),), (place,)
-    else:
-        sources, places = (attn.q_proj(h), _projection(memory, (attn.k_proj, attn.v_proj))), (place, memory_place)
-    return attn.out_proj(packed_attention(sources, places, attn.heads, key_padding_mask, causal))
+def rows_attention(attn: MultiHeadAttention, h: Tensor, place: Place, key_padding_mask: Tensor | None = None, causal: bool = False, memory: Tensor | None = None, memory_place: Place | None = None) -> Tensor:
+    """The plain attention of CPU training in the C kernels on rows: ``h`` (R, D) holds the
+    positions of ``place`` (:class:`~syntaxnmt.cpu.packing.Place`: packed rows, or every position
+    in order), ``memory`` (Rs, D) those of ``memory_place`` (cross-attention; None:
+    self-attention), and so does the result. q, k and v are the attention's own projections of
+    those rows; the kernels read and write them through a row map (:func:`packed_attention`), so
+    stacks whose states stay packed between the layers (:class:`syntaxnmt.cpu.stack.PackedStacks`)
+    run every operator on the R rows."""
+    kv, kv_place = (h, place) if memory is None else (memory, memory_place)
+    out = packed_attention(attn.q_proj(h), attn.k_proj(kv), attn.v_proj(kv), (place, kv_place), attn.heads, key_padding_mask, causal)
+    return attn.out_proj(out)
 
 
 class _CrossState:
@@ -293,16 +278,16 @@ def native_step(attn: MultiHeadAttention, query: Tensor, key_value: Tensor | Non
 class CpuAttention(AttentionKernel):
     """The CPU's :class:`~syntaxnmt.model.attention.AttentionKernel`: a decoding step marked native
     (:meth:`~syntaxnmt.model.transformer.Transformer.init_state`) in :func:`native_step`; training
-    with the projections stacked (:func:`stacked_attention`); else the projections, then
+    in the kernels of rows (:func:`rows_attention`); else the projections, then
     :meth:`attend`. PyTorch's kernel wherever none of these applies (another device, other dtypes)."""
 
     def __call__(self, attn: MultiHeadAttention, query: Tensor, key_value: Tensor | None, key_padding_mask: Tensor | None, causal: bool, cache: dict | None, static_kv: bool) -> Tensor:
         if cache is not None and cache.get("native") and _native is not None:
             return native_step(attn, query, key_value, key_padding_mask, cache, static_kv)
-        if cache is None and stackable(attn, query, key_value, causal):
+        if cache is None and rows_usable(attn, query, key_value, causal):
             b, t, d = query.shape
             memory, memory_place = (None, None) if key_value is None else (key_value.reshape(-1, d), Place(None, *key_value.shape[:2]))
-            return stacked_attention(attn, query.reshape(-1, d), Place(None, b, t), key_padding_mask, causal, memory, memory_place).view(b, t, -1)
+            return rows_attention(attn, query.reshape(-1, d), Place(None, b, t), key_padding_mask, causal, memory, memory_place).view(b, t, -1)
         return super().__call__(attn, query, key_value, key_padding_mask, causal, cache, static_kv)
 
     def attend(self, attn: MultiHeadAttention, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool, own_dropout: bool = False) -> Tensor:

@@ -191,35 +191,3 @@ class Linear(nn.Linear):
     def forward(self, x: Tensor) -> Tensor:
         return linear(x, self.weight, self.bias)
 
-
-def _decodes(layer: nn.Linear, x: Tensor) -> bool:
-    """Whether ``layer(x)`` is a product of incremental decoding's rows: no autograd, ``x`` (N, in)
-    and the weight float32 on the CPU."""
-    return not torch.is_grad_enabled() and x.dim() == 2 and x.device.type == "cpu" and x.dtype == torch.float32 and layer.weight.dtype == torch.float32
-
-
-def _transposed_product(layer: nn.Linear, x: Tensor) -> Tensor:
-    """``x @ W^T (+ b)`` against a contiguous copy of ``W^T`` (in, out) kept on the layer and made
-    again when the weight changes (see :func:`decode_linear`)."""
-    w = layer.weight
-    kept = layer.__dict__.get("_decode_weight_t")  # (weight, its version and storage, W^T)
-    if kept is None or kept[0] is not w or kept[1] != (w._version, w.data_ptr()):
-        kept = layer.__dict__["_decode_weight_t"] = (w, (w._version, w.data_ptr()), w.detach().t().contiguous())
-    return torch.mm(x, kept[2]) if layer.bias is None else torch.addmm(layer.bias, x, kept[2])
-
-
-def decode_linear(layer: nn.Module, x: Tensor) -> Tensor:
-    """``layer(x)`` for incremental decoding's rows ``x`` (N, in); for an ``nn.Linear`` (or
-    :class:`Linear`) without autograd on float32 CPU tensors, ``x @ W^T`` against a contiguous copy
-    of ``W^T`` (in, out) kept on the layer and made again when the weight changes: at the output
-    layer's shapes (a few hundred rows, 128 in, 8k out) MKL's sgemm on it is about 1.3x oneDNN's
-    and ATen's product on the (out, in) weight, with the same values (docs/deployment.md, "Speed")."""
-    return _transposed_product(layer, x) if isinstance(layer, nn.Linear) and _decodes(layer, x) else layer(x)
-
-
-class OutputLinear(Linear):
-    """The output layer of a Transformer (:func:`syntaxnmt.cpu.install`): the rows of a decoding
-    step (no autograd, (N, in)) through :func:`decode_linear`'s kept ``W^T``, else :class:`Linear`."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        return _transposed_product(self, x) if _decodes(self, x) else linear(x, self.weight, self.bias)

@@ -2,7 +2,7 @@
 
 Bucketed CPU batches (``train.shape_bucket``) are about a fifth padding (:mod:`syntaxnmt.cpu.packing`).
 Where every attention of a stack is the plain one of the C kernels
-(:func:`syntaxnmt.cpu.attention.stackable`), :class:`PackedStacks` -- the
+(:func:`syntaxnmt.cpu.attention.rows_usable`), :class:`PackedStacks` -- the
 :class:`~syntaxnmt.model.transformer.StackRunner` that :func:`syntaxnmt.cpu.install` gives a
 Transformer -- keeps the states packed between the layers: from the embeddings of the real rows,
 the norms, dropouts, residuals and products run on those rows, and only the kernels' q, k, v are
@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from syntaxnmt.cpu.attention import stackable, stacked_attention
+from syntaxnmt.cpu.attention import rows_attention, rows_usable
 from syntaxnmt.cpu.dropout import bias_relu_dropout, dropout_add, dropout_add_norm, fuses_bias
 from syntaxnmt.cpu.linear import linear, row_granule
 from syntaxnmt.cpu.packing import Place, PlacedRows, gather_rows, packed_rows
@@ -114,10 +114,10 @@ class PackedStacks(StackRunner):
     def packs_through(model: Transformer, x: Tensor, memory: Tensor | None = None) -> bool:
         """Whether the encoder's layers (``memory`` None) or the decoder's (``memory``: the encoder
         output) can keep packed states between them for inputs like ``x``: every attention is the
-        plain one the C kernels compute (:func:`~syntaxnmt.cpu.attention.stackable`)."""
+        plain one the C kernels compute (:func:`~syntaxnmt.cpu.attention.rows_usable`)."""
         if memory is None:
-            return all(stackable(layer.self_attn, x, None, False) for layer in model.encoder)
-        return all(stackable(layer.self_attn, x, None, True) and stackable(layer.cross_attn, x, memory, False) for layer in model.decoder)
+            return all(rows_usable(layer.self_attn, x, None, False) for layer in model.encoder)
+        return all(rows_usable(layer.self_attn, x, None, True) and rows_usable(layer.cross_attn, x, memory, False) for layer in model.decoder)
 
     def encode(self, model: Transformer, batch: Batch) -> tuple[Tensor, Sequence[Tensor], object] | None:
         """The encoder on the real rows: its output placed, each layer's output placed when read
@@ -127,7 +127,7 @@ class PackedStacks(StackRunner):
         if rows is None or not self.packs_through(model, _states_like(model, batch.src)):
             return None
         place = Place(rows, *batch.src.shape)
-        blocks = [block for layer in model.encoder for block in ((layer.res_attn, lambda h, a=layer.self_attn: stacked_attention(a, h, place, pad_mask)), (layer.res_ffn, layer.ffn))]
+        blocks = [block for layer in model.encoder for block in ((layer.res_attn, lambda h, a=layer.self_attn: rows_attention(a, h, place, pad_mask)), (layer.res_ffn, layer.ffn))]
         final, outputs = _run(embedded_rows(model.src_embed, batch.src, rows, batch.features), blocks, 2, model.enc_norm, model.cfg.norm == "pre", model.training)
         return place.placed(final), PlacedRows(outputs, place), (final, place)
 
@@ -152,8 +152,8 @@ class PackedStacks(StackRunner):
             block
             for layer in model.decoder
             for block in (
-                (layer.res_self, lambda h, a=layer.self_attn: stacked_attention(a, h, place, causal=True)),
-                (layer.res_cross, lambda h, a=layer.cross_attn: stacked_attention(a, h, place, enc.pad_mask, memory=memory, memory_place=memory_place)),
+                (layer.res_self, lambda h, a=layer.self_attn: rows_attention(a, h, place, causal=True)),
+                (layer.res_cross, lambda h, a=layer.cross_attn: rows_attention(a, h, place, enc.pad_mask, memory=memory, memory_place=memory_place)),
                 (layer.res_ffn, layer.ffn),
             )
         ]

@@ -35,12 +35,8 @@ and may start another from the root. All states of the batch are tensors indexed
 one step of every hypothesis and candidate is a few gathers (:meth:`ConstraintTrie.advance`).
 
 With no constraint in a batch nothing here runs and the search is exactly the unconstrained one.
-With constraints on the CPU the native log-softmax top-k (:mod:`syntaxnmt.cpu.search`) stays
-in use: its forbidden columns are the same in every row, so it is asked for k + 1 candidates
-(one more than a row's banned EOS can take) and the rows' rules and constraint tokens are applied
-to them and to the logits (:meth:`StepRows.from_kernel`); where the kernel is not built, or with
-``decode.cpu_softmax: torch``, the search falls back to PyTorch's log-softmax and top-k
-(:meth:`StepRows.restrict`, :meth:`StepRows.extend`), with the same hypotheses.
+With constraints the rows' rules apply to their log-probabilities before the top-k
+(:meth:`StepRows.restrict`) and their constraint tokens follow the top-k (:meth:`StepRows.extend`).
 """
 
 from __future__ import annotations
@@ -300,43 +296,11 @@ class StepRows:
             at = rows.to(device)
             log_probs[at] = log_probs[at].masked_fill(~self._not_continuing(rows, device), _NEG)
 
-    def from_kernel(self, logits: Tensor, lse: Tensor, values: Tensor, index: Tensor, k: int) -> tuple[Tensor, Tensor]:
-        """The native kernel's k + 1 best log-probabilities and tokens of the rows (R, k + 1;
-        ``lse`` (R,) the logits' log-sum-exp) to their candidates, as :meth:`restrict` then
-        :meth:`extend` make them from log-probabilities: EOS dropped where constraints are unmet,
-        the rows without room for a detour keeping their constraint tokens only, then every row's
-        constraint tokens that its top-k lacks."""
-        self.owner.check_vocabulary(logits.size(-1))
-        if self.closing is not None and bool(self.closing.any()):
-            # the closing rows' k + 1 best among the pieces they may write, from their logits: the
-            # kernel's rules (never PAD or BOS; EOS where the kernel left it out though it ranks
-            # among its k + 1, i.e. before min_len, stays out)
-            rows = self.closing.nonzero().view(-1)
-            lp = (logits[rows] - lse[rows, None]).masked_fill(~self._not_continuing(rows, logits.device), _NEG)
-            lp[:, [PAD, BOS]] = _NEG
-            eos_banned = ~index[rows].eq(EOS).any(1) & (lp[:, EOS] >= values[rows, -1])
-            lp[:, EOS] = lp[:, EOS].masked_fill(eos_banned, _NEG)
-            values, index = values.clone(), index.clone()
-            values[rows], index[rows] = lp.topk(values.size(1), dim=1)
-        values = values.masked_fill(self.unmet[:, None] & index.eq(EOS), _NEG)
-        values, order = values.sort(dim=1, descending=True, stable=True)
-        values, index = values[:, :k], index.gather(1, order)[:, :k]
-        fwd = self.forward
-        fwd_lp = (logits.gather(1, fwd.clamp(min=0)) - lse[:, None]).masked_fill(fwd < 0, _NEG)
-        if bool(self.tight.any()):
-            rows = self.tight.nonzero().view(-1)
-            best, order = fwd_lp[rows].sort(dim=1, descending=True, stable=True)
-            tokens = fwd[rows].gather(1, order).clamp(min=0).masked_fill(best.isneginf(), PAD)
-            w = min(k, best.size(1))
-            values[rows], index[rows] = _NEG, PAD
-            values[rows, :w], index[rows, :w] = best[:, :w], tokens[:, :w]
-        return self.extend(fwd_lp, values, index, gathered=True)
-
-    def extend(self, log_probs: Tensor, values: Tensor, index: Tensor, gathered: bool = False) -> tuple[Tensor, Tensor]:
+    def extend(self, log_probs: Tensor, values: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
         """The rows' top-k candidates (R, k) followed by their constraint tokens (R, B) that the
         top-k lacks (Post & Vilar's "constraint" candidates; -inf and PAD where none)."""
         fwd = self.forward.to(log_probs.device)
-        extra = log_probs if gathered else log_probs.gather(1, fwd.clamp(min=0))  # ``gathered``: the constraint tokens' (R, B) already
+        extra = log_probs.gather(1, fwd.clamp(min=0))
         extra = extra.masked_fill((fwd < 0) | (fwd[:, :, None] == index[:, None, :]).any(-1), _NEG)
         return torch.cat([values, extra], dim=1), torch.cat([index, fwd.clamp(min=0).masked_fill(fwd < 0, PAD)], dim=1)
 

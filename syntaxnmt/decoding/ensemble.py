@@ -74,24 +74,16 @@ class Ensemble(nn.Module):
         """Whether ``step(..., rows=)`` is supported: every member's is."""
         return all(getattr(m, "step_rows", False) for m in self.models)
 
-    @property
-    def step_logits(self) -> bool:
-        """Whether ``step(..., normalize=False)`` is supported: every member's is."""
-        return all(getattr(m, "step_logits", False) for m in self.models)
-
-    def step(self, tokens: Tensor, state: EnsembleState, need_weights: bool = False, rows: Tensor | None = None, normalize: bool = True) -> tuple[Tensor, EnsembleState]:
+    def step(self, tokens: Tensor, state: EnsembleState, need_weights: bool = False, rows: Tensor | None = None) -> tuple[Tensor, EnsembleState]:
         """Log-probabilities (N, V) of the next token: the members' mean log-probability,
-        renormalized (``rows``: of those rows only, (R, V)); with ``normalize`` False, before the
-        renormalization (one member: its logits)."""
-        alone = len(self.models) == 1
-        outs = [m.step(tokens, s, need_weights, rows=rows, **({} if normalize or not alone else {"normalize": False})) for m, s in zip(self.models, state.members)]
+        renormalized (``rows``: of those rows only, (R, V))."""
+        outs = [m.step(tokens, s, need_weights, rows=rows) for m, s in zip(self.models, state.members)]
         state.members = [s for _, s in outs]
         state.step += 1
-        if alone:
+        if len(self.models) == 1:
             log_probs = outs[0][0]
         else:
-            log_probs = torch.stack([lp for lp, _ in outs]).mean(0)
-            log_probs = torch.log_softmax(log_probs, dim=-1) if normalize else log_probs
+            log_probs = torch.log_softmax(torch.stack([lp for lp, _ in outs]).mean(0), dim=-1)
         state.last_cross_attention = torch.stack([s.last_cross_attention.float() for s in state.members]).mean(0) if need_weights else None
         return log_probs, state
 

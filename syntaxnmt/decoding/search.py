@@ -6,10 +6,8 @@ True`` takes ``step(..., rows=)``: the log-probabilities of those rows only; the
 later model families share this search. ``sources_kept`` says that ``index`` only moves rows among
 the beams of their own sentence (none left the batch), so per-sentence tensors -- the encoder
 output and the keys/values computed from it -- need no reordering. On the CPU, a model with
-``step_logits`` (``step(..., normalize=False)`` returns logits) has its candidates read by the
-native log-softmax top-k, and one with ``native_attention`` (``init_state(..., native=True)``)
-steps its attentions in the native kernels too (:mod:`syntaxnmt.cpu.search`,
-``decode.cpu_softmax``).
+``native_attention`` (``init_state(..., native=True)``: :func:`syntaxnmt.cpu.install` sets it
+where the C kernels are built) steps its attentions in the native kernels (:func:`native_state`).
 
 Beam search is vectorized over sentences and beams (no Python loop over hypotheses). Hypotheses
 are ranked by ``log P(y|x) / lp(y)``: length normalization, ``lp(y) = |y|**alpha`` or GNMT's
@@ -36,7 +34,6 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from syntaxnmt.cpu.search import log_softmax_topk, use_native
 from syntaxnmt.decoding.constraints import BeamConstraints, SentenceConstraints, StepRows, has_constraints
 from syntaxnmt.inputs import BOS, EOS, PAD, Batch
 
@@ -139,55 +136,36 @@ def topk_rows(x: Tensor, k: int, chunk: int = 64) -> tuple[Tensor, Tensor]:
     return values, cols.gather(1, pos)
 
 
-def native_state(model, native: bool) -> dict:
-    """``init_state``'s keyword for a search that uses the native kernels (``native``): the
-    model's attentions then step in them too where it supports that (``native_attention``; not
-    with the coverage penalty, which reads the attention weights)."""
-    return {"native": True} if native and getattr(model, "native_attention", False) else {}
+def native_state(model, device: torch.device, need_weights: bool = False) -> dict:
+    """``init_state``'s keyword for a search on ``device``: on the CPU the model's attentions step
+    in the native kernels where it supports that (``native_attention``); not where the search
+    reads the attention weights (``need_weights``: the coverage penalty)."""
+    return {"native": True} if device.type == "cpu" and not need_weights and getattr(model, "native_attention", False) else {}
 
 
-def next_candidates(model, tokens: Tensor, state, k: int, step: int, min_len: int, row_limits: Tensor, native: bool, constrained: StepRows | None = None, **step_kwargs) -> tuple[Tensor, Tensor, object]:
+def next_candidates(model, tokens: Tensor, state, k: int, step: int, min_len: int, row_limits: Tensor, constrained: StepRows | None = None, **step_kwargs) -> tuple[Tensor, Tensor, object]:
     """The model's step and the ``k`` best next tokens of each row it computed: log-probabilities
     and tokens (R, k) on the model's device, best first, and the new state. ``row_limits`` (R,): each row's
     longest output (:func:`_forbid`'s rules: never PAD or BOS, EOS only from ``min_len`` on and
-    nothing else from a row's limit on). With ``native`` (:func:`syntaxnmt.cpu.search.use_native`)
-    the step returns logits and :func:`~syntaxnmt.cpu.search.log_softmax_topk` reads them
-    without writing the log-softmax; otherwise ``log_softmax``, :func:`_forbid` and :func:`topk_rows`
+    nothing else from a row's limit on): ``log_softmax``, :func:`_forbid` and :func:`topk_rows`
     (``max`` for k = 1). ``k`` larger than the vocabulary gives all of it. ``constrained`` (the
     rows' constraint states): their rules apply to the candidates, and their constraint tokens
-    follow them (:class:`~syntaxnmt.decoding.constraints.StepRows`; the native kernel is asked for
-    k + 1, room for a row's banned EOS)."""
-    if not native:
-        log_probs, state = model.step(tokens, state, **step_kwargs)
-        log_probs = _forbid(log_probs.float(), step, min_len, row_limits.to(log_probs.device))
-        if constrained is not None:
-            constrained.restrict(log_probs)
-        k = min(k, log_probs.size(-1))
-        values, index = topk_rows(log_probs, k) if k > 1 else log_probs.max(-1, keepdim=True)
-        if constrained is not None:
-            values, index = constrained.extend(log_probs, values, index)
-        return values, index, state
-    logits, state = model.step(tokens, state, normalize=False, **step_kwargs)
-    logits = logits.float()
-    k = min(k, logits.size(-1))
-    no_eos = step < min_len
-    wide = k if constrained is None else min(k + 1, logits.size(-1))
-    values, index, lse = log_softmax_topk(logits, wide, (PAD, BOS, EOS) if no_eos else (PAD, BOS))
-    over = (step >= row_limits).nonzero().view(-1)
-    if len(over):  # only EOS, and from min_len on
-        values[over] = float("-inf")
-        index[over] = EOS
-        if not no_eos:
-            values[over, 0] = logits[over, EOS] - lse[over]
+    follow them (:class:`~syntaxnmt.decoding.constraints.StepRows`)."""
+    log_probs, state = model.step(tokens, state, **step_kwargs)
+    log_probs = _forbid(log_probs.float(), step, min_len, row_limits.to(log_probs.device))
     if constrained is not None:
-        values, index = constrained.from_kernel(logits, lse, values, index, k)
+        constrained.restrict(log_probs)
+    k = min(k, log_probs.size(-1))
+    values, index = topk_rows(log_probs, k) if k > 1 else log_probs.max(-1, keepdim=True)
+    if constrained is not None:
+        values, index = constrained.extend(log_probs, values, index)
     return values, index, state
 
 
 @torch.no_grad()
-def greedy_search(model, batch: Batch, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, lp_type: LengthPenaltyType = "power", cpu_softmax: str = "auto") -> list[list[Hypothesis]]:
+def greedy_search(model, batch: Batch, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, lp_type: LengthPenaltyType = "power") -> list[list[Hypothesis]]:
     """Pick the most probable token at every step, for all sentences at once (``max_len``: one
-    for all or one per sentence; ``cpu_softmax``: see :func:`next_candidates`)."""
+    for all or one per sentence)."""
     n = len(batch)
     limits = _limits(max_len, n)
     steps = int(limits.max()) + 1
@@ -195,10 +173,9 @@ def greedy_search(model, batch: Batch, max_len: int | Tensor, min_len: int = 0, 
     out = torch.full((n, steps), PAD, dtype=torch.long)
     total = torch.zeros(n)
     finished = torch.zeros(n, dtype=torch.bool)
-    native = use_native(cpu_softmax, batch.src.device, model)
-    state = model.init_state(model.encode(batch), **native_state(model, native))
+    state = model.init_state(model.encode(batch), **native_state(model, batch.src.device))
     for t in range(steps):
-        best, tokens, state = next_candidates(model, tokens, state, 1, t, min_len, limits, native)
+        best, tokens, state = next_candidates(model, tokens, state, 1, t, min_len, limits)
         best, tokens = best[:, 0], tokens[:, 0]
         best, tok_cpu = best.cpu(), tokens.cpu()
         total += torch.where(finished, torch.zeros_like(best), best)
@@ -215,13 +192,12 @@ def greedy_search(model, batch: Batch, max_len: int | Tensor, min_len: int = 0, 
 
 
 @torch.no_grad()
-def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0, lp_type: LengthPenaltyType = "power", cpu_softmax: str = "auto", constraints: Sequence[SentenceConstraints] | None = None) -> list[list[Hypothesis]]:
+def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0, lp_type: LengthPenaltyType = "power", constraints: Sequence[SentenceConstraints] | None = None) -> list[list[Hypothesis]]:
     """Beam search; returns the ``nbest`` best hypotheses of every sentence, best first (``coverage_penalty``: β;
-    ``max_len``: one for all or one per sentence; ``lp_type``: see :func:`length_penalty`; ``cpu_softmax``: see :func:`next_candidates`).
+    ``max_len``: one for all or one per sentence; ``lp_type``: see :func:`length_penalty`).
     ``constraints[i]``: target phrases (token-id lists) every hypothesis of batch row ``i`` contains
-    (None or [] for none; :mod:`~syntaxnmt.decoding.constraints`: dynamic beam allocation; the
-    native top-k kernel gives k + 1 candidates, and where it cannot be used PyTorch's log-softmax
-    and top-k do). Constraints longer than a sentence's limit are a UserError naming it; where they
+    (None or [] for none; :mod:`~syntaxnmt.decoding.constraints`: dynamic beam allocation).
+    Constraints longer than a sentence's limit are a UserError naming it; where they
     leave fewer than ``nbest`` hypotheses (a sentence whose limit they fill), its list is shorter."""
     device = batch.src.device
     n, k = len(batch), beam
@@ -232,8 +208,7 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
     # sentence: it runs on the n sentences (and so do the cross-attention's key and value
     # projections of the encoder output, which decoders cache at their first step); the state is
     # expanded to the n * k rows after it.
-    native = use_native(cpu_softmax, device, model)
-    state = model.init_state(model.encode(batch), **native_state(model, native and not coverage_penalty))
+    state = model.init_state(model.encode(batch), **native_state(model, device, need_weights=bool(coverage_penalty)))
     alive = torch.arange(n)  # sentence ids of the rows still in the batch
     tokens = torch.full((n,), BOS, dtype=torch.long, device=device)  # the first step: one row per sentence
     history = torch.empty(n, k, 0, dtype=torch.long)
@@ -264,7 +239,7 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
         # best k continuations by log-probability hold all its candidates for the sentence's
         # top k: rank the k*k of them rather than k*V.
         constrained = {} if cons is None else {"constrained": cons.rows(t, rows, first=t == 0)}
-        open_lp, open_tok, state = next_candidates(model, tokens, state, k, t, min_len, row_limits[::k] if t == 0 else row_limits if rows is None else row_limits[rows], native, **constrained, **step_rows, **({"need_weights": True} if coverage_penalty else {}))
+        open_lp, open_tok, state = next_candidates(model, tokens, state, k, t, min_len, row_limits[::k] if t == 0 else row_limits if rows is None else row_limits[rows], **constrained, **step_rows, **({"need_weights": True} if coverage_penalty else {}))
         if t == 0:  # one row per sentence: the other beams' candidates are never live (raw -inf)
             open_lp, open_tok = open_lp.repeat_interleave(k, 0), open_tok.repeat_interleave(k, 0)
         if coverage_penalty:
@@ -326,9 +301,9 @@ def beam_search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: 
     return results  # type: ignore[return-value]
 
 
-def search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0, lp_type: LengthPenaltyType = "power", cpu_softmax: str = "auto", constraints: Sequence[SentenceConstraints] | None = None) -> list[list[Hypothesis]]:
+def search(model, batch: Batch, beam: int, max_len: int | Tensor, min_len: int = 0, alpha: float = 1.0, nbest: int = 1, coverage_penalty: float = 0.0, lp_type: LengthPenaltyType = "power", constraints: Sequence[SentenceConstraints] | None = None) -> list[list[Hypothesis]]:
     """Greedy search for beam 1, else beam search; with ``constraints`` (see :func:`beam_search`)
     beam search also at beam 1 (greedy search with the constraints' candidates and allocation)."""
     if beam == 1 and nbest == 1 and not has_constraints(constraints):
-        return greedy_search(model, batch, max_len, min_len, alpha, lp_type, cpu_softmax)
-    return beam_search(model, batch, beam, max_len, min_len, alpha, nbest, coverage_penalty, lp_type, cpu_softmax, constraints)
+        return greedy_search(model, batch, max_len, min_len, alpha, lp_type)
+    return beam_search(model, batch, beam, max_len, min_len, alpha, nbest, coverage_penalty, lp_type, constraints)

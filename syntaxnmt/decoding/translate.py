@@ -108,11 +108,11 @@ def _translate_wave(model, sources, wave: np.ndarray, results: list, decode: Dec
         src_lens = batch.src.ne(0).sum(1) - 1
         max_len = max_output_lengths(src_lens, decode.max_len_a, decode.max_len_b, max_pos)
         if constraints is None:
-            hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty, decode.length_penalty_type, decode.cpu_softmax)
+            hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty, decode.length_penalty_type)
         else:  # the batch's ids name its sentences in the search's errors: their input line numbers
             batch.ids = torch.as_tensor(names[idx], dtype=torch.long)
             cons = constraints.subset(idx) if isinstance(constraints, BatchConstraints) else [constraints[i] for i in idx]
-            hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty, decode.length_penalty_type, decode.cpu_softmax, constraints=cons)
+            hyps = search(model, batch, beam, max_len, decode.min_len, decode.length_penalty, nbest, decode.coverage_penalty, decode.length_penalty_type, constraints=cons)
         if decode.unk_replace != "none":
             locate_unknown_words(model, batch, hyps, decode)
         if context is not None and context.concat_target:

@@ -261,7 +261,6 @@ class RNNModel(nn.Module):
     (``encode``/``init_state``/``step``/``reorder_state``)."""
 
     step_rows = True  # step(..., rows=) computes the next-token distribution of some rows only
-    step_logits = True  # step(..., normalize=False) returns the logits
 
     def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int):
         super().__init__()
@@ -327,15 +326,15 @@ class RNNModel(nn.Module):
         return ModelOutput(pre, self._logits, enc, [alpha[:, None]] if need_weights else [])
 
     # --- incremental decoding -----------------------------------------------------------------
-    def step(self, tokens: Tensor, state: RNNState, need_weights: bool = False, rows: Tensor | None = None, normalize: bool = True) -> tuple[Tensor, RNNState]:
+    def step(self, tokens: Tensor, state: RNNState, need_weights: bool = False, rows: Tensor | None = None) -> tuple[Tensor, RNNState]:
         """Log-probabilities (N, V) of the next token given the previous one ``tokens`` (N,);
-        with ``rows`` (R,), those rows' only (R, V); the logits with ``normalize`` False."""
+        with ``rows`` (R,), those rows' only (R, V)."""
         y = self.dropout(self.tgt_embed(tokens))
         pre, alpha = self.decoder.step(y, state)
         state.step += 1
         state.last_cross_attention = alpha if need_weights else None
         logits = self._logits(pre if rows is None else pre.index_select(0, rows))
-        return (torch.log_softmax(logits.float(), dim=-1) if normalize else logits), state
+        return torch.log_softmax(logits.float(), dim=-1), state
 
     def reorder_state(self, state: RNNState, index: Tensor, sources_kept: bool = False) -> RNNState:
         """Keep (and duplicate) hypotheses ``index``: every state tensor is index-selected (see

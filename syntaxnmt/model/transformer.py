@@ -199,7 +199,6 @@ class Transformer(nn.Module):
 
     alignment_pass: AlignmentPass | None = None
     step_rows = True  # step(..., rows=) computes the next-token distribution of some rows only
-    step_logits = True  # step(..., normalize=False) returns the logits
     stacks: StackRunner = StackRunner()
     """How the stacks run when nothing is asked of their attentions (:class:`StackRunner`)."""
 
@@ -358,12 +357,10 @@ class Transformer(nn.Module):
         no attention weights; a model with ``native_attention`` takes it)."""
         return DecoderState(enc, 0, [{"self": {"native": True}, "cross": {"native": True}} if native else {} for _ in self.decoder])
 
-    def step(self, tokens: Tensor, state: DecoderState, need_weights: bool = False, rows: Tensor | None = None, normalize: bool = True) -> tuple[Tensor, DecoderState]:
+    def step(self, tokens: Tensor, state: DecoderState, need_weights: bool = False, rows: Tensor | None = None) -> tuple[Tensor, DecoderState]:
         """Log-probabilities (N, V) of the next token given the previous one ``tokens`` (N,);
         with ``rows`` (R,), those rows' only (R, V): the output layer and its softmax, the
-        largest products of a step, skip the rows nobody reads (finished hypotheses). With
-        ``normalize`` False, the logits before the log-softmax (the search normalizes what it
-        reads: :func:`syntaxnmt.cpu.search.log_softmax_topk`)."""
+        largest products of a step, skip the rows nobody reads (finished hypotheses)."""
         if state.encoder.target_context_rows is not None:
             raise ValueError("incremental decoding reads computed target-side context states (batch.context_states), not batch rows")
         y = self.tgt_embed(tokens[:, None], offset=state.step)
@@ -377,7 +374,7 @@ class Transformer(nn.Module):
         logits = self.output(final if rows is None else final.index_select(0, rows))
         state.step += 1
         state.last_cross_attention = w[:, :, 0].mean(1) if need_weights else None
-        return (torch.log_softmax(logits.float(), dim=-1) if normalize else logits), state
+        return torch.log_softmax(logits.float(), dim=-1), state
 
     def reorder_state(self, state: DecoderState, index: Tensor, sources_kept: bool = False) -> DecoderState:
         """Keep (and duplicate) hypotheses ``index`` of the decoder state. With ``sources_kept`` (rows move only among

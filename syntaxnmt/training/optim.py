@@ -30,8 +30,8 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> tuple[torch.optim.Opt
     fused = all(p.device.type in ("cpu", "cuda") and p.dtype in (torch.float32, torch.float16, torch.bfloat16) for p in model.parameters())
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay, fused=fused or None)
     # The fused kernel writes the weights without bumping their version counters, which the no-grad
-    # caches of decoding key on (the output layer's kept W^T, cpu.linear.decode_linear; a HAN's
-    # composed maps): without this, validation would decode with the weights of its first run.
+    # caches of decoding key on (a HAN's composed maps): without this, validation would decode
+    # with the weights of its first run.
     weights = [p for group in opt.param_groups for p in group["params"]]
     opt.register_step_post_hook(lambda *_: increment_version(weights))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, inverse_sqrt(cfg.warmup_steps))

@@ -1,5 +1,5 @@
 """The CPU's attention (syntaxnmt.cpu.attention): the C kernels of whole sequences against a
-float64 reference, through MultiHeadAttention and a training step; the stacked projections and the
+float64 reference, through MultiHeadAttention and a training step; the kernels on rows and the
 native decoding step against the plain model's attention."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 
 from syntaxnmt.cpu import attention as native_attention
 from syntaxnmt.cpu import install
-from syntaxnmt.cpu.attention import CPU_ATTENTION, _CrossState, _SelfState, stackable, stacked_attention
+from syntaxnmt.cpu.attention import CPU_ATTENTION, _CrossState, _SelfState, rows_attention, rows_usable
 from syntaxnmt.cpu.machine import native_kernels, set_native_training
 from syntaxnmt.cpu.packing import Place
 from syntaxnmt.model.attention import MultiHeadAttention, defer_reorder, reorder_cache
@@ -155,11 +155,11 @@ def test_a_nan_reaches_the_output_as_in_pytorchs_kernel():
 
 
 @pytest.mark.parametrize("cross,packed", [(False, False), (True, False), (False, True), (True, True)])
-def test_stacked_projections_equal_the_three_separate_ones(cross, packed, monkeypatch):
-    """In CPU training the plain attention computes q, k, v (or k, v) as one product on the stacked
-    weights and the kernels write the gradients of the stacked output directly: same output and
-    gradients (of the input, of every weight and bias) as the separate projections, with padding,
-    a causal mask, and on packed rows (:func:`stacked_attention` of a memory on its real rows)."""
+def test_the_kernels_on_rows_equal_the_plain_attention(cross, packed, monkeypatch):
+    """In CPU training the plain attention runs in the kernels on rows (the projections of the
+    rows, read and written through row maps): same output and gradients (of the input, of every
+    weight and bias) as the plain model's attention, with padding, a causal mask, and on packed
+    rows (:func:`rows_attention` of a memory on its real rows)."""
     from syntaxnmt.cpu.packing import gather_rows, packed_rows
 
     torch.manual_seed(0)
@@ -170,21 +170,21 @@ def test_stacked_projections_equal_the_three_separate_ones(cross, packed, monkey
     kv_rows = packed_rows(pad, 8)
     results, calls = [], []
     kernel = native_attention.packed_attention
-    monkeypatch.setattr(native_attention, "packed_attention", lambda *a: calls.append(len(a[0])) or kernel(*a))
-    for stacked in (True, False):
+    monkeypatch.setattr(native_attention, "packed_attention", lambda q, k, v, places, *a: calls.append(k.size(0)) or kernel(q, k, v, places, *a))
+    for fast in (True, False):
         torch.manual_seed(1)
         mha = MultiHeadAttention(32, 4).train()
-        if stacked:  # else the plain model's separate projections and PyTorch's kernel
+        if fast:  # else the plain model's attention and PyTorch's kernel
             install(mha)
         leaves = [x.clone().requires_grad_(), memory.clone().requires_grad_()]
-        if stacked and packed:
+        if fast and packed:
             placed = (gather_rows(leaves[1], kv_rows), Place(kv_rows, 3, 6)) if cross else (None, None)
-            out = stacked_attention(mha, leaves[0].reshape(-1, 32), Place(None, 3, 9), pad if cross else None, not cross, *placed).view(3, 9, 32)
+            out = rows_attention(mha, leaves[0].reshape(-1, 32), Place(None, 3, 9), pad if cross else None, not cross, *placed).view(3, 9, 32)
         elif cross:
             out, _ = mha(leaves[0], leaves[1], key_padding_mask=pad)
         else:
             out, _ = mha(leaves[0], causal=True)
-        assert calls == [2 if cross else 1]  # the stacked sources, in the first run only
+        assert calls == [(kv_rows.numel() if packed else 18) if cross else 27]  # the keys' rows, in the first run only
         out.backward(grad)
         results.append([out.detach(), leaves[0].grad, *(leaves[1].grad for _ in [0] if cross), *(p.grad for p in mha.parameters())])
     for a, b in zip(*results):
@@ -207,21 +207,20 @@ def test_packed_rows_give_the_values_of_the_placed_layout_bit_for_bit(cross):
     assert rows is not None and memory_rows is not None and rows.numel() < b * t and memory_rows.numel() < b * s
     like, memory_like = torch.empty(b, t, 1), torch.empty(b, s, 1)
     if cross:
-        sources = [torch.randn(rows.numel(), heads * d), torch.randn(memory_rows.numel(), 2 * heads * d)]
-        places = (Place(rows, b, t), Place(memory_rows, b, s))
-        layouts = [(rows, like), (memory_rows, memory_like)]
-        pad, causal = src_pad, False
+        kv, kv_layout, pad, causal = (memory_rows, Place(memory_rows, b, s)), (memory_rows, memory_like), src_pad, False
     else:
-        sources, places, layouts, pad, causal = [torch.randn(rows.numel(), 3 * heads * d)], (Place(rows, b, t),), [(rows, like)], None, True
+        kv, kv_layout, pad, causal = (rows, Place(rows, b, t)), (rows, like), None, True
+    sources = [torch.randn(rows.numel(), heads * d), torch.randn(kv[0].numel(), heads * d), torch.randn(kv[0].numel(), heads * d)]
+    layouts = [(rows, like), kv_layout, kv_layout]
     grad = torch.randn(rows.numel(), heads * d)
     results = []
     for packed in (True, False):
         leaves = [x.clone().requires_grad_() for x in sources]
         if packed:
-            out = native_attention.packed_attention(tuple(leaves), places, heads, pad, causal)
+            out = native_attention.packed_attention(*leaves, (Place(rows, b, t), kv[1]), heads, pad, causal)
         else:
             placed = [scatter_rows(x, r, lk) for x, (r, lk) in zip(leaves, layouts)]
-            q, k, v = (h.transpose(1, 2) for x in placed for h in x.view(b, x.size(1), -1, heads, d).unbind(2))
+            q, k, v = (x.view(b, x.size(1), heads, d).transpose(1, 2) for x in placed)
             full = native_attention.attention(q, k, v, pad, causal)
             out = gather_rows(full.transpose(1, 2).reshape(b, t, heads * d), rows)
         out.backward(grad)
@@ -233,12 +232,12 @@ def test_packed_rows_give_the_values_of_the_placed_layout_bit_for_bit(cross):
 def test_packed_attention_refuses_what_the_kernels_cannot_read_and_autocast_keeps_pytorch():
     """A bf16 projection (CPU autocast) must never reach the float32 kernels (it crashed the process)."""
     with pytest.raises(ValueError, match="float32 CPU"):
-        native_attention.packed_attention((torch.randn(10, 96).bfloat16(),), (Place(None, 2, 5),), 4)
+        native_attention.packed_attention(*(torch.randn(10, 32).bfloat16() for _ in range(3)), (Place(None, 2, 5),) * 2, 4)
     mha = install(MultiHeadAttention(32, 4).train())
     x = torch.randn(2, 5, 32)
-    assert stackable(mha, x, None, True)
+    assert rows_usable(mha, x, None, True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert not stackable(mha, x, None, True)
+        assert not rows_usable(mha, x, None, True)
         out, _ = mha(x, causal=True)
     assert out.dtype == torch.bfloat16
 

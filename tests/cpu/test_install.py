@@ -14,7 +14,7 @@ from syntaxnmt.config import ModelConfig
 from syntaxnmt.cpu import install
 from syntaxnmt.cpu.attention import CpuAttention
 from syntaxnmt.cpu.dropout import Dropout
-from syntaxnmt.cpu.linear import Linear, OutputLinear
+from syntaxnmt.cpu.linear import Linear
 from syntaxnmt.cpu.stack import FusedFeedForward, FusedResidual, PackedStacks
 from syntaxnmt.data.batches import make_batch
 from syntaxnmt.decoding.search import beam_search
@@ -41,7 +41,7 @@ def _batch(n: int = 12, seed: int = 0):
 def test_a_model_built_by_hand_runs_pytorchs_modules():
     model = _model()
     kinds = {type(m) for m in model.modules()}
-    assert nn.Linear in kinds and nn.Dropout in kinds and not kinds & {Linear, OutputLinear, Dropout, FusedFeedForward, FusedResidual}
+    assert nn.Linear in kinds and nn.Dropout in kinds and not kinds & {Linear, Dropout, FusedFeedForward, FusedResidual}
     assert type(model.stacks) is StackRunner and not hasattr(model, "native_attention")
     assert all(type(m.kernel) is AttentionKernel for m in model.modules() if isinstance(m, MultiHeadAttention))
 
@@ -53,11 +53,11 @@ def test_install_replaces_the_execution_and_keeps_the_parameters():
     assert dict(model.state_dict()).keys() == before.keys() and all(torch.equal(model.state_dict()[k], v) for k, v in before.items())
     kinds = {type(m) for m in model.modules()}
     assert not kinds & {nn.Linear, nn.Dropout, FeedForward, Residual}
-    assert type(model.output) is OutputLinear and isinstance(model.stacks, PackedStacks)
+    assert type(model.output) is Linear and isinstance(model.stacks, PackedStacks)
     assert all(isinstance(m.kernel, CpuAttention) for m in model.modules() if isinstance(m, MultiHeadAttention))
     stacks = model.stacks
     install(model)  # twice: nothing changes
-    assert model.stacks is stacks and type(model.output) is OutputLinear
+    assert model.stacks is stacks and type(model.output) is Linear
 
 
 def test_a_model_on_another_device_keeps_pytorchs_modules():

@@ -91,25 +91,6 @@ def test_a_bad_environment_value_is_a_one_line_error_of_the_command_not_of_the_i
     assert "Traceback" not in run.stderr
 
 
-def test_decode_linear_equals_the_layer_and_follows_weight_updates():
-    """The decoding product on the kept W^T gives the layer's values, for Linear and nn.Linear,
-    with and without bias, and a changed weight (in place or replaced) is not read stale."""
-    torch.manual_seed(0)
-    x = torch.randn(37, 128)
-    for layer in (lin.Linear(128, 300, bias=False), torch.nn.Linear(128, 300)):
-        with torch.inference_mode():
-            assert torch.allclose(lin.decode_linear(layer, x), layer(x), atol=1e-5)
-        with torch.no_grad():
-            layer.weight.mul_(2.0)
-        with torch.inference_mode():
-            assert torch.allclose(lin.decode_linear(layer, x), layer(x), atol=1e-5)
-        layer.weight = torch.nn.Parameter(torch.randn(300, 128))
-        with torch.inference_mode():
-            assert torch.allclose(lin.decode_linear(layer, x), layer(x), atol=1e-5)
-    y = lin.decode_linear(layer, x.requires_grad_())  # with autograd: the layer itself
-    assert y.requires_grad and torch.allclose(y, layer(x), atol=1e-5)
-
-
 def test_row_counts_are_rounded_to_a_few_shapes_only_where_onednn_computes(monkeypatch):
     """oneDNN keeps state per shape, so its products see row counts rounded up to 128; ATen's
     and OpenBLAS's take any shape, so only 8 (fewer padding rows computed)."""

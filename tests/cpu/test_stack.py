@@ -184,8 +184,8 @@ def test_a_target_that_fills_its_shape_still_reads_the_sources_packed_rows(norm,
     src_rows = packed_rows(batch.src_pad_mask, 8)
     assert packed_rows(batch.tgt_in.eq(PAD), 8) is None and src_rows.numel() < batch.src.numel()
     kv_rows, calls = [], []
-    projection, run = cpu_attention._projection, cpu_stack._run
-    monkeypatch.setattr(cpu_attention, "_projection", lambda x, layers: (len(layers) == 2 and kv_rows.append(x.size(0))) or projection(x, layers))
+    kernel, run = cpu_attention.packed_attention, cpu_stack._run
+    monkeypatch.setattr(cpu_attention, "packed_attention", lambda q, k, v, places, *a: (places[1] is not places[0] and kv_rows.append(k.size(0))) or kernel(q, k, v, places, *a))  # a cross-attention's keys
     monkeypatch.setattr(cpu_stack, "_run", lambda x, blocks, per_layer, *a: calls.append((per_layer, x.size(0))) or run(x, blocks, per_layer, *a))
     results = []
     for granule in (0, 8):

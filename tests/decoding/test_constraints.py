@@ -9,7 +9,7 @@ import torch
 from test_search import V, _batch, _model, _same
 
 from syntaxnmt.config import ModelConfig, SyntaxConfig, load_config
-from syntaxnmt.cpu import search as native
+from syntaxnmt.cpu.machine import native_kernels
 from syntaxnmt.data.batches import make_batch
 from syntaxnmt.data.features import SourceAnnotation, pad_features, sentence_features
 from syntaxnmt.data.subwords import Tokenizer, train_sentencepiece
@@ -191,7 +191,7 @@ def test_constraints_with_length_penalties_and_the_coverage_penalty(lp):
 
 def test_no_constraints_change_nothing():
     """constraints None, [] or [None]/[[]] per sentence: the unconstrained search, bit for bit
-    (greedy and beam, the native kernel where built); a constrained sentence leaves its
+    (greedy and beam); a constrained sentence leaves its
     neighbours' outputs as they are alone."""
     model = _model(3)
     batch = _batch((3, 9, 1, 6), 3)
@@ -355,28 +355,32 @@ def test_constraints_in_words_appear_in_the_decoded_text(spm_model):
         assert all(x.lower() in text for x in p), (text, p)
 
 
-@pytest.mark.skipif(not native.available(), reason="the native kernel is not built or this CPU has no AVX2/FMA")
-def test_the_native_kernel_finds_pytorchs_constrained_hypotheses(monkeypatch):
-    """With constraints the native log-softmax top-k stays in use (asked for k + 1 candidates) and
-    gives the hypotheses of PyTorch's log-softmax: beams 1, 3 and 5, tight length limits (rows
-    that must write their constraint tokens), min_len, a Transformer and an RNN."""
-    import syntaxnmt.decoding.search as search_module
+@pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/cpu/_native.c not built or no AVX2/FMA on this CPU")
+def test_the_cpu_execution_finds_the_plain_models_constrained_hypotheses(monkeypatch):
+    """With constraints a model given the CPU's execution (its attentions stepped in the C kernels)
+    finds the hypotheses of the model as built: beams 1, 3 and 5, tight length limits (rows that
+    must write their constraint tokens), min_len, a Transformer and an RNN."""
+    import copy
 
-    calls = []
-    kernel = search_module.log_softmax_topk
-    monkeypatch.setattr(search_module, "log_softmax_topk", lambda x, k, forbidden=(): calls.append(k) or kernel(x, k, forbidden))
+    from syntaxnmt.cpu import attention as cpu_attention
+    from syntaxnmt.cpu import install
+
+    steps = []
+    native_step = cpu_attention.native_step
+    monkeypatch.setattr(cpu_attention, "native_step", lambda *a: steps.append(1) or native_step(*a))
     cfg = load_config(None, ["--model.arch=rnn", "--model.d_model=16", "--model.dropout=0.0"])
     torch.manual_seed(2)
     rnn = build_model(cfg.model, V, V).eval()
     batch = _batch((5, 3, 9, 1, 6, 2, 7), 5)
     for model in (_model(10), rnn):
+        fast = install(copy.deepcopy(model))
         for kwargs in ({"beam": 1, "max_len": 12}, {"beam": 3, "max_len": 12, "nbest": 3}, {"beam": 5, "max_len": 5, "min_len": 2, "nbest": 2}, {"beam": 4, "max_len": torch.tensor([4, 6, 9, 3, 5, 7, 8])}):
-            calls.clear()
-            fast = search(model, batch, **kwargs, constraints=CONSTRAINTS_7, cpu_softmax="auto")
-            assert calls and all(k == kwargs["beam"] + 1 for k in calls)
-            _same(fast, search(model, batch, **kwargs, constraints=CONSTRAINTS_7, cpu_softmax="torch"))
-            for hyps, c in zip(fast, CONSTRAINTS_7):
-                assert all(met_all(h.tokens, c) for h in hyps)
+            steps.clear()
+            hyps = search(fast, batch, **kwargs, constraints=CONSTRAINTS_7)
+            assert bool(steps) == (model is not rnn)  # the Transformer's attentions stepped in the C kernels
+            _same(hyps, search(model, batch, **kwargs, constraints=CONSTRAINTS_7))
+            for nbest, c in zip(hyps, CONSTRAINTS_7):
+                assert all(met_all(h.tokens, c) for h in nbest)
 
 
 def test_a_constraints_file_has_one_line_per_input_line(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -11,7 +12,8 @@ import torch
 from torch import nn
 
 from syntaxnmt.config import ModelConfig, load_config
-from syntaxnmt.cpu import search as native
+from syntaxnmt.cpu import install
+from syntaxnmt.cpu.machine import native_kernels
 from syntaxnmt.data.batches import make_batch
 from syntaxnmt.decoding.search import Hypothesis, beam_search, greedy_search, length_penalty, max_output_length, max_output_lengths, search, topk_rows
 from syntaxnmt.inputs import BOS, EOS, PAD, UNK
@@ -373,13 +375,18 @@ def test_topk_rows_equals_torch_topk():
     assert torch.equal(topk_rows(narrow, 5)[1], narrow.topk(5, dim=-1).indices)  # too narrow to chunk: torch.topk
 
 
-@pytest.mark.skipif(not native.available(), reason="the native kernel is not built or this CPU has no AVX2/FMA")
+@pytest.mark.skipif(native_kernels() is None, reason="syntaxnmt/cpu/_native.c not built or no AVX2/FMA on this CPU")
 @pytest.mark.parametrize("seed", [0, 1])
-def test_the_native_softmax_finds_pytorchs_hypotheses(seed):
-    """``cpu_softmax`` auto (the C kernel's log-softmax top-k) and torch (log_softmax, the
-    forbidden tokens, top-k) give the same n-best lists, scores and log-probabilities: greedy and
-    beam, with length limits that force EOS (or forbid it), per-sentence limits, the coverage
-    penalty, and an RNN (the second model family with ``step_logits``)."""
+def test_the_cpu_execution_finds_the_plain_models_hypotheses(seed, monkeypatch):
+    """A model given the CPU's execution (:func:`syntaxnmt.cpu.install`: its attentions stepped in
+    the C kernels, the routed products) and the model as built give the same n-best lists, scores
+    and log-probabilities: greedy and beam, with length limits that force EOS (or forbid it),
+    per-sentence limits, the coverage penalty (plain attention caches), and an RNN."""
+    from syntaxnmt.cpu import attention as cpu_attention
+
+    steps = []
+    native_step = cpu_attention.native_step
+    monkeypatch.setattr(cpu_attention, "native_step", lambda *a: steps.append(1) or native_step(*a))
     model = _model(seed)
     cfg = load_config(None, ["--model.arch=rnn", "--model.d_model=16", "--model.dropout=0.0"])
     rnn = build_model(cfg.model, V, V).eval()
@@ -387,19 +394,13 @@ def test_the_native_softmax_finds_pytorchs_hypotheses(seed):
         batch = _batch(lengths, seed * 10 + k)
         limits = max_output_lengths(batch.src.ne(PAD).sum(1), 1.0, 2, 30)
         for m in (model, rnn):
+            fast = install(copy.deepcopy(m))
+            assert getattr(fast, "native_attention", False) == (m is model)
             for kwargs in ({"beam": 1, "max_len": 15}, {"beam": 4, "max_len": 12, "nbest": 4}, {"beam": 3, "max_len": 5, "min_len": 3, "nbest": 2},
                            {"beam": 3, "max_len": limits, "alpha": 0.0}, {"beam": 2, "max_len": 9, "coverage_penalty": 0.4}, {"beam": 1, "max_len": 4, "min_len": 4}):
-                _same(search(m, batch, **kwargs, cpu_softmax="auto"), search(m, batch, **kwargs, cpu_softmax="torch"))
-
-
-def test_without_the_native_kernel_the_search_uses_pytorch(monkeypatch):
-    """A machine where ``_native.c`` was not built (no C compiler at install): ``auto`` falls back
-    on PyTorch's operators, with the hypotheses of ``torch``."""
-    model, batch = _model(7), _batch((3, 9, 1, 6), 7)
-    expected = beam_search(model, batch, beam=3, max_len=10, nbest=2, cpu_softmax="torch")
-    monkeypatch.setattr(native, "_native", None)
-    assert not native.available()
-    _same(beam_search(model, batch, beam=3, max_len=10, nbest=2, cpu_softmax="auto"), expected)
+                steps.clear()
+                _same(search(fast, batch, **kwargs), search(m, batch, **kwargs))
+                assert bool(steps) == (m is model and "coverage_penalty" not in kwargs)  # the Transformer's attentions stepped in the C kernels
 
 
 def test_the_first_step_runs_once_per_sentence():

@@ -146,8 +146,8 @@ def test_trained_run_writes_checkpoints_and_no_temp_files(trained_run):
 
 def test_validation_decodes_with_the_weights_of_the_update_it_follows(trained_run, corpus, tmp_path, capsys):
     """The last validation (update 12) translated the dev sentences with the model saved then: the
-    fused optimizer changes the weights in place, and decoding's cached output weights
-    (``decode_linear``) must not keep those of the first validation (update 6)."""
+    fused optimizer changes the weights in place, and no cache of decoding may keep those of the
+    first validation (update 6)."""
     work = Path(trained_run.work_dir)
     n = trained_run.train.valid_max_sentences
     src = tmp_path / "dev.src"
@@ -159,7 +159,7 @@ def test_validation_decodes_with_the_weights_of_the_update_it_follows(trained_ru
 
 def test_an_update_bumps_the_version_of_every_weight():
     """ATen's fused Adam writes the weights without bumping their versions; the update does, for
-    every cache keyed on them (decoding's ``W^T``, a HAN's composed maps)."""
+    every cache keyed on them (a HAN's composed maps)."""
     from syntaxnmt.training.optim import build_optimizer
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
