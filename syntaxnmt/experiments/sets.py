@@ -477,7 +477,7 @@ def power_line(reference: str, runs: dict[str, Sequence[np.ndarray]], others: Se
         + "; ".join(parts)
         + missing
         + ". (Two-sample t with ν = n₁ + n₂ − 2: δ solves P(|T| > t_{1−α/2,ν}) = 0.8 for T ~ noncentral t(ν, δ / (s_opt √(1/n₁ + 1/n₂))).) "
-        "A difference below it that the test does not find is no evidence of no effect; the interval says what is ruled out."
+        "A difference below it that the test does not find is no evidence of no effect; a seed-level interval, where the table has one, says what is ruled out."
     )
 
 
