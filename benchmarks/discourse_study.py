@@ -38,7 +38,7 @@ from syntaxnmt.data.prepare import is_prepared, prepare
 from syntaxnmt.decoding.loading import load_model
 from syntaxnmt.decoding.output import translate_lines
 from syntaxnmt.decoding.scoring import CONTEXT_MODES, score_contrastive
-from syntaxnmt.experiments.sets import AA_MIN_RUNS, AA_SHUFFLES, aa_line, power_line, seed_notes, write_section
+from syntaxnmt.experiments.sets import AA_MIN_RUNS, AA_SHUFFLES, aa_line, kept_score, power_line, score_runs, seed_notes, write_section
 from syntaxnmt.metrics import bleu_statistics, corpus_bleu
 from syntaxnmt.textio import atomic_write_text, read_lines
 from syntaxnmt.training.train import train
@@ -138,11 +138,6 @@ def table(results: dict[str, list[dict]], items, bootstrap: int = 1000) -> str:
     return "\n".join(rows + [x for note in notes(results, bootstrap) for x in ("", note)])
 
 
-def _score(stats: np.ndarray) -> np.ndarray:
-    """A run's BLEU kept as its one statistic (``[[bleu]]``): the metric of runs without ``bleu_stats``."""
-    return np.asarray(stats, dtype=np.float64)[..., 0]
-
-
 def notes(results: dict[str, list[dict]], bootstrap: int) -> list[str]:
     """The lines under the table with several seeds (issue 50): the BLEU power line and A/A check
     on the sentence model's seeds (:func:`syntaxnmt.experiments.sets.seed_notes`) from the
@@ -157,7 +152,7 @@ def notes(results: dict[str, list[dict]], bootstrap: int) -> list[str]:
         return seed_notes("sentence", {"test": [np.asarray(r["bleu_stats"], dtype=np.float64) for r in sentence]}, others, bootstrap, AA_SHUFFLES)
     if max(len(sentence), *others) < 2:
         return []
-    runs = {"test": [np.array([[r["bleu"]]]) for r in sentence]}
+    runs = {"test": score_runs([r["bleu"] for r in sentence])}
     missing = sum("bleu_stats" not in r for r in sentence)
     aa = (
         aa_line("sentence", runs, bootstrap, AA_SHUFFLES)
@@ -165,7 +160,7 @@ def notes(results: dict[str, list[dict]], bootstrap: int) -> list[str]:
         else f"A/A check (BLEU, calibration): not computed -- it resamples the test sentences, and {missing} of the sentence model's {len(sentence)} "
         "runs were scored before result.json kept their per-sentence BLEU statistics (bleu_stats)."
     )
-    return [power_line("sentence", runs, others, metric=_score), aa]
+    return [power_line("sentence", runs, others, metric=kept_score), aa]
 
 
 def conditions(results: dict[str, list[dict]]) -> str:

@@ -33,10 +33,8 @@ import statistics
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments.sets import AA_SHUFFLES, mean_sd_cell, power_line, seed_cells, seed_level_cell, seed_notes
+from syntaxnmt.experiments.sets import AA_SHUFFLES, kept_score, mean_sd_cell, power_line, score_runs, seed_cells, seed_level_cell, seed_notes
 from syntaxnmt.metrics import ReferenceScorer, chrf_from_statistics, run_scores, welch_p
 
 SYSTEMS = ("sentence", "sentence-more", "concat", "han")
@@ -128,14 +126,9 @@ def table(work: Path, data_dir: Path, bootstrap: int = 1000) -> str:
     # And what they can detect in contrastive accuracy against the control's floor (per-seed accuracies: one figure per run).
     others = [len(data[m]["acc"]["true" if m in ("concat", "han") else "none"]) for m in SYSTEMS if m != CONTROL]
     if floor and max(len(floor), *others) > 1:
-        runs = {"contrastive set": [np.array([[a]]) for a in floor]}
-        lines += ["", power_line(f"{CONTROL}'s floor (no context)", runs, others, metric=_accuracy, measure="accuracy %", digits=1)]
+        runs = {"contrastive set": score_runs(floor)}
+        lines += ["", power_line(f"{CONTROL}'s floor (no context)", runs, others, metric=kept_score, measure="accuracy %", digits=1)]
     return "\n".join(lines)
-
-
-def _accuracy(stats: np.ndarray) -> np.ndarray:
-    """A run's contrastive accuracy kept as its one statistic (``[[accuracy]]``)."""
-    return np.asarray(stats, dtype=np.float64)[..., 0]
 
 
 def main(argv: list[str] | None = None) -> None:

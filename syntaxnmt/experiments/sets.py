@@ -458,6 +458,17 @@ def seed_notes(reference: str, runs: dict[str, Sequence[np.ndarray]], others: Se
     ]
 
 
+def score_runs(scores: Sequence[float]) -> list[np.ndarray]:
+    """Runs that kept only their score (a BLEU, an accuracy), each as the one statistic ``[[score]]``
+    that :func:`power_line` reads with ``metric=``:func:`kept_score` (it needs per-seed scores only)."""
+    return [np.array([[score]], dtype=np.float64) for score in scores]
+
+
+def kept_score(stats: np.ndarray) -> np.ndarray:
+    """The metric of :func:`score_runs`: the score a run kept."""
+    return np.asarray(stats, dtype=np.float64)[..., 0]
+
+
 def power_line(reference: str, runs: dict[str, Sequence[np.ndarray]], others: Sequence[int], *, metric: Metric = bleu_from_statistics, measure: str = "BLEU", unit: str = "system", digits: int = 2) -> str:
     """The smallest difference the table's seeds can detect (:func:`minimum_detectable_difference`)
     from the reference's s_opt on each test set; ``others``: the other systems' seed counts."""
