@@ -974,13 +974,20 @@ def test_unset_budget_refuses_every_run(tmp_path, capsys):
 
 def test_study_converged_set_file():
     """recipes/multi30k/study-converged.set.yaml: the five arms with their seeds (6 for the baseline),
-    the three test sets, lowercased BLEU, the controls paired, and a budget still to be fixed."""
+    the three test sets, lowercased BLEU, the controls paired, and the budget that the rule of the set
+    file gives on the committed dev curve (results/multi30k-study-converged/baseline-seed1-curve.valid.log)."""
+    from syntaxnmt.experiments.budget import budget_point, read_curve
+
     path = RECIPES / "study-converged.set.yaml"
     spec = load_set(path)
+    b = spec.budget
+    curve = read_curve(RECIPES.parents[1] / "results" / "multi30k-study-converged" / "baseline-seed1-curve.valid.log")
+    assert curve[-1][0] == b.curve_steps and len(curve) == b.curve_steps // b.valid_every  # the whole curve, to its length
+    assert b.max_steps is not None and b.max_steps == budget_point(curve, b.min_gain, b.horizon, b.smooth, b.tolerance)
+    assert "PLACEHOLDER" not in path.read_text(encoding="utf-8")
     assert list(spec.configs) == ["baseline", "+ tree distance", "+ tree distance, random-tree control", "+ input features", "+ input features, random-tree control"]
     assert spec.seeds_of("baseline") == [1, 2, 3, 4, 5, 6] and all(spec.seeds_of(label) == [1, 2, 3, 4] for label in list(spec.configs)[1:])
     assert list(spec.test_sets) == ["test_2016_flickr", "test_2017_flickr", "test_2017_mscoco"] and spec.lowercase_bleu
-    assert spec.budget is not None and spec.budget.max_steps is None and "PLACEHOLDER" in path.read_text(encoding="utf-8")
     runs = set_runs(path, spec, list(spec.configs))
     assert len(runs) == 6 + 4 * 4 and len({r.cfg.work_dir for r in runs}) == len(runs)
     assert control_pairs(runs) == {"+ tree distance, random-tree control": "+ tree distance", "+ input features, random-tree control": "+ input features"}
@@ -989,8 +996,9 @@ def test_study_converged_set_file():
 
 
 def test_converged_study_with_its_budget_set_trains_every_arm_to_it_and_collect_writes_its_table(tmp_path, capsys, monkeypatch):
-    """recipes/multi30k/study-converged.set.yaml, dry run (no training): as committed (no budget) the
-    runner refuses every arm, also in workers; with budget.max_steps set, every arm's config has that
+    """recipes/multi30k/study-converged.set.yaml, dry run (no training): with no budget (max_steps null,
+    as before the curve fixed it) the runner refuses every arm, also in workers; with budget.max_steps
+    set, every arm's config has that
     train.max_steps (the worker's job carries it). Then made-up scores stand in for the 22 finished
     runs: --collect waits for the last run, then writes the table -- three test sets, cased and
     lowercased BLEU, the seed counts, the power line for 6 baseline and 4 other seeds and the A/A
@@ -1004,14 +1012,16 @@ def test_converged_study_with_its_budget_set_trains_every_arm_to_it_and_collect_
 
     committed = RECIPES / "study-converged.set.yaml"
     monkeypatch.chdir(tmp_path)  # the configs' work_dirs (runs/...) are relative: here, under tmp_path
+    tree = yaml.safe_load(committed.read_text(encoding="utf-8"))
+    tree["configs"] = {label: str(RECIPES / rel) for label, rel in tree["configs"].items()}
+    tree["budget"]["max_steps"] = None
+    unset = _write_yaml(tmp_path / "unset.set.yaml", tree)
     for extra in ([], ["--jobs", "2"], ["--only", "+ tree distance"], ["--launcher", "submitit-local"]):
-        code, _, err = run_cli(capsys, "experiment", committed, *extra)
-        assert_one_line_error(code, err, str(committed), "budget.max_steps is unset", "--curve")
+        code, _, err = run_cli(capsys, "experiment", unset, *extra)
+        assert_one_line_error(code, err, str(unset), "budget.max_steps is unset", "--curve")
     assert not (tmp_path / "runs").exists()
 
-    tree = yaml.safe_load(committed.read_text(encoding="utf-8"))
     tree["budget"]["max_steps"] = 3000
-    tree["configs"] = {label: str(RECIPES / rel) for label, rel in tree["configs"].items()}
     tests = list(tree["test_sets"])
     refs = {t: [f"{r} {k}" if k else r.capitalize() for r in REFS] for k, t in enumerate(tests)}  # three different reference sets
     for t in tests:
