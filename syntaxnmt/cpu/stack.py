@@ -7,7 +7,9 @@ Where every attention of a stack is the plain one of the C kernels
 Transformer -- keeps the states packed between the layers: from the embeddings of the real rows,
 the norms, dropouts, residuals and products run on those rows, and only the kernels' q, k, v are
 placed (through row maps). A pre-norm stack also runs each residual connection and the norm after
-it in one pass (:func:`pre_norm_chain`). The result is the same as the layers one by one.
+it in one pass (:func:`pre_norm_chain`) where every block is the paper's residual (:func:`chains`);
+a residual form of its own runs its ``forward`` on the packed rows. The result is the same as the
+layers one by one.
 A stack that cannot pack through (an attention extension, weights asked for, attention dropout, a
 leak slot, HAN's blocks) runs the model's layers one by one on every row: the products of such
 stacks are no longer gathered onto the real rows layer by layer (issue 48; its saving is to be
@@ -79,10 +81,17 @@ def embedded_rows(embed: Embeddings, tokens: Tensor, rows: Tensor, features: Sou
     return embed.dropout(x)
 
 
+def chains(blocks: Sequence[Block]) -> bool:
+    """Whether :func:`pre_norm_chain` computes these blocks: each is the paper's residual
+    (:class:`~syntaxnmt.model.transformer.Residual`, or its fused form) with a LayerNorm. Another
+    residual form (a subclass with its own ``forward``) runs its own code, block by block."""
+    return all(type(res) in (Residual, FusedResidual) and type(res.norm) is nn.LayerNorm for res, _ in blocks)
+
+
 def _run(x: Tensor, blocks: list[Block], per_layer: int, final_norm: nn.Module, pre: bool, training: bool) -> tuple[Tensor, list[Tensor]]:
     """The residual ``blocks`` of a stack (``per_layer`` each) on packed states ``x``: the
     normalized output and each layer's output."""
-    if pre:
+    if pre and chains(blocks):
         final, outputs = pre_norm_chain(x, blocks, final_norm, training)
         return final, outputs[per_layer - 1 :: per_layer]
     outputs = []

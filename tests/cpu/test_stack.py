@@ -16,7 +16,7 @@ from syntaxnmt.cpu.packing import packed_rows
 from syntaxnmt.cpu.stack import embedded_rows
 from syntaxnmt.data.batches import make_batch
 from syntaxnmt.inputs import PAD
-from syntaxnmt.model.transformer import Transformer
+from syntaxnmt.model.transformer import Residual, Transformer
 
 V = 40
 
@@ -71,6 +71,48 @@ def test_training_on_packed_rows_equals_every_row(norm, need_weights, monkeypatc
     torch.testing.assert_close(l1, l0)
     for a, b in zip(g0, g1):
         torch.testing.assert_close(b, a)
+
+
+class _ScaledResidual(Residual):
+    """A residual form of a researcher's own: ``x + 0.5 * dropout(f(norm(x)))`` (pre-norm)."""
+
+    def forward(self, x, f):
+        y, aux = f(self.norm(x) if self.pre else x)
+        x = x + 0.5 * self.dropout(y)
+        return (x if self.pre else self.norm(x)), aux
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_a_residual_form_of_its_own_is_computed_by_its_own_forward_on_the_cpu(norm):
+    """A Residual subclass written in the model (the one place a new residual form touches) keeps its
+    forward under :func:`install`: the CPU's packed stacks (and, pre-norm, the fused chain they would
+    otherwise run) give the states and gradients the uninstalled model gives, and those differ from the
+    paper's residual."""
+    batch = _batch(src_lens=(9, 3, 5, 2), tgt_lens=(4, 10, 1, 6))
+
+    def run(installed: bool, own: bool):
+        torch.manual_seed(0)
+        cfg = ModelConfig(d_model=32, heads=4, ffn_dim=64, enc_layers=2, dec_layers=2, dropout=0.0, max_positions=64, norm=norm)
+        model = Transformer(cfg, V, V)
+        if own:
+            for layer in [*model.encoder, *model.decoder]:
+                for name in ("res_attn", "res_self", "res_cross", "res_ffn"):
+                    if hasattr(layer, name):
+                        getattr(layer, name).__class__ = _ScaledResidual
+        if installed:
+            install(model)
+            model.stacks.pack_granule = 8
+        model.train()
+        out = model(batch)
+        real = batch.tgt_out.ne(PAD)
+        (out.states[real] ** 2).sum().backward()
+        return out.states[real].detach(), [p.grad for p in model.parameters()]
+
+    plain, ours = run(False, True), run(True, True)
+    torch.testing.assert_close(ours[0], plain[0])
+    for a, b in zip(plain[1], ours[1]):
+        torch.testing.assert_close(b, a)
+    assert not torch.allclose(run(True, False)[0], plain[0], atol=1e-3)  # the paper's residual gives other states
 
 
 @pytest.mark.parametrize("positions", ["sinusoidal", "learned", "none"])
