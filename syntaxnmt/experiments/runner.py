@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable, Sequence
+from typing import IO, Callable, Iterable, Sequence
 
 from tqdm.auto import tqdm
 
@@ -360,17 +360,24 @@ def prepare_inputs(path: str | Path, spec: ExperimentSet, log) -> None:
                 raise UserError(f"{path}: test file {f} not found")
 
 
+def training_order(runs: Iterable[Run]) -> list[Run]:
+    """The order in which workers take ``runs``: stopped runs first (they resume from ``last.pt``),
+    then seed by seed, the systems of a seed in table order -- a study stopped part-way (runs that
+    span sessions) holds every system at its first seeds, not one system at all of its seeds."""
+    return sorted(runs, key=lambda r: (not (Path(r.cfg.work_dir) / "last.pt").is_file(), r.seed))
+
+
 def train_runs(path: str | Path, spec: ExperimentSet, runs: Sequence[Run], jobs: int, launcher: str, slurm: dict, log) -> dict[str, dict[int, dict]]:
     """Train, translate and score every unfinished run: in this process (``jobs`` 1), in worker
     processes, or as submitit jobs; a finished run is skipped, a stopped one resumes from ``last.pt``."""
-    todo = {str(Path(r.cfg.work_dir).resolve()): r for r in runs if not is_finished(r.cfg, spec)}  # one worker per work_dir
+    todo = training_order({str(Path(r.cfg.work_dir).resolve()): r for r in runs if not is_finished(r.cfg, spec)}.values())  # one worker per work_dir
     if launcher != "local":
         if todo:
             from syntaxnmt.experiments.launchers import run_in_submitit
 
-            run_in_submitit(list(todo.values()), spec.model_dump(mode="json"), launcher, slurm, log, prepare=lambda runs: prepare_corpora(runs, log))
+            run_in_submitit(todo, spec.model_dump(mode="json"), launcher, slurm, log, prepare=lambda runs: prepare_corpora(runs, log))
     elif jobs > 1 and todo:
-        run_in_workers(list(todo.values()), spec.model_dump(mode="json"), jobs, log)
+        run_in_workers(todo, spec.model_dump(mode="json"), jobs, log)
     records: dict[str, dict[int, dict]] = {}
     for run in runs:  # one writer per work_dir: an unfinished run holds its lock over training, translations and done.json
         with contextlib.nullcontext() if is_finished(run.cfg, spec) else folder_lock(run.cfg.work_dir, "work_dir", log):

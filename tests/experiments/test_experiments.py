@@ -972,6 +972,25 @@ def test_unset_budget_refuses_every_run(tmp_path, capsys):
     assert_one_line_error(code, err, "--curve needs a 'budget:' section")
 
 
+def test_workers_take_stopped_runs_first_then_seed_by_seed(tmp_path, monkeypatch):
+    """runner.training_order on the converged set's 22 runs: a stopped run (its last.pt) first, then
+    seed 1 of every system in table order, then seed 2 ..., the baseline's seeds 5 and 6 last."""
+    from syntaxnmt.experiments.runner import training_order
+
+    monkeypatch.chdir(tmp_path)  # the runs' work_dirs are relative
+    path = RECIPES / "study-converged.set.yaml"
+    spec = load_set(path)
+    runs = set_runs(path, spec, list(spec.configs))
+    stopped = next(r for r in runs if (r.label, r.seed) == ("+ tree distance, random-tree control", 2))
+    Path(stopped.cfg.work_dir).mkdir(parents=True)
+    (Path(stopped.cfg.work_dir) / "last.pt").write_bytes(b"")
+    order = [(r.label, r.seed) for r in training_order(runs)]
+    labels = list(spec.configs)
+    assert order[0] == ("+ tree distance, random-tree control", 2)
+    assert order[1:6] == [(label, 1) for label in labels] and order[6:10] == [(label, 2) for label in labels if label != stopped.label]
+    assert order[-2:] == [("baseline", 5), ("baseline", 6)] and sorted(order) == sorted((r.label, r.seed) for r in runs)
+
+
 def test_study_converged_set_file():
     """recipes/multi30k/study-converged.set.yaml: the five arms with their seeds (6 for the baseline),
     the three test sets, lowercased BLEU, the controls paired, and the budget that the rule of the set
