@@ -228,7 +228,8 @@ def run_config(label: str, cfg: Config, spec: ExperimentSet, log) -> dict:
     else:
         log(f"[{label} seed {cfg.seed}] training in {work}")
         progress = train(cfg, resume=True, log=curve_logger(work, log))  # a signal raises Interrupted once last.pt is saved
-        record = {"steps": progress.step, "train_seconds": progress.train_seconds, "train_tokens": progress.train_tokens, "best": progress.best, "params": _count_params(work / "best.pt")}
+        device = resolve_device(cfg.train.device)
+        record = {"steps": progress.step, "train_seconds": progress.train_seconds, "train_tokens": progress.train_tokens, "best": progress.best, "params": _count_params(work / "best.pt"), "device": device_name(device)}
         atomic_write_text(done, json.dumps(record))
     device = resolve_device(cfg.train.device)
     model, translated = None, False
@@ -253,6 +254,12 @@ def run_config(label: str, cfg: Config, spec: ExperimentSet, log) -> dict:
         write_run_scores(work, label, cfg.seed, record, record["hyps"], {name: read_lines(t.ref) for name, t in spec.test_sets.items()}, curve)
     record["scores"] = str(scores)
     return record
+
+
+def device_name(device: torch.device) -> str:
+    """What a run trained on, kept in its ``done.json`` (``device``): ``cpu``, or the GPU's name.
+    A ``done.json`` without it is from before it was kept (issue 50's runs then trained on the CPU)."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
 
 
 def _scores_cover(path: Path, spec: ExperimentSet) -> bool:

@@ -200,7 +200,7 @@ def test_run_set_trains_translates_and_replaces_its_section(tiny_set, tmp_path):
     for label in ("baseline", "linear"):
         work = runs / f"{label}-seed1"
         done = json.loads((work / "done.json").read_text())
-        assert done["steps"] == STEPS and done["train_seconds"] > 0 and done["train_tokens"] > 0
+        assert done["steps"] == STEPS and done["train_seconds"] > 0 and done["train_tokens"] > 0 and done["device"] == "cpu"
         assert (work / "best.pt").is_file()
         hyps = read_lines(work / "tiny.hyp")
         assert len(hyps) == N_TEST_LINES
