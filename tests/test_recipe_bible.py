@@ -112,6 +112,31 @@ def test_contrastive_set_from_test_and_heldout_chapters(tmp_path, capsys):
     assert tsv[1].split("\t")[:4] == ["test", "Gen.3", "1", "1"]
 
 
+def test_contrastive_set_from_a_kept_copy_of_the_links_is_the_same_set(tmp_path, capsys):
+    """--links FILE (gzipped, as committed under results/bible-en-es/) re-derives the set without
+    eflomal, byte for byte; a copy for other verse pairs is one error line."""
+    import gzip
+
+    write_corpus(tmp_path / "data", heldout=False)
+    heldout = tmp_path / "data-heldout"
+    write_corpus(heldout, heldout=True)
+    contrastive.main([str(heldout), "--links-from", str(tmp_path / "data")])
+    first = (heldout / "contrastive.json").read_bytes()
+    kept = tmp_path / "links.gz"
+    kept.write_bytes(gzip.compress((heldout / "eflomal.links").read_bytes()))
+    for f in ("eflomal.links", "contrastive.json", "contrastive.tsv"):
+        (heldout / f).unlink()
+    capsys.readouterr()
+    contrastive.main([str(heldout), "--links", str(kept)])
+    assert "links of 8 verse pairs copied from" in capsys.readouterr().out and (heldout / "contrastive.json").read_bytes() == first
+    kept.write_bytes(gzip.compress(b"0-0\n"))
+    for argv in ([str(heldout), "--links", str(kept)], [str(heldout), "--links", str(kept), "--realign"]):
+        with pytest.raises(SystemExit) as e:
+            contrastive.main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.startswith("syntaxnmt: error: --links") and len(err.splitlines()) == 1
+
+
 def test_the_reading_sample_keeps_its_items_when_others_leave_the_set():
     from types import SimpleNamespace
 

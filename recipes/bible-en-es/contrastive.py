@@ -1,28 +1,32 @@
 """A gendered-pronoun contrastive test from the Bible's English->Spanish chapters (issue 53, item 1).
 
-Aligns every verse pair of the prepared corpus (train + dev + test, so the test verses are aligned
-with the whole Bible's statistics) with eflomal (grow-diag-final-and) over the words and
-punctuation of :func:`syntaxnmt.data.pronouns.tokenize`, once: the links are kept in
-``DATA/eflomal.links`` (one line per pair of train, dev, test in that order) and reused unless
-``--realign``. Then mines the test chapters with :func:`syntaxnmt.data.pronouns.mine`: a Spanish
-gendered pronoun or clitic linked to English *it*/*they*/*them*, the antecedent (a noun of its
-gender and number, found by its determiner) 1-3 verses back, the candidate with the gender
-swapped. Writes
+Aligns every verse pair of the prepared corpus (train, dev, test and, with ``--heldout``, heldout,
+so the mined verses are aligned with the whole Bible's statistics) with eflomal
+(grow-diag-final-and) over the words and punctuation of :func:`syntaxnmt.data.pronouns.tokenize`,
+once: the links are kept in ``DATA/eflomal.links`` (one line per pair, the splits in that order)
+and reused unless ``--realign``. eflomal cannot be seeded, so a new alignment may change a few
+items; ``--links FILE`` takes the links from a kept copy instead (the committed
+``results/bible-en-es/eflomal-heldout.links.gz`` re-derives the study's set exactly), and
+``--links-from DIR`` from another data folder holding the same verse pairs. Then mines the test
+and held-out chapters with :func:`syntaxnmt.data.pronouns.mine`: a Spanish gendered pronoun or
+clitic linked to English *it*/*they*/*them*, the antecedent (a noun of its gender and number, found
+by its determiner) 1-3 verses back, the candidate with the gender swapped. Writes
 
-* ``DATA/test.contrastive.json``: syntaxnmt's contrastive JSON (context = the chapter's previous
+* ``DATA/contrastive.json``: syntaxnmt's contrastive JSON (context = the chapter's previous
   verses, nearest last; masculine candidate first), for ``syntaxnmt score --contrastive``;
-* ``DATA/test.contrastive.tsv``: one row per item with the pronoun and the antecedent found (for
+* ``DATA/contrastive.tsv``: one row per item with the pronoun and the antecedent found (for
   reading the items);
 
 and prints the counts per phenomenon and distance. ``--sample N`` also prints N random items
 (``--seed``) for checking by reading.
 
-    python recipes/bible-en-es/contrastive.py [DATA] [--splits test] [--sample 30 --seed 53]
+    python recipes/bible-en-es/contrastive.py [DATA] [--links FILE | --links-from DIR] [--sample 30 --seed 53]
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import hashlib
 import sys
@@ -68,6 +72,22 @@ def reuse_links(data: Path, other: Path, corpus: dict, log=print) -> None:
             lines.append(known[pair])
     atomic_write_text(data / "eflomal.links", "".join(line + "\n" for line in lines))
     log(f"links of {len(lines)} verse pairs copied from {other}/eflomal.links")
+
+
+def copy_links(data: Path, source: Path, corpus: dict, log=print) -> None:
+    """Write ``DATA/eflomal.links`` from ``source`` (plain or gzipped), a kept copy of the links
+    of exactly DATA's verse pairs in the same order (each line is checked against its pair's
+    lengths when read: :func:`links_of`)."""
+    if not source.is_file():
+        raise UserError(f"--links {source}: no such file")
+    opener = gzip.open if source.suffix == ".gz" else open
+    with opener(source, "rt", encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    pairs = sum(len(corpus[split][0]) for split in corpus)
+    if len(lines) != pairs:
+        raise UserError(f"--links {source}: {len(lines)} lines for the {pairs} verse pairs of {data}")
+    atomic_write_text(data / "eflomal.links", "".join(line + "\n" for line in lines))
+    log(f"links of {pairs} verse pairs copied from {source}")
 
 
 def links_of(data: Path, corpus: dict, realign: bool, log=print) -> dict[str, list]:
@@ -128,6 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("data", nargs="?", default="runs/bible-en-es/data", help="prepare.py's output folder (default runs/bible-en-es/data)")
     ap.add_argument("--splits", default="test,heldout", help="comma-separated splits to mine into one set (default test,heldout: the chapters no model trains on; a split without files is skipped)")
+    ap.add_argument("--links", metavar="FILE", help="the links of DATA's verse pairs from a kept copy (plain or .gz; e.g. results/bible-en-es/eflomal-heldout.links.gz) instead of aligning")
     ap.add_argument("--links-from", metavar="DIR", help="copy the links of the same verse pairs from another data folder's eflomal.links instead of aligning")
     ap.add_argument("--output", help="the set (default DATA/contrastive.json; the reading table beside it, .tsv)")
     ap.add_argument("--max-distance", type=int, default=3, help="the farthest antecedent, in verses back (default 3)")
@@ -142,7 +163,11 @@ def main(argv: list[str] | None = None) -> None:
             if split not in SPLITS:
                 raise UserError(f"--splits: unknown split {split!r} (known: {', '.join(SPLITS)})")
         corpus = {split: read_split(data, split) for split in SPLITS if split in ("train", "dev", "test") or (data / f"{split}.en").is_file()}
-        if args.links_from and (args.realign or not (data / "eflomal.links").is_file()):
+        if args.links and (args.links_from or args.realign):
+            raise UserError(f"--links FILE takes the links as kept; not with {'--links-from' if args.links_from else '--realign'}")
+        if args.links:
+            copy_links(data, Path(args.links), corpus)
+        elif args.links_from and (args.realign or not (data / "eflomal.links").is_file()):
             reuse_links(data, Path(args.links_from), corpus)
         links = links_of(data, corpus, args.realign)
         # one set from every mined split, in split order; `line` is the line in its split's files

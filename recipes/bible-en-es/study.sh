@@ -48,8 +48,11 @@ mkdir -p "$WORK"
 
 [ -f "$DATA/heldout.en" ] || bash "$HERE/prepare.sh" "$DATA" --heldout 5
 if [ ! -f "$DATA/contrastive.json" ]; then
-  LINKS=()  # the links of the plain split's eflomal run, when there is one (the same verse pairs)
-  [ -f "$R/data/eflomal.links" ] && LINKS=(--links-from "$R/data")
+  # the committed links of these verse pairs (the set of docs/documents.md, exactly), else those of the
+  # plain split's eflomal run when there is one (the same verse pairs), else eflomal (unseeded) aligns
+  LINKS=()
+  KEPT="$HERE/../../results/bible-en-es/eflomal-heldout.links.gz"
+  if [ -f "$KEPT" ]; then LINKS=(--links "$KEPT"); elif [ -f "$R/data/eflomal.links" ]; then LINKS=(--links-from "$R/data"); fi
   nice python "$HERE/contrastive.py" "$DATA" "${LINKS[@]}"
 fi
 DATA_OVR=(--data.train_src="$DATA/train.en" --data.train_tgt="$DATA/train.es" --data.train_docs="$DATA/train.docs"
