@@ -96,7 +96,7 @@ def describe(curve: Sequence[tuple[int, float]], min_gain: float = 0.3, horizon:
         best = max(mean.values())
         lines.append(
             f"budget: max_steps {point} (the first update whose dev BLEU, the mean of {smooth} validations, is within {tolerance} of the curve's best, {best:.2f}; "
-            f"the last {horizon:.0%} of the updates raised the best by {gain:.2f} < {min_gain})"
+            f"the last {horizon:.0%} of the updates {'raised' if gain >= 0 else 'lowered'} the best by {abs(gain):.2f}, a gain under {min_gain})"
         )
     return "\n".join(lines)
 
