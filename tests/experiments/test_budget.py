@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 import sys
 
 import pytest
@@ -54,6 +55,12 @@ def test_local_stalls_of_a_real_curve_do_not_fix_the_budget():
         "no budget yet: the last 20% of the updates (to 4000) still raise the best dev BLEU (mean of 3 validations) by 0.3 or more (+1.18); train the curve further"
     )
     assert budget_point(CPU_CURVE[:2]) is None  # fewer validations than the mean needs
+
+
+def test_the_committed_converged_curve_plateaued_lower_and_says_so():
+    """The converged study's curve (issue 50): its last fifth lowered the best mean of 3, in words."""
+    curve = read_curve(Path(__file__).resolve().parents[2] / "results" / "multi30k-study-converged" / "baseline-seed1-curve.valid.log")
+    assert describe(curve).splitlines()[-1].endswith("the last 20% of the updates lowered the best by 0.16, a gain under 0.3)")
 
 
 def test_read_curve_from_a_training_log(tmp_path):
