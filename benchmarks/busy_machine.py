@@ -73,7 +73,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import side_by_side as sbs  # noqa: E402
 
 from syntaxnmt.cpu.machine import THREAD_VARIABLES, describe_isa_limits, isa_limits, machine_info, machine_summary, with_load_after  # noqa: E402
-
 from syntaxnmt.cpu.threads import load_average  # noqa: E402
 from syntaxnmt.errors import UserError  # noqa: E402
 from syntaxnmt.textio import atomic_write_text, read_lines  # noqa: E402

@@ -305,9 +305,9 @@ def separate_add_norm(residual, y, p: float, training: bool, norm):
 
 
 def without_fused_dropout(patches: Patches) -> None:
-    import syntaxnmt.cpu as cpu
     from torch import nn
 
+    import syntaxnmt.cpu as cpu
     from syntaxnmt.model.transformer import FeedForward, Residual
 
     for cls in (nn.Dropout, FeedForward, Residual):

@@ -103,10 +103,10 @@ import statistics
 import time
 from pathlib import Path
 
-from tqdm import tqdm
-
 import fast_path_variants as fpv
 import side_by_side as sbs
+from tqdm import tqdm
+
 from syntaxnmt.cpu.machine import THREAD_VARIABLES, machine_info, machine_summary, with_load_after
 from syntaxnmt.textio import atomic_write_text, read_lines
 

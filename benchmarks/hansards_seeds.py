@@ -24,7 +24,6 @@ no seed sd to take).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path

@@ -64,8 +64,8 @@ from speed import training_task  # noqa: E402
 from syntaxnmt.config import load_config
 from syntaxnmt.cpu import attention as native_attention
 from syntaxnmt.cpu import linear as lin
-from syntaxnmt.cpu.dropout import dropout
 from syntaxnmt.cpu.blas import openblas_available
+from syntaxnmt.cpu.dropout import dropout
 from syntaxnmt.cpu.machine import machine_info, machine_summary, native_training_kernels, set_native_training, with_load_after
 from syntaxnmt.runtime import keep_freed_memory
 from syntaxnmt.textio import atomic_write_text

@@ -31,11 +31,11 @@ from pathlib import Path
 import torch
 
 from syntaxnmt.config import load_config
+from syntaxnmt.cpu import install as install_cpu
 from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after
 from syntaxnmt.data.batches import TokenBatchSampler
 from syntaxnmt.data.prepare import load_split, load_tokenizers
 from syntaxnmt.decoding.translate import translate_ids
-from syntaxnmt.cpu import install as install_cpu
 from syntaxnmt.model import build_model
 from syntaxnmt.runtime import keep_freed_memory
 from syntaxnmt.textio import atomic_write_text

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
-import yaml
 from conftest import load_script
 
 from syntaxnmt.experiments.sets import is_finished, load_set, set_runs
-
-from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 converged = load_script(ROOT / "benchmarks" / "gpu" / "converged.py", "gpu_converged")

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from syntaxnmt.cpu.machine import native_kernels
-
 from syntaxnmt.cpu.threads import kernel_threads
 
 native = native_kernels()

@@ -4,7 +4,6 @@ modelled on the WEB and Reina-Valera SWORD modules (the recipe itself, which nee
 from pathlib import Path
 
 import pytest
-
 from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import json
 import hashlib
+import json
 import sys
 from collections import Counter
 from pathlib import Path

@@ -37,7 +37,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from syntaxnmt.cpu.machine import native_kernels, native_training_kernels
-
 from syntaxnmt.cpu.threads import in_threads, kernel_threads
 
 BLOCK = 1 << 18  # uniform numbers per seed: the result does not depend on the thread count

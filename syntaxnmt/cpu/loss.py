@@ -11,7 +11,6 @@ import torch
 from torch import Tensor
 
 from syntaxnmt.cpu.machine import native_training_kernels
-
 from syntaxnmt.cpu.threads import kernel_threads
 
 

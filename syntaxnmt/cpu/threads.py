@@ -32,7 +32,6 @@ import torch
 from syntaxnmt.errors import UserError
 from syntaxnmt.runtime import cpu_cores, usable_cpus
 
-
 _pool: ThreadPoolExecutor | None = None
 
 

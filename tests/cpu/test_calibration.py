@@ -14,10 +14,9 @@ import pytest
 import torch
 from torch import nn
 
-from syntaxnmt.cpu import blas
+from syntaxnmt.cpu import blas, machine
 from syntaxnmt.cpu import calibration as kernels
 from syntaxnmt.cpu import linear as lin
-from syntaxnmt.cpu import machine
 from syntaxnmt.cpu.calibration import Choice
 from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after
 

@@ -16,7 +16,6 @@ from syntaxnmt.cpu import threads
 from syntaxnmt.cpu.threads import busy_cores, configure_threads, describe_threads, in_threads, policy_threads
 from syntaxnmt.errors import UserError
 
-
 # ---------------------------------------------------------------- the thread policy
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 import sys
+from pathlib import Path
 
 import pytest
 

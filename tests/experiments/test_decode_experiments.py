@@ -120,7 +120,7 @@ def test_a_decoding_table_with_rows_per_seed_states_its_power_and_the_aa_check()
     text = _decoding_table(rows, {"each seed": first, "other, each seed": other, "ensemble": {None: REFS}})
     bleus = [score(first[s], [REFS], force=True).bleu for s in (1, 2, 3, 4)]
     sd = statistics.stdev(bleus)
-    assert f"Power (BLEU): with 4 seeds of 'each seed' and 3 seeds per other row, the smallest true difference of mean BLEU" in text
+    assert "Power (BLEU): with 4 seeds of 'each seed' and 3 seeds per other row, the smallest true difference of mean BLEU" in text
     assert f"test {minimum_detectable_difference(sd, 4, 3):.2f} BLEU (s_opt {sd:.2f})" in text
     welch = sum(scipy.stats.ttest_ind([bleus[i] for i in a], [bleus[i] for i in b], equal_var=False).pvalue < 0.05 for a, b in aa_splits(4))
     assert "A/A check (BLEU, calibration): the 4 seeds of 'each seed' split every way into two groups of 2 and 2 (3 splits; approximate randomization with 200 shuffles)" in text
@@ -130,7 +130,7 @@ def test_a_decoding_table_with_rows_per_seed_states_its_power_and_the_aa_check()
     # Two seeds of the first row: the power line, and the A/A check says why there is none.
     two = _decoding_table({"each seed": {"system": "x", "seeds": [1, 2], "per_seed": True}, "ensemble": {"system": "x", "seeds": [1, 2]}}, {"each seed": {s: first[s] for s in (1, 2)}, "ensemble": {None: REFS}})
     sd2 = statistics.stdev(bleus[:2])
-    assert f"Power (BLEU): with 2 seeds of 'each seed' and as many seeds per other row" in two and f"test {minimum_detectable_difference(sd2, 2, 2):.2f} BLEU (s_opt {sd2:.2f})" in two
+    assert "Power (BLEU): with 2 seeds of 'each seed' and as many seeds per other row" in two and f"test {minimum_detectable_difference(sd2, 2, 2):.2f} BLEU (s_opt {sd2:.2f})" in two
     assert "A/A check (BLEU, calibration): not possible with 2 seeds of 'each seed'" in two
     # No row decoded per seed (one output each, as the recipes' tables): no such lines.
     single = _decoding_table({"plain": {"system": "x"}, "ensemble": {"system": "x", "seeds": [1, 2]}}, {"plain": {None: first[1]}, "ensemble": {None: REFS}})

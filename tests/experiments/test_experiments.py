@@ -572,7 +572,7 @@ def test_make_table_two_seeds_mean_std_and_baseline_row(tmp_path):
     assert "Seeds: 1, 2." in section and "Overrides: `none`" in section
     assert "approximate randomization (200 shuffles, two-sided) stratified over seed pairs" in section and "Clark et al. 2011" in section
     sd = statistics.stdev(per_seed["base"])
-    assert f"Power (BLEU): with 2 seeds of base and 2 seeds per other system, the smallest true difference of mean BLEU" in section
+    assert "Power (BLEU): with 2 seeds of base and 2 seeds per other system, the smallest true difference of mean BLEU" in section
     assert f"test {minimum_detectable_difference(sd, 2, 2):.2f} BLEU (s_opt {sd:.2f})" in section
     # Two baseline seeds cannot be split into groups of two: the line says so.
     assert "A/A check (BLEU, calibration): not possible with 2 seeds of base -- each of the two groups needs two seeds" in section
@@ -1024,10 +1024,10 @@ def test_converged_study_with_its_budget_set_trains_every_arm_to_it_and_collect_
     check over the 10 splits of the 6 baseline seeds (values recomputed here with sacreBLEU and
     scipy) -- and --rescore from the collected scores alone writes it again byte for byte."""
     import scipy.stats
+    from test_cli import assert_one_line_error, run_cli
 
     from syntaxnmt.experiments.runner import curve_run
     from syntaxnmt.experiments.scores import write_run_scores
-    from test_cli import assert_one_line_error, run_cli
 
     committed = RECIPES / "study-converged.set.yaml"
     monkeypatch.chdir(tmp_path)  # the configs' work_dirs (runs/...) are relative: here, under tmp_path
