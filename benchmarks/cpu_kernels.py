@@ -36,11 +36,12 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from syntaxnmt.config import CPU_SHAPE_BUCKET, load_config  # noqa: E402
-from syntaxnmt.cpu import install as install_cpu
+from syntaxnmt.cpu import calibration as kernels  # noqa: E402
+from syntaxnmt.cpu import install as install_cpu  # noqa: E402
 from syntaxnmt.cpu.machine import machine_info, machine_summary, with_load_after  # noqa: E402
 from syntaxnmt.data.batches import make_batch, pad_batch, shape_bucket  # noqa: E402
 from syntaxnmt.decoding.calibration import decoding_step  # noqa: E402
-from syntaxnmt.model import build_model, kernels  # noqa: E402
+from syntaxnmt.model import build_model  # noqa: E402
 from syntaxnmt.textio import atomic_write_text  # noqa: E402
 from syntaxnmt.training.step import forward_backward  # noqa: E402
 

@@ -1,0 +1,26 @@
+"""Every benchmark and recipe script still imports against the package (a module renamed or moved under it
+shows here, not when someone next runs the benchmark: benchmarks/cpu_kernels.py imported
+``syntaxnmt.model.kernels`` for weeks after it moved to ``syntaxnmt.cpu.calibration``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import load_script
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted(p for folder in ("benchmarks", "recipes") for p in (ROOT / folder).rglob("*.py") if not {"out", "venvs"} & set(p.relative_to(ROOT).parts))
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=[str(p.relative_to(ROOT)) for p in SCRIPTS])
+def test_benchmark_script_imports(path):
+    before = dict(sys.modules)
+    try:
+        module = load_script(path, f"benchmark_import_{path.stem}", register=True)  # dataclasses look their module up
+    finally:  # the scripts import each other by bare name: leave no half-loaded module behind
+        for name in set(sys.modules) - set(before):
+            if not name.startswith(("syntaxnmt", "torch", "numpy")):
+                sys.modules.pop(name, None)
+    assert module.__doc__, f"{path}: no docstring saying what it measures and how to run it"
