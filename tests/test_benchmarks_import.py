@@ -1,9 +1,10 @@
-"""Every benchmark and recipe script still imports against the package (a module renamed or moved under it
+"""Every benchmark and recipe script still imports (and every shell script parses) against the package (a module renamed or moved under it
 shows here, not when someone next runs the benchmark: benchmarks/cpu_kernels.py imported
 ``syntaxnmt.model.kernels`` for weeks after it moved to ``syntaxnmt.cpu.calibration``)."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,3 +25,13 @@ def test_benchmark_script_imports(path):
             if not name.startswith(("syntaxnmt", "torch", "numpy")):
                 sys.modules.pop(name, None)
     assert module.__doc__, f"{path}: no docstring saying what it measures and how to run it"
+
+
+SHELL_SCRIPTS = sorted(p for folder in ("benchmarks", "recipes", ".ci") for p in (ROOT / folder).rglob("*") if p.is_file() and (p.suffix == ".sh" or p.name == "run") and not {"out", "venvs"} & set(p.relative_to(ROOT).parts))
+
+
+@pytest.mark.parametrize("path", SHELL_SCRIPTS, ids=[str(p.relative_to(ROOT)) for p in SHELL_SCRIPTS])
+def test_shell_script_parses(path):
+    """``bash -n``: the script's syntax (the recipes' and the GPU machine's scripts run rarely)."""
+    res = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
