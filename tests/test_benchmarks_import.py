@@ -1,6 +1,7 @@
-"""Every benchmark and recipe script still imports (and every shell script parses) against the package (a module renamed or moved under it
-shows here, not when someone next runs the benchmark: benchmarks/cpu_kernels.py imported
-``syntaxnmt.model.kernels`` for weeks after it moved to ``syntaxnmt.cpu.calibration``)."""
+"""Every benchmark and recipe script still imports against the package, and every shell script
+parses: a module renamed or moved shows here, not when someone next runs the benchmark
+(benchmarks/cpu_kernels.py imported ``syntaxnmt.model.kernels`` for weeks after it moved to
+``syntaxnmt.cpu.calibration``)."""
 
 from __future__ import annotations
 
