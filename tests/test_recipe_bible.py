@@ -300,6 +300,7 @@ def test_study_sh_trains_translates_and_scores_every_system_of_every_seed_once(t
     calls = log.read_text(encoding="utf-8").splitlines()
     trains = [c for c in calls if c.startswith("train ")]
     assert len(trains) == 8 and all("--data.train_src=runs/bible-en-es/data-heldout/train.en" in c and "--data.prepared_dir=runs/bible-en-es/prepared-heldout-bpe8k" in c for c in trains)
+    assert all(" --resume " in c for c in trains)  # a training stopped with the session continues from its last.pt
     assert [c.split("--work_dir=")[1].split()[0] for c in trains[:4]] == ["W/seed-4/sentence", "W/seed-4/sentence-more", "W/seed-4/concat", "W/seed-4/han"]
     assert all("--seed=4" in c for c in trains[:4]) and all("--seed=5" in c for c in trains[4:])
     assert "--train.max_steps=30" in trains[0] and all("--train.max_steps=10" in c and "--train.init_from=W/seed-4/sentence/best.pt" in c for c in trains[1:4])

@@ -59,12 +59,14 @@ DATA_OVR=(--data.train_src="$DATA/train.en" --data.train_tgt="$DATA/train.es" --
   --data.prepared_dir="$PREP")
 [ -d "$PREP" ] || syntaxnmt prepare "$HERE/sentence.yaml" "${DATA_OVR[@]}"
 
-# train DIR CONFIG STEPS SEED [ARGS...]: one training, skipped when done; wall clock and load recorded.
+# train DIR CONFIG STEPS SEED [ARGS...]: one training, skipped when done, continued from its last.pt
+# when stopped (--resume; a fine-tuning then resumes, not restarts from init_from); wall clock and load
+# recorded.
 train() {
   local dir="$1" config="$2" steps="$3" seed="$4"; shift 4
   if [ -f "$dir/done" ]; then echo "$dir: done, skipped"; return; fi
   local l0 t0; l0="$(cut -d' ' -f1 /proc/loadavg)"; t0="$(date +%s)"
-  syntaxnmt train "$HERE/$config" --work_dir="$dir" --seed="$seed" --train.max_steps="$steps" --train.valid_every=500 \
+  syntaxnmt train "$HERE/$config" --resume --work_dir="$dir" --seed="$seed" --train.max_steps="$steps" --train.valid_every=500 \
     "${DATA_OVR[@]}" "$@"
   printf '%s\t%s updates\t%s s\tload %s -> %s\n' "$dir" "$steps" "$(( $(date +%s) - t0 ))" \
     "$l0" "$(cut -d' ' -f1 /proc/loadavg)" >> "$WORK/timings.tsv"
