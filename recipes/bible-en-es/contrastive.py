@@ -26,7 +26,6 @@ and prints the counts per phenomenon and distance. ``--sample N`` also prints N 
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import json
 import sys
@@ -37,7 +36,7 @@ from syntaxnmt.data.contrastive import read_contrastive
 from syntaxnmt.data.links import format_links, parse_links
 from syntaxnmt.data.pronouns import mine, to_json_items, tokenize
 from syntaxnmt.errors import UserError
-from syntaxnmt.textio import atomic_write_text
+from syntaxnmt.textio import atomic_write_text, read_lines
 
 SPLITS = ("train", "dev", "test", "heldout")
 
@@ -80,9 +79,7 @@ def copy_links(data: Path, source: Path, corpus: dict, log=print) -> None:
     lengths when read: :func:`links_of`)."""
     if not source.is_file():
         raise UserError(f"--links {source}: no such file")
-    opener = gzip.open if source.suffix == ".gz" else open
-    with opener(source, "rt", encoding="utf-8") as f:
-        lines = f.read().splitlines()
+    lines = read_lines(source)
     pairs = sum(len(corpus[split][0]) for split in corpus)
     if len(lines) != pairs:
         raise UserError(f"--links {source}: {len(lines)} lines for the {pairs} verse pairs of {data}")

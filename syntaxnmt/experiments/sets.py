@@ -222,16 +222,15 @@ def run_config(label: str, cfg: Config, spec: ExperimentSet, log) -> dict:
     returns the run's record (``scores``: that file)."""
     work = Path(cfg.work_dir)
     done = work / "done.json"
+    device = resolve_device(cfg.train.device)
     if done.is_file():
         record = json.loads(done.read_text())
         log(f"[{label} seed {cfg.seed}] trained already ({record['steps']} updates)")
     else:
         log(f"[{label} seed {cfg.seed}] training in {work}")
         progress = train(cfg, resume=True, log=curve_logger(work, log))  # a signal raises Interrupted once last.pt is saved
-        device = resolve_device(cfg.train.device)
         record = {"steps": progress.step, "train_seconds": progress.train_seconds, "train_tokens": progress.train_tokens, "best": progress.best, "params": _count_params(work / "best.pt"), "device": device_name(device)}
         atomic_write_text(done, json.dumps(record))
-    device = resolve_device(cfg.train.device)
     model, translated = None, False
     record["hyps"] = {}
     for name, test in spec.test_sets.items():
