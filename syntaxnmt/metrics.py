@@ -372,6 +372,13 @@ def chrf_from_statistics(stats: np.ndarray) -> float:
     return float(CHRF()._compute_score_from_stats([float(x) for x in stats]).score)
 
 
+def accuracy_from_statistics(stats: np.ndarray) -> np.ndarray:
+    """Accuracy (%) from summed per-item statistics ``(..., 2)``: trials passed, trials (a
+    contrastive test, :func:`syntaxnmt.experiments.scores.contrastive_statistics`)."""
+    stats = np.asarray(stats, dtype=np.float64)
+    return 100.0 * stats[..., 0] / np.maximum(stats[..., 1], 1.0)
+
+
 def bleu_statistics(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> np.ndarray:
     """:meth:`ReferenceScorer.bleu_statistics` of one output (many outputs of one test set: a :class:`ReferenceScorer`)."""
     return ReferenceScorer(refs).bleu_statistics(hyps)

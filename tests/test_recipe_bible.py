@@ -160,31 +160,56 @@ def test_contrastive_without_data_is_one_error_line(tmp_path, capsys):
 study_table = load_script(ROOT / "recipes" / "bible-en-es" / "study_table.py", "bible_study_table")
 
 
-def test_study_table_over_seeds(tmp_path):
-    """Two seeds of made-up outputs: every system gets a row with BLEU, chrF and the accuracies,
-    the control's row has no difference, a context model's has one against the control's floor."""
+def write_contrastive(path, accuracy, items=1000, draws=1):
+    """A made-up `syntaxnmt score -o` file: ``accuracy`` of ``items`` items, half of them with the
+    antecedent one verse back (*it*), half two verses back (*them*), each half at that accuracy."""
     import json
 
-    refs = [f"y el hombre {k} vió la ciudad grande de la tierra" for k in range(40)]
-    (tmp_path / "data").mkdir()
+    half = items // 2
+    right = round(accuracy * half)
+    outcomes = [draws] * right + [0] * (half - right)
+    cells = {"it:él/ella / distance 1": {"accuracy": right / half, "items": half, "chance": 0.5},
+             "them:los/las / distance 2": {"accuracy": right / half, "items": half, "chance": 0.5}}
+    path.write_text(json.dumps({"accuracy": 2 * right / items, "items": items, "draws": draws, "outcomes": outcomes + outcomes, "cells": cells}), encoding="utf-8")
+
+
+def made_up_study(tmp_path, seeds, accuracy, refs):
+    """study.sh's work folder with made-up outputs and contrastive results: ``accuracy(system, seed, context)``."""
+    (tmp_path / "data").mkdir(exist_ok=True)
     (tmp_path / "data" / "test.es").write_text("".join(r + "\n" for r in refs), encoding="utf-8")
-    accuracy = {"sentence": 0.60, "sentence-more": 0.62, "concat": 0.64, "han": 0.70}
-    for seed in (1, 2):
+    for seed in seeds:
         for k, m in enumerate(study_table.SYSTEMS):
             folder = tmp_path / "work" / f"seed-{seed}" / m
             folder.mkdir(parents=True)
             hyps = [r if (i + k + seed) % 3 else "y el hombre vió" for i, r in enumerate(refs)]
             (folder / "test.hyp").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-            contexts = ("true", "other-document", "none") if m in ("concat", "han") else ("none",)
-            for c in contexts:
-                a = accuracy[m] + 0.01 * seed if c == "true" or m not in ("concat", "han") else 0.61 + 0.01 * seed
-                (folder / f"contrastive-{c}.json").write_text(json.dumps({"accuracy": a}), encoding="utf-8")
+            for c in ("true", "other-document", "none") if m in study_table.CONTEXT_MODELS else ("none",):
+                write_contrastive(folder / f"contrastive-{c}.json", accuracy(m, seed, c))
+
+
+def table_rows(out):
+    """The main table's rows by system (the first table: the one by distance repeats the names)."""
+    rows = {}
+    for line in out.splitlines():
+        if line.startswith("| ") and "---" not in line:
+            rows.setdefault(line.split(" | ")[0].lstrip("| "), line.split(" | "))
+    return rows
+
+
+def test_study_table_over_seeds(tmp_path):
+    """Two seeds of made-up outputs: every system gets a row with BLEU, chrF and the accuracies,
+    the control's row has no difference, a context model's has one against the control's floor
+    with its two-level interval; the accuracy by distance and pronoun under it."""
+    refs = [f"y el hombre {k} vió la ciudad grande de la tierra" for k in range(40)]
+    base = {"sentence": 0.60, "sentence-more": 0.62, "concat": 0.64, "han": 0.70}
+    made_up_study(tmp_path, (1, 2), lambda m, seed, c: base[m] + 0.01 * seed if c == "true" or m not in study_table.CONTEXT_MODELS else 0.61 + 0.01 * seed, refs)
     out = study_table.table(tmp_path / "work", tmp_path / "data", bootstrap=50)
-    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in out.splitlines() if line.startswith("| ") and "---" not in line}
+    rows = table_rows(out)
     assert "Seeds 1, 2 (2)" in out
     han = rows["HAN (k = 3, source side, + M)"]
     assert han[5] == "71.5 ± 0.7" and han[6] == "62.5 ± 0.7" and han[7] == "62.5 ± 0.7"
-    assert han[8].startswith("+8.0; p ")
+    low, high = (float(x) for x in han[8].split("[")[1].split("]")[0].split(", "))
+    assert han[8].startswith("+8.0 [") and 0 < low < 8.0 < high and "; p " in han[8]
     control = rows["**sentence-more** (control, + M)"]
     assert control[2] == "–" and control[5] == "(floor) 63.5 ± 0.7" and control[8] == "– |"
     assert rows["sentence (N updates)"][2].startswith(("+", "-")) and "[" in rows["sentence (N updates)"][2]
@@ -198,37 +223,75 @@ def test_study_table_over_seeds(tmp_path):
     assert "Power (BLEU): with 2 seeds of sentence-more (control, + M) and 2 seeds per other system" in out
     assert f"test {minimum_detectable_difference(sd, 2, 2):.2f} BLEU (s_opt {sd:.2f})" in out
     assert "A/A check (BLEU, calibration): not possible with 2 seeds of sentence-more (control, + M)" in out
+    # By distance and pronoun: the headers count the items, HAN reads its context, the control none.
+    assert "| system | distance 1 (500) | distance 2 (500) | *it* (500) | *them* (500) |" in out
+    assert "| HAN (k = 3, source side, + M) | 71.5 ± 0.7 | 71.5 ± 0.7 | 71.5 ± 0.7 | 71.5 ± 0.7 |" in out
+    assert "| **sentence-more** (control, + M) | 63.5 ± 0.7 |" in out
 
+
+def test_study_table_collects_and_rescores_byte_for_byte(tmp_path, capsys):
+    """--collect writes one scores file per run (the same bytes when written again); --rescore
+    gives the same table from them alone, with no work folder and no references."""
+    refs = [f"la tierra {k} era buena" for k in range(12)]
+    made_up_study(tmp_path, (1, 2), lambda m, seed, c: 0.5 + 0.05 * seed + (0.1 if m == "han" and c == "true" else 0.0), refs)
+    results = tmp_path / "results"
+    study_table.main([str(tmp_path / "work"), "--data", str(tmp_path / "data"), "--collect", str(results), "--bootstrap", "30"])
+    first = capsys.readouterr().out
+    files = sorted(p.name for p in results.iterdir())
+    assert files == sorted(f"{m}-seed{s}.json.gz" for m in study_table.SYSTEMS for s in (1, 2))
+    before = {p: p.read_bytes() for p in results.iterdir()}
+    study_table.main([str(tmp_path / "work"), "--data", str(tmp_path / "data"), "--collect", str(results), "--bootstrap", "30"])
+    capsys.readouterr()
+    assert {p: p.read_bytes() for p in results.iterdir()} == before
+    import shutil
+
+    shutil.rmtree(tmp_path / "work")
+    shutil.rmtree(tmp_path / "data")
+    study_table.main(["--rescore", str(results), "--bootstrap", "30"])
+    assert capsys.readouterr().out == first
+    # Neither or both of WORK and --rescore; an empty results folder: one error line each.
+    for argv, named in ((["--bootstrap", "5"], "--rescore"), (["--rescore", str(tmp_path / "nothing")], "nothing")):
+        with pytest.raises(SystemExit) as e:
+            study_table.main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.startswith("syntaxnmt: error: ") and named in err and len(err.splitlines()) == 1
+
+
+def test_study_table_names_a_contrastive_file_without_outcomes(tmp_path, capsys):
+    """A `score -o` file written before per-item outcomes is named in one error line, not averaged."""
+    import json
+
+    refs = ["el cielo", "la tierra"]
+    made_up_study(tmp_path, (1,), lambda m, seed, c: 0.5, refs)
+    old = tmp_path / "work" / "seed-1" / "han" / "contrastive-true.json"
+    old.write_text(json.dumps({"accuracy": 0.5}), encoding="utf-8")
+    with pytest.raises(SystemExit) as e:
+        study_table.main([str(tmp_path / "work"), "--data", str(tmp_path / "data")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and str(old) in err and "outcomes" in err and len(err.splitlines()) == 1
 
 
 def test_study_table_states_the_accuracy_power_from_the_controls_floor(tmp_path):
     """Three seeds whose accuracies spread differently per system: the accuracy power line takes the
     s_opt of the control's floor (60, 62, 67), not of another system's or context's accuracies."""
-    import json
     import statistics
 
     from syntaxnmt.metrics import minimum_detectable_difference
 
     refs = [f"y el hombre {k} vió la ciudad grande de la tierra" for k in range(20)]
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "test.es").write_text("".join(r + "\n" for r in refs), encoding="utf-8")
     floor = {1: 60.0, 2: 62.0, 3: 67.0}
-    for seed in (1, 2, 3):
-        for m in study_table.SYSTEMS:
-            folder = tmp_path / "work" / f"seed-{seed}" / m
-            folder.mkdir(parents=True)
-            (folder / "test.hyp").write_text("".join((r if (i + seed) % 4 else "y el") + "\n" for i, r in enumerate(refs)), encoding="utf-8")
-            context_model = m in ("concat", "han")
-            own = {"sentence-more": floor[seed], "sentence": 60 + 0.5 * seed}.get(m, 70 + 0.2 * seed)  # a context model's: with its context
-            for c in ("true", "other-document", "none") if context_model else ("none",):
-                accuracy = 50 + 10 * seed if context_model and c == "none" else own
-                (folder / f"contrastive-{c}.json").write_text(json.dumps({"accuracy": accuracy / 100}), encoding="utf-8")
+
+    def accuracy(m, seed, c):
+        own = {"sentence-more": floor[seed], "sentence": 60 + 0.5 * seed}.get(m, 70 + 0.2 * seed)  # a context model's: with its context
+        return (50 + 10 * seed if m in study_table.CONTEXT_MODELS and c == "none" else own) / 100
+
+    made_up_study(tmp_path, (1, 2, 3), accuracy, refs)
     out = study_table.table(tmp_path / "work", tmp_path / "data", bootstrap=20)
     power = next(line for line in out.splitlines() if line.startswith("Power (accuracy %)"))
     sd = statistics.stdev(floor.values())
     assert power.startswith("Power (accuracy %): with 3 seeds of sentence-more's floor (no context) and 3 seeds per other system, ")
     assert f"contrastive set {minimum_detectable_difference(sd, 3, 3):.1f} accuracy % (s_opt {sd:.1f})" in power
-    assert out.index("Power (BLEU)") < out.index("A/A check (BLEU") < out.index("Power (accuracy %)")
+    assert out.index("Power (BLEU)") < out.index("A/A check (BLEU") < out.index("Power (accuracy %)") < out.index("A/A check (accuracy %")
     # One seed: no accuracy power line (nor the BLEU lines).
     import shutil
 
@@ -268,7 +331,7 @@ for a in "$@"; do
 done
 case "$cmd" in
   translate) cp "$STUB_HYP" "$out" ;;
-  score) echo '{"accuracy": 0.75}' > "$out" ;;
+  score) echo '{"accuracy": 0.75, "items": 4, "draws": 1, "outcomes": [1, 1, 1, 0], "cells": {"it:lo/la / distance 1": {"accuracy": 0.75, "items": 4, "chance": 0.5}}}' > "$out" ;;
 esac
 """
 

@@ -1,9 +1,9 @@
 """The table of study.sh (issue 53): BLEU, chrF and the gendered-pronoun contrastive accuracy per
-system, mean over the seeds in WORK, with the seed-level intervals of the experiment tables.
+system, mean over seeds, with the seed-level intervals of the experiment tables.
 
 Reads ``WORK/seed-*/{sentence,sentence-more,concat,han}/test.hyp`` (the test chapters translated
-with ``--docs``) and ``contrastive-{true,other-document,none}.json`` (``syntaxnmt score -o``), and
-the references ``DATA/test.es``. Per system:
+with ``--docs``) and ``contrastive-{true,other-document,none}.json`` (``syntaxnmt score -o``, with
+its per-item outcomes), and the references ``DATA/test.es``. Per system:
 
 * BLEU: mean ± sd over seeds; the difference to the control (``sentence-more``: the sentence model
   trained for the same extra updates) with the 95 % interval of the two-level bootstrap (seeds,
@@ -12,30 +12,39 @@ the references ``DATA/test.es``. Per system:
 * chrF: mean ± sd; Welch's p against the control;
 * contrastive accuracy (%): with the items' context, and under the two controls (``other-document``,
   ``none``) that must bring a model that reads its context down to the floor: the accuracy of the
-  sentence models (scored without context). The difference to the control's accuracy with Welch's
-  p over seeds (``score`` writes totals, not per-item outcomes, so the item level is not resampled
-  here; one seed's binomial sd on N items is sqrt(a(1-a)/N), about 2.6 points at 330 items).
+  sentence models (scored without context). The difference to the control's floor with the
+  two-level bootstrap interval (seeds, then items) and Welch's p over seeds.
 
-Under the table, with several seeds: the smallest BLEU difference the seeds detect with 80 % power
-and the A/A check on the control's seeds (:func:`syntaxnmt.experiments.sets.seed_notes`), and the
-smallest difference of contrastive accuracy they detect, from the control's floor over seeds
-(:func:`syntaxnmt.experiments.sets.power_line`: it needs per-seed accuracies only; the A/A check
-resamples items, which ``score``'s totals do not give).
+Under the table, with several seeds: for BLEU and for the accuracy, the smallest difference the
+seeds detect with 80 % power and the A/A check on the control's seeds
+(:func:`syntaxnmt.experiments.sets.seed_notes`). Then the accuracy by antecedent distance (1-3
+verses back) and by English pronoun, per system with the context it reads: a 2-to-1 model sees
+only the previous verse.
 
-    python recipes/bible-en-es/study_table.py WORK [--data runs/bible-en-es/data-heldout] [--bootstrap 1000]
+``--collect DIR`` also writes every run's hypotheses, sentence statistics and contrastive outcomes
+to ``DIR/<system>-seed<S>.json.gz`` (the scores files of ``syntaxnmt experiment``:
+:mod:`syntaxnmt.experiments.scores`), committed under ``results/bible-en-es/study/``; ``--rescore
+DIR`` writes the table from them alone, with no model, data or reference.
+
+    python recipes/bible-en-es/study_table.py WORK [--data runs/bible-en-es/data-heldout] [--collect DIR] [--bootstrap 1000]
+    python recipes/bible-en-es/study_table.py --rescore results/bible-en-es/study
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import re
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments.sets import AA_SHUFFLES, kept_score, mean_sd_cell, power_line, score_runs, seed_cells, seed_level_cell, seed_notes
-from syntaxnmt.metrics import ReferenceScorer, chrf_from_statistics, run_scores, welch_p
+from syntaxnmt.experiments.scores import contrastive_statistics, encode, read_run_scores, results_file, test_statistics
+from syntaxnmt.experiments.sets import AA_SHUFFLES, mean_sd_cell, seed_cells, seed_level_cell, seed_notes
+from syntaxnmt.metrics import accuracy_from_statistics, chrf_from_statistics, run_scores, welch_p
+from syntaxnmt.textio import atomic_write, read_lines
 
 SYSTEMS = ("sentence", "sentence-more", "concat", "han")
 LABELS = {
@@ -46,6 +55,14 @@ LABELS = {
 }
 CONTROL = "sentence-more"
 CONTEXTS = ("true", "other-document", "none")
+CONTEXT_MODELS = ("concat", "han")
+TEST = "test"
+
+
+def reading_context(system: str) -> str:
+    """The context a system is scored with in the table's main columns: its own for a context
+    model, none for a sentence model (the floor)."""
+    return "true" if system in CONTEXT_MODELS else "none"
 
 
 def mean_sd(values: list[float], digits: int = 1) -> str:
@@ -53,92 +70,184 @@ def mean_sd(values: list[float], digits: int = 1) -> str:
     return mean_sd_cell(values, digits) if values else "–"
 
 
-def read_accuracy(path: Path) -> float | None:
+def read_contrastive(path: Path) -> dict | None:
+    """A ``syntaxnmt score -o`` file (None when not written yet); one error line when it is not one
+    or was written before ``score`` kept per-item outcomes."""
     if not path.is_file():
         return None
     try:
-        return 100.0 * float(json.loads(path.read_text(encoding="utf-8"))["accuracy"])
+        result = json.loads(path.read_text(encoding="utf-8"))
+        outcomes, draws, cells = result["outcomes"], result["draws"], result["cells"]
     except (ValueError, KeyError, TypeError) as e:
-        raise UserError(f"{path}: not a `syntaxnmt score -o` file ({e})") from None
+        raise UserError(f"{path}: not a `syntaxnmt score -o` file with per-item outcomes (missing {e}): delete it and run study.sh again to score anew") from None
+    return {"outcomes": outcomes, "draws": draws, "cells": cells}
 
 
-def collect(work: Path, refs: list[str]) -> tuple[list[int], dict]:
-    """Seeds with every system's test.hyp, and per system: BLEU/chrF statistics and accuracies per seed."""
+def runs_from_work(work: Path, refs: list[str]) -> dict[tuple[str, int], dict]:
+    """(system, seed) -> run (``tests``, ``contrastive``) for every seed of WORK whose systems all
+    have their test.hyp; statistics computed against ``refs``."""
     seeds = sorted(int(p.name.split("-", 1)[1]) for p in work.glob("seed-*") if p.name.split("-", 1)[1].isdigit())
     complete = [s for s in seeds if all((work / f"seed-{s}" / m / "test.hyp").is_file() for m in SYSTEMS)]
     if not complete:
         raise UserError(f"{work}: no seed-*/ folder with the test.hyp of every system ({', '.join(SYSTEMS)}): run study.sh first")
-    scorer = ReferenceScorer([refs])
-    data = {}
-    for m in SYSTEMS:
-        bleu, chrf, acc = [], [], {c: [] for c in CONTEXTS}
-        for s in complete:
+    runs = {}
+    for s in complete:
+        for m in SYSTEMS:
             folder = work / f"seed-{s}" / m
-            hyps = (folder / "test.hyp").read_text(encoding="utf-8").splitlines()
+            hyps = read_lines(folder / "test.hyp")
             if len(hyps) != len(refs):
                 raise UserError(f"{folder / 'test.hyp'}: {len(hyps)} lines for {len(refs)} references")
-            bleu.append(scorer.bleu_statistics(hyps))
-            chrf.append(scorer.chrf_statistics(hyps))
-            for c in CONTEXTS:
-                a = read_accuracy(folder / f"contrastive-{c}.json")
-                if a is not None:
-                    acc[c].append(a)
-        data[m] = {"bleu": bleu, "chrf": chrf, "acc": acc}
-    return complete, data
+            contrastive = {c: r for c in CONTEXTS if (r := read_contrastive(folder / f"contrastive-{c}.json")) is not None}
+            runs[m, s] = {"tests": {TEST: {"hyps": hyps, **test_statistics(hyps, refs)}}, "contrastive": contrastive}
+    return runs
+
+
+def collect(runs: dict[tuple[str, int], dict], results: Path) -> list[Path]:
+    """Write every run as a scores file under ``results`` (byte-stable: the same run, the same bytes)."""
+    written = []
+    for (m, s), run in sorted(runs.items()):
+        target = results_file(results, m, s)
+        data = encode(m, s, {}, run["tests"], contrastive=run["contrastive"])
+        atomic_write(target, lambda f, data=data: f.write(data))
+        written.append(target)
+    return written
+
+
+def runs_from_results(results: Path) -> dict[tuple[str, int], dict]:
+    """The runs ``--collect`` wrote under ``results``."""
+    runs = {}
+    for path in sorted(results.glob("*-seed*.json.gz")):
+        match = re.fullmatch(r"(.+)-seed(\d+)\.json\.gz", path.name)
+        if match and match[1] in SYSTEMS:
+            record = read_run_scores(path)
+            if TEST not in record["tests"]:
+                raise UserError(f"{path}: no '{TEST}' outputs")
+            runs[match[1], int(match[2])] = record
+    seeds = sorted({s for _, s in runs})
+    complete = [s for s in seeds if all((m, s) in runs for m in SYSTEMS)]
+    if not complete:
+        raise UserError(f"{results}: no seed with the scores of every system ({', '.join(SYSTEMS)}): collect them first (study_table.py WORK --collect {results})")
+    return {key: run for key, run in runs.items() if key[1] in complete}
+
+
+def accuracy_runs(runs: dict, system: str, seeds: list[int], context: str) -> list[np.ndarray]:
+    """Per-item statistics of ``system``'s contrastive result under ``context``, one array per seed that has it."""
+    return [contrastive_statistics(runs[system, s]["contrastive"][context]) for s in seeds if context in runs[system, s]["contrastive"]]
+
+
+def grouped_accuracy(result: dict) -> dict[str, float]:
+    """Accuracy (%) of one result per antecedent distance (``d1``..) and per English pronoun, from
+    its (phenomenon, distance) cells (``them:los/las / distance 2``), weighted by items."""
+    groups: dict[str, list[float]] = {}
+    for name, cell in result["cells"].items():
+        phenomenon, _, distance = name.partition(" / distance ")
+        keys = [f"d{distance}"] if distance else []
+        keys.append(phenomenon.split(":", 1)[0])
+        for key in keys:
+            acc = groups.setdefault(key, [0.0, 0.0])
+            acc[0] += cell["accuracy"] * cell["items"]
+            acc[1] += cell["items"]
+    return {k: 100.0 * right / n for k, (right, n) in groups.items() if n}
+
+
+def group_sizes(result: dict) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for name, cell in result["cells"].items():
+        phenomenon, _, distance = name.partition(" / distance ")
+        for key in ([f"d{distance}"] if distance else []) + [phenomenon.split(":", 1)[0]]:
+            sizes[key] = sizes.get(key, 0) + int(cell["items"])
+    return sizes
+
+
+def table_from_runs(runs: dict[tuple[str, int], dict], bootstrap: int = 1000) -> str:
+    seeds = sorted({s for _, s in runs})
+    bleu = {m: [runs[m, s]["tests"][TEST]["bleu"] for s in seeds] for m in SYSTEMS}
+    chrf = {m: [chrf_from_statistics(runs[m, s]["tests"][TEST]["chrf"].sum(0)) for s in seeds] for m in SYSTEMS}
+    acc = {m: {c: accuracy_runs(runs, m, seeds, c) for c in CONTEXTS} for m in SYSTEMS}
+    floor = acc[CONTROL]["none"]
+    n_refs = len(runs[CONTROL, seeds[0]]["tests"][TEST]["hyps"])
+    lines = [
+        f"Seeds {', '.join(map(str, seeds))} ({len(seeds)}); BLEU and chrF: sacreBLEU on the {n_refs} test verses translated with `--docs`, "
+        "beam 4, mean ± sd over seeds. Δ BLEU [95 % CI]; p: the difference to the control with the two-level bootstrap interval (seeds, then "
+        "sentences) and Welch's p over seeds. Contrastive accuracy (%): the gendered-pronoun set, with the items' context (true) and the "
+        "controls (other-document, none); the sentence models are scored without context: the floor. Δ acc [95 % CI]; p: the accuracy a "
+        "system reads with (its context; none for a sentence model) minus the control's floor, two-level bootstrap (seeds, then items) "
+        "and Welch's p over seeds.",
+        "",
+        "| system | BLEU | Δ BLEU vs control [95 % CI]; p | chrF | chrF p | acc (true) | acc (other-document) | acc (none) | Δ acc vs floor [95 % CI]; p |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    pct = lambda runs_: [float(x) for x in run_scores(runs_, accuracy_from_statistics)]  # noqa: E731
+    for m in SYSTEMS:
+        cells = seed_cells(bleu[CONTROL], bleu[m], bootstrap, 0, is_baseline=m == CONTROL, randomization=False)
+        chrf_p = welch_p(chrf[CONTROL], chrf[m]) if m != CONTROL else None
+        own = acc[m][reading_context(m)]
+        delta = "–"
+        if m != CONTROL and own and floor and len(own) == len(floor):
+            delta = seed_level_cell(seed_cells(floor, own, bootstrap, 0, metric=accuracy_from_statistics, digits=1, randomization=False))
+        context_model = m in CONTEXT_MODELS
+        lines.append(
+            f"| {LABELS[m]} | {mean_sd([float(x) for x in run_scores(bleu[m])], 2)} | {seed_level_cell(cells)} | {mean_sd(chrf[m], 2)} | "
+            f"{'–' if chrf_p is None else f'{chrf_p:.4f}'} | {mean_sd(pct(acc[m]['true'])) if context_model else '(floor) ' + mean_sd(pct(acc[m]['none']))} | "
+            f"{mean_sd(pct(acc[m]['other-document'])) if context_model else '–'} | {mean_sd(pct(acc[m]['none']))} | {delta} |"
+        )
+    # What the seeds can detect against the control, and the A/A check on its seeds (as under the experiment tables).
+    for note in seed_notes(LABELS[CONTROL].replace("*", ""), {"test": bleu[CONTROL]}, [len(seeds)] * (len(SYSTEMS) - 1), bootstrap, AA_SHUFFLES):
+        lines += ["", note]
+    if floor:
+        others = [len(acc[m][reading_context(m)]) for m in SYSTEMS if m != CONTROL]
+        for note in seed_notes(f"{CONTROL}'s floor (no context)", {"contrastive set": floor}, others, bootstrap, AA_SHUFFLES, metric=accuracy_from_statistics, measure="accuracy %", digits=1):
+            lines += ["", note]
+    lines += groups_table(runs, seeds)
+    return "\n".join(lines)
+
+
+def groups_table(runs: dict[tuple[str, int], dict], seeds: list[int]) -> list[str]:
+    """Accuracy by antecedent distance and English pronoun, mean ± sd over seeds, per system with the context it reads."""
+    scored = [(m, s) for m in SYSTEMS for s in seeds if reading_context(m) in runs[m, s]["contrastive"]]
+    if not scored:
+        return []
+    sizes = group_sizes(runs[scored[0]]["contrastive"][reading_context(scored[0][0])])
+    keys = sorted(k for k in sizes if k.startswith("d")) + sorted(k for k in sizes if not k.startswith("d"))
+    head = [f"distance {k[1:]} ({sizes[k]})" if k.startswith("d") else f"*{k}* ({sizes[k]})" for k in keys]
+    lines = [
+        "",
+        "Contrastive accuracy (%) by the antecedent's distance (verses back) and by the English pronoun (items), mean ± sd over seeds; "
+        "each system with the context it reads (a context model its own, a sentence model none).",
+        "",
+        "| system | " + " | ".join(head) + " |",
+        "|---|" + "---|" * len(keys),
+    ]
+    for m in SYSTEMS:
+        per_seed = [grouped_accuracy(runs[m, s]["contrastive"][reading_context(m)]) for s in seeds if (m, s) in scored]
+        lines.append(f"| {LABELS[m]} | " + " | ".join(mean_sd([g[k] for g in per_seed if k in g]) for k in keys) + " |")
+    return lines
 
 
 def table(work: Path, data_dir: Path, bootstrap: int = 1000) -> str:
-    refs = (data_dir / "test.es").read_text(encoding="utf-8").splitlines()
-    seeds, data = collect(work, refs)
-    control = data[CONTROL]
-    control_chrf = [chrf_from_statistics(x) for x in control["chrf"]]
-    floor = control["acc"]["none"]
-    lines = [
-        f"Seeds {', '.join(map(str, seeds))} ({len(seeds)}); BLEU and chrF: sacreBLEU on the {len(refs)} test verses translated with `--docs`, "
-        "beam 4, mean ± sd over seeds. Δ BLEU [95 % CI]; p: the difference to the control with the two-level bootstrap interval and Welch's p "
-        "over seeds. Contrastive accuracy (%): the gendered-pronoun set, with the items' context (true) and the controls (other-document, none); "
-        "the sentence models are scored without context: the floor. Δ acc: true context minus the control's accuracy, Welch's p over seeds.",
-        "",
-        "| system | BLEU | Δ BLEU vs control [95 % CI]; p | chrF | chrF p | acc (true) | acc (other-document) | acc (none) | Δ acc vs control; p |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for m in SYSTEMS:
-        d = data[m]
-        cells = seed_cells(control["bleu"], d["bleu"], bootstrap, 0, is_baseline=m == CONTROL, randomization=False)
-        chrf = [chrf_from_statistics(x) for x in d["chrf"]]
-        chrf_p = welch_p(control_chrf, chrf) if m != CONTROL else None
-        bleu = mean_sd([float(x) for x in run_scores(d["bleu"])], 2)
-        acc = d["acc"]
-        context_model = m in ("concat", "han")
-        true_acc = acc["true"] if context_model else acc["none"]
-        delta = "–"
-        if m != CONTROL and true_acc and floor:
-            p = welch_p(floor, true_acc)
-            delta = f"{statistics.mean(true_acc) - statistics.mean(floor):+.1f}; p " + ("–" if p is None else f"{p:.4f}")
-        lines.append(
-            f"| {LABELS[m]} | {bleu} | {seed_level_cell(cells)} | {mean_sd(chrf, 2)} | {'–' if chrf_p is None else f'{chrf_p:.4f}'} | "
-            f"{mean_sd(acc['true']) if context_model else '(floor) ' + mean_sd(acc['none'])} | "
-            f"{mean_sd(acc['other-document']) if context_model else '–'} | {mean_sd(acc['none'])} | {delta} |"
-        )
-    # What the seeds can detect in BLEU against the control, and the A/A check on its seeds (as under the experiment tables).
-    for note in seed_notes(LABELS[CONTROL].replace("*", ""), {"test": control["bleu"]}, [len(seeds)] * (len(SYSTEMS) - 1), bootstrap, AA_SHUFFLES):
-        lines += ["", note]
-    # And what they can detect in contrastive accuracy against the control's floor (per-seed accuracies: one figure per run).
-    others = [len(data[m]["acc"]["true" if m in ("concat", "han") else "none"]) for m in SYSTEMS if m != CONTROL]
-    if floor and max(len(floor), *others) > 1:
-        runs = {"contrastive set": score_runs(floor)}
-        lines += ["", power_line(f"{CONTROL}'s floor (no context)", runs, others, metric=kept_score, measure="accuracy %", digits=1)]
-    return "\n".join(lines)
+    """The table from study.sh's work folder and the references in ``data_dir``."""
+    return table_from_runs(runs_from_work(work, read_lines(data_dir / "test.es")), bootstrap)
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("work", help="study.sh's work folder (holding seed-*/)")
+    ap.add_argument("work", nargs="?", help="study.sh's work folder (holding seed-*/)")
     ap.add_argument("--data", default="runs/bible-en-es/data-heldout", help="the data folder (test.es)")
+    ap.add_argument("--collect", metavar="DIR", help="also write every run's scores file under DIR (e.g. results/bible-en-es/study)")
+    ap.add_argument("--rescore", metavar="DIR", help="the table from the scores files under DIR alone (no WORK, no data)")
     ap.add_argument("--bootstrap", type=int, default=1000, help="two-level bootstrap samples (default 1000)")
     args = ap.parse_args(argv)
     try:
-        print(table(Path(args.work), Path(args.data), args.bootstrap))
+        if (args.work is None) == (args.rescore is None):
+            raise UserError("give either WORK (study.sh's work folder) or --rescore DIR")
+        if args.rescore:
+            runs = runs_from_results(Path(args.rescore))
+        else:
+            runs = runs_from_work(Path(args.work), read_lines(Path(args.data) / "test.es"))
+            if args.collect:
+                for path in collect(runs, Path(args.collect)):
+                    print(f"wrote {path}", file=sys.stderr)
+        print(table_from_runs(runs, args.bootstrap))
     except (UserError, OSError) as e:
         print(f"syntaxnmt: error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -72,7 +72,9 @@ def target_nll(model, toks, pairs: Sequence[ScoredPair], device: torch.device, b
 
 @dataclass
 class ContrastiveResult:
-    """Accuracy of a contrastive test: overall, per (phenomenon, distance) cell, ties, chance."""
+    """Accuracy of a contrastive test: overall, per (phenomenon, distance) cell, ties, chance, and
+    per item (``outcomes``: how many of its ``draws`` trials it passed, in the order of the items),
+    so that an accuracy can be resampled by item (and by seed) afterwards."""
 
     correct: int
     items: int
@@ -80,6 +82,7 @@ class ContrastiveResult:
     chance: float
     cells: dict[str, dict[str, float]]
     draws: int = 1  # trials per item: the other-document control scores each item with several donors
+    outcomes: list[int] = field(default_factory=list)
 
     @property
     def trials(self) -> int:
@@ -90,7 +93,7 @@ class ContrastiveResult:
         return self.correct / self.trials if self.items else 0.0
 
     def as_json(self) -> dict:
-        return {"accuracy": self.accuracy, "items": self.items, "draws": self.draws, "correct": self.correct, "ties": self.ties, "tie_rate": self.ties / max(self.trials, 1), "chance": self.chance, "cells": self.cells}
+        return {"accuracy": self.accuracy, "items": self.items, "draws": self.draws, "correct": self.correct, "ties": self.ties, "tie_rate": self.ties / max(self.trials, 1), "chance": self.chance, "cells": self.cells, "outcomes": self.outcomes}
 
     def table(self) -> str:
         """The result as the lines ``score`` prints."""
@@ -103,14 +106,17 @@ class ContrastiveResult:
 
 def contrastive_result(candidates: Sequence[int], correct: Sequence[int], scores: Sequence[Sequence[float]], cells: Sequence[str], draws: int = 1) -> ContrastiveResult:
     """Score items: item i has ``candidates[i]`` candidates with NLLs ``scores[i]``, the one at
-    ``correct[i]`` right; it passes when that one has the strictly lowest NLL (a tie fails)."""
+    ``correct[i]`` right; it passes when that one has the strictly lowest NLL (a tie fails). With
+    ``draws`` > 1 the trials come draw by draw (trial t is item t mod the number of items)."""
     per_cell: dict[str, list] = defaultdict(lambda: [0, 0, 0.0])
     right = ties = 0
-    for n, c, s, cell in zip(candidates, correct, scores, cells):
+    outcomes = [0] * (len(candidates) // draws)
+    for t, (n, c, s, cell) in enumerate(zip(candidates, correct, scores, cells)):
         best = min(s)
         tie = sum(1 for x in s if x == best) > 1
         ok = s[c] == best and not tie
         right += ok
+        outcomes[t % len(outcomes)] += ok
         ties += tie
         per_cell[cell][0] += ok
         per_cell[cell][1] += 1
@@ -118,7 +124,7 @@ def contrastive_result(candidates: Sequence[int], correct: Sequence[int], scores
     total = len(candidates)
     chance = sum(1.0 / n for n in candidates) / total if total else 0.0
     table = {k: {"accuracy": v[0] / v[1], "items": v[1] // draws, "chance": v[2] / v[1]} for k, v in per_cell.items()}
-    return ContrastiveResult(right, total // draws, ties, chance, table, draws)
+    return ContrastiveResult(right, total // draws, ties, chance, table, draws, outcomes)
 
 
 def swap_contexts(documents: Sequence[str], seed: int = 0) -> list[int]:

@@ -8,6 +8,10 @@ hypotheses and sacreBLEU's per-sentence sufficient statistics -- cased BLEU (13a
 so ``--rescore`` needs neither the models nor the references. ``--collect`` copies these files to
 ``results/<set name>/<label>-seed<S>.json.gz``, the folder committed with a table. The files are
 gzip with no timestamp and sorted JSON: the same run gives the same bytes.
+
+A run scored on a contrastive test set may keep it too (``contrastive``: per context mode, the
+per-item outcomes, draws and (phenomenon, distance) cells of ``syntaxnmt score -o``), so that its
+accuracy is resampled by item and seed like a BLEU (:func:`contrastive_statistics`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from syntaxnmt.textio import atomic_write, read_lines
 SCORES_FILE = "scores.json.gz"
 FORMAT = 1
 RECORD_KEYS = ("steps", "train_seconds", "train_tokens", "best", "params")
+CONTRASTIVE_KEYS = ("outcomes", "draws", "cells")
 
 
 def label_slug(label: str) -> str:
@@ -49,8 +54,9 @@ def _to_json(stats: np.ndarray) -> list[list[int]]:
     return [[int(x) for x in row] for row in np.asarray(stats).round().astype(np.int64)]
 
 
-def encode(label: str, seed: int, record: dict, tests: dict[str, dict], dev_curve: Sequence[Sequence[float]] = ()) -> bytes:
-    """The bytes of a scores file (gzip without timestamp, sorted JSON)."""
+def encode(label: str, seed: int, record: dict, tests: dict[str, dict], dev_curve: Sequence[Sequence[float]] = (), contrastive: dict[str, dict] | None = None) -> bytes:
+    """The bytes of a scores file (gzip without timestamp, sorted JSON); ``contrastive``: context
+    mode -> a ``syntaxnmt score -o`` result (its ``outcomes``, ``draws`` and ``cells`` are kept)."""
     tree = {
         "format": FORMAT,
         "label": label,
@@ -59,6 +65,8 @@ def encode(label: str, seed: int, record: dict, tests: dict[str, dict], dev_curv
         "dev_curve": [[int(s), float(b)] for s, b in dev_curve],
         "tests": {name: {"hyps": list(t["hyps"]), **{k: _to_json(t[k]) for k in ("bleu", "bleu_lc", "chrf")}} for name, t in sorted(tests.items())},
     }
+    if contrastive:
+        tree["contrastive"] = {mode: {k: r[k] for k in CONTRASTIVE_KEYS} for mode, r in contrastive.items()}
     text = json.dumps(tree, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     return gzip.compress(text, compresslevel=9, mtime=0)
 
@@ -90,7 +98,24 @@ def read_run_scores(path: str | Path) -> dict:
     record = dict(tree["record"])
     record["dev_curve"] = tree["dev_curve"]
     record["tests"] = {name: _test_arrays(path, name, t) for name, t in tree["tests"].items()}
+    record["contrastive"] = {mode: _contrastive(path, mode, r) for mode, r in tree.get("contrastive", {}).items()}
     return record
+
+
+def _contrastive(path: str | Path, mode: str, result: object) -> dict:
+    """One context mode's contrastive result of a scores file, checked (outcomes within 0..draws)."""
+    if not isinstance(result, dict) or any(k not in result for k in CONTRASTIVE_KEYS):
+        raise UserError(f"{path}: contrastive result '{mode}' lacks one of {', '.join(CONTRASTIVE_KEYS)}")
+    outcomes, draws = result["outcomes"], result["draws"]
+    if not isinstance(draws, int) or draws < 1 or not isinstance(outcomes, list) or not outcomes or not all(isinstance(o, int) and 0 <= o <= draws for o in outcomes):
+        raise UserError(f"{path}: contrastive result '{mode}' needs a positive number of draws and, per item, the trials it passed (0 to draws)")
+    return dict(result)
+
+
+def contrastive_statistics(result: dict) -> np.ndarray:
+    """A contrastive result's per-item statistics ``(items, 2)``: trials passed, trials -- summed
+    and read by :func:`syntaxnmt.metrics.accuracy_from_statistics` like sentence statistics."""
+    return np.array([[o, result["draws"]] for o in result["outcomes"]], dtype=np.float64)
 
 
 def _test_arrays(path: str | Path, name: str, test: object) -> dict:

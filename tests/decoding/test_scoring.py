@@ -24,6 +24,7 @@ def test_contrastive_accuracy_on_four_hand_made_items():
     assert result.cells["pronoun/1"] == {"accuracy": 0.5, "items": 2, "chance": 0.5}
     assert result.cells["tense/2"]["accuracy"] == 0.5
     assert result.as_json()["tie_rate"] == 0.25
+    assert result.as_json()["outcomes"] == [1, 0, 1, 0]  # per item, in order: the tie fails
     assert "accuracy 50.0% (2/4)" in result.table()
 
 
@@ -60,6 +61,7 @@ def test_several_draws_count_every_item_and_donor_as_a_trial():
     result = contrastive_result(candidates=[2, 2, 2, 2], correct=[0, 0, 0, 0], scores=[[1.0, 2.0], [2.0, 1.0], [1.0, 2.0], [1.0, 2.0]], cells=["p", "p", "p", "p"], draws=2)
     assert (result.items, result.trials, result.correct, result.accuracy) == (2, 4, 3, 0.75)
     assert result.cells["p"]["items"] == 2 and result.as_json()["draws"] == 2
+    assert result.outcomes == [2, 1]  # trials draw by draw: item 0 passed both draws, item 1 one
     assert "3/4: 2 items x 2 other documents" in result.table()
 
 
@@ -132,6 +134,9 @@ def test_score_command_prints_accuracy_and_writes_json(tmp_path, capsys):
         assert cell["accuracy"] == pytest.approx(0.5)
     assert results["none"]["accuracy"] == results["other-document"]["accuracy"] == r["accuracy"]
     assert results["other-document"]["draws"] == 2 and results["other-document"]["items"] == r["items"]
+    for mode, res in results.items():  # the per-item outcomes the file keeps add up to its accuracy
+        assert len(res["outcomes"]) == res["items"] and sum(res["outcomes"]) == res["correct"], mode
+        assert max(res["outcomes"]) <= res["draws"]
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2")
     code, _, err = run_cli(capsys, "score", "--checkpoint", f"{cfg.work_dir}/best.pt", "--contrastive", bad)

@@ -60,3 +60,24 @@ def test_unreadable_scores_file_is_a_user_error(tmp_path):
     old.write_bytes(gzip.compress(json.dumps({"format": 0}).encode()))
     with pytest.raises(UserError, match="format 0, expected 1"):
         read_run_scores(old)
+
+
+def test_scores_file_keeps_contrastive_outcomes_and_checks_them(tmp_path):
+    """A run scored on a contrastive set keeps each item's outcome: read back as per-item
+    statistics whose summed accuracy is the result's; a file without contrastive results reads as
+    none, and outcomes outside 0..draws are named."""
+    from syntaxnmt.experiments.scores import contrastive_statistics, encode
+    from syntaxnmt.metrics import accuracy_from_statistics
+
+    tests = {"t": {"hyps": HYPS, "bleu": [[0] * 10] * 3, "bleu_lc": [[0] * 10] * 3, "chrf": [[0] * 6] * 3}}
+    result = {"outcomes": [2, 0, 1, 2], "draws": 2, "cells": {"it / distance 1": {"accuracy": 0.625, "items": 4, "chance": 0.5}}, "accuracy": 0.625}
+    path = tmp_path / "r.json.gz"
+    path.write_bytes(encode("han", 1, RECORD, tests, contrastive={"other-document": result}))
+    kept = read_run_scores(path)["contrastive"]["other-document"]
+    assert kept == {k: result[k] for k in ("outcomes", "draws", "cells")}  # the accuracy itself is recomputed, not kept
+    assert float(accuracy_from_statistics(contrastive_statistics(kept).sum(0))) == pytest.approx(62.5)
+    path.write_bytes(encode("han", 1, RECORD, tests))
+    assert read_run_scores(path)["contrastive"] == {}
+    path.write_bytes(encode("han", 1, RECORD, tests, contrastive={"true": {**result, "outcomes": [3, 0]}}))
+    with pytest.raises(UserError, match=r"r\.json\.gz: contrastive result 'true' needs .* \(0 to draws\)"):
+        read_run_scores(path)
