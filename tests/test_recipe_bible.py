@@ -231,12 +231,22 @@ def test_study_table_over_seeds(tmp_path):
 
 def test_study_table_collects_and_rescores_byte_for_byte(tmp_path, capsys):
     """--collect writes one scores file per run (the same bytes when written again); --rescore
-    gives the same table from them alone, with no work folder and no references."""
+    gives the same table from them alone, with no work folder and no references, the training
+    table (read from each run's last.pt) included."""
+    from syntaxnmt.checkpoint import save_checkpoint
+
     refs = [f"la tierra {k} era buena" for k in range(12)]
     made_up_study(tmp_path, (1, 2), lambda m, seed, c: 0.5 + 0.05 * seed + (0.1 if m == "han" and c == "true" else 0.0), refs)
+    for seed in (1, 2):
+        for m in study_table.SYSTEMS:
+            steps = 2000 if m == "sentence" else 600
+            progress = {"step": steps, "train_seconds": 1.2 * steps + 60 * seed, "train_tokens": 3000 * steps, "best": 20.0 + seed}
+            save_checkpoint(tmp_path / "work" / f"seed-{seed}" / m / "last.pt", {"progress": progress})
     results = tmp_path / "results"
     study_table.main([str(tmp_path / "work"), "--data", str(tmp_path / "data"), "--collect", str(results), "--bootstrap", "30"])
     first = capsys.readouterr().out
+    assert "| sentence (N updates) | 2,000 | 21.50 ± 0.71 | 41.5 ± 0.7 | 2410 ± 41 |" in first  # 2,460 and 2,520 s
+    assert "| HAN (k = 3, source side, + M) | 600 | 21.50 ± 0.71 | 13.5 ± 0.7 | 2225 ± 117 |" in first  # 780 and 840 s
     files = sorted(p.name for p in results.iterdir())
     assert files == sorted(f"{m}-seed{s}.json.gz" for m in study_table.SYSTEMS for s in (1, 2))
     before = {p: p.read_bytes() for p in results.iterdir()}

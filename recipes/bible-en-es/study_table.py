@@ -19,7 +19,8 @@ Under the table, with several seeds: for BLEU and for the accuracy, the smallest
 seeds detect with 80 % power and the A/A check on the control's seeds
 (:func:`syntaxnmt.experiments.sets.seed_notes`). Then the accuracy by antecedent distance (1-3
 verses back) and by English pronoun, per system with the context it reads: a 2-to-1 model sees
-only the previous verse.
+only the previous verse; and each system's training (updates, best dev BLEU, training time) as its
+``last.pt`` records it, exact across resumes.
 
 ``--collect DIR`` also writes every run's hypotheses, sentence statistics and contrastive outcomes
 to ``DIR/<system>-seed<S>.json.gz`` (the scores files of ``syntaxnmt experiment``:
@@ -98,8 +99,20 @@ def runs_from_work(work: Path, refs: list[str]) -> dict[tuple[str, int], dict]:
             if len(hyps) != len(refs):
                 raise UserError(f"{folder / 'test.hyp'}: {len(hyps)} lines for {len(refs)} references")
             contrastive = {c: r for c in CONTEXTS if (r := read_contrastive(folder / f"contrastive-{c}.json")) is not None}
-            runs[m, s] = {"tests": {TEST: {"hyps": hyps, **test_statistics(hyps, refs)}}, "contrastive": contrastive}
+            runs[m, s] = {**training_record(folder), "tests": {TEST: {"hyps": hyps, **test_statistics(hyps, refs)}}, "contrastive": contrastive}
     return runs
+
+
+def training_record(folder: Path) -> dict:
+    """A run's training as its last checkpoint records it (exact across resumes): updates, training
+    seconds, target tokens, best dev BLEU (greedy, validated every 500 updates and at the end); empty
+    when the run kept no last.pt."""
+    from syntaxnmt.checkpoint import load_checkpoint
+
+    if not (folder / "last.pt").is_file():
+        return {}
+    progress = load_checkpoint(folder / "last.pt", lazy=True).get("progress", {})
+    return {"steps": progress.get("step"), "train_seconds": progress.get("train_seconds"), "train_tokens": progress.get("train_tokens"), "best": progress.get("best")}
 
 
 def collect(runs: dict[tuple[str, int], dict], results: Path) -> list[Path]:
@@ -107,7 +120,7 @@ def collect(runs: dict[tuple[str, int], dict], results: Path) -> list[Path]:
     written = []
     for (m, s), run in sorted(runs.items()):
         target = results_file(results, m, s)
-        data = encode(m, s, {}, run["tests"], contrastive=run["contrastive"])
+        data = encode(m, s, run, run["tests"], contrastive=run["contrastive"])
         atomic_write(target, lambda f, data=data: f.write(data))
         written.append(target)
     return written
@@ -198,8 +211,25 @@ def table_from_runs(runs: dict[tuple[str, int], dict], bootstrap: int = 1000) ->
         others = [len(acc[m][reading_context(m)]) for m in SYSTEMS if m != CONTROL]
         for note in seed_notes(f"{CONTROL}'s floor (no context)", {"contrastive set": floor}, others, bootstrap, AA_SHUFFLES, metric=accuracy_from_statistics, measure="accuracy %", digits=1):
             lines += ["", note]
-    lines += groups_table(runs, seeds)
+    lines += groups_table(runs, seeds) + training_table(runs, seeds)
     return "\n".join(lines)
+
+
+def training_table(runs: dict[tuple[str, int], dict], seeds: list[int]) -> list[str]:
+    """Updates, best dev BLEU and training time per system, mean ± sd over the seeds that recorded them."""
+    if not any(runs[m, s].get("steps") for m in SYSTEMS for s in seeds):
+        return []
+    lines = ["", "Training (from each run's last checkpoint): updates (a fine-tuning's own), best dev BLEU (greedy) and training time, mean ± sd over seeds.", "",
+             "| system | updates | dev BLEU | training (min) | target tok/s |", "|---|---|---|---|---|"]
+    for m in SYSTEMS:
+        own = [runs[m, s] for s in seeds if runs[m, s].get("steps")]
+        steps = sorted({int(r["steps"]) for r in own})
+        rate = [r["train_tokens"] / r["train_seconds"] for r in own if r.get("train_tokens") and r.get("train_seconds")]
+        lines.append(
+            f"| {LABELS[m]} | {', '.join(f'{x:,}' for x in steps)} | {mean_sd([float(r['best']) for r in own if r.get('best') is not None], 2)} | "
+            f"{mean_sd([r['train_seconds'] / 60 for r in own if r.get('train_seconds')])} | {mean_sd(rate, 0)} |"
+        )
+    return lines
 
 
 def groups_table(runs: dict[tuple[str, int], dict], seeds: list[int]) -> list[str]:
