@@ -173,10 +173,16 @@ def write_contrastive(path, accuracy, items=1000, draws=1):
     path.write_text(json.dumps({"accuracy": 2 * right / items, "items": items, "draws": draws, "outcomes": outcomes + outcomes, "cells": cells}), encoding="utf-8")
 
 
-def made_up_study(tmp_path, seeds, accuracy, refs):
-    """study.sh's work folder with made-up outputs and contrastive results: ``accuracy(system, seed, context)``."""
+def made_up_study(tmp_path, seeds, accuracy, refs, items=1000):
+    """study.sh's work folder with made-up outputs and contrastive results: ``accuracy(system, seed,
+    context)``; the items' table (contrastive.tsv) as :func:`write_contrastive` lays them out: the
+    first half masculine *it* one verse back, the second feminine *them* two verses back."""
     (tmp_path / "data").mkdir(exist_ok=True)
     (tmp_path / "data" / "test.es").write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    rows = ["split\tdoc\tline\tdistance\tphenomenon\ten_word\tes_word\tgender\tantecedent\tantecedent_verse"]
+    rows += [f"test\tGen.{k}\t{k}\t1\tit:él/ella\tit\tél\tm\tel pan (bread)\t1" for k in range(items // 2)]
+    rows += [f"heldout\tEx.{k}\t{k}\t2\tthem:los/las\tthem\tlas\tf\tlas ovejas (sheep)\t1" for k in range(items // 2)]
+    (tmp_path / "data" / "contrastive.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     for seed in seeds:
         for k, m in enumerate(study_table.SYSTEMS):
             folder = tmp_path / "work" / f"seed-{seed}" / m
@@ -223,10 +229,11 @@ def test_study_table_over_seeds(tmp_path):
     assert "Power (BLEU): with 2 seeds of sentence-more (control, + M) and 2 seeds per other system" in out
     assert f"test {minimum_detectable_difference(sd, 2, 2):.2f} BLEU (s_opt {sd:.2f})" in out
     assert "A/A check (BLEU, calibration): not possible with 2 seeds of sentence-more (control, + M)" in out
-    # By distance and pronoun: the headers count the items, HAN reads its context, the control none.
-    assert "| system | distance 1 (500) | distance 2 (500) | *it* (500) | *them* (500) |" in out
-    assert "| HAN (k = 3, source side, + M) | 71.5 ± 0.7 | 71.5 ± 0.7 | 71.5 ± 0.7 | 71.5 ± 0.7 |" in out
-    assert "| **sentence-more** (control, + M) | 63.5 ± 0.7 |" in out
+    # By distance, pronoun and gender: the headers count the items, HAN reads its context, the control none.
+    assert "| system | context | distance 1 (500) | distance 2 (500) | *it* (500) | *them* (500) | feminine (500) | masculine (500) |" in out
+    assert "| HAN (k = 3, source side, + M) | true | 71.5 ± 0.7 | 71.5 ± 0.7 | 71.5 ± 0.7 | 71.5 ± 0.7 | 71.5 ± 0.7 | 71.5 ± 0.7 |" in out
+    assert "| HAN (k = 3, source side, + M) | none | 62.5 ± 0.7 | 62.5 ± 0.7 |" in out
+    assert "| **sentence-more** (control, + M) | none | 63.5 ± 0.7 |" in out
 
 
 def test_study_table_collects_and_rescores_byte_for_byte(tmp_path, capsys):
@@ -248,7 +255,8 @@ def test_study_table_collects_and_rescores_byte_for_byte(tmp_path, capsys):
     assert "| sentence (N updates) | 2,000 | 21.50 ± 0.71 | 41.5 ± 0.7 | 2410 ± 41 |" in first  # 2,460 and 2,520 s
     assert "| HAN (k = 3, source side, + M) | 600 | 21.50 ± 0.71 | 13.5 ± 0.7 | 2225 ± 117 |" in first  # 780 and 840 s
     files = sorted(p.name for p in results.iterdir())
-    assert files == sorted(f"{m}-seed{s}.json.gz" for m in study_table.SYSTEMS for s in (1, 2))
+    assert files == sorted([f"{m}-seed{s}.json.gz" for m in study_table.SYSTEMS for s in (1, 2)] + ["items.tsv"])
+    assert "el pan" not in (results / "items.tsv").read_text(encoding="utf-8")  # metadata only, no text of the data
     before = {p: p.read_bytes() for p in results.iterdir()}
     study_table.main([str(tmp_path / "work"), "--data", str(tmp_path / "data"), "--collect", str(results), "--bootstrap", "30"])
     capsys.readouterr()
@@ -389,3 +397,21 @@ def test_study_sh_trains_translates_and_scores_every_system_of_every_seed_once(t
     log.write_text("", encoding="utf-8")
     again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert again.returncode == 0 and log.read_text(encoding="utf-8") == ""  # everything done is skipped
+
+
+def test_accuracy_by_gender_reads_each_items_outcome(tmp_path):
+    """A model that always prefers the masculine: 100 % on the masculine items, 0 on the feminine,
+    whatever its overall accuracy; a result scored on another set (other item count) is refused."""
+    from syntaxnmt.errors import UserError
+
+    items = [{"split": "test", "doc": "Gen.1", "line": str(k), "distance": str(1 + k % 3), "phenomenon": "they:ellos/ellas", "gender": g}
+             for k, g in enumerate("mmmf")]
+    masculine = {"outcomes": [1, 1, 1, 0], "draws": 1, "cells": {}}
+    runs = {(m, 1): {"contrastive": {study_table.reading_context(m): masculine}} for m in study_table.SYSTEMS}
+    lines = study_table.groups_table(runs, [1], items)
+    assert lines[3] == "| system | context | distance 1 (2) | distance 2 (1) | distance 3 (1) | *they* (4) | feminine (1) | masculine (3) |"
+    assert lines[5] == "| sentence (N updates) | none | 50.0 | 100.0 | 100.0 | 75.0 | 0.0 | 100.0 |"
+    assert len(lines) == 5 + 4  # the context models' controls were not scored here: no rows for them
+    runs["han", 1]["contrastive"]["true"] = {"outcomes": [1, 1], "draws": 1, "cells": {}}
+    with pytest.raises(UserError, match="HAN .*, context true: 2 contrastive outcomes for 4 items"):
+        study_table.groups_table(runs, [1], items)

@@ -18,12 +18,13 @@ its per-item outcomes), and the references ``DATA/test.es``. Per system:
 Under the table, with several seeds: for BLEU and for the accuracy, the smallest difference the
 seeds detect with 80 % power and the A/A check on the control's seeds
 (:func:`syntaxnmt.experiments.sets.seed_notes`). Then the accuracy by antecedent distance (1-3
-verses back) and by English pronoun, per system with the context it reads: a 2-to-1 model sees
-only the previous verse; and each system's training (updates, best dev BLEU, training time) as its
+verses back), English pronoun and gender of the right answer (from ``DATA/contrastive.tsv``), per
+system with the context it reads: a 2-to-1 model sees only the previous verse, and a model that
+always prefers the masculine scores the masculine share; and each system's training (updates, best dev BLEU, training time) as its
 ``last.pt`` records it, exact across resumes.
 
 ``--collect DIR`` also writes every run's hypotheses, sentence statistics and contrastive outcomes
-to ``DIR/<system>-seed<S>.json.gz`` (the scores files of ``syntaxnmt experiment``:
+(and the items' metadata, ``DIR/items.tsv``) to ``DIR/<system>-seed<S>.json.gz`` (the scores files of ``syntaxnmt experiment``:
 :mod:`syntaxnmt.experiments.scores`), committed under ``results/bible-en-es/study/``; ``--rescore
 DIR`` writes the table from them alone, with no model, data or reference.
 
@@ -84,6 +85,26 @@ def read_contrastive(path: Path) -> dict | None:
     return {"outcomes": outcomes, "draws": draws, "cells": cells}
 
 
+ITEM_COLUMNS = ("split", "doc", "line", "distance", "phenomenon", "gender")
+ITEMS_FILE = "items.tsv"
+
+
+def read_items(path: Path) -> list[dict[str, str]]:
+    """The contrastive items' metadata, in the order of ``contrastive.json``: contrastive.py's
+    ``contrastive.tsv`` or the ``items.tsv`` that ``--collect`` keeps (no text: split, doc, line,
+    distance, phenomenon, gender)."""
+    lines = read_lines(path)
+    head = lines[0].split("\t") if lines else []
+    if any(c not in head for c in ITEM_COLUMNS):
+        raise UserError(f"{path}: a contrastive item table needs the columns {', '.join(ITEM_COLUMNS)}")
+    return [{c: row.split("\t")[head.index(c)] for c in ITEM_COLUMNS} for row in lines[1:]]
+
+
+def write_items(path: Path, items: list[dict[str, str]]) -> None:
+    rows = ["\t".join(ITEM_COLUMNS)] + ["\t".join(item[c] for c in ITEM_COLUMNS) for item in items]
+    atomic_write(path, lambda f: f.write(("\n".join(rows) + "\n").encode("utf-8")))
+
+
 def runs_from_work(work: Path, refs: list[str]) -> dict[tuple[str, int], dict]:
     """(system, seed) -> run (``tests``, ``contrastive``) for every seed of WORK whose systems all
     have their test.hyp; statistics computed against ``refs``."""
@@ -115,9 +136,13 @@ def training_record(folder: Path) -> dict:
     return {"steps": progress.get("step"), "train_seconds": progress.get("train_seconds"), "train_tokens": progress.get("train_tokens"), "best": progress.get("best")}
 
 
-def collect(runs: dict[tuple[str, int], dict], results: Path) -> list[Path]:
-    """Write every run as a scores file under ``results`` (byte-stable: the same run, the same bytes)."""
+def collect(runs: dict[tuple[str, int], dict], results: Path, items: list[dict[str, str]] | None = None) -> list[Path]:
+    """Write every run as a scores file under ``results`` (byte-stable: the same run, the same
+    bytes), and the items' metadata (``items.tsv``) that the accuracy by group reads."""
     written = []
+    if items is not None:
+        write_items(results / ITEMS_FILE, items)
+        written.append(results / ITEMS_FILE)
     for (m, s), run in sorted(runs.items()):
         target = results_file(results, m, s)
         data = encode(m, s, run, run["tests"], contrastive=run["contrastive"])
@@ -127,7 +152,7 @@ def collect(runs: dict[tuple[str, int], dict], results: Path) -> list[Path]:
 
 
 def runs_from_results(results: Path) -> dict[tuple[str, int], dict]:
-    """The runs ``--collect`` wrote under ``results``."""
+    """The runs ``--collect`` wrote under ``results`` (the items' metadata: ``items.tsv`` beside them)."""
     runs = {}
     for path in sorted(results.glob("*-seed*.json.gz")):
         match = re.fullmatch(r"(.+)-seed(\d+)\.json\.gz", path.name)
@@ -148,31 +173,25 @@ def accuracy_runs(runs: dict, system: str, seeds: list[int], context: str) -> li
     return [contrastive_statistics(runs[system, s]["contrastive"][context]) for s in seeds if context in runs[system, s]["contrastive"]]
 
 
-def grouped_accuracy(result: dict) -> dict[str, float]:
-    """Accuracy (%) of one result per antecedent distance (``d1``..) and per English pronoun, from
-    its (phenomenon, distance) cells (``them:los/las / distance 2``), weighted by items."""
-    groups: dict[str, list[float]] = {}
-    for name, cell in result["cells"].items():
-        phenomenon, _, distance = name.partition(" / distance ")
-        keys = [f"d{distance}"] if distance else []
-        keys.append(phenomenon.split(":", 1)[0])
-        for key in keys:
-            acc = groups.setdefault(key, [0.0, 0.0])
-            acc[0] += cell["accuracy"] * cell["items"]
-            acc[1] += cell["items"]
-    return {k: 100.0 * right / n for k, (right, n) in groups.items() if n}
+def item_groups(items: list[dict[str, str]]) -> dict[str, list[int]]:
+    """The groups of items the accuracy is broken down by: the antecedent's distance, the English
+    pronoun and the gender of the right answer (most Spanish plurals are masculine: a model that
+    always says *ellos* scores the masculine share)."""
+    groups: dict[str, list[int]] = {}
+    for i, item in enumerate(items):
+        gender = {"m": "masculine", "f": "feminine"}.get(item["gender"], item["gender"])
+        for key in (f"distance {item['distance']}", f"*{item['phenomenon'].split(':', 1)[0]}*", gender):
+            groups.setdefault(key, []).append(i)
+    order = lambda k: (0 if k.startswith("distance") else 1 if k.startswith("*") else 2, k)  # noqa: E731
+    return {k: groups[k] for k in sorted(groups, key=order)}
 
 
-def group_sizes(result: dict) -> dict[str, int]:
-    sizes: dict[str, int] = {}
-    for name, cell in result["cells"].items():
-        phenomenon, _, distance = name.partition(" / distance ")
-        for key in ([f"d{distance}"] if distance else []) + [phenomenon.split(":", 1)[0]]:
-            sizes[key] = sizes.get(key, 0) + int(cell["items"])
-    return sizes
+def group_accuracy(result: dict, members: list[int]) -> float:
+    """Accuracy (%) of one contrastive result on the items ``members``."""
+    return 100.0 * sum(result["outcomes"][i] for i in members) / (result["draws"] * len(members))
 
 
-def table_from_runs(runs: dict[tuple[str, int], dict], bootstrap: int = 1000) -> str:
+def table_from_runs(runs: dict[tuple[str, int], dict], bootstrap: int = 1000, items: list[dict[str, str]] | None = None) -> str:
     seeds = sorted({s for _, s in runs})
     bleu = {m: [runs[m, s]["tests"][TEST]["bleu"] for s in seeds] for m in SYSTEMS}
     chrf = {m: [chrf_from_statistics(runs[m, s]["tests"][TEST]["chrf"].sum(0)) for s in seeds] for m in SYSTEMS}
@@ -180,7 +199,7 @@ def table_from_runs(runs: dict[tuple[str, int], dict], bootstrap: int = 1000) ->
     floor = acc[CONTROL]["none"]
     n_refs = len(runs[CONTROL, seeds[0]]["tests"][TEST]["hyps"])
     lines = [
-        f"Seeds {', '.join(map(str, seeds))} ({len(seeds)}); BLEU and chrF: sacreBLEU on the {n_refs} test verses translated with `--docs`, "
+        f"Seeds {', '.join(map(str, seeds))} ({len(seeds)}); BLEU and chrF: sacreBLEU on the {n_refs:,} test verses translated with `--docs`, "
         "beam 4, mean ± sd over seeds. Δ BLEU [95 % CI]; p: the difference to the control with the two-level bootstrap interval (seeds, then "
         "sentences) and Welch's p over seeds. Contrastive accuracy (%): the gendered-pronoun set, with the items' context (true) and the "
         "controls (other-document, none); the sentence models are scored without context: the floor. Δ acc [95 % CI]; p: the accuracy a "
@@ -211,7 +230,7 @@ def table_from_runs(runs: dict[tuple[str, int], dict], bootstrap: int = 1000) ->
         others = [len(acc[m][reading_context(m)]) for m in SYSTEMS if m != CONTROL]
         for note in seed_notes(f"{CONTROL}'s floor (no context)", {"contrastive set": floor}, others, bootstrap, AA_SHUFFLES, metric=accuracy_from_statistics, measure="accuracy %", digits=1):
             lines += ["", note]
-    lines += groups_table(runs, seeds) + training_table(runs, seeds)
+    lines += groups_table(runs, seeds, items) + training_table(runs, seeds)
     return "\n".join(lines)
 
 
@@ -232,31 +251,44 @@ def training_table(runs: dict[tuple[str, int], dict], seeds: list[int]) -> list[
     return lines
 
 
-def groups_table(runs: dict[tuple[str, int], dict], seeds: list[int]) -> list[str]:
-    """Accuracy by antecedent distance and English pronoun, mean ± sd over seeds, per system with the context it reads."""
-    scored = [(m, s) for m in SYSTEMS for s in seeds if reading_context(m) in runs[m, s]["contrastive"]]
-    if not scored:
+def groups_table(runs: dict[tuple[str, int], dict], seeds: list[int], items: list[dict[str, str]] | None) -> list[str]:
+    """Accuracy by antecedent distance, English pronoun and gender of the answer, mean ± sd over
+    seeds: a sentence model without context, a context model with its context and under each
+    control (what the context adds shows where the controls fall back); none without the items'
+    metadata."""
+    rows = [(m, c) for m in SYSTEMS for c in (CONTEXTS if m in CONTEXT_MODELS else ("none",))]
+    scored = {(m, c): [runs[m, s]["contrastive"][c] for s in seeds if c in runs[m, s]["contrastive"]] for m, c in rows}
+    if not any(scored.values()) or items is None:
         return []
-    sizes = group_sizes(runs[scored[0]]["contrastive"][reading_context(scored[0][0])])
-    keys = sorted(k for k in sizes if k.startswith("d")) + sorted(k for k in sizes if not k.startswith("d"))
-    head = [f"distance {k[1:]} ({sizes[k]})" if k.startswith("d") else f"*{k}* ({sizes[k]})" for k in keys]
+    for (m, c), results in scored.items():
+        for r in results:
+            if len(r["outcomes"]) != len(items):
+                raise UserError(f"{LABELS[m]}, context {c}: {len(r['outcomes'])} contrastive outcomes for {len(items)} items in the item table: scored on another set")
+    groups = item_groups(items)
     lines = [
         "",
-        "Contrastive accuracy (%) by the antecedent's distance (verses back) and by the English pronoun (items), mean ± sd over seeds; "
-        "each system with the context it reads (a context model its own, a sentence model none).",
+        "Contrastive accuracy (%) by the antecedent's distance (verses back), the English pronoun and the gender of the right answer "
+        "(items), mean ± sd over seeds: the sentence models without context, the context models with their context and under both controls.",
         "",
-        "| system | " + " | ".join(head) + " |",
-        "|---|" + "---|" * len(keys),
+        "| system | context | " + " | ".join(f"{k} ({len(v)})" for k, v in groups.items()) + " |",
+        "|---|---|" + "---|" * len(groups),
     ]
-    for m in SYSTEMS:
-        per_seed = [grouped_accuracy(runs[m, s]["contrastive"][reading_context(m)]) for s in seeds if (m, s) in scored]
-        lines.append(f"| {LABELS[m]} | " + " | ".join(mean_sd([g[k] for g in per_seed if k in g]) for k in keys) + " |")
+    for (m, c), results in scored.items():
+        if not results:
+            continue  # a control not scored (yet)
+        lines.append(f"| {LABELS[m]} | {c} | " + " | ".join(mean_sd([group_accuracy(r, v) for r in results]) for v in groups.values()) + " |")
     return lines
+
+
+def work_items(data_dir: Path) -> list[dict[str, str]] | None:
+    """The items' metadata beside the contrastive set (contrastive.py's ``contrastive.tsv``), if there."""
+    path = data_dir / "contrastive.tsv"
+    return read_items(path) if path.is_file() else None
 
 
 def table(work: Path, data_dir: Path, bootstrap: int = 1000) -> str:
     """The table from study.sh's work folder and the references in ``data_dir``."""
-    return table_from_runs(runs_from_work(work, read_lines(data_dir / "test.es")), bootstrap)
+    return table_from_runs(runs_from_work(work, read_lines(data_dir / "test.es")), bootstrap, work_items(data_dir))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -272,12 +304,15 @@ def main(argv: list[str] | None = None) -> None:
             raise UserError("give either WORK (study.sh's work folder) or --rescore DIR")
         if args.rescore:
             runs = runs_from_results(Path(args.rescore))
+            kept = Path(args.rescore) / ITEMS_FILE
+            items = read_items(kept) if kept.is_file() else None
         else:
             runs = runs_from_work(Path(args.work), read_lines(Path(args.data) / "test.es"))
+            items = work_items(Path(args.data))
             if args.collect:
-                for path in collect(runs, Path(args.collect)):
+                for path in collect(runs, Path(args.collect), items):
                     print(f"wrote {path}", file=sys.stderr)
-        print(table_from_runs(runs, args.bootstrap))
+        print(table_from_runs(runs, args.bootstrap, items))
     except (UserError, OSError) as e:
         print(f"syntaxnmt: error: {e}", file=sys.stderr)
         sys.exit(2)
