@@ -415,3 +415,15 @@ def test_accuracy_by_gender_reads_each_items_outcome(tmp_path):
     runs["han", 1]["contrastive"]["true"] = {"outcomes": [1, 1], "draws": 1, "cells": {}}
     with pytest.raises(UserError, match="HAN .*, context true: 2 contrastive outcomes for 4 items"):
         study_table.groups_table(runs, [1], items)
+
+
+def test_an_item_table_with_a_short_row_is_named(tmp_path):
+    from syntaxnmt.errors import UserError
+
+    path = tmp_path / "items.tsv"
+    path.write_text("split\tdoc\tline\tdistance\tphenomenon\tgender\ntest\tGen.1\t3\t1\tit:él/ella\tm\ntest\tGen.1\t4\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"items\.tsv, line 3: 3 columns for the header's 6"):
+        study_table.read_items(path)
+    path.write_text("split\tdoc\n", encoding="utf-8")
+    with pytest.raises(UserError, match="needs the columns split, doc, line, distance, phenomenon, gender"):
+        study_table.read_items(path)

@@ -97,7 +97,11 @@ def read_items(path: Path) -> list[dict[str, str]]:
     head = lines[0].split("\t") if lines else []
     if any(c not in head for c in ITEM_COLUMNS):
         raise UserError(f"{path}: a contrastive item table needs the columns {', '.join(ITEM_COLUMNS)}")
-    return [{c: row.split("\t")[head.index(c)] for c in ITEM_COLUMNS} for row in lines[1:]]
+    rows = [row.split("\t") for row in lines[1:]]
+    for n, row in enumerate(rows, 2):
+        if len(row) != len(head):
+            raise UserError(f"{path}, line {n}: {len(row)} columns for the header's {len(head)}")
+    return [{c: row[head.index(c)] for c in ITEM_COLUMNS} for row in rows]
 
 
 def write_items(path: Path, items: list[dict[str, str]]) -> None:
