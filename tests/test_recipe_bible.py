@@ -380,18 +380,23 @@ def test_study_sh_trains_translates_and_scores_every_system_of_every_seed_once(t
     assert run.returncode == 0, run.stderr
     calls = log.read_text(encoding="utf-8").splitlines()
     trains = [c for c in calls if c.startswith("train ")]
-    assert len(trains) == 8 and all("--data.train_src=runs/bible-en-es/data-heldout/train.en" in c and "--data.prepared_dir=runs/bible-en-es/prepared-heldout-bpe8k" in c for c in trains)
+    assert len(trains) == 10 and all("--data.train_src=runs/bible-en-es/data-heldout/train.en" in c and "--data.prepared_dir=runs/bible-en-es/prepared-heldout-bpe8k" in c for c in trains)
     assert all(" --resume " in c for c in trains)  # a training stopped with the session continues from its last.pt
     assert [c.split("--work_dir=")[1].split()[0] for c in trains[:4]] == ["W/seed-4/sentence", "W/seed-4/sentence-more", "W/seed-4/concat", "W/seed-4/han"]
-    assert all("--seed=4" in c for c in trains[:4]) and all("--seed=5" in c for c in trains[4:])
+    assert all("--seed=4" in c for c in trains[:4]) and all("--seed=5" in c for c in trains[4:8])
+    # then HAN on both sides, seed by seed, once both seeds have the four
+    assert [c.split("--work_dir=")[1].split()[0] for c in trains[8:]] == ["W/seed-4/han-both", "W/seed-5/han-both"]
+    assert all("--model.context.side=both" in c and "/han.yaml " in c and "--seed=4" in trains[8] for c in trains[8:])
+    assert "--train.init_from=W/seed-5/sentence/best.pt" in trains[9] and all("--model.context" not in c for c in trains[:8])
     assert "--train.max_steps=30" in trains[0] and all("--train.max_steps=10" in c and "--train.init_from=W/seed-4/sentence/best.pt" in c for c in trains[1:4])
     scores = [c for c in calls if c.startswith("score ")]
-    contexts = [(c.split("--checkpoint ")[1].split("/best.pt")[0], c.split("--context ")[1].split()[0]) for c in scores if "seed-4" in c]
+    contexts = [(c.split("--checkpoint ")[1].split("/best.pt")[0], c.split("--context ")[1].split()[0]) for c in scores if "seed-4" in c and "han-both" not in c]
     assert contexts == [("W/seed-4/sentence", "none"), ("W/seed-4/sentence-more", "none"),
                         ("W/seed-4/concat", "true"), ("W/seed-4/concat", "other-document"), ("W/seed-4/concat", "none"),
                         ("W/seed-4/han", "true"), ("W/seed-4/han", "other-document"), ("W/seed-4/han", "none")]
     assert all("--draws 5" in c for c in scores if "other-document" in c)
-    assert sum(c.startswith("translate ") for c in calls) == 8
+    assert sum(c.startswith("translate ") for c in calls) == 10
+    assert [c.split("--context ")[1].split()[0] for c in scores if "W/seed-5/han-both/" in c] == ["true", "other-document", "none"]
     table = (tmp_path / "W" / "table.md").read_text(encoding="utf-8")
     assert "Seeds 4, 5 (2)" in table and "| HAN (k = 3, source side, + M) | 100.00" in table
     log.write_text("", encoding="utf-8")
@@ -427,3 +432,26 @@ def test_an_item_table_with_a_short_row_is_named(tmp_path):
     path.write_text("split\tdoc\n", encoding="utf-8")
     with pytest.raises(UserError, match="needs the columns split, doc, line, distance, phenomenon, gender"):
         study_table.read_items(path)
+
+
+def test_study_table_adds_han_on_both_sides_where_a_seed_has_it(tmp_path, capsys):
+    """han-both, trained after the four for the seeds study.sh reaches: a row over its own seeds
+    (here one of two), in every table and in what --collect keeps; a seed without the four is left out."""
+    refs = [f"la tierra {k} era buena" for k in range(12)]
+    made_up_study(tmp_path, (1, 2), lambda m, seed, c: 0.6 + (0.2 if c == "true" else 0.0), refs)
+    extra = tmp_path / "work" / "seed-1" / "han-both"
+    extra.mkdir()
+    (extra / "test.hyp").write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    for c in ("true", "other-document", "none"):
+        write_contrastive(extra / f"contrastive-{c}.json", 0.9 if c == "true" else 0.6)
+    (tmp_path / "work" / "seed-3" / "han-both").mkdir(parents=True)  # seed 3 has not reached the four: not counted
+    (tmp_path / "work" / "seed-3" / "han-both" / "test.hyp").write_text("x\n", encoding="utf-8")
+    study_table.main([str(tmp_path / "work"), "--data", str(tmp_path / "data"), "--collect", str(tmp_path / "results"), "--bootstrap", "20"])
+    out = capsys.readouterr().out
+    rows = table_rows(out)
+    both = rows["HAN (k = 3, both sides, + M) (1 seed)"]
+    assert both[1] == "100.00" and both[5] == "90.0" and both[8].startswith("+30.0 [")  # against the floor of two seeds
+    assert "Seeds 1, 2 (2)" in out and "| HAN (k = 3, both sides, + M) | true | 90.0 |" in out
+    assert (tmp_path / "results" / "han-both-seed1.json.gz").is_file() and not (tmp_path / "results" / "han-both-seed3.json.gz").exists()
+    study_table.main(["--rescore", str(tmp_path / "results"), "--bootstrap", "20"])
+    assert capsys.readouterr().out == out

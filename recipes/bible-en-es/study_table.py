@@ -2,7 +2,8 @@
 system, mean over seeds, with the seed-level intervals of the experiment tables.
 
 Reads ``WORK/seed-*/{sentence,sentence-more,concat,han}/test.hyp`` (the test chapters translated
-with ``--docs``) and ``contrastive-{true,other-document,none}.json`` (``syntaxnmt score -o``, with
+with ``--docs``; ``han-both``, HAN on both sides, where study.sh has reached it: a row of its own
+over its seeds) and ``contrastive-{true,other-document,none}.json`` (``syntaxnmt score -o``, with
 its per-item outcomes), and the references ``DATA/test.es``. Per system:
 
 * BLEU: mean ± sd over seeds; the difference to the control (``sentence-more``: the sentence model
@@ -49,15 +50,19 @@ from syntaxnmt.metrics import accuracy_from_statistics, chrf_from_statistics, ru
 from syntaxnmt.textio import atomic_write, read_lines
 
 SYSTEMS = ("sentence", "sentence-more", "concat", "han")
+"""The study's four systems: a seed counts when it has all of them."""
+OPTIONAL = ("han-both",)
+"""Systems study.sh trains after the four, for the seeds they reach: a row when present."""
 LABELS = {
     "sentence": "sentence (N updates)",
     "sentence-more": "**sentence-more** (control, + M)",
     "concat": "concat 2-to-1 (previous verse, + M)",
     "han": "HAN (k = 3, source side, + M)",
+    "han-both": "HAN (k = 3, both sides, + M)",
 }
 CONTROL = "sentence-more"
 CONTEXTS = ("true", "other-document", "none")
-CONTEXT_MODELS = ("concat", "han")
+CONTEXT_MODELS = ("concat", "han", "han-both")
 TEST = "test"
 
 
@@ -118,7 +123,7 @@ def runs_from_work(work: Path, refs: list[str]) -> dict[tuple[str, int], dict]:
         raise UserError(f"{work}: no seed-*/ folder with the test.hyp of every system ({', '.join(SYSTEMS)}): run study.sh first")
     runs = {}
     for s in complete:
-        for m in SYSTEMS:
+        for m in SYSTEMS + tuple(o for o in OPTIONAL if (work / f"seed-{s}" / o / "test.hyp").is_file()):
             folder = work / f"seed-{s}" / m
             hyps = read_lines(folder / "test.hyp")
             if len(hyps) != len(refs):
@@ -160,7 +165,7 @@ def runs_from_results(results: Path) -> dict[tuple[str, int], dict]:
     runs = {}
     for path in sorted(results.glob("*-seed*.json.gz")):
         match = re.fullmatch(r"(.+)-seed(\d+)\.json\.gz", path.name)
-        if match and match[1] in SYSTEMS:
+        if match and match[1] in SYSTEMS + OPTIONAL:
             record = read_run_scores(path)
             if TEST not in record["tests"]:
                 raise UserError(f"{path}: no '{TEST}' outputs")
@@ -172,9 +177,19 @@ def runs_from_results(results: Path) -> dict[tuple[str, int], dict]:
     return {key: run for key, run in runs.items() if key[1] in complete}
 
 
+def present(runs: dict[tuple[str, int], dict]) -> tuple[str, ...]:
+    """The table's systems: the four, then the optional ones that have runs."""
+    return SYSTEMS + tuple(o for o in OPTIONAL if any(m == o for m, _ in runs))
+
+
+def own_runs(runs: dict[tuple[str, int], dict], system: str, seeds: list[int]) -> list[dict]:
+    """``system``'s runs, in seed order (an optional system may have fewer seeds)."""
+    return [runs[system, s] for s in seeds if (system, s) in runs]
+
+
 def accuracy_runs(runs: dict, system: str, seeds: list[int], context: str) -> list[np.ndarray]:
     """Per-item statistics of ``system``'s contrastive result under ``context``, one array per seed that has it."""
-    return [contrastive_statistics(runs[system, s]["contrastive"][context]) for s in seeds if context in runs[system, s]["contrastive"]]
+    return [contrastive_statistics(r["contrastive"][context]) for r in own_runs(runs, system, seeds) if context in r["contrastive"]]
 
 
 def item_groups(items: list[dict[str, str]]) -> dict[str, list[int]]:
@@ -197,9 +212,10 @@ def group_accuracy(result: dict, members: list[int]) -> float:
 
 def table_from_runs(runs: dict[tuple[str, int], dict], bootstrap: int = 1000, items: list[dict[str, str]] | None = None) -> str:
     seeds = sorted({s for _, s in runs})
-    bleu = {m: [runs[m, s]["tests"][TEST]["bleu"] for s in seeds] for m in SYSTEMS}
-    chrf = {m: [chrf_from_statistics(runs[m, s]["tests"][TEST]["chrf"].sum(0)) for s in seeds] for m in SYSTEMS}
-    acc = {m: {c: accuracy_runs(runs, m, seeds, c) for c in CONTEXTS} for m in SYSTEMS}
+    systems = present(runs)
+    bleu = {m: [r["tests"][TEST]["bleu"] for r in own_runs(runs, m, seeds)] for m in systems}
+    chrf = {m: [chrf_from_statistics(r["tests"][TEST]["chrf"].sum(0)) for r in own_runs(runs, m, seeds)] for m in systems}
+    acc = {m: {c: accuracy_runs(runs, m, seeds, c) for c in CONTEXTS} for m in systems}
     floor = acc[CONTROL]["none"]
     n_refs = len(runs[CONTROL, seeds[0]]["tests"][TEST]["hyps"])
     lines = [
@@ -214,24 +230,25 @@ def table_from_runs(runs: dict[tuple[str, int], dict], bootstrap: int = 1000, it
         "|---|---|---|---|---|---|---|---|---|",
     ]
     pct = lambda runs_: [float(x) for x in run_scores(runs_, accuracy_from_statistics)]  # noqa: E731
-    for m in SYSTEMS:
+    for m in systems:
         cells = seed_cells(bleu[CONTROL], bleu[m], bootstrap, 0, is_baseline=m == CONTROL, randomization=False)
         chrf_p = welch_p(chrf[CONTROL], chrf[m]) if m != CONTROL else None
         own = acc[m][reading_context(m)]
         delta = "–"
-        if m != CONTROL and own and floor and len(own) == len(floor):
+        if m != CONTROL and own and floor:
             delta = seed_level_cell(seed_cells(floor, own, bootstrap, 0, metric=accuracy_from_statistics, digits=1, randomization=False))
         context_model = m in CONTEXT_MODELS
+        seeds_note = "" if len(bleu[m]) == len(seeds) else f" ({len(bleu[m])} seed{'s' if len(bleu[m]) > 1 else ''})"
         lines.append(
-            f"| {LABELS[m]} | {mean_sd([float(x) for x in run_scores(bleu[m])], 2)} | {seed_level_cell(cells)} | {mean_sd(chrf[m], 2)} | "
+            f"| {LABELS[m]}{seeds_note} | {mean_sd([float(x) for x in run_scores(bleu[m])], 2)} | {seed_level_cell(cells)} | {mean_sd(chrf[m], 2)} | "
             f"{'–' if chrf_p is None else f'{chrf_p:.4f}'} | {mean_sd(pct(acc[m]['true'])) if context_model else '(floor) ' + mean_sd(pct(acc[m]['none']))} | "
             f"{mean_sd(pct(acc[m]['other-document'])) if context_model else '–'} | {mean_sd(pct(acc[m]['none']))} | {delta} |"
         )
     # What the seeds can detect against the control, and the A/A check on its seeds (as under the experiment tables).
-    for note in seed_notes(LABELS[CONTROL].replace("*", ""), {"test": bleu[CONTROL]}, [len(seeds)] * (len(SYSTEMS) - 1), bootstrap, AA_SHUFFLES):
+    for note in seed_notes(LABELS[CONTROL].replace("*", ""), {"test": bleu[CONTROL]}, [len(bleu[m]) for m in systems if m != CONTROL], bootstrap, AA_SHUFFLES):
         lines += ["", note]
     if floor:
-        others = [len(acc[m][reading_context(m)]) for m in SYSTEMS if m != CONTROL]
+        others = [len(acc[m][reading_context(m)]) for m in systems if m != CONTROL]
         for note in seed_notes(f"{CONTROL}'s floor (no context)", {"contrastive set": floor}, others, bootstrap, AA_SHUFFLES, metric=accuracy_from_statistics, measure="accuracy %", digits=1):
             lines += ["", note]
     lines += groups_table(runs, seeds, items) + training_table(runs, seeds)
@@ -240,12 +257,12 @@ def table_from_runs(runs: dict[tuple[str, int], dict], bootstrap: int = 1000, it
 
 def training_table(runs: dict[tuple[str, int], dict], seeds: list[int]) -> list[str]:
     """Updates, best dev BLEU and training time per system, mean ± sd over the seeds that recorded them."""
-    if not any(runs[m, s].get("steps") for m in SYSTEMS for s in seeds):
+    if not any(r.get("steps") for r in runs.values()):
         return []
     lines = ["", "Training (from each run's last checkpoint): updates (a fine-tuning's own), best dev BLEU (greedy) and training time, mean ± sd over seeds.", "",
              "| system | updates | dev BLEU | training (min) | target tok/s |", "|---|---|---|---|---|"]
-    for m in SYSTEMS:
-        own = [runs[m, s] for s in seeds if runs[m, s].get("steps")]
+    for m in present(runs):
+        own = [r for r in own_runs(runs, m, seeds) if r.get("steps")]
         steps = sorted({int(r["steps"]) for r in own})
         rate = [r["train_tokens"] / r["train_seconds"] for r in own if r.get("train_tokens") and r.get("train_seconds")]
         lines.append(
@@ -260,8 +277,8 @@ def groups_table(runs: dict[tuple[str, int], dict], seeds: list[int], items: lis
     seeds: a sentence model without context, a context model with its context and under each
     control (what the context adds shows where the controls fall back); none without the items'
     metadata."""
-    rows = [(m, c) for m in SYSTEMS for c in (CONTEXTS if m in CONTEXT_MODELS else ("none",))]
-    scored = {(m, c): [runs[m, s]["contrastive"][c] for s in seeds if c in runs[m, s]["contrastive"]] for m, c in rows}
+    rows = [(m, c) for m in present(runs) for c in (CONTEXTS if m in CONTEXT_MODELS else ("none",))]
+    scored = {(m, c): [r["contrastive"][c] for r in own_runs(runs, m, seeds) if c in r["contrastive"]] for m, c in rows}
     if not any(scored.values()) or items is None:
         return []
     for (m, c), results in scored.items():
