@@ -93,9 +93,13 @@ class Residual(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: Tensor, f) -> tuple[Tensor, object]:
-        y, aux = f(self.norm(x) if self.pre else x)
+        y, aux = f(self.sublayer_input(x))
         x = self.add(x, y)
         return (x if self.pre else self.norm(x)), aux
+
+    def sublayer_input(self, x: Tensor) -> Tensor:
+        """What the sublayer reads: ``norm(x)`` (pre-norm) or ``x`` (post-norm)."""
+        return self.norm(x) if self.pre else x
 
     def add(self, x: Tensor, y: Tensor) -> Tensor:
         """The residual connection ``x + dropout(y)`` (Vaswani et al. 2017, Sec. 5.4)."""
@@ -151,8 +155,7 @@ class DecoderLayer(nn.Module):
             h, _ = self.res_self(y, lambda x: self.self_attn(x, causal=True))
         else:
             h, _ = self.res_self(y, lambda x: self.self_attn(x, key_padding_mask=tgt_pad))
-        x = self.res_cross.norm(h) if self.res_cross.pre else h
-        return self.cross_attn.weights(x, memory, key_padding_mask=memory_mask, leak=leak)
+        return self.cross_attn.weights(self.res_cross.sublayer_input(h), memory, key_padding_mask=memory_mask, leak=leak)
 
 
 def split_leak(weights: Tensor | None, leak: bool) -> tuple[Tensor | None, Tensor | None]:

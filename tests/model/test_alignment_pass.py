@@ -201,3 +201,27 @@ def test_forced_attention_is_the_full_pass_cut_short(norm, alignment):
     with torch.no_grad():
         again = model.forced_attention(batch, [0, 1, 2], True, enc=model.encode(batch))
     assert all(torch.equal(a, b) for a, b in zip(again.cross_attention, full.cross_attention))
+
+
+def test_the_forced_pass_reads_a_residual_form_of_its_own():
+    """A residual block whose sublayer reads something else (a `Residual` subclass overriding
+    `sublayer_input`): the forced attention is still that of the whole forward pass (to rounding:
+    the forced pass computes fewer rows at once); it asks the block what its sublayer reads
+    instead of assuming the paper's norm."""
+    from syntaxnmt.model.transformer import Residual
+
+    class Scaled(Residual):
+        def sublayer_input(self, x):
+            return 2.0 * self.norm(x)
+
+    model = _model(seed=5, norm="pre")
+    for layer in model.decoder:
+        layer.res_cross.__class__ = Scaled
+    batch = _batch(seed=4)
+    with torch.no_grad():
+        full = model(batch, need_weights=True)
+        forced = model.forced_attention(batch, [0, 1], False)
+        plain = _model(seed=5, norm="pre")(batch, need_weights=True)
+    for i in (0, 1):
+        assert torch.allclose(forced.cross_attention[i], full.cross_attention[i], atol=1e-6)
+    assert not torch.allclose(full.cross_attention[1], plain.cross_attention[1], atol=1e-4)  # the form of its own changed them
