@@ -283,10 +283,10 @@ def cmd_score(args, extra) -> None:
     check_context(items, args.contrastive, args.context)
     model, _, toks = load_model(_checkpoint_arg(argparse.Namespace(config=None, checkpoint=args.checkpoint), extra), resolve_device(args.device))
     result = score_contrastive(model, toks, items, resolve_device(args.device), context=args.context, batch_size=args.batch_size, draws=args.draws)
+    if args.output:  # written before printing: a closed stdout (`| head`) does not lose it
+        atomic_write_text(args.output, json.dumps({"contrastive": str(args.contrastive), "checkpoint": str(args.checkpoint), "context": args.context, **result.as_json()}, indent=1) + "\n")
     print(f"{args.contrastive} ({len(items)} items, context: {args.context})")
     print(result.table())
-    if args.output:
-        atomic_write_text(args.output, json.dumps({"contrastive": str(args.contrastive), "checkpoint": str(args.checkpoint), "context": args.context, **result.as_json()}, indent=1) + "\n")
 
 
 def cmd_lexicon(args, extra) -> None:

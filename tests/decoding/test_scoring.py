@@ -137,6 +137,18 @@ def test_score_command_prints_accuracy_and_writes_json(tmp_path, capsys):
     for mode, res in results.items():  # the per-item outcomes the file keeps add up to its accuracy
         assert len(res["outcomes"]) == res["items"] and sum(res["outcomes"]) == res["correct"], mode
         assert max(res["outcomes"]) <= res["draws"]
+    # -o is written before the table is printed: a closed stdout (`| head -2`) does not lose the file
+    import syntaxnmt.cli as cli
+
+    def closed(*_a, **_k):
+        raise BrokenPipeError
+
+    out = tmp_path / "piped.json"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cli, "print", closed, raising=False)
+        with pytest.raises(SystemExit):  # the CLI's quiet exit for a reader that went away
+            cli.main(["score", "--checkpoint", f"{cfg.work_dir}/best.pt", "--contrastive", str(files["test"]["contrastive"]), "-o", str(out)])
+    assert json.loads(out.read_text())["outcomes"] == results["true"]["outcomes"]
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2")
     code, _, err = run_cli(capsys, "score", "--checkpoint", f"{cfg.work_dir}/best.pt", "--contrastive", bad)
