@@ -43,11 +43,12 @@ from pathlib import Path
 
 import numpy as np
 
+from syntaxnmt.checkpoint import load_checkpoint
 from syntaxnmt.errors import UserError
-from syntaxnmt.experiments.scores import contrastive_statistics, encode, read_run_scores, results_file, test_statistics
+from syntaxnmt.experiments.scores import check_contrastive, contrastive_statistics, encode, read_run_scores, results_file, test_statistics
 from syntaxnmt.experiments.sets import AA_SHUFFLES, mean_sd_cell, seed_cells, seed_level_cell, seed_notes
 from syntaxnmt.metrics import accuracy_from_statistics, chrf_from_statistics, run_scores, welch_p
-from syntaxnmt.textio import atomic_write, read_lines
+from syntaxnmt.textio import atomic_write, atomic_write_text, read_lines
 
 SYSTEMS = ("sentence", "sentence-more", "concat", "han")
 """The study's four systems: a seed counts when it has all of them."""
@@ -77,17 +78,19 @@ def mean_sd(values: list[float], digits: int = 1) -> str:
     return mean_sd_cell(values, digits) if values else "–"
 
 
-def read_contrastive(path: Path) -> dict | None:
-    """A ``syntaxnmt score -o`` file (None when not written yet); one error line when it is not one
-    or was written before ``score`` kept per-item outcomes."""
+def read_contrastive(path: Path, context: str) -> dict | None:
+    """A ``syntaxnmt score -o`` file (None when not written yet), checked as the scores files'
+    (:func:`syntaxnmt.experiments.scores.check_contrastive`); one error line when it is not one or
+    was written before ``score`` kept per-item outcomes."""
     if not path.is_file():
         return None
     try:
         result = json.loads(path.read_text(encoding="utf-8"))
-        outcomes, draws, cells = result["outcomes"], result["draws"], result["cells"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise UserError(f"{path}: not a `syntaxnmt score -o` file with per-item outcomes (missing {e}): delete it and run study.sh again to score anew") from None
-    return {"outcomes": outcomes, "draws": draws, "cells": cells}
+    except ValueError as e:
+        raise UserError(f"{path}: not a `syntaxnmt score -o` file ({e})") from None
+    if isinstance(result, dict) and "outcomes" not in result:
+        raise UserError(f"{path}: a `syntaxnmt score -o` file without per-item outcomes: delete it and run study.sh again to score anew")
+    return check_contrastive(path, context, result)
 
 
 ITEM_COLUMNS = ("split", "doc", "line", "distance", "phenomenon", "gender")
@@ -111,7 +114,7 @@ def read_items(path: Path) -> list[dict[str, str]]:
 
 def write_items(path: Path, items: list[dict[str, str]]) -> None:
     rows = ["\t".join(ITEM_COLUMNS)] + ["\t".join(item[c] for c in ITEM_COLUMNS) for item in items]
-    atomic_write(path, lambda f: f.write(("\n".join(rows) + "\n").encode("utf-8")))
+    atomic_write_text(path, "\n".join(rows) + "\n")
 
 
 def runs_from_work(work: Path, refs: list[str]) -> dict[tuple[str, int], dict]:
@@ -128,7 +131,7 @@ def runs_from_work(work: Path, refs: list[str]) -> dict[tuple[str, int], dict]:
             hyps = read_lines(folder / "test.hyp")
             if len(hyps) != len(refs):
                 raise UserError(f"{folder / 'test.hyp'}: {len(hyps)} lines for {len(refs)} references")
-            contrastive = {c: r for c in CONTEXTS if (r := read_contrastive(folder / f"contrastive-{c}.json")) is not None}
+            contrastive = {c: r for c in CONTEXTS if (r := read_contrastive(folder / f"contrastive-{c}.json", c)) is not None}
             runs[m, s] = {**training_record(folder), "tests": {TEST: {"hyps": hyps, **test_statistics(hyps, refs)}}, "contrastive": contrastive}
     return runs
 
@@ -137,8 +140,6 @@ def training_record(folder: Path) -> dict:
     """A run's training as its last checkpoint records it (exact across resumes): updates, training
     seconds, target tokens, best dev BLEU (greedy, validated every 500 updates and at the end); empty
     when the run kept no last.pt."""
-    from syntaxnmt.checkpoint import load_checkpoint
-
     if not (folder / "last.pt").is_file():
         return {}
     progress = load_checkpoint(folder / "last.pt", lazy=True).get("progress", {})

@@ -98,18 +98,19 @@ def read_run_scores(path: str | Path) -> dict:
     record = dict(tree["record"])
     record["dev_curve"] = tree["dev_curve"]
     record["tests"] = {name: _test_arrays(path, name, t) for name, t in tree["tests"].items()}
-    record["contrastive"] = {mode: _contrastive(path, mode, r) for mode, r in tree.get("contrastive", {}).items()}
+    record["contrastive"] = {mode: check_contrastive(path, mode, r) for mode, r in tree.get("contrastive", {}).items()}
     return record
 
 
-def _contrastive(path: str | Path, mode: str, result: object) -> dict:
-    """One context mode's contrastive result of a scores file, checked (outcomes within 0..draws)."""
+def check_contrastive(path: str | Path, mode: str, result: object) -> dict:
+    """One context mode's contrastive result (a scores file's, or a ``syntaxnmt score -o`` file's),
+    checked: its outcomes, draws and cells, outcomes within 0..draws; the kept keys only."""
     if not isinstance(result, dict) or any(k not in result for k in CONTRASTIVE_KEYS):
         raise UserError(f"{path}: contrastive result '{mode}' lacks one of {', '.join(CONTRASTIVE_KEYS)}")
     outcomes, draws = result["outcomes"], result["draws"]
     if not isinstance(draws, int) or draws < 1 or not isinstance(outcomes, list) or not outcomes or not all(isinstance(o, int) and 0 <= o <= draws for o in outcomes):
         raise UserError(f"{path}: contrastive result '{mode}' needs a positive number of draws and, per item, the trials it passed (0 to draws)")
-    return dict(result)
+    return {k: result[k] for k in CONTRASTIVE_KEYS}
 
 
 def contrastive_statistics(result: dict) -> np.ndarray:
