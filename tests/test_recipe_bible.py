@@ -422,6 +422,30 @@ def test_accuracy_by_gender_reads_each_items_outcome(tmp_path):
         study_table.groups_table(runs, [1], items)
 
 
+def test_balanced_accuracy_weighs_the_genders_equally():
+    """The always-masculine model scores 50 balanced (75 % overall on 3 masculine + 1 feminine);
+    a model right on the feminine item and on two of three masculine ones scores (100 + 66.7) / 2;
+    the statistics sum like sentence statistics, so the table's difference to the floor has the
+    two-level interval, and HAN's +33.3 over the control is its row's delta."""
+    items = [{"split": "test", "doc": "Gen.1", "line": str(k), "distance": "1", "phenomenon": "they:ellos/ellas", "gender": g}
+             for k, g in enumerate("mmmf")]
+    genders = [[3], [0, 1, 2]]
+    masculine = {"outcomes": [1, 1, 1, 0], "draws": 1}
+    mixed = {"outcomes": [2, 2, 0, 2], "draws": 2}
+    assert study_table.balanced_from_statistics(study_table.balanced_statistics(masculine, genders).sum(0)) == pytest.approx(50.0)
+    assert study_table.balanced_from_statistics(study_table.balanced_statistics(mixed, genders).sum(0)) == pytest.approx((100 + 200 / 3) / 2)
+    runs = {}
+    for seed in (1, 2):
+        for m in study_table.SYSTEMS:
+            result = mixed if m == "han" else masculine
+            runs[m, seed] = {"contrastive": {c: result for c in (study_table.CONTEXTS if m in study_table.CONTEXT_MODELS else ("none",))}}
+    lines = study_table.balanced_table(runs, [1, 2], items, bootstrap=200)
+    rows = {line.split(" | ")[0][2:]: line for line in lines if line.startswith("| ") and "---" not in line}
+    assert rows["**sentence-more** (control, + M)"] == "| **sentence-more** (control, + M) | (floor) 50.0 ± 0.0 | – | 50.0 ± 0.0 | – |"
+    assert rows["HAN (k = 3, source side, + M)"].startswith("| HAN (k = 3, source side, + M) | 83.3 ± 0.0 | 83.3 ± 0.0 | 83.3 ± 0.0 | +33.3 [")
+    assert study_table.balanced_table(runs, [1, 2], [dict(i, gender="m") for i in items], bootstrap=200) == []  # one gender: no balance to take
+
+
 def test_an_item_table_with_a_short_row_is_named(tmp_path):
     from syntaxnmt.errors import UserError
 

@@ -22,7 +22,9 @@ seeds detect with 80 % power and the A/A check on the control's seeds
 verses back), English pronoun and gender of the right answer (from ``DATA/contrastive.tsv``), per
 system with the context it reads: a 2-to-1 model sees only the previous verse, and a model that
 always prefers the masculine scores the masculine share, so the last column, *balanced*, is the
-mean of the two genders' accuracies (such a model scores 50); and each system's training (updates,
+mean of the two genders' accuracies (such a model scores 50); a table of that balanced accuracy per
+system and context, with its difference to the control's floor (two-level bootstrap over seeds and
+items, Welch's p); and each system's training (updates,
 best dev BLEU, training time) as its ``last.pt`` records it, exact across resumes.
 
 ``--collect DIR`` also writes every run's hypotheses, sentence statistics and contrastive outcomes
@@ -212,6 +214,52 @@ def group_accuracy(result: dict, members: list[int]) -> float:
     return 100.0 * sum(result["outcomes"][i] for i in members) / (result["draws"] * len(members))
 
 
+def balanced_statistics(result: dict, genders: list[list[int]]) -> np.ndarray:
+    """Per-item statistics ``(items, 4)`` of one contrastive result for :func:`balanced_from_statistics`:
+    trials passed and trials, in the columns of the item's gender (``genders``: the feminine and the
+    masculine items), zeros in the other's -- so resampled items sum as sentence statistics do."""
+    stats = np.zeros((len(result["outcomes"]), 4))
+    for g, members in enumerate(genders):
+        for i in members:
+            stats[i, 2 * g:2 * g + 2] = (result["outcomes"][i], result["draws"])
+    return stats
+
+
+def balanced_from_statistics(stats: np.ndarray) -> np.ndarray:
+    """Balanced accuracy (%) from summed :func:`balanced_statistics`: the mean of the two genders'
+    accuracies, so a model that always prefers one gender scores 50 whatever the items' mix."""
+    stats = np.asarray(stats, dtype=np.float64)
+    return (accuracy_from_statistics(stats[..., 0:2]) + accuracy_from_statistics(stats[..., 2:4])) / 2
+
+
+def balanced_table(runs: dict[tuple[str, int], dict], seeds: list[int], items: list[dict[str, str]] | None, bootstrap: int) -> list[str]:
+    """Balanced accuracy per system and context, and its difference to the control's floor with the
+    two-level bootstrap interval (seeds, then items) and Welch's p: the test of whether a context
+    model picks the right gender more often, free of the items' masculine majority. None without the
+    items' genders."""
+    genders = item_groups(items or [])
+    if items is None or not {"feminine", "masculine"} <= set(genders) or not any(r.get("contrastive") for r in runs.values()):
+        return []
+    genders = [genders["feminine"], genders["masculine"]]
+    stats = {(m, c): [balanced_statistics(r["contrastive"][c], genders) for r in own_runs(runs, m, seeds) if c in r["contrastive"]]
+             for m in present(runs) for c in CONTEXTS}
+    floor = stats[CONTROL, "none"]
+    lines = ["", "Balanced accuracy (%): the mean of the feminine and the masculine items' accuracies (a model that always prefers one gender "
+             "scores 50), mean ± sd over seeds; Δ: the balanced accuracy a system reads with (its context; none for a sentence model) minus "
+             "the control's floor, two-level bootstrap (seeds, then items) and Welch's p over seeds.", "",
+             "| system | balanced (true) | balanced (other-document) | balanced (none) | Δ balanced vs floor [95 % CI]; p |", "|---|---|---|---|---|"]
+    cell = lambda runs_: mean_sd([float(x) for x in run_scores(runs_, balanced_from_statistics)]) if runs_ else "–"  # noqa: E731
+    for m in present(runs):
+        own = stats[m, reading_context(m)]
+        delta = "–"
+        if m != CONTROL and own and floor:
+            delta = seed_level_cell(seed_cells(floor, own, bootstrap, 0, metric=balanced_from_statistics, digits=1, randomization=False))
+        context_model = m in CONTEXT_MODELS
+        lines.append(f"| {LABELS[m]} | {cell(stats[m, 'true']) if context_model else '(floor) ' + cell(stats[m, 'none'])} | "
+                     f"{cell(stats[m, 'other-document']) if context_model else '–'} | {cell(stats[m, 'none'])} | {delta} |")
+    return lines
+
+
 def table_from_runs(runs: dict[tuple[str, int], dict], bootstrap: int = 1000, items: list[dict[str, str]] | None = None) -> str:
     seeds = sorted({s for _, s in runs})
     systems = present(runs)
@@ -253,7 +301,7 @@ def table_from_runs(runs: dict[tuple[str, int], dict], bootstrap: int = 1000, it
         others = [len(acc[m][reading_context(m)]) for m in systems if m != CONTROL]
         for note in seed_notes(f"{CONTROL}'s floor (no context)", {"contrastive set": floor}, others, bootstrap, AA_SHUFFLES, metric=accuracy_from_statistics, measure="accuracy %", digits=1):
             lines += ["", note]
-    lines += groups_table(runs, seeds, items) + training_table(runs, seeds)
+    lines += groups_table(runs, seeds, items) + balanced_table(runs, seeds, items, bootstrap) + training_table(runs, seeds)
     return "\n".join(lines)
 
 
