@@ -21,11 +21,11 @@ seeds detect with 80 % power and the A/A check on the control's seeds
 (:func:`syntaxnmt.experiments.sets.seed_notes`). Then the accuracy by antecedent distance (1-3
 verses back), English pronoun and gender of the right answer (from ``DATA/contrastive.tsv``), per
 system with the context it reads: a 2-to-1 model sees only the previous verse, and a model that
-always prefers the masculine scores the masculine share, so the last column, *balanced*, is the
-mean of the two genders' accuracies (such a model scores 50); a table of that balanced accuracy per
-system and context, with its difference to the control's floor (two-level bootstrap over seeds and
-items, Welch's p); and each system's training (updates,
-best dev BLEU, training time) as its ``last.pt`` records it, exact across resumes.
+always prefers the masculine scores the masculine share; then a table of the balanced accuracy (the
+mean of the two genders' accuracies: such a model scores 50) per system and context, with its
+difference to the control's floor (two-level bootstrap over seeds and items, Welch's p); and each
+system's training (updates, best dev BLEU, training time) as its ``last.pt`` records it, exact
+across resumes.
 
 ``--collect DIR`` also writes every run's hypotheses, sentence statistics and contrastive outcomes
 (and the items' metadata, ``DIR/items.tsv``) to ``DIR/<system>-seed<S>.json.gz`` (the scores files of ``syntaxnmt experiment``:
@@ -336,24 +336,18 @@ def groups_table(runs: dict[tuple[str, int], dict], seeds: list[int], items: lis
             if len(r["outcomes"]) != len(items):
                 raise UserError(f"{LABELS[m]}, context {c}: {len(r['outcomes'])} contrastive outcomes for {len(items)} items in the item table: scored on another set")
     groups = item_groups(items)
-    genders = [groups[g] for g in ("feminine", "masculine") if g in groups]
-    balanced = len(genders) == 2
     lines = [
         "",
         "Contrastive accuracy (%) by the antecedent's distance (verses back), the English pronoun and the gender of the right answer "
-        "(items), mean ± sd over seeds: the sentence models without context, the context models with their context and under both controls."
-        + (" Balanced: the mean of the two genders' accuracies, where a model that always prefers one gender scores 50." if balanced else ""),
+        "(items), mean ± sd over seeds: the sentence models without context, the context models with their context and under both controls.",
         "",
-        "| system | context | " + " | ".join(f"{k} ({len(v)})" for k, v in groups.items()) + (" | balanced" if balanced else "") + " |",
-        "|---|---|" + "---|" * (len(groups) + balanced),
+        "| system | context | " + " | ".join(f"{k} ({len(v)})" for k, v in groups.items()) + " |",
+        "|---|---|" + "---|" * len(groups),
     ]
     for (m, c), results in scored.items():
         if not results:
             continue  # a control not scored (yet)
-        cells = [mean_sd([group_accuracy(r, v) for r in results]) for v in groups.values()]
-        if balanced:
-            cells.append(mean_sd([sum(group_accuracy(r, v) for v in genders) / 2 for r in results]))
-        lines.append(f"| {LABELS[m]} | {c} | " + " | ".join(cells) + " |")
+        lines.append(f"| {LABELS[m]} | {c} | " + " | ".join(mean_sd([group_accuracy(r, v) for r in results]) for v in groups.values()) + " |")
     return lines
 
 
