@@ -604,6 +604,18 @@ def two_level_bootstrap(baseline: Sequence[np.ndarray], system: Sequence[np.ndar
     return float(low), float(high)
 
 
+def two_level_interval(runs: Sequence[np.ndarray], metric: Metric, n_samples: int = 1000, seed: int = 12345, confidence: float = 0.95, chunk: int = 50) -> tuple[float, float]:
+    """Percentile interval of the mean corpus score over seeds of one set of ``runs`` from the
+    two-level bootstrap of :func:`two_level_bootstrap` (seeds, then sentences). With statistics that
+    hold two readings of the same items side by side and a ``metric`` that takes their difference,
+    it is the paired interval of that difference (e.g. one model scored with and without context)."""
+    if not runs:
+        raise ValueError("at least one run")
+    alpha = 1.0 - confidence
+    low, high = np.quantile(_resampled_means(runs, metric, np.random.default_rng(seed), n_samples, chunk), [alpha / 2, 1 - alpha / 2])
+    return float(low), float(high)
+
+
 def welch_p(baseline_scores: Sequence[float], system_scores: Sequence[float]) -> float | None:
     """Two-sided p of Welch's t-test over per-seed scores (``scipy.stats.ttest_ind(equal_var=False)``):
     the seed-level test, whose unit of replication is the training run. None with fewer than two

@@ -467,6 +467,25 @@ def test_two_level_bootstrap_recomputes_corpus_bleu_from_the_statistics():
     assert low == pytest.approx(expected) and high == pytest.approx(expected)
 
 
+def test_two_level_interval_of_paired_readings_is_narrower_than_the_unpaired_one():
+    """One model read twice on 40 items (a control right on items 0-19, the context on 0-23): the
+    paired difference moves only with the 4 items they disagree on, so its interval is much
+    narrower than two_level_bootstrap's, which resamples the two readings' items independently;
+    both bracket the 10 points; identical readings give exactly 0."""
+    from syntaxnmt.metrics import accuracy_from_statistics, two_level_bootstrap, two_level_interval
+
+    control = np.array([[1.0 if i < 20 else 0.0, 1.0] for i in range(40)])
+    context = np.array([[1.0 if i < 24 else 0.0, 1.0] for i in range(40)])
+    difference = lambda stats: accuracy_from_statistics(stats[..., 0:2]) - accuracy_from_statistics(stats[..., 2:4])  # noqa: E731
+    paired = [np.concatenate([context, control], 1)] * 3
+    low, high = two_level_interval(paired, difference, n_samples=400)
+    u_low, u_high = two_level_bootstrap([control] * 3, [context] * 3, accuracy_from_statistics, n_samples=400)
+    assert 0 < low < 10 < high and u_low < 10 < u_high
+    assert (high - low) * 2 < u_high - u_low
+    assert two_level_interval([np.concatenate([context, context], 1)], difference, n_samples=50) == (0.0, 0.0)
+    assert two_level_interval(paired, difference, n_samples=400) == (low, high)  # deterministic
+
+
 def test_welch_p_is_scipys_and_handles_degenerate_seeds():
     from scipy import stats
 

@@ -446,6 +446,27 @@ def test_balanced_accuracy_weighs_the_genders_equally():
     assert study_table.balanced_table(runs, [1, 2], [dict(i, gender="m") for i in items], bootstrap=200) == []  # one gender: no balance to take
 
 
+def test_context_effect_is_paired_within_each_model():
+    """HAN right on every item with its context and on half under either control: +50 points in
+    every seed, and an interval that brackets 50 (resampling the items moves the half); concat reads
+    nothing (equal readings): +0.0 [+0.0, +0.0] and no p (no spread); the sentence models have no row."""
+    items = 40
+    right = {"outcomes": [1] * items, "draws": 1}
+    half = {"outcomes": [1, 0] * (items // 2), "draws": 1}
+    runs = {}
+    for seed in (1, 2, 3):
+        runs["sentence", seed] = runs["sentence-more", seed] = {"contrastive": {"none": half}}
+        runs["concat", seed] = {"contrastive": {c: half for c in study_table.CONTEXTS}}
+        runs["han", seed] = {"contrastive": {"true": right, "other-document": half, "none": half}}
+    lines = study_table.context_effect_table(runs, [1, 2, 3], bootstrap=300)
+    rows = {line.split(" | ")[0][2:]: line for line in lines if line.startswith("| ") and "---" not in line}
+    assert set(rows) == {"system", "concat 2-to-1 (previous verse, + M)", "HAN (k = 3, source side, + M)"}
+    assert rows["concat 2-to-1 (previous verse, + M)"] == "| concat 2-to-1 (previous verse, + M) | +0.0 [+0.0, +0.0] (seeds: +0.0, +0.0, +0.0) | +0.0 [+0.0, +0.0] (seeds: +0.0, +0.0, +0.0) |"
+    cell = rows["HAN (k = 3, source side, + M)"].split(" | ")[1]
+    low, high = (float(x) for x in cell.split("[")[1].split("]")[0].split(", "))
+    assert cell.startswith("+50.0 [") and cell.endswith("(seeds: +50.0, +50.0, +50.0)") and low < 50 < high
+
+
 def test_an_item_table_with_a_short_row_is_named(tmp_path):
     from syntaxnmt.errors import UserError
 

@@ -18,10 +18,12 @@ its per-item outcomes), and the references ``DATA/test.es``. Per system:
 
 Under the table, with several seeds: for BLEU and for the accuracy, the smallest difference the
 seeds detect with 80 % power and the A/A check on the control's seeds
-(:func:`syntaxnmt.experiments.sets.seed_notes`). Then the accuracy by antecedent distance (1-3
-verses back), English pronoun and gender of the right answer (from ``DATA/contrastive.tsv``), per
-system with the context it reads: a 2-to-1 model sees only the previous verse, and a model that
-always prefers the masculine scores the masculine share; then a table of the balanced accuracy (the
+(:func:`syntaxnmt.experiments.sets.seed_notes`). Then what each context model reads: its accuracy
+with the true context minus under each control, paired by item within each seed, with the
+two-level interval and a one-sample t-test over seeds. Then the accuracy by antecedent distance
+(1-3 verses back), English pronoun and gender of the right answer (from ``DATA/contrastive.tsv``),
+per system with the context it reads: a 2-to-1 model sees only the previous verse, and a model
+that always prefers the masculine scores the masculine share; so next, the balanced accuracy (the
 mean of the two genders' accuracies: such a model scores 50) per system and context, with its
 difference to the control's floor (two-level bootstrap over seeds and items, Welch's p); and each
 system's training (updates, best dev BLEU, training time) as its ``last.pt`` records it, exact
@@ -50,7 +52,7 @@ from syntaxnmt.checkpoint import load_checkpoint
 from syntaxnmt.errors import UserError
 from syntaxnmt.experiments.scores import check_contrastive, contrastive_statistics, encode, read_run_scores, results_file, test_statistics
 from syntaxnmt.experiments.sets import AA_SHUFFLES, mean_sd_cell, seed_cells, seed_level_cell, seed_notes
-from syntaxnmt.metrics import accuracy_from_statistics, chrf_from_statistics, run_scores, welch_p
+from syntaxnmt.metrics import accuracy_from_statistics, chrf_from_statistics, run_scores, two_level_interval, welch_p
 from syntaxnmt.textio import atomic_write, atomic_write_text, read_lines
 
 SYSTEMS = ("sentence", "sentence-more", "concat", "han")
@@ -260,6 +262,47 @@ def balanced_table(runs: dict[tuple[str, int], dict], seeds: list[int], items: l
     return lines
 
 
+def paired_statistics(reading: dict, control: dict) -> np.ndarray:
+    """Per-item statistics ``(items, 4)`` of one model's two readings of the same items (its context
+    and a control), side by side, for :func:`paired_from_statistics`: resampled by item together."""
+    return np.concatenate([contrastive_statistics(reading), contrastive_statistics(control)], axis=1)
+
+
+def paired_from_statistics(stats: np.ndarray) -> np.ndarray:
+    """Accuracy with the context minus accuracy under the control (points) from summed :func:`paired_statistics`."""
+    stats = np.asarray(stats, dtype=np.float64)
+    return accuracy_from_statistics(stats[..., 0:2]) - accuracy_from_statistics(stats[..., 2:4])
+
+
+def context_effect_table(runs: dict[tuple[str, int], dict], seeds: list[int], bootstrap: int) -> list[str]:
+    """What each context model reads, within the model: its accuracy with the true context minus
+    under each control, paired by item within each seed; the 95 % interval of the two-level
+    bootstrap (seeds, then items) and the one-sample t-test over the seeds' differences
+    (``scipy.stats.ttest_1samp``). A model that reads its context's content beats other-document;
+    one that only reads that there is context beats none alone."""
+    from scipy import stats as scipy_stats
+
+    rows = []
+    for m in (m for m in present(runs) if m in CONTEXT_MODELS):
+        cells = []
+        for control in ("other-document", "none"):
+            paired = [paired_statistics(r["contrastive"]["true"], r["contrastive"][control]) for r in own_runs(runs, m, seeds)
+                      if "true" in r["contrastive"] and control in r["contrastive"]]
+            if not paired:
+                cells.append("–")
+                continue
+            diffs = run_scores(paired, paired_from_statistics)
+            low, high = two_level_interval(paired, paired_from_statistics, n_samples=bootstrap)
+            p = f"; p {scipy_stats.ttest_1samp(diffs, 0.0).pvalue:.4f}" if len(diffs) > 1 and np.ptp(diffs) > 0 else ""
+            cells.append(f"{float(np.mean(diffs)):+.1f} [{low:+.1f}, {high:+.1f}]{p} (seeds: {', '.join(f'{d:+.1f}' for d in diffs)})")
+        rows.append(f"| {LABELS[m]} | {cells[0]} | {cells[1]} |")
+    if not rows:
+        return []
+    return ["", "What the context models read (within each model, paired by item): accuracy with the true context minus under a control, "
+            "points; mean over seeds with the 95 % interval of the two-level bootstrap (seeds, then items) and the one-sample t-test over "
+            "the seeds' differences.", "", "| system | true − other-document [95 % CI]; p | true − none [95 % CI]; p |", "|---|---|---|", *rows]
+
+
 def table_from_runs(runs: dict[tuple[str, int], dict], bootstrap: int = 1000, items: list[dict[str, str]] | None = None) -> str:
     seeds = sorted({s for _, s in runs})
     systems = present(runs)
@@ -301,7 +344,7 @@ def table_from_runs(runs: dict[tuple[str, int], dict], bootstrap: int = 1000, it
         others = [len(acc[m][reading_context(m)]) for m in systems if m != CONTROL]
         for note in seed_notes(f"{CONTROL}'s floor (no context)", {"contrastive set": floor}, others, bootstrap, AA_SHUFFLES, metric=accuracy_from_statistics, measure="accuracy %", digits=1):
             lines += ["", note]
-    lines += groups_table(runs, seeds, items) + balanced_table(runs, seeds, items, bootstrap) + training_table(runs, seeds)
+    lines += context_effect_table(runs, seeds, bootstrap) + groups_table(runs, seeds, items) + balanced_table(runs, seeds, items, bootstrap) + training_table(runs, seeds)
     return "\n".join(lines)
 
 
