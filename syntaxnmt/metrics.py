@@ -598,9 +598,13 @@ def two_level_bootstrap(baseline: Sequence[np.ndarray], system: Sequence[np.ndar
     if not baseline or not system:
         raise ValueError("both systems need at least one run")
     rng = np.random.default_rng(seed)
-    diff = _resampled_means(system, metric, rng, n_samples, chunk) - _resampled_means(baseline, metric, rng, n_samples, chunk)
+    return _percentile_interval(_resampled_means(system, metric, rng, n_samples, chunk) - _resampled_means(baseline, metric, rng, n_samples, chunk), confidence)
+
+
+def _percentile_interval(draws: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The (α/2, 1−α/2) percentiles of bootstrap ``draws``."""
     alpha = 1.0 - confidence
-    low, high = np.quantile(diff, [alpha / 2, 1 - alpha / 2])
+    low, high = np.quantile(draws, [alpha / 2, 1 - alpha / 2])
     return float(low), float(high)
 
 
@@ -611,9 +615,7 @@ def two_level_interval(runs: Sequence[np.ndarray], metric: Metric, n_samples: in
     it is the paired interval of that difference (e.g. one model scored with and without context)."""
     if not runs:
         raise ValueError("at least one run")
-    alpha = 1.0 - confidence
-    low, high = np.quantile(_resampled_means(runs, metric, np.random.default_rng(seed), n_samples, chunk), [alpha / 2, 1 - alpha / 2])
-    return float(low), float(high)
+    return _percentile_interval(_resampled_means(runs, metric, np.random.default_rng(seed), n_samples, chunk), confidence)
 
 
 def welch_p(baseline_scores: Sequence[float], system_scores: Sequence[float]) -> float | None:

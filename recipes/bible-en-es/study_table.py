@@ -220,18 +220,21 @@ def balanced_statistics(result: dict, genders: list[list[int]]) -> np.ndarray:
     """Per-item statistics ``(items, 4)`` of one contrastive result for :func:`balanced_from_statistics`:
     trials passed and trials, in the columns of the item's gender (``genders``: the feminine and the
     masculine items), zeros in the other's -- so resampled items sum as sentence statistics do."""
-    stats = np.zeros((len(result["outcomes"]), 4))
-    for g, members in enumerate(genders):
-        for i in members:
-            stats[i, 2 * g:2 * g + 2] = (result["outcomes"][i], result["draws"])
-    return stats
+    stats = contrastive_statistics(result)
+    return np.concatenate([stats * np.isin(np.arange(len(stats)), members)[:, None] for members in genders], axis=1)
+
+
+def two_accuracies(stats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The two accuracies (%) of summed statistics that hold two (passed, trials) pairs side by side."""
+    stats = np.asarray(stats, dtype=np.float64)
+    return accuracy_from_statistics(stats[..., 0:2]), accuracy_from_statistics(stats[..., 2:4])
 
 
 def balanced_from_statistics(stats: np.ndarray) -> np.ndarray:
     """Balanced accuracy (%) from summed :func:`balanced_statistics`: the mean of the two genders'
     accuracies, so a model that always prefers one gender scores 50 whatever the items' mix."""
-    stats = np.asarray(stats, dtype=np.float64)
-    return (accuracy_from_statistics(stats[..., 0:2]) + accuracy_from_statistics(stats[..., 2:4])) / 2
+    feminine, masculine = two_accuracies(stats)
+    return (feminine + masculine) / 2
 
 
 def balanced_table(runs: dict[tuple[str, int], dict], seeds: list[int], items: list[dict[str, str]] | None, bootstrap: int) -> list[str]:
@@ -239,10 +242,10 @@ def balanced_table(runs: dict[tuple[str, int], dict], seeds: list[int], items: l
     two-level bootstrap interval (seeds, then items) and Welch's p: the test of whether a context
     model picks the right gender more often, free of the items' masculine majority. None without the
     items' genders."""
-    genders = item_groups(items or [])
-    if items is None or not {"feminine", "masculine"} <= set(genders) or not any(r.get("contrastive") for r in runs.values()):
+    groups = item_groups(items) if items is not None else {}
+    if not {"feminine", "masculine"} <= set(groups) or not any(r.get("contrastive") for r in runs.values()):
         return []
-    genders = [genders["feminine"], genders["masculine"]]
+    genders = [groups["feminine"], groups["masculine"]]
     stats = {(m, c): [balanced_statistics(r["contrastive"][c], genders) for r in own_runs(runs, m, seeds) if c in r["contrastive"]]
              for m in present(runs) for c in CONTEXTS}
     floor = stats[CONTROL, "none"]
@@ -270,8 +273,8 @@ def paired_statistics(reading: dict, control: dict) -> np.ndarray:
 
 def paired_from_statistics(stats: np.ndarray) -> np.ndarray:
     """Accuracy with the context minus accuracy under the control (points) from summed :func:`paired_statistics`."""
-    stats = np.asarray(stats, dtype=np.float64)
-    return accuracy_from_statistics(stats[..., 0:2]) - accuracy_from_statistics(stats[..., 2:4])
+    reading, control = two_accuracies(stats)
+    return reading - control
 
 
 def context_effect_table(runs: dict[tuple[str, int], dict], seeds: list[int], bootstrap: int) -> list[str]:
