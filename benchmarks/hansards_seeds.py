@@ -6,6 +6,7 @@
     python benchmarks/hansards_seeds.py run --work runs/hansards-aer-8k --seeds 1 --steps 8000 \\
         --variants guided-full-leaky-gdfa
     python benchmarks/hansards_seeds.py table --work runs/hansards-aer --seeds 1,2,3 [--bootstrap 1000]
+    python benchmarks/hansards_seeds.py collect --work runs/hansards-aer --seeds 1,2,3 --dest results/hansards-aer-2k
 
 ``run`` calls hansards_aer.py once per seed (one working folder: the corpus, prepared data and
 eflomal's links are shared; seed S > 1 trains in ``run-*-seed<S>`` folders), each writing
@@ -18,7 +19,9 @@ prints per model and reading the AER of each seed, their mean ± sd, and the dif
 the table, with several seeds (issue 50): the smallest AER difference the seeds detect with 80 %
 power and the A/A check, both on the seeds of the first model's first reading, as under the
 alignment experiment tables (:func:`syntaxnmt.experiments.sets.seed_notes`; eflomal, one run, has
-no seed sd to take).
+no seed sd to take). ``collect`` copies what ``table`` reads (and each seed's result JSON: every
+reading's AER, the dev sweep, BLEU) into ``--dest`` under the same relative paths, a few hundred KB
+to commit, so that ``table --work DEST`` re-derives the table on a machine without the runs.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from syntaxnmt.errors import UserError  # noqa: E402
 from syntaxnmt.experiments.alignment import negative_aer  # noqa: E402
 from syntaxnmt.experiments.sets import AA_SHUFFLES, seed_notes  # noqa: E402
 from syntaxnmt.metrics import run_scores, two_level_bootstrap  # noqa: E402
+from syntaxnmt.textio import atomic_write_text  # noqa: E402
 
 VARIANTS = "plain,guided-full-leaky-gdfa"
 
@@ -139,6 +143,34 @@ def notes(seeded: list[tuple[str, list[np.ndarray]]], bootstrap: int) -> list[st
     return out
 
 
+def kept_files(work: Path, seeds: list[int], variants: str = VARIANTS, steps: int | None = None) -> list[Path]:
+    """What ``table`` reads for ``seeds`` (eflomal's links, every scored model's kept links), and
+    with ``steps`` each seed's result JSON, as paths relative to ``work``; an error names the first
+    one missing."""
+    names = [Path("eflomal-gold.json")]
+    for task in hansards_aer.tasks_for(argparse.Namespace(variants=variants, normalizers="softmax", seed=1)):
+        if not (task.get("reverse") or task.get("hidden")):
+            names += [hansards_aer.task_folder(Path(), {**task, "seed": seed}) / hansards_aer.LINKS_FILE for seed in seeds]
+    if steps is not None:
+        names += [Path(f"seed{seed}-{steps}.json") for seed in seeds]
+    for name in names:
+        if not (work / name).is_file():
+            raise UserError(f"{work / name} not found: score every seed first (hansards_seeds.py run --work {work})")
+    return names
+
+
+def collect(work: Path, dest: Path, seeds: list[int], variants: str = VARIANTS, steps: int | None = 2000) -> list[Path]:
+    """Copy the kept links and result JSONs of ``seeds`` from ``work`` to ``dest`` (same relative
+    paths; each file written atomically), so that ``table --work dest`` gives the table of ``work``."""
+    if dest.resolve() == work.resolve():
+        raise UserError(f"--dest {dest} is the working folder itself: give another folder")
+    names = kept_files(work, seeds, variants, steps)
+    for name in names:
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(dest / name, (work / name).read_text(encoding="utf-8"))
+    return [dest / name for name in names]
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -154,9 +186,18 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--seeds", default="1,2,3")
     t.add_argument("--variants", default=VARIANTS)
     t.add_argument("--bootstrap", type=int, default=1000)
+    c = sub.add_parser("collect", help="copy the kept links and result JSONs of the seeds to a folder to commit")
+    c.add_argument("--work", default="runs/hansards-aer")
+    c.add_argument("--seeds", default="1,2,3")
+    c.add_argument("--steps", type=int, default=2000, help="the steps of the seeds' result JSONs (seed<S>-<steps>.json)")
+    c.add_argument("--variants", default=VARIANTS)
+    c.add_argument("--dest", required=True)
     args = ap.parse_args(argv)
     if args.command == "run":
         run(args)
+    elif args.command == "collect":
+        written = collect(Path(args.work), Path(args.dest), seeds_of(args.seeds), args.variants, args.steps)
+        print(f"hansards_seeds: {len(written)} files in {args.dest}; re-derive the table: hansards_seeds.py table --work {args.dest} --seeds {args.seeds} --variants {args.variants}")
     else:
         print(table(Path(args.work), seeds_of(args.seeds), args.variants, args.bootstrap))
 

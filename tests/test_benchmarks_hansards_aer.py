@@ -397,6 +397,18 @@ def test_seed_trains_in_its_own_folders_and_keeps_the_links_that_rescore_it(ha, 
     assert f"| {one['eflomal']['grow-diag-final-and']['aer']:.2f} |" in text.splitlines()[4]
     with pytest.raises(UserError, match="seed 3 of plain is not scored yet"):
         seeds.table(work, [1, 3], "plain", bootstrap=20)
+    # collect: the files to commit give the same table with no run folder (and name what is missing).
+    dest = tmp_path / "results"
+    written = seeds.collect(work, dest, [1, 2], "plain", steps=None)
+    assert sorted(str(p.relative_to(dest)) for p in written) == sorted(["eflomal-gold.json", f"run/{ha.LINKS_FILE}", f"run-seed2/{ha.LINKS_FILE}"])
+    assert seeds.table(dest, [1, 2], "plain", bootstrap=20).replace(str(dest), "W") == text.replace(str(work), "W")
+    with pytest.raises(UserError, match="run-seed3/test-links.json not found"):
+        seeds.collect(work, dest, [1, 3], "plain", steps=None)
+    with pytest.raises(UserError, match="seed1-2000.json not found"):
+        seeds.collect(work, tmp_path / "r2", [1, 2], "plain", steps=2000)
+    assert not (tmp_path / "r2").exists()  # nothing half-copied
+    with pytest.raises(UserError, match="is the working folder itself"):
+        seeds.collect(work, work, [1, 2], "plain", steps=None)
 
 
 def test_seed_names_every_folder_of_the_joint_variant_and_its_self_labels(ha, tmp_path):
