@@ -470,3 +470,17 @@ def test_seeds_table_states_the_power_and_the_aa_check_of_the_first_rows_seeds(d
     assert f"A/A check (AER, calibration): not possible with 3 seeds of 'plain, {configured}'" in three
     single = seeds.table(work, [1], bootstrap=50)
     assert "Power (" not in single and "A/A" not in single and "Under the table" not in single
+
+
+def test_the_seeds_table_in_the_docs_is_the_one_the_committed_links_give(monkeypatch):
+    """docs/alignment.md's Hansards table over seeds is re-derived, byte for byte, from the links
+    committed under results/hansards-aer-2k and the shared gold set (skipped only without it)."""
+    data = Path(os.environ.get("SYNTAXNMT_DATA", ROOT.parent / "shared" / "data"))
+    if not (data / "alignment" / "enfr-hansards" / "enfr.gold").is_file():
+        pytest.skip(f"the Hansards gold set is not under {data}")
+    seeds = load_script(ROOT / "benchmarks" / "hansards_seeds.py", "hansards_seeds")
+    monkeypatch.setattr(seeds.hansards_aer, "DATA", data)
+    monkeypatch.chdir(ROOT)
+    text = seeds.table(Path("results/hansards-aer-2k"), [1, 2, 3])
+    assert "| guided-full-leaky-gdfa | configured: layer -2 full context, head 0, leak as null |" in text
+    assert text in (ROOT / "docs" / "alignment.md").read_text(encoding="utf-8")
