@@ -20,7 +20,7 @@ the table, with several seeds (issue 50): the smallest AER difference the seeds 
 power and the A/A check, both on the seeds of the first model's first reading, as under the
 alignment experiment tables (:func:`syntaxnmt.experiments.sets.seed_notes`; eflomal, one run, has
 no seed sd to take). ``collect`` copies what ``table`` reads (and each seed's result JSON: every
-reading's AER, the dev sweep, BLEU) into ``--dest`` under the same relative paths, a few hundred KB
+reading's AER, the dev sweep, BLEU where it was scored) into ``--dest`` under the same relative paths, about a MB
 to commit, so that ``table --work DEST`` re-derives the table on a machine without the runs.
 """
 
@@ -77,6 +77,17 @@ def _links(lines: list[str], where: str) -> list:
     return [parse_links(line, where=f"{where}:{k + 1}")[0] for k, line in enumerate(lines)]
 
 
+def scored_tasks(variants: str) -> list[dict]:
+    """The models of ``variants`` that a row of the table reads (not the French->English twins, not hidden ones)."""
+    tasks = hansards_aer.tasks_for(argparse.Namespace(variants=variants, normalizers="softmax", seed=1))
+    return [task for task in tasks if not (task.get("reverse") or task.get("hidden"))]
+
+
+def links_file(task: dict, seed: int) -> Path:
+    """The kept links of ``task`` trained with ``seed``, relative to the working folder."""
+    return hansards_aer.task_folder(Path(), {**task, "seed": seed}) / hansards_aer.LINKS_FILE
+
+
 def table(work: Path, seeds: list[int], variants: str = VARIANTS, bootstrap: int = 1000) -> str:
     """The Markdown table of the models' AER over ``seeds`` from their kept links (see the module docstring)."""
     gold_dir = hansards_aer.DATA / "alignment" / "enfr-hansards"
@@ -87,12 +98,10 @@ def table(work: Path, seeds: list[int], variants: str = VARIANTS, bootstrap: int
         raise UserError(f"{work}/eflomal-gold.json not found: run hansards_seeds.py run (or hansards_aer.py) with --work {work} first")
     rows, span = [], None
     models = {}
-    for task in hansards_aer.tasks_for(argparse.Namespace(variants=variants, normalizers="softmax", seed=1)):
-        if task.get("reverse") or task.get("hidden"):
-            continue
+    for task in scored_tasks(variants):
         per_seed = {}
         for seed in seeds:
-            path = hansards_aer.task_folder(work, {**task, "seed": seed}) / hansards_aer.LINKS_FILE
+            path = work / links_file(task, seed)
             kept = hansards_aer._read_json(path)
             if not isinstance(kept, dict):
                 raise UserError(f"{path} not found: seed {seed} of {task['name']} is not scored yet (hansards_seeds.py run)")
@@ -147,10 +156,7 @@ def kept_files(work: Path, seeds: list[int], variants: str = VARIANTS, steps: in
     """What ``table`` reads for ``seeds`` (eflomal's links, every scored model's kept links), and
     with ``steps`` each seed's result JSON, as paths relative to ``work``; an error names the first
     one missing."""
-    names = [Path("eflomal-gold.json")]
-    for task in hansards_aer.tasks_for(argparse.Namespace(variants=variants, normalizers="softmax", seed=1)):
-        if not (task.get("reverse") or task.get("hidden")):
-            names += [hansards_aer.task_folder(Path(), {**task, "seed": seed}) / hansards_aer.LINKS_FILE for seed in seeds]
+    names = [Path("eflomal-gold.json")] + [links_file(task, seed) for task in scored_tasks(variants) for seed in seeds]
     if steps is not None:
         names += [Path(f"seed{seed}-{steps}.json") for seed in seeds]
     for name in names:
