@@ -472,15 +472,21 @@ def test_seeds_table_states_the_power_and_the_aa_check_of_the_first_rows_seeds(d
     assert "Power (" not in single and "A/A" not in single and "Under the table" not in single
 
 
-def test_the_seeds_table_in_the_docs_is_the_one_the_committed_links_give(monkeypatch):
-    """docs/alignment.md's Hansards table over seeds is re-derived, byte for byte, from the links
-    committed under results/hansards-aer-2k and the shared gold set (skipped only without it)."""
+@pytest.mark.parametrize(
+    ("folder", "seeds", "variants"),
+    [("results/hansards-aer-2k", [1, 2, 3], "plain,guided-full-leaky-gdfa"), ("results/hansards-aer-8k", [1], "guided-full-leaky-gdfa")],
+    ids=["2k-three-seeds", "8k-point"],
+)
+def test_the_seeds_tables_in_the_docs_are_the_ones_the_committed_links_give(monkeypatch, folder, seeds, variants):
+    """docs/alignment.md's Hansards tables over seeds (2,000 updates) and at 8,000 updates are
+    re-derived, byte for byte, from the links committed under ``folder`` and the shared gold set
+    (skipped only without it)."""
     data = Path(os.environ.get("SYNTAXNMT_DATA", ROOT.parent / "shared" / "data"))
     if not (data / "alignment" / "enfr-hansards" / "enfr.gold").is_file():
         pytest.skip(f"the Hansards gold set is not under {data}")
-    seeds = load_script(ROOT / "benchmarks" / "hansards_seeds.py", "hansards_seeds")
-    monkeypatch.setattr(seeds.hansards_aer, "DATA", data)
+    seeds_script = load_script(ROOT / "benchmarks" / "hansards_seeds.py", "hansards_seeds")
+    monkeypatch.setattr(seeds_script.hansards_aer, "DATA", data)
     monkeypatch.chdir(ROOT)
-    text = seeds.table(Path("results/hansards-aer-2k"), [1, 2, 3])
+    text = seeds_script.table(Path(folder), seeds, variants)
     assert "| guided-full-leaky-gdfa | configured: layer -2 full context, head 0, leak as null |" in text
     assert text in (ROOT / "docs" / "alignment.md").read_text(encoding="utf-8")
