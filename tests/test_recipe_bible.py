@@ -500,3 +500,14 @@ def test_study_table_adds_han_on_both_sides_where_a_seed_has_it(tmp_path, capsys
     assert (tmp_path / "results" / "han-both-seed1.json.gz").is_file() and not (tmp_path / "results" / "han-both-seed3.json.gz").exists()
     study_table.main(["--rescore", str(tmp_path / "results"), "--bootstrap", "20"])
     assert capsys.readouterr().out == out
+
+
+def test_the_study_table_in_the_docs_is_the_one_the_committed_runs_give(capsys, monkeypatch):
+    """docs/documents.md's three-seed Bible table (BLEU, chrF, contrastive accuracy, the power and
+    A/A lines, the breakdowns and the training table) is, byte for byte, what ``--rescore`` writes
+    from the runs committed under results/bible-en-es/study: no model, no data."""
+    monkeypatch.chdir(ROOT)
+    study_table.main(["--rescore", "results/bible-en-es/study"])
+    table = capsys.readouterr().out.strip()
+    assert "| **sentence-more** (control, + M) |" in table
+    assert table in (ROOT / "docs" / "documents.md").read_text(encoding="utf-8")
