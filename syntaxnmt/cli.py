@@ -494,7 +494,6 @@ def _threads_flag(s: argparse.ArgumentParser, what: str = "") -> None:
     s.add_argument("--cpu-kernels", choices=KERNEL_MODES, help="the linear layers' CPU kernels: auto (time whole steps of the model with oneDNN, ATen and OpenBLAS, once per machine and model: cached), onednn, aten or openblas (default: " + DEFAULT_CPU_KERNELS + (", or train.cpu_kernels" if "train." in what else "") + ")")
 
 
-
 def _model_args(s: argparse.ArgumentParser) -> None:
     """The model a command loads: an experiment config and ``--checkpoint`` (best, last or a path)."""
     s.add_argument("config", nargs="?", help="experiment config (its work_dir holds the checkpoints)")
